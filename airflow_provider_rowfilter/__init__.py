@@ -1,0 +1,5 @@
+"""PostgreSQL logical-replication semantics for Airflow DAGs running on Spark."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

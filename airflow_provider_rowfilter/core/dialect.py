@@ -1,0 +1,210 @@
+"""sqlglot's PostgreSQL dialect, extended with the publication statements it does not know.
+
+sqlglot parses ``CREATE PUBLICATION`` as an opaque ``Command``; we teach its parser PostgreSQL's
+grammar (gram.y ``CreatePublicationStmt``, ``AlterPublicationStmt``, ``PublicationObjSpec``) so row
+filters come out as real syntax trees with token positions, and nothing is parsed by hand.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.errors import ParseError
+from sqlglot.tokens import Token, TokenType
+
+from airflow_provider_rowfilter.core.errors import PublicationSyntaxError
+
+
+class PublicationTableSpec(exp.Expression):
+    """``TABLE [ONLY] name [*] [(columns)] [WHERE (expr)]``; ``filter_sql`` keeps the user's text."""
+
+    arg_types = {"this": True, "only": False, "columns": False, "where": False, "filter_sql": False,
+                 "filter_offset": False}
+
+
+class PublicationSchemaSpec(exp.Expression):
+    """``TABLES IN SCHEMA name`` (``this`` is None for ``CURRENT_SCHEMA``)."""
+
+    arg_types = {"this": False}
+
+
+class PublicationOption(exp.Expression):
+    """``name [= value]`` inside ``WITH (…)`` / ``SET (…)``."""
+
+    arg_types = {"this": True, "value": False}
+
+
+class CreatePublication(exp.Expression):
+    arg_types = {"this": True, "all_tables": False, "objects": False, "options": False}
+
+
+class AlterPublication(exp.Expression):
+    """``action`` is ADD, SET, DROP (objects), SET_OPTIONS, RENAME or OWNER."""
+
+    arg_types = {"this": True, "action": True, "objects": False, "options": False, "new_name": False}
+
+
+class DropPublication(exp.Expression):
+    arg_types = {"expressions": True, "exists": False}
+
+
+PublicationStatement = CreatePublication | AlterPublication | DropPublication
+
+
+class RowFilterPostgres(Postgres):
+    """PostgreSQL as sqlglot reads it, plus publication DDL."""
+
+    class Parser(Postgres.Parser):
+        def _parse_create(self):  # type: ignore[override]
+            if self._match_text_seq("PUBLICATION"):
+                return self._parse_create_publication()
+            return super()._parse_create()
+
+        def _parse_alter(self):  # type: ignore[override]
+            if self._match_text_seq("PUBLICATION"):
+                return self._parse_alter_publication()
+            return super()._parse_alter()
+
+        def _parse_drop(self, exists: bool = False):  # type: ignore[override]
+            if self._match_text_seq("PUBLICATION"):
+                if_exists = bool(self._match_text_seq("IF", "EXISTS"))
+                names = self._parse_csv(self._parse_id_var)
+                self._match_texts(("CASCADE", "RESTRICT"))
+                return self.expression(DropPublication(expressions=names, exists=if_exists))
+            return super()._parse_drop(exists=exists)
+
+        def _parse_create_publication(self) -> CreatePublication:
+            name = self._parse_id_var(any_token=False)
+            all_tables = False
+            objects: list[exp.Expression] = []
+            if self._match(TokenType.FOR):
+                if self._match_text_seq("ALL", "TABLES"):
+                    all_tables = True
+                else:
+                    objects = self._parse_publication_objects()
+            options = self._parse_publication_options() if self._match(TokenType.WITH) else []
+            return self.expression(
+                CreatePublication(this=name, all_tables=all_tables, objects=objects, options=options)
+            )
+
+        def _parse_alter_publication(self) -> AlterPublication:
+            name = self._parse_id_var(any_token=False)
+            if self._match_text_seq("RENAME", "TO"):
+                return self.expression(
+                    AlterPublication(this=name, action="RENAME", new_name=self._parse_id_var())
+                )
+            if self._match_text_seq("OWNER", "TO"):
+                self._parse_id_var()
+                return self.expression(AlterPublication(this=name, action="OWNER"))
+            if self._match(TokenType.SET) and self._curr and self._curr.token_type == TokenType.L_PAREN:
+                self._advance()
+                self._retreat(self._index - 1)
+                return self.expression(
+                    AlterPublication(this=name, action="SET_OPTIONS", options=self._parse_publication_options())
+                )
+            if self._prev.token_type == TokenType.SET:
+                action = "SET"
+            elif self._match_text_seq("ADD"):
+                action = "ADD"
+            elif self._match(TokenType.DROP):
+                action = "DROP"
+            else:
+                self._syntax_error()
+            objects = self._parse_publication_objects()
+            return self.expression(AlterPublication(this=name, action=action, objects=objects))
+
+        def _parse_publication_objects(self) -> list[exp.Expression]:
+            objects: list[exp.Expression] = []
+            kind = None
+            while True:
+                if self._match_text_seq("TABLES", "IN", "SCHEMA"):
+                    kind = "schema"
+                elif self._match(TokenType.TABLE):
+                    kind = "table"
+                elif kind is None:
+                    self._syntax_error()
+                if kind == "table":
+                    objects.append(self._parse_publication_table())
+                elif self._match_text_seq("CURRENT_SCHEMA") or self._match(TokenType.CURRENT_SCHEMA):
+                    objects.append(self.expression(PublicationSchemaSpec(this=None)))
+                else:
+                    objects.append(self.expression(PublicationSchemaSpec(this=self._parse_id_var())))
+                if not self._match(TokenType.COMMA):
+                    return objects
+
+        def _parse_publication_table(self) -> PublicationTableSpec:
+            only = bool(self._match(TokenType.ONLY))
+            if only and self._match(TokenType.L_PAREN):  # ONLY (name) is valid grammar too
+                table = self._parse_qualified_name()
+                self._match_r_paren()
+            else:
+                table = self._parse_qualified_name()
+            self._match(TokenType.STAR)
+            columns = None
+            if self._curr and self._curr.token_type == TokenType.L_PAREN:
+                columns = self._parse_wrapped_csv(self._parse_id_var)
+            where = filter_sql = filter_offset = None
+            if self._match(TokenType.WHERE):
+                if not self._curr or self._curr.token_type != TokenType.L_PAREN:
+                    # gram.y: OptWhereClause is WHERE '(' a_expr ')'
+                    self._syntax_error()
+                open_paren = self._curr
+                where = self._parse_wrapped(self._parse_assignment)
+                close_paren = self._prev
+                filter_offset = open_paren.end + 1
+                filter_sql = self.sql[filter_offset : close_paren.start]
+            return self.expression(
+                PublicationTableSpec(
+                    this=table, only=only, columns=columns, where=where,
+                    filter_sql=filter_sql, filter_offset=filter_offset,
+                )
+            )
+
+        def _parse_qualified_name(self) -> exp.Table:
+            # Not _parse_table_parts: it would read ``t (a, b)`` as a call of function t.
+            parts = [self._parse_id_var(any_token=False)]
+            while self._match(TokenType.DOT):
+                parts.append(self._parse_id_var(any_token=True))
+            if parts[0] is None or len(parts) > 3:
+                self._syntax_error()
+            return exp.Table(this=parts[-1], db=parts[-2] if len(parts) > 1 else None,
+                             catalog=parts[-3] if len(parts) > 2 else None)
+
+        def _parse_publication_options(self) -> list[PublicationOption]:
+            def option() -> PublicationOption:
+                key = self._parse_id_var(any_token=True)
+                value = None
+                if self._match(TokenType.EQ):
+                    value = self._parse_primary() or self._parse_id_var(any_token=True)
+                return self.expression(PublicationOption(this=key, value=value))
+
+            return self._parse_wrapped_csv(option)
+
+        def _syntax_error(self) -> None:
+            token = self._curr or self._prev
+            raise_pg_syntax_error(self.sql, token)
+
+
+def raise_pg_syntax_error(sql: str, token: Token | None) -> None:
+    """Raise PostgreSQL's ``syntax error at or near "…"`` for ``token``."""
+    if token is None or token.token_type == TokenType.SEMICOLON and not token.text:
+        raise PublicationSyntaxError("syntax error at end of input", source=sql, position=len(sql) + 1)
+    text = sql[token.start : token.end + 1] or token.text
+    raise PublicationSyntaxError(f'syntax error at or near "{text}"', source=sql, position=token.start + 1)
+
+
+def parse_statements(sql: str) -> list[exp.Expression]:
+    """Parse a script of SQL statements with the publication-aware PostgreSQL dialect."""
+    dialect = RowFilterPostgres()
+    try:
+        tokens = dialect.tokenize(sql)
+        return [s for s in dialect.parser().parse(tokens, sql) if s is not None]
+    except PublicationSyntaxError:
+        raise
+    except ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        raise PublicationSyntaxError(
+            f"syntax error: {first.get('description', str(e))}",
+            source=sql,
+            position=None,
+        ) from e

@@ -1,0 +1,87 @@
+"""One error tree for the package, rooted in :class:`RowFilterError`.
+
+Errors carry PostgreSQL's own wording in ``message``/``detail`` (so users can search for it) and our
+context on top: the publication, the table, the position inside the expression, and the fix.
+Constructors only store fields; nothing here has side effects.
+"""
+
+from __future__ import annotations
+
+
+class RowFilterError(Exception):
+    """Root of every error raised by airflow-provider-rowfilter."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        detail: str | None = None,
+        hint: str | None = None,
+        publication: str | None = None,
+        table: str | None = None,
+        position: int | None = None,
+        source: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail
+        self.hint = hint
+        self.publication = publication
+        self.table = table
+        self.position = position
+        self.source = source
+
+    def __str__(self) -> str:
+        where = []
+        if self.publication:
+            where.append(f"publication {self.publication!r}")
+        if self.table:
+            where.append(f"table {self.table}")
+        text = self.message
+        if where:
+            text = f"{', '.join(where)}: {text}"
+        if self.source is not None and self.position is not None:
+            text += f"\n  {self.source}\n  {' ' * max(self.position - 1, 0)}^"
+        if self.detail:
+            text += f"\nDETAIL:  {self.detail}"
+        if self.hint:
+            text += f"\nHINT:  {self.hint}"
+        return text
+
+    def with_context(self, *, publication: str | None = None, table: str | None = None) -> RowFilterError:
+        """Return this error with the publication and table filled in where still unknown."""
+        self.publication = self.publication or publication
+        self.table = self.table or table
+        return self
+
+
+class SpecError(RowFilterError):
+    """The subscription spec file is missing, malformed, or inconsistent."""
+
+
+class PublicationError(RowFilterError):
+    """A publication definition is invalid (PostgreSQL would reject it, or it names unknown objects)."""
+
+
+class PublicationSyntaxError(PublicationError):
+    """A ``CREATE``/``ALTER PUBLICATION`` statement or a row filter does not parse."""
+
+
+class InvalidRowFilterError(PublicationError):
+    """A row filter breaks PostgreSQL's restrictions (``invalid publication WHERE expression`` and kin)."""
+
+
+class ReplicaIdentityError(PublicationError):
+    """A row filter or column list does not fit the table's replica identity for UPDATE/DELETE."""
+
+
+class ColumnListConflictError(PublicationError):
+    """Publications of one subscription use different column lists for the same table."""
+
+
+class UntranslatableFilterError(PublicationError):
+    """A valid PostgreSQL row filter that Spark cannot evaluate with exactly PostgreSQL's meaning."""
+
+
+class CatalogError(RowFilterError):
+    """The publisher's catalog could not be read, or lacks what a definition refers to."""

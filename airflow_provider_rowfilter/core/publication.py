@@ -1,0 +1,86 @@
+"""Publications as PostgreSQL stores them: ``pg_publication``, ``pg_publication_rel``, ``pg_publication_namespace``."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+from airflow_provider_rowfilter.core.relation import TableName
+
+
+class PublishAction(str, enum.Enum):
+    """A DML action a publication may publish (``WITH (publish = '…')``)."""
+
+    INSERT = "insert"
+    UPDATE = "update"
+    DELETE = "delete"
+    TRUNCATE = "truncate"
+
+
+ALL_ACTIONS = frozenset(PublishAction)
+DML_ACTIONS = (PublishAction.INSERT, PublishAction.UPDATE, PublishAction.DELETE)
+
+
+@dataclass(frozen=True)
+class PublishedTable:
+    """One ``pg_publication_rel`` row: a table, its row filter and its column list.
+
+    ``row_filter`` is the WHERE expression in PostgreSQL syntax without the outer parentheses;
+    ``columns`` is ``None`` when the publication has no column list for the table.
+    """
+
+    table: TableName
+    row_filter: str | None = None
+    columns: tuple[str, ...] | None = None
+
+    def same_definition(self, other: PublishedTable) -> bool:
+        return self.row_filter == other.row_filter and (
+            None if self.columns is None else sorted(self.columns)
+        ) == (None if other.columns is None else sorted(other.columns))
+
+
+@dataclass(frozen=True)
+class Publication:
+    """A publication: which tables, which rows and columns, which actions."""
+
+    name: str
+    all_tables: bool = False
+    tables: tuple[PublishedTable, ...] = ()
+    schemas: tuple[str, ...] = ()
+    actions: frozenset[PublishAction] = ALL_ACTIONS
+    via_root: bool = False
+    publish_generated_columns: str = "none"  # PostgreSQL 18: "none" or "stored"
+
+    def table_entry(self, table: TableName) -> PublishedTable | None:
+        for entry in self.tables:
+            if entry.table == table:
+                return entry
+        return None
+
+    def publishes(self, action: PublishAction) -> bool:
+        return action in self.actions
+
+    def with_changes(self, **changes: object) -> Publication:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass
+class PublicationSet:
+    """The publications a definition source yields, by name, in definition order."""
+
+    publications: dict[str, Publication] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Publication:
+        return self.publications[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.publications
+
+    def __iter__(self):
+        return iter(self.publications.values())
+
+    def __len__(self) -> int:
+        return len(self.publications)
+
+    def names(self) -> list[str]:
+        return list(self.publications)

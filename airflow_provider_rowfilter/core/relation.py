@@ -1,0 +1,110 @@
+"""What the publisher knows about a table: columns, types, replica identity, partitioning."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+# PostgreSQL's FirstNormalObjectId: objects with a lower OID are built in.
+FIRST_NORMAL_OBJECT_ID = 16384
+
+SYSTEM_COLUMNS = frozenset({"tableoid", "cmax", "xmax", "cmin", "xmin", "ctid"})
+
+
+@dataclass(frozen=True, order=True)
+class TableName:
+    """A schema-qualified table name."""
+
+    schema: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str, default_schema: str = "public") -> TableName:
+        """Parse ``schema.table`` or ``table`` (no quoting rules beyond a single dot)."""
+        schema, _, name = text.rpartition(".")
+        return cls(schema or default_schema, name)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+class ReplicaIdentity(str, enum.Enum):
+    """``pg_class.relreplident``."""
+
+    DEFAULT = "d"
+    NOTHING = "n"
+    FULL = "f"
+    INDEX = "i"
+
+
+class RelKind(str, enum.Enum):
+    """``pg_class.relkind`` values that matter to publications."""
+
+    TABLE = "r"
+    PARTITIONED = "p"
+    VIEW = "v"
+    MATERIALIZED_VIEW = "m"
+    FOREIGN = "f"
+    SEQUENCE = "S"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One live (not dropped) column of a publisher table."""
+
+    name: str
+    attnum: int
+    type_name: str  # format_type() text, e.g. "integer", "numeric(10,2)", "character varying(20)"
+    type_oid: int
+    collation: str | None = None  # collation name when the column's type is collatable
+    collation_oid: int = 0
+    not_null: bool = False
+    generated: str = ""  # "" none, "s" stored, "v" virtual (pg_attribute.attgenerated)
+
+    @property
+    def user_defined_type(self) -> bool:
+        return self.type_oid >= FIRST_NORMAL_OBJECT_ID
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A publisher table as the publication rules need it."""
+
+    name: TableName
+    oid: int
+    relkind: RelKind
+    columns: tuple[Column, ...]
+    replica_identity: ReplicaIdentity = ReplicaIdentity.DEFAULT
+    identity_columns: tuple[str, ...] = ()  # the key: PK for DEFAULT, index columns for INDEX
+    persistence: str = "p"  # p permanent, u unlogged, t temp
+    is_partition: bool = False
+    ancestors: tuple[TableName, ...] = ()  # nearest parent first (partition ancestors only)
+    inheritance_children: tuple[TableName, ...] = ()  # direct and indirect, non-partition inheritance
+    partitions: tuple[TableName, ...] = field(default=())  # leaf partitions (partitioned tables only)
+
+    def column(self, name: str) -> Column | None:
+        for col in self.columns:
+            if col.name == name:
+                return col
+        return None
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def is_partitioned(self) -> bool:
+        return self.relkind is RelKind.PARTITIONED
+
+    @property
+    def replica_identity_key(self) -> frozenset[str] | None:
+        """Columns an UPDATE/DELETE filter may use; ``None`` means every column (REPLICA IDENTITY FULL)."""
+        if self.replica_identity is ReplicaIdentity.FULL:
+            return None
+        if self.replica_identity is ReplicaIdentity.NOTHING:
+            return frozenset()
+        return frozenset(self.identity_columns)
+
+    @property
+    def has_replica_identity(self) -> bool:
+        return self.replica_identity is ReplicaIdentity.FULL or bool(self.identity_columns)

@@ -1,0 +1,902 @@
+"""Row filters: parse, type and validate a publication ``WHERE`` expression as PostgreSQL does.
+
+Two passes mirror PostgreSQL: parse analysis (``transformWhereClause``: names, types, operators,
+aggregates) raises first; then the restrictions of ``check_simple_rowfilter_expr_walker``
+(publicationcmds.c) are checked in prefix order and the first violation is raised with
+PostgreSQL's text. The typed tree that results is what the Spark translation reads, so both share
+one notion of each node's type.
+"""
+
+from __future__ import annotations
+
+import decimal
+import uuid
+from dataclasses import dataclass, field
+
+import pendulum
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
+
+from airflow_provider_rowfilter.core import pg_types as T
+from airflow_provider_rowfilter.core.dialect import RowFilterPostgres, raise_pg_syntax_error
+from airflow_provider_rowfilter.core.errors import (
+    InvalidRowFilterError,
+    PublicationError,
+    PublicationSyntaxError,
+    UntranslatableFilterError,
+)
+from airflow_provider_rowfilter.core.functions import (
+    AGGREGATES,
+    SET_RETURNING,
+    WINDOW_FUNCTIONS,
+    FunctionCatalog,
+)
+from airflow_provider_rowfilter.core.pg_types import PgType
+from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, Relation
+
+INVALID = "invalid publication WHERE expression"
+ONLY_SIMPLE = (
+    "Only columns, constants, built-in operators, built-in data types, built-in collations, "
+    "and immutable built-in functions are allowed."
+)
+MUTABLE = "User-defined or built-in mutable functions are not allowed."
+USER_OPERATOR = "User-defined operators are not allowed."
+USER_TYPE = "User-defined types are not allowed."
+USER_COLLATION = "User-defined collations are not allowed."
+SYSTEM_COLUMN = "System columns are not allowed."
+
+# The type of nodes the walker rejects anyway (system columns, subqueries, whole-row references):
+# PostgreSQL resolves their operators, so analysis must not fail on them first.
+ANY = PgType("any")
+
+# Operators PostgreSQL ships (pg_operator, OID < 16384) that a filter may spell; anything else the
+# lexer yields is a user-defined operator or a typo.
+BUILTIN_OPERATORS = frozenset({
+    "=", "<>", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "^", "||", "~", "~*", "!~",
+    "!~*", "~~", "!~~", "~~*", "!~~*", "@>", "<@", "&&", "->", "->>", "#>", "#>>", "?", "?|", "?&",
+    "@?", "@@", "|/", "||/", "@", "&", "|", "#", "~", "<<", ">>", "-|-", "&<", "&>", "<->", "::",
+})
+_OPERATOR_CHARS = set("+-*/<>=~!@#%^&|`?")
+
+_BINARY_CAST = {("text", "varchar"), ("varchar", "text"), ("varchar", "varchar"), ("text", "text")}
+_IMMUTABLE_FUNCTION_CASTS = {
+    ("bpchar", "text"), ("bpchar", "varchar"), ("date", "timestamp"), ("timestamp", "date"),
+    ("int4", "bool"), ("bool", "int4"), ("float4", "float8"), ("float8", "float4"),
+}
+_STABLE_CASTS = {
+    ("date", "timestamptz"), ("timestamp", "timestamptz"), ("timestamptz", "timestamp"),
+    ("timestamptz", "date"),
+}
+_TEXT_FUNCTIONS = {"lower", "upper", "btrim", "ltrim", "rtrim"}
+
+
+@dataclass(frozen=True)
+class FilterContext:
+    """What the publisher contributes to analysis: its functions, default collation and time zone."""
+
+    functions: FunctionCatalog = field(default_factory=FunctionCatalog)
+    default_collation: str = "C"
+    timezone: str = "UTC"
+
+
+@dataclass(frozen=True, eq=False)
+class RowFilter:
+    """A validated row filter of one table, with the PostgreSQL type of every node."""
+
+    sql: str
+    tree: exp.Expression
+    relation: Relation
+    context: FilterContext
+    types: dict[int, PgType]
+    targets: dict[int, PgType]  # id(node) -> type the node is coerced to by its parent
+    collations: dict[int, str | None]
+    constants: dict[int, object]  # id(node) -> Python value of a typed constant
+    columns: frozenset[str]
+
+    def type_of(self, node: exp.Expression) -> PgType:
+        return self.types[id(node)]
+
+
+def identifier_name(node: exp.Expression | None) -> str:
+    """PostgreSQL folds unquoted identifiers to lower case."""
+    if node is None:
+        return ""
+    if isinstance(node, exp.Identifier):
+        return node.this if node.quoted else node.this.lower()
+    return node.name.lower()
+
+
+def function_name(node: exp.Func) -> str:
+    """The PostgreSQL name of a function node (sqlglot renames some, e.g. random → Rand)."""
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    return node.sql(dialect="postgres").split("(", 1)[0].strip().lower()
+
+
+def parse_row_filter(sql: str) -> exp.Expression:
+    """Parse a row-filter expression (the text inside ``WHERE ( … )``)."""
+    dialect = RowFilterPostgres()
+    try:
+        tokens = dialect.tokenize(sql)
+    except TokenError as e:
+        raise PublicationSyntaxError(f"syntax error: {e}", source=sql) from e
+    _check_operators(sql, tokens)
+    try:
+        parsed = dialect.parser().parse(tokens, sql)
+    except ParseError as e:
+        info = e.errors[0] if e.errors else {}
+        start = info.get("start_context", "")
+        raise PublicationSyntaxError(
+            f"syntax error: {info.get('description', str(e))}", source=sql,
+            position=len(start) + 1 if start else None,
+        ) from e
+    if len(parsed) != 1 or parsed[0] is None:
+        raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
+    return parsed[0]
+
+
+def _check_operators(sql: str, tokens: list) -> None:
+    """Merge adjacent operator characters the way PostgreSQL's lexer does and vet each operator."""
+    run: list = []
+
+    def flush() -> None:
+        if not run:
+            return
+        text = sql[run[0].start : run[-1].end + 1]
+        if text not in BUILTIN_OPERATORS and text not in ("(", ")"):
+            raise InvalidRowFilterError(INVALID, detail=USER_OPERATOR, source=sql, position=run[0].start + 1)
+        run.clear()
+
+    for tok in tokens:
+        text = sql[tok.start : tok.end + 1]
+        is_op = tok.token_type not in (TokenType.STRING, TokenType.IDENTIFIER, TokenType.VAR,
+                                       TokenType.NUMBER) and text and set(text) <= _OPERATOR_CHARS
+        if is_op and run and run[-1].end + 1 != tok.start:
+            flush()
+        if is_op:
+            run.append(tok)
+        else:
+            flush()
+    flush()
+
+
+def validate_row_filter(
+    sql: str,
+    relation: Relation,
+    context: FilterContext | None = None,
+    *,
+    tree: exp.Expression | None = None,
+) -> RowFilter:
+    """Check a row filter against PostgreSQL's rules and type it; raise the error PostgreSQL would."""
+    context = context or FilterContext()
+    tree = tree if tree is not None else parse_row_filter(sql)
+    analyzer = _Analyzer(sql, relation, context)
+    result = analyzer.analyze(tree)
+    if result.name != "bool" and not result.is_unknown:
+        raise InvalidRowFilterError(
+            f"argument of PUBLICATION WHERE must be type boolean, not type {result}",
+            source=sql, position=_position(tree),
+        )
+    analyzer.coerce(tree, result, T.BOOL)
+    if analyzer.violation is not None:
+        detail, node = analyzer.violation
+        raise InvalidRowFilterError(INVALID, detail=detail, source=sql, position=_position(node))
+    return RowFilter(
+        sql=sql, tree=tree, relation=relation, context=context, types=analyzer.types,
+        targets=analyzer.targets, collations=analyzer.collations, constants=analyzer.constants,
+        columns=frozenset(analyzer.columns),
+    )
+
+
+def _position(node: exp.Expression) -> int | None:
+    for n in node.walk():
+        meta = n.meta if hasattr(n, "meta") else {}
+        if isinstance(meta, dict) and "start" in meta:
+            return meta["start"] + 1
+    return None
+
+
+class _Analyzer:
+    """Parse analysis with PostgreSQL's errors; walker violations are remembered in prefix order."""
+
+    def __init__(self, sql: str, relation: Relation, context: FilterContext) -> None:
+        self.sql = sql
+        self.relation = relation
+        self.context = context
+        self.types: dict[int, PgType] = {}
+        self.targets: dict[int, PgType] = {}
+        self.collations: dict[int, str | None] = {}
+        self.constants: dict[int, object] = {}
+        self.columns: set[str] = set()
+        self.violation: tuple[str, exp.Expression] | None = None
+        self._violation_rank = 1 << 60
+
+    # --- errors -----------------------------------------------------------------------------------
+    def error(self, message: str, node: exp.Expression, *, hint: str | None = None) -> PublicationError:
+        return InvalidRowFilterError(message, source=self.sql, position=_position(node), hint=hint)
+
+    def walker_violation(self, detail: str, node: exp.Expression) -> None:
+        rank = _prefix_rank(node)
+        if rank < self._violation_rank:
+            self._violation_rank = rank
+            self.violation = (detail, node)
+
+    def untranslatable(self, what: str, node: exp.Expression, fix: str) -> UntranslatableFilterError:
+        return UntranslatableFilterError(
+            f"{what} cannot be evaluated by Spark with exactly PostgreSQL's meaning",
+            hint=fix, source=self.sql, position=_position(node),
+        )
+
+    # --- entry ------------------------------------------------------------------------------------
+    def analyze(self, node: exp.Expression) -> PgType:
+        t = self._analyze(node)
+        self.types[id(node)] = t
+        return t
+
+    def coerce(self, node: exp.Expression, actual: PgType, wanted: PgType) -> None:
+        """Record that ``node`` (of type ``actual``) is converted to ``wanted`` by its parent."""
+        if actual != wanted:
+            self.targets[id(node)] = wanted
+        if actual.is_unknown and id(node) in self.constants:
+            self.constants[id(node)] = self.literal_value(node, self.constants[id(node)], wanted)
+
+    def _analyze(self, node: exp.Expression) -> PgType:
+        handler = getattr(self, f"_a_{type(node).__name__}", None)
+        if handler is not None:
+            return handler(node)
+        if isinstance(node, (exp.Subquery, exp.Select, exp.Exists)):
+            self.walker_violation(ONLY_SIMPLE, node)
+            return ANY
+        if isinstance(node, exp.Window):
+            raise self.error("window functions are not allowed in WHERE", node)
+        if isinstance(node, exp.AggFunc):
+            raise self.error("aggregate functions are not allowed in WHERE", node)
+        if isinstance(node, exp.Func):
+            return self._function(node)
+        raise self.untranslatable(f"expression {node.sql(dialect='postgres')!r}", node,
+                                  "rewrite the filter with comparisons, boolean logic, arithmetic, "
+                                  "CASE, COALESCE, IN, BETWEEN, LIKE or the functions in docs/row-filters.md")
+
+    # --- leaves -----------------------------------------------------------------------------------
+    def _a_Paren(self, node: exp.Paren) -> PgType:
+        t = self.analyze(node.this)
+        self._inherit(node, node.this)
+        return t
+
+    def _inherit(self, node: exp.Expression, child: exp.Expression) -> None:
+        self.collations[id(node)] = self.collations.get(id(child))
+        if id(child) in self.constants:
+            self.constants[id(node)] = self.constants[id(child)]
+
+    def _a_Column(self, node: exp.Column) -> PgType:
+        name = identifier_name(node.this)
+        qualifier = identifier_name(node.args.get("table"))
+        if qualifier and qualifier != self.relation.name.name:
+            raise self.error(f'missing FROM-clause entry for table "{qualifier}"', node)
+        col = self.relation.column(name)
+        if col is None:
+            if name in SYSTEM_COLUMNS:
+                self.walker_violation(SYSTEM_COLUMN, node)
+                return ANY
+            if name == self.relation.name.name and not qualifier:
+                # whole-row reference: a Var of the table's row type, which is user-defined
+                self.walker_violation(USER_TYPE, node)
+                return ANY
+            raise self.error(f'column "{name}" does not exist', node)
+        self.columns.add(name)
+        if col.user_defined_type:
+            self.walker_violation(USER_TYPE, node)
+        t = T.parse_type(col.type_name)
+        if t.is_text_family:
+            coll = col.collation
+            self.collations[id(node)] = self.context.default_collation if coll in (None, "default") else coll
+        return t
+
+    def _a_Literal(self, node: exp.Literal) -> PgType:
+        if node.is_string:
+            self.constants[id(node)] = node.this
+            return T.UNKNOWN
+        text = node.this
+        if all(c.isdigit() for c in text):
+            value = int(text)
+            self.constants[id(node)] = value
+            return T.integer_literal_type(value)
+        value = decimal.Decimal(text)
+        self.constants[id(node)] = value
+        digits = value.as_tuple()
+        scale = max(-digits.exponent, 0) if isinstance(digits.exponent, int) else 0
+        return PgType("numeric", max(len(digits.digits), scale, 1) + max(digits.exponent, 0)
+                      if isinstance(digits.exponent, int) else None, scale)
+
+    def _a_ByteString(self, node: exp.Expression) -> PgType:
+        self.constants[id(node)] = node.this
+        return T.UNKNOWN
+
+    def _a_Boolean(self, node: exp.Boolean) -> PgType:
+        self.constants[id(node)] = bool(node.this)
+        return T.BOOL
+
+    def _a_Null(self, node: exp.Null) -> PgType:
+        self.constants[id(node)] = None
+        return T.UNKNOWN
+
+    # --- boolean logic ----------------------------------------------------------------------------
+    def _bool_arg(self, node: exp.Expression, child: exp.Expression, op: str) -> None:
+        t = self.analyze(child)
+        if t.name != "bool" and not t.is_unknown:
+            raise self.error(f"argument of {op} must be type boolean, not type {t}", child)
+        self.coerce(child, t, T.BOOL)
+
+    def _a_And(self, node: exp.And) -> PgType:
+        self._bool_arg(node, node.left, "AND")
+        self._bool_arg(node, node.right, "AND")
+        return T.BOOL
+
+    def _a_Or(self, node: exp.Or) -> PgType:
+        self._bool_arg(node, node.left, "OR")
+        self._bool_arg(node, node.right, "OR")
+        return T.BOOL
+
+    def _a_Not(self, node: exp.Not) -> PgType:
+        if isinstance(node.this, (exp.Like, exp.ILike, exp.SimilarTo, exp.Between, exp.In, exp.Escape)):
+            self.analyze(node.this)
+            return T.BOOL
+        self._bool_arg(node, node.this, "NOT")
+        return T.BOOL
+
+    def _a_Is(self, node: exp.Is) -> PgType:
+        t = self.analyze(node.this)
+        if isinstance(node.expression, exp.Boolean):
+            if t.name != "bool" and not t.is_unknown:
+                raise self.error(f"argument of IS {'TRUE' if node.expression.this else 'FALSE'} must be "
+                                 f"type boolean, not type {t}", node.this)
+            self.coerce(node.this, t, T.BOOL)
+        elif t.is_unknown:
+            self.coerce(node.this, t, T.TEXT)
+        return T.BOOL
+
+    # --- comparisons and operators ----------------------------------------------------------------
+    def _operands(self, node: exp.Expression, left: exp.Expression, right: exp.Expression, op: str) -> PgType:
+        """Resolve a binary operator's input type the way PostgreSQL's operator lookup would."""
+        lt, rt = self.analyze(left), self.analyze(right)
+        common = self.common_type(lt, rt, op, node)
+        self.coerce(left, lt, common)
+        self.coerce(right, rt, common)
+        return common
+
+    def common_type(self, lt: PgType, rt: PgType, op: str, node: exp.Expression) -> PgType:
+        if ANY in (lt, rt):  # already rejected by the walker; PostgreSQL resolves these operators
+            return ANY
+        if lt.is_unknown and rt.is_unknown:
+            return T.TEXT
+        if lt.is_unknown:
+            return self._unknown_to(rt)
+        if rt.is_unknown:
+            return self._unknown_to(lt)
+        if lt == rt:
+            return lt
+        numeric = T.numeric_common(lt, rt)
+        if numeric is not None:
+            if numeric.name == "numeric":
+                return self._numeric_result(lt, rt)
+            return numeric
+        if lt.is_text_family and rt.is_text_family:
+            if lt.name == rt.name == "bpchar":
+                return PgType("bpchar")
+            return T.TEXT if "bpchar" not in (lt.name, rt.name) else T.TEXT
+        if {lt.name, rt.name} == {"date", "timestamp"}:
+            return T.TIMESTAMP
+        if {lt.name, rt.name} in ({"date", "timestamptz"}, {"timestamp", "timestamptz"}):
+            self.walker_violation(MUTABLE, node)
+            return T.TIMESTAMPTZ
+        if lt.name == rt.name:
+            return PgType(lt.name)
+        raise self.error(f"operator does not exist: {lt} {op} {rt}", node,
+                         hint="No operator matches the given name and argument types. "
+                         "You might need to add explicit type casts.")
+
+    @staticmethod
+    def _unknown_to(t: PgType) -> PgType:
+        return PgType("bpchar") if t.name == "bpchar" else (T.TEXT if t.name == "varchar" else t)
+
+    @staticmethod
+    def _numeric_result(lt: PgType, rt: PgType) -> PgType:
+        """numeric with the smallest precision/scale that holds both sides exactly (for Spark)."""
+        def bounds(t: PgType) -> tuple[int | None, int]:
+            if t.name == "numeric":
+                return (None if t.precision is None else t.precision - (t.scale or 0)), t.scale or 0
+            return {"int2": 5, "int4": 10, "int8": 19}[t.name], 0
+        (li, ls), (ri, rs) = bounds(lt), bounds(rt)
+        if li is None or ri is None:
+            return T.NUMERIC
+        scale = max(ls, rs)
+        return PgType("numeric", max(li, ri) + scale, scale)
+
+    def _comparison(self, node: exp.Binary, op: str) -> PgType:
+        common = self._operands(node, node.left, node.right, op)
+        self._check_comparable(common, node, op, node.left, node.right)
+        return T.BOOL
+
+    def _check_comparable(self, common: PgType, node: exp.Expression, op: str, *operands: exp.Expression) -> None:
+        if common.name == "bool" and op not in ("=", "<>"):
+            return
+        if common.is_text_family and op not in ("=", "<>"):
+            for o in operands:
+                coll = self.collations.get(id(o))
+                if coll is not None and coll not in T.BINARY_ORDER_COLLATIONS:
+                    raise self.untranslatable(
+                        f'ordering text under collation "{coll}"', node,
+                        'compare with COLLATE "C" (code-point order, which Spark uses), e.g. '
+                        '(name COLLATE "C" < \'m\')')
+        self._require_spark_type(common, node)
+
+    def _require_spark_type(self, t: PgType, node: exp.Expression) -> None:
+        if t.name in ("unknown", "bool") or t.is_text_family:
+            return
+        if t.name == "numeric" and (t.precision is None or t.precision > T.SPARK_MAX_DECIMAL_PRECISION):
+            raise self.untranslatable(
+                f"numeric without a precision of at most {T.SPARK_MAX_DECIMAL_PRECISION} digits", node,
+                "declare the column numeric(p,s) with p <= 38 on the publisher, or cast it in the filter "
+                "(e.g. amount::numeric(20,2) > 100)")
+        if T.spark_type(t) is None:
+            raise self.untranslatable(f"type {t}", node,
+                                      "filter on columns of the types listed in docs/row-filters.md")
+
+    def _a_EQ(self, node):  return self._comparison(node, "=")
+    def _a_NEQ(self, node): return self._comparison(node, "<>")
+    def _a_GT(self, node):  return self._comparison(node, ">")
+    def _a_GTE(self, node): return self._comparison(node, ">=")
+    def _a_LT(self, node):  return self._comparison(node, "<")
+    def _a_LTE(self, node): return self._comparison(node, "<=")
+    def _a_NullSafeEQ(self, node):  return self._comparison(node, "=")
+    def _a_NullSafeNEQ(self, node): return self._comparison(node, "=")
+
+    def _a_Between(self, node: exp.Between) -> PgType:
+        parts = [node.this, node.args["low"], node.args["high"]]
+        types = [self.analyze(p) for p in parts]
+        common = types[0]
+        for p, t in zip(parts[1:], types[1:]):
+            common = self.common_type(common, t, ">=", node)
+        for p, t in zip(parts, types):
+            self.coerce(p, t, common)
+        self._check_comparable(common, node, "<", *parts)
+        return T.BOOL
+
+    def _a_In(self, node: exp.In) -> PgType:
+        if node.args.get("query") or any(isinstance(e, (exp.Select, exp.Subquery)) for e in node.expressions):
+            self.analyze(node.this)
+            self.walker_violation(ONLY_SIMPLE, node.args.get("query") or node.expressions[0])
+            return T.BOOL
+        parts = [node.this, *node.expressions]
+        types = [self.analyze(p) for p in parts]
+        common = types[0]
+        for t in types[1:]:
+            common = self.common_type(common, t, "=", node)
+        for p, t in zip(parts, types):
+            self.coerce(p, t, common)
+        self._check_comparable(common, node, "=", *parts)
+        return T.BOOL
+
+    def _arith(self, node: exp.Binary, op: str) -> PgType:
+        lt, rt = self.analyze(node.left), self.analyze(node.right)
+        if lt.name == "date" and op in "+-" and (rt.is_integer or rt.is_unknown):
+            self.coerce(node.right, rt, T.INT4)
+            return T.DATE
+        if lt.name == "date" and rt.name == "date" and op == "-":
+            return T.INT4
+        lt_ = T.INT4 if lt.is_unknown else lt
+        rt_ = T.INT4 if rt.is_unknown else rt
+        common = T.numeric_common(lt_, rt_)
+        if common is None:
+            raise self.error(f"operator does not exist: {lt} {op} {rt}", node,
+                             hint="No operator matches the given name and argument types. "
+                             "You might need to add explicit type casts.")
+        if op == "%" and common.name in ("float4", "float8"):
+            raise self.error(f"operator does not exist: {lt} % {rt}", node)
+        if common.name == "numeric":
+            common = self._numeric_arith(lt_, rt_, op, node)
+        self.coerce(node.left, lt, common if common.name != "numeric" else lt_)
+        self.coerce(node.right, rt, common if common.name != "numeric" else rt_)
+        return common
+
+    def _numeric_arith(self, lt: PgType, rt: PgType, op: str, node: exp.Expression) -> PgType:
+        if op == "/":
+            raise self.untranslatable(
+                "numeric division", node,
+                "PostgreSQL picks the result scale of numeric division from the values; multiply instead "
+                "(a > 2 * b rather than a / b > 2), or divide as double precision (a::float8 / b)")
+        def ps(t: PgType) -> tuple[int, int]:
+            if t.name == "numeric":
+                if t.precision is None:
+                    raise self.untranslatable("numeric without a precision", node,
+                                              "declare the column numeric(p,s) with p <= 38")
+                return t.precision, t.scale or 0
+            return {"int2": 5, "int4": 10, "int8": 19}[t.name], 0
+        (p1, s1), (p2, s2) = ps(lt), ps(rt)
+        if op in "+-":
+            scale = max(s1, s2)
+            precision = max(p1 - s1, p2 - s2) + scale + 1
+        elif op == "*":
+            scale, precision = s1 + s2, p1 + p2 + 1
+        else:  # %
+            scale = max(s1, s2)
+            precision = min(p1 - s1, p2 - s2) + scale
+        if precision > T.SPARK_MAX_DECIMAL_PRECISION:
+            raise self.untranslatable(
+                f"numeric arithmetic needing {precision} digits", node,
+                "Spark's decimal holds 38 digits; use narrower numeric(p,s) columns or compare without arithmetic")
+        return PgType("numeric", precision, scale)
+
+    def _a_Add(self, node): return self._arith(node, "+")
+    def _a_Sub(self, node): return self._arith(node, "-")
+    def _a_Mul(self, node): return self._arith(node, "*")
+    def _a_Mod(self, node): return self._arith(node, "%")
+
+    def _a_Div(self, node: exp.Div) -> PgType:
+        return self._arith(node, "/")
+
+    def _a_Neg(self, node: exp.Neg) -> PgType:
+        t = self.analyze(node.this)
+        if id(node.this) in self.constants and isinstance(self.constants[id(node.this)], (int, decimal.Decimal)):
+            value = -self.constants[id(node.this)]  # type: ignore[operator]
+            self.constants[id(node)] = value
+            if isinstance(value, int):
+                return T.integer_literal_type(value)
+            return t
+        if not t.is_numeric_family:
+            raise self.error(f"operator does not exist: - {t}", node)
+        return t
+
+    def _a_DPipe(self, node: exp.DPipe) -> PgType:
+        lt, rt = self.analyze(node.left), self.analyze(node.right)
+        for child, t in ((node.left, lt), (node.right, rt)):
+            if not (t.is_text_family or t.is_unknown):
+                # anynonarray || text is textanycat, STABLE because of the output function
+                self.walker_violation(MUTABLE, node)
+            self.coerce(child, t, T.TEXT)
+        self.collations[id(node)] = self.collations.get(id(node.left)) or self.collations.get(id(node.right))
+        return T.TEXT
+
+    def _a_Like(self, node: exp.Like) -> PgType:
+        return self._pattern(node, "LIKE")
+
+    def _a_ILike(self, node: exp.ILike) -> PgType:
+        return self._pattern(node, "ILIKE")
+
+    def _a_SimilarTo(self, node: exp.SimilarTo) -> PgType:
+        return self._pattern(node, "SIMILAR TO")
+
+    def _a_Escape(self, node: exp.Escape) -> PgType:
+        self.analyze(node.this)
+        t = self.analyze(node.expression)
+        self.coerce(node.expression, t, T.TEXT)
+        return T.BOOL
+
+    def _pattern(self, node: exp.Binary, op: str) -> PgType:
+        lt, rt = self.analyze(node.left), self.analyze(node.right)
+        for child, t in ((node.left, lt), (node.right, rt)):
+            if not (t.is_text_family or t.is_unknown):
+                raise self.error(f"operator does not exist: {lt} ~~ {rt}", node)
+            self.coerce(child, t, T.TEXT)
+        if op == "ILIKE":
+            self._require_binary_collation(node, "ILIKE", node.left)
+        if op == "SIMILAR TO":
+            raise self.untranslatable("SIMILAR TO", node, "use LIKE patterns or equality")
+        return T.BOOL
+
+    def _require_binary_collation(self, node: exp.Expression, what: str, *operands: exp.Expression) -> None:
+        for o in operands:
+            coll = self.collations.get(id(o))
+            if coll is not None and coll not in T.BINARY_ORDER_COLLATIONS:
+                raise self.untranslatable(
+                    f'{what} under collation "{coll}"', node,
+                    f'case mapping depends on the collation; add COLLATE "C" (ASCII case mapping, which is '
+                    f"exact in Spark) to the column in the filter")
+
+    def _a_Collate(self, node: exp.Collate) -> PgType:
+        t = self.analyze(node.this)
+        name = node.expression.name if isinstance(node.expression, (exp.Identifier, exp.Column, exp.Var)) \
+            else node.expression.sql()
+        funcs = self.context.functions
+        if name in funcs.user_defined_collations:
+            self.walker_violation(USER_COLLATION, node)
+        elif funcs.builtin_collations and name not in funcs.builtin_collations:
+            raise self.error(f'collation "{name}" for encoding "UTF8" does not exist', node)
+        if not (t.is_text_family or t.is_unknown):
+            raise self.error(f"collations are not supported by type {t}", node)
+        self.collations[id(node)] = name
+        if t.is_unknown:
+            self.coerce(node.this, t, T.TEXT)
+            return T.TEXT
+        return t
+
+    # --- conditional expressions ------------------------------------------------------------------
+    def _common_of(self, node: exp.Expression, parts: list[exp.Expression], construct: str) -> PgType:
+        types = [self.analyze(p) for p in parts]
+        common = T.UNKNOWN
+        for t in types:
+            if common.is_unknown:
+                common = t
+            elif not t.is_unknown and t != common:
+                resolved = T.numeric_common(common, t)
+                if resolved is not None:
+                    common = self._numeric_result(common, t) if resolved.name == "numeric" else resolved
+                elif common.is_text_family and t.is_text_family:
+                    common = T.TEXT
+                elif {common.name, t.name} == {"date", "timestamp"}:
+                    common = T.TIMESTAMP
+                else:
+                    raise self.error(f"{construct} types {common} and {t} cannot be matched", node)
+        if common.is_unknown:
+            common = T.TEXT
+        for p, t in zip(parts, types):
+            self.coerce(p, t, common)
+        colls = [self.collations.get(id(p)) for p in parts if self.collations.get(id(p))]
+        self.collations[id(node)] = colls[0] if colls else None
+        return common
+
+    def _a_Coalesce(self, node: exp.Coalesce) -> PgType:
+        return self._common_of(node, [node.this, *node.expressions], "COALESCE")
+
+    def _a_Greatest(self, node: exp.Greatest) -> PgType:
+        parts = [node.this, *node.expressions]
+        common = self._common_of(node, parts, "GREATEST")
+        self._check_comparable(common, node, "<", *parts)
+        return common
+
+    def _a_Least(self, node: exp.Least) -> PgType:
+        parts = [node.this, *node.expressions]
+        common = self._common_of(node, parts, "LEAST")
+        self._check_comparable(common, node, "<", *parts)
+        return common
+
+    def _a_Nullif(self, node: exp.Nullif) -> PgType:
+        lt = self.analyze(node.this)
+        rt = self.analyze(node.expression)
+        common = self.common_type(lt, rt, "=", node)
+        self.coerce(node.this, lt, common)
+        self.coerce(node.expression, rt, common)
+        self._inherit(node, node.this)
+        return common if not lt.is_unknown else T.TEXT
+
+    def _a_Case(self, node: exp.Case) -> PgType:
+        subject = node.this
+        if subject is not None:
+            st = self.analyze(subject)
+            for branch in node.args["ifs"]:
+                wt = self.analyze(branch.this)
+                common = self.common_type(st, wt, "=", branch)
+                self.coerce(branch.this, wt, common)
+                self.targets.setdefault(id(subject), common)
+                self._check_comparable(common, branch, "=", subject, branch.this)
+        else:
+            for branch in node.args["ifs"]:
+                t = self.analyze(branch.this)
+                if t.name != "bool" and not t.is_unknown:
+                    raise self.error(f"argument of CASE/WHEN must be type boolean, not type {t}", branch.this)
+                self.coerce(branch.this, t, T.BOOL)
+        results = [b.args["true"] for b in node.args["ifs"]]
+        if node.args.get("default") is not None:
+            results.append(node.args["default"])
+        return self._common_of(node, results, "CASE")
+
+    # --- casts ------------------------------------------------------------------------------------
+    def _a_Cast(self, node: exp.Cast) -> PgType:
+        target = T.parse_type(node.to.sql(dialect="postgres"))
+        if target.name in ("int", "integer"):
+            target = T.INT4
+        source = self.analyze(node.this)
+        if id(node.this) in self.constants and (source.is_unknown or not isinstance(node.this, exp.Column)):
+            # PostgreSQL folds a cast of a constant into a typed constant at parse time
+            value = self.literal_value(node.this, self.constants[id(node.this)], target)
+            self.constants[id(node)] = value
+            self._require_spark_type(target, node)
+            return target
+        if source == target or (source.name, target.name) in _BINARY_CAST:
+            return target
+        pair = (source.name, target.name)
+        if pair in _STABLE_CASTS:
+            self.walker_violation(MUTABLE, node)
+        elif source.is_numeric_family and target.is_numeric_family:
+            if source.name in ("float4", "float8") and target.name == "numeric":
+                raise self.untranslatable(
+                    "a cast from double precision to numeric", node,
+                    "PostgreSQL keeps 15 significant digits there and Spark keeps all; compare as double precision")
+            self._require_spark_type(target, node)
+        elif pair in _IMMUTABLE_FUNCTION_CASTS:
+            pass
+        elif target.is_text_family or source.is_text_family or source.name in ("json", "jsonb", "uuid"):
+            self.walker_violation(ONLY_SIMPLE, node)  # CoerceViaIO
+        else:
+            raise self.error(f"cannot cast type {source} to {target}", node)
+        return target
+
+    def literal_value(self, node: exp.Expression, value: object, target: PgType) -> object:
+        """Convert a constant to ``target`` as PostgreSQL's input function would, or raise its error."""
+        if value is None:
+            return None
+        text = str(value) if not isinstance(value, bool) else ("true" if value else "false")
+        name = target.name
+        bad = self.error(f'invalid input syntax for type {target}: "{text}"', node)
+        try:
+            if target.is_integer:
+                number = int(text.strip())
+                limit = {"int2": 2**15, "int4": 2**31, "int8": 2**63}[name]
+                if not -limit <= number < limit:
+                    raise self.error(f'value "{text}" is out of range for type {target}', node)
+                return number
+            if name == "numeric":
+                d = decimal.Decimal(text.strip())
+                if target.scale is not None:
+                    d = d.quantize(decimal.Decimal(1).scaleb(-target.scale), rounding=decimal.ROUND_HALF_UP)
+                return d
+            if name in ("float4", "float8"):
+                return float(text)
+            if name == "bool":
+                lowered = text.strip().lower()
+                if lowered in ("t", "true", "y", "yes", "on", "1"):
+                    return True
+                if lowered in ("f", "false", "n", "no", "off", "0"):
+                    return False
+                raise bad
+            if name in ("date", "timestamp", "timestamptz"):
+                return self._datetime_value(node, text.strip(), target)
+            if name == "uuid":
+                return str(uuid.UUID(text.strip()))
+            if target.is_text_family:
+                if name == "bpchar" and target.precision is not None:
+                    return text[: target.precision].ljust(target.precision) if len(text.rstrip()) <= target.precision else _too_long(self, node, target)
+                if name == "varchar" and target.precision is not None and len(text) > target.precision:
+                    _too_long(self, node, target)
+                return text
+        except (ValueError, decimal.InvalidOperation, pendulum.parsing.exceptions.ParserError) as e:
+            raise bad from e
+        return value
+
+    def _datetime_value(self, node: exp.Expression, text: str, target: PgType) -> object:
+        """Read an ISO 8601 date/time literal; a zone-less timestamptz is in the publisher's TimeZone."""
+        try:
+            parsed = pendulum.parse(text, exact=True, tz=self.context.timezone)
+        except pendulum.parsing.exceptions.ParserError:
+            return _reject_format(self, node, text, target)
+        if target.name == "date":
+            if not isinstance(parsed, pendulum.Date) or isinstance(parsed, pendulum.DateTime):
+                return _reject_format(self, node, text, target)
+            return parsed
+        if isinstance(parsed, pendulum.Date) and not isinstance(parsed, pendulum.DateTime):
+            parsed = pendulum.datetime(parsed.year, parsed.month, parsed.day, tz=self.context.timezone)
+        if not isinstance(parsed, pendulum.DateTime):
+            return _reject_format(self, node, text, target)
+        if target.name == "timestamp":
+            return parsed.naive()
+        return parsed.in_timezone("UTC")
+
+    # --- functions --------------------------------------------------------------------------------
+    def _function(self, node: exp.Func) -> PgType:
+        name = function_name(node)
+        name = {"char_length": "length", "character_length": "length", "trim": "btrim"}.get(name, name)
+        args = [a for a in node.iter_expressions()]
+        if name in AGGREGATES:
+            raise self.error("aggregate functions are not allowed in WHERE", node)
+        if name in WINDOW_FUNCTIONS:
+            raise self.error("window functions are not allowed in WHERE", node)
+        if name in SET_RETURNING:
+            raise self.error("set-returning functions are not allowed in WHERE", node)
+        types = [self.analyze(a) for a in args]
+        handler = getattr(self, f"_f_{name}", None)
+        kind = self.context.functions.classify(name)
+        if kind == "missing" and handler is None:
+            signature = ", ".join(str(t) for t in types)
+            raise self.error(f"function {name}({signature}) does not exist", node,
+                             hint="No function matches the given name and argument types. "
+                             "You might need to add explicit type casts.")
+        if kind in ("user", "mutable"):
+            self.walker_violation(MUTABLE, node)
+            return T.BOOL if handler is None else handler(node, args, types)
+        if handler is None:
+            raise self.untranslatable(f"function {name}()", node,
+                                      "use the functions listed in docs/row-filters.md")
+        return handler(node, args, types)
+
+    def _expect(self, node, args, types, n: int, name: str) -> None:
+        if len(args) != n:
+            sig = ", ".join(str(t) for t in types)
+            raise self.error(f"function {name}({sig}) does not exist", node)
+
+    def _text_fn(self, node, args, types, name: str) -> PgType:
+        self._expect(node, args, types, 1, name)
+        if not (types[0].is_text_family or types[0].is_unknown):
+            raise self.error(f"function {name}({types[0]}) does not exist", node)
+        self.coerce(args[0], types[0], T.TEXT)
+        self._inherit(node, args[0])
+        if name in ("lower", "upper"):
+            self._require_binary_collation(node, f"{name}()", args[0])
+        return T.TEXT
+
+    def _f_lower(self, node, args, types): return self._text_fn(node, args, types, "lower")
+    def _f_upper(self, node, args, types): return self._text_fn(node, args, types, "upper")
+    def _f_btrim(self, node, args, types): return self._text_fn(node, args, types, "btrim")
+    def _f_ltrim(self, node, args, types): return self._text_fn(node, args, types, "ltrim")
+    def _f_rtrim(self, node, args, types): return self._text_fn(node, args, types, "rtrim")
+
+    def _f_length(self, node, args, types) -> PgType:
+        self._expect(node, args, types, 1, "length")
+        t = types[0]
+        if not (t.is_text_family or t.is_unknown):
+            raise self.error(f"function length({t}) does not exist", node)
+        if t.is_unknown:
+            self.coerce(args[0], t, T.TEXT)
+        return T.INT4
+
+    def _f_abs(self, node, args, types) -> PgType:
+        self._expect(node, args, types, 1, "abs")
+        if not types[0].is_numeric_family:
+            raise self.error(f"function abs({types[0]}) does not exist", node)
+        return types[0]
+
+    def _f_mod(self, node, args, types) -> PgType:
+        return self._arith(node, "%")  # type: ignore[arg-type]
+
+    def _f_starts_with(self, node, args, types) -> PgType:
+        self._expect(node, args, types, 2, "starts_with")
+        for a, t in zip(args, types):
+            if not (t.is_text_family or t.is_unknown):
+                raise self.error(f"function starts_with({types[0]}, {types[1]}) does not exist", node)
+            self.coerce(a, t, T.TEXT)
+        return T.BOOL
+
+    def _f_round(self, node, args, types) -> PgType:
+        t = types[0]
+        if len(args) == 1 and t.name in ("float8", "float4"):
+            self.coerce(args[0], t, T.FLOAT8)
+            return T.FLOAT8
+        if t.is_integer or t.is_unknown:
+            t = PgType("numeric", {"int2": 5, "int4": 10, "int8": 19}.get(t.name, 10), 0)
+            self.coerce(args[0], types[0], t)
+        if t.name != "numeric":
+            raise self.error(f"function round({', '.join(map(str, types))}) does not exist", node)
+        if len(args) == 2:
+            if id(args[1]) not in self.constants or not isinstance(self.constants[id(args[1])], int):
+                raise self.untranslatable("round() with a non-constant number of digits", node,
+                                          "use a constant, e.g. round(amount, 2)")
+            digits = self.constants[id(args[1])]
+            if t.precision is None:
+                raise self.untranslatable("numeric without a precision", node, "declare numeric(p,s)")
+            return PgType("numeric", min(t.precision + 1, T.SPARK_MAX_DECIMAL_PRECISION), max(digits, 0))  # type: ignore[arg-type]
+        if t.precision is None:
+            raise self.untranslatable("numeric without a precision", node, "declare numeric(p,s)")
+        return PgType("numeric", min(t.precision - (t.scale or 0) + 1, T.SPARK_MAX_DECIMAL_PRECISION), 0)
+
+    def _f_replace(self, node, args, types) -> PgType:
+        self._expect(node, args, types, 3, "replace")
+        for a, t in zip(args, types):
+            if not (t.is_text_family or t.is_unknown):
+                raise self.error(f"function replace({', '.join(map(str, types))}) does not exist", node)
+            self.coerce(a, t, T.TEXT)
+        self._inherit(node, args[0])
+        return T.TEXT
+
+    def _a_Any(self, node: exp.Any) -> PgType:
+        raise self.untranslatable("= ANY (array)", node, "write the values as IN (…)")
+
+
+def _too_long(analyzer: _Analyzer, node: exp.Expression, target: PgType) -> object:
+    raise analyzer.error(f"value too long for type {target}", node)
+
+
+def _reject_format(analyzer: _Analyzer, node: exp.Expression, text: str, target: PgType) -> object:
+    raise analyzer.untranslatable(
+        f"the {target} literal {text!r}", node,
+        "write dates and timestamps in ISO 8601 form, e.g. '2024-01-31' or '2024-01-31 12:00:00+00'")
+
+
+def _prefix_rank(node: exp.Expression) -> int:
+    """Position of ``node`` in a prefix walk of its whole tree (PostgreSQL's walker order)."""
+    root = node
+    while root.parent is not None:
+        root = root.parent
+    for rank, n in enumerate(root.walk(bfs=False)):
+        if n is node:
+            return rank
+    return 1 << 59

@@ -1,0 +1,331 @@
+"""Translate a validated row filter into a Spark SQL expression with PostgreSQL's meaning.
+
+Built from the typed syntax tree (never by pasting strings): every operand is converted to the
+type PostgreSQL computes in, so Spark performs the same integer, decimal or float arithmetic, the
+same ``character`` padding rules and the same three-valued logic. The expression reads columns of
+the relation under their own names, typed as :func:`pg_types.spark_type` says.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import re
+
+from sqlglot import exp
+
+from airflow_provider_rowfilter.core import pg_types as T
+from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+from airflow_provider_rowfilter.core.pg_types import PgType
+from airflow_provider_rowfilter.core.row_filter import RowFilter, function_name, identifier_name
+
+# PostgreSQL's lower()/upper()/ILIKE under the C collation map ASCII letters only.
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LOWER = _UPPER.lower()
+
+
+def to_spark_sql(row_filter: RowFilter) -> str:
+    """Return the Spark SQL text of ``row_filter`` (a boolean expression; NULL means no match)."""
+    return to_spark_expression(row_filter).sql(dialect="spark")
+
+
+def to_spark_expression(row_filter: RowFilter) -> exp.Expression:
+    """Return the Spark-dialect sqlglot expression of ``row_filter``."""
+    return _Translator(row_filter).value(row_filter.tree)
+
+
+def _dtype(t: PgType) -> exp.DataType:
+    spark = T.spark_type(t)
+    if spark is None:
+        raise UntranslatableFilterError(f"type {t} has no exact Spark counterpart")
+    return exp.DataType.build(spark, dialect="spark")
+
+
+def _cast(node: exp.Expression, t: PgType) -> exp.Expression:
+    return exp.Cast(this=node, to=_dtype(t))
+
+
+def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+class _Translator:
+    def __init__(self, rf: RowFilter) -> None:
+        self.rf = rf
+
+    # A node's Spark expression, converted to the type its parent wants.
+    def value(self, node: exp.Expression) -> exp.Expression:
+        own = self.rf.types[id(node)]
+        target = self.rf.targets.get(id(node), own)
+        if id(node) in self.rf.constants:
+            return self.constant(self.rf.constants[id(node)], target)
+        built = self.build(node, own)
+        return self.convert(built, own, target)
+
+    def convert(self, built: exp.Expression, own: PgType, target: PgType) -> exp.Expression:
+        if own == target or own.is_unknown:
+            return built
+        if own.name == "bpchar" and target.name != "bpchar":
+            return _fn("rtrim", built)
+        if own.is_text_family and target.is_text_family:
+            return built
+        if own.name in ("numeric", "float4", "float8") and target.is_integer:
+            rounding = "round" if own.name == "numeric" else "bround"  # numeric: half away from 0; float: rint
+            return _cast(_fn(rounding, built, exp.Literal.number(0)), target)
+        if own.name == "int4" and target.name == "bool":
+            return exp.NEQ(this=built, expression=exp.Literal.number(0))
+        if own.name == "numeric" and target.name == "numeric" and own.precision is not None \
+                and target.precision is not None and (own.scale or 0) <= (target.scale or 0) \
+                and own.precision - (own.scale or 0) <= target.precision - (target.scale or 0):
+            return _cast(built, target)
+        return _cast(built, target)
+
+    def constant(self, value: object, t: PgType) -> exp.Expression:
+        if t.is_unknown:
+            t = T.TEXT
+        if value is None:
+            return _cast(exp.Null(), t) if T.spark_type(t) else exp.Null()
+        if t.name == "bool":
+            return exp.Boolean(this=bool(value))
+        if t.is_text_family or t.name == "uuid":
+            return exp.Literal.string(str(value))
+        if t.is_integer:
+            literal = exp.Literal.number(int(value))  # type: ignore[call-overload]
+            return literal if t.name == "int4" else _cast(literal, t)
+        if t.name == "numeric":
+            d = decimal.Decimal(str(value))
+            if t.precision is None:
+                digits = d.as_tuple()
+                scale = max(-digits.exponent, 0) if isinstance(digits.exponent, int) else 0
+                t = PgType("numeric", max(len(digits.digits), scale + 1) + max(digits.exponent, 0), scale)  # type: ignore[operator]
+            return _cast(exp.Literal.string(format(d, "f")), t)
+        if t.name in ("float4", "float8"):
+            f = float(value)  # type: ignore[arg-type]
+            text = "NaN" if f != f else ("Infinity" if f == float("inf") else
+                                         "-Infinity" if f == float("-inf") else repr(f))
+            return _cast(exp.Literal.string(text), t)
+        if t.name == "date":
+            return _cast(exp.Literal.string(value.isoformat()), t)  # type: ignore[attr-defined]
+        if t.name == "timestamp":
+            return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)  # type: ignore[attr-defined]
+        if t.name == "timestamptz":
+            assert isinstance(value, datetime.datetime)
+            return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)
+        raise UntranslatableFilterError(f"a constant of type {t}")
+
+    def build(self, node: exp.Expression, t: PgType) -> exp.Expression:
+        handler = getattr(self, f"_t_{type(node).__name__}", None)
+        if handler is None:
+            name = function_name(node) if isinstance(node, exp.Func) else ""
+            name = {"char_length": "length", "character_length": "length", "trim": "btrim"}.get(name, name)
+            handler = getattr(self, f"_f_{name}", None)
+        if handler is None:
+            raise UntranslatableFilterError(f"expression {node.sql(dialect='postgres')!r}")
+        return handler(node, t)
+
+    # --- leaves and logic -------------------------------------------------------------------------
+    def _t_Paren(self, node, t):
+        return exp.Paren(this=self.value(node.this))
+
+    def _t_Column(self, node, t):
+        return exp.column(identifier_name(node.this), quoted=True)
+
+    def _t_And(self, node, t):
+        return exp.And(this=self.value(node.left), expression=self.value(node.right))
+
+    def _t_Or(self, node, t):
+        return exp.Or(this=self.value(node.left), expression=self.value(node.right))
+
+    def _t_Not(self, node, t):
+        return exp.Not(this=exp.Paren(this=self.value(node.this)))
+
+    def _t_Is(self, node, t):
+        inner = self.value(node.this)
+        negate = bool(node.args.get("negate"))
+        if isinstance(node.expression, exp.Boolean):
+            # IS [NOT] TRUE/FALSE never yield NULL
+            truth = bool(node.expression.this)
+            test = exp.Coalesce(this=inner if truth else exp.Not(this=exp.Paren(this=inner)),
+                                expressions=[exp.false()])
+            return exp.Not(this=exp.Paren(this=test)) if negate else test
+        test = exp.Is(this=inner, expression=exp.Null())
+        return exp.Not(this=test) if negate else test
+
+    # --- comparisons ------------------------------------------------------------------------------
+    def _cmp(self, cls, node):
+        return cls(this=self.value(node.left), expression=self.value(node.right))
+
+    def _t_EQ(self, node, t):  return self._cmp(exp.EQ, node)
+    def _t_NEQ(self, node, t): return self._cmp(exp.NEQ, node)
+    def _t_GT(self, node, t):  return self._cmp(exp.GT, node)
+    def _t_GTE(self, node, t): return self._cmp(exp.GTE, node)
+    def _t_LT(self, node, t):  return self._cmp(exp.LT, node)
+    def _t_LTE(self, node, t): return self._cmp(exp.LTE, node)
+    def _t_NullSafeEQ(self, node, t): return self._cmp(exp.NullSafeEQ, node)
+
+    def _t_NullSafeNEQ(self, node, t):
+        return exp.Not(this=exp.Paren(this=self._cmp(exp.NullSafeEQ, node)))
+
+    def _t_Between(self, node, t):
+        x, lo, hi = self.value(node.this), self.value(node.args["low"]), self.value(node.args["high"])
+        forward = exp.Between(this=x, low=lo, high=hi)
+        if node.args.get("symmetric"):
+            backward = exp.Between(this=x.copy(), low=hi.copy(), high=lo.copy())
+            return exp.Paren(this=exp.Or(this=forward, expression=backward))
+        return forward
+
+    def _t_In(self, node, t):
+        return exp.In(this=self.value(node.this), expressions=[self.value(e) for e in node.expressions])
+
+    # --- arithmetic -------------------------------------------------------------------------------
+    def _arith(self, cls, node, t):
+        left, right = self.value(node.left), self.value(node.right)
+        lt = self.rf.types[id(node.left)]
+        if lt.name == "date":
+            rt = self.rf.types[id(node.right)]
+            if rt.name == "date":
+                return _fn("datediff", left, right)
+            return _fn("date_add" if cls is exp.Add else "date_sub", left, right)
+        result = cls(this=exp.Paren(this=left), expression=exp.Paren(this=right))
+        return _cast(result, t)
+
+    def _t_Add(self, node, t): return self._arith(exp.Add, node, t)
+    def _t_Sub(self, node, t): return self._arith(exp.Sub, node, t)
+    def _t_Mul(self, node, t): return self._arith(exp.Mul, node, t)
+    def _t_Mod(self, node, t): return self._arith(exp.Mod, node, t)
+
+    def _t_Div(self, node, t):
+        if t.is_integer:  # PostgreSQL's integer division truncates toward zero, as Spark's DIV does
+            return _cast(exp.IntDiv(this=exp.Paren(this=self.value(node.left)),
+                                    expression=exp.Paren(this=self.value(node.right))), t)
+        return self._arith(exp.Div, node, t)
+
+    def _t_Neg(self, node, t):
+        return exp.Neg(this=exp.Paren(this=self.value(node.this)))
+
+    def _t_DPipe(self, node, t):
+        return _fn("concat", self.value(node.left), self.value(node.right))
+
+    # --- patterns ---------------------------------------------------------------------------------
+    def _t_Like(self, node, t, *, escape: str | None = None, fold: bool = False):
+        subject = self.value(node.left)
+        pattern_node = node.right
+        if id(pattern_node) in self.rf.constants and self.rf.constants[id(pattern_node)] is not None:
+            pattern = exp.Literal.string(_like_pattern(str(self.rf.constants[id(pattern_node)]), escape))
+        elif escape in (None, "\\"):
+            pattern = self.value(pattern_node)
+        else:
+            raise UntranslatableFilterError("LIKE with a non-constant pattern and a custom ESCAPE")
+        if fold:
+            subject, pattern = self._ascii_lower(subject), self._ascii_lower(pattern)
+        like = exp.Like(this=subject, expression=pattern)
+        return exp.Not(this=exp.Paren(this=like)) if node.args.get("negate") else like
+
+    def _t_ILike(self, node, t):
+        return self._t_Like(node, t, fold=True)
+
+    def _t_Escape(self, node, t):
+        escape = self.rf.constants.get(id(node.expression))
+        if not isinstance(escape, str) or len(escape) > 1:
+            raise UntranslatableFilterError("LIKE … ESCAPE with a non-constant escape character")
+        return self._t_Like(node.this, t, escape=escape, fold=isinstance(node.this, exp.ILike))
+
+    @staticmethod
+    def _ascii_lower(e: exp.Expression) -> exp.Expression:
+        return _fn("translate", e, exp.Literal.string(_UPPER), exp.Literal.string(_LOWER))
+
+    # --- conditionals -----------------------------------------------------------------------------
+    def _t_Coalesce(self, node, t):
+        return exp.Coalesce(this=self.value(node.this), expressions=[self.value(e) for e in node.expressions])
+
+    def _t_Greatest(self, node, t):
+        return exp.Greatest(this=self.value(node.this), expressions=[self.value(e) for e in node.expressions])
+
+    def _t_Least(self, node, t):
+        return exp.Least(this=self.value(node.this), expressions=[self.value(e) for e in node.expressions])
+
+    def _t_Nullif(self, node, t):
+        return exp.Nullif(this=self.value(node.this), expression=self.value(node.expression))
+
+    def _t_Case(self, node, t):
+        subject = node.this
+        ifs = []
+        for branch in node.args["ifs"]:
+            if subject is not None:
+                common = self.rf.targets.get(id(subject), self.rf.types[id(subject)])
+                left = self.convert(self.build(subject, self.rf.types[id(subject)]), self.rf.types[id(subject)], common) \
+                    if id(subject) not in self.rf.constants else self.constant(self.rf.constants[id(subject)], common)
+                cond: exp.Expression = exp.EQ(this=left, expression=self.value(branch.this))
+            else:
+                cond = self.value(branch.this)
+            ifs.append(exp.If(this=cond, true=self.value(branch.args["true"])))
+        default = node.args.get("default")
+        return exp.Case(ifs=ifs, default=self.value(default) if default is not None else _cast(exp.Null(), t))
+
+    def _t_Collate(self, node, t):
+        return self.value(node.this)
+
+    def _t_Cast(self, node, t):
+        inner = self.rf.types[id(node.this)]
+        return self.convert(self.value(node.this), inner, t)
+
+    # --- functions --------------------------------------------------------------------------------
+    def _arg(self, node: exp.Expression, i: int) -> exp.Expression:
+        return self.value(list(node.iter_expressions())[i])
+
+    def _f_lower(self, node, t): return self._ascii_lower(self._arg(node, 0))
+
+    def _f_upper(self, node, t):
+        return _fn("translate", self._arg(node, 0), exp.Literal.string(_LOWER), exp.Literal.string(_UPPER))
+
+    def _f_btrim(self, node, t): return _fn("trim", self._arg(node, 0))
+    def _f_ltrim(self, node, t): return _fn("ltrim", self._arg(node, 0))
+    def _f_rtrim(self, node, t): return _fn("rtrim", self._arg(node, 0))
+
+    def _f_length(self, node, t):
+        arg = list(node.iter_expressions())[0]
+        value = self.value(arg)
+        if self.rf.types[id(arg)].name == "bpchar":  # length(character) ignores trailing spaces
+            value = _fn("rtrim", value)
+        return _fn("char_length", value)
+
+    def _f_abs(self, node, t): return _cast(_fn("abs", self._arg(node, 0)), t)
+
+    def _f_mod(self, node, t):
+        return _cast(exp.Mod(this=exp.Paren(this=self._arg(node, 0)), expression=exp.Paren(this=self._arg(node, 1))), t)
+
+    def _f_starts_with(self, node, t): return _fn("startswith", self._arg(node, 0), self._arg(node, 1))
+    def _f_replace(self, node, t): return _fn("replace", self._arg(node, 0), self._arg(node, 1), self._arg(node, 2))
+
+    def _f_round(self, node, t):
+        args = list(node.iter_expressions())
+        if t.name == "float8":
+            return _fn("bround", self.value(args[0]), exp.Literal.number(0))
+        digits = self.value(args[1]) if len(args) > 1 else exp.Literal.number(0)
+        return _cast(_fn("round", self.value(args[0]), digits), t)
+
+
+_LIKE_SPECIAL = re.compile(r"[%_\\]")
+
+
+def _like_pattern(pattern: str, escape: str | None) -> str:
+    """Rewrite a PostgreSQL LIKE pattern for Spark's LIKE (whose escape character is backslash).
+
+    PostgreSQL lets the escape character precede any character (it then stands for itself);
+    Spark only accepts it before ``%``, ``_`` and itself.
+    """
+    escape = "\\" if escape is None else escape
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if escape and ch == escape:
+            if i + 1 == len(pattern):
+                raise UntranslatableFilterError("LIKE pattern must not end with escape character")
+            nxt = pattern[i + 1]
+            out.append("\\" + nxt if _LIKE_SPECIAL.match(nxt) else nxt)
+            i += 2
+            continue
+        out.append("\\\\" if ch == "\\" else ch)
+        i += 1
+    return "".join(out)
