@@ -304,10 +304,7 @@ class _Analyzer:
             return T.integer_literal_type(value)
         value = decimal.Decimal(text)
         self.constants[id(node)] = value
-        digits = value.as_tuple()
-        scale = max(-digits.exponent, 0) if isinstance(digits.exponent, int) else 0
-        return PgType("numeric", max(len(digits.digits), scale, 1) + max(digits.exponent, 0)
-                      if isinstance(digits.exponent, int) else None, scale)
+        return _decimal_type(value)
 
     def _a_ByteString(self, node: exp.Expression) -> PgType:
         self.constants[id(node)] = node.this
@@ -432,7 +429,7 @@ class _Analyzer:
         self._require_spark_type(common, node)
 
     def _require_spark_type(self, t: PgType, node: exp.Expression) -> None:
-        if t.name in ("unknown", "bool") or t.is_text_family:
+        if t.name in ("unknown", "bool", "any") or t.is_text_family:
             return
         if t.name == "numeric" and (t.precision is None or t.precision > T.SPARK_MAX_DECIMAL_PRECISION):
             raise self.untranslatable(
@@ -691,6 +688,8 @@ class _Analyzer:
             # PostgreSQL folds a cast of a constant into a typed constant at parse time
             value = self.literal_value(node.this, self.constants[id(node.this)], target)
             self.constants[id(node)] = value
+            if target.name == "numeric" and target.precision is None and isinstance(value, (int, decimal.Decimal)):
+                target = _decimal_type(decimal.Decimal(value))  # a constant's own digits suffice
             self._require_spark_type(target, node)
             return target
         if source == target or (source.name, target.name) in _BINARY_CAST:
@@ -793,7 +792,7 @@ class _Analyzer:
                              "You might need to add explicit type casts.")
         if kind in ("user", "mutable"):
             self.walker_violation(MUTABLE, node)
-            return T.BOOL if handler is None else handler(node, args, types)
+            return ANY if handler is None else handler(node, args, types)
         if handler is None:
             raise self.untranslatable(f"function {name}()", node,
                                       "use the functions listed in docs/row-filters.md")
@@ -879,6 +878,16 @@ class _Analyzer:
 
     def _a_Any(self, node: exp.Any) -> PgType:
         raise self.untranslatable("= ANY (array)", node, "write the values as IN (…)")
+
+
+def _decimal_type(value: decimal.Decimal) -> PgType:
+    """The narrowest numeric(p,s) that holds ``value`` exactly."""
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        return T.NUMERIC
+    scale = max(-exponent, 0)
+    integer_digits = max(len(digits) + exponent, 0)
+    return PgType("numeric", max(integer_digits + scale, 1), scale)
 
 
 def _too_long(analyzer: _Analyzer, node: exp.Expression, target: PgType) -> object:

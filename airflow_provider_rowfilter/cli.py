@@ -1,0 +1,109 @@
+"""The ``rowfilter`` console command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.publication import DML_ACTIONS, PublishAction
+from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rowfilter", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
+    sub = parser.add_subparsers(dest="command", required=True)
+    validate = sub.add_parser("validate", help="check a subscription's publications and print its effective filters")
+    validate.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    validate.add_argument("--json", action="store_true", help="print the effective filters as JSON")
+    demo = sub.add_parser("demo", help="run the demo on a throwaway local PostgreSQL")
+    demo.add_argument("--keep", metavar="DIR", help="keep the demo's PostgreSQL and files in DIR")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rowfilter`` command; return the exit status."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "validate":
+            return validate(SubscriptionSpec.load(args.spec), as_json=args.json)
+        if args.command == "demo":
+            from airflow_provider_rowfilter.demo.run import run_demo
+
+            return run_demo(keep=args.keep)
+    except RowFilterError as e:
+        err_console.print(f"[bold red]ERROR:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+        return 1
+    return 2
+
+
+def validate(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
+    """Validate the spec's publications against the publisher and print the effective filters."""
+    from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
+
+    with connect(spec.publisher, "publisher", spec) as conn:
+        definitions = load_definitions(spec, conn)
+    if as_json:
+        print(json.dumps(filters_document(spec, definitions.filters), indent=2))
+    else:
+        print_filters(spec, definitions.filters, definitions.source)
+    return 0
+
+
+def filters_document(spec: SubscriptionSpec, filters: SubscriptionFilters) -> dict:
+    """The effective filters as a JSON-ready document."""
+    tables = []
+    for name, t in filters.tables.items():
+        tables.append({
+            "table": str(name),
+            "leaves": [str(leaf) for leaf in t.leaves],
+            "publications": list(t.publications),
+            "actions": sorted(a.value for a in t.actions),
+            "filters": {a.value: t.filter_sql(a) for a in DML_ACTIONS if a in t.actions},
+            "spark_filters": {
+                a.value: (" OR ".join(f"({to_spark_sql(f)})" for f in t.filters[a]) if t.filters.get(a) else None)
+                for a in DML_ACTIONS if a in t.actions
+            },
+            "copy_filter": t.copy_filter_sql,
+            "columns": list(t.columns) if t.columns is not None else None,
+        })
+    return {"subscription": spec.subscription, "publications": list(spec.publications), "tables": tables}
+
+
+def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str) -> None:
+    console.print(f"[bold]subscription[/] {spec.subscription}: publications "
+                  f"{', '.join(spec.publications)} ([italic]{source}[/]) — valid")
+    table = Table(show_lines=True)
+    for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns"):
+        table.add_column(col, overflow="fold")
+    for name, t in filters.tables.items():
+        def cell(action: PublishAction) -> str:
+            if action not in t.actions:
+                return "[dim]not published[/]"
+            return t.filter_sql(action) or "[green]all rows[/]"
+        table.add_row(
+            str(name) + ("" if t.leaves == (name,) else f"\n[dim]via {', '.join(map(str, t.leaves))}[/]"),
+            ", ".join(a.value for a in PublishAction if a in t.actions),
+            cell(PublishAction.INSERT), cell(PublishAction.UPDATE), cell(PublishAction.DELETE),
+            t.copy_filter_sql or "[green]all rows[/]",
+            ", ".join(t.columns) if t.columns is not None else "[green]all[/]",
+        )
+    console.print(table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

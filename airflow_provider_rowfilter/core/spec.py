@@ -1,0 +1,102 @@
+"""The subscription spec: one YAML file per subscription, one versioned JSON document across boundaries."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from airflow_provider_rowfilter.core.errors import SpecError
+
+SPEC_VERSION = 1
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class SubscriptionSpec:
+    """What one subscription replicates, from where to where.
+
+    ``publisher``/``subscriber`` are libpq URLs without a password (the password comes from
+    ``PGPASSWORD``/``~/.pgpass`` or, in Airflow, from the connection); ``publications_ddl`` is a
+    path to a file of CREATE PUBLICATION statements, relative to the spec file.
+    """
+
+    subscription: str
+    publications: tuple[str, ...]
+    publisher: str | None = None
+    subscriber: str | None = None
+    publisher_conn_id: str | None = None
+    subscriber_conn_id: str | None = None
+    publications_ddl: str | None = None
+    copy_data: bool = True
+    spark_master: str = "local[*]"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+    spec_version: int = SPEC_VERSION
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.subscription or ""):
+            raise SpecError(f"subscription name {self.subscription!r} is not a valid PostgreSQL name",
+                            hint="use lower-case letters, digits and underscores (it names the slot too)")
+        if not self.publications:
+            raise SpecError(f"subscription {self.subscription!r} names no publications",
+                            hint="set publications: [p1, …]")
+        if len(set(self.publications)) != len(self.publications):
+            dup = next(p for p in self.publications if self.publications.count(p) > 1)
+            raise SpecError(f'publication name "{dup}" used more than once')
+        for key in ("publisher", "subscriber"):
+            url = getattr(self, key)
+            if url and re.search(r"://[^/@:]+:[^/@]*@", url):
+                raise SpecError(f"the {key} URL of subscription {self.subscription!r} carries a password",
+                                hint="remove it; set PGPASSWORD or use ~/.pgpass (or an Airflow connection)")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> SubscriptionSpec:
+        """Read a spec file; resolve ``publications_ddl`` relative to it."""
+        p = Path(path)
+        try:
+            data = yaml.safe_load(p.read_text())
+        except FileNotFoundError as e:
+            raise SpecError(f"spec file {str(p)!r} does not exist") from e
+        except yaml.YAMLError as e:
+            raise SpecError(f"spec file {str(p)!r} is not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
+        if data.get("publications_ddl"):
+            data["publications_ddl"] = str((p.parent / data["publications_ddl"]).resolve())
+        return cls.from_dict(data, source=str(p))
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "spec") -> SubscriptionSpec:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"{source}: unknown key {unknown[0]!r}", hint=f"known keys: {', '.join(sorted(known))}")
+        if "subscription" not in data:
+            raise SpecError(f"{source}: missing key 'subscription'")
+        if data.get("spec_version", SPEC_VERSION) != SPEC_VERSION:
+            raise SpecError(f"{source}: spec_version {data['spec_version']!r} is not supported (expected {SPEC_VERSION})")
+        pubs = data.get("publications") or ()
+        if isinstance(pubs, str):
+            pubs = [pubs]
+        return cls(**{**data, "publications": tuple(pubs)})
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SubscriptionSpec:
+        return cls.from_dict(json.loads(text), source="spec JSON")
+
+    def publications_sql(self) -> str | None:
+        """The text of ``publications_ddl``, or None when publications come from the publisher's catalog."""
+        if not self.publications_ddl:
+            return None
+        try:
+            return Path(self.publications_ddl).read_text()
+        except FileNotFoundError as e:
+            raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
+                            f"{self.subscription!r} does not exist") from e

@@ -1,0 +1,280 @@
+"""What one subscription receives per table: effective row filters, column list, actions, copy filter.
+
+This is pgoutput's ``get_rel_sync_entry``/``pgoutput_row_filter_init``/``pgoutput_column_list_init``
+and tablesync's ``fetch_remote_table_info``, computed once for a set of subscribed publications.
+Rule numbers (R2.4 …) refer to docs/reference/pg-rules.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from airflow_provider_rowfilter.core.catalog import PublisherCatalog, publishable
+from airflow_provider_rowfilter.core.errors import (
+    ColumnListConflictError,
+    PublicationError,
+    ReplicaIdentityError,
+    RowFilterError,
+)
+from airflow_provider_rowfilter.core.publication import DML_ACTIONS, Publication, PublicationSet, PublishAction
+from airflow_provider_rowfilter.core.relation import RelKind, Relation, TableName
+from airflow_provider_rowfilter.core.row_filter import RowFilter, validate_row_filter
+
+
+@dataclass(frozen=True, eq=False)
+class TableFilters:
+    """The subscription's view of one published table (``publish_as`` relation).
+
+    ``filters[action]`` is ``None`` when the action is published without a filter, else the
+    filters to OR; actions missing from ``filters`` are not published. ``copy_filters`` is the
+    initial-copy condition (all publications, ``publish`` ignored; ``None`` = whole table).
+    """
+
+    table: TableName
+    leaves: tuple[TableName, ...]
+    actions: frozenset[PublishAction]
+    filters: dict[PublishAction, tuple[RowFilter, ...] | None]
+    copy_filters: tuple[RowFilter, ...] | None
+    columns: tuple[str, ...] | None
+    publications: tuple[str, ...]
+    copy_only: bool = False  # ONLY: a regular table whose inheritance children are copied separately
+
+    def filter_sql(self, action: PublishAction) -> str | None:
+        """The effective PostgreSQL filter text for an action (``None``: unfiltered or not published)."""
+        parts = self.filters.get(action)
+        return None if not parts else " OR ".join(f"({f.sql})" for f in parts)
+
+    @property
+    def copy_filter_sql(self) -> str | None:
+        return None if not self.copy_filters else " OR ".join(f"({f.sql})" for f in self.copy_filters)
+
+
+@dataclass(frozen=True)
+class SubscriptionFilters:
+    """Everything the subscription's publications say, per subscribed table."""
+
+    publications: tuple[str, ...]
+    tables: dict[TableName, TableFilters] = field(default_factory=dict)
+
+
+def subscription_filters(
+    publications: PublicationSet, names: Iterable[str], catalog: PublisherCatalog
+) -> SubscriptionFilters:
+    """Resolve the effective filters of a subscription to publications ``names``; raise what PostgreSQL would."""
+    names = tuple(names)
+    missing = [n for n in names if n not in publications]
+    if missing:
+        raise PublicationError(f'publication "{missing[0]}" does not exist',
+                               publication=missing[0], hint="create it on the publisher or in the publications file, "
+                               "or remove it from the spec's publications list")
+    pubs = [publications[n] for n in names]
+    per_leaf = [_leaf_entry(rel, pubs, catalog) for rel in catalog.all_publishable()
+                if rel.relkind is RelKind.TABLE]
+    per_leaf = [e for e in per_leaf if e is not None]
+    for leaf, _, _, publishing in per_leaf:
+        _check_replica_identity(leaf, publishing, catalog)
+
+    grouped: dict[TableName, list[tuple[Relation, Relation, list[Publication], list[Publication]]]] = {}
+    for entry in per_leaf:
+        grouped.setdefault(entry[1].name, []).append(entry)
+    result = SubscriptionFilters(publications=names)
+    for table in sorted(grouped):
+        entries = grouped[table]
+        publish_as = entries[0][1]
+        rel_pubs = entries[0][2]
+        actions = frozenset(a for _, _, _, publishing in entries for p in publishing for a in p.actions)
+        filters = _action_filters(publish_as, rel_pubs, catalog)
+        result.tables[table] = TableFilters(
+            table=table,
+            leaves=tuple(sorted(e[0].name for e in entries)),
+            actions=actions,
+            filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # R2.5: no filter if none applies
+            copy_filters=_copy_filters(publish_as, rel_pubs, catalog),
+            columns=_column_list(publish_as, rel_pubs),
+            publications=tuple(p.name for p in rel_pubs),
+            copy_only=publish_as.relkind is RelKind.TABLE,
+        )
+    return result
+
+
+def _publishes(pub: Publication, rel: Relation) -> bool:
+    """R2.1 (a)-(c): does ``pub`` publish ``rel`` itself."""
+    return pub.all_tables or pub.table_entry(rel.name) is not None or rel.name.schema in pub.schemas
+
+
+def _leaf_entry(rel: Relation, pubs: list[Publication], catalog: PublisherCatalog):
+    """R2.1-R2.4 for one regular table: its publish-as relation and the publications at that level."""
+    levels: list[tuple[int, Relation, Publication]] = []
+    publishing: list[Publication] = []
+    for pub in pubs:
+        ancestors = [catalog.relation(a) for a in rel.ancestors]
+        published_ancestors = [(i + 1, a) for i, a in enumerate(ancestors) if _publishes(pub, a)]
+        if not (_publishes(pub, rel) or published_ancestors):
+            continue
+        publishing.append(pub)
+        if pub.all_tables and pub.via_root and rel.is_partition:
+            levels.append((len(ancestors), ancestors[-1], pub))
+        elif rel.is_partition and pub.via_root and published_ancestors:
+            level, ancestor = published_ancestors[-1]  # topmost ancestor published by this pub
+            levels.append((level, ancestor, pub))
+        else:
+            levels.append((0, rel, pub))
+    if not levels:
+        return None
+    top = max(level for level, _, _ in levels)
+    publish_as = next(r for level, r, _ in levels if level == top)
+    return rel, publish_as, [p for level, _, p in levels if level == top], publishing
+
+
+def _no_filter(pub: Publication, publish_as: Relation) -> bool:
+    """R4.1: FOR ALL TABLES, a schema covering the table, or no row / no WHERE means no filter."""
+    if pub.all_tables or publish_as.name.schema in pub.schemas:
+        return True
+    entry = pub.table_entry(publish_as.name)
+    return entry is None or entry.row_filter is None
+
+
+def _validated(pub: Publication, rel: Relation, catalog: PublisherCatalog) -> RowFilter:
+    entry = pub.table_entry(rel.name)
+    assert entry is not None and entry.row_filter is not None
+    try:
+        return validate_row_filter(entry.row_filter, rel, catalog.filter_context)
+    except RowFilterError as e:
+        raise e.with_context(publication=pub.name, table=str(rel.name)) from None
+
+
+def _action_filters(publish_as: Relation, pubs: list[Publication], catalog: PublisherCatalog):
+    """R4.2-R4.4: per action, no filter if any publication publishing it has none, else the OR."""
+    no_filter: set[PublishAction] = set()
+    collected: dict[PublishAction, list[RowFilter]] = {}
+    for pub in pubs:
+        unfiltered = _no_filter(pub, publish_as)
+        row_filter = None if unfiltered else _validated(pub, publish_as, catalog)
+        for action in DML_ACTIONS:
+            if not pub.publishes(action):
+                continue
+            if unfiltered:
+                no_filter.add(action)
+            else:
+                collected.setdefault(action, []).append(row_filter)  # type: ignore[arg-type]
+    result: dict[PublishAction, tuple[RowFilter, ...] | None] = {}
+    for action in DML_ACTIONS:
+        if action in no_filter:
+            result[action] = None
+        elif action in collected:
+            result[action] = _dedupe(collected[action])
+    return result
+
+
+def _dedupe(filters: list[RowFilter]) -> tuple[RowFilter, ...]:
+    seen: dict[str, RowFilter] = {}
+    for f in filters:
+        seen.setdefault(f.sql, f)
+    return tuple(seen.values())
+
+
+def _copy_filters(publish_as: Relation, pubs: list[Publication], catalog: PublisherCatalog):
+    """R11.3/R11.4: OR of every publication's filter regardless of ``publish``; any unfiltered one wins."""
+    filters: list[RowFilter] = []
+    for pub in pubs:
+        if _no_filter(pub, publish_as):
+            return None
+        filters.append(_validated(pub, publish_as, catalog))
+    return _dedupe(filters)
+
+
+def _column_list(publish_as: Relation, pubs: list[Publication]) -> tuple[str, ...] | None:
+    """R6.1/R6.2: every publication must give the same column set; a full list equals no list."""
+    all_columns = tuple(c.name for c in publish_as.columns if not c.generated)
+    chosen: set[frozenset[str]] = set()
+    for pub in pubs:
+        entry = None if (pub.all_tables or publish_as.name.schema in pub.schemas) else pub.table_entry(publish_as.name)
+        cols = entry.columns if entry is not None and entry.columns is not None else all_columns
+        chosen.add(frozenset(cols))
+    if len(chosen) > 1:
+        raise ColumnListConflictError(
+            f'cannot use different column lists for table "{publish_as.name}" in different publications',
+            table=str(publish_as.name),
+            hint="give the table the same column list in every publication of the subscription, "
+            "or subscribe to the publications separately")
+    (only,) = chosen
+    if only == frozenset(all_columns):
+        return None
+    return tuple(c.name for c in publish_as.columns if c.name in only)
+
+
+def _check_replica_identity(leaf: Relation, pubs: list[Publication], catalog: PublisherCatalog) -> None:
+    """R10: what PostgreSQL checks when the table is UPDATEd or DELETEd (CheckCmdReplicaIdentity)."""
+    for action, verb in ((PublishAction.UPDATE, "update"), (PublishAction.DELETE, "delete from")):
+        publishing = [p for p in pubs if p.publishes(action)]
+        if not publishing:
+            continue
+        key = leaf.replica_identity_key
+        for pub in publishing:
+            if pub.all_tables:
+                continue
+            target = leaf
+            if pub.via_root:
+                published = [catalog.relation(a) for a in leaf.ancestors if _publishes(pub, catalog.relation(a))]
+                if published:
+                    target = published[-1]
+            if target.name.schema in pub.schemas:
+                continue
+            entry = pub.table_entry(target.name)
+            if entry is None:
+                continue
+            if entry.row_filter is not None and key is not None:
+                used = _validated(pub, target, catalog).columns
+                if not used <= key:
+                    raise ReplicaIdentityError(
+                        f'cannot {verb} table "{leaf.name.name}"',
+                        detail="Column used in the publication WHERE expression is not part of the replica identity.",
+                        publication=pub.name, table=str(leaf.name),
+                        hint=f"filter only on replica identity columns {sorted(key)} for publications that publish "
+                        f"{action.value}, or set REPLICA IDENTITY FULL on the publisher (ALTER TABLE {leaf.name} "
+                        "REPLICA IDENTITY FULL)")
+            if entry.columns is not None and (key is None or not key <= set(entry.columns)):
+                raise ReplicaIdentityError(
+                    f'cannot {verb} table "{leaf.name.name}"',
+                    detail="Column list used by the publication does not cover the replica identity.",
+                    publication=pub.name, table=str(leaf.name),
+                    hint="include every replica identity column in the column list (REPLICA IDENTITY FULL "
+                    "admits no column list)")
+        if not leaf.has_replica_identity:
+            raise ReplicaIdentityError(
+                f'cannot {verb} table "{leaf.name.name}" because it does not have a replica identity and '
+                f'publishes {action.value}s',
+                hint=f"To enable {'updating' if action is PublishAction.UPDATE else 'deleting from'} the table, "
+                "set REPLICA IDENTITY using ALTER TABLE.",
+                table=str(leaf.name), publication=publishing[0].name)
+
+
+def _table_list(pubs: list[Publication], catalog: PublisherCatalog) -> list[TableName]:
+    """R2.7: the tables a subscriber lists (roots when published via root, else leaves)."""
+    names: list[TableName] = []
+    for pub in pubs:
+        candidates: list[Relation] = []
+        if pub.all_tables:
+            candidates = [r for r in catalog.all_publishable()
+                          if (r.relkind is RelKind.TABLE and not (pub.via_root and r.is_partition))
+                          or (pub.via_root and r.is_partitioned and not r.is_partition)]
+        else:
+            explicit = [catalog.relation(e.table) for e in pub.tables]
+            for schema in pub.schemas:
+                explicit += catalog.tables_in_schema(schema)
+            for rel in explicit:
+                if rel.is_partitioned and not pub.via_root:
+                    candidates += [catalog.relation(p) for p in rel.partitions]
+                else:
+                    candidates.append(rel)
+        names += [r.name for r in candidates if publishable(r)]
+    unique = sorted(set(names))
+    if any(p.via_root for p in pubs):
+        unique = [n for n in unique if not set(catalog.relation(n).ancestors) & set(unique)]
+    return unique
+
+
+def subscribed_tables(publications: PublicationSet, names: Iterable[str], catalog: PublisherCatalog) -> list[TableName]:
+    """The subscription's table list, as ``pg_subscription_rel`` would hold it."""
+    return _table_list([publications[n] for n in names], catalog)

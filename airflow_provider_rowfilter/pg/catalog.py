@@ -1,0 +1,213 @@
+"""Read the publisher's catalog over psycopg: tables, partitions, replica identity, publications."""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from airflow_provider_rowfilter.core.catalog import PublisherCatalog
+from airflow_provider_rowfilter.core.errors import CatalogError
+from airflow_provider_rowfilter.core.functions import FunctionCatalog
+from airflow_provider_rowfilter.core.publication import (
+    Publication,
+    PublicationSet,
+    PublishAction,
+    PublishedTable,
+)
+from airflow_provider_rowfilter.core.relation import (
+    FIRST_NORMAL_OBJECT_ID,
+    Column,
+    RelKind,
+    Relation,
+    ReplicaIdentity,
+    TableName,
+)
+from airflow_provider_rowfilter.core.row_filter import FilterContext
+
+log = logging.getLogger(__name__)
+
+_RELATIONS = """
+SELECT c.oid, n.nspname, c.relname, c.relkind, c.relpersistence, c.relreplident, c.relispartition
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
+  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%%'
+  AND n.nspname NOT LIKE 'pg\\_temp%%'
+"""
+_COLUMNS = """
+SELECT a.attrelid, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), a.atttypid,
+       co.collname, a.attcollation, a.attnotnull, {generated}
+FROM pg_attribute a LEFT JOIN pg_collation co ON co.oid = a.attcollation
+WHERE a.attnum > 0 AND NOT a.attisdropped AND a.attrelid = ANY(%s)
+ORDER BY a.attrelid, a.attnum
+"""
+_IDENTITY = """
+SELECT i.indrelid, i.indisprimary, i.indisreplident, array_agg(a.attname ORDER BY k.ord)
+FROM pg_index i
+CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+WHERE (i.indisprimary OR i.indisreplident) AND i.indrelid = ANY(%s)
+GROUP BY i.indrelid, i.indisprimary, i.indisreplident, i.indexrelid
+"""
+_INHERITS = "SELECT inhrelid, inhparent FROM pg_inherits"
+
+
+def read_catalog(conn: psycopg.Connection) -> PublisherCatalog:
+    """Snapshot the publisher's tables and settings that the publication rules consult."""
+    try:
+        return _read_catalog(conn)
+    except psycopg.Error as e:
+        raise CatalogError(f"could not read the publisher's catalog: {e}",
+                           hint="the publisher role needs USAGE on the schemas and SELECT on pg_catalog") from e
+
+
+def _read_catalog(conn: psycopg.Connection) -> PublisherCatalog:
+    with conn.cursor() as cur:
+        version = conn.info.server_version
+        rows = cur.execute(_RELATIONS).fetchall()
+        oids = [r[0] for r in rows]
+        generated = "a.attgenerated" if version >= 120000 else "''"
+        columns: dict[int, list[Column]] = {}
+        for relid, name, attnum, typ, typoid, coll, colloid, notnull, gen in cur.execute(
+            _COLUMNS.format(generated=generated), (oids,)
+        ):
+            columns.setdefault(relid, []).append(
+                Column(name, attnum, typ, typoid, coll, colloid, notnull, gen or ""))
+        primary: dict[int, tuple[str, ...]] = {}
+        replident: dict[int, tuple[str, ...]] = {}
+        for relid, is_primary, is_replident, names in cur.execute(_IDENTITY, (oids,)):
+            if is_primary:
+                primary[relid] = tuple(names)
+            if is_replident:
+                replident[relid] = tuple(names)
+        parents: dict[int, list[int]] = {}
+        for child, parent in cur.execute(_INHERITS):
+            parents.setdefault(child, []).append(parent)
+        schemas = frozenset(r[0] for r in cur.execute("SELECT nspname FROM pg_namespace"))
+        search_path = tuple(
+            s for s in cur.execute("SELECT unnest(current_schemas(false))::text").fetchall() for s in s
+        ) or ("public",)
+        default_collation = cur.execute(
+            "SELECT datcollate FROM pg_database WHERE datname = current_database()").fetchone()[0]
+        timezone = cur.execute("SHOW timezone").fetchone()[0]
+        functions = _functions(cur)
+
+    by_oid = {r[0]: r for r in rows}
+    names = {oid: TableName(r[1], r[2]) for oid, r in by_oid.items()}
+    children: dict[int, list[int]] = {}
+    for child, ps in parents.items():
+        for p in ps:
+            children.setdefault(p, []).append(child)
+
+    def ancestors(oid: int) -> tuple[TableName, ...]:
+        chain, current = [], oid
+        while by_oid.get(current) and by_oid[current][6] and parents.get(current):
+            current = parents[current][0]
+            chain.append(names[current])
+        return tuple(chain)
+
+    def descendants(oid: int) -> list[int]:
+        out: list[int] = []
+        for c in children.get(oid, []):
+            out.append(c)
+            out.extend(descendants(c))
+        return out
+
+    relations: dict[TableName, Relation] = {}
+    for oid, (_, schema, relname, relkind, persistence, ident, is_partition) in by_oid.items():
+        identity = ReplicaIdentity(ident)
+        key = primary.get(oid, ()) if identity is ReplicaIdentity.DEFAULT else (
+            replident.get(oid, ()) if identity is ReplicaIdentity.INDEX else ())
+        desc = [d for d in descendants(oid) if d in by_oid]
+        relations[names[oid]] = Relation(
+            name=names[oid], oid=oid, relkind=RelKind(relkind), columns=tuple(columns.get(oid, ())),
+            replica_identity=identity, identity_columns=key, persistence=persistence,
+            is_partition=bool(is_partition), ancestors=ancestors(oid),
+            inheritance_children=tuple(names[d] for d in desc if not by_oid[d][6]),
+            partitions=tuple(names[d] for d in desc if by_oid[d][6] and by_oid[d][3] == "r"),
+        )
+    return PublisherCatalog(
+        relations=relations, schemas=schemas, server_version_num=version, search_path=search_path,
+        filter_context=FilterContext(functions=functions, default_collation=default_collation, timezone=timezone),
+    )
+
+
+def _functions(cur: psycopg.Cursor) -> FunctionCatalog:
+    procs = cur.execute("SELECT oid, proname, provolatile FROM pg_proc").fetchall()
+    operators = cur.execute("SELECT oid, oprname FROM pg_operator").fetchall()
+    collations = cur.execute("SELECT oid, collname FROM pg_collation").fetchall()
+    builtin = [p for p in procs if p[0] < FIRST_NORMAL_OBJECT_ID]
+    return FunctionCatalog(
+        builtins=frozenset(p[1] for p in builtin),
+        immutable_builtins=frozenset(p[1] for p in builtin if p[2] == "i"),
+        user_defined=frozenset(p[1] for p in procs if p[0] >= FIRST_NORMAL_OBJECT_ID),
+        builtin_operators=frozenset(o[1] for o in operators if o[0] < FIRST_NORMAL_OBJECT_ID),
+        user_defined_operators=frozenset(o[1] for o in operators if o[0] >= FIRST_NORMAL_OBJECT_ID),
+        builtin_collations=frozenset(c[1] for c in collations if c[0] < FIRST_NORMAL_OBJECT_ID),
+        user_defined_collations=frozenset(c[1] for c in collations if c[0] >= FIRST_NORMAL_OBJECT_ID),
+    )
+
+
+_PUBLICATIONS = """
+SELECT p.pubname, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, {viaroot}
+FROM pg_publication p ORDER BY p.pubname
+"""
+_PUBLICATION_RELS_15 = """
+SELECT p.pubname, n.nspname, c.relname, pg_get_expr(pr.prqual, pr.prrelid),
+       (SELECT array_agg(a.attname ORDER BY a.attnum) FROM pg_attribute a
+         WHERE a.attrelid = pr.prrelid AND a.attnum = ANY(pr.prattrs))
+FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+"""
+_PUBLICATION_RELS_OLD = """
+SELECT p.pubname, n.nspname, c.relname, NULL::text, NULL::name[]
+FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+"""
+_PUBLICATION_SCHEMAS = """
+SELECT p.pubname, n.nspname FROM pg_publication_namespace pn
+JOIN pg_publication p ON p.oid = pn.pnpubid JOIN pg_namespace n ON n.oid = pn.pnnspid
+"""
+
+
+def read_publications(conn: psycopg.Connection) -> PublicationSet:
+    """Read every publication of the publisher (row filters and column lists on PostgreSQL 15+)."""
+    version = conn.info.server_version
+    result = PublicationSet()
+    with conn.cursor() as cur:
+        viaroot = "p.pubviaroot" if version >= 130000 else "false"
+        for name, alltables, ins, upd, dele, trunc, via in cur.execute(_PUBLICATIONS.format(viaroot=viaroot)):
+            actions = {a for a, on in ((PublishAction.INSERT, ins), (PublishAction.UPDATE, upd),
+                                       (PublishAction.DELETE, dele), (PublishAction.TRUNCATE, trunc)) if on}
+            result.publications[name] = Publication(name=name, all_tables=alltables,
+                                                    actions=frozenset(actions), via_root=via)
+        tables: dict[str, list[PublishedTable]] = {}
+        rels_query = _PUBLICATION_RELS_15 if version >= 150000 else _PUBLICATION_RELS_OLD
+        for pubname, schema, relname, qual, attnames in cur.execute(rels_query):
+            tables.setdefault(pubname, []).append(
+                PublishedTable(TableName(schema, relname), _strip_parens(qual),
+                               tuple(attnames) if attnames else None))
+        schemas: dict[str, list[str]] = {}
+        if version >= 150000:
+            for pubname, schema in cur.execute(_PUBLICATION_SCHEMAS):
+                schemas.setdefault(pubname, []).append(schema)
+    for name, pub in list(result.publications.items()):
+        result.publications[name] = pub.with_changes(
+            tables=tuple(sorted(tables.get(name, []), key=lambda t: t.table)),
+            schemas=tuple(sorted(schemas.get(name, []))))
+    return result
+
+
+def _strip_parens(qual: str | None) -> str | None:
+    """pg_get_expr wraps an operator expression in one pair of parentheses; keep the inside."""
+    if qual is None:
+        return None
+    if qual.startswith("(") and qual.endswith(")"):
+        depth = 0
+        for i, ch in enumerate(qual):
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth == 0 and i < len(qual) - 1:
+                return qual
+        return qual[1:-1]
+    return qual
