@@ -65,13 +65,13 @@ class RowFilterPostgres(Postgres):
                 return self._parse_alter_publication()
             return super()._parse_alter()
 
-        def _parse_drop(self, exists: bool = False):  # type: ignore[override]
+        def _parse_drop(self, exists: bool = False, **kwargs):  # type: ignore[override]
             if self._match_text_seq("PUBLICATION"):
                 if_exists = bool(self._match_text_seq("IF", "EXISTS"))
                 names = self._parse_csv(self._parse_id_var)
                 self._match_texts(("CASCADE", "RESTRICT"))
                 return self.expression(DropPublication(expressions=names, exists=if_exists))
-            return super()._parse_drop(exists=exists)
+            return super()._parse_drop(exists=exists, **kwargs)
 
         def _parse_create_publication(self) -> CreatePublication:
             name = self._parse_id_var(any_token=False)

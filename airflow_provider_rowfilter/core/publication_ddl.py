@@ -30,9 +30,9 @@ from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, Re
 from airflow_provider_rowfilter.core.row_filter import identifier_name, validate_row_filter
 
 
-def publications_from_ddl(sql: str, catalog: PublisherCatalog) -> PublicationSet:
-    """Apply a script of publication statements to an empty publication set and return the result."""
-    result = PublicationSet()
+def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:
+    """Apply a script of publication statements to ``base`` (default: none) and return the result."""
+    result = PublicationSet(dict(base.publications) if base is not None else {})
     for statement in parse_statements(sql):
         if isinstance(statement, CreatePublication):
             _create(statement, result, catalog)
@@ -62,11 +62,15 @@ def _options(options: list[PublicationOption], current: Publication) -> dict[str
         seen.add(key)
         value = _option_text(opt.args.get("value"))
         if key == "publish":
+            if value is None:
+                raise PublicationError("publish requires a parameter")
             actions = set()
-            for token in (value or "").split(","):
+            for token in value.split(","):
                 token = token.strip()
+                if not token:
+                    continue
                 if token not in {a.value for a in PublishAction}:
-                    raise PublicationError(f'unrecognized "publish" value: "{token}"')
+                    raise PublicationError(f'unrecognized value for publication option "publish": "{token}"')
                 actions.add(PublishAction(token))
             changes["actions"] = frozenset(actions)
         elif key == "publish_via_partition_root":

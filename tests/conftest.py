@@ -1,0 +1,88 @@
+"""Session-wide fixtures: one local PostgreSQL cluster and one Spark session per test run."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from airflow_provider_rowfilter.pg.embedded import LocalPostgres
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+# Start-up costs, reported at the end of the run (timing belongs in bench/, not in assertions).
+_timings: dict[str, float] = {}
+_db_counter = itertools.count(1)
+
+SPARK_TEST_CONF = {
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by the expensive fixtures they use, so ``-m "not spark"`` gives a quick run."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "local_pg" in fixtures or "fresh_db" in fixtures:
+            item.add_marker(pytest.mark.postgres)
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Report how long the shared PostgreSQL cluster and Spark session took to start."""
+    if _timings:
+        text = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in _timings.items())
+        terminalreporter.write_line(f"start-up: {text}")
+
+
+@pytest.fixture(scope="session")
+def local_pg() -> Iterator[LocalPostgres]:
+    """Return the run's one PostgreSQL cluster (logical replication on), stopped at the end."""
+    with LocalPostgres.start() as pg:
+        _timings[f"local PostgreSQL {pg.version_num}"] = pg.startup_seconds
+        yield pg
+
+
+@pytest.fixture
+def fresh_db(local_pg: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """Return a factory ``fresh_db(name=None) -> dsn`` of empty databases, dropped after the test.
+
+    Databases are dropped newest first, so a subscriber database goes (with its subscriptions)
+    before the publisher database whose slot it uses.
+    """
+    created: list[str] = []
+
+    def make(name: str | None = None) -> str:
+        if name is None:
+            stem = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:40]
+            name = f"t_{stem}_{next(_db_counter)}"
+        dsn = local_pg.create_database(name)
+        created.append(name)
+        return dsn
+
+    yield make
+    for name in reversed(created):
+        local_pg.drop_database(name)
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """Return the run's one SparkSession: local[2], 2 shuffle partitions, UI off, UTC, JDBC jar."""
+    # Imported here so that runs without Spark tests never start a JVM.
+    from airflow_provider_rowfilter.spark.session import build_session
+
+    began = time.monotonic()
+    session = build_session("airflow-provider-rowfilter-tests", master="local[2]", conf=SPARK_TEST_CONF)
+    session.sparkContext.setLogLevel("ERROR")
+    _timings["Spark session"] = time.monotonic() - began
+    yield session
+    session.stop()

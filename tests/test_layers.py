@@ -1,0 +1,118 @@
+"""Prove the import layering: core and pg import neither Airflow nor Spark, spark never Airflow.
+
+Each layer's modules are found with pkgutil (new modules are covered without editing this file)
+and imported in a fresh interpreter whose meta path refuses the forbidden top-level packages.
+"""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import airflow_provider_rowfilter
+
+PACKAGE = airflow_provider_rowfilter.__name__
+
+# Top-level names inside the package -> the layer they belong to. Every name must be listed:
+# a new top-level module or subpackage fails test_every_top_level_name_has_a_layer until it is.
+LAYER_OF = {
+    "__init__": "core",
+    "get_provider_info": "core",
+    "core": "core",
+    "pg": "core",
+    "spark": "spark",
+    # The console command runs the Spark jobs (design §6); Airflow stays out of it.
+    "cli": "spark",
+    "demo": "spark",
+    "hooks": "airflow",
+    "operators": "airflow",
+    "sensors": "airflow",
+    "triggers": "airflow",
+    "example_dags": "airflow",
+}
+FORBIDDEN = {
+    "core": ("airflow", "pyspark"),
+    "spark": ("airflow",),
+    "airflow": ("pyspark",),
+}
+# Layers that must hold at least one module today; the others are checked once they exist.
+REQUIRED_LAYERS = {"core", "spark"}
+
+IMPORT_WITH_BLOCKED = textwrap.dedent(
+    """
+    import importlib, json, sys, traceback
+    from importlib.abc import MetaPathFinder
+
+    blocked, modules = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+
+    class Blocker(MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname.split(".")[0] in blocked:
+                raise ModuleNotFoundError(f"import of {fullname!r} is blocked in this layer", name=fullname)
+            return None
+
+    sys.meta_path.insert(0, Blocker())
+    imported, failed = [], {}
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            failed[module] = traceback.format_exc(limit=-6)
+        else:
+            imported.append(module)
+    leaked = sorted(name for name in sys.modules if name.split(".")[0] in blocked)
+    print(json.dumps({"imported": imported, "failed": failed, "leaked": leaked}))
+    """
+)
+
+
+def _modules() -> dict[str, list[str]]:
+    """Return every module of the package, by layer."""
+    by_layer: dict[str, list[str]] = {layer: [] for layer in FORBIDDEN}
+    by_layer["core"].append(PACKAGE)
+    for info in pkgutil.walk_packages(airflow_provider_rowfilter.__path__, prefix=f"{PACKAGE}."):
+        top = info.name.split(".")[1]
+        by_layer.setdefault(LAYER_OF.get(top, "unclassified"), []).append(info.name)
+    return by_layer
+
+
+def _import_blocked(modules: list[str], blocked: tuple[str, ...]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_WITH_BLOCKED, json.dumps(list(blocked)), json.dumps(modules)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_top_level_name_has_a_layer() -> None:
+    unclassified = _modules().get("unclassified", [])
+    assert unclassified == [], f"add these to LAYER_OF in {__file__}: {unclassified}"
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layer_imports_without_forbidden_packages(layer: str) -> None:
+    modules = _modules()[layer]
+    if not modules and layer not in REQUIRED_LAYERS:
+        pytest.skip(f"no {layer} modules yet")
+    result = _import_blocked(modules, FORBIDDEN[layer])
+    assert result["failed"] == {}, "\n".join(f"{m}:\n{tb}" for m, tb in dict(result["failed"]).items())
+    assert result["leaked"] == []
+    assert sorted(result["imported"]) == sorted(modules)
+    assert len(modules) >= 1
+
+
+def test_blocker_catches_a_forbidden_import() -> None:
+    """The harness can fail: the spark layer does not import with pyspark blocked."""
+    module = f"{PACKAGE}.spark.session"
+    result = _import_blocked([module], ("pyspark",))
+    assert result["imported"] == []
+    assert "import of 'pyspark' is blocked" in dict(result["failed"])[module]
