@@ -15,7 +15,7 @@ from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.publication import DML_ACTIONS, PublishAction
 from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters
+from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, TableFilters
 
 console = Console()
 err_console = Console(stderr=True)
@@ -90,15 +90,16 @@ def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: 
     table = Table(show_lines=True)
     for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns"):
         table.add_column(col, overflow="fold")
+    def cell(t: TableFilters, action: PublishAction) -> str:
+        if action not in t.actions:
+            return "[dim]not published[/]"
+        return t.filter_sql(action) or "[green]all rows[/]"
+
     for name, t in filters.tables.items():
-        def cell(action: PublishAction) -> str:
-            if action not in t.actions:
-                return "[dim]not published[/]"
-            return t.filter_sql(action) or "[green]all rows[/]"
         table.add_row(
             str(name) + ("" if t.leaves == (name,) else f"\n[dim]via {', '.join(map(str, t.leaves))}[/]"),
             ", ".join(a.value for a in PublishAction if a in t.actions),
-            cell(PublishAction.INSERT), cell(PublishAction.UPDATE), cell(PublishAction.DELETE),
+            cell(t, PublishAction.INSERT), cell(t, PublishAction.UPDATE), cell(t, PublishAction.DELETE),
             t.copy_filter_sql or "[green]all rows[/]",
             ", ".join(t.columns) if t.columns is not None else "[green]all[/]",
         )

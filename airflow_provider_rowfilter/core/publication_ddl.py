@@ -26,7 +26,7 @@ from airflow_provider_rowfilter.core.publication import (
     PublishAction,
     PublishedTable,
 )
-from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, Relation, TableName
+from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
 from airflow_provider_rowfilter.core.row_filter import identifier_name, validate_row_filter
 
 

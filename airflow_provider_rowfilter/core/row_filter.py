@@ -59,7 +59,7 @@ SQL_VALUE_FUNCTIONS = frozenset({"current_user", "session_user", "user", "curren
 BUILTIN_OPERATORS = frozenset({
     "=", "<>", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "^", "||", "~", "~*", "!~",
     "!~*", "~~", "!~~", "~~*", "!~~*", "@>", "<@", "&&", "->", "->>", "#>", "#>>", "?", "?|", "?&",
-    "@?", "@@", "|/", "||/", "@", "&", "|", "#", "~", "<<", ">>", "-|-", "&<", "&>", "<->", "::",
+    "@?", "@@", "|/", "||/", "@", "&", "|", "#", "<<", ">>", "-|-", "&<", "&>", "<->", "::",
 })
 _OPERATOR_CHARS = set("+-*/<>=~!@#%^&|`?")
 
@@ -250,7 +250,10 @@ class _Analyzer:
         if actual != wanted:
             self.targets[id(node)] = wanted
         if actual.is_unknown and id(node) in self.constants:
-            self.constants[id(node)] = self.literal_value(node, self.constants[id(node)], wanted)
+            # An implicit coercion of a literal ignores varchar(n)/character(n) lengths (PostgreSQL
+            # coerces to the bare type; only an explicit cast or an assignment applies the length).
+            bare = PgType(wanted.name) if wanted.is_text_family else wanted
+            self.constants[id(node)] = self.literal_value(node, self.constants[id(node)], bare)
 
     def _analyze(self, node: exp.Expression) -> PgType:
         handler = getattr(self, f"_a_{type(node).__name__}", None)
@@ -273,12 +276,13 @@ class _Analyzer:
     def _a_Paren(self, node: exp.Paren) -> PgType:
         t = self.analyze(node.this)
         self._inherit(node, node.this)
+        if id(node.this) in self.constants:
+            self.constants[id(node)] = self.constants[id(node.this)]
         return t
 
     def _inherit(self, node: exp.Expression, child: exp.Expression) -> None:
+        # Only the collation: lower('AB'), replace('ab', …) or NULLIF('', …) are not the constant 'AB'.
         self.collations[id(node)] = self.collations.get(id(child))
-        if id(child) in self.constants:
-            self.constants[id(node)] = self.constants[id(child)]
 
     def _a_Column(self, node: exp.Column) -> PgType:
         name = identifier_name(node.this)
@@ -464,9 +468,9 @@ class _Analyzer:
         parts = [node.this, node.args["low"], node.args["high"]]
         types = [self.analyze(p) for p in parts]
         common = types[0]
-        for p, t in zip(parts[1:], types[1:]):
+        for t in types[1:]:
             common = self.common_type(common, t, ">=", node)
-        for p, t in zip(parts, types):
+        for p, t in zip(parts, types, strict=True):
             self.coerce(p, t, common)
         self._check_comparable(common, node, "<", *parts)
         return T.BOOL
@@ -481,7 +485,7 @@ class _Analyzer:
         common = types[0]
         for t in types[1:]:
             common = self.common_type(common, t, "=", node)
-        for p, t in zip(parts, types):
+        for p, t in zip(parts, types, strict=True):
             self.coerce(p, t, common)
         self._check_comparable(common, node, "=", *parts)
         return T.BOOL
@@ -599,8 +603,8 @@ class _Analyzer:
             if coll is not None and coll not in T.BINARY_ORDER_COLLATIONS:
                 raise self.untranslatable(
                     f'{what} under collation "{coll}"', node,
-                    f'case mapping depends on the collation; add COLLATE "C" (ASCII case mapping, which is '
-                    f"exact in Spark) to the column in the filter")
+                    'case mapping depends on the collation; add COLLATE "C" (ASCII case mapping, which is '
+                    "exact in Spark) to the column in the filter")
 
     def _a_Collate(self, node: exp.Collate) -> PgType:
         t = self.analyze(node.this)
@@ -638,7 +642,7 @@ class _Analyzer:
                     raise self.error(f"{construct} types {common} and {t} cannot be matched", node)
         if common.is_unknown:
             common = T.TEXT
-        for p, t in zip(parts, types):
+        for p, t in zip(parts, types, strict=True):
             self.coerce(p, t, common)
         colls = [self.collations.get(id(p)) for p in parts if self.collations.get(id(p))]
         self.collations[id(node)] = colls[0] if colls else None
@@ -695,8 +699,10 @@ class _Analyzer:
         if target.name in ("int", "integer"):
             target = T.INT4
         source = self.analyze(node.this)
-        if id(node.this) in self.constants and (source.is_unknown or not isinstance(node.this, exp.Column)):
-            # PostgreSQL folds a cast of a constant into a typed constant at parse time
+        if id(node.this) in self.constants and source.is_unknown:
+            # PostgreSQL folds a cast of a string literal (or NULL) into a typed constant at parse
+            # time with the type's input function. A cast of a typed constant (32768::int2,
+            # 2.5::integer) is a cast function PostgreSQL runs when the filter is evaluated.
             value = self.literal_value(node.this, self.constants[id(node.this)], target)
             self.constants[id(node)] = value
             if target.name == "numeric" and target.precision is None and isinstance(value, (int, decimal.Decimal)):
@@ -705,6 +711,8 @@ class _Analyzer:
             return target
         if source == target or (source.name, target.name) in _BINARY_CAST:
             return target
+        if source.is_text_family and target.is_text_family:
+            return target  # binary-coercible or rtrim(), plus the immutable length coercion
         pair = (source.name, target.name)
         if pair in _STABLE_CASTS:
             self.walker_violation(MUTABLE, node)
@@ -755,10 +763,12 @@ class _Analyzer:
             if name == "uuid":
                 return str(uuid.UUID(text.strip()))
             if target.is_text_family:
+                # An explicit cast to varchar(n)/character(n) truncates silently (SQL standard);
+                # character(n) also pads with spaces.
                 if name == "bpchar" and target.precision is not None:
-                    return text[: target.precision].ljust(target.precision) if len(text.rstrip()) <= target.precision else _too_long(self, node, target)
-                if name == "varchar" and target.precision is not None and len(text) > target.precision:
-                    _too_long(self, node, target)
+                    return text[: target.precision].ljust(target.precision)
+                if name == "varchar" and target.precision is not None:
+                    return text[: target.precision]
                 return text
         except (ValueError, decimal.InvalidOperation, pendulum.parsing.exceptions.ParserError) as e:
             raise bad from e
@@ -853,7 +863,7 @@ class _Analyzer:
 
     def _f_starts_with(self, node, args, types) -> PgType:
         self._expect(node, args, types, 2, "starts_with")
-        for a, t in zip(args, types):
+        for a, t in zip(args, types, strict=True):
             if not (t.is_text_family or t.is_unknown):
                 raise self.error(f"function starts_with({types[0]}, {types[1]}) does not exist", node)
             self.coerce(a, t, T.TEXT)
@@ -861,7 +871,9 @@ class _Analyzer:
 
     def _f_round(self, node, args, types) -> PgType:
         t = types[0]
-        if len(args) == 1 and t.name in ("float8", "float4"):
+        if len(args) == 1 and (t.name in ("float8", "float4") or t.is_integer):
+            # round(integer) resolves to round(double precision): float8 is the preferred type of
+            # the numeric category, so PostgreSQL prefers it over round(numeric).
             self.coerce(args[0], t, T.FLOAT8)
             return T.FLOAT8
         if t.is_integer or t.is_unknown:
@@ -883,7 +895,7 @@ class _Analyzer:
 
     def _f_replace(self, node, args, types) -> PgType:
         self._expect(node, args, types, 3, "replace")
-        for a, t in zip(args, types):
+        for a, t in zip(args, types, strict=True):
             if not (t.is_text_family or t.is_unknown):
                 raise self.error(f"function replace({', '.join(map(str, types))}) does not exist", node)
             self.coerce(a, t, T.TEXT)
@@ -902,10 +914,6 @@ def _decimal_type(value: decimal.Decimal) -> PgType:
     scale = max(-exponent, 0)
     integer_digits = max(len(digits) + exponent, 0)
     return PgType("numeric", max(integer_digits + scale, 1), scale)
-
-
-def _too_long(analyzer: _Analyzer, node: exp.Expression, target: PgType) -> object:
-    raise analyzer.error(f"value too long for type {target}", node)
 
 
 def _reject_format(analyzer: _Analyzer, node: exp.Expression, text: str, target: PgType) -> object:

@@ -267,7 +267,14 @@ class _Translator:
 
     def _t_Cast(self, node, t):
         inner = self.rf.types[id(node.this)]
-        return self.convert(self.value(node.this), inner, t)
+        built = self.convert(self.value(node.this), inner, t)
+        if t.is_text_family and t.precision is not None and inner != t:
+            # An explicit cast to varchar(n) truncates silently; character(n) truncates and pads.
+            n = exp.Literal.number(t.precision)
+            if t.name == "bpchar":
+                return _fn("rpad", built, n, exp.Literal.string(" "))
+            return _fn("substring", built, exp.Literal.number(1), n)
+        return built
 
     # --- functions --------------------------------------------------------------------------------
     def _arg(self, node: exp.Expression, i: int) -> exp.Expression:

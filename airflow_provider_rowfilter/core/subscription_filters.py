@@ -17,8 +17,13 @@ from airflow_provider_rowfilter.core.errors import (
     ReplicaIdentityError,
     RowFilterError,
 )
-from airflow_provider_rowfilter.core.publication import DML_ACTIONS, Publication, PublicationSet, PublishAction
-from airflow_provider_rowfilter.core.relation import RelKind, Relation, TableName
+from airflow_provider_rowfilter.core.publication import (
+    DML_ACTIONS,
+    Publication,
+    PublicationSet,
+    PublishAction,
+)
+from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
 from airflow_provider_rowfilter.core.row_filter import RowFilter, validate_row_filter
 
 

@@ -18,8 +18,8 @@ from airflow_provider_rowfilter.core.publication import (
 from airflow_provider_rowfilter.core.relation import (
     FIRST_NORMAL_OBJECT_ID,
     Column,
-    RelKind,
     Relation,
+    RelKind,
     ReplicaIdentity,
     TableName,
 )
@@ -114,7 +114,7 @@ def _read_catalog(conn: psycopg.Connection) -> PublisherCatalog:
         return out
 
     relations: dict[TableName, Relation] = {}
-    for oid, (_, schema, relname, relkind, persistence, ident, is_partition) in by_oid.items():
+    for oid, (_, _, _, relkind, persistence, ident, is_partition) in by_oid.items():
         identity = ReplicaIdentity(ident)
         key = primary.get(oid, ()) if identity is ReplicaIdentity.DEFAULT else (
             replident.get(oid, ()) if identity is ReplicaIdentity.INDEX else ())
