@@ -25,7 +25,9 @@ class PublisherCatalog:
         """Find a table as PostgreSQL's name lookup would (search_path for unqualified names)."""
         if schema:
             return self.relations.get(TableName(schema, name))
-        for candidate in self.search_path:
+        # pg_catalog is searched first unless search_path names it elsewhere (namespace.c)
+        path = self.search_path if "pg_catalog" in self.search_path else ("pg_catalog", *self.search_path)
+        for candidate in path:
             rel = self.relations.get(TableName(candidate, name))
             if rel is not None:
                 return rel

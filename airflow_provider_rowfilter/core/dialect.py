@@ -12,7 +12,7 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError
 from sqlglot.tokens import Token, TokenType
 
-from airflow_provider_rowfilter.core.errors import PublicationSyntaxError
+from airflow_provider_rowfilter.core.errors import PublicationError, PublicationSyntaxError
 
 
 class PublicationTableSpec(exp.Expression):
@@ -117,11 +117,17 @@ class RowFilterPostgres(Postgres):
             objects: list[exp.Expression] = []
             kind = None
             while True:
+                continuation = True
                 if self._match_text_seq("TABLES", "IN", "SCHEMA"):
-                    kind = "schema"
+                    kind, continuation = "schema", False
                 elif self._match(TokenType.TABLE):
-                    kind = "table"
+                    kind, continuation = "table", False
                 elif kind is None:
+                    if self._curr is not None and self._curr.token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+                        raise PublicationError(
+                            "invalid publication object list",
+                            detail="One of TABLE or TABLES IN SCHEMA must be specified before a standalone "
+                            "table or schema name.", source=self.sql, position=self._curr.start + 1)
                     self._syntax_error()
                 if kind == "table":
                     objects.append(self._parse_publication_table())
@@ -129,8 +135,26 @@ class RowFilterPostgres(Postgres):
                     objects.append(self.expression(PublicationSchemaSpec(this=None)))
                 else:
                     objects.append(self.expression(PublicationSchemaSpec(this=self._parse_id_var())))
+                    self._reject_schema_decoration(continuation)
                 if not self._match(TokenType.COMMA):
                     return objects
+
+        def _reject_schema_decoration(self, continuation: bool) -> None:
+            """gram.y: ``TABLES IN SCHEMA s`` takes neither a column list nor WHERE.
+
+            Right after the keywords it is a syntax error; on a bare name continuing the list the
+            grammar reads a generic object and preprocess_pubobj_list reports it in words.
+            """
+            token = self._curr
+            if token is None or token.token_type not in (TokenType.L_PAREN, TokenType.WHERE):
+                return
+            if not continuation:
+                self._syntax_error()
+            if token.token_type == TokenType.L_PAREN:
+                raise PublicationError("column specification not allowed for schema", source=self.sql,
+                                       position=self._prev.start + 1)
+            raise PublicationError("WHERE clause not allowed for schema", source=self.sql,
+                                   position=self._prev.start + 1)
 
         def _parse_publication_table(self) -> PublicationTableSpec:
             only = bool(self._match(TokenType.ONLY))
@@ -199,7 +223,7 @@ def parse_statements(sql: str) -> list[exp.Expression]:
     try:
         tokens = dialect.tokenize(sql)
         return [s for s in dialect.parser().parse(tokens, sql) if s is not None]
-    except PublicationSyntaxError:
+    except PublicationError:
         raise
     except ParseError as e:
         first = e.errors[0] if e.errors else {}

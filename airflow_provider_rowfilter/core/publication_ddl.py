@@ -125,11 +125,11 @@ def _table_entries(
             raise PublicationError(f'relation "{qualified}" does not exist', publication=pub.name)
         where = spec.args.get("where")
         columns = spec.args.get("columns")
-        if dropping and where is not None:
-            raise PublicationError("cannot use a WHERE clause when removing a table from a publication",
-                                   publication=pub.name, table=str(rel.name))
         if dropping and columns is not None:
             raise PublicationError("column list must not be specified in ALTER PUBLICATION ... DROP",
+                                   publication=pub.name, table=str(rel.name))
+        if dropping and where is not None:
+            raise PublicationError("cannot use a WHERE clause when removing a table from a publication",
                                    publication=pub.name, table=str(rel.name))
         names = [rel.name]
         if not spec.args.get("only") and not dropping:

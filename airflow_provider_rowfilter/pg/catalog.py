@@ -31,8 +31,7 @@ _RELATIONS = """
 SELECT c.oid, n.nspname, c.relname, c.relkind, c.relpersistence, c.relreplident, c.relispartition
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f', 'S')
-  AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_toast%%'
-  AND n.nspname NOT LIKE 'pg\\_temp%%'
+  AND n.nspname NOT LIKE 'pg\\_toast%%' AND n.nspname NOT LIKE 'pg\\_temp%%'
 """
 _COLUMNS = """
 SELECT a.attrelid, a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), a.atttypid,
@@ -46,7 +45,7 @@ SELECT i.indrelid, i.indisprimary, i.indisreplident, array_agg(a.attname ORDER B
 FROM pg_index i
 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
-WHERE (i.indisprimary OR i.indisreplident) AND i.indrelid = ANY(%s)
+WHERE ((i.indisprimary AND i.indimmediate) OR i.indisreplident) AND i.indrelid = ANY(%s)
 GROUP BY i.indrelid, i.indisprimary, i.indisreplident, i.indexrelid
 """
 _INHERITS = "SELECT inhrelid, inhparent FROM pg_inherits"

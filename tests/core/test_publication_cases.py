@@ -27,17 +27,11 @@ KNOWN_GAPS = frozenset({
     "rf-xmlexists",
     "rf-array-contained-by",
     "rf-row-is-null",
-    "rf-schema-where-syntax-error",
-    "rf-schema-where-not-allowed",
     "rf-user-defined-operator",
     "rf-system-column",
     "rf-exists-subquery",
     "ri-rf-partitioned-update-where-false",
     "cl-drop-listed-column-blocked",
-    "cl-schema-column-spec-syntax-error",
-    "cl-schema-column-spec-not-allowed",
-    "cl-column-list-and-where-in-drop",
-    "ri-deferrable-pk-is-not-replica-identity",
     "ri-cl-partitioned-leaf-full-after-add",
     "ri-cl-partitioned-leaf-ri-changed-to-c",
     "ri-cl-attach-partition-ri-not-covered",
@@ -45,8 +39,6 @@ KNOWN_GAPS = frozenset({
     "ri-gen-unpublished-generated-ri-column",
     "ri-gen-unpublished-generated-ri-column-delete",
     "ri-gen-full-with-unpublished-generated-column",
-    "member-system-table",
-    "member-standalone-name",
 })
 
 CASES = yaml.safe_load((Path(__file__).parent / "fixtures" / "publication_cases.yaml").read_text())
