@@ -12,10 +12,13 @@ from rich.console import Console
 from rich.table import Table
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication import DML_ACTIONS, PublishAction
-from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, TableFilters
+from airflow_provider_rowfilter.core.subscription_filters import (
+    SubscriptionFilters,
+    TableFilters,
+    filters_document,
+)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -58,30 +61,10 @@ def validate(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     with connect(spec.publisher, "publisher", spec) as conn:
         definitions = load_definitions(spec, conn)
     if as_json:
-        print(json.dumps(filters_document(spec, definitions.filters), indent=2))
+        print(json.dumps(filters_document(definitions.filters, spec.subscription), indent=2))
     else:
         print_filters(spec, definitions.filters, definitions.source)
     return 0
-
-
-def filters_document(spec: SubscriptionSpec, filters: SubscriptionFilters) -> dict:
-    """The effective filters as a JSON-ready document."""
-    tables = []
-    for name, t in filters.tables.items():
-        tables.append({
-            "table": str(name),
-            "leaves": [str(leaf) for leaf in t.leaves],
-            "publications": list(t.publications),
-            "actions": sorted(a.value for a in t.actions),
-            "filters": {a.value: t.filter_sql(a) for a in DML_ACTIONS if a in t.actions},
-            "spark_filters": {
-                a.value: (" OR ".join(f"({to_spark_sql(f)})" for f in t.filters[a]) if t.filters.get(a) else None)
-                for a in DML_ACTIONS if a in t.actions
-            },
-            "copy_filter": t.copy_filter_sql,
-            "columns": list(t.columns) if t.columns is not None else None,
-        })
-    return {"subscription": spec.subscription, "publications": list(spec.publications), "tables": tables}
 
 
 def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str) -> None:

@@ -296,3 +296,25 @@ def _table_list(pubs: list[Publication], catalog: PublisherCatalog) -> list[Tabl
 def subscribed_tables(publications: PublicationSet, names: Iterable[str], catalog: PublisherCatalog) -> list[TableName]:
     """The subscription's table list, as ``pg_subscription_rel`` would hold it."""
     return _table_list([publications[n] for n in names], catalog)
+
+
+def filters_document(filters: SubscriptionFilters, subscription: str) -> dict:
+    """The effective filters as a JSON-ready document (also what a refresh records)."""
+    from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+
+    tables = []
+    for name, t in filters.tables.items():
+        tables.append({
+            "table": str(name),
+            "leaves": [str(leaf) for leaf in t.leaves],
+            "publications": list(t.publications),
+            "actions": sorted(a.value for a in t.actions),
+            "filters": {a.value: t.filter_sql(a) for a in DML_ACTIONS if a in t.actions},
+            "spark_filters": {
+                a.value: (" OR ".join(f"({to_spark_sql(f)})" for f in t.filters[a]) if t.filters.get(a) else None)
+                for a in DML_ACTIONS if a in t.actions
+            },
+            "copy_filter": t.copy_filter_sql,
+            "columns": list(t.columns) if t.columns is not None else None,
+        })
+    return {"subscription": subscription, "publications": list(filters.publications), "tables": tables}

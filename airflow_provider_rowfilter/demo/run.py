@@ -17,9 +17,10 @@ import psycopg
 import yaml
 from rich.console import Console
 
-from airflow_provider_rowfilter.cli import filters_document, print_filters
+from airflow_provider_rowfilter.cli import print_filters
 from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.subscription_filters import filters_document
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
 from airflow_provider_rowfilter.pg.embedded import LocalPostgres
 
@@ -77,7 +78,7 @@ def run_demo(keep: str | None = None) -> int:
 
 
 def _comparable(definitions) -> str:
-    doc = filters_document(SubscriptionSpec(subscription="x", publications=tuple(PUBLICATIONS)), definitions.filters)
+    doc = filters_document(definitions.filters, "x")
     # The catalog returns pg_get_expr text (with explicit casts), the file the user's text: compare
     # which actions are filtered and by how many publications; step 5 compares the rows selected.
     for t in doc["tables"]:

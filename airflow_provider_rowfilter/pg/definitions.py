@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import psycopg
@@ -13,6 +14,8 @@ from airflow_provider_rowfilter.core.publication_ddl import publications_from_dd
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, subscription_filters
 from airflow_provider_rowfilter.pg.catalog import read_catalog, read_publications
+
+PASSWORD_ENV = {"publisher": "ROWFILTER_PUBLISHER_PASSWORD", "subscriber": "ROWFILTER_SUBSCRIBER_PASSWORD"}
 
 
 @dataclass(frozen=True)
@@ -26,13 +29,19 @@ class Definitions:
 
 
 def connect(url: str | None, role: str, spec: SubscriptionSpec) -> psycopg.Connection:
-    """Open a connection; the password comes from libpq's environment (PGPASSWORD, ~/.pgpass)."""
+    """Open a connection to the publisher or subscriber (``role``).
+
+    The password never travels in the spec: it comes from ``ROWFILTER_PUBLISHER_PASSWORD`` /
+    ``ROWFILTER_SUBSCRIBER_PASSWORD`` (what the Airflow operators set from their connections) or
+    from libpq's own ``PGPASSWORD`` / ``~/.pgpass``.
+    """
     if not url:
         raise SpecError(f"subscription {spec.subscription!r} has no {role} URL",
                         hint=f"set {role}: postgresql://user@host:port/db in the spec "
                         f"(or {role}_conn_id when running from Airflow)")
     try:
-        return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}")
+        extra = {"password": os.environ[PASSWORD_ENV[role]]} if os.environ.get(PASSWORD_ENV[role]) else {}
+        return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}", **extra)
     except psycopg.OperationalError as e:
         host = psycopg.conninfo.conninfo_to_dict(url).get("host", "?")
         raise CatalogError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",

@@ -1,0 +1,25 @@
+"""Command line shared by every job: the spec comes as a file or as the versioned JSON document."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", help="subscription spec file (YAML)")
+    source.add_argument("--spec-json", help="the spec as JSON (what the Airflow operators pass; holds no secret)")
+    return p
+
+
+def load_spec(args: argparse.Namespace) -> SubscriptionSpec:
+    return SubscriptionSpec.load(args.spec) if args.spec else SubscriptionSpec.from_json(args.spec_json)
+
+
+def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[argparse.Namespace, SubscriptionSpec]:
+    args = p.parse_args(argv)
+    return args, load_spec(args)

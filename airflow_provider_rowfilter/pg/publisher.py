@@ -1,0 +1,102 @@
+"""The capture objects on the publisher: one logical slot (pgoutput) and one unfiltered publication.
+
+Both are named after the subscription and belong to us alone; a publication of that name that we
+did not create is never altered. The filters stay ours to evaluate: the capture publication
+publishes every change of the subscribed tables' leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.relation import TableName
+
+MARKER = "managed by airflow-provider-rowfilter for subscription "
+
+
+class CaptureError(RowFilterError):
+    """The publisher's slot or capture publication cannot be created or used."""
+
+
+@dataclass(frozen=True)
+class CaptureObjects:
+    slot: str
+    publication: str
+    slot_created: bool
+    publication_changed: bool
+
+
+def capture_names(subscription: str) -> tuple[str, str]:
+    """Slot and capture publication names of a subscription."""
+    name = f"rowfilter_{subscription}"
+    return name, name
+
+
+def current_lsn(conn: psycopg.Connection) -> str:
+    return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+
+def ensure_slot(conn: psycopg.Connection, slot: str) -> bool:
+    """Create the logical slot with pgoutput unless it exists; return whether it was created."""
+    row = conn.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    if row is not None:
+        plugin, database = row
+        if plugin != "pgoutput" or database != conn.info.dbname:
+            raise CaptureError(f'replication slot "{slot}" exists with plugin {plugin!r} in database {database!r}',
+                               hint=f"drop it (SELECT pg_drop_replication_slot('{slot}')) or choose another "
+                               "subscription name")
+        return False
+    try:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+    except psycopg.Error as e:
+        raise CaptureError(f'cannot create logical replication slot "{slot}": {e.diag.message_primary}',
+                           hint="the publisher needs wal_level=logical, a free max_replication_slots entry, and "
+                           "a role with REPLICATION") from e
+    return True
+
+
+def ensure_capture_publication(conn: psycopg.Connection, name: str, subscription: str,
+                               leaves: Sequence[TableName]) -> bool:
+    """Make the capture publication publish exactly ``leaves``; return whether anything changed."""
+    marker = MARKER + subscription
+    row = conn.execute(
+        "SELECT p.oid, obj_description(p.oid, 'pg_publication') FROM pg_publication p WHERE pubname = %s",
+        (name,)).fetchone()
+    ident = sql.Identifier(name)
+    tables = sql.SQL(", ").join(sql.SQL("ONLY {}.{}").format(sql.Identifier(t.schema), sql.Identifier(t.name))
+                                for t in leaves)
+    if row is None:
+        stmt = sql.SQL("CREATE PUBLICATION {}").format(ident)
+        if leaves:
+            stmt += sql.SQL(" FOR TABLE ") + tables
+        conn.execute(stmt)
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(ident, sql.Literal(marker)))
+        return True
+    if row[1] != marker:
+        raise CaptureError(f'publication "{name}" exists on the publisher and is not ours',
+                           hint="we never alter a publication someone else uses; rename the subscription or drop "
+                           "that publication")
+    current = {TableName(s, t) for s, t in conn.execute(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,))}
+    if current == set(leaves):
+        return False
+    if leaves:
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE ").format(ident) + tables)
+    else:
+        for t in sorted(current):
+            conn.execute(sql.SQL("ALTER PUBLICATION {} DROP TABLE {}.{}").format(
+                ident, sql.Identifier(t.schema), sql.Identifier(t.name)))
+    return True
+
+
+def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> None:
+    """Drop the slot (so the publisher stops retaining WAL) and the capture publication."""
+    slot, publication = capture_names(subscription)
+    if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))

@@ -1,0 +1,228 @@
+"""The replication state kept in the subscriber, schema ``rowfilter`` (our ``pg_subscription_rel``).
+
+Everything that says where a subscription stands lives here, next to the data, so that a batch can
+write its rows and its new position in one transaction. The schema is created and migrated by
+:func:`migrate` (versioned, idempotent, serialised by an advisory lock). Every state change goes
+through :meth:`StateStore.set_state`, which locks the row and refuses moves the state machine does
+not make.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.sync_state import SyncState, check_transition
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "rowfilter"
+_LOCK_KEY = 0x726F7766  # "rowf": serialises migrations of one subscriber database
+
+# Each migration runs once, in order, in its own transaction. Never edit a released one; add more.
+MIGRATIONS: list[tuple[int, str]] = [
+    (1, """
+    CREATE TABLE rowfilter.subscription (
+        name                 text PRIMARY KEY,
+        publications         text[] NOT NULL,
+        slot_name            text NOT NULL,
+        capture_publication  text NOT NULL,
+        options              jsonb NOT NULL DEFAULT '{}',
+        enabled              boolean NOT NULL DEFAULT true,
+        last_error           text,
+        created_at           timestamptz NOT NULL DEFAULT now(),
+        updated_at           timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE rowfilter.subscription_rel (
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        schema_name   text NOT NULL,
+        table_name    text NOT NULL,
+        state         "char" NOT NULL CHECK (state IN ('i', 'd', 'f', 's', 'r')),
+        lsn           pg_lsn,
+        rows_copied   bigint,
+        last_error    text,
+        updated_at    timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (subscription, schema_name, table_name)
+    );
+    CREATE TABLE rowfilter.refresh_history (
+        id            bigserial PRIMARY KEY,
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        lsn           pg_lsn NOT NULL,
+        added         text[] NOT NULL,
+        removed       text[] NOT NULL,
+        definitions   jsonb NOT NULL,
+        refreshed_at  timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE rowfilter.batch_history (
+        id            bigserial PRIMARY KEY,
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        start_lsn     pg_lsn,
+        end_lsn       pg_lsn,
+        counts        jsonb NOT NULL DEFAULT '{}',
+        duration_ms   bigint,
+        finished_at   timestamptz NOT NULL DEFAULT now()
+    );
+    """),
+]
+
+
+class StateError(RowFilterError):
+    """The subscriber's replication state is missing or inconsistent."""
+
+
+@dataclass(frozen=True)
+class RelState:
+    """One ``subscription_rel`` row."""
+
+    table: TableName
+    state: SyncState
+    lsn: str | None
+    rows_copied: int | None
+    last_error: str | None
+    updated_at: datetime
+
+
+def migrate(conn: psycopg.Connection) -> int:
+    """Create or upgrade schema ``rowfilter``; return the schema version now in place."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        conn.execute(f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version (
+            version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())""")
+        done = {r[0] for r in conn.execute(f"SELECT version FROM {SCHEMA}.schema_version")}
+        for version, ddl in MIGRATIONS:
+            if version in done:
+                continue
+            log.info("migrating schema %s to version %d", SCHEMA, version)
+            conn.execute(ddl)
+            conn.execute(f"INSERT INTO {SCHEMA}.schema_version (version) VALUES (%s)", (version,))
+    return max(v for v, _ in MIGRATIONS)
+
+
+class StateStore:
+    """Reads and changes the replication state of one subscription in the subscriber."""
+
+    def __init__(self, conn: psycopg.Connection, subscription: str) -> None:
+        self.conn = conn
+        self.subscription = subscription
+
+    # --- subscription --------------------------------------------------------------------------------
+    def ensure_subscription(self, publications: Sequence[str], slot_name: str, capture_publication: str,
+                            options: dict | None = None) -> None:
+        """Create the subscription row, or update its publications and options."""
+        self.conn.execute(
+            f"""INSERT INTO {SCHEMA}.subscription (name, publications, slot_name, capture_publication, options)
+                VALUES (%s, %s, %s, %s, %s)
+                ON CONFLICT (name) DO UPDATE SET publications = EXCLUDED.publications,
+                    slot_name = EXCLUDED.slot_name, capture_publication = EXCLUDED.capture_publication,
+                    options = EXCLUDED.options, updated_at = now()""",
+            (self.subscription, list(publications), slot_name, capture_publication, Jsonb(options or {})),
+        )
+
+    def subscription_row(self) -> dict | None:
+        cur = self.conn.execute(
+            f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error "
+            f"FROM {SCHEMA}.subscription WHERE name = %s", (self.subscription,))
+        row = cur.fetchone()
+        if row is None:
+            return None
+        keys = ("name", "publications", "slot_name", "capture_publication", "options", "enabled", "last_error")
+        return dict(zip(keys, row, strict=True))
+
+    def require_subscription(self) -> dict:
+        row = self.subscription_row()
+        if row is None:
+            raise StateError(f"subscription {self.subscription!r} has no state in the subscriber",
+                             hint=f"run `rowfilter refresh` (RefreshPublicationOperator) for {self.subscription!r} first")
+        return row
+
+    # --- tables --------------------------------------------------------------------------------------
+    def tables(self, tables: Iterable[TableName] | None = None) -> list[RelState]:
+        """The subscription's tables and their states, by name."""
+        rows = self.conn.execute(
+            f"""SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at
+                FROM {SCHEMA}.subscription_rel WHERE subscription = %s ORDER BY schema_name, table_name""",
+            (self.subscription,)).fetchall()
+        wanted = set(tables) if tables is not None else None
+        return [
+            RelState(TableName(s, t), SyncState(state), lsn, rows, err, ts)
+            for s, t, state, lsn, rows, err, ts in rows
+            if wanted is None or TableName(s, t) in wanted
+        ]
+
+    def reconcile(self, published: Iterable[TableName], *, copy_data: bool,
+                  current_lsn: str) -> tuple[list[TableName], list[TableName]]:
+        """Add newly published tables (``i``, or ``r`` at ``current_lsn`` without copy), drop unpublished ones.
+
+        Tables present before and after are untouched, as ``ALTER SUBSCRIPTION … REFRESH PUBLICATION``
+        leaves them (no re-copy even when their filter changed). Runs in the caller's transaction.
+        """
+        existing = {r.table for r in self.tables()}
+        wanted = set(published)
+        added = sorted(wanted - existing)
+        removed = sorted(existing - wanted)
+        for table in added:
+            state, lsn = (SyncState.INIT, None) if copy_data else (SyncState.READY, current_lsn)
+            self.conn.execute(
+                f"""INSERT INTO {SCHEMA}.subscription_rel (subscription, schema_name, table_name, state, lsn)
+                    VALUES (%s, %s, %s, %s, %s)""",
+                (self.subscription, table.schema, table.name, state.value, lsn))
+        for table in removed:
+            self.conn.execute(
+                f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s AND schema_name = %s "
+                f"AND table_name = %s", (self.subscription, table.schema, table.name))
+        return added, removed
+
+    def set_state(self, table: TableName, new: SyncState, *, lsn: str | None = None,
+                  rows_copied: int | None = None, resync: bool = False) -> None:
+        """Move one table to ``new`` (row locked; the move must be one the state machine makes)."""
+        row = self.conn.execute(
+            f"""SELECT state FROM {SCHEMA}.subscription_rel
+                WHERE subscription = %s AND schema_name = %s AND table_name = %s FOR UPDATE""",
+            (self.subscription, table.schema, table.name)).fetchone()
+        if row is None:
+            raise StateError(f"table {table} is not part of subscription {self.subscription!r}", table=str(table),
+                             hint="check the table name, or run `rowfilter refresh` after publishing it")
+        check_transition(str(table), SyncState(row[0]), new, resync=resync)
+        self.conn.execute(
+            f"""UPDATE {SCHEMA}.subscription_rel SET state = %s, lsn = %s,
+                    rows_copied = COALESCE(%s, CASE WHEN %s THEN NULL ELSE rows_copied END),
+                    last_error = NULL, updated_at = now()
+                WHERE subscription = %s AND schema_name = %s AND table_name = %s""",
+            (new.value, lsn, rows_copied, new is SyncState.INIT, self.subscription, table.schema, table.name))
+
+    def record_error(self, table: TableName | None, error: str) -> None:
+        """Remember why the last attempt failed (for the sensor and ``status``); commits on its own."""
+        with self.conn.transaction():
+            if table is None:
+                self.conn.execute(f"UPDATE {SCHEMA}.subscription SET last_error = %s, updated_at = now() "
+                                  f"WHERE name = %s", (error, self.subscription))
+            else:
+                self.conn.execute(
+                    f"""UPDATE {SCHEMA}.subscription_rel SET last_error = %s, updated_at = now()
+                        WHERE subscription = %s AND schema_name = %s AND table_name = %s""",
+                    (error, self.subscription, table.schema, table.name))
+
+    def record_refresh(self, lsn: str, added: Sequence[TableName], removed: Sequence[TableName],
+                       definitions: dict) -> None:
+        self.conn.execute(
+            f"""INSERT INTO {SCHEMA}.refresh_history (subscription, lsn, added, removed, definitions)
+                VALUES (%s, %s, %s, %s, %s)""",
+            (self.subscription, lsn, [str(t) for t in added], [str(t) for t in removed], Jsonb(definitions)))
+
+    def drop(self) -> None:
+        """Forget the subscription and all its tables' progress."""
+        self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s", (self.subscription,))
+
+
+def quoted(table: TableName) -> sql.Composed:
+    """``schema.table`` as a safely quoted SQL identifier."""
+    return sql.SQL(".").join([sql.Identifier(table.schema), sql.Identifier(table.name)])
