@@ -31,6 +31,12 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a subscription's publications and print its effective filters")
     validate.add_argument("--spec", required=True, help="subscription spec file (YAML)")
     validate.add_argument("--json", action="store_true", help="print the effective filters as JSON")
+    refresh = sub.add_parser("refresh", help="reconcile the subscription's tables with its publications "
+                             "(ALTER SUBSCRIPTION … REFRESH PUBLICATION)")
+    refresh.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    status = sub.add_parser("status", help="per-table sync state, like pg_subscription_rel")
+    status.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    status.add_argument("--json", action="store_true", help="print the state as JSON")
     demo = sub.add_parser("demo", help="run the demo on a throwaway local PostgreSQL")
     demo.add_argument("--keep", metavar="DIR", help="keep the demo's PostgreSQL and files in DIR")
     return parser
@@ -44,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return validate(SubscriptionSpec.load(args.spec), as_json=args.json)
+        if args.command == "refresh":
+            return refresh(SubscriptionSpec.load(args.spec))
+        if args.command == "status":
+            return status(SubscriptionSpec.load(args.spec), as_json=args.json)
         if args.command == "demo":
             from airflow_provider_rowfilter.demo.run import run_demo
 
@@ -64,6 +74,58 @@ def validate(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         print(json.dumps(filters_document(definitions.filters, spec.subscription), indent=2))
     else:
         print_filters(spec, definitions.filters, definitions.source)
+    return 0
+
+
+def refresh(spec: SubscriptionSpec) -> int:
+    """Run the RefreshPublication job in-process and say what it added and removed."""
+    from airflow_provider_rowfilter.jobs.refresh import refresh as run_refresh
+
+    result = run_refresh(spec)
+    if not result.changed:
+        console.print(f"subscription {spec.subscription}: up to date ({len(result.tables)} tables, at {result.lsn})")
+        return 0
+    console.print(f"subscription {spec.subscription}: refreshed at {result.lsn}")
+    for name in result.added:
+        console.print(f"  [green]+ {name}[/]  ({'i: waiting for its initial copy' if spec.copy_data else 'r'})")
+    for name in result.removed:
+        console.print(f"  [red]- {name}[/]  (no longer published; its progress is dropped)")
+    if result.slot_created:
+        console.print(f"  created replication slot rowfilter_{spec.subscription} (pgoutput) on the publisher")
+    if result.definitions_changed and not (result.added or result.removed):
+        console.print("  definitions changed: they apply to changes after this position; rows already copied "
+                      "are not re-copied (as in PostgreSQL)")
+    return 0
+
+
+def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
+    """Print the per-table sync state (``status --json``: the contract of design.md §6)."""
+    from airflow_provider_rowfilter.pg.definitions import connect
+    from airflow_provider_rowfilter.pg.state import StateStore
+
+    with connect(spec.subscriber, "subscriber", spec) as conn:
+        store = StateStore(conn, spec.subscription)
+        subscription = store.require_subscription()
+        tables = store.tables()
+    if as_json:
+        print(json.dumps({
+            "subscription": spec.subscription,
+            "publications": subscription["publications"],
+            "slot": subscription["slot_name"],
+            "last_error": subscription["last_error"],
+            "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn, "rows_copied": t.rows_copied,
+                        "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
+        }))
+        return 0
+    table = Table(title=f"subscription {spec.subscription} (publications {', '.join(subscription['publications'])})")
+    for col in ("table", "state", "lsn", "rows copied", "updated", "last error"):
+        table.add_column(col, overflow="fold")
+    for t in tables:
+        colour = "green" if t.state.value == "r" else "yellow"
+        table.add_row(str(t.table), f"[{colour}]{t.state.value}[/] {t.state.label}", t.lsn or "",
+                      "" if t.rows_copied is None else f"{t.rows_copied:,}",
+                      t.updated_at.strftime("%Y-%m-%d %H:%M:%S"), f"[red]{t.last_error}[/]" if t.last_error else "")
+    console.print(table)
     return 0
 
 
