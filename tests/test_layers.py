@@ -29,6 +29,8 @@ LAYER_OF = {
     # The console command runs the Spark jobs (design §6); Airflow stays out of it.
     "cli": "spark",
     "demo": "spark",
+    # Thin entry points of the Spark jobs (submitted by the operators, run by the CLI).
+    "jobs": "spark",
     "hooks": "airflow",
     "operators": "airflow",
     "sensors": "airflow",
