@@ -241,6 +241,7 @@ def _check_replica_identity(
                 continue
             entry = pub.table_entry(target.name)
             if entry is None:
+                _check_generated_identity(leaf, pub, None, verb)
                 continue
             if entry.row_filter is not None and key is not None:
                 used = _validated(pub, target, catalog).columns
@@ -259,6 +260,7 @@ def _check_replica_identity(
                     publication=pub.name, table=str(leaf.name),
                     hint="include every replica identity column in the column list (REPLICA IDENTITY FULL "
                     "admits no column list)")
+            _check_generated_identity(leaf, pub, entry, verb)
         if not leaf.has_replica_identity:
             raise ReplicaIdentityError(
                 f'cannot {verb} table "{leaf.name.name}" because it does not have a replica identity and '
@@ -266,6 +268,26 @@ def _check_replica_identity(
                 hint=f"To enable {'updating' if action is PublishAction.UPDATE else 'deleting from'} the table, "
                 "set REPLICA IDENTITY using ALTER TABLE.",
                 table=str(leaf.name), publication=publishing[0].name)
+
+
+def _check_generated_identity(leaf: Relation, pub: Publication, entry, verb: str) -> None:
+    """R10.4 (PostgreSQL 18): the replica identity may not hold a generated column the publication leaves out."""
+    generated = {c.name: c.generated for c in leaf.columns if c.generated}
+    if not generated:
+        return
+    if entry is not None and entry.columns is not None:
+        published = set(entry.columns)
+    else:
+        published = {n for n, kind in generated.items() if kind == "s" and pub.publish_generated_columns == "stored"}
+    key = leaf.replica_identity_key
+    identity = set(generated) if key is None else set(key) & set(generated)
+    if any(generated[c] == "v" or c not in published for c in identity):
+        raise ReplicaIdentityError(
+            f'cannot {verb} table "{leaf.name.name}"',
+            detail="Replica identity must not contain unpublished generated columns.",
+            publication=pub.name, table=str(leaf.name),
+            hint="publish the generated columns (publish_generated_columns = stored, or name them in the column "
+            "list), or choose a replica identity without them")
 
 
 def _table_list(pubs: list[Publication], catalog: PublisherCatalog) -> list[TableName]:

@@ -148,7 +148,7 @@ def _functions(cur: psycopg.Cursor) -> FunctionCatalog:
 
 
 _PUBLICATIONS = """
-SELECT p.pubname, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, {viaroot}
+SELECT p.pubname, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, {viaroot}, {gencols}
 FROM pg_publication p ORDER BY p.pubname
 """
 _PUBLICATION_RELS_15 = """
@@ -175,11 +175,14 @@ def read_publications(conn: psycopg.Connection) -> PublicationSet:
     result = PublicationSet()
     with conn.cursor() as cur:
         viaroot = "p.pubviaroot" if version >= 130000 else "false"
-        for name, alltables, ins, upd, dele, trunc, via in cur.execute(_PUBLICATIONS.format(viaroot=viaroot)):
+        gencols = "p.pubgencols::text" if version >= 180000 else "'n'"
+        for name, alltables, ins, upd, dele, trunc, via, gen in cur.execute(
+                _PUBLICATIONS.format(viaroot=viaroot, gencols=gencols)):
             actions = {a for a, on in ((PublishAction.INSERT, ins), (PublishAction.UPDATE, upd),
                                        (PublishAction.DELETE, dele), (PublishAction.TRUNCATE, trunc)) if on}
-            result.publications[name] = Publication(name=name, all_tables=alltables,
-                                                    actions=frozenset(actions), via_root=via)
+            result.publications[name] = Publication(name=name, all_tables=alltables, actions=frozenset(actions),
+                                                    via_root=via,
+                                                    publish_generated_columns="stored" if gen == "s" else "none")
         tables: dict[str, list[PublishedTable]] = {}
         rels_query = _PUBLICATION_RELS_15 if version >= 150000 else _PUBLICATION_RELS_OLD
         for pubname, schema, relname, qual, attnames in cur.execute(rels_query):

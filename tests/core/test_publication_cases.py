@@ -32,26 +32,24 @@ KNOWN_GAPS = frozenset({
     "rf-exists-subquery",
     "ri-rf-partitioned-update-where-false",
     "cl-drop-listed-column-blocked",
-    "ri-cl-partitioned-leaf-full-after-add",
-    "ri-cl-partitioned-leaf-ri-changed-to-c",
-    "ri-cl-attach-partition-ri-not-covered",
-    "ri-cl-attached-partition-set-full",
-    "ri-gen-unpublished-generated-ri-column",
-    "ri-gen-unpublished-generated-ri-column-delete",
-    "ri-gen-full-with-unpublished-generated-column",
 })
 
 CASES = yaml.safe_load((Path(__file__).parent / "fixtures" / "publication_cases.yaml").read_text())
 
 
 def _outcome(dsn: str, case: dict) -> RowFilterError | None:
+    ddl = case["ddl"]
     with psycopg.connect(dsn, autocommit=True) as conn:
         if case.get("setup"):
             conn.execute(case["setup"])
+        if "PUBLICATION" not in ddl.upper():
+            # an ALTER TABLE between the publications and the DML: it changes the catalog we read
+            conn.execute(ddl)
+            ddl = ""
         catalog = read_catalog(conn)
         existing = read_publications(conn)  # publications the case's setup created natively
     try:
-        publications = publications_from_ddl(case["ddl"], catalog, base=existing)
+        publications = publications_from_ddl(ddl, catalog, base=existing)
         if case.get("dml"):
             # PostgreSQL checks replica identity for the operation the DML performs
             action = PublishAction.DELETE if case["dml"].lstrip().upper().startswith("DELETE") else PublishAction.UPDATE
