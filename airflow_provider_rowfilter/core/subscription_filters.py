@@ -246,19 +246,16 @@ def _check_replica_identity(
             if entry.row_filter is not None and key is not None:
                 used = _validated(pub, target, catalog).columns
                 if not used <= key:
-                    raise ReplicaIdentityError(
-                        f'cannot {verb} table "{leaf.name.name}"',
-                        detail="Column used in the publication WHERE expression is not part of the replica identity.",
-                        publication=pub.name, table=str(leaf.name),
-                        hint=f"filter only on replica identity columns {sorted(key)} for publications that publish "
+                    raise _identity_error(
+                        verb, leaf, pub,
+                        "Column used in the publication WHERE expression is not part of the replica identity.",
+                        f"filter only on replica identity columns {sorted(key)} for publications that publish "
                         f"{action.value}, or set REPLICA IDENTITY FULL on the publisher (ALTER TABLE {leaf.name} "
                         "REPLICA IDENTITY FULL)")
             if entry.columns is not None and (key is None or not key <= set(entry.columns)):
-                raise ReplicaIdentityError(
-                    f'cannot {verb} table "{leaf.name.name}"',
-                    detail="Column list used by the publication does not cover the replica identity.",
-                    publication=pub.name, table=str(leaf.name),
-                    hint="include every replica identity column in the column list (REPLICA IDENTITY FULL "
+                raise _identity_error(
+                    verb, leaf, pub, "Column list used by the publication does not cover the replica identity.",
+                    "include every replica identity column in the column list (REPLICA IDENTITY FULL "
                     "admits no column list)")
             _check_generated_identity(leaf, pub, entry, verb)
         if not leaf.has_replica_identity:
@@ -268,6 +265,12 @@ def _check_replica_identity(
                 hint=f"To enable {'updating' if action is PublishAction.UPDATE else 'deleting from'} the table, "
                 "set REPLICA IDENTITY using ALTER TABLE.",
                 table=str(leaf.name), publication=publishing[0].name)
+
+
+def _identity_error(verb: str, leaf: Relation, pub: Publication, detail: str, hint: str) -> ReplicaIdentityError:
+    """PostgreSQL's ``cannot update table "t"`` / ``cannot delete from table "t"`` with its DETAIL, and our fix."""
+    return ReplicaIdentityError(f'cannot {verb} table "{leaf.name.name}"', detail=detail, publication=pub.name,
+                                table=str(leaf.name), hint=hint)
 
 
 def _check_generated_identity(leaf: Relation, pub: Publication, entry, verb: str) -> None:
@@ -282,11 +285,9 @@ def _check_generated_identity(leaf: Relation, pub: Publication, entry, verb: str
     key = leaf.replica_identity_key
     identity = set(generated) if key is None else set(key) & set(generated)
     if any(generated[c] == "v" or c not in published for c in identity):
-        raise ReplicaIdentityError(
-            f'cannot {verb} table "{leaf.name.name}"',
-            detail="Replica identity must not contain unpublished generated columns.",
-            publication=pub.name, table=str(leaf.name),
-            hint="publish the generated columns (publish_generated_columns = stored, or name them in the column "
+        raise _identity_error(
+            verb, leaf, pub, "Replica identity must not contain unpublished generated columns.",
+            "publish the generated columns (publish_generated_columns = stored, or name them in the column "
             "list), or choose a replica identity without them")
 
 
