@@ -137,7 +137,43 @@ def parse_row_filter(sql: str) -> exp.Expression:
         ) from e
     if len(parsed) != 1 or parsed[0] is None:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
+    _check_nonassociative(sql, parsed[0], tokens)
     return parsed[0]
+
+
+# gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax
+# errors there, while sqlglot nests them (wrapping the IS case in a parenthesis of its own).
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+_RESETS_IS = {TokenType.AND, TokenType.OR, TokenType.COMMA, TokenType.THEN, TokenType.WHEN, TokenType.ELSE,
+              TokenType.END, TokenType.CASE}
+
+
+def _check_nonassociative(sql: str, tree: exp.Expression, tokens: list) -> None:
+    for node in tree.walk():
+        if isinstance(node, _COMPARISONS) and isinstance(node.this, _COMPARISONS):
+            word = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}[type(node)]
+            raise PublicationSyntaxError(f'syntax error at or near "{word}"', source=sql,
+                                         position=_position(node.expression))
+    # `a IS DISTINCT FROM b IS …`: the rule ending in an expression conflicts with the next IS, which
+    # %nonassoc turns into a syntax error; postfix tests (IS NULL, IS TRUE …) chain freely. Found on
+    # the tokens: an IS after IS [NOT] DISTINCT FROM at the same depth, with no AND/OR/NOT/","/CASE
+    # part between them.
+    after_distinct: dict[int, bool] = {}
+    depth = 0
+    for i, tok in enumerate(tokens):
+        kind = tok.token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+            after_distinct[depth] = False
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        elif kind == TokenType.IS:
+            if after_distinct.get(depth):
+                raise PublicationSyntaxError('syntax error at or near "IS"', source=sql, position=tok.start + 1)
+            following = [t.text.upper() for t in tokens[i + 1 : i + 3]]
+            after_distinct[depth] = following[:1] == ["DISTINCT"] or following == ["NOT", "DISTINCT"]
+        elif kind in _RESETS_IS or (kind == TokenType.NOT and tokens[i - 1].token_type != TokenType.IS):
+            after_distinct[depth] = False
 
 
 def _check_operators(sql: str, tokens: list) -> None:
@@ -201,7 +237,7 @@ def validate_row_filter(
 
 
 def _position(node: exp.Expression) -> int | None:
-    for n in node.walk():
+    for n in node.walk(bfs=False):
         meta = n.meta if hasattr(n, "meta") else {}
         if isinstance(meta, dict) and "start" in meta:
             return meta["start"] + 1
@@ -394,9 +430,12 @@ class _Analyzer:
                 return self._numeric_result(lt, rt)
             return numeric
         if lt.is_text_family and rt.is_text_family:
-            if lt.name == rt.name == "bpchar":
+            # Operator resolution: text wins as the preferred type when either side is text;
+            # otherwise character's own operators (bpchareq …) match one side exactly, so
+            # varchar = character compares as character (v::bpchar = c).
+            if "text" not in (lt.name, rt.name) and "bpchar" in (lt.name, rt.name):
                 return PgType("bpchar")
-            return T.TEXT if "bpchar" not in (lt.name, rt.name) else T.TEXT
+            return T.TEXT
         if {lt.name, rt.name} == {"date", "timestamp"}:
             return T.TIMESTAMP
         if {lt.name, rt.name} in ({"date", "timestamptz"}, {"timestamp", "timestamptz"}):
@@ -465,14 +504,16 @@ class _Analyzer:
     def _a_NullSafeNEQ(self, node): return self._comparison(node, "=")
 
     def _a_Between(self, node: exp.Between) -> PgType:
-        parts = [node.this, node.args["low"], node.args["high"]]
-        types = [self.analyze(p) for p in parts]
-        common = types[0]
-        for t in types[1:]:
-            common = self.common_type(common, t, ">=", node)
-        for p, t in zip(parts, types, strict=True):
-            self.coerce(p, t, common)
-        self._check_comparable(common, node, "<", *parts)
+        # x >= low AND x <= high: each comparison resolves its own operator (c BETWEEN v AND t
+        # compares c >= v::bpchar and c::text <= t); the translation converts x per bound
+        xt = self.analyze(node.this)
+        for bound in (node.args["low"], node.args["high"]):
+            bt = self.analyze(bound)
+            pair = self.common_type(xt, bt, ">=", node)
+            self.coerce(bound, bt, pair)
+            self._check_comparable(pair, node, "<", node.this, bound)
+            if xt.is_unknown:
+                self.coerce(node.this, xt, pair)
         return T.BOOL
 
     def _a_In(self, node: exp.In) -> PgType:
@@ -480,14 +521,31 @@ class _Analyzer:
             self.analyze(node.this)
             self.walker_violation(ONLY_SIMPLE, node.args.get("query") or node.expressions[0])
             return T.BOOL
-        parts = [node.this, *node.expressions]
-        types = [self.analyze(p) for p in parts]
-        common = types[0]
-        for t in types[1:]:
-            common = self.common_type(common, t, "=", node)
-        for p, t in zip(parts, types, strict=True):
-            self.coerce(p, t, common)
-        self._check_comparable(common, node, "=", *parts)
+        lt = self.analyze(node.this)
+        types = {id(e): self.analyze(e) for e in node.expressions}
+        array, pairwise = in_list_groups(node)
+        common = T.TEXT
+        if array:
+            # x = ANY (ARRAY[…]) over the column-free items, in the common type of x and those items
+            common = lt
+            for e in array:
+                common = self.common_type(common, types[id(e)], "=", node)
+            for e in array:
+                self.coerce(e, types[id(e)], common)
+            self._check_comparable(common, node, "=", node.this, *array)
+            known = [t for t in (lt, *(types[id(e)] for e in array)) if not t.is_unknown]
+            if known and all(t.name == "varchar" for t in known):
+                # varchar has no "=" of its own: PostgreSQL compares as text and wraps the
+                # varchar[] array in an ArrayCoerceExpr, which the row-filter walker rejects
+                # (so v IN ('a', 'b') is refused, while v = 'a' OR v = 'b' is fine)
+                self.walker_violation(ONLY_SIMPLE, node)
+        for e in pairwise:
+            # x = item, each resolved as its own operator: the translation converts x per item
+            pair = self.common_type(lt, types[id(e)], "=", node)
+            self.coerce(e, types[id(e)], pair)
+            self._check_comparable(pair, node, "=", node.this, e)
+        if lt.is_unknown:
+            self.coerce(node.this, lt, common)
         return T.BOOL
 
     def _arith(self, node: exp.Binary, op: str) -> PgType:
@@ -590,6 +648,8 @@ class _Analyzer:
         for child, t in ((node.left, lt), (node.right, rt)):
             if not (t.is_text_family or t.is_unknown):
                 raise self.error(f"operator does not exist: {lt} ~~ {rt}", node)
+            if child is node.left and t.name == "bpchar":
+                continue  # bpcharlike(character, text) matches the padded value, trailing spaces included
             self.coerce(child, t, T.TEXT)
         if op == "ILIKE":
             self._require_binary_collation(node, "ILIKE", node.left)
@@ -631,11 +691,18 @@ class _Analyzer:
             if common.is_unknown:
                 common = t
             elif not t.is_unknown and t != common:
+                # select_common_type: switch to a later type only when the earlier one converts to
+                # it implicitly and not back. Numbers climb int2 < int4 < int8 < numeric < float4
+                # < float8 (COALESCE(real, numeric) is real); the string types all convert both
+                # ways, so the first one stays (COALESCE(c, t) is character).
                 resolved = T.numeric_common(common, t)
                 if resolved is not None:
-                    common = self._numeric_result(common, t) if resolved.name == "numeric" else resolved
+                    order = ("int2", "int4", "int8", "numeric", "float4", "float8")
+                    top = max(common, t, key=lambda x: order.index(x.name))
+                    common = self._numeric_result(common, t) if top.name == "numeric" else PgType(top.name)
                 elif common.is_text_family and t.is_text_family:
-                    common = T.TEXT
+                    common = PgType(common.name) if common.name != t.name or common.precision != t.precision \
+                        else common
                 elif {common.name, t.name} == {"date", "timestamp"}:
                     common = T.TIMESTAMP
                 else:
@@ -690,7 +757,7 @@ class _Analyzer:
                 self.coerce(branch.this, t, T.BOOL)
         results = [b.args["true"] for b in node.args["ifs"]]
         if node.args.get("default") is not None:
-            results.append(node.args["default"])
+            results.insert(0, node.args["default"])  # transformCaseExpr puts ELSE first
         return self._common_of(node, results, "CASE")
 
     # --- casts ------------------------------------------------------------------------------------
@@ -721,6 +788,10 @@ class _Analyzer:
                 raise self.untranslatable(
                     "a cast from double precision to numeric", node,
                     "PostgreSQL keeps 15 significant digits there and Spark keeps all; compare as double precision")
+            if target.name == "numeric" and target.precision is None and (source.is_integer or source.name == "numeric"):
+                # integer -> numeric (what pg_get_expr shows as (50)::numeric) keeps the value exactly
+                target = source if source.name == "numeric" else PgType(
+                    "numeric", {"int2": 5, "int4": 10, "int8": 19}[source.name], 0)
             self._require_spark_type(target, node)
         elif pair in _IMMUTABLE_FUNCTION_CASTS:
             pass
@@ -790,7 +861,12 @@ class _Analyzer:
             return _reject_format(self, node, text, target)
         if target.name == "timestamp":
             return parsed.naive()
-        return parsed.in_timezone("UTC")
+        try:
+            return parsed.in_timezone("UTC")
+        except OverflowError:  # e.g. '0001-01-01 00:00+02', which is in 1 BC in UTC
+            raise self.untranslatable(
+                f"the {target} literal {text!r}", node,
+                "Spark holds timestamps from year 1 to 9999 (UTC); use a value inside that range") from None
 
     # --- functions --------------------------------------------------------------------------------
     def _function(self, node: exp.Func) -> PgType:
@@ -920,6 +996,22 @@ def _reject_format(analyzer: _Analyzer, node: exp.Expression, text: str, target:
     raise analyzer.untranslatable(
         f"the {target} literal {text!r}", node,
         "write dates and timestamps in ISO 8601 form, e.g. '2024-01-31' or '2024-01-31 12:00:00+00'")
+
+
+def in_list_groups(node: exp.In) -> tuple[list[exp.Expression], list[exp.Expression]]:
+    """Split ``x IN (…)`` the way PostgreSQL's transformAExprIn does.
+
+    With more than one item that references no column, those items become one
+    ``x = ANY (ARRAY[…])`` in their common type with ``x``; every other item (all of them when
+    at most one is column-free) is compared as ``x = item`` with its own operator, ORed in list
+    order after the array. So ``i8 IN (f8, 9223372036854775806)`` compares i8 exactly with the
+    literal, not as double precision.
+    """
+    items = list(node.expressions)
+    free = [e for e in items if not any(isinstance(n, exp.Column) for n in e.walk())]
+    if len(free) > 1:
+        return free, [e for e in items if not any(e is f for f in free)]
+    return [], items
 
 
 def _prefix_rank(node: exp.Expression) -> int:

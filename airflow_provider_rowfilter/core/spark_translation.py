@@ -17,7 +17,12 @@ from sqlglot import exp
 from airflow_provider_rowfilter.core import pg_types as T
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.pg_types import PgType
-from airflow_provider_rowfilter.core.row_filter import RowFilter, function_name, identifier_name
+from airflow_provider_rowfilter.core.row_filter import (
+    RowFilter,
+    function_name,
+    identifier_name,
+    in_list_groups,
+)
 
 # PostgreSQL's lower()/upper()/ILIKE under the C collation map ASCII letters only.
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -49,6 +54,14 @@ def _fn(name: str, *args: exp.Expression) -> exp.Expression:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
+_ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case)
+
+
+def _operand(e: exp.Expression) -> exp.Expression:
+    """Parenthesise a compound operand: ``b = (x <> y)`` must not come out as ``b = x <> y``."""
+    return e if isinstance(e, _ATOMS) else exp.Paren(this=e)
+
+
 class _Translator:
     def __init__(self, rf: RowFilter) -> None:
         self.rf = rf
@@ -72,6 +85,8 @@ class _Translator:
         if own.name in ("numeric", "float4", "float8") and target.is_integer:
             rounding = "round" if own.name == "numeric" else "bround"  # numeric: half away from 0; float: rint
             return _cast(_fn(rounding, built, exp.Literal.number(0)), target)
+        if own.name == "float8" and target.name == "float4":
+            return _checked_float4(built, _cast(built.copy(), target))
         if own.name == "int4" and target.name == "bool":
             return exp.NEQ(this=built, expression=exp.Literal.number(0))
         if own.name == "numeric" and target.name == "numeric" and own.precision is not None \
@@ -107,7 +122,9 @@ class _Translator:
         if t.name == "date":
             return _cast(exp.Literal.string(value.isoformat()), t)  # type: ignore[attr-defined]
         if t.name == "timestamp":
-            return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)  # type: ignore[attr-defined]
+            if not isinstance(value, datetime.datetime):  # a date constant compared with a timestamp
+                value = datetime.datetime.combine(value, datetime.time())  # type: ignore[arg-type]
+            return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)
         if t.name == "timestamptz":
             assert isinstance(value, datetime.datetime)
             return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)
@@ -148,12 +165,20 @@ class _Translator:
             test = exp.Coalesce(this=inner if truth else exp.Not(this=exp.Paren(this=inner)),
                                 expressions=[exp.false()])
             return exp.Not(this=exp.Paren(this=test)) if negate else test
-        test = exp.Is(this=inner, expression=exp.Null())
-        return exp.Not(this=test) if negate else test
+        test = exp.Is(this=_operand(inner), expression=exp.Null())  # Spark cannot parse x LIKE y IS NULL
+        return exp.Not(this=exp.Paren(this=test)) if negate else test
 
     # --- comparisons ------------------------------------------------------------------------------
+    def _compared(self, node: exp.Expression) -> exp.Expression:
+        """An operand as a comparison sees it: character(n) compares without trailing spaces
+        (bpchareq, bpcharlt … use bcTruelen), while its value keeps the padding PostgreSQL stores."""
+        built = self.value(node)
+        if self.rf.targets.get(id(node), self.rf.types[id(node)]).name == "bpchar":
+            return _fn("rtrim", built)
+        return _operand(built)
+
     def _cmp(self, cls, node):
-        return cls(this=self.value(node.left), expression=self.value(node.right))
+        return cls(this=self._compared(node.left), expression=self._compared(node.right))
 
     def _t_EQ(self, node, t):  return self._cmp(exp.EQ, node)
     def _t_NEQ(self, node, t): return self._cmp(exp.NEQ, node)
@@ -167,7 +192,17 @@ class _Translator:
         return exp.Not(this=exp.Paren(this=self._cmp(exp.NullSafeEQ, node)))
 
     def _t_Between(self, node, t):
-        x, lo, hi = self.value(node.this), self.value(node.args["low"]), self.value(node.args["high"])
+        low, high = node.args["low"], node.args["high"]
+        x_low, x_high = self._subject(node.this, low), self._subject(node.this, high)
+        lo, hi = self._compared(low), self._compared(high)
+        if x_low != x_high:  # x converted differently for each bound: x >= low AND x <= high
+            both = exp.and_(exp.GTE(this=x_low, expression=lo), exp.LTE(this=x_high, expression=hi))
+            if node.args.get("symmetric"):
+                other = exp.and_(exp.GTE(this=x_high.copy(), expression=hi.copy()),
+                                 exp.LTE(this=x_low.copy(), expression=lo.copy()))
+                return exp.Paren(this=exp.or_(exp.Paren(this=both), exp.Paren(this=other)))
+            return exp.Paren(this=both)
+        x = x_low
         forward = exp.Between(this=x, low=lo, high=hi)
         if node.args.get("symmetric"):
             backward = exp.Between(this=x.copy(), low=hi.copy(), high=lo.copy())
@@ -175,7 +210,25 @@ class _Translator:
         return forward
 
     def _t_In(self, node, t):
-        return exp.In(this=self.value(node.this), expressions=[self.value(e) for e in node.expressions])
+        # PostgreSQL's x = ANY (ARRAY[column-free items]) OR x = item … (see in_list_groups)
+        array, pairwise = in_list_groups(node)
+        terms: list[exp.Expression] = []
+        if array:
+            terms.append(exp.In(this=self._subject(node.this, array[0]),
+                                expressions=[self._compared(e) for e in array]))
+        for e in pairwise:
+            terms.append(exp.EQ(this=self._subject(node.this, e), expression=self._compared(e)))
+        return terms[0] if len(terms) == 1 else exp.Paren(this=exp.or_(*terms))
+
+    def _subject(self, subject: exp.Expression, item: exp.Expression) -> exp.Expression:
+        """The left side of ``x IN (…)`` converted to the type it is compared with ``item`` in."""
+        own = self.rf.types[id(subject)]
+        common = self.rf.targets.get(id(item), self.rf.types[id(item)])
+        if id(subject) in self.rf.constants:
+            built = self.constant(self.rf.constants[id(subject)], common)
+        else:
+            built = self.convert(self.build(subject, own), own, common)
+        return _fn("rtrim", built) if common.name == "bpchar" else _operand(built)
 
     # --- arithmetic -------------------------------------------------------------------------------
     def _arith(self, cls, node, t):
@@ -185,9 +238,11 @@ class _Translator:
             rt = self.rf.types[id(node.right)]
             if rt.name == "date":
                 return _fn("datediff", left, right)
-            return _fn("date_add" if cls is exp.Add else "date_sub", left, right)
-        result = cls(this=exp.Paren(this=left), expression=exp.Paren(this=right))
-        return _cast(result, t)
+            return _checked_date(_fn("date_add" if cls is exp.Add else "date_sub", left, right))
+        result = _cast(cls(this=exp.Paren(this=left), expression=exp.Paren(this=right)), t)
+        if t.name in ("float4", "float8"):
+            return _checked_float(cls, left, right, result, t)
+        return result
 
     def _t_Add(self, node, t): return self._arith(exp.Add, node, t)
     def _t_Sub(self, node, t): return self._arith(exp.Sub, node, t)
@@ -245,6 +300,10 @@ class _Translator:
         return exp.Least(this=self.value(node.this), expressions=[self.value(e) for e in node.expressions])
 
     def _t_Nullif(self, node, t):
+        if self.rf.targets.get(id(node.this), self.rf.types[id(node.this)]).name == "bpchar":
+            # equal ignoring trailing spaces, but the value returned keeps its own
+            equal = exp.EQ(this=self._compared(node.this), expression=self._compared(node.expression))
+            return exp.Case(ifs=[exp.If(this=equal, true=_cast(exp.Null(), t))], default=self.value(node.this))
         return exp.Nullif(this=self.value(node.this), expression=self.value(node.expression))
 
     def _t_Case(self, node, t):
@@ -255,7 +314,10 @@ class _Translator:
                 common = self.rf.targets.get(id(subject), self.rf.types[id(subject)])
                 left = self.convert(self.build(subject, self.rf.types[id(subject)]), self.rf.types[id(subject)], common) \
                     if id(subject) not in self.rf.constants else self.constant(self.rf.constants[id(subject)], common)
-                cond: exp.Expression = exp.EQ(this=left, expression=self.value(branch.this))
+                right = self._compared(branch.this)
+                if common.name == "bpchar":
+                    left = _fn("rtrim", left)
+                cond: exp.Expression = exp.EQ(this=left, expression=right)
             else:
                 cond = self.value(branch.this)
             ifs.append(exp.If(this=cond, true=self.value(branch.args["true"])))
@@ -310,6 +372,81 @@ class _Translator:
             return _fn("bround", self.value(args[0]), exp.Literal.number(0))
         digits = self.value(args[1]) if len(args) > 1 else exp.Literal.number(0)
         return _cast(_fn("round", self.value(args[0]), digits), t)
+
+
+def _raise(message: str) -> exp.Expression:
+    return _fn("raise_error", exp.Literal.string(message))
+
+
+def _checked_float(cls, left: exp.Expression, right: exp.Expression, result: exp.Expression,
+                   t: PgType) -> exp.Expression:
+    """PostgreSQL's float arithmetic with its errors (float.h); Spark yields Infinity or 0 instead.
+
+    ``float8_pl``/``_mi``/``_mul``/``_div`` raise "value out of range: overflow" when the result
+    is infinite but no input was, ``_mul``/``_div`` raise "underflow" when the result is 0 but the
+    inputs were not (nor, for division, an infinite divisor), and ``_div`` raises "division by
+    zero" for a zero divisor unless the dividend is NaN (NaN / 0 is NaN). Spark's ANSI division
+    raises for every zero divisor, so NaN / 0 is answered before dividing.
+    """
+    infinity = _cast(exp.Literal.string("Infinity"), t)
+    zero = _cast(exp.Literal.number(0), t)
+
+    def is_inf(e: exp.Expression) -> exp.Expression:
+        return exp.EQ(this=_fn("abs", e.copy()), expression=infinity.copy())
+
+    def is_zero(e: exp.Expression) -> exp.Expression:
+        return exp.EQ(this=e.copy(), expression=zero.copy())
+
+    def all_of(*conds: exp.Expression) -> exp.Expression:
+        return exp.and_(*(exp.Paren(this=c) for c in conds))
+
+    def no(cond: exp.Expression) -> exp.Expression:
+        return exp.Not(this=exp.Paren(this=cond))
+
+    if cls is exp.Div:
+        overflow = all_of(is_inf(result), no(is_inf(left)))
+        underflow = all_of(is_zero(result), no(is_zero(left)), no(is_inf(right)))
+    else:
+        overflow = all_of(is_inf(result), no(is_inf(left)), no(is_inf(right)))
+        underflow = (all_of(is_zero(result), no(is_zero(left)), no(is_zero(right)))
+                     if cls is exp.Mul else None)
+    ifs = [exp.If(this=overflow, true=_raise("value out of range: overflow"))]
+    if underflow is not None:
+        ifs.append(exp.If(this=underflow, true=_raise("value out of range: underflow")))
+    checked: exp.Expression = exp.Case(ifs=ifs, default=result)
+    if cls is exp.Div:
+        nan_by_zero = all_of(is_zero(right), _fn("isnan", left.copy()))
+        checked = exp.Case(ifs=[exp.If(this=nan_by_zero, true=left.copy())], default=checked)
+    return checked
+
+
+def _checked_float4(value: exp.Expression, result: exp.Expression) -> exp.Expression:
+    """float8 → real raises "value out of range: overflow/underflow" in PostgreSQL (float84)."""
+    infinity = _cast(exp.Literal.string("Infinity"), PgType("float8"))
+
+    def is_inf(e: exp.Expression) -> exp.Expression:
+        return exp.EQ(this=_fn("abs", _cast(e.copy(), PgType("float8"))), expression=infinity.copy())
+
+    def is_zero(e: exp.Expression) -> exp.Expression:
+        return exp.EQ(this=e.copy(), expression=exp.Literal.number(0))
+
+    overflow = exp.and_(exp.Paren(this=is_inf(result)), exp.Not(this=exp.Paren(this=is_inf(value))))
+    underflow = exp.and_(exp.Paren(this=is_zero(result)), exp.Not(this=exp.Paren(this=is_zero(value))))
+    return exp.Case(ifs=[exp.If(this=overflow, true=_raise("value out of range: overflow")),
+                         exp.If(this=underflow, true=_raise("value out of range: underflow"))],
+                    default=result)
+
+
+# PostgreSQL's dates run from 4714-11-24 BC to 5874897-12-31 (IS_VALID_DATE), as days since 1970-01-01.
+_MIN_UNIX_DATE, _MAX_UNIX_DATE = -2440588, 2145042905
+
+
+def _checked_date(result: exp.Expression) -> exp.Expression:
+    """date ± integer raises "date out of range" in PostgreSQL (date_pli); Spark's date_add does not."""
+    days = _fn("unix_date", result)
+    outside = exp.Not(this=exp.Paren(this=exp.Between(this=days, low=exp.Literal.number(_MIN_UNIX_DATE),
+                                                      high=exp.Literal.number(_MAX_UNIX_DATE))))
+    return exp.Case(ifs=[exp.If(this=outside, true=_raise("date out of range"))], default=result.copy())
 
 
 _LIKE_SPECIAL = re.compile(r"[%_\\]")

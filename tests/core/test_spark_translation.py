@@ -1,0 +1,187 @@
+"""Regressions of the row-filter translation: each case is a disagreement the differential test found.
+
+Every case gives a filter, rows in PostgreSQL's text form and PostgreSQL's result (True / False /
+None per row, or ERROR when evaluating the filter over those rows raises). Two tests read the same
+table: one replays each case on the real PostgreSQL (so the expectation cannot be wrong), the other
+evaluates our Spark translation over the rows cast from that text (so the fix cannot regress).
+Validity cases compare our validator with PostgreSQL's own ``CREATE PUBLICATION … WHERE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import psycopg
+import pytest
+
+from airflow_provider_rowfilter.core.errors import (
+    InvalidRowFilterError,
+    PublicationError,
+    UntranslatableFilterError,
+)
+from airflow_provider_rowfilter.core.row_filter import validate_row_filter
+from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+from tests.core import filter_table as ft
+
+ERROR = "error"
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    filter: str
+    rows: tuple[dict[str, str], ...]  # column -> PostgreSQL's text output; missing = NULL
+    expected: tuple[bool | None, ...] | str  # per row, or ERROR
+    why: str
+
+
+CASES = (
+    Case("lower_of_a_constant", "lower('AB') = 'ab'", ({},), (True,),
+         "lower('AB') was typed as the constant 'AB'"),
+    Case("replace_of_a_constant", "replace('abc', 'b', 'x') = 'axc'", ({},), (True,),
+         "replace('abc', …) was typed as the constant 'abc'"),
+    Case("nullif_of_a_constant", "NULLIF('', COALESCE('', c)) IS NULL", ({"c": "ab  "}, {}), (True, True),
+         "NULLIF('', …) was typed as the constant ''"),
+    Case("varchar_cast_truncates", "(t)::varchar(3) = 'abc'", ({"t": "abcdef"}, {"t": "abc"}), (True, True),
+         "an explicit cast to varchar(n) truncates silently"),
+    Case("varchar_cast_of_a_literal_truncates", "'abcdef'::varchar(3) = t", ({"t": "abc"},), (True,),
+         "the validator raised 'value too long' where PostgreSQL truncates"),
+    Case("char_cast_pads", "(t)::char(3) LIKE 'a  '", ({"t": "a"}, {"t": "abcd"}), (True, False),
+         "an explicit cast to character(n) pads and truncates; LIKE sees the padding"),
+    Case("coalesce_with_char_takes_any_literal", "COALESCE(c, 'abcdef') = 'abcdef'", ({}, {"c": "ab  "}),
+         (True, False), "an implicit coercion of a literal to character(4) has no length limit"),
+    Case("char_equality_ignores_trailing_spaces", "c = 'ab'", ({"c": "ab  "}, {"c": "a   "}), (True, False),
+         "bpchareq compares without trailing spaces; the Spark value keeps PostgreSQL's padding"),
+    Case("char_order_ignores_trailing_spaces", "c < 'ab!'", ({"c": "ab  "},), (True,),
+         "bpcharlt compares without trailing spaces"),
+    Case("char_in_list_ignores_trailing_spaces", "c IN ('ab ', 'x')", ({"c": "ab  "},), (True,),
+         "the character = ANY (…) compares without trailing spaces"),
+    Case("char_like_sees_the_padding", "c LIKE 'ab'", ({"c": "ab  "},), (False,),
+         "bpcharlike matches the padded value"),
+    Case("char_like_padding_pattern", "c LIKE 'ab  '", ({"c": "ab  "},), (True,),
+         "bpcharlike matches the padded value"),
+    Case("char_nullif_ignores_trailing_spaces", "NULLIF(c, 'ab') IS NULL", ({"c": "ab  "},), (True,),
+         "NULLIF compares with bpchareq"),
+    Case("round_of_an_integer_is_double_precision", "round(i8) = 9223372036854775806",
+         ({"i8": "9223372036854775807"},), (True,),
+         "round(bigint) resolves to round(double precision), not round(numeric)"),
+    Case("in_list_items_with_columns_compare_pairwise", "i8 IN (f8, 9223372036854775806)",
+         ({"i8": "9223372036854775807"},), (None,),
+         "i8 = 9223372036854775806 is an exact bigint comparison, not one in double precision"),
+    Case("in_list_character_against_text_and_literal", "c IN (t, 'ab ')", ({"c": "ab  ", "t": "x"},), (True,),
+         "c = t compares as text, c = 'ab ' as character"),
+    Case("in_list_constant_array_then_columns", "i8 IN (1, 2, f8, i4)",
+         ({"i8": "2"}, {"i8": "5", "f8": "5"}, {"i8": "6", "i4": "7", "f8": "0"}), (True, True, False),
+         "= ANY over the column-free items, then one comparison per item with columns"),
+    Case("float8_overflow_raises", "f8 * 10 > 0", ({"f8": "1e+308"},), ERROR,
+         "float8_mul raises 'value out of range: overflow'; Spark yields Infinity"),
+    Case("float8_infinity_times_ten_is_fine", "f8 * 10 > 0", ({"f8": "Infinity"},), (True,),
+         "no overflow error when an input already is infinite"),
+    Case("float8_underflow_raises", "f8 * f8 = 0", ({"f8": "1e-200"},), ERROR,
+         "float8_mul raises 'value out of range: underflow'; Spark yields 0"),
+    Case("float4_overflow_raises", "f4 + f4 > 0", ({"f4": "3e+38"},), ERROR,
+         "float4_pl raises 'value out of range: overflow'"),
+    Case("float_nan_divided_by_zero_is_nan", "f8 / 0::float8 = 'NaN'::float8", ({"f8": "NaN"},), (True,),
+         "float8_div: NaN / 0 is NaN; Spark's ANSI division raises"),
+    Case("float_divided_by_zero_raises", "f8 / 0::float8 = 1", ({"f8": "1"},), ERROR,
+         "float8_div raises 'division by zero'"),
+    Case("date_plus_integer_out_of_range", "d + i4 > d", ({"d": "2000-01-01", "i4": "2147483647"},), ERROR,
+         "date_pli raises 'date out of range'; Spark's date_add does not"),
+    Case("date_minus_integer_in_range", "d - i4 < d", ({"d": "2000-01-01", "i4": "730000"},), (True,),
+         "the range check keeps valid dates, BC ones included"),
+    Case("typed_constant_cast_rounds", "2.5::integer = 3", ({},), (True,),
+         "numeric → integer is a cast function (round half away from zero), not int4in('2.5')"),
+    Case("typed_constant_cast_overflows_at_run_time", "32768::int2 > i2", ({"i2": "1"},), ERROR,
+         "PostgreSQL accepts the filter and raises 'smallint out of range' when evaluating it"),
+    Case("varchar_against_character_compares_as_character", "starts_with(NULLIF(v, c), v)", ({"v": "b% "},),
+         (False,), "varchar = character resolves to bpchareq, so NULLIF(v, c) is character (rtrimmed as text)"),
+    Case("coalesce_of_real_and_numeric_is_real", "COALESCE(f4, n) = f8", ({"n": "0.100", "f8": "0.1"},), (False,),
+         "select_common_type keeps real (numeric converts to real implicitly, not back)"),
+    Case("coalesce_of_character_and_text_is_character", "COALESCE(c, t) LIKE 'ab'", ({"c": "ab  "},), (False,),
+         "select_common_type keeps the first string type; character LIKE sees the padding"),
+    Case("case_else_type_comes_first", "CASE WHEN b THEN v ELSE c END LIKE 'ab'", ({"b": "f", "c": "ab  "},),
+         (False,), "transformCaseExpr considers the ELSE result's type first"),
+    Case("between_bounds_resolve_separately", "i8 BETWEEN f8 AND 9223372036854775806",
+         ({"i8": "9223372036854775807", "f8": "0"},), (False,),
+         "x >= low and x <= high are separate operators: i8 <= 9223372036854775806 is exact"),
+    Case("float8_to_real_underflow_raises", "id = (- (f8)::real)", ({"f8": "5e-324"},), ERROR,
+         "float84 raises 'value out of range: underflow'; Spark's cast yields 0"),
+    Case("boolean_in_list_item_keeps_its_parentheses", "(i4 >= 0) IN (t = 'a', '0'::bigint != f8)",
+         ({"i4": "1", "t": "b", "f8": "1"},), (True,),
+         "an IN item x <> y was generated as b = x <> y, which Spark cannot resolve"),
+    Case("is_null_of_a_like", "'' LIKE 'zAb' IS NOT NULL AND t LIKE 'a%' IS NULL", ({"t": "ab"}, {}), (False, True),
+         "Spark cannot parse x LIKE y IS NULL without parentheses"),
+    Case("date_constant_compared_with_timestamp", "DATE '2000-01-01' <= ts",
+         ({"ts": "2000-01-01 00:00:00"}, {"ts": "1999-12-31 23:59:59.999999"}), (True, False),
+         "a date constant promoted to timestamp crashed the translation"),
+)
+
+VALIDITY = (
+    # (id, filter, our verdict: "accepted" / InvalidRowFilterError / UntranslatableFilterError)
+    ("varchar_in_constant_list_is_rejected", "v IN ('a', 'b')", InvalidRowFilterError),
+    ("text_in_constant_list_is_fine", "t IN ('a', 'b')", "accepted"),
+    ("varchar_in_list_with_a_column_is_fine", "v IN (t, 'a')", "accepted"),
+    ("explicit_varchar_cast_of_a_long_literal", "'abcdef'::varchar(3) = t", "accepted"),
+    ("explicit_char_cast_of_a_column", "(t)::char(3) = c", "accepted"),
+    ("char_column_coalesced_with_a_long_literal", "COALESCE(c, 'abcdef') = t", "accepted"),
+    ("typed_constant_cast_out_of_range", "(-32768)::int2 < 32768::int2", "accepted"),
+    ("timestamptz_literal_before_year_1_in_utc", "tz > '0001-01-01 00:00:00+02'::timestamptz",
+     UntranslatableFilterError),
+    ("float_constant_cast_to_integer", "'6.6e16'::real::integer = i4", "accepted"),
+)
+
+
+def _text_rows(rows: tuple[dict[str, str], ...]) -> list[ft.TextRow]:
+    return [(str(i), *(row.get(n) for n in ft.DATA_COLUMNS)) for i, row in enumerate(rows, start=1)]
+
+
+@pytest.fixture(scope="module")
+def cases_conn(local_pg) -> Iterator[psycopg.Connection]:  # noqa: ANN001
+    dsn = local_pg.create_database("rowfilter_translation_cases")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ft.create_table(conn)
+        yield conn
+    local_pg.drop_database("rowfilter_translation_cases")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_postgres_gives_the_expected_result(cases_conn: psycopg.Connection, case: Case) -> None:
+    printed = ft.insert_text_rows(cases_conn, list(case.rows))
+    assert printed == _text_rows(case.rows), "the case's rows must be PostgreSQL's own text output"
+    assert ft.pg_accepts_filter(cases_conn, case.filter) is None
+    outcome = ft.pg_evaluate(cases_conn, case.filter)
+    if case.expected == ERROR:
+        assert outcome.failed, outcome
+    else:
+        assert outcome.values == case.expected, outcome
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_spark_translation_gives_the_postgres_result(spark, case: Case) -> None:  # noqa: ANN001
+    spark_sql = to_spark_sql(validate_row_filter(case.filter, ft.RELATION))
+    outcome = ft.spark_evaluate(ft.spark_frame(spark, _text_rows(case.rows)), [spark_sql])[0]
+    if case.expected == ERROR:
+        assert outcome.failed, f"{spark_sql} gave {outcome.values}, PostgreSQL raises"
+    else:
+        assert outcome.values == case.expected, f"{spark_sql}: {outcome}"
+
+
+@pytest.mark.parametrize("case_id, filter_sql, verdict", VALIDITY, ids=[v[0] for v in VALIDITY])
+def test_validator_agrees_with_postgres_on_validity(
+    cases_conn: psycopg.Connection, case_id: str, filter_sql: str, verdict: object
+) -> None:
+    pg_error = ft.pg_accepts_filter(cases_conn, filter_sql)
+    if verdict == "accepted":
+        assert pg_error is None
+        validate_row_filter(filter_sql, ft.RELATION)
+    elif verdict is UntranslatableFilterError:
+        assert pg_error is None
+        with pytest.raises(UntranslatableFilterError):
+            validate_row_filter(filter_sql, ft.RELATION)
+    else:
+        assert pg_error is not None
+        with pytest.raises(PublicationError) as raised:
+            validate_row_filter(filter_sql, ft.RELATION)
+        assert isinstance(raised.value, verdict)  # type: ignore[arg-type]
+        assert pg_error.split(": ", 1)[1] == raised.value.message
