@@ -22,7 +22,10 @@ class SubscriptionSpec:
 
     ``publisher``/``subscriber`` are libpq URLs without a password (the password comes from
     ``PGPASSWORD``/``~/.pgpass`` or, in Airflow, from the connection); ``publications_ddl`` is a
-    path to a file of CREATE PUBLICATION statements, relative to the spec file.
+    path to a file of CREATE PUBLICATION statements, relative to the spec file. ``change_log`` is the
+    directory of the durable change-log segments written by the capture (docs/change-log.md),
+    relative to the spec file; it defaults to ``.rowfilter/<subscription>/changes`` beside the spec
+    file (beside the working directory when the spec did not come from a file).
     """
 
     subscription: str
@@ -33,6 +36,7 @@ class SubscriptionSpec:
     subscriber_conn_id: str | None = None
     publications_ddl: str | None = None
     copy_data: bool = True
+    change_log: str | None = None
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     spec_version: int = SPEC_VERSION
@@ -55,7 +59,7 @@ class SubscriptionSpec:
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SubscriptionSpec:
-        """Read a spec file; resolve ``publications_ddl`` relative to it."""
+        """Read a spec file; resolve ``publications_ddl`` and ``change_log`` relative to it."""
         p = Path(path)
         try:
             data = yaml.safe_load(p.read_text())
@@ -67,6 +71,13 @@ class SubscriptionSpec:
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
         if data.get("publications_ddl"):
             data["publications_ddl"] = str((p.parent / data["publications_ddl"]).resolve())
+        change_log = data.get("change_log")
+        if change_log is not None and not isinstance(change_log, str):
+            raise SpecError(f"{str(p)!r}: change_log={change_log!r} is not a directory path",
+                            hint="set change_log: path/to/changes (relative to the spec file) or leave it out")
+        if change_log or isinstance(data.get("subscription"), str):
+            change_log = change_log or default_change_log(data["subscription"])
+            data["change_log"] = str((p.parent / change_log).resolve())
         return cls.from_dict(data, source=str(p))
 
     @classmethod
@@ -91,6 +102,10 @@ class SubscriptionSpec:
     def from_json(cls, text: str) -> SubscriptionSpec:
         return cls.from_dict(json.loads(text), source="spec JSON")
 
+    def change_log_dir(self) -> Path:
+        """The change-log directory: ``change_log``, or the default under the working directory."""
+        return Path(self.change_log or default_change_log(self.subscription))
+
     def publications_sql(self) -> str | None:
         """The text of ``publications_ddl``, or None when publications come from the publisher's catalog."""
         if not self.publications_ddl:
@@ -100,3 +115,8 @@ class SubscriptionSpec:
         except FileNotFoundError as e:
             raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
                             f"{self.subscription!r} does not exist") from e
+
+
+def default_change_log(subscription: str) -> str:
+    """The change-log directory of a subscription when the spec names none (relative)."""
+    return f".rowfilter/{subscription}/changes"

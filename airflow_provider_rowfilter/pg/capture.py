@@ -1,0 +1,359 @@
+"""Capture: read a subscription's slot, write one durable change-log segment, then advance the slot.
+
+The slot is read through the SQL interface (``pg_logical_slot_peek_binary_changes`` with the
+built-in pgoutput plugin and the unfiltered capture publication) with a server-side cursor, and
+decoded message by message into a :class:`~airflow_provider_rowfilter.pg.change_log.SegmentWriter`
+that flushes row groups as it goes: the driver holds one fetch and one row group, however large
+the backlog. The slot function returns whole transactions in commit order.
+
+The order is what makes it exactly once (docs/change-log.md): the segment is written under a
+temporary name, fsynced and renamed; the position is recorded; only then is the slot advanced with
+``pg_replication_slot_advance``. A crash before the rename leaves the slot where it was and the
+rerun reads the same range again; a crash after it is finished by the rerun, which finds the log
+ahead of the slot and advances the slot to the log's end without reading anything twice.
+
+Heartbeat: the flush position of the publisher's WAL is read before the slot. When the read was not
+cut short by the bound, every transaction whose commit record starts before that position was
+decoded, so the slot can be advanced there even when nothing (or nothing more) was for us; an idle
+slot, or one whose tables are quiet while the rest of the publisher is busy, never holds WAL back.
+"""
+
+from __future__ import annotations
+
+import codecs
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+import psycopg
+
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.pgoutput import (
+    POSTGRES_EPOCH,
+    POSTGRES_EPOCH_UNIX_MICROS,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Origin,
+    PgOutputError,
+    Relation,
+    Truncate,
+    Type,
+    Update,
+    decode_message,
+)
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.pg.change_log import (
+    DEFAULT_ROW_GROUP_ROWS,
+    DELETE,
+    INSERT,
+    KINDS,
+    OLD_KINDS,
+    TRUNCATE,
+    UPDATE,
+    ChangeLog,
+    ChangeLogError,
+    LoggedRelation,
+    SegmentWriter,
+)
+from airflow_provider_rowfilter.pg.definitions import connect
+from airflow_provider_rowfilter.pg.publisher import CaptureError, capture_names
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_CHANGES = 100_000
+DEFAULT_FETCH_ROWS = 2_000
+PROTO_VERSION = "1"
+
+_PEEK = ("SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM pg_logical_slot_peek_binary_changes("
+         "%s, %s::pg_lsn, %s, 'proto_version', %s, 'publication_names', %s)")
+_OLD_KIND_CODE = {k: i for i, k in enumerate(OLD_KINDS)}
+# The SQL interface runs the output functions in our session, so its settings shape the text form of
+# dates, times, intervals, floats and bytea. Pinned to what a native subscriber's walsender uses
+# (libpqwalreceiver sends the first three), plus hex bytea and UTC, so the log never depends on the
+# role's or database's defaults.
+_SESSION = ("SET DateStyle = 'ISO, MDY'", "SET IntervalStyle = 'postgres'", "SET extra_float_digits = 3",
+            "SET bytea_output = 'hex'", "SET TimeZone = 'UTC'")
+
+
+@dataclass
+class CaptureResult:
+    """What one capture did; printed as the job's JSON summary line."""
+
+    subscription: str
+    slot: str
+    start_lsn: str  # the slot's confirmed position before the batch (exclusive), after any recovery
+    end_lsn: str  # the slot's confirmed position after it (inclusive)
+    segment: str | None = None
+    transactions: int = 0
+    changes: int = 0
+    changes_by_kind: dict[str, int] = field(default_factory=dict)
+    messages: int = 0  # rows read from the slot (changes plus Begin/Commit/Relation/… messages)
+    more: bool = False  # the bound cut the batch: more changes may be waiting
+    heartbeat: bool = False  # the slot moved on although nothing was for us
+    recovered_lsn: str | None = None  # an interrupted batch finished: the slot caught up with the log
+    lag_bytes: int | None = None  # pg_current_wal_lsn() - end_lsn
+    lag_seconds: float | None = None  # now - commit time of the last transaction captured
+    seconds: float = 0.0
+    changes_per_second: float | None = None
+
+    def summary(self) -> dict:
+        return asdict(self)
+
+
+def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, upto_lsn: str | None = None,
+            row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, fetch_rows: int = DEFAULT_FETCH_ROWS) -> CaptureResult:
+    """Capture one bounded batch of the subscription's slot into its change log.
+
+    :param max_changes: the batch ends at the first commit at which the slot has returned this many
+        rows (PostgreSQL's ``upto_nchanges``: changes plus the Begin, Commit and Relation messages
+        around them), so it always holds whole transactions.
+    :param upto_lsn: also end the batch at the first commit at or past this position.
+    :param row_group_rows: changes per Parquet row group (what the driver holds at once).
+    :param fetch_rows: slot rows fetched from the server-side cursor at once.
+    """
+    if max_changes < 1:
+        raise CaptureError(f"max_changes={max_changes!r} must be at least 1")
+    upto = None if upto_lsn is None else parse_lsn(upto_lsn)
+    began = time.monotonic()
+    slot, publication = capture_names(spec.subscription)
+    change_log = ChangeLog(spec.change_log_dir())
+    with change_log.locked(), connect(spec.publisher, "publisher", spec) as pub:
+        pub.execute("; ".join(_SESSION))
+        confirmed = _confirmed_position(pub, slot)
+        result = CaptureResult(spec.subscription, slot, format_lsn(confirmed), format_lsn(confirmed))
+        logged = change_log.captured_through()
+        if logged is not None and logged < confirmed:
+            raise ChangeLogError(
+                f"replication slot \"{slot}\" was advanced to {format_lsn(confirmed)}, past the end of the change "
+                f"log at {format_lsn(logged)}: the changes in between are not in the log",
+                detail=f"change log {str(change_log.directory)!r}",
+                hint="something else consumed the slot, or it was recreated; resync the subscription's tables, "
+                f"then remove {str(change_log.directory / '_position.json')!r} to accept the gap")
+        if logged is not None and logged > confirmed:
+            # The last run made its segment durable and stopped before advancing the slot.
+            _advance(pub, slot, logged)
+            log.info("finished the interrupted batch of %s: slot advanced to the log's end %s",
+                     slot, format_lsn(logged))
+            confirmed = logged
+            result.recovered_lsn = result.start_lsn = format_lsn(logged)
+        flushed = parse_lsn(pub.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
+            "subscription": spec.subscription, "slot": slot, "publication": publication})
+        try:
+            batch = _read_slot(pub, writer, slot, publication, max_changes=max_changes, upto_lsn=upto,
+                               fetch_rows=fetch_rows)
+            result.more = batch.messages >= max_changes
+            target = max(batch.end_lsn or confirmed, confirmed)
+            if not result.more:
+                # Decoding went through everything flushed before the read: nothing more there is ours.
+                complete = flushed if upto is None else min(flushed, upto)
+                target = max(target, complete)
+            segment = writer.finish(target)
+        except BaseException:
+            writer.abort()
+            raise
+        if target > confirmed:
+            change_log.record_position(target, slot)
+            _advance(pub, slot, target)
+        result.end_lsn = format_lsn(target)
+        result.segment = str(segment.path) if segment else None
+        result.transactions = writer.transactions
+        result.changes = writer.rows
+        result.changes_by_kind = {KINDS[k]: n for k, n in sorted(batch.kinds.items())}
+        result.messages = batch.messages
+        result.heartbeat = segment is None and target > confirmed
+        now, current = pub.execute("SELECT clock_timestamp(), pg_current_wal_lsn() - %s::pg_lsn",
+                                   (result.end_lsn,)).fetchone()
+        result.lag_bytes = max(int(current), 0)
+        if batch.last_commit_ts is not None:
+            result.lag_seconds = max((now - batch.last_commit_ts).total_seconds(), 0.0)
+    result.seconds = round(time.monotonic() - began, 3)
+    if result.changes and result.seconds:
+        result.changes_per_second = round(result.changes / result.seconds, 1)
+    log.info("captured %d changes in %d transactions from %s (%s, %s], segment %s, lag %s bytes",
+             result.changes, result.transactions, slot, result.start_lsn, result.end_lsn, result.segment,
+             result.lag_bytes)
+    return result
+
+
+@dataclass
+class _Batch:
+    messages: int = 0
+    end_lsn: int | None = None
+    last_commit_ts: datetime | None = None
+    kinds: Counter = field(default_factory=Counter)
+
+
+def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication: str, *,
+               max_changes: int, upto_lsn: int | None, fetch_rows: int) -> _Batch:
+    """Stream the slot's pending transactions into ``writer``."""
+    encoding = _python_encoding(pub)
+    types = _TypeNames(pub)
+    relations: dict[int, LoggedRelation] = {}
+    batch = _Batch()
+    kinds = batch.kinds
+    begin: Begin | None = None
+    seq = 0
+    try:
+        with pub.transaction(), pub.cursor("rowfilter_capture", binary=True) as cursor:
+            cursor.execute(_PEEK, (slot, None if upto_lsn is None else format_lsn(upto_lsn), max_changes,
+                                   PROTO_VERSION, f'"{publication}"'))
+            for lsn, data in _fetched(cursor, fetch_rows):
+                batch.messages += 1
+                message = decode_message(data, lsn, encoding=encoding)
+                cls = type(message)
+                if cls is Insert:
+                    writer.change(seq, lsn, INSERT, _relation(relations, message.relation_oid, lsn), message.new,
+                                  None, None)
+                    kind = INSERT
+                elif cls is Update:
+                    writer.change(seq, lsn, UPDATE, _relation(relations, message.relation_oid, lsn), message.new,
+                                  None if message.old_kind is None else _OLD_KIND_CODE[message.old_kind],
+                                  message.old)
+                    kind = UPDATE
+                elif cls is Delete:
+                    writer.change(seq, lsn, DELETE, _relation(relations, message.relation_oid, lsn), None,
+                                  _OLD_KIND_CODE[message.old_kind], message.old)
+                    kind = DELETE
+                elif cls is Begin:
+                    if begin is not None:
+                        raise PgOutputError(f"transaction {message.xid} begins inside transaction {begin.xid}",
+                                            lsn=lsn)
+                    begin, seq = message, 0
+                    writer.begin(message.final_lsn, _unix_micros(message.commit_ts), message.xid, None)
+                    continue
+                elif cls is Commit:
+                    if begin is None or message.commit_lsn != begin.final_lsn:
+                        raise PgOutputError(f"commit at {format_lsn(message.commit_lsn)} does not close the open "
+                                            "transaction", lsn=lsn)
+                    writer.commit()
+                    batch.end_lsn, batch.last_commit_ts, begin = message.end_lsn, message.commit_ts, None
+                    continue
+                elif cls is Relation:
+                    relations[message.oid] = types.logged(message)
+                    continue
+                elif cls is Type:
+                    types.announce(message)
+                    continue
+                elif cls is Truncate:
+                    for oid in message.relation_oids:
+                        writer.change(seq, lsn, TRUNCATE, _relation(relations, oid, lsn), None, None, None,
+                                      message.options)
+                        seq += 1
+                        kinds[TRUNCATE] += 1
+                    continue
+                elif cls is Origin:
+                    writer.origin(message.name)
+                    continue
+                else:  # Message: only sent with the 'messages' option, which we do not ask for
+                    continue
+                seq += 1
+                kinds[kind] += 1
+    except psycopg.Error as e:
+        raise CaptureError(f'cannot read replication slot "{slot}": {_primary(e)}',
+                           hint="run refresh to (re)create the slot and the capture publication; a slot is "
+                           "read by one process at a time") from e
+    if begin is not None:
+        raise PgOutputError(f"the slot's output ended inside transaction {begin.xid}")
+    return batch
+
+
+def _fetched(cursor: psycopg.ServerCursor, rows: int) -> Iterator[tuple[int, bytes]]:
+    """Rows of a server-side cursor, ``rows`` per round trip (what the driver holds of the slot's output)."""
+    while True:
+        fetched = cursor.fetchmany(rows)
+        if not fetched:
+            return
+        yield from fetched
+
+
+def _relation(relations: dict[int, LoggedRelation], oid: int, lsn: int) -> LoggedRelation:
+    try:
+        return relations[oid]
+    except KeyError:
+        raise PgOutputError(f"change for relation {oid} before its Relation message", lsn=lsn) from None
+
+
+class _TypeNames:
+    """``format_type(oid, typmod)`` on the publisher, asked once per pair and run."""
+
+    def __init__(self, pub: psycopg.Connection) -> None:
+        self.pub = pub
+        self.names: dict[tuple[int, int], str] = {}
+        self.announced: dict[int, Type] = {}
+
+    def announce(self, message: Type) -> None:
+        self.announced[message.oid] = message
+
+    def logged(self, relation: Relation) -> LoggedRelation:
+        pairs = [(c.type_oid, c.typmod) for c in relation.columns]
+        missing = sorted({p for p in pairs if p not in self.names})
+        if missing:
+            rows = self.pub.execute(
+                "SELECT format_type(o, m) FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY AS u(o, m, i) "
+                "ORDER BY i", ([o for o, _ in missing], [m for _, m in missing])).fetchall()
+            for (oid, typmod), (name,) in zip(missing, rows, strict=True):
+                announced = self.announced.get(oid)
+                if (name is None or name == "???") and announced is not None:
+                    # The type is gone from today's catalog: keep the name decoding saw.
+                    name = f'"{announced.namespace}"."{announced.name}"'
+                self.names[oid, typmod] = name or f"oid {oid}"
+        return LoggedRelation(
+            oid=relation.oid, schema=relation.namespace or "pg_catalog", table=relation.name,
+            replica_identity=relation.replica_identity.value,
+            column_names=tuple(c.name for c in relation.columns),
+            column_types=tuple(self.names[p] for p in pairs),
+            column_type_oids=tuple(c.type_oid for c in relation.columns),
+            column_typmods=tuple(c.typmod for c in relation.columns),
+            key_columns=tuple(c.is_key for c in relation.columns))
+
+
+def _unix_micros(ts: datetime) -> int:
+    delta = ts - POSTGRES_EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds + POSTGRES_EPOCH_UNIX_MICROS
+
+
+def _confirmed_position(pub: psycopg.Connection, slot: str) -> int:
+    row = pub.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
+                      "WHERE slot_name = %s", (slot,)).fetchone()
+    if row is None:
+        raise CaptureError(f'replication slot "{slot}" does not exist on the publisher',
+                           hint="run refresh first: it creates the slot and the capture publication")
+    plugin, database, confirmed = row
+    if plugin != "pgoutput" or database != pub.info.dbname:
+        raise CaptureError(f'replication slot "{slot}" uses plugin {plugin!r} in database {database!r}',
+                           hint="it is not ours; drop it or choose another subscription name")
+    return parse_lsn(confirmed)
+
+
+def _advance(pub: psycopg.Connection, slot: str, lsn: int) -> None:
+    """Confirm everything through ``lsn`` to the slot (called only once the log holds it durably)."""
+    try:
+        pub.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(lsn)))
+    except psycopg.Error as e:
+        raise CaptureError(f'cannot advance replication slot "{slot}" to {format_lsn(lsn)}: {_primary(e)}',
+                           hint="the change log is durable; rerunning the capture finishes the advance") from e
+
+
+def _python_encoding(pub: psycopg.Connection) -> str:
+    """The Python codec of the publisher's server encoding (pgoutput sends text values in it)."""
+    name = pub.execute("SHOW server_encoding").fetchone()[0]
+    if name == "SQL_ASCII":
+        raise CaptureError("the publisher's server_encoding is SQL_ASCII: its text values have no known encoding",
+                           hint="use a publisher database with a real encoding (UTF8)")
+    candidate = {"UTF8": "utf-8"}.get(name) or (f"cp{name[3:]}" if name.startswith("WIN") else name)
+    try:
+        return codecs.lookup(candidate).name
+    except LookupError:
+        raise CaptureError(f"the publisher's server_encoding {name!r} has no Python codec",
+                           hint="use a UTF8 publisher database") from None
+
+
+def _primary(e: psycopg.Error) -> str:
+    diag = getattr(e, "diag", None)
+    return (diag.message_primary if diag is not None and diag.message_primary else str(e)).strip()

@@ -1,0 +1,349 @@
+"""The durable change log: Parquet segments of whole source transactions, and the capture position.
+
+A segment holds every change of the capture publication whose transaction's commit record ends in
+``(start, end]``; its file name is that range, ``<start>-<end>.parquet`` with each LSN as 16
+zero-padded hexadecimal digits, so names sort in LSN order and a rerun of the same range writes
+the same name. ``_position.json`` records ``captured_through``: every such transaction committed
+at or before it is in a segment. Segments are written under a temporary name, fsynced, renamed and
+the directory fsynced; only then may the slot be advanced (docs/change-log.md). Names starting
+with ``.`` or ``_`` are invisible to Spark's Parquet reader, so the directory can be read whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.pgoutput import TupleData
+
+FORMAT_VERSION = 1
+METADATA_KEY = "rowfilter.change_log"
+POSITION_FILE = "_position.json"
+LOCK_FILE = ".lock"
+TEMP_PREFIX = ".tmp-"
+DEFAULT_ROW_GROUP_ROWS = 10_000
+_SEGMENT = re.compile(r"^([0-9A-F]{16})-([0-9A-F]{16})\.parquet$")
+
+# The order of these lists is the order of the codes kept per row; never reorder, only append.
+KINDS = ("insert", "update", "delete", "truncate")
+INSERT, UPDATE, DELETE, TRUNCATE = range(4)
+OLD_KINDS = ("K", "O")
+
+_TEXTS = pa.list_(pa.string())
+_FLAGS = pa.list_(pa.bool_())
+
+
+def _field(name: str, type_: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable, metadata={"doc": doc})
+
+
+SCHEMA = pa.schema([
+    _field("commit_lsn", pa.int64(), "LSN of the transaction's commit record (Begin final_lsn)", False),
+    _field("commit_ts", pa.timestamp("us", tz="UTC"), "commit time on the publisher", False),
+    _field("xid", pa.int64(), "publisher transaction id", False),
+    _field("origin", pa.string(), "replication origin of the transaction, NULL when none"),
+    _field("seq", pa.int32(), "order of the change within its transaction, from 0", False),
+    _field("lsn", pa.int64(), "LSN of the change", False),
+    _field("kind", pa.string(), "insert, update, delete or truncate", False),
+    _field("relation_oid", pa.int64(), "pg_class OID of the (leaf) table on the publisher", False),
+    _field("schema", pa.string(), "schema of the table", False),
+    _field("table", pa.string(), "name of the (leaf) table", False),
+    _field("replica_identity", pa.string(), "relreplident: d default, n nothing, f full, i index", False),
+    _field("column_names", _TEXTS, "the relation's columns, in the order of the value lists", False),
+    _field("column_types", _TEXTS, "format_type(type_oid, typmod) of each column", False),
+    _field("column_type_oids", pa.list_(pa.int64()), "type OID of each column", False),
+    _field("column_typmods", pa.list_(pa.int32()), "typmod of each column (-1: none)", False),
+    _field("key_columns", _FLAGS, "whether each column is part of the replica identity key", False),
+    _field("new_values", _TEXTS, "new row, PostgreSQL text form per column (NULL list: no new row)"),
+    _field("new_unchanged", _FLAGS, "per column: unchanged TOASTed value not sent (its value is NULL)"),
+    _field("old_kind", pa.string(), "K: old key only (other columns NULL), O: old full row, NULL: none"),
+    _field("old_values", _TEXTS, "old key or old row, PostgreSQL text form per column"),
+    _field("old_unchanged", _FLAGS, "per column of the old row: unchanged TOASTed value not sent"),
+    _field("truncate_cascade", pa.bool_(), "TRUNCATE … CASCADE (truncate rows only)"),
+    _field("truncate_restart_identity", pa.bool_(), "TRUNCATE … RESTART IDENTITY (truncate rows only)"),
+])
+
+
+class ChangeLogError(RowFilterError):
+    """The change-log directory cannot be used: locked, unwritable, or inconsistent with the slot."""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One segment file and the LSN range it covers (start exclusive, end inclusive)."""
+
+    path: Path
+    start_lsn: int
+    end_lsn: int
+
+
+@dataclass(frozen=True)
+class LoggedRelation:
+    """A relation as announced by pgoutput, with its type names resolved, as each row repeats it."""
+
+    oid: int
+    schema: str
+    table: str
+    replica_identity: str
+    column_names: tuple[str, ...]
+    column_types: tuple[str, ...]
+    column_type_oids: tuple[int, ...]
+    column_typmods: tuple[int, ...]
+    key_columns: tuple[bool, ...]
+
+
+def segment_name(start_lsn: int, end_lsn: int) -> str:
+    return f"{start_lsn:016X}-{end_lsn:016X}.parquet"
+
+
+def parse_segment_name(name: str) -> tuple[int, int] | None:
+    match = _SEGMENT.match(name)
+    return None if match is None else (int(match.group(1), 16), int(match.group(2), 16))
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(temp: Path, final: Path) -> None:
+    """Make ``temp`` durable under the name ``final``: fsync the file, rename, fsync the directory."""
+    fsync_file(temp)
+    os.replace(temp, final)
+    fsync_directory(final.parent)
+
+
+class ChangeLog:
+    """A change-log directory: its segments, its capture position, and the lock of the one writer."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+
+    def segments(self) -> list[Segment]:
+        """Every segment, in LSN order."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for entry in os.scandir(self.directory):
+            lsns = parse_segment_name(entry.name)
+            if lsns is not None:
+                found.append(Segment(Path(entry.path), *lsns))
+        return sorted(found, key=lambda s: (s.start_lsn, s.end_lsn))
+
+    def captured_through(self) -> int | None:
+        """The position through which the log is complete, or None when nothing was ever captured."""
+        ends = [s.end_lsn for s in self.segments()]
+        path = self.directory / POSITION_FILE
+        if path.exists():
+            try:
+                ends.append(parse_lsn(json.loads(path.read_text())["captured_through"]))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ChangeLogError(f"the change-log position file {str(path)!r} is unreadable: {e}",
+                                     hint="restore it, or remove it to trust the segment names alone") from e
+        return max(ends, default=None)
+
+    def record_position(self, lsn: int, slot: str) -> None:
+        """Durably record that the log is complete through ``lsn`` (before the slot is advanced there)."""
+        temp = self.directory / f"{TEMP_PREFIX}{POSITION_FILE}"
+        temp.write_text(json.dumps({"format_version": FORMAT_VERSION, "captured_through": format_lsn(lsn),
+                                    "slot": slot}, sort_keys=True) + "\n")
+        publish(temp, self.directory / POSITION_FILE)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the directory's writer lock; remove what a crashed writer left behind."""
+        self._make_directory()
+        with open(self.directory / LOCK_FILE, "a+") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as e:
+                raise ChangeLogError(f"another capture holds the change log {str(self.directory)!r}",
+                                     hint="let it finish; captures of one subscription run one at a time") from e
+            try:
+                for entry in os.scandir(self.directory):
+                    if entry.name.startswith(TEMP_PREFIX):
+                        os.unlink(entry.path)
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _make_directory(self) -> None:
+        missing = [d for d in (self.directory, *self.directory.parents) if not d.exists()]
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ChangeLogError(f"cannot create the change-log directory {str(self.directory)!r}: {e}",
+                                 hint="set change_log in the spec to a writable directory") from e
+        for created in reversed(missing):
+            fsync_directory(created.parent)
+
+
+class SegmentWriter:
+    """Write one segment, flushing a row group every ``row_group_rows`` changes so memory stays flat.
+
+    Rows reference their transaction and relation by index into small per-row-group lists; the
+    repeated columns are built with ``take`` when the row group is flushed.
+    """
+
+    def __init__(self, log: ChangeLog, start_lsn: int, *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
+                 metadata: dict[str, str] | None = None) -> None:
+        if row_group_rows < 1:
+            raise ChangeLogError(f"row_group_rows={row_group_rows!r} must be at least 1")
+        self.log = log
+        self.start_lsn = start_lsn
+        self.row_group_rows = row_group_rows
+        self.metadata = dict(metadata or {})
+        self.rows = 0
+        self.transactions = 0
+        self.temp = log.directory / f"{TEMP_PREFIX}{start_lsn:016X}-{os.getpid()}.parquet"
+        self._writer: pq.ParquetWriter | None = None
+        self._transaction: tuple[int, int, int, str | None] | None = None
+        self._changes_in_transaction = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._txns: list[tuple[int, int, int, str | None]] = []
+        self._relations: list[LoggedRelation] = []
+        self._relation_index: dict[int, int] = {}
+        # One tuple per change: (txn index, relation index, seq, lsn, kind, new, new_unchanged,
+        # old_kind, old, old_unchanged, truncate options), transposed when the row group is flushed.
+        self._rows: list[tuple] = []
+        if self._transaction is not None:
+            self._txns.append(self._transaction)
+
+    def begin(self, commit_lsn: int, commit_ts_us: int, xid: int, origin: str | None) -> None:
+        """Start a transaction: its changes follow, until :meth:`commit`."""
+        self._transaction = (commit_lsn, commit_ts_us, xid, origin)
+        self._txns.append(self._transaction)
+        self._changes_in_transaction = 0
+
+    def origin(self, name: str) -> None:
+        """Set the replication origin of the current transaction (pgoutput's Origin message)."""
+        if self._transaction is None:
+            raise ChangeLogError(f"origin {name!r} outside a transaction")
+        self._transaction = (*self._transaction[:3], name)
+        self._txns[-1] = self._transaction
+
+    def commit(self) -> None:
+        if self._changes_in_transaction:
+            self.transactions += 1
+        self._transaction = None
+
+    def change(self, seq: int, lsn: int, kind: int, relation: LoggedRelation, new: TupleData | None,
+               old_kind: int | None, old: TupleData | None, truncate_options: int | None = None) -> None:
+        """Append one change of the current transaction."""
+        if self._transaction is None:
+            raise ChangeLogError(f"change at LSN {format_lsn(lsn)} outside a transaction")
+        index = self._relation_index.get(id(relation))
+        if index is None:
+            index = self._relation_index[id(relation)] = len(self._relations)
+            self._relations.append(relation)
+        self._rows.append((
+            len(self._txns) - 1, index, seq, lsn, kind,
+            None if new is None else new.values, None if new is None else new.unchanged,
+            old_kind, None if old is None else old.values, None if old is None else old.unchanged,
+            truncate_options))
+        self.rows += 1
+        self._changes_in_transaction += 1
+        if len(self._rows) >= self.row_group_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        (txn, rel, seq, lsn, kind, new, new_unchanged, old_kind, old, old_unchanged,
+         truncate) = zip(*self._rows, strict=True)
+        self._rows = []
+        txn = pa.array(txn, pa.int32())
+        rel = pa.array(rel, pa.int32())
+        txns = list(zip(*self._txns, strict=True))
+        rels = self._relations
+        columns = {
+            "commit_lsn": pa.array(txns[0], pa.int64()).take(txn),
+            "commit_ts": pa.array(txns[1], pa.int64()).take(txn).cast(pa.timestamp("us", tz="UTC")),
+            "xid": pa.array(txns[2], pa.int64()).take(txn),
+            "origin": pa.array(txns[3], pa.string()).take(txn),
+            "seq": pa.array(seq, pa.int32()),
+            "lsn": pa.array(lsn, pa.int64()),
+            "kind": pa.array(KINDS, pa.string()).take(pa.array(kind, pa.int8())),
+            "relation_oid": pa.array([r.oid for r in rels], pa.int64()).take(rel),
+            "schema": pa.array([r.schema for r in rels], pa.string()).take(rel),
+            "table": pa.array([r.table for r in rels], pa.string()).take(rel),
+            "replica_identity": pa.array([r.replica_identity for r in rels], pa.string()).take(rel),
+            "column_names": pa.array([r.column_names for r in rels], _TEXTS).take(rel),
+            "column_types": pa.array([r.column_types for r in rels], _TEXTS).take(rel),
+            "column_type_oids": pa.array([r.column_type_oids for r in rels], pa.list_(pa.int64())).take(rel),
+            "column_typmods": pa.array([r.column_typmods for r in rels], pa.list_(pa.int32())).take(rel),
+            "key_columns": pa.array([r.key_columns for r in rels], _FLAGS).take(rel),
+            "new_values": pa.array(new, _TEXTS),
+            "new_unchanged": pa.array(new_unchanged, _FLAGS),
+            "old_kind": pa.array(OLD_KINDS, pa.string()).take(pa.array(old_kind, pa.int8())),
+            "old_values": pa.array(old, _TEXTS),
+            "old_unchanged": pa.array(old_unchanged, _FLAGS),
+            "truncate_cascade": pa.array([None if t is None else bool(t & 1) for t in truncate], pa.bool_()),
+            "truncate_restart_identity": pa.array([None if t is None else bool(t & 2) for t in truncate],
+                                                  pa.bool_()),
+        }
+        table = pa.Table.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
+        self._writer.write_table(table)
+        self._reset()
+
+    def finish(self, end_lsn: int) -> Segment | None:
+        """Flush, close, and durably publish the segment ``(start, end]``; None when it holds no change."""
+        if self._transaction is not None:
+            raise ChangeLogError("a segment must end at a transaction commit",
+                                 detail=f"transaction {self._transaction[2]} is still open")
+        if self.rows == 0:
+            self.abort()
+            return None
+        self._flush()
+        assert self._writer is not None
+        self._writer.add_key_value_metadata({METADATA_KEY: json.dumps({
+            **self.metadata, "format_version": FORMAT_VERSION, "start_lsn": format_lsn(self.start_lsn),
+            "end_lsn": format_lsn(end_lsn), "transactions": self.transactions, "changes": self.rows,
+        }, sort_keys=True)})
+        self._writer.close()
+        self._writer = None
+        final = self.log.directory / segment_name(self.start_lsn, end_lsn)
+        publish(self.temp, final)
+        return Segment(final, self.start_lsn, end_lsn)
+
+    def abort(self) -> None:
+        """Drop what was written; the temporary file never becomes a segment."""
+        if self._writer is not None:
+            with contextlib.suppress(Exception):
+                self._writer.close()
+            self._writer = None
+        with contextlib.suppress(FileNotFoundError):
+            self.temp.unlink()
+
+
+def read_segments(segments: Sequence[Segment]) -> pa.Table:
+    """Read segments into one Arrow table (tests and tools; the apply job reads them with Spark)."""
+    if not segments:
+        return SCHEMA.empty_table()
+    return pa.concat_tables(pq.read_table(s.path, schema=SCHEMA) for s in segments)
