@@ -37,6 +37,17 @@ def _parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="per-table sync state, like pg_subscription_rel")
     status.add_argument("--spec", required=True, help="subscription spec file (YAML)")
     status.add_argument("--json", action="store_true", help="print the state as JSON")
+    snapshot = sub.add_parser("snapshot", help="copy the tables waiting for their initial copy (PostgreSQL's "
+                              "table sync), then record where their catch-up starts")
+    snapshot.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    snapshot.add_argument("--table", action="append", metavar="SCHEMA.TABLE",
+                          help="copy only this table (repeatable); default every table in state i or d")
+    resync = sub.add_parser("resync", help="empty a table in the subscriber and send it back to state i "
+                            "(backfill); --copy copies it right away")
+    resync.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    resync.add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
+                        help="the table to copy again (repeatable)")
+    resync.add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
     demo = sub.add_parser("demo", help="run the demo on a throwaway local PostgreSQL")
     demo.add_argument("--keep", metavar="DIR", help="keep the demo's PostgreSQL and files in DIR")
     return parser
@@ -54,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return refresh(SubscriptionSpec.load(args.spec))
         if args.command == "status":
             return status(SubscriptionSpec.load(args.spec), as_json=args.json)
+        if args.command in ("snapshot", "resync"):
+            return initial_copy(SubscriptionSpec.load(args.spec), args)
         if args.command == "demo":
             from airflow_provider_rowfilter.demo.run import run_demo
 
@@ -126,6 +139,33 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
                       "" if t.rows_copied is None else f"{t.rows_copied:,}",
                       t.updated_at.strftime("%Y-%m-%d %H:%M:%S"), f"[red]{t.last_error}[/]" if t.last_error else "")
     console.print(table)
+    return 0
+
+
+def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
+    """Run the SnapshotCopy job in-process (``snapshot``, or ``resync`` first); say what each table got."""
+    from rich.markup import escape
+
+    from airflow_provider_rowfilter.core.relation import TableName
+    from airflow_provider_rowfilter.jobs.snapshot import resync as run_resync
+    from airflow_provider_rowfilter.jobs.snapshot import snapshot as run_snapshot
+
+    tables = [TableName.parse(t) for t in args.table] if args.table else None
+    if args.command == "resync":
+        result = run_resync(spec, tables or [], copy=args.copy)
+    else:
+        result = run_snapshot(spec, tables)
+    if not result.tables:
+        console.print(f"subscription {spec.subscription}: no table waits for its initial copy")
+    for t in result.tables:
+        if t.error:
+            continue
+        done = f"{t.rows_copied:,} rows, consistent with {t.lsn}" if t.rows_copied is not None and t.lsn else ""
+        console.print(f"  {escape(t.table)}: state {t.state}" + (f" ({done})" if done else "")
+                      + (f" — {escape(t.note)}" if t.note else ""), highlight=False)
+    if not result.ok:
+        err_console.print(f"[bold red]ERROR:[/] {escape(str(result.error()))}", highlight=False, soft_wrap=True)
+        return 1
     return 0
 
 

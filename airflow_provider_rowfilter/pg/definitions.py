@@ -28,12 +28,13 @@ class Definitions:
     source: str  # "ddl file <path>" or "publisher catalog"
 
 
-def connect(url: str | None, role: str, spec: SubscriptionSpec) -> psycopg.Connection:
+def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -> psycopg.Connection:
     """Open a connection to the publisher or subscriber (``role``).
 
     The password never travels in the spec: it comes from ``ROWFILTER_PUBLISHER_PASSWORD`` /
     ``ROWFILTER_SUBSCRIBER_PASSWORD`` (what the Airflow operators set from their connections) or
-    from libpq's own ``PGPASSWORD`` / ``~/.pgpass``.
+    from libpq's own ``PGPASSWORD`` / ``~/.pgpass``. ``params`` are further libpq parameters, e.g.
+    ``replication="database"``.
     """
     if not url:
         raise SpecError(f"subscription {spec.subscription!r} has no {role} URL",
@@ -41,7 +42,8 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec) -> psycopg.Conne
                         f"(or {role}_conn_id when running from Airflow)")
     try:
         extra = {"password": os.environ[PASSWORD_ENV[role]]} if os.environ.get(PASSWORD_ENV[role]) else {}
-        return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}", **extra)
+        return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}",
+                               **extra, **params)
     except psycopg.OperationalError as e:
         host = psycopg.conninfo.conninfo_to_dict(url).get("host", "?")
         raise CatalogError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",

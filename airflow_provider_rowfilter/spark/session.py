@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -93,6 +94,11 @@ def build_session(
     """
     builder = SparkSession.builder.appName(app_name)
     settings = session_conf(master, conf)
+    if settings["spark.master"].startswith("local"):
+        # The Python workers of a local master run here: give them this interpreter and its packages
+        # (psycopg for the copy's writers), not whichever `python3` comes first on PATH. PySpark reads
+        # the variable when the context starts; an explicit setting wins.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

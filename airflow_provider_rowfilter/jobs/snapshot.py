@@ -1,0 +1,363 @@
+"""SnapshotCopy: the initial copy of a subscription's tables (PostgreSQL's table-sync worker).
+
+For each chosen table in state ``i`` (or ``d``, a copy that did not finish): ``d``, then the rows
+that satisfy ANY of the subscription's publications' filters (``publish`` ignored), only the
+published columns, read in parallel Spark partitions from one publisher snapshot (exported by a
+temporary slot, as tablesync's) and written with ``COPY … FROM STDIN``; then ``f`` with the slot's
+consistent point (changes committed from there on are the catch-up's) and the rows copied. A table whose copy fails keeps its state
+and the error; a later run empties it and copies it again, as tablesync redoes an interrupted copy.
+
+``--resync`` first empties the named tables and sends them back to ``i`` (the backfill path), then
+copies them. See docs/initial-sync.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from functools import partial
+
+import psycopg
+from pyspark.sql import SparkSession
+
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.pg.copy_source import (
+    PartitionOptions,
+    copy_source,
+    exported_snapshot,
+    plan_partitions,
+)
+from airflow_provider_rowfilter.pg.copy_target import (
+    check_target,
+    truncate,
+    write_partition,
+    writer_conninfo,
+)
+from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, Definitions, connect, load_definitions
+from airflow_provider_rowfilter.pg.state import RelState, StateError, StateStore
+from airflow_provider_rowfilter.spark.copy_frames import (
+    DEFAULT_FETCH_SIZE,
+    copy_lines,
+    copy_text,
+    published_rows,
+)
+from airflow_provider_rowfilter.spark.jdbc import jdbc_connection
+from airflow_provider_rowfilter.spark.session import build_session
+
+log = logging.getLogger(__name__)
+
+COPYABLE = (SyncState.INIT, SyncState.DATA_COPY)
+
+
+class SnapshotError(RowFilterError):
+    """The initial copy of one or more tables failed (each keeps its state and its error)."""
+
+
+@dataclass(frozen=True)
+class CopyOptions:
+    """Tuning of the copy. ``max_partitions`` defaults to twice Spark's default parallelism."""
+
+    max_partitions: int | None = None
+    min_pages: int = PartitionOptions(1).min_pages
+    fetch_size: int = DEFAULT_FETCH_SIZE
+
+
+@dataclass
+class TableCopy:
+    """What the job did with one table."""
+
+    table: str
+    state: str
+    rows_copied: int | None = None
+    lsn: str | None = None
+    partitions: int | None = None
+    seconds: float | None = None
+    error: str | None = None
+    note: str | None = None
+
+
+@dataclass
+class SnapshotResult:
+    subscription: str
+    tables: list[TableCopy] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[TableCopy]:
+        return [t for t in self.tables if t.error]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def summary(self) -> dict:
+        return {"subscription": self.subscription, "ok": self.ok,
+                "rows_copied": sum(t.rows_copied or 0 for t in self.tables),
+                "tables": [asdict(t) for t in self.tables]}
+
+    def error(self) -> SnapshotError:
+        lines = [f"{t.table}: {t.error}" for t in self.failed]
+        return SnapshotError(
+            f"the initial copy of {len(lines)} table(s) of subscription {self.subscription!r} failed:\n  "
+            + "\n  ".join(lines),
+            hint="fix the cause and run the snapshot again: a table left in state d is emptied and copied "
+            "again, one still in i is copied")
+
+
+# --- the job ---------------------------------------------------------------------------------------
+def snapshot(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
+             spark: SparkSession | None = None, options: CopyOptions | None = None) -> SnapshotResult:
+    """Copy every chosen table in ``i`` or ``d``; a table in a later state is left alone and reported.
+
+    :param tables: the tables to copy (each must be part of the subscription); default all.
+    :param spark: the session to run in; default the active one, else one built from the spec
+        (and stopped at the end).
+    """
+    options = options or CopyOptions()
+    result = SnapshotResult(spec.subscription)
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        store = StateStore(sub, spec.subscription)
+        store.require_subscription()
+        chosen = _chosen(store, tables)
+        todo = [r for r in chosen if r.state in COPYABLE]
+        for rel in chosen:
+            if rel.state not in COPYABLE:
+                result.tables.append(TableCopy(str(rel.table), rel.state.value, rel.rows_copied, rel.lsn,
+                                               note=f"already copied (state {rel.state.value}); "
+                                               "use resync to copy it again"))
+        if not todo:
+            log.info("subscription %s: no table waits for its initial copy", spec.subscription)
+            return result
+        with connect(spec.publisher, "publisher", spec) as pub:
+            definitions = load_definitions(spec, pub)
+        with _session(spec, spark) as session:
+            _refuse_speculation(session)
+            job = _CopyJob(spec, definitions, store, session, options)
+            for rel in todo:
+                result.tables.append(job.copy(rel))
+    return result
+
+
+def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = False,
+           spark: SparkSession | None = None, options: CopyOptions | None = None) -> SnapshotResult:
+    """Empty each table in the subscriber and send it back to ``i`` (one transaction per table).
+
+    With ``copy`` the tables are copied right away (:func:`snapshot`); otherwise the next snapshot
+    copies them. Changes to them are not applied until their new copy reaches ``f``.
+    """
+    if not tables:
+        raise SpecError("resync needs the tables to copy again", hint="name them: --table public.t1")
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        store = StateStore(sub, spec.subscription)
+        store.require_subscription()
+        for rel in _chosen(store, tables):
+            with _table_lock(sub, spec.subscription, rel.table):
+                target = check_target(sub, rel.table, (), require_empty=False)
+                with sub.transaction():
+                    truncate(sub, target)
+                    store.set_state(rel.table, SyncState.INIT, resync=True)
+            log.info("%s: emptied and sent back to state i (was %s)", rel.table, rel.state.value)
+    if copy:
+        return snapshot(spec, tables, spark=spark, options=options)
+    return SnapshotResult(spec.subscription, [
+        TableCopy(str(t), SyncState.INIT.value, note="emptied; the next snapshot copies it") for t in tables])
+
+
+def _chosen(store: StateStore, tables: Sequence[TableName] | None) -> list[RelState]:
+    rels = store.tables()
+    if tables is None:
+        return rels
+    known = {r.table: r for r in rels}
+    unknown = [t for t in tables if t not in known]
+    if unknown:
+        raise StateError(f"table {unknown[0]} is not part of subscription {store.subscription!r}",
+                         table=str(unknown[0]),
+                         hint=f"its tables are {', '.join(str(t) for t in known) or 'none yet'}; a table newly "
+                         "added to a publication joins after `rowfilter refresh`")
+    return [known[t] for t in dict.fromkeys(tables)]
+
+
+class _CopyJob:
+    """The per-table copy, sharing the definitions, the state store and the Spark session."""
+
+    def __init__(self, spec: SubscriptionSpec, definitions: Definitions, store: StateStore,
+                 spark: SparkSession, options: CopyOptions) -> None:
+        self.spec = spec
+        self.definitions = definitions
+        self.store = store
+        self.spark = spark
+        self.options = options
+        app = f"rowfilter:{spec.subscription}:snapshot"
+        self.jdbc = jdbc_connection(_required(spec.publisher, "publisher", spec), PASSWORD_ENV["publisher"], app)
+        self.conninfo = writer_conninfo(_required(spec.subscriber, "subscriber", spec), PASSWORD_ENV["subscriber"], app)
+        parallelism = spark.sparkContext.defaultParallelism
+        self.partitions = PartitionOptions(options.max_partitions or 2 * parallelism, options.min_pages)
+
+    def copy(self, rel: RelState) -> TableCopy:
+        table = rel.table
+        sub = self.store.conn
+        try:
+            with _table_lock(sub, self.spec.subscription, table):
+                return self._copy_locked(table)
+        except Exception as e:  # every failure is recorded on the table; the other tables go on
+            message = describe(e)
+            log.error("%s: initial copy failed: %s", table, message)
+            log.debug("%s: the failure in full", table, exc_info=True)
+            if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                sub.rollback()
+            self.store.record_error(table, message)
+            (now,) = self.store.tables([table])
+            return TableCopy(str(table), now.state.value, error=message)
+
+    def _copy_locked(self, table: TableName) -> TableCopy:
+        sub = self.store.conn
+        (rel,) = self.store.tables([table])  # again, under the lock
+        if rel.state not in COPYABLE:
+            return TableCopy(str(table), rel.state.value, rel.rows_copied, rel.lsn,
+                             note=f"copied meanwhile by another job (state {rel.state.value})")
+        filters = self.definitions.filters.tables.get(table)
+        if filters is None:
+            raise StateError(f"table {table} is in the subscription but none of its publications publishes it now",
+                             table=str(table), hint="run `rowfilter refresh` to reconcile the subscription's tables")
+        source = copy_source(filters, self.definitions.catalog.relation(table))
+        # Every check before any row moves: the table keeps its state when one fails.
+        target = check_target(sub, table, source.columns, require_empty=rel.state is SyncState.INIT)
+        with sub.transaction():
+            if rel.state is SyncState.DATA_COPY:
+                truncate(sub, target)  # an interrupted copy is redone from nothing, as tablesync does
+            self.store.set_state(table, SyncState.DATA_COPY)
+        began = time.monotonic()
+        with connect(self.spec.publisher, "publisher", self.spec) as pub:
+            plan = plan_partitions(pub, source, self.partitions)
+        with exported_snapshot(connect(self.spec.publisher, "publisher", self.spec, replication="database")) as snap:
+            log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
+                     table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
+                     ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
+            frame = published_rows(self.spark, self.jdbc, source, plan, snapshot=snap,
+                                   fetch_size=self.options.fetch_size)
+            counter = self.spark.sparkContext.accumulator(0)
+            copy_lines(copy_text(frame, source.plain_columns)).foreachPartition(
+                partial(write_partition, self.conninfo, target.copy_sql(), counter))
+            rows = int(counter.value)
+        with sub.transaction():
+            self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
+        seconds = time.monotonic() - began
+        log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
+                 "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)
+        return TableCopy(str(table), SyncState.FINISHED_COPY.value, rows, snap.lsn, plan.partitions, round(seconds, 3))
+
+
+def _required(url: str | None, role: str, spec: SubscriptionSpec) -> str:
+    if not url:
+        raise SpecError(f"subscription {spec.subscription!r} has no {role} URL",
+                        hint=f"set {role}: postgresql://user@host:port/db in the spec")
+    return url
+
+
+@contextmanager
+def _session(spec: SubscriptionSpec, spark: SparkSession | None) -> Iterator[SparkSession]:
+    """The given or active session (left running), else one built from the spec and stopped after."""
+    existing = spark or SparkSession.getActiveSession()
+    if existing is not None:
+        yield existing
+        return
+    session = build_session(f"rowfilter-snapshot-{spec.subscription}", spec.spark_master, spec.spark_conf)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _refuse_speculation(spark: SparkSession) -> None:
+    # A speculative copy of a partition would commit the same rows twice.
+    if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+        raise SpecError("spark.speculation=true would copy some partitions twice",
+                        hint="set spark.speculation=false for the snapshot job (spark_conf in the spec)")
+
+
+@contextmanager
+def _table_lock(conn: psycopg.Connection, subscription: str, table: TableName) -> Iterator[None]:
+    """One copy or resync of a table at a time (a session advisory lock in the subscriber)."""
+    key = (f"rowfilter:{subscription}", str(table))
+    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
+        raise SnapshotError(f"table {table} is being copied or resynced by another job",
+                            table=str(table), hint="wait for that job to end, then run this one again")
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", key)
+
+
+_CAUSES = (
+    re.compile(r"psycopg\.errors\.\w+: (.+)"),
+    re.compile(r"psycopg\.\w*Error: (.+)"),
+    re.compile(r"org\.postgresql\.util\.PSQLException: (.+)"),
+)
+
+
+def describe(error: BaseException) -> str:
+    """A one-paragraph cause: our errors whole, database errors by their message, Spark's by the root cause."""
+    if isinstance(error, RowFilterError):
+        return str(error)
+    if isinstance(error, psycopg.Error) and error.diag.message_primary:
+        return f"{error.diag.message_primary}" + (f" ({error.diag.context.strip()})" if error.diag.context else "")
+    text = str(error)
+    for pattern in _CAUSES:
+        found = pattern.findall(text)
+        if found:
+            lines = [found[0].strip()]
+            context = re.search(r"CONTEXT:\s+(.+)", text)
+            if context:
+                lines.append(f"({context.group(1).strip()})")
+            return " ".join(lines)
+    first = next((line for line in text.splitlines() if line.strip()), type(error).__name__)
+    return f"{type(error).__name__}: {first.strip()[:500]}"
+
+
+# --- entry point -----------------------------------------------------------------------------------
+def snapshot_parser():
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--table", action="append", default=[], metavar="SCHEMA.TABLE",
+                   help="copy this table (repeatable); default every table waiting for its copy")
+    p.add_argument("--resync", action="store_true",
+                   help="empty the named tables and copy them again (the backfill path)")
+    p.add_argument("--max-partitions", type=int, help="most parallel readers per table "
+                   "(default twice Spark's default parallelism)")
+    p.add_argument("--fetch-size", type=int, default=DEFAULT_FETCH_SIZE, help="rows per JDBC fetch")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point for spark-submit and ``python -m``: prints the result as JSON; non-zero on failure."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args, spec = parse(snapshot_parser(), argv)
+    tables = [TableName.parse(t) for t in args.table] or None
+    options = CopyOptions(max_partitions=args.max_partitions, fetch_size=args.fetch_size)
+    try:
+        if args.resync:
+            result = resync(spec, tables or [], copy=True, options=options)
+        else:
+            result = snapshot(spec, tables, options=options)
+    except RowFilterError as e:
+        print(f"ERROR: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.summary()))
+    if not result.ok:
+        print(f"ERROR: {result.error()}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

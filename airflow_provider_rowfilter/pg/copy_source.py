@@ -1,0 +1,274 @@
+"""What the initial copy reads from the publisher: one table's published rows and columns, in ranges.
+
+This is tablesync.c ``copy_table`` (R11.5 in docs/reference/pg-rules.md) split so that many readers
+can share it: the rows satisfying ANY of the subscription's publications' filters (the ``publish``
+parameter ignored, R11.3/R11.4), only the published columns, ``FROM ONLY`` a regular table and
+from a partitioned root without ``ONLY`` when it is published via root (all partitions' rows,
+filtered by the root's filter). The filter always runs on the publisher, inside the query: rows
+that do not qualify never leave it.
+
+Every column is read as its PostgreSQL text form (``col::text``), what ``COPY … TO`` would send:
+nothing is lost to a driver's type mapping, and the subscriber converts the text by its own column
+types, as PostgreSQL's table sync does.
+
+All readers see one snapshot, exported by a temporary logical slot (:func:`exported_snapshot`), the
+way the tablesync worker reads through its slot's snapshot (R11.1): a row that an UPDATE moves
+between two ranges during the copy is read exactly once, and the slot's consistent point says
+exactly which changes the copy holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.subscription_filters import TableFilters
+
+log = logging.getLogger(__name__)
+
+INTEGER_TYPES = frozenset({"smallint", "integer", "bigint"})
+
+# Built-in types whose text output never holds a backslash, tab, newline or carriage return, so a
+# COPY text line needs no escaping for them (everything else is escaped: text, json, arrays, …).
+PLAIN_TEXT_TYPE_OIDS = frozenset({
+    16,    # boolean
+    20, 21, 23, 26,  # bigint, smallint, integer, oid
+    700, 701, 790, 1700,  # real, double precision, money, numeric
+    1082, 1083, 1114, 1184, 1186, 1266,  # date, time, timestamp, timestamptz, interval, timetz
+    2950, 3220,  # uuid, pg_lsn
+    650, 869, 774, 829,  # cidr, inet, macaddr8, macaddr
+})
+
+KEY_ALIAS = "rowfilter_partition_key"
+
+
+class CopySourceError(RowFilterError):
+    """The publisher's table cannot be read for the initial copy."""
+
+
+@dataclass(frozen=True)
+class CopySource:
+    """One published table as the initial copy reads it.
+
+    ``table`` is the publish-as relation (a partitioned root when published via root), ``columns``
+    the published columns in the publisher's column order, ``filter_sql`` the OR of the
+    publications' filters (``None``: every row), ``only`` whether inheritance children are left to
+    their own copy, ``key`` a single integer key column usable for range partitioning.
+    """
+
+    table: TableName
+    columns: tuple[str, ...]
+    filter_sql: str | None
+    only: bool
+    key: str | None = None
+    plain_columns: frozenset[str] = frozenset()  # text form never needs COPY escaping
+
+    @property
+    def key_alias(self) -> str:
+        """Name under which the raw key is exposed for partitioning (never a published column's)."""
+        alias = KEY_ALIAS
+        while alias in self.columns:
+            alias += "_"
+        return alias
+
+
+def copy_source(filters: TableFilters, relation: Relation) -> CopySource:
+    """Describe the copy of one subscribed table from its effective filters (R11.2-R11.5)."""
+    if relation.name != filters.table:
+        raise ValueError(f"relation {relation.name} is not the publish-as table {filters.table}")
+    if filters.columns is not None:
+        columns = filters.columns
+    else:
+        columns = tuple(c.name for c in relation.columns if not c.generated)
+    key = None
+    if len(relation.identity_columns) == 1:
+        column = relation.column(relation.identity_columns[0])
+        if column is not None and column.type_name in INTEGER_TYPES:
+            key = column.name
+    plain = frozenset(c.name for c in relation.columns if c.name in columns and c.type_oid in PLAIN_TEXT_TYPE_OIDS)
+    return CopySource(
+        table=filters.table,
+        columns=tuple(columns),
+        filter_sql=filters.copy_filter_sql,
+        # R11.5: ONLY for regular tables; a partitioned root published via root is read whole.
+        only=relation.relkind is RelKind.TABLE,
+        key=key,
+        plain_columns=plain,
+    )
+
+
+def relation_sql(table: TableName) -> sql.Composed:
+    return sql.SQL(".").join([sql.Identifier(table.schema), sql.Identifier(table.name)])
+
+
+def select_sql(source: CopySource, *, predicate: str | None = None, with_key: bool = False) -> str:
+    """The SELECT that reads the published rows as text (optionally one range of them).
+
+    ``predicate`` is a range condition ANDed to the filter; ``with_key`` adds the raw key column
+    under :attr:`CopySource.key_alias` for range partitioning by the reader.
+    """
+    items = [sql.SQL("{}::text AS {}").format(sql.Identifier(c), sql.Identifier(c)) for c in source.columns]
+    if with_key:
+        if source.key is None:
+            raise ValueError(f"table {source.table} has no integer key to partition by")
+        items.insert(0, sql.SQL("{} AS {}").format(sql.Identifier(source.key), sql.Identifier(source.key_alias)))
+    query = sql.SQL("SELECT {} FROM {}{}").format(
+        sql.SQL(", ").join(items), sql.SQL("ONLY " if source.only else ""), relation_sql(source.table))
+    # Each filter is already parenthesised by copy_filter_sql; the outer pair keeps a range
+    # predicate from binding to one side of the OR.
+    conditions = [f"({source.filter_sql})"] if source.filter_sql else []
+    if predicate:
+        conditions.append(predicate)
+    if conditions:
+        query += sql.SQL(" WHERE ") + sql.SQL(" AND ".join(conditions))
+    return query.as_string(None)
+
+
+def subquery_sql(source: CopySource, *, predicate: str | None = None, with_key: bool = False) -> str:
+    """:func:`select_sql` as a derived table, what a JDBC reader takes as ``dbtable``."""
+    return f"({select_sql(source, predicate=predicate, with_key=with_key)}) rowfilter_copy"
+
+
+# --- how the rows are split between readers -------------------------------------------------------
+@dataclass(frozen=True)
+class KeyRanges:
+    """Split by the integer key: ``partitions`` equal strides of [lower, upper), the ends open."""
+
+    lower: int
+    upper: int
+    partitions: int
+
+    def describe(self) -> str:
+        return f"{self.partitions} ranges of the key"
+
+
+@dataclass(frozen=True)
+class BlockRanges:
+    """Split by physical block (TID range scans, PostgreSQL 14+); the last range is open-ended."""
+
+    bounds: tuple[tuple[int, int | None], ...]
+
+    @property
+    def partitions(self) -> int:
+        return len(self.bounds)
+
+    def predicates(self) -> list[str]:
+        out = []
+        for start, end in self.bounds:
+            lower = f"ctid >= '({start},0)'::tid"
+            out.append(lower if end is None else f"{lower} AND ctid < '({end},0)'::tid")
+        return out
+
+    def describe(self) -> str:
+        return f"{self.partitions} block ranges"
+
+
+@dataclass(frozen=True)
+class SinglePartition:
+    partitions: int = 1
+
+    def describe(self) -> str:
+        return "one partition"
+
+
+ReadPlan = KeyRanges | BlockRanges | SinglePartition
+
+
+@dataclass(frozen=True)
+class PartitionOptions:
+    """How finely a table is split: at most ``max_partitions`` readers, each at least ``min_pages``
+    blocks of 8 kB (so small tables stay one partition)."""
+
+    max_partitions: int
+    min_pages: int = 2048
+
+
+def table_pages(conn: psycopg.Connection, source: CopySource) -> int:
+    """Blocks to cover: the table's current size, or its largest partition's for a partitioned root.
+
+    ``pg_relation_size`` rather than ``pg_class.relpages``: relpages is only as fresh as the last
+    VACUUM/ANALYZE and is 0 for a table never analysed.
+    """
+    if source.only:
+        query = "SELECT pg_relation_size(%s::regclass) / current_setting('block_size')::bigint"
+    else:
+        query = """SELECT coalesce(max(pg_relation_size(relid)), 0) / current_setting('block_size')::bigint
+                   FROM pg_partition_tree(%s::regclass) WHERE isleaf"""
+    return int(conn.execute(query, (relation_sql(source.table).as_string(None),)).fetchone()[0])
+
+
+def plan_partitions(conn: psycopg.Connection, source: CopySource, options: PartitionOptions) -> ReadPlan:
+    """Choose how to split the read: integer key ranges, else block ranges (14+), else one reader."""
+    pages = table_pages(conn, source)
+    wanted = min(max(options.max_partitions, 1), max(1, math.ceil(pages / max(options.min_pages, 1))))
+    if wanted <= 1:
+        return SinglePartition()
+    if source.key is not None:
+        # min/max without the filter: two index probes on the key's index, never a scan.
+        lower, upper = conn.execute(sql.SQL("SELECT min({k}), max({k}) FROM {o}{t}").format(
+            k=sql.Identifier(source.key), o=sql.SQL("ONLY " if source.only else ""),
+            t=relation_sql(source.table))).fetchone()
+        if lower is None:
+            return SinglePartition()
+        partitions = min(wanted, upper - lower + 1)
+        return SinglePartition() if partitions <= 1 else KeyRanges(int(lower), int(upper) + 1, partitions)
+    if conn.info.server_version < 140000:
+        return SinglePartition()
+    step = math.ceil(pages / wanted)
+    starts = list(range(0, pages, step))[:wanted]
+    bounds = tuple((s, starts[i + 1] if i + 1 < len(starts) else None) for i, s in enumerate(starts))
+    return BlockRanges(bounds)
+
+
+# --- one snapshot for every reader ----------------------------------------------------------------
+@dataclass(frozen=True)
+class ExportedSnapshot:
+    """A snapshot readers import (``SET TRANSACTION SNAPSHOT``) and the position it is consistent with.
+
+    ``lsn`` is the consistent point of the temporary slot that exported the snapshot: a transaction
+    whose commit record is before it is in the snapshot, one committing at or after it is not. It
+    splits the publisher's changes exactly, as the tablesync worker's slot does (R11.1).
+    """
+
+    snapshot_id: str
+    lsn: str
+    slot: str
+
+    def session_init_sql(self) -> str:
+        """What each reader runs first, inside its own transaction, to read this snapshot."""
+        return ("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+                f"SET TRANSACTION SNAPSHOT {sql.Literal(self.snapshot_id).as_string(None)}")
+
+
+@contextmanager
+def exported_snapshot(conn: psycopg.Connection) -> Iterator[ExportedSnapshot]:
+    """Create a temporary logical slot on ``conn`` (a ``replication=database`` connection) exporting its snapshot.
+
+    The snapshot can be imported while ``conn`` stays open and idle; closing it drops the slot. Like
+    the tablesync worker's slot, creating it waits for the transactions running on the publisher to
+    end, and it holds back the publisher's xmin horizon for the length of the copy.
+    """
+    slot = f"rowfilter_copy_{os.getpid()}_{secrets.token_hex(4)}"
+    try:
+        try:
+            # The pre-15 spelling, which every release since 10 still accepts.
+            name, lsn, snapshot_id, _ = conn.execute(
+                f"CREATE_REPLICATION_SLOT {slot} TEMPORARY LOGICAL pgoutput EXPORT_SNAPSHOT").fetchone()
+        except psycopg.Error as e:
+            raise CopySourceError(
+                f"cannot create the temporary slot that gives the copy its snapshot: {e.diag.message_primary or e}",
+                hint="the publisher role needs REPLICATION (as for the subscription's own slot), "
+                "wal_level=logical, and a free max_replication_slots / max_wal_senders entry during the copy") from e
+        yield ExportedSnapshot(snapshot_id, lsn, name)
+    finally:
+        conn.close()

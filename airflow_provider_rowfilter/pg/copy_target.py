@@ -1,0 +1,145 @@
+"""Where the initial copy writes: the subscriber's table of the same name, through COPY FROM STDIN.
+
+Columns are matched BY NAME, as PostgreSQL's apply and table sync do (logicalrep_rel_open): the
+subscriber's table may order its columns differently, may have more columns (they take their
+defaults), and may use other types as long as the publisher's text form converts. Every check runs
+before a row moves.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.pg.copy_source import relation_sql
+
+# One COPY write per this many bytes of lines: large enough to amortise the call, small enough
+# that an executor holds little.
+WRITE_BYTES = 1 << 20
+
+
+class CopyTargetError(RowFilterError):
+    """The subscriber's table cannot take the initial copy."""
+
+
+@dataclass(frozen=True)
+class CopyTarget:
+    """The subscriber's table and the published columns the copy fills, in the publisher's order."""
+
+    table: TableName
+    relkind: str  # "r" regular, "p" partitioned
+    columns: tuple[str, ...]
+
+    @property
+    def only(self) -> sql.SQL:
+        # A partitioned target takes its partitions' rows; a regular one never its inheritance
+        # children's (they are tables of their own, copied or not on their own).
+        return sql.SQL("" if self.relkind == "p" else "ONLY ")
+
+    def copy_sql(self) -> str:
+        """``COPY target (cols) FROM STDIN`` in text format: the subscriber converts by its own types."""
+        return sql.SQL("COPY {} ({}) FROM STDIN").format(
+            relation_sql(self.table), sql.SQL(", ").join(map(sql.Identifier, self.columns))).as_string(None)
+
+
+def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[str], *,
+                 require_empty: bool) -> CopyTarget:
+    """Check that the subscriber's ``table`` can take ``columns`` (and is empty when asked); raise why not."""
+    row = conn.execute(
+        """SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relname = %s""", (table.schema, table.name)).fetchone()
+    if row is None:
+        raise CopyTargetError(
+            f'logical replication target relation "{table}" does not exist', table=str(table),
+            hint=f"create table {table} in the subscriber with at least the published columns "
+            f"({', '.join(columns)}), then run the snapshot again")
+    oid, relkind = row
+    if relkind not in ("r", "p"):
+        raise CopyTargetError(
+            f'cannot use relation "{table}" as logical replication target', table=str(table),
+            detail=f'"{table}" is not a table (relkind {relkind!r}).',
+            hint="the target must be a regular or partitioned table of the same name")
+    present = dict(conn.execute(
+        "SELECT attname, attgenerated FROM pg_attribute WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped",
+        (oid,)).fetchall())
+    missing = [c for c in columns if c not in present]
+    if missing:
+        listed = ", ".join(f'"{c}"' for c in missing)
+        raise CopyTargetError(
+            f'logical replication target relation "{table}" is missing replicated column'
+            f'{"s" if len(missing) > 1 else ""}: {listed}', table=str(table),
+            hint=f"add the column{'s' if len(missing) > 1 else ''} to {table} in the subscriber "
+            f"(ALTER TABLE {table} ADD COLUMN …), then run the snapshot again")
+    generated = [c for c in columns if present[c]]
+    if generated:
+        raise CopyTargetError(
+            f'logical replication target relation "{table}" has generated column'
+            f'{"s" if len(generated) > 1 else ""} {", ".join(generated)} that the publisher publishes',
+            table=str(table), hint="make the subscriber's column an ordinary column, or leave it out of the "
+            "publication's column list")
+    target = CopyTarget(table, relkind, tuple(columns))
+    if require_empty and conn.execute(
+            sql.SQL("SELECT EXISTS (SELECT FROM {}{})").format(target.only, relation_sql(table))).fetchone()[0]:
+        raise CopyTargetError(
+            f'target table "{table}" is not empty; the initial copy starts from an empty table',
+            table=str(table),
+            hint=f"empty it (TRUNCATE {table} on the subscriber) and run the snapshot again, or run "
+            f"`rowfilter resync --table {table} --copy`, which truncates it and copies again")
+    return target
+
+
+def truncate(conn: psycopg.Connection, target: CopyTarget) -> None:
+    """Empty the target (a copy redone from ``d``, or a resync) in the caller's transaction."""
+    conn.execute(sql.SQL("TRUNCATE {}{}").format(target.only, relation_sql(target.table)))
+
+
+def write_lines(conninfo: dict[str, str], statement: str, lines: Iterable[bytes]) -> int:
+    """Run ``statement`` (a COPY FROM STDIN) with ``lines`` in ONE transaction; return the rows written.
+
+    Runs on a Spark executor: ``lines`` are COPY text-format lines without their newline. A failure
+    rolls the whole partition back, so a retried task starts from nothing.
+    """
+    rows = 0
+    chunk: list[bytes] = []
+    size = 0
+    with psycopg.connect(**conninfo) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
+        for line in lines:
+            chunk.append(line)
+            size += len(line) + 1
+            if size >= WRITE_BYTES:
+                chunk.append(b"")
+                copy.write(b"\n".join(chunk))
+                rows += len(chunk) - 1
+                chunk, size = [], 0
+        if chunk:
+            chunk.append(b"")
+            copy.write(b"\n".join(chunk))
+            rows += len(chunk) - 1
+    return rows
+
+
+def writer_conninfo(url: str, password_env: str, application_name: str) -> dict[str, str]:
+    """libpq parameters for the executors' connections (the password resolved here, on the driver).
+
+    Executors of a cluster do not share the driver's environment, so a password given to the job
+    (``ROWFILTER_SUBSCRIBER_PASSWORD``, else ``PGPASSWORD``) travels inside the task, like Spark's
+    own JDBC options do; it is never logged.
+    """
+    params = psycopg.conninfo.conninfo_to_dict(url)
+    password = os.environ.get(password_env) or os.environ.get("PGPASSWORD")
+    if password and "password" not in params:
+        params["password"] = password
+    params["application_name"] = application_name
+    params["client_encoding"] = "UTF8"
+    return {k: str(v) for k, v in params.items()}
+
+
+def write_partition(conninfo: dict[str, str], statement: str, counter, lines: Iterable[bytes]) -> None:
+    """``foreachPartition`` body: COPY one partition's lines, add the rows written to ``counter`` (an accumulator)."""
+    counter.add(write_lines(conninfo, statement, lines))

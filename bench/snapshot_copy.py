@@ -1,0 +1,175 @@
+"""Initial copy of a filtered table: native table sync against our refresh + snapshot, in one run.
+
+A table ``big (id bigint PK, region text, amount numeric(12,2), payload text)`` of ``--rows`` rows
+(default 5,000,000) is published with a filter keeping half of them. It is copied
+- natively: ``CREATE SUBSCRIPTION … copy_data`` into a second database, timed until every
+  ``pg_subscription_rel`` row is ``r``;
+- by us: ``refresh`` then ``snapshot`` into a third database, with a Spark session built beforehand
+  (its start-up is reported apart, as native's server processes are already running).
+Both targets are then compared whole (an md5 of every row in key order). Prints rows/s of both and
+the ratio ours / native (design goal: >= 1.0). Not part of the test suite.
+
+    python bench/snapshot_copy.py                    # 5M rows, a throwaway local PostgreSQL
+    python bench/snapshot_copy.py --rows 100000      # smoke run
+    python bench/snapshot_copy.py --identity full    # REPLICA IDENTITY FULL: no key, block ranges
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, snapshot  # noqa: E402
+from airflow_provider_rowfilter.pg.embedded import LocalPostgres  # noqa: E402
+from airflow_provider_rowfilter.pg.publisher import drop_capture_objects  # noqa: E402
+
+TABLE = "CREATE TABLE big (id bigint PRIMARY KEY, region text NOT NULL, amount numeric(12,2), payload text)"
+FILTER = "region = 'NSW' OR region = 'VIC'"  # keeps half of the rows
+
+
+def publisher_setup(dsn: str, rows: int, identity: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(TABLE)
+        conn.execute("""INSERT INTO big SELECT g, (ARRAY['NSW', 'VIC', 'QLD', 'WA'])[1 + g %% 4],
+                               (g %% 100000) / 100.0, md5(g::text) || md5((g * 7)::text)
+                        FROM generate_series(1, %s) g""", (rows,))
+        conn.execute("VACUUM ANALYZE big")
+        if identity == "full":
+            # Every action published: the filter's column must be in the replica identity.
+            conn.execute("ALTER TABLE big REPLICA IDENTITY FULL")
+            conn.execute(f"CREATE PUBLICATION bench FOR TABLE big WHERE ({FILTER})")
+        else:
+            # The key stays the replica identity; a filter on region is valid for inserts only.
+            conn.execute(f"CREATE PUBLICATION bench FOR TABLE big WHERE ({FILTER}) WITH (publish = 'insert')")
+
+
+def create_database(admin: str, name: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def digest(dsn: str) -> tuple[int, str]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT count(*), md5(string_agg(b::text, ',' ORDER BY id)) FROM big b").fetchone()
+
+
+def native_copy(pub: str, target: str, name: str) -> float:
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (name,))
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute(TABLE)
+        began = time.monotonic()
+        conn.execute(sql.SQL("CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION bench "
+                             "WITH (create_slot = false, slot_name = {})").format(
+            sql.Identifier(name), sql.Literal(pub), sql.Literal(name)))
+        while True:
+            states = [s for (s,) in conn.execute(
+                "SELECT srsubstate FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid "
+                "WHERE s.subname = %s", (name,))]
+            if states and all(s == "r" for s in states):
+                break
+            time.sleep(0.02)
+        seconds = time.monotonic() - began
+        conn.execute(sql.SQL("DROP SUBSCRIPTION {}").format(sql.Identifier(name)))
+    return seconds
+
+
+def our_copy(pub: str, target: str, name: str, spark, options: CopyOptions) -> tuple[float, dict]:
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute(TABLE)
+    spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=("bench",))
+    began = time.monotonic()
+    refresh(spec)
+    result = snapshot(spec, spark=spark, options=options)
+    seconds = time.monotonic() - began
+    if not result.ok:
+        raise SystemExit(f"our copy failed: {result.error()}")
+    with psycopg.connect(pub, autocommit=True) as conn:
+        drop_capture_objects(conn, name)
+    return seconds, result.tables[0].__dict__
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rows", type=int, default=5_000_000, help="rows in the published table (half are copied)")
+    p.add_argument("--repeat", type=int, default=1, help="copies of each kind, alternating; medians reported")
+    p.add_argument("--identity", choices=("key", "full"), default="key",
+                   help="key: PK replica identity (integer key ranges); full: REPLICA IDENTITY FULL (block ranges)")
+    p.add_argument("--dsn", help="admin URL of an existing PostgreSQL 15+ with wal_level=logical "
+                   "(default: start a throwaway local one)")
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--max-partitions", type=int, help="readers per table (default twice Spark's parallelism)")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    with contextlib.ExitStack() as stack:
+        if args.dsn:
+            admin = args.dsn
+        else:
+            admin = stack.enter_context(LocalPostgres.start()).dsn()
+        base = admin.rsplit("/", 1)[0]
+        pub = f"{base}/bench_pub"
+        create_database(admin, "bench_pub")
+        began = time.monotonic()
+        publisher_setup(pub, args.rows, args.identity)
+        print(f"publisher: {args.rows:,} rows loaded in {time.monotonic() - began:.1f} s; filter ({FILTER}); "
+              f"identity {args.identity}")
+
+        from airflow_provider_rowfilter.spark.session import build_session
+
+        began = time.monotonic()
+        spark = build_session("rowfilter-bench", master=args.master,
+                              conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+        spark.sparkContext.setLogLevel("ERROR")
+        startup = time.monotonic() - began
+        print(f"Spark {spark.version} on {spark.sparkContext.master}: session started in {startup:.1f} s "
+              f"(not counted), {os.cpu_count()} CPUs")
+        options = CopyOptions(max_partitions=args.max_partitions)
+
+        native_times, our_times = [], []
+        copied = None
+        for run in range(1, args.repeat + 1):
+            create_database(admin, "bench_native")
+            create_database(admin, "bench_ours")
+            native_times.append(native_copy(pub, f"{base}/bench_native", f"bench_native_{run}"))
+            seconds, copied = our_copy(pub, f"{base}/bench_ours", f"bench_ours_{run}", spark, options)
+            our_times.append(seconds)
+            native_digest, our_digest = digest(f"{base}/bench_native"), digest(f"{base}/bench_ours")
+            if native_digest != our_digest:
+                raise SystemExit(f"the copies differ: native {native_digest}, ours {our_digest}")
+            rows = native_digest[0]
+            print(f"run {run}: {rows:,} rows copied; native {native_times[-1]:.2f} s, ours {seconds:.2f} s "
+                  f"({copied['partitions']} partitions); targets identical")
+        spark.stop()
+
+    native_s, our_s = statistics.median(native_times), statistics.median(our_times)
+    native_rate, our_rate = rows / native_s, rows / our_s
+    print(f"native table sync: {native_rate:,.0f} rows/s ({native_s:.2f} s)")
+    print(f"rowfilter snapshot: {our_rate:,.0f} rows/s ({our_s:.2f} s)")
+    print(f"ratio ours/native: {our_rate / native_rate:.2f}")
+    if args.json:
+        print(json.dumps({"rows_copied": rows, "native_seconds": native_s, "ours_seconds": our_s,
+                          "native_rows_per_s": native_rate, "ours_rows_per_s": our_rate,
+                          "ratio": our_rate / native_rate, "partitions": copied["partitions"],
+                          "identity": args.identity, "spark_startup_seconds": startup}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""What the initial copy reads: the query text, the column set, and how a table is split."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, ReplicaIdentity, TableName
+from airflow_provider_rowfilter.core.subscription_filters import TableFilters
+from airflow_provider_rowfilter.pg.copy_source import (
+    BlockRanges,
+    CopySource,
+    CopySourceError,
+    KeyRanges,
+    PartitionOptions,
+    SinglePartition,
+    copy_source,
+    exported_snapshot,
+    plan_partitions,
+    select_sql,
+    subquery_sql,
+)
+
+T1 = TableName("public", "t1")
+
+
+def relation(*columns: Column, key: tuple[str, ...] = ("id",), relkind: RelKind = RelKind.TABLE) -> Relation:
+    return Relation(name=T1, oid=1, relkind=relkind, columns=columns, identity_columns=key,
+                    replica_identity=ReplicaIdentity.DEFAULT)
+
+
+def filters(columns=None) -> TableFilters:
+    return TableFilters(table=T1, leaves=(T1,), actions=frozenset(), filters={}, copy_filters=None,
+                        columns=columns, publications=("p1",))
+
+
+ID = Column("id", 1, "bigint", 20)
+NAME = Column("Name", 2, "text", 25)
+GEN = Column("g", 3, "integer", 23, generated="s")
+
+
+@pytest.mark.parametrize(("source", "kwargs", "expected"), [
+    pytest.param(CopySource(T1, ("id", "Name"), None, only=True), {},
+                 'SELECT "id"::text AS "id", "Name"::text AS "Name" FROM ONLY "public"."t1"', id="whole-table"),
+    pytest.param(CopySource(T1, ("a",), "(a > 5) OR (c = 'x')", only=False), {},
+                 """SELECT "a"::text AS "a" FROM "public"."t1" WHERE ((a > 5) OR (c = 'x'))""", id="root-filtered"),
+    pytest.param(CopySource(T1, ("a",), "(a > 5) OR (b)", only=True), {"predicate": "ctid >= '(4,0)'::tid"},
+                 """SELECT "a"::text AS "a" FROM ONLY "public"."t1" WHERE ((a > 5) OR (b)) AND ctid >= '(4,0)'::tid""",
+                 id="range-cannot-bind-to-one-side-of-the-or"),
+    pytest.param(CopySource(T1, ("id",), None, only=True, key="id"), {"with_key": True},
+                 'SELECT "id" AS "rowfilter_partition_key", "id"::text AS "id" FROM ONLY "public"."t1"', id="key"),
+    pytest.param(CopySource(T1, ("rowfilter_partition_key",), None, only=True, key="rowfilter_partition_key"),
+                 {"with_key": True}, 'SELECT "rowfilter_partition_key" AS "rowfilter_partition_key_", '
+                 '"rowfilter_partition_key"::text AS "rowfilter_partition_key" FROM ONLY "public"."t1"',
+                 id="key-alias-never-a-column"),
+])
+def test_select_sql(source, kwargs, expected):
+    assert select_sql(source, **kwargs) == expected
+    assert subquery_sql(source, **kwargs) == f"({expected}) rowfilter_copy"
+
+
+def test_copy_source_takes_published_columns_and_an_integer_key():
+    rel = relation(ID, NAME, GEN)
+    assert copy_source(filters(), rel) == CopySource(T1, ("id", "Name"), None, only=True, key="id",
+                                                     plain_columns=frozenset({"id"}))
+    assert copy_source(filters(("Name",)), rel).columns == ("Name",)
+    assert copy_source(filters(), relation(ID, NAME, key=("Name",))).key is None  # text key: block ranges
+    assert copy_source(filters(), relation(ID, NAME, key=("id", "Name"))).key is None
+    assert not copy_source(filters(), relation(ID, relkind=RelKind.PARTITIONED)).only
+
+
+def test_block_ranges_cover_the_table_and_leave_the_end_open():
+    ranges = BlockRanges(((0, 10), (10, 20), (20, None)))
+    assert ranges.predicates() == ["ctid >= '(0,0)'::tid AND ctid < '(10,0)'::tid",
+                                   "ctid >= '(10,0)'::tid AND ctid < '(20,0)'::tid", "ctid >= '(20,0)'::tid"]
+
+
+@pytest.fixture
+def publisher(fresh_db):
+    dsn = fresh_db()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""CREATE TABLE k (id int PRIMARY KEY, pad text);
+                        INSERT INTO k SELECT g, repeat('x', 200) FROM generate_series(101, 1000) g;
+                        CREATE TABLE nokey (pad text);
+                        INSERT INTO nokey SELECT repeat('x', 200) FROM generate_series(1, 1000);
+                        CREATE TABLE root (id int, pad text) PARTITION BY RANGE (id);
+                        CREATE TABLE root_a PARTITION OF root FOR VALUES FROM (0) TO (10);
+                        CREATE TABLE root_b PARTITION OF root FOR VALUES FROM (10) TO (MAXVALUE);
+                        INSERT INTO root SELECT g, repeat('x', 200) FROM generate_series(1, 1000) g;""")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+def test_plan_partitions_by_key_by_blocks_or_not_at_all(publisher):
+    k = CopySource(TableName("public", "k"), ("id",), None, only=True, key="id")
+    assert plan_partitions(publisher, k, PartitionOptions(4, min_pages=1)) == KeyRanges(101, 1001, 4)
+    assert plan_partitions(publisher, k, PartitionOptions(4, min_pages=10_000)) == SinglePartition()
+    nokey = plan_partitions(publisher, CopySource(TableName("public", "nokey"), ("pad",), None, only=True),
+                            PartitionOptions(3, min_pages=1))
+    assert isinstance(nokey, BlockRanges) and nokey.partitions == 3
+    assert nokey.bounds[0][0] == 0 and nokey.bounds[-1][1] is None
+    # A partitioned root is sized by its largest partition: the ranges apply to every partition.
+    root = plan_partitions(publisher, CopySource(TableName("public", "root"), ("pad",), None, only=False),
+                           PartitionOptions(2, min_pages=1))
+    assert isinstance(root, BlockRanges) and root.partitions == 2
+
+
+def test_exported_snapshot_splits_the_changes_at_its_consistent_point(publisher):
+    dsn = publisher.info.dsn
+    with exported_snapshot(psycopg.connect(dsn, autocommit=True, replication="database")) as snap:
+        assert "SET TRANSACTION SNAPSHOT" in snap.session_init_sql()
+        publisher.execute("INSERT INTO k VALUES (1, 'after')")  # commits at or after the consistent point
+        with psycopg.connect(dsn) as reader:
+            reader.execute(snap.session_init_sql())
+            assert reader.execute("SELECT count(*) FROM k WHERE id = 1").fetchone()[0] == 0
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT temporary FROM pg_replication_slots WHERE slot_name = %s",
+                                (snap.slot,)).fetchone() == (True,)
+        commit = publisher.execute("SELECT pg_current_wal_insert_lsn() >= %s::pg_lsn", (snap.lsn,)).fetchone()[0]
+        assert commit
+    with psycopg.connect(dsn) as conn:  # closing the connection dropped the slot
+        assert conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (snap.slot,)).fetchone() is None
+
+
+def test_exported_snapshot_needs_a_replication_connection(publisher):
+    with pytest.raises(CopySourceError, match="temporary slot") as caught, exported_snapshot(
+            psycopg.connect(publisher.info.dsn, autocommit=True)):
+        pass
+    assert "REPLICATION" in caught.value.hint
