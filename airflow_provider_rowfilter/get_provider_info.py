@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from airflow_provider_rowfilter import __version__
 
+INTEGRATION = "PostgreSQL logical replication (row filters)"
+
 
 def get_provider_info() -> dict:
+    """Return what Airflow's ProvidersManager lists: modules by role, as official providers do.
+
+    No connection type of our own: the operators take Airflow's ``postgres`` connections
+    (apache-airflow-providers-postgres) and ``spark`` connections (apache-airflow-providers-apache-spark).
+    """
     return {
         "package-name": "airflow-provider-rowfilter",
         "name": "Row Filter (PostgreSQL logical replication on Spark)",
@@ -14,9 +21,40 @@ def get_provider_info() -> dict:
         "versions": [__version__],
         "integrations": [
             {
-                "integration-name": "PostgreSQL logical replication (row filters)",
+                "integration-name": INTEGRATION,
                 "external-doc-url": "https://www.postgresql.org/docs/current/logical-replication.html",
                 "tags": ["software"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_provider_rowfilter.operators.refresh_publication",
+                    "airflow_provider_rowfilter.operators.rowfilter_job",
+                    "airflow_provider_rowfilter.operators.snapshot_copy",
+                ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_provider_rowfilter.sensors.subscription_rel"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": ["airflow_provider_rowfilter.triggers.subscription_rel"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": INTEGRATION,
+                "python-modules": [
+                    "airflow_provider_rowfilter.hooks.rowfilter",
+                    "airflow_provider_rowfilter.hooks.subscription_rel",
+                ],
             }
         ],
     }

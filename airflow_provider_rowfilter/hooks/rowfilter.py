@@ -1,0 +1,217 @@
+"""Turn Airflow connections and operator arguments into the subscription spec the jobs read.
+
+The spec crosses the Airflow -> Spark boundary as JSON on the spark-submit command line, so it
+never holds a password: a ``postgres`` connection becomes a libpq URL without one, and its password
+travels apart, as the environment variable the job's ``pg.definitions.connect`` reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import psycopg
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV
+
+ROLES = ("publisher", "subscriber")
+POSTGRES_CONN_TYPES = ("postgres", "postgresql")
+# Connection extras that are libpq connection parameters and hold no secret (sslpassword does).
+LIBPQ_EXTRAS = (
+    "sslmode", "sslcert", "sslkey", "sslrootcert", "sslcrl", "sslcrldir", "sslsni", "sslcompression",
+    "sslnegotiation", "ssl_min_protocol_version", "ssl_max_protocol_version", "requiressl",
+    "gssencmode", "krbsrvname", "gsslib", "channel_binding", "require_auth", "connect_timeout",
+    "keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+    "target_session_attrs", "load_balance_hosts", "options", "passfile", "service",
+)
+# Operator keyword arguments that are spec keys (the URL keys stay in spec files: operators take
+# connection ids instead).
+SPEC_KEYWORDS = ("subscription", "publications", "publisher_conn_id", "subscriber_conn_id",
+                 "publications_ddl", "copy_data", "spark_conf")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a publisher or subscriber is: a libpq URL without password, and the password apart."""
+
+    conn_id: str | None
+    url: str
+    password: str | None = field(default=None, repr=False)
+
+    def connect_kwargs(self) -> dict[str, str]:
+        """Keyword arguments for ``psycopg.connect(url, **kwargs)``."""
+        return {"password": self.password} if self.password else {}
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """A spec ready for a job, and the passwords that must reach the job by environment only."""
+
+    spec: SubscriptionSpec
+    endpoints: Mapping[str, Endpoint] = field(default_factory=dict, repr=False)
+
+    def connect(self, role: str) -> psycopg.Connection:
+        """Open an autocommit connection to the publisher or subscriber (for reading its state)."""
+        endpoint = self.endpoints.get(role)
+        if endpoint is not None:
+            return psycopg.connect(endpoint.url, autocommit=True, **endpoint.connect_kwargs())
+        # A URL from a spec file: libpq's own PGPASSWORD / ~/.pgpass, as for the rowfilter command.
+        return psycopg.connect(getattr(self.spec, role), autocommit=True)
+
+    def password_env(self) -> dict[str, str]:
+        """``{"ROWFILTER_PUBLISHER_PASSWORD": …, …}`` for the endpoints that have a password."""
+        return {PASSWORD_ENV[role]: e.password for role, e in self.endpoints.items() if e.password}
+
+
+class RowFilterHook(BaseHook):
+    """Build the subscription spec for the rowfilter jobs from a spec file and/or operator arguments.
+
+    Connections are Airflow ``postgres`` connections: host, port, login, password, schema (the
+    database) and the libpq parameters among the extras (``sslmode``, ``sslrootcert``, …).
+    Nothing is read in ``__init__``; connections are looked up when a spec is resolved.
+    """
+
+    hook_name = "Row Filter (PostgreSQL logical replication)"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+
+    # --- connections ---------------------------------------------------------------------------------
+    @classmethod
+    def endpoint(cls, conn_id: str, role: str = "database") -> Endpoint:
+        """Resolve an Airflow ``postgres`` connection to a password-less URL and the password."""
+        try:
+            conn = cls.get_connection(conn_id)
+        except AirflowNotFoundException as e:
+            raise _missing(conn_id, role) from e
+        return _endpoint(conn, conn_id, role)
+
+    @classmethod
+    async def aendpoint(cls, conn_id: str, role: str = "database") -> Endpoint:
+        """:meth:`endpoint` for async code (triggers): looks the connection up without blocking."""
+        try:
+            conn = await cls.aget_connection(conn_id)
+        except AirflowNotFoundException as e:
+            raise _missing(conn_id, role) from e
+        return _endpoint(conn, conn_id, role)
+
+    # --- the spec ------------------------------------------------------------------------------------
+    def resolve_spec(self, *, spec: str | None = None, fields: Mapping[str, Any] | None = None,
+                     base_dir: str | None = None, require: Sequence[str] = ROLES) -> ResolvedSpec:
+        """Merge a spec file with keyword fields, resolve connection ids, and validate the result.
+
+        :param spec: path of a YAML spec file; relative paths are taken from ``base_dir``.
+        :param fields: spec keys given as operator arguments; those not None override the file's.
+            A ``publisher_conn_id``/``subscriber_conn_id`` given here replaces the file's URL.
+        :param base_dir: directory for relative paths (the DAG's folder).
+        :param require: the roles the job connects to; each needs a URL or a connection id.
+        :raises SpecError: on anything a retry cannot fix.
+        """
+        given = {k: v for k, v in (fields or {}).items() if v is not None}
+        unknown = sorted(set(given) - set(SPEC_KEYWORDS))
+        if unknown:
+            raise SpecError(f"{unknown[0]!r} is not a spec field an operator takes",
+                            hint=f"operator spec fields: {', '.join(SPEC_KEYWORDS)}")
+        data: dict[str, Any] = {}
+        source = "operator arguments"
+        if spec:
+            path = _absolute(spec, base_dir)
+            loaded = SubscriptionSpec.load(path)
+            data = {k: v for k, v in vars(loaded).items() if k != "spec_version"}
+            source = f"spec file {path!r}"
+        for role in ROLES:
+            if f"{role}_conn_id" in given:
+                data.pop(role, None)
+        data.update(given)
+        if "publications" in data:
+            data["publications"] = _names(data["publications"], "publications")
+        _check_types(data)
+        if data.get("publications_ddl") and "publications_ddl" in given:
+            data["publications_ddl"] = _absolute(data["publications_ddl"], base_dir)
+        if "subscription" not in data:
+            raise SpecError("no subscription name", hint="pass subscription='s1' or spec='path/to/s1.yaml'")
+        endpoints: dict[str, Endpoint] = {}
+        for role in ROLES:
+            conn_id = data.get(f"{role}_conn_id")
+            if conn_id and data.get(role):
+                raise SpecError(f"{source} sets both {role} ({data[role]!r}) and {role}_conn_id ({conn_id!r})",
+                                hint=f"keep one: {role}_conn_id for Airflow, {role} URL for the rowfilter command")
+            if conn_id:
+                endpoints[role] = self.endpoint(conn_id, role)
+                data[role] = endpoints[role].url
+            elif role in require and not data.get(role):
+                raise SpecError(f"subscription {data['subscription']!r} has no {role}",
+                                hint=f"pass {role}_conn_id= an Airflow postgres connection id")
+        resolved = SubscriptionSpec.from_dict(data, source=source)
+        return ResolvedSpec(resolved, endpoints)
+
+    @staticmethod
+    def with_master(resolved: ResolvedSpec, master: str) -> ResolvedSpec:
+        """The spec with ``spark_master`` set to where spark-submit sends the job."""
+        return replace(resolved, spec=replace(resolved.spec, spark_master=master))
+
+
+def libpq_url(host: str | None, port: int | None, login: str | None, database: str | None,
+              extra: Mapping[str, Any] | None = None) -> str:
+    """``postgresql://user@host:port/db?sslmode=…``: a libpq URL that never carries a password."""
+    netloc = ""
+    if login:
+        netloc = quote(login, safe="") + "@"
+    if host:
+        netloc += f"[{host}]" if ":" in host and not host.startswith("[") else quote(host, safe="/")
+    if port:
+        netloc += f":{int(port)}"
+    path = "/" + quote(database, safe="") if database else ""
+    params = {k: str(v) for k, v in (extra or {}).items() if k in LIBPQ_EXTRAS and v not in (None, "")}
+    query = "?" + urlencode(sorted(params.items())) if params else ""
+    return f"postgresql://{netloc}{path}{query}"
+
+
+def _endpoint(conn: Any, conn_id: str, role: str) -> Endpoint:
+    if conn.conn_type not in POSTGRES_CONN_TYPES:
+        raise SpecError(f"{role}_conn_id={conn_id!r} is a connection of type {conn.conn_type!r}",
+                        hint="use a connection of type 'postgres' (postgresql://… in AIRFLOW_CONN_*)")
+    return Endpoint(conn_id, libpq_url(conn.host, conn.port, conn.login, conn.schema, conn.extra_dejson),
+                    conn.password or None)
+
+
+def _missing(conn_id: str, role: str) -> SpecError:
+    return SpecError(f"{role}_conn_id={conn_id!r}: no such Airflow connection",
+                     hint=f"create it (Admin > Connections, or the AIRFLOW_CONN_{conn_id.upper()} environment "
+                     "variable) or fix the id")
+
+
+def _absolute(path: str, base_dir: str | None) -> str:
+    if os.path.isabs(path) or not base_dir:
+        return os.path.abspath(path)
+    return os.path.join(base_dir, path)
+
+
+def _check_types(data: Mapping[str, Any]) -> None:
+    # The spec dataclass trusts its callers; operator arguments come from templates and DAG code.
+    if "copy_data" in data and not isinstance(data["copy_data"], bool):
+        raise SpecError(f"copy_data={data['copy_data']!r} is not a boolean", hint="pass copy_data=True or False")
+    conf = data.get("spark_conf")
+    if conf is not None and not (isinstance(conf, Mapping) and all(isinstance(k, str) for k in conf)):
+        raise SpecError(f"spark_conf={conf!r} is not a mapping of Spark settings",
+                        hint="pass spark_conf={'spark.sql.shuffle.partitions': '8'}")
+    for key in ("subscription", "publications_ddl", *(f"{r}_conn_id" for r in ROLES), *ROLES):
+        if data.get(key) is not None and not isinstance(data[key], str):
+            raise SpecError(f"{key}={data[key]!r} is not a string")
+
+
+def _names(value: Any, setting: str) -> tuple[str, ...]:
+    """A list of names from a list, a tuple, or a comma-separated string (what Jinja renders)."""
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise SpecError(f"{setting}={value!r} is not a list of names",
+                    hint=f"pass {setting}=['a', 'b'] or a comma-separated string 'a,b'")

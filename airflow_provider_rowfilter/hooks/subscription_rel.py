@@ -1,0 +1,149 @@
+"""Read where a subscription's tables stand (``rowfilter.subscription_rel``), blocking or async.
+
+The sensor pokes with :meth:`SubscriptionRelHook.progress`, the trigger polls with
+:meth:`SubscriptionRelHook.aprogress`; both read the same rows and judge them with the same pure
+function, :func:`check_progress`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.sync_state import SyncState, at_least
+from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
+
+# One round trip: whether our schema exists, the subscription's own error, and its tables.
+_EXISTS = "SELECT to_regclass('rowfilter.subscription_rel') IS NOT NULL"
+_SUBSCRIPTION = "SELECT last_error FROM rowfilter.subscription WHERE name = %s"
+_TABLES = """SELECT schema_name, table_name, state, last_error FROM rowfilter.subscription_rel
+             WHERE subscription = %s ORDER BY schema_name, table_name"""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the subscriber says about one subscription at one moment."""
+
+    subscription: str
+    exists: bool  # the subscription has a row in rowfilter.subscription
+    last_error: str | None = None
+    tables: tuple[tuple[TableName, SyncState, str | None], ...] = ()  # (table, state, last_error)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far the chosen tables are: done, still waiting, or failed for good (``error``)."""
+
+    done: bool
+    states: dict[str, str] = field(default_factory=dict)  # chosen table -> state letter
+    waiting: tuple[str, ...] = ()
+    error: str | None = None
+
+    def as_payload(self) -> dict[str, Any]:
+        return {"done": self.done, "states": self.states, "waiting": list(self.waiting), "error": self.error}
+
+
+def parse_tables(value: Sequence[str] | str | None) -> list[TableName] | None:
+    """``tables`` as given to the sensor (list or comma-separated string) -> names; None for all."""
+    if value is None:
+        return None
+    items = value.split(",") if isinstance(value, str) else list(value)
+    if not all(isinstance(v, str) for v in items):
+        raise SpecError(f"tables={value!r} is not a list of table names",
+                        hint="pass tables=['public.t1', 'sales.orders'] or 'public.t1,sales.orders'")
+    names = sorted({TableName.parse(v.strip()) for v in items if v.strip()})
+    return names or None
+
+
+def parse_state(value: str | SyncState) -> SyncState:
+    """``target_state`` as a letter (``"r"``), an enum member, or a member name (``"READY"``)."""
+    if isinstance(value, SyncState):
+        return value
+    text = str(value).strip()
+    for state in SyncState:
+        if text in (state.value, state.name, state.name.lower(), state.label):
+            return state
+    raise SpecError(f"target_state={value!r} is not a sync state",
+                    hint="use one of 'i', 'd', 'f', 's', 'r' (init, data copy, finished copy, synchronized, "
+                    "ready)")
+
+
+def check_progress(snapshot: Snapshot, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
+    """Judge a snapshot: done when every chosen table reached ``target``; failed on a recorded error.
+
+    A recorded error fails at once, as a stopped native subscription shows its error until someone
+    acts: retrying the wait cannot fix it. So does a table that is not part of the subscription.
+    """
+    name = snapshot.subscription
+    if not snapshot.exists:
+        return Progress(False, error=f"subscription {name!r} has no state in the subscriber (no row in "
+                        f"rowfilter.subscription); run RefreshPublicationOperator for it first, or check "
+                        f"subscription= and subscriber_conn_id=")
+    by_table = {t: (state, err) for t, state, err in snapshot.tables}
+    chosen = sorted(by_table) if tables is None else sorted(set(tables))
+    unknown = [str(t) for t in chosen if t not in by_table]
+    if unknown:
+        return Progress(False, error=f"table(s) {', '.join(unknown)} not part of subscription {name!r} "
+                        f"(its tables: {', '.join(str(t) for t in sorted(by_table)) or 'none'}); fix tables= or "
+                        f"publish the table and run RefreshPublicationOperator")
+    states = {str(t): by_table[t][0].value for t in chosen}
+    if snapshot.last_error:
+        return Progress(False, states, error=f"subscription {name!r} stopped with an error: {snapshot.last_error}")
+    failed = [(t, by_table[t][1]) for t in chosen if by_table[t][1]]
+    if failed:
+        text = "; ".join(f"{t}: {err}" for t, err in failed)
+        return Progress(False, states, error=f"subscription {name!r}, table {text}")
+    waiting = tuple(str(t) for t in chosen if not at_least(by_table[t][0], target))
+    return Progress(not waiting, states, waiting)
+
+
+class SubscriptionRelHook(RowFilterHook):
+    """Read a subscription's per-table sync state from the subscriber (an Airflow ``postgres`` connection).
+
+    :param subscriber_conn_id: the subscriber's Airflow ``postgres`` connection.
+    :param subscription: the subscription's name.
+    """
+
+    def __init__(self, subscriber_conn_id: str, subscription: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.subscriber_conn_id = subscriber_conn_id
+        self.subscription = subscription
+
+    def snapshot(self) -> Snapshot:
+        endpoint = self.endpoint(self.subscriber_conn_id, "subscriber")
+        with psycopg.connect(endpoint.url, autocommit=True, application_name="rowfilter:sensor",
+                             **endpoint.connect_kwargs()) as conn:
+            if not conn.execute(_EXISTS).fetchone()[0]:
+                return Snapshot(self.subscription, exists=False)
+            row = conn.execute(_SUBSCRIPTION, (self.subscription,)).fetchone()
+            rows = conn.execute(_TABLES, (self.subscription,)).fetchall() if row else []
+        return _snapshot(self.subscription, row, rows)
+
+    async def asnapshot(self) -> Snapshot:
+        endpoint = await self.aendpoint(self.subscriber_conn_id, "subscriber")
+        async with await psycopg.AsyncConnection.connect(endpoint.url, autocommit=True,
+                                                         application_name="rowfilter:trigger",
+                                                         **endpoint.connect_kwargs()) as conn:
+            if not (await (await conn.execute(_EXISTS)).fetchone())[0]:
+                return Snapshot(self.subscription, exists=False)
+            row = await (await conn.execute(_SUBSCRIPTION, (self.subscription,))).fetchone()
+            rows = await (await conn.execute(_TABLES, (self.subscription,))).fetchall() if row else []
+        return _snapshot(self.subscription, row, rows)
+
+    def progress(self, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
+        return check_progress(self.snapshot(), tables, target)
+
+    async def aprogress(self, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
+        return check_progress(await self.asnapshot(), tables, target)
+
+
+def _snapshot(subscription: str, row: tuple | None, rows: list[tuple]) -> Snapshot:
+    if row is None:
+        return Snapshot(subscription, exists=False)
+    return Snapshot(subscription, True, row[0],
+                    tuple((TableName(s, t), SyncState(state), err) for s, t, state, err in rows))

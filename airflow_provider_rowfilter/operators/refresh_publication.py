@@ -1,0 +1,57 @@
+"""RefreshPublicationOperator: ``ALTER SUBSCRIPTION … REFRESH PUBLICATION`` as an Airflow task."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
+from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
+from airflow_provider_rowfilter.pg.state import StateStore
+
+
+class RefreshPublicationOperator(RowFilterJobOperator):
+    """Reconcile a subscription's tables with its publications (the ``refresh`` job).
+
+    Validates the publication definitions (nothing changes when they are invalid), maintains the
+    slot and capture publication on the publisher, and in the subscriber gives each newly published
+    table state ``i`` (``r`` with ``copy_data=False``) and removes tables no longer published.
+    Running it twice changes nothing the second time.
+
+    Takes the parameters of :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
+
+    Returns (XCom) ``{"subscription": "s1", "added": ["public.t1"], "removed": [], "lsn": "0/1A2B3C"
+    | None, "tables": [{"table": "public.t1", "state": "i", "lsn": None}, …]}``: what this run
+    added and removed (read from ``rowfilter.refresh_history``), and every table's state afterwards.
+    """
+
+    job: ClassVar[str] = "refresh"
+
+    def before_submit(self, resolved: ResolvedSpec) -> int:
+        with resolved.connect("subscriber") as conn:
+            if conn.execute("SELECT to_regclass('rowfilter.refresh_history')").fetchone()[0] is None:
+                return 0
+            return conn.execute("SELECT coalesce(max(id), 0) FROM rowfilter.refresh_history WHERE subscription = %s",
+                                (resolved.spec.subscription,)).fetchone()[0]
+
+    def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
+        name = resolved.spec.subscription
+        with resolved.connect("subscriber") as conn:
+            history = conn.execute(
+                "SELECT added, removed, lsn::text FROM rowfilter.refresh_history "
+                "WHERE subscription = %s AND id > %s ORDER BY id", (name, before or 0)).fetchall()
+            tables = StateStore(conn, name).tables()
+        added: list[str] = []
+        removed: list[str] = []
+        for a, r, _ in history:
+            added = [t for t in added if t not in r] + [t for t in a if t not in added]
+            removed = [t for t in removed if t not in a] + [t for t in r if t not in removed]
+        result = {
+            "subscription": name,
+            "added": sorted(added),
+            "removed": sorted(removed),
+            "lsn": history[-1][2] if history else None,
+            "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn} for t in tables],
+        }
+        self.log.info("Refresh of %s: added %s, removed %s; %d table(s) subscribed", name,
+                      result["added"] or "none", result["removed"] or "none", len(tables))
+        return result

@@ -1,0 +1,261 @@
+"""What every rowfilter operator shares: submit one of the package's own jobs with spark-submit.
+
+Like ``SparkJDBCOperator``, each operator is a ``SparkSubmitOperator`` whose application is a script
+shipped inside this package (``airflow_provider_rowfilter/jobs/<job>.py``). The operator only
+marshals: it renders its arguments, builds and validates the spec, puts it on the command line as
+JSON (``--spec-json``; it holds no password), hands the passwords to the job as environment
+variables, and lets ``SparkSubmitOperator`` do the submitting.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import psycopg
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.log import mask_secret
+
+import airflow_provider_rowfilter
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+JOBS_DIR = Path(airflow_provider_rowfilter.__file__).parent / "jobs"
+PYTHON_CONF = ("spark.pyspark.python", "spark.pyspark.driver.python")
+#: Where spark/session.py finds the PostgreSQL JDBC driver (named here too: this layer never imports pyspark).
+JDBC_JAR_ENV = "ROWFILTER_JDBC_JAR"
+DEBIAN_JDBC_JAR = "/usr/share/java/postgresql.jar"
+PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+
+
+def job_path(job: str) -> str:
+    """Path of a job script inside the installed package (what spark-submit runs)."""
+    return str(JOBS_DIR / f"{job}.py")
+
+
+class RowFilterJobOperator(SparkSubmitOperator):
+    """Submit one of the package's jobs for a subscription (base class; use a concrete operator).
+
+    The subscription comes from ``spec`` (a YAML spec file) and/or the keyword fields below; a field
+    given here overrides the file's. Connections are Airflow connection ids: ``postgres`` ones for
+    the publisher and the subscriber, a ``spark`` one (``conn_id``) for where the job runs.
+
+    :param spec: path of a subscription spec file (YAML), relative to the DAG's folder. (templated)
+    :param subscription: subscription name. (templated)
+    :param publications: publication names, a list or a comma-separated string. (templated)
+    :param publisher_conn_id: Airflow ``postgres`` connection of the publisher. (templated)
+    :param subscriber_conn_id: Airflow ``postgres`` connection of the subscriber. (templated)
+    :param publications_ddl: file of ``CREATE PUBLICATION`` statements to take the definitions
+        from instead of the publisher's catalog; relative to the DAG's folder. (templated)
+    :param copy_data: whether newly subscribed tables get an initial copy (default true).
+    :param spark_conf: Spark settings the job applies to its session (spec key ``spark_conf``);
+        settings for spark-submit itself go to ``conf``.
+    :param forward_passwords: hand the connections' passwords to the job as the environment
+        variables ``ROWFILTER_PUBLISHER_PASSWORD``/``ROWFILTER_SUBSCRIBER_PASSWORD`` (default). Set
+        False where the cluster provides them itself (a Kubernetes secret, a ``~/.pgpass``).
+    :param jdbc_jar: the PostgreSQL JDBC driver jar to put on the driver's class path
+        (``--driver-class-path``, client mode) and ship with ``--jars``. Default
+        ``$ROWFILTER_JDBC_JAR``, else ``/usr/share/java/postgresql.jar`` when it exists; ``""`` adds
+        none (when ``packages="org.postgresql:postgresql:…"`` or the cluster image brings it). (templated)
+    :param conn_id: the Airflow ``spark`` connection (master, deploy mode); default ``spark_default``.
+    :param kwargs: everything else ``SparkSubmitOperator`` takes (``conf``, ``py_files``, ``jars``,
+        ``env_vars``, ``executor_memory``, …), except ``application`` and ``application_args``.
+    """
+
+    #: Name of the job module in ``airflow_provider_rowfilter/jobs/``.
+    job: ClassVar[str]
+    #: Roles whose database the job connects to.
+    roles: ClassVar[tuple[str, ...]] = ("publisher", "subscriber")
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "spec",
+        "subscription",
+        "publications",
+        "publisher_conn_id",
+        "subscriber_conn_id",
+        "publications_ddl",
+        "jdbc_jar",
+    )
+    ui_color = "#c8e6f5"
+
+    def __init__(
+        self,
+        *,
+        spec: str | None = None,
+        subscription: str | None = None,
+        publications: Sequence[str] | str | None = None,
+        publisher_conn_id: str | None = None,
+        subscriber_conn_id: str | None = None,
+        publications_ddl: str | None = None,
+        copy_data: bool | None = None,
+        spark_conf: dict[str, str] | None = None,
+        forward_passwords: bool = True,
+        jdbc_jar: str | None = None,
+        conn_id: str = "spark_default",
+        **kwargs: Any,
+    ) -> None:
+        for fixed in ("application", "application_args"):
+            if fixed in kwargs:
+                raise TypeError(f"{type(self).__name__} sets {fixed} itself (the package's {self.job} job); "
+                                f"remove {fixed}={kwargs[fixed]!r}")
+        kwargs.setdefault("name", f"rowfilter-{self.job}")
+        super().__init__(application=job_path(self.job), conn_id=conn_id, **kwargs)
+        self.spec = spec
+        self.subscription = subscription
+        self.publications = publications
+        self.publisher_conn_id = publisher_conn_id
+        self.subscriber_conn_id = subscriber_conn_id
+        self.publications_ddl = publications_ddl
+        self.copy_data = copy_data
+        self.spark_conf = spark_conf
+        self.forward_passwords = forward_passwords
+        self.jdbc_jar = jdbc_jar
+
+    # --- what the concrete operators add ------------------------------------------------------------
+    def job_arguments(self) -> list[str]:
+        """Arguments after ``--spec-json``; validate them here (raise RowFilterError)."""
+        return []
+
+    def before_submit(self, resolved: ResolvedSpec) -> Any:
+        """Read what :meth:`summary` compares against; best effort."""
+        return None
+
+    def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
+        """What the task returns (XCom): read back from the subscriber after the job."""
+        return {"subscription": resolved.spec.subscription}
+
+    # --- execution -----------------------------------------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:
+        resolved = self.prepare_submit()
+        before = self._best_effort("read the subscriber's state before the job", self.before_submit, resolved)
+        super().execute(context)
+        result = self._best_effort("read the subscriber's state after the job", self.summary, resolved, before)
+        return result if result is not None else {"subscription": resolved.spec.subscription}
+
+    def prepare_submit(self) -> ResolvedSpec:
+        """Resolve the spec and set ``application_args`` and ``env_vars`` for spark-submit.
+
+        :raises AirflowFailException: when the spec is invalid, or when the passwords could only
+            reach the job on the spark-submit command line.
+        """
+        resolved = self.resolve_spec()
+        probe = self._get_hook()
+        # The master and deploy mode as SparkSubmitHook resolved them from the spark connection (the
+        # parent operator reads the hook's `_connection` the same way): the job must run where
+        # spark-submit sends it, and env_vars must not end up on the command line.
+        master = probe._connection["master"]
+        deploy_mode = probe._connection["deploy_mode"] or "client"
+        on_cluster_manager = probe._is_yarn or probe._is_kubernetes
+        resolved = RowFilterHook.with_master(resolved, master)
+        secrets = resolved.password_env() if self.forward_passwords else {}
+        for value in secrets.values():
+            mask_secret(value)
+        if secrets and (on_cluster_manager or deploy_mode == "cluster"):
+            raise AirflowFailException(
+                f"{self.task_id}: conn_id={self._conn_id!r} submits to {master!r} in {deploy_mode} mode, where "
+                "SparkSubmitOperator turns env_vars into --conf settings on the spark-submit command line (or "
+                "refuses them), so the connections' passwords would be exposed. Set forward_passwords=False "
+                "and let the cluster give the driver ROWFILTER_PUBLISHER_PASSWORD / "
+                "ROWFILTER_SUBSCRIBER_PASSWORD (a Kubernetes secret: conf={'spark.kubernetes.driver."
+                "secretKeyRef.ROWFILTER_SUBSCRIBER_PASSWORD': 'name:key'}; a ~/.pgpass on the nodes), "
+                "or use connections without a password (see docs/operators.md)."
+            )
+        try:
+            arguments = self.job_arguments()
+        except RowFilterError as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
+        self._add_jdbc_jar(deploy_mode)
+        env = dict(self.env_vars or {})
+        if deploy_mode == "client" and not on_cluster_manager:
+            env.update(self._local_python_env(master, env))
+        env.update(secrets)
+        self.env_vars = env or None
+        self._hook = None  # built again by SparkSubmitOperator.execute, with the arguments set above
+        self.log.info("Submitting the %s job of subscription %s (publications %s) to %s: %s",
+                      self.job, resolved.spec.subscription, ", ".join(resolved.spec.publications), master,
+                      self.application)
+        if secrets:
+            self.log.info("The password(s) of the %s go to the job by environment (%s)",
+                          " and ".join(sorted(r for r, e in resolved.endpoints.items() if e.password)),
+                          ", ".join(sorted(secrets)))
+        return resolved
+
+    def resolve_spec(self) -> ResolvedSpec:
+        """Build and validate the spec from the rendered arguments; a bad one fails without retry."""
+        fields = {
+            "subscription": self.subscription,
+            "publications": self.publications,
+            "publisher_conn_id": self.publisher_conn_id,
+            "subscriber_conn_id": self.subscriber_conn_id,
+            "publications_ddl": self.publications_ddl,
+            "copy_data": self.copy_data,
+            "spark_conf": self.spark_conf,
+        }
+        base_dir = self.dag.folder if self.has_dag() else None
+        try:
+            return RowFilterHook().resolve_spec(spec=self.spec, fields=fields, base_dir=base_dir,
+                                                require=self.roles)
+        except RowFilterError as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        except TypeError as e:  # a key of the wrong kind reached the spec dataclass
+            raise AirflowFailException(f"{self.task_id}: invalid spec: {e}") from e
+
+    def _add_jdbc_jar(self, deploy_mode: str) -> None:
+        """Give the job the JDBC driver the way spark-submit needs it.
+
+        Under spark-submit the driver JVM is running before the job's Python builds its session, so
+        the job's own ``spark.driver.extraClassPath`` comes too late and ``java.sql.DriverManager``
+        would answer "No suitable driver": the jar must be on spark-submit's command line.
+        """
+        jar = self.jdbc_jar
+        if jar is None:
+            jar = os.environ.get(JDBC_JAR_ENV) or (DEBIAN_JDBC_JAR if os.path.isfile(DEBIAN_JDBC_JAR) else "")
+        if not jar:
+            return
+        self.jars = _join(self.jars, jar, ",")
+        if deploy_mode == "client":
+            self.driver_class_path = _join(self.driver_class_path, jar, os.pathsep)
+
+    def _local_python_env(self, master: str, env: dict[str, Any]) -> dict[str, str]:
+        """Run the job with this interpreter (which has the package) when the driver runs here.
+
+        In client mode the driver is a child of this process, so the Python that runs Airflow (and
+        has airflow-provider-rowfilter and pyspark installed) runs the job; with a local master the
+        executors' Python workers are local too. A Python chosen in ``env_vars`` or ``conf`` wins.
+        """
+        chosen = set(env) | set(self.conf or {}) | {k for k in PYTHON_ENV if os.environ.get(k)}
+        extra: dict[str, str] = {}
+        names = PYTHON_ENV if master.startswith("local") else ("PYSPARK_DRIVER_PYTHON",)
+        if not chosen & {*PYTHON_ENV, *PYTHON_CONF}:
+            extra.update(dict.fromkeys(names, sys.executable))
+        # pyspark installs spark-submit beside the interpreter; a venv used without activating it
+        # (`/venv/bin/airflow …`) does not have it on PATH.
+        binary = self._spark_binary or "spark-submit"
+        here = Path(sys.executable).parent
+        if shutil.which(binary) is None and (here / binary).exists() and "PATH" not in env:
+            extra["PATH"] = os.pathsep.join([str(here), os.environ.get("PATH", "")])
+        return extra
+
+    def _best_effort(self, what: str, fn: Any, *args: Any) -> Any:
+        # The replication already happened (or is about to); reading it back is an extra that never
+        # fails the task (house style: best-effort extras never fail a task).
+        try:
+            return fn(*args)
+        except (psycopg.Error, RowFilterError) as e:
+            self.log.warning("Could not %s: %s", what, str(e).strip().splitlines()[0] if str(e).strip() else e)
+            return None
+
+
+def _join(current: str | None, item: str, sep: str) -> str:
+    entries = [e for e in (current or "").split(sep) if e]
+    return sep.join(entries if item in entries else [*entries, item])

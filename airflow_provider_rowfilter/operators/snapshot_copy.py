@@ -1,0 +1,95 @@
+"""SnapshotCopyOperator: the initial copy of a subscription's tables (PostgreSQL's table-sync worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
+from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
+from airflow_provider_rowfilter.pg.state import StateStore
+
+
+class SnapshotCopyOperator(RowFilterJobOperator):
+    """Copy the rows each table's publications select into the subscriber (the ``snapshot`` job).
+
+    For every chosen table in state ``i`` (or ``d``, an interrupted copy): state ``d``, copy the
+    rows that satisfy any of the subscription's publications' filters, only the published columns,
+    in parallel Spark partitions; record the position from which changes are replayed; state ``f``.
+
+    :param tables: the tables to copy, ``schema.table`` (``public`` when no schema is given), as a
+        list or a comma-separated string; default all of the subscription's tables. (templated)
+    :param resync: first empty the named ``tables`` in the subscriber and send them back to ``i``,
+        then copy them: the backfill path (``--resync``; needs ``tables``).
+    :param max_partitions: most parallel readers per table (default twice Spark's parallelism).
+    :param fetch_size: rows per JDBC fetch of the readers.
+
+    The other parameters are those of
+    :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
+
+    Returns (XCom) ``{"subscription": "s1", "rows_copied": 42, "tables": [{"table": "public.t1",
+    "state": "f", "lsn": "0/1A2B3C", "rows_copied": 40}, …]}``, read from
+    ``rowfilter.subscription_rel`` after the job, for the chosen tables.
+    """
+
+    job: ClassVar[str] = "snapshot"
+    template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "tables")
+
+    def __init__(self, *, tables: Sequence[str] | str | None = None, resync: bool = False,
+                 max_partitions: int | None = None, fetch_size: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tables = tables
+        self.resync = resync
+        self.max_partitions = max_partitions
+        self.fetch_size = fetch_size
+
+    def chosen_tables(self) -> list[TableName]:
+        """The rendered ``tables`` as names; empty for all of the subscription's tables."""
+        value = self.tables
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = [v for v in (p.strip() for p in value.split(",")) if v]
+        if not isinstance(value, Sequence) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise SpecError(f"tables={self.tables!r} is not a list of table names",
+                            hint="pass tables=['public.t1', 'sales.orders'] or 'public.t1,sales.orders'")
+        names = []
+        for text in value:
+            table = TableName.parse(text.strip())
+            if not table.name or "." in table.schema:
+                raise SpecError(f"tables: {text!r} is not a table name",
+                                hint="write schema.table, e.g. 'public.t1' (or t1 for public.t1)")
+            names.append(table)
+        return sorted(set(names))
+
+    def job_arguments(self) -> list[str]:
+        tables = self.chosen_tables()
+        arguments: list[str] = []
+        for table in tables:
+            arguments += ["--table", str(table)]
+        if self.resync:
+            if not tables:
+                raise SpecError("resync=True needs the tables to copy again",
+                                hint="pass tables=['public.t1'] (a resync empties those tables first)")
+            arguments.append("--resync")
+        for name, value in (("max_partitions", self.max_partitions), ("fetch_size", self.fetch_size)):
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"{name}={value!r} is not a positive integer", hint=f"pass {name}=8, or leave it out")
+            arguments += [f"--{name.replace('_', '-')}", str(value)]
+        return arguments
+
+    def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
+        name = resolved.spec.subscription
+        chosen = self.chosen_tables() or None
+        with resolved.connect("subscriber") as conn:
+            tables = StateStore(conn, name).tables(chosen)
+        rows = [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn, "rows_copied": t.rows_copied}
+                for t in tables]
+        for t in rows:
+            self.log.info("%s: state %s, %s row(s) copied, lsn %s", t["table"], t["state"], t["rows_copied"],
+                          t["lsn"])
+        return {"subscription": name, "rows_copied": sum(t["rows_copied"] or 0 for t in rows), "tables": rows}

@@ -1,0 +1,1 @@
+"""Airflow triggers of airflow-provider-rowfilter (run by the triggerer, asyncio)."""

@@ -1,0 +1,1 @@
+"""Tests of the Airflow layer: hooks, operators, sensors, triggers and the example DAGs."""

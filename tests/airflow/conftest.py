@@ -1,0 +1,125 @@
+"""Fixtures of the Airflow layer: a private AIRFLOW_HOME, connections as env vars, state tables, dag.test().
+
+Airflow reads its configuration when first imported, so AIRFLOW_HOME is set here, at import of this
+conftest, before any test module of this folder imports Airflow.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+_HOME = tempfile.mkdtemp(prefix="rowfilter-airflow-home-")
+atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
+os.environ["AIRFLOW_HOME"] = _HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+
+from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
+from airflow_provider_rowfilter.core.sync_state import SyncState  # noqa: E402
+from airflow_provider_rowfilter.pg.state import StateStore, migrate  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+_conn_counter = itertools.count(1)
+
+
+def conn_env(conn_id: str) -> str:
+    return f"AIRFLOW_CONN_{conn_id.upper()}"
+
+
+@pytest.fixture
+def airflow_conn(monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """Return ``airflow_conn(value, name=None) -> conn_id``: an Airflow connection as an env var.
+
+    ``value`` is a URI or a dict (JSON form). Ids are unique per call, so that no connection
+    cached by an earlier test is ever reused.
+    """
+
+    def make(value: str | dict[str, Any], name: str = "conn") -> str:
+        conn_id = f"rf_{name}_{next(_conn_counter)}"
+        monkeypatch.setenv(conn_env(conn_id), value if isinstance(value, str) else json.dumps(value))
+        return conn_id
+
+    return make
+
+
+@dataclass
+class StateDb:
+    """A subscriber database holding schema ``rowfilter`` and one subscription's rows."""
+
+    dsn: str
+    conn_id: str
+    subscription: str
+
+    def set_states(self, **states: str) -> None:
+        """Walk tables forward (``t1="f"``), through each state in between, as the jobs do."""
+        order = [s.value for s in SyncState]
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            store = StateStore(conn, self.subscription)
+            current = {str(r.table): r.state.value for r in store.tables()}
+            for name, target in states.items():
+                table = TableName.parse(name)
+                for step in order[order.index(current[str(table)]) + 1: order.index(target) + 1]:
+                    if step == "s" and target == "r":
+                        continue  # f -> r directly, as a catch-up that passes the position at once
+                    lsn = None if step in ("i", "d") else "0/16B3748"
+                    with conn.transaction():
+                        store.set_state(table, SyncState(step), lsn=lsn, rows_copied=3 if step == "f" else None)
+
+    def record_error(self, table: str | None, error: str) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            StateStore(conn, self.subscription).record_error(TableName.parse(table) if table else None, error)
+
+
+    def another(self, subscription: str) -> StateDb:
+        """The same subscriber with a second subscription over the same tables, all in ``i``."""
+        _add_subscription(self.dsn, subscription)
+        return StateDb(self.dsn, self.conn_id, subscription)
+
+
+def _add_subscription(dsn: str, subscription: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+        store = StateStore(conn, subscription)
+        with conn.transaction():
+            store.ensure_subscription(["p1"], f"rowfilter_{subscription}", f"rowfilter_{subscription}",
+                                      {"copy_data": True})
+            store.reconcile([TableName("public", "t1"), TableName("public", "t2"), TableName("sales", "t3")],
+                            copy_data=True, current_lsn="0/0")
+
+
+@pytest.fixture
+def state_db(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> StateDb:
+    """A fresh subscriber with subscription ``s1`` over public.t1, public.t2, sales.t3, all in ``i``."""
+    dsn = fresh_db()
+    _add_subscription(dsn, "s1")
+    return StateDb(dsn, airflow_conn(dsn, "sub"), "s1")
+
+
+@pytest.fixture(scope="session")
+def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An AIRFLOW_HOME with an sqlite metadata database (``airflow db migrate``), as environment."""
+    home = tmp_path_factory.mktemp("airflow_home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+    )
+    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=home,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return env

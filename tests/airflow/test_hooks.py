@@ -1,0 +1,68 @@
+"""RowFilterHook: connections to password-less libpq URLs, and the spec from a file and/or arguments."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook, libpq_url
+
+
+@pytest.mark.parametrize(
+    ("args", "url"),
+    [
+        (("db.example", 5432, "replicator", "app", {}), "postgresql://replicator@db.example:5432/app"),
+        (("10.0.0.5", None, "u", None, {}), "postgresql://u@10.0.0.5"),
+        (("::1", 5433, "u", "d", {}), "postgresql://u@[::1]:5433/d"),
+        (("h", 5432, "a@b:c", "my db/x", {}), "postgresql://a%40b%3Ac@h:5432/my%20db%2Fx"),
+        (("h", 5432, "u", "d", {"sslmode": "verify-full", "sslrootcert": "/etc/ca.pem", "sslpassword": "k3y",
+                                "cursor": "dictcursor", "connect_timeout": 10}),
+         "postgresql://u@h:5432/d?connect_timeout=10&sslmode=verify-full&sslrootcert=%2Fetc%2Fca.pem"),
+        ((None, None, None, "d", {}), "postgresql:///d"),
+    ],
+    ids=["plain", "no-port-no-db", "ipv6", "quoted", "libpq-extras-only", "socket-default"],
+)
+def test_libpq_url_never_holds_a_password_and_parses_back(args: tuple[Any, ...], url: str) -> None:
+    assert libpq_url(*args) == url
+    parsed = psycopg.conninfo.conninfo_to_dict(url)
+    assert "password" not in parsed and "sslpassword" not in parsed
+    host, port, login, database, _ = args
+    assert (parsed.get("host"), parsed.get("user"), parsed.get("dbname")) == (host, login, database)
+    assert parsed.get("port") == (str(port) if port else None)
+
+
+def test_keyword_fields_override_the_spec_file(tmp_path: Path, airflow_conn: Callable[..., str]) -> None:
+    pub = airflow_conn({"conn_type": "postgres", "host": "pub.example", "port": 5432, "login": "rep",
+                        "password": "pw-0123456789", "schema": "app"}, "pub")
+    (tmp_path / "s.yaml").write_text("subscription: s1\npublisher: postgresql://old@h/app\n"
+                                     "subscriber: postgresql://sub@h/sink\npublications: [p1]\ncopy_data: false\n")
+    resolved = RowFilterHook().resolve_spec(spec=str(tmp_path / "s.yaml"),
+                                            fields={"publications": "p1, p2", "publisher_conn_id": pub,
+                                                    "copy_data": None},
+                                            base_dir=str(tmp_path))
+    spec = resolved.spec
+    assert (spec.publications, spec.copy_data) == (("p1", "p2"), False)
+    assert (spec.publisher, spec.publisher_conn_id) == ("postgresql://rep@pub.example:5432/app", pub)
+    assert spec.subscriber == "postgresql://sub@h/sink"  # a URL from the file: libpq's own password sources
+    assert resolved.password_env() == {"ROWFILTER_PUBLISHER_PASSWORD": "pw-0123456789"}
+    assert "pw-0123456789" not in repr(resolved) and "pw-0123456789" not in spec.to_json()
+
+
+def test_relative_paths_are_taken_from_the_dag_folder(tmp_path: Path, airflow_conn: Callable[..., str]) -> None:
+    conn = airflow_conn("postgresql://u@h:5432/d", "pg")
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "s.yaml").write_text(f"subscription: s1\npublications: [p1]\npublisher_conn_id: {conn}\n"
+                                               f"subscriber_conn_id: {conn}\n")
+    spec = RowFilterHook().resolve_spec(spec="specs/s.yaml", fields={"publications_ddl": "sql/pubs.sql"},
+                                        base_dir=str(tmp_path)).spec
+    assert spec.publications_ddl == str(tmp_path / "sql" / "pubs.sql")
+
+
+def test_unknown_operator_field_is_refused() -> None:
+    with pytest.raises(SpecError, match="'publisher' is not a spec field an operator takes"):
+        RowFilterHook().resolve_spec(fields={"subscription": "s1", "publisher": "postgresql://u@h/d"})

@@ -1,0 +1,339 @@
+"""The operators: the rendered spec, the spark-submit command they submit, and where passwords go.
+
+The refresh operator is executed for real: spark-submit (pyspark's) runs the packaged job against
+fresh publisher and subscriber databases. Bad specs fail with AirflowFailException before anything
+is submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import DAG
+from airflow.sdk.exceptions import AirflowFailException
+
+import airflow_provider_rowfilter
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
+from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
+from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
+
+PUB_PASSWORD = "pub-Pa55word-7Hq2x"
+SUB_PASSWORD = "sub-Pa55word-Lm4Zr"
+PACKAGE_DIR = Path(airflow_provider_rowfilter.__file__).resolve().parent
+PUBLISHER_SQL = """
+CREATE TABLE t1 (a int PRIMARY KEY, b text);
+CREATE TABLE t2 (id int PRIMARY KEY, region text);
+INSERT INTO t1 SELECT g, 'b' || g FROM generate_series(1, 6) g;
+CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 2);
+CREATE PUBLICATION p2 FOR TABLE t2;
+"""
+
+
+class Databases:
+    def __init__(self, pub: str, sub: str, pub_conn: str, sub_conn: str, spark_conn: str) -> None:
+        self.pub, self.sub = pub, sub
+        self.pub_conn, self.sub_conn, self.spark_conn = pub_conn, sub_conn, spark_conn
+
+
+def _conn(dsn: str, password: str | None) -> dict[str, Any]:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    conn = {"conn_type": "postgres", "host": info["host"], "port": int(info["port"]), "login": info["user"],
+            "schema": info["dbname"], "extra": {"sslmode": "disable", "connect_timeout": "10"}}
+    if password:
+        conn["password"] = password
+    return conn
+
+
+@pytest.fixture
+def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> Databases:
+    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections.
+
+    The cluster trusts local connections, so the passwords are accepted and ignored: these tests
+    are about where the passwords travel (the DAG test proves one reaches the job and is used).
+    """
+    pub, sub = fresh_db(), fresh_db()
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute(PUBLISHER_SQL)
+    return Databases(pub, sub, airflow_conn(_conn(pub, PUB_PASSWORD), "pub"),
+                     airflow_conn(_conn(sub, SUB_PASSWORD), "sub"),
+                     airflow_conn({"conn_type": "spark", "host": "local[2]"}, "spark"))
+
+
+def _url(dsn: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    return (f"postgresql://{info['user']}@{info['host']}:{info['port']}/{info['dbname']}"
+            "?connect_timeout=10&sslmode=disable")
+
+
+def _render(op: RowFilterJobOperator, params: dict[str, Any]) -> dict[str, Any]:
+    context: dict[str, Any] = {"params": params}
+    op.render_template_fields(context)
+    return context
+
+
+def _command(op: RowFilterJobOperator) -> list[str]:
+    """The spark-submit command line, built by SparkSubmitHook itself."""
+    hook = op._hook or op._get_hook()
+    return hook._build_spark_submit_command(op.application)
+
+
+def _spec_from(command: list[str]) -> SubscriptionSpec:
+    return SubscriptionSpec.from_json(command[command.index("--spec-json") + 1])
+
+
+def test_template_fields_extend_spark_submit() -> None:
+    parent = list(SparkSubmitOperator.template_fields)
+    for op in (RefreshPublicationOperator, SnapshotCopyOperator):
+        assert list(op.template_fields[: len(parent)]) == parent
+        assert {"spec", "subscription", "publications", "publisher_conn_id", "subscriber_conn_id",
+                "publications_ddl"} <= set(op.template_fields)
+    assert "tables" in SnapshotCopyOperator.template_fields
+
+
+def test_constructor_stores_arguments_and_does_nothing_else() -> None:
+    # No connection exists: __init__ must not look any up (it runs on every DAG parse).
+    op = SnapshotCopyOperator(task_id="s", subscription="{{ params.s }}", publications=["p1"],
+                              publisher_conn_id="nowhere_pub", subscriber_conn_id="nowhere_sub", tables="t1")
+    assert (op.subscription, op.publications, op.tables) == ("{{ params.s }}", ["p1"], "t1")
+    assert op.application == str(PACKAGE_DIR / "jobs" / "snapshot.py")
+    assert op.application_args is None and op.env_vars is None
+    with pytest.raises(TypeError, match="sets application_args itself"):
+        RefreshPublicationOperator(task_id="r", application_args=["--spec", "x"])
+
+
+def test_refresh_operator_submits_the_packaged_job(dbs: Databases, caplog: pytest.LogCaptureFixture,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.DEBUG)
+    with DAG("rowfilter_operator_test", schedule=None):
+        op = RefreshPublicationOperator(
+            task_id="refresh", subscription="{{ params.subscription }}", publications="{{ params.publications }}",
+            publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn, conn_id=dbs.spark_conn,
+            conf={"spark.ui.enabled": "false"})
+    context = _render(op, {"subscription": "s_op", "publications": "p1, p2"})
+    assert (op.subscription, op.publications) == ("s_op", "p1, p2")
+
+    result = op.execute(context)
+
+    # What the task returns (XCom): read back from the subscriber after the job.
+    assert result["subscription"] == "s_op"
+    assert (result["added"], result["removed"]) == (["public.t1", "public.t2"], [])
+    assert result["lsn"]
+    assert result["tables"] == [{"table": "public.t1", "state": "i", "lsn": None},
+                                {"table": "public.t2", "state": "i", "lsn": None}]
+    # The command SparkSubmitHook ran: the job file inside the installed package, the spec as JSON.
+    command = _command(op)
+    assert command[0] == "spark-submit"
+    assert command[command.index("--master") + 1] == "local[2]"
+    assert command[command.index("--name") + 1] == "rowfilter-refresh"
+    application = str(PACKAGE_DIR / "jobs" / "refresh.py")
+    assert Path(application).is_file()
+    assert command[command.index(application) + 1:] == ["--spec-json", command[-1]]
+    assert _spec_from(command) == SubscriptionSpec(
+        subscription="s_op", publications=("p1", "p2"), publisher=_url(dbs.pub), subscriber=_url(dbs.sub),
+        publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn, spark_master="local[2]")
+    # Passwords: in env_vars only; never on the command line, never in a log line.
+    assert op.env_vars["ROWFILTER_PUBLISHER_PASSWORD"] == PUB_PASSWORD
+    assert op.env_vars["ROWFILTER_SUBSCRIBER_PASSWORD"] == SUB_PASSWORD
+    out, err = capfd.readouterr()
+    logs = "\n".join(r.getMessage() for r in caplog.records) + out + err
+    assert "Spark-Submit cmd" in logs and '"added": ["public.t1", "public.t2"]' in logs  # the job's own output
+    for secret in (PUB_PASSWORD, SUB_PASSWORD):
+        assert secret not in " ".join(command)
+        assert secret not in logs
+    assert "***" not in logs  # nothing even tried to print a secret (the masker would show ***)
+
+    # Idempotent: a second refresh adds and removes nothing.
+    again = RefreshPublicationOperator(task_id="refresh2", subscription="s_op", publications=["p1", "p2"],
+                                       publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                       conn_id=dbs.spark_conn, conf={"spark.ui.enabled": "false"})
+    second = again.execute({})
+    assert (second["added"], second["removed"], second["lsn"]) == ([], [], None)
+    assert second["tables"] == result["tables"]
+
+
+def test_a_failing_job_fails_the_task_with_retries_and_no_password(dbs: Databases,
+                                                                  capfd: pytest.CaptureFixture[str]) -> None:
+    from airflow.sdk.exceptions import AirflowException
+
+    op = RefreshPublicationOperator(task_id="refresh", subscription="s1", publications=["p_missing"],
+                                    publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                    conn_id=dbs.spark_conn, conf={"spark.ui.enabled": "false"})
+    with pytest.raises(AirflowException) as e:
+        op.execute({})
+    assert not isinstance(e.value, AirflowFailException)  # the job's failure: Airflow's retries apply
+    assert "p_missing" in str(e.value)  # the job's own error, from the spark-submit output tail
+    out, err = capfd.readouterr()
+    for secret in (PUB_PASSWORD, SUB_PASSWORD):
+        assert secret not in str(e.value) and secret not in out + err
+
+
+def test_snapshot_command_from_a_templated_spec_file(dbs: Databases, tmp_path: Path) -> None:
+    (tmp_path / "publications.sql").write_text("CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 2);\n")
+    (tmp_path / "s1.yaml").write_text(
+        f"subscription: s1\npublisher_conn_id: {dbs.pub_conn}\nsubscriber: {_url(dbs.sub)}\n"
+        "publications: [p1]\npublications_ddl: publications.sql\ncopy_data: true\n")
+    op = SnapshotCopyOperator(task_id="snapshot", spec="{{ params.dir }}/s1.yaml", tables="{{ params.tables }}",
+                              subscriber_conn_id=dbs.sub_conn, conn_id=dbs.spark_conn,
+                              env_vars={"TZ": "UTC"})
+    _render(op, {"dir": str(tmp_path), "tables": "t2, public.t1"})
+    op.prepare_submit()
+    command = _command(op)
+    application = str(PACKAGE_DIR / "jobs" / "snapshot.py")
+    assert command[command.index(application) + 1:] == [
+        "--spec-json", command[command.index("--spec-json") + 1], "--table", "public.t1", "--table", "public.t2"]
+    # The file's keys, the operator's subscriber_conn_id in place of the file's subscriber URL, and
+    # publications_ddl resolved next to the spec file.
+    spec = _spec_from(command)
+    assert replace(spec, change_log=None) == SubscriptionSpec(
+        subscription="s1", publications=("p1",), publisher=_url(dbs.pub), subscriber=_url(dbs.sub),
+        publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+        publications_ddl=str(tmp_path / "publications.sql"), spark_master="local[2]")
+    # The file's other keys come through as SubscriptionSpec.load resolved them.
+    assert spec.change_log == SubscriptionSpec.load(tmp_path / "s1.yaml").change_log
+    # The JDBC driver on spark-submit's command line: the job's session is built too late for it.
+    assert command[command.index("--jars") + 1] == "/usr/share/java/postgresql.jar"
+    assert command[command.index("--driver-class-path") + 1] == "/usr/share/java/postgresql.jar"
+    assert op.env_vars["TZ"] == "UTC"  # the user's env_vars are kept
+    assert {k: op.env_vars[k] for k in op.env_vars if k.startswith("ROWFILTER")} == {
+        "ROWFILTER_PUBLISHER_PASSWORD": PUB_PASSWORD, "ROWFILTER_SUBSCRIBER_PASSWORD": SUB_PASSWORD}
+    assert PUB_PASSWORD not in " ".join(command) and SUB_PASSWORD not in " ".join(command)
+
+
+def test_snapshot_resync_and_tuning_arguments(dbs: Databases) -> None:
+    op = SnapshotCopyOperator(task_id="backfill", subscription="s1", publications=["p1"], tables=["t1"],
+                              resync=True, max_partitions=4, fetch_size=5000, publisher_conn_id=dbs.pub_conn,
+                              subscriber_conn_id=dbs.sub_conn, conn_id=dbs.spark_conn)
+    op.prepare_submit()
+    assert op.application_args[2:] == ["--table", "public.t1", "--resync", "--max-partitions", "4",
+                                       "--fetch-size", "5000"]
+    # The same arguments the job's own parser accepts.
+    from airflow_provider_rowfilter.jobs.snapshot import snapshot_parser
+
+    args = snapshot_parser().parse_args(op.application_args)
+    assert (args.table, args.resync, args.max_partitions, args.fetch_size) == (["public.t1"], True, 4, 5000)
+
+
+def test_no_password_no_environment_variable(dbs: Databases, airflow_conn: Callable[..., str]) -> None:
+    pub = airflow_conn(_conn(dbs.pub, None), "pub_nopw")
+    sub = airflow_conn(_conn(dbs.sub, None), "sub_nopw")
+    op = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"], publisher_conn_id=pub,
+                                    subscriber_conn_id=sub, conn_id=dbs.spark_conn)
+    op.prepare_submit()
+    assert not {k for k in op.env_vars if k.startswith("ROWFILTER")}
+
+
+def test_cluster_manager_would_put_passwords_on_the_command_line(dbs: Databases,
+                                                                airflow_conn: Callable[..., str]) -> None:
+    yarn = airflow_conn({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}, "yarn")
+    kwargs = {"task_id": "r", "subscription": "s1", "publications": ["p1"], "publisher_conn_id": dbs.pub_conn,
+              "subscriber_conn_id": dbs.sub_conn, "conn_id": yarn}
+    with pytest.raises(AirflowFailException, match="forward_passwords=False") as e:
+        RefreshPublicationOperator(**kwargs).prepare_submit()
+    assert PUB_PASSWORD not in str(e.value) and SUB_PASSWORD not in str(e.value)
+    op = RefreshPublicationOperator(forward_passwords=False, **kwargs)
+    op.prepare_submit()
+    command = " ".join(_command(op))
+    assert "--master yarn" in command and "--deploy-mode cluster" in command
+    assert "--driver-class-path" not in command  # a path on this machine means nothing to a remote driver
+    assert PUB_PASSWORD not in command and SUB_PASSWORD not in command
+    assert not op.env_vars  # nothing forwarded, not even the local interpreter: the driver runs remotely
+
+
+def _bad(dbs: Databases, tmp_path: Path, airflow_conn: Callable[..., str], case: str) -> dict[str, Any]:
+    base = {"subscription": "s1", "publications": ["p1"], "publisher_conn_id": dbs.pub_conn,
+            "subscriber_conn_id": dbs.sub_conn}
+    if case == "spec-file-unknown-key":
+        (tmp_path / "bad.yaml").write_text("subscription: s1\npublications: [p1]\nslot: x\n")
+        return {"spec": str(tmp_path / "bad.yaml"), "publisher_conn_id": dbs.pub_conn,
+                "subscriber_conn_id": dbs.sub_conn}
+    if case == "spec-file-password":
+        (tmp_path / "pw.yaml").write_text(f"subscription: s1\npublications: [p1]\n"
+                                          f"publisher: postgresql://u:hunter22@h/db\nsubscriber_conn_id: {dbs.sub_conn}\n")
+        return {"spec": str(tmp_path / "pw.yaml")}
+    if case == "spec-file-both":
+        (tmp_path / "both.yaml").write_text(f"subscription: s1\npublications: [p1]\npublisher: {_url(dbs.pub)}\n"
+                                            f"publisher_conn_id: {dbs.pub_conn}\nsubscriber_conn_id: {dbs.sub_conn}\n")
+        return {"spec": str(tmp_path / "both.yaml")}
+    changes: dict[str, Any] = {
+        "no-publications": {"publications": []},
+        "publications-not-names": {"publications": [1, 2]},
+        "bad-name": {"subscription": "Bad-Name"},
+        "missing-connection": {"publisher_conn_id": "rf_nowhere"},
+        "wrong-connection-type": {"subscriber_conn_id": dbs.spark_conn},
+        "no-subscriber": {"subscriber_conn_id": None},
+        "missing-spec-file": {"spec": str(tmp_path / "absent.yaml")},
+        "bad-table": {"tables": ["a.b.c"]},
+        "resync-without-tables": {"resync": True},
+        "bad-max-partitions": {"max_partitions": 0},
+        "spark-conf-not-mapping": {"spark_conf": "spark.x=1"},
+    }
+    return {**base, **changes[case]}
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        pytest.param("no-publications", "subscription 's1' names no publications", id="no-publications"),
+        pytest.param("publications-not-names", "publications=[1, 2] is not a list of names", id="publications-not-names"),
+        pytest.param("bad-name", "subscription name 'Bad-Name' is not a valid PostgreSQL name", id="bad-name"),
+        pytest.param("missing-connection", "publisher_conn_id='rf_nowhere': no such Airflow connection", id="missing-connection"),
+        pytest.param("wrong-connection-type", "subscriber_conn_id='{spark}' is a connection of type 'spark'", id="wrong-connection-type"),
+        pytest.param("no-subscriber", "has no subscriber\nHINT:  pass subscriber_conn_id=", id="no-subscriber"),
+        pytest.param("missing-spec-file", "spec file '{tmp}/absent.yaml' does not exist", id="missing-spec-file"),
+        pytest.param("spec-file-unknown-key", "unknown key 'slot'", id="spec-file-unknown-key"),
+        pytest.param("spec-file-password", "the publisher URL of subscription 's1' carries a password", id="spec-file-password"),
+        pytest.param("spec-file-both", "sets both publisher (", id="spec-file-both"),
+        pytest.param("bad-table", "tables: 'a.b.c' is not a table name", id="bad-table"),
+        pytest.param("resync-without-tables", "resync=True needs the tables to copy again", id="resync-without-tables"),
+        pytest.param("bad-max-partitions", "max_partitions=0 is not a positive integer", id="bad-max-partitions"),
+        pytest.param("spark-conf-not-mapping", "spark_conf='spark.x=1' is not a mapping of Spark settings", id="spark-conf-not-mapping"),
+    ],
+)
+def test_bad_spec_fails_without_retry_naming_the_setting(dbs: Databases, tmp_path: Path,
+                                                         airflow_conn: Callable[..., str], case: str,
+                                                         expected: str) -> None:
+    kwargs = _bad(dbs, tmp_path, airflow_conn, case)
+    op = SnapshotCopyOperator(task_id="snapshot", conn_id=dbs.spark_conn, retries=3, **kwargs)
+    with pytest.raises(AirflowFailException) as e:
+        op.execute({})
+    assert expected.format(spark=dbs.spark_conn, tmp=tmp_path) in str(e.value)
+    assert str(e.value).startswith("snapshot: ")
+    assert op.application_args is None  # nothing was submitted
+    assert "hunter22" not in str(e.value)
+
+
+def test_spark_side_python_is_this_interpreter_in_local_mode(dbs: Databases) -> None:
+    import sys
+
+    op = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"],
+                                    publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                    conn_id=dbs.spark_conn)
+    op.prepare_submit()
+    assert op.env_vars["PYSPARK_PYTHON"] == op.env_vars["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    chosen = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"],
+                                        publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                        conn_id=dbs.spark_conn, conf={"spark.pyspark.python": "/opt/py/bin/python"})
+    chosen.prepare_submit()
+    assert "PYSPARK_PYTHON" not in chosen.env_vars
+
+
+def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:
+    """The JSON on the command line round-trips through the jobs' own argument parser."""
+    from airflow_provider_rowfilter.jobs.arguments import parse, parser
+
+    op = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"],
+                                    publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                    conn_id=dbs.spark_conn, copy_data=False, spark_conf={"spark.x": "1"})
+    op.prepare_submit()
+    _, spec = parse(parser("test"), op.application_args)
+    assert spec.copy_data is False and spec.spark_conf == {"spark.x": "1"}
+    assert json.loads(spec.to_json()) == json.loads(op.application_args[1])
