@@ -176,6 +176,17 @@ def _check_nonassociative(sql: str, tree: exp.Expression, tokens: list) -> None:
             after_distinct[depth] = False
 
 
+def _any_array_as_in(node: exp.Expression) -> exp.Expression:
+    """``x = ANY (ARRAY[a, b])`` is what PostgreSQL makes of ``x IN (a, b)`` (and what pg_get_expr shows)."""
+    if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
+        array = node.expression.this
+        while isinstance(array, exp.Paren):
+            array = array.this
+        if isinstance(array, exp.Array):
+            return exp.In(this=node.this, expressions=list(array.expressions))
+    return node
+
+
 def _check_operators(sql: str, tokens: list) -> None:
     """Merge adjacent operator characters the way PostgreSQL's lexer does and vet each operator."""
     run: list = []
@@ -211,6 +222,7 @@ def validate_row_filter(
     """Check a row filter against PostgreSQL's rules and type it; raise the error PostgreSQL would."""
     context = context or FilterContext()
     tree = tree if tree is not None else parse_row_filter(sql)
+    tree = tree.transform(_any_array_as_in)
     analyzer = _Analyzer(sql, relation, context)
     try:
         result = analyzer.analyze(tree)

@@ -105,3 +105,18 @@ def test_filter_on_non_identity_column_is_rejected_when_updates_are_published(ca
         'cannot update table "t1"', "Column used in the publication WHERE expression is not part of the replica identity.")
     # insert-only publications may filter on any column (R10.7)
     assert resolve(catalog, "CREATE PUBLICATION p FOR TABLE t1 WHERE (b > 1) WITH (publish = 'insert')", ["p"])
+
+
+def test_in_list_read_back_from_the_catalog_translates_like_the_ddl_file(fresh_db):
+    # pg_get_expr shows `c IN ('x', 'y')` as `(c = ANY (ARRAY['x'::text, 'y'::text]))`
+    from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+    from airflow_provider_rowfilter.pg.catalog import read_publications
+
+    ddl = "CREATE PUBLICATION p FOR TABLE t1 WHERE (c IN ('x', 'y')) WITH (publish = 'insert')"
+    with psycopg.connect(fresh_db(), autocommit=True) as conn:
+        conn.execute(SCHEMA)
+        conn.execute(ddl)
+        catalog, from_catalog = read_catalog(conn), read_publications(conn)
+    spark = {to_spark_sql(f) for source in (from_catalog, publications_from_ddl(ddl, catalog))
+             for f in subscription_filters(source, ["p"], catalog).tables[T1].filters[A.INSERT]}
+    assert spark == {"`c` IN ('x', 'y')", "(`c` IN ('x', 'y'))"}
