@@ -620,7 +620,10 @@ class _Analyzer:
 
     def _a_Neg(self, node: exp.Neg) -> PgType:
         t = self.analyze(node.this)
-        if id(node.this) in self.constants and isinstance(self.constants[id(node.this)], (int, decimal.Decimal)):
+        # The parser folds a minus sign into a numeric literal (gram.y doNegate); anything else, even
+        # a typed constant such as '-32768'::smallint, is negated by the type's operator when the
+        # filter runs (int2um raises "smallint out of range" there).
+        if isinstance(node.this, exp.Literal) and not node.this.is_string:
             value = -self.constants[id(node.this)]  # type: ignore[operator]
             self.constants[id(node)] = value
             if isinstance(value, int):
