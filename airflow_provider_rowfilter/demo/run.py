@@ -1,9 +1,10 @@
 """The demo: a throwaway PostgreSQL publisher, its publications from two sources, checked and compared.
 
-It grows with the product; today it shows the publication/row-filter engine: the same publications
-read from a DDL file and from the publisher's catalog must give identical effective filters, and
-each table's initial-copy filter, evaluated by PostgreSQL and by our Spark translation, must select
-the same rows.
+It grows with the product. Today: the same publications read from a DDL file and from the
+publisher's catalog must give identical effective filters; each table's initial-copy filter,
+evaluated by PostgreSQL and by our Spark translation, must select the same rows; and the initial
+sync (refresh + snapshot on Spark) must leave the same tables as PostgreSQL's own
+CREATE SUBSCRIPTION … copy_data.
 """
 
 from __future__ import annotations
@@ -68,8 +69,17 @@ def run_demo(keep: str | None = None) -> int:
         same = _comparable(documents["ddl"]) == _comparable(documents["catalog"])
         console.print(f"\n[bold]4.[/] DDL file and publisher catalog give the same effective filters: "
                       f"{'[green]yes[/]' if same else '[red]NO[/]'}")
-        agree = _compare_copy_filters(pg, publisher, documents["ddl"])
-        ok = same and agree
+        from airflow_provider_rowfilter.spark.session import build_session
+
+        with console.status("starting Spark (local)…"):
+            spark = build_session("rowfilter-demo", conf={"spark.ui.enabled": "false",
+                                                          "spark.ui.showConsoleProgress": "false"})
+        try:
+            agree = _compare_copy_filters(spark, pg, publisher, documents["ddl"])
+            synced = _initial_sync(spark, pg, publisher, specs["ddl"])
+        finally:
+            spark.stop()
+        ok = same and agree and synced
         console.print(f"\n[bold]{'[green]demo passed[/]' if ok else '[red]demo found a mismatch[/]'}[/]")
         return 0 if ok else 1
     finally:
@@ -87,29 +97,58 @@ def _comparable(definitions) -> str:
     return json.dumps(doc, sort_keys=True)
 
 
-def _compare_copy_filters(pg: LocalPostgres, publisher: str, definitions) -> bool:
+def _compare_copy_filters(spark, pg: LocalPostgres, publisher: str, definitions) -> bool:
     """Count each table's initial-copy rows in PostgreSQL and, through the translation, in Spark."""
-    from airflow_provider_rowfilter.spark.session import build_session
-
     console.print("\n[bold]5.[/] initial-copy filters evaluated by PostgreSQL and by Spark (translated):")
-    with console.status("starting Spark (local)…"):
-        spark = build_session("rowfilter-demo", conf={"spark.ui.enabled": "false",
-                                                      "spark.ui.showConsoleProgress": "false"})
+    all_match = True
+    with psycopg.connect(publisher) as conn:
+        for name, t in definitions.filters.tables.items():
+            where = t.copy_filter_sql or "true"
+            pg_count = conn.execute(f"SELECT count(*) FROM {name} WHERE {where}").fetchone()[0]
+            df = (spark.read.format("jdbc").option("url", pg.jdbc_url("demo_pub"))
+                  .option("dbtable", str(name)).option("user", pg.user).load())
+            spark_where = " OR ".join(f"({to_spark_sql(f)})" for f in t.copy_filters) if t.copy_filters else "true"
+            spark_count = df.where(spark_where).count()
+            match = pg_count == spark_count
+            all_match &= match
+            console.print(f"  {str(name):18} PostgreSQL {pg_count:3} rows   Spark {spark_count:3} rows   "
+                          f"{'[green]match[/]' if match else '[red]MISMATCH[/]'}   [dim]{spark_where}[/]",
+                          highlight=False)
+    return all_match
+
+
+def _initial_sync(spark, pg: LocalPostgres, publisher: str, spec: SubscriptionSpec) -> bool:
+    """Refresh + snapshot into one database, native CREATE SUBSCRIPTION into another; compare whole tables."""
+    from dataclasses import replace
+
+    from airflow_provider_rowfilter.jobs.refresh import refresh
+    from airflow_provider_rowfilter.jobs.snapshot import snapshot
+    from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows
+    from airflow_provider_rowfilter.pg.state import StateStore
+
+    ours, native = pg.create_database("demo_sub"), pg.create_database("demo_native")
+    for dsn in (ours, native):
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(_asset("subscriber.sql"))
+    spec = replace(spec, subscriber=ours)
+    console.print("\n[bold]6.[/] initial sync: rowfilter refresh + snapshot (Spark) into demo_sub, "
+                  "native CREATE SUBSCRIPTION … copy_data into demo_native")
+    with console.status("copying…"):
+        added = refresh(spec).added
+        snapshot(spec, spark=spark)
+        referee = NativeSubscription(publisher, native, "demo_native", PUBLICATIONS).create()
     all_match = True
     try:
-        with psycopg.connect(publisher) as conn:
-            for name, t in definitions.filters.tables.items():
-                where = t.copy_filter_sql or "true"
-                pg_count = conn.execute(f"SELECT count(*) FROM {name} WHERE {where}").fetchone()[0]
-                df = (spark.read.format("jdbc").option("url", pg.jdbc_url("demo_pub"))
-                      .option("dbtable", str(name)).option("user", pg.user).load())
-                spark_where = " OR ".join(f"({to_spark_sql(f)})" for f in t.copy_filters) if t.copy_filters else "true"
-                spark_count = df.where(spark_where).count()
-                match = pg_count == spark_count
-                all_match &= match
-                console.print(f"  {str(name):18} PostgreSQL {pg_count:3} rows   Spark {spark_count:3} rows   "
-                              f"{'[green]match[/]' if match else '[red]MISMATCH[/]'}   [dim]{spark_where}[/]",
-                              highlight=False)
+        with psycopg.connect(ours) as conn:
+            states = {str(r.table): r for r in StateStore(conn, spec.subscription).tables()}
+        for name in added:
+            mine, theirs = table_rows(ours, name), table_rows(native, name)
+            match = mine == theirs
+            all_match &= match
+            rel = states[name]
+            console.print(f"  {name:18} state {rel.state.value} ({rel.state.label}) at {rel.lsn:>10}   "
+                          f"ours {len(mine):3} rows   native {len(theirs):3} rows   "
+                          f"{'[green]identical[/]' if match else '[red]DIFFERENT[/]'}", highlight=False)
     finally:
-        spark.stop()
+        referee.drop()
     return all_match

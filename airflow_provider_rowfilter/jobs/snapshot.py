@@ -38,7 +38,9 @@ from airflow_provider_rowfilter.pg.copy_source import (
     plan_partitions,
 )
 from airflow_provider_rowfilter.pg.copy_target import (
+    CopyFence,
     check_target,
+    fence_copies,
     truncate,
     write_partition,
     writer_conninfo,
@@ -163,6 +165,7 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
             with _table_lock(sub, spec.subscription, rel.table):
                 target = check_target(sub, rel.table, (), require_empty=False)
                 with sub.transaction():
+                    fence_copies(sub, _fence_key(spec.subscription, rel.table))
                     truncate(sub, target)
                     store.set_state(rel.table, SyncState.INIT, resync=True)
             log.info("%s: emptied and sent back to state i (was %s)", rel.table, rel.state.value)
@@ -232,9 +235,11 @@ class _CopyJob:
         # Every check before any row moves: the table keeps its state when one fails.
         target = check_target(sub, table, source.columns, require_empty=rel.state is SyncState.INIT)
         with sub.transaction():
+            fence_copies(sub, _fence_key(self.spec.subscription, table))
             if rel.state is SyncState.DATA_COPY:
                 truncate(sub, target)  # an interrupted copy is redone from nothing, as tablesync does
             self.store.set_state(table, SyncState.DATA_COPY)
+        fence = CopyFence(self.spec.subscription, table.schema, table.name, _token(sub, self.spec.subscription, table))
         began = time.monotonic()
         with connect(self.spec.publisher, "publisher", self.spec) as pub:
             plan = plan_partitions(pub, source, self.partitions)
@@ -246,7 +251,7 @@ class _CopyJob:
                                    fetch_size=self.options.fetch_size)
             counter = self.spark.sparkContext.accumulator(0)
             copy_lines(copy_text(frame, source.plain_columns)).foreachPartition(
-                partial(write_partition, self.conninfo, target.copy_sql(), counter))
+                partial(write_partition, self.conninfo, target.copy_sql(), counter, fence=fence))
             rows = int(counter.value)
         with sub.transaction():
             self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
@@ -254,6 +259,17 @@ class _CopyJob:
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
                  "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)
         return TableCopy(str(table), SyncState.FINISHED_COPY.value, rows, snap.lsn, plan.partitions, round(seconds, 3))
+
+
+def _fence_key(subscription: str, table: TableName) -> tuple[str, str]:
+    return CopyFence(subscription, table.schema, table.name, "").lock_key
+
+
+def _token(conn: psycopg.Connection, subscription: str, table: TableName) -> str:
+    """The copy attempt's token: ``updated_at`` as set_state(d) wrote it."""
+    return conn.execute(
+        "SELECT updated_at::text FROM rowfilter.subscription_rel WHERE subscription = %s AND schema_name = %s "
+        "AND table_name = %s", (subscription, table.schema, table.name)).fetchone()[0]
 
 
 def _required(url: str | None, role: str, spec: SubscriptionSpec) -> str:

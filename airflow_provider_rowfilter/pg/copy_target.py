@@ -99,16 +99,57 @@ def truncate(conn: psycopg.Connection, target: CopyTarget) -> None:
     conn.execute(sql.SQL("TRUNCATE {}{}").format(target.only, relation_sql(target.table)))
 
 
-def write_lines(conninfo: dict[str, str], statement: str, lines: Iterable[bytes]) -> int:
+@dataclass(frozen=True)
+class CopyFence:
+    """Which copy attempt a writer belongs to: the table's ``updated_at`` when that attempt set ``d``."""
+
+    subscription: str
+    schema: str
+    table: str
+    token: str
+
+    @property
+    def lock_key(self) -> tuple[str, str]:
+        return f"rowfilter-copy:{self.subscription}", f"{self.schema}.{self.table}"
+
+
+class CopySupersededError(RowFilterError):
+    """A writer of an abandoned copy attempt (a task Spark had already given up on) woke up late."""
+
+
+def fence_copies(conn: psycopg.Connection, fence_key: tuple[str, str]) -> None:
+    """In the caller's transaction, wait for every writer's COPY transaction of the table to end.
+
+    Taken before a TRUNCATE that starts a new attempt: a task of a failed attempt that Spark has
+    not stopped yet either committed before (and is truncated) or sees a new token and writes nothing.
+    """
+    conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", fence_key)
+
+
+def write_lines(conninfo: dict[str, str], statement: str, lines: Iterable[bytes], fence: CopyFence | None = None) -> int:
     """Run ``statement`` (a COPY FROM STDIN) with ``lines`` in ONE transaction; return the rows written.
 
     Runs on a Spark executor: ``lines`` are COPY text-format lines without their newline. A failure
-    rolls the whole partition back, so a retried task starts from nothing.
+    rolls the whole partition back, so a retried task starts from nothing. With a ``fence``, the
+    transaction first checks that its copy attempt is still the table's current one.
     """
+    with psycopg.connect(**conninfo) as conn, conn.cursor() as cur:
+        if fence is not None:
+            cur.execute("SELECT pg_advisory_xact_lock_shared(hashtext(%s), hashtext(%s))", fence.lock_key)
+            row = cur.execute(
+                "SELECT updated_at::text FROM rowfilter.subscription_rel WHERE subscription = %s AND "
+                "schema_name = %s AND table_name = %s AND state = 'd'",
+                (fence.subscription, fence.schema, fence.table)).fetchone()
+            if row is None or row[0] != fence.token:
+                raise CopySupersededError(f"copy of {fence.schema}.{fence.table} was superseded by a newer attempt")
+        return _copy(cur, statement, lines)
+
+
+def _copy(cur: psycopg.Cursor, statement: str, lines: Iterable[bytes]) -> int:
     rows = 0
     chunk: list[bytes] = []
     size = 0
-    with psycopg.connect(**conninfo) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
+    with cur.copy(statement) as copy:
         for line in lines:
             chunk.append(line)
             size += len(line) + 1
@@ -140,6 +181,7 @@ def writer_conninfo(url: str, password_env: str, application_name: str) -> dict[
     return {k: str(v) for k, v in params.items()}
 
 
-def write_partition(conninfo: dict[str, str], statement: str, counter, lines: Iterable[bytes]) -> None:
+def write_partition(conninfo: dict[str, str], statement: str, counter, lines: Iterable[bytes],
+                    fence: CopyFence | None = None) -> None:
     """``foreachPartition`` body: COPY one partition's lines, add the rows written to ``counter`` (an accumulator)."""
-    counter.add(write_lines(conninfo, statement, lines))
+    counter.add(write_lines(conninfo, statement, lines, fence))

@@ -1,4 +1,4 @@
-"""PostgreSQL's own logical replication as the referee: a native subscription between two databases.
+"""PostgreSQL's own logical replication as the referee (tests, demo, bench): a native subscription between two databases.
 
 In one cluster, CREATE SUBSCRIPTION cannot create its slot (it would wait for its own transaction),
 so the slot is made first on the publisher and the subscription uses it (design.md §6b).
