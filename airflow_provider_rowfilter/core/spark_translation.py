@@ -89,10 +89,6 @@ class _Translator:
             return _checked_float4(built, _cast(built.copy(), target))
         if own.name == "int4" and target.name == "bool":
             return exp.NEQ(this=built, expression=exp.Literal.number(0))
-        if own.name == "numeric" and target.name == "numeric" and own.precision is not None \
-                and target.precision is not None and (own.scale or 0) <= (target.scale or 0) \
-                and own.precision - (own.scale or 0) <= target.precision - (target.scale or 0):
-            return _cast(built, target)
         return _cast(built, target)
 
     def constant(self, value: object, t: PgType) -> exp.Expression:

@@ -9,7 +9,6 @@ CREATE SUBSCRIPTION … copy_data.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from importlib import resources
 from pathlib import Path
@@ -21,7 +20,6 @@ from rich.console import Console
 from airflow_provider_rowfilter.cli import print_filters
 from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import filters_document
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
 from airflow_provider_rowfilter.pg.embedded import LocalPostgres
 
@@ -87,14 +85,18 @@ def run_demo(keep: str | None = None) -> int:
             pg.stop()
 
 
-def _comparable(definitions) -> str:
-    doc = filters_document(definitions.filters, "x")
-    # The catalog returns pg_get_expr text (with explicit casts), the file the user's text: compare
-    # which actions are filtered and by how many publications; step 5 compares the rows selected.
-    for t in doc["tables"]:
-        t["filters"] = {a: None if f is None else f.count(") OR (") + 1 for a, f in t.pop("spark_filters").items()}
-        t.pop("copy_filter")
-    return json.dumps(doc, sort_keys=True)
+def _comparable(definitions) -> list[tuple]:
+    """What both sources must agree on, per table: the catalog gives pg_get_expr text (explicit
+    casts), the file the user's text, so the filters are compared by presence and count here and by
+    the rows they select in step 5."""
+    def count(filters):
+        return None if filters is None else len(filters)
+
+    return [
+        (name, t.leaves, t.publications, sorted(t.actions), t.columns, count(t.copy_filters),
+         sorted((a.value, count(f)) for a, f in t.filters.items()))
+        for name, t in definitions.filters.tables.items()
+    ]
 
 
 def _compare_copy_filters(spark, pg: LocalPostgres, publisher: str, definitions) -> bool:

@@ -40,6 +40,7 @@ from airflow_provider_rowfilter.pg.copy_source import (
 from airflow_provider_rowfilter.pg.copy_target import (
     CopyFence,
     check_target,
+    copy_lock_key,
     fence_copies,
     truncate,
     write_partition,
@@ -165,7 +166,7 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
             with _table_lock(sub, spec.subscription, rel.table):
                 target = check_target(sub, rel.table, (), require_empty=False)
                 with sub.transaction():
-                    fence_copies(sub, _fence_key(spec.subscription, rel.table))
+                    fence_copies(sub, copy_lock_key(spec.subscription, rel.table))
                     truncate(sub, target)
                     store.set_state(rel.table, SyncState.INIT, resync=True)
             log.info("%s: emptied and sent back to state i (was %s)", rel.table, rel.state.value)
@@ -235,7 +236,7 @@ class _CopyJob:
         # Every check before any row moves: the table keeps its state when one fails.
         target = check_target(sub, table, source.columns, require_empty=rel.state is SyncState.INIT)
         with sub.transaction():
-            fence_copies(sub, _fence_key(self.spec.subscription, table))
+            fence_copies(sub, copy_lock_key(self.spec.subscription, table))
             if rel.state is SyncState.DATA_COPY:
                 truncate(sub, target)  # an interrupted copy is redone from nothing, as tablesync does
             self.store.set_state(table, SyncState.DATA_COPY)
@@ -259,10 +260,6 @@ class _CopyJob:
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
                  "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)
         return TableCopy(str(table), SyncState.FINISHED_COPY.value, rows, snap.lsn, plan.partitions, round(seconds, 3))
-
-
-def _fence_key(subscription: str, table: TableName) -> tuple[str, str]:
-    return CopyFence(subscription, table.schema, table.name, "").lock_key
 
 
 def _token(conn: psycopg.Connection, subscription: str, table: TableName) -> str:

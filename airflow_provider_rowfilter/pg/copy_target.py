@@ -110,7 +110,12 @@ class CopyFence:
 
     @property
     def lock_key(self) -> tuple[str, str]:
-        return f"rowfilter-copy:{self.subscription}", f"{self.schema}.{self.table}"
+        return copy_lock_key(self.subscription, TableName(self.schema, self.table))
+
+
+def copy_lock_key(subscription: str, table: TableName) -> tuple[str, str]:
+    """The advisory-lock key that orders a table's copy writers against a new attempt's TRUNCATE."""
+    return f"rowfilter-copy:{subscription}", str(table)
 
 
 class CopySupersededError(RowFilterError):
