@@ -13,6 +13,7 @@ import yaml
 from airflow_provider_rowfilter.core.errors import SpecError
 
 SPEC_VERSION = 1
+CONFLICT_POLICIES = ("error", "upsert")
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -25,7 +26,9 @@ class SubscriptionSpec:
     path to a file of CREATE PUBLICATION statements, relative to the spec file. ``change_log`` is the
     directory of the durable change-log segments written by the capture (docs/change-log.md),
     relative to the spec file; it defaults to ``.rowfilter/<subscription>/changes`` beside the spec
-    file (beside the working directory when the spec did not come from a file).
+    file (beside the working directory when the spec did not come from a file). ``conflict_policy``
+    is what ApplyChanges does when an INSERT finds its key in the subscriber: ``error`` stops the
+    batch as PostgreSQL does, ``upsert`` overwrites (and an UPDATE that finds no row inserts it).
     """
 
     subscription: str
@@ -37,6 +40,7 @@ class SubscriptionSpec:
     publications_ddl: str | None = None
     copy_data: bool = True
     change_log: str | None = None
+    conflict_policy: str = "error"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     spec_version: int = SPEC_VERSION
@@ -51,6 +55,10 @@ class SubscriptionSpec:
         if len(set(self.publications)) != len(self.publications):
             dup = next(p for p in self.publications if self.publications.count(p) > 1)
             raise SpecError(f'publication name "{dup}" used more than once')
+        if self.conflict_policy not in CONFLICT_POLICIES:
+            raise SpecError(f"conflict_policy {self.conflict_policy!r} of subscription {self.subscription!r} is not "
+                            f"one of {', '.join(CONFLICT_POLICIES)}",
+                            hint="error (PostgreSQL's behaviour: stop at a duplicate key) or upsert (last writer wins)")
         for key in ("publisher", "subscriber"):
             url = getattr(self, key)
             if url and re.search(r"://[^/@:]+:[^/@]*@", url):
@@ -69,6 +77,7 @@ class SubscriptionSpec:
             raise SpecError(f"spec file {str(p)!r} is not valid YAML: {e}") from e
         if not isinstance(data, dict):
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
+        data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
         if data.get("publications_ddl"):
             data["publications_ddl"] = str((p.parent / data["publications_ddl"]).resolve())
         change_log = data.get("change_log")

@@ -339,5 +339,17 @@ def filters_document(filters: SubscriptionFilters, subscription: str) -> dict:
             },
             "copy_filter": t.copy_filter_sql,
             "columns": list(t.columns) if t.columns is not None else None,
+            # What the apply job casts each value the Spark filters read to (format_type() text).
+            "filter_column_types": _filter_column_types(t),
         })
     return {"subscription": subscription, "publications": list(filters.publications), "tables": tables}
+
+
+def _filter_column_types(t: TableFilters) -> dict[str, str]:
+    """The publisher type of every column an action's filter reads, by column name."""
+    types: dict[str, str] = {}
+    for filters in t.filters.values():
+        for f in filters or ():
+            by_name = {c.name: c.type_name for c in f.relation.columns}
+            types.update({name: by_name[name] for name in sorted(f.columns)})
+    return dict(sorted(types.items()))

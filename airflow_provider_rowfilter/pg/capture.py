@@ -30,6 +30,7 @@ from datetime import datetime
 
 import psycopg
 
+from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import (
     POSTGRES_EPOCH,
@@ -157,6 +158,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         except BaseException:
             writer.abort()
             raise
+        faults.point("capture-after-segment")
         if target > confirmed:
             change_log.record_position(target, slot)
             _advance(pub, slot, target)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import TupleData
@@ -311,6 +312,7 @@ class SegmentWriter:
             self._writer = pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
         self._writer.write_table(table)
         self._reset()
+        faults.point("capture-mid-read")
 
     def finish(self, end_lsn: int) -> Segment | None:
         """Flush, close, and durably publish the segment ``(start, end]``; None when it holds no change."""

@@ -54,6 +54,21 @@ class NativeSubscription:
                 raise TimeoutError(f"native subscription {self.name} not synchronised after {timeout} s: {tables}")
             time.sleep(0.05)
 
+    def wait_caught_up(self, *, timeout: float = 60) -> str:
+        """Wait until the apply worker confirmed everything the publisher has written so far; return that LSN."""
+        with psycopg.connect(self.publisher, autocommit=True) as conn:
+            target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+            deadline = time.monotonic() + timeout
+            while True:
+                done = conn.execute(
+                    "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots WHERE slot_name = %s",
+                    (target, self.name)).fetchone()
+                if done and done[0] and all(s == "r" for s in self.tables().values()):
+                    return target
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"native subscription {self.name} has not confirmed {target} after {timeout} s")
+                time.sleep(0.05)
+
     def refresh(self, *, timeout: float = 60) -> dict[str, str]:
         """``ALTER SUBSCRIPTION … REFRESH PUBLICATION`` and wait for the new tables' sync."""
         with psycopg.connect(self.subscriber, autocommit=True) as conn:

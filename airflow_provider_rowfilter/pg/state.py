@@ -71,6 +71,51 @@ MIGRATIONS: list[tuple[int, str]] = [
         finished_at   timestamptz NOT NULL DEFAULT now()
     );
     """),
+    # ApplyChanges: the subscription's applied position, the one-shot skip (ALTER SUBSCRIPTION … SKIP),
+    # and what each batch moved and how far behind the publisher it was.
+    (2, """
+    ALTER TABLE rowfilter.subscription
+        ADD COLUMN applied_lsn pg_lsn,
+        ADD COLUMN skip_lsn pg_lsn;
+    ALTER TABLE rowfilter.batch_history
+        ADD COLUMN transactions bigint,
+        ADD COLUMN changes bigint,
+        ADD COLUMN skipped_lsn pg_lsn,
+        ADD COLUMN lag_bytes bigint,
+        ADD COLUMN lag_seconds double precision;
+    CREATE INDEX batch_history_subscription ON rowfilter.batch_history (subscription, id);
+    -- The net effect of a batch, written by the Spark executors, read by the one applying transaction
+    -- (pg/apply_target.py). Unlogged: it is rebuilt from the change log whenever it is lost.
+    CREATE UNLOGGED TABLE rowfilter.apply_stage (
+        token           text NOT NULL,
+        target          int NOT NULL,
+        phase           int NOT NULL,
+        row_kind        text NOT NULL,
+        op              text,
+        key             text,
+        commit_lsn      bigint,
+        xid             bigint,
+        restart_identity boolean,
+        n_insert        bigint,
+        n_update        bigint,
+        n_delete        bigint,
+        p_present       boolean,
+        p_vals          text,
+        p_flags         text,
+        p_conflict_lsn  bigint,
+        p_conflict_xid  bigint,
+        p_missing_update bigint,
+        p_missing_delete bigint,
+        a_present       boolean,
+        a_vals          text,
+        a_flags         text,
+        a_conflict_lsn  bigint,
+        a_conflict_xid  bigint,
+        a_missing_update bigint,
+        a_missing_delete bigint
+    );
+    CREATE INDEX apply_stage_token ON rowfilter.apply_stage (token, target, row_kind, phase);
+    """),
 ]
 
 
@@ -129,12 +174,13 @@ class StateStore:
 
     def subscription_row(self) -> dict | None:
         cur = self.conn.execute(
-            f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error "
-            f"FROM {SCHEMA}.subscription WHERE name = %s", (self.subscription,))
+            f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
+            f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s", (self.subscription,))
         row = cur.fetchone()
         if row is None:
             return None
-        keys = ("name", "publications", "slot_name", "capture_publication", "options", "enabled", "last_error")
+        keys = ("name", "publications", "slot_name", "capture_publication", "options", "enabled", "last_error",
+                "applied_lsn", "skip_lsn")
         return dict(zip(keys, row, strict=True))
 
     def require_subscription(self) -> dict:
@@ -198,6 +244,18 @@ class StateStore:
                     last_error = NULL, updated_at = now()
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s""",
             (new.value, lsn, rows_copied, new is SyncState.INIT, self.subscription, table.schema, table.name))
+
+    def advance(self, table: TableName, lsn: str) -> None:
+        """Move a ready table's applied position (``r`` stays ``r``; its ``lsn`` is where apply resumes)."""
+        self.conn.execute(
+            f"""UPDATE {SCHEMA}.subscription_rel SET lsn = %s, last_error = NULL, updated_at = now()
+                WHERE subscription = %s AND schema_name = %s AND table_name = %s AND state = 'r'""",
+            (lsn, self.subscription, table.schema, table.name))
+
+    def set_skip_lsn(self, lsn: str | None) -> None:
+        """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the remote transaction finishing at ``lsn`` is skipped once."""
+        self.conn.execute(f"UPDATE {SCHEMA}.subscription SET skip_lsn = %s, updated_at = now() WHERE name = %s",
+                          (lsn, self.subscription))
 
     def record_error(self, table: TableName | None, error: str) -> None:
         """Remember why the last attempt failed (for the sensor and ``status``); commits on its own."""

@@ -1,0 +1,355 @@
+"""Where a batch lands: the subscriber's tables, written set-based from the staged net effect of the batch.
+
+The Spark side (spark/apply_frames.py) reduces every key a batch touches to its net effect, computed
+twice: as if the key existed in the subscriber before the batch (``p_*``, "present") and as if it
+did not (``a_*``, "absent"), because only the subscriber knows which is true. The rows are staged
+in ``rowfilter.apply_stage``; here, inside the one transaction that also moves the positions, each
+table is brought up to date with a handful of statements whose cost grows with the batch, not
+with the table: look the staged keys up through the table's key index, raise the first conflict,
+then DELETE, UPDATE and INSERT what the chosen outcome says.
+
+A table's changes are cut into *phases* by the changes that cannot be reduced per key (TRUNCATE,
+an UPDATE that changes the key): phase ``p``'s keys are applied, then barrier ``p`` as one
+statement, then phase ``p + 1``, so the order of the source transactions is kept exactly.
+
+Columns are matched by name (R14.1). Per column and outcome, a flag says where the value comes
+from: ``0`` the staged value (its text form, cast by the subscriber's column type), ``1`` the
+column's default (a column the change did not carry: an INSERT fills it as PostgreSQL's
+``slot_fill_defaults`` does), ``2`` the subscriber's current value (an UPDATE that did not carry the
+column, or an unchanged TOASTed value: ``slot_modify_data`` keeps the local value).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import psycopg
+from psycopg import sql
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.lsn import format_lsn
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.pg.copy_source import relation_sql
+
+STAGE = sql.SQL("rowfilter.apply_stage")
+KEY_ROW, BARRIER_ROW = "K", "B"
+POLICIES = ("error", "upsert")
+
+
+class ApplyTargetError(RowFilterError):
+    """The subscriber's table cannot take the changes published for it."""
+
+
+class ConflictError(RowFilterError):
+    """A change conflicts with the subscriber's data (PostgreSQL's ``insert_exists``/``update_exists``)."""
+
+    def __init__(self, table: TableName, kind: str, key_columns: Sequence[str], key: Sequence[str | None],
+                 commit_lsn: int, xid: int | None) -> None:
+        self.kind = kind
+        self.commit_lsn = commit_lsn
+        self.xid = xid
+        self.key = tuple(key)
+        lsn = format_lsn(commit_lsn)
+        shown = ", ".join("NULL" if v is None else v for v in key)
+        super().__init__(
+            f'conflict detected on relation "{table}": conflict={kind}',
+            detail=f"Key ({', '.join(key_columns)})=({shown}) already exists in the subscriber; remote transaction "
+            f"{xid} finished at {lsn}. Nothing of the batch was applied.",
+            hint=f"remove or change the subscriber's row and run again; or skip the whole remote transaction with "
+            f"`rowfilter skip --lsn {lsn}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert",
+            table=str(table))
+
+
+@dataclass(frozen=True)
+class TargetColumn:
+    name: str
+    type_sql: str  # format_type() of the subscriber's column
+    default_sql: str | None  # its default expression, or None (NULL)
+
+
+@dataclass(frozen=True)
+class ApplyTarget:
+    """A subscriber table as the apply writes it."""
+
+    index: int
+    table: TableName
+    relkind: str
+    columns: tuple[TargetColumn, ...]  # the columns it can write (not generated), in the table's order
+    generated: frozenset[str]
+    key: tuple[str, ...]  # replica identity index, else primary key (as logicalrep_rel_open picks)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def key_types(self) -> list[str]:
+        by_name = {c.name: c.type_sql for c in self.columns}
+        return [by_name[k] for k in self.key]
+
+    @property
+    def only(self) -> sql.SQL:
+        return sql.SQL("" if self.relkind == "p" else "ONLY ")
+
+    def check_published(self, published: Sequence[str], commit_lsn: int) -> None:
+        """Every published column must be a writable column of the target (logicalrep_rel_open)."""
+        missing = [c for c in published if c not in self.column_names and c not in self.generated]
+        if missing:
+            raise ApplyTargetError(
+                f'logical replication target relation "{self.table}" is missing replicated column: "{missing[0]}"',
+                detail=f"the publisher sends it from the transaction finished at {format_lsn(commit_lsn)} on",
+                hint=f'add column "{missing[0]}" to {self.table} in the subscriber and run again; nothing was applied',
+                table=str(self.table))
+        generated = [c for c in published if c in self.generated]
+        if generated:
+            raise ApplyTargetError(
+                f'logical replication target relation "{self.table}" has incompatible generated column: '
+                f'"{generated[0]}"', table=str(self.table),
+                hint="make it a regular column in the subscriber, or leave it out of the publication's column list")
+
+    def require_key(self) -> None:
+        if not self.key:
+            raise ApplyTargetError(
+                f'logical replication target relation "{self.table}" has neither REPLICA IDENTITY index nor '
+                "PRIMARY KEY", table=str(self.table),
+                hint=f"add a primary key (or a REPLICA IDENTITY USING INDEX) to {self.table} in the subscriber; "
+                "the apply finds the rows to change through it")
+
+
+def read_target(conn: psycopg.Connection, table: TableName, index: int) -> ApplyTarget:
+    """Read ``table``'s columns, defaults and key from the subscriber's catalog; raise when it is missing."""
+    row = conn.execute(
+        """SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')""",
+        (table.schema, table.name)).fetchone()
+    if row is None:
+        raise ApplyTargetError(f'logical replication target relation "{table}" does not exist', table=str(table),
+                               hint=f"create {table} in the subscriber with at least the published columns")
+    oid, relkind = row
+    columns, generated = [], set()
+    for name, type_sql, default_sql, attgenerated, identity in conn.execute(
+            """SELECT a.attname, format_type(a.atttypid, a.atttypmod), pg_get_expr(d.adbin, d.adrelid),
+                      a.attgenerated, a.attidentity
+               FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+               WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum""", (oid,)):
+        if attgenerated:
+            generated.add(name)
+            continue
+        if identity:
+            default_sql = sql.SQL("nextval(pg_get_serial_sequence({}, {}))").format(
+                sql.Literal(f"{sql.Identifier(table.schema).as_string(conn)}."
+                            f"{sql.Identifier(table.name).as_string(conn)}"), sql.Literal(name)).as_string(conn)
+        columns.append(TargetColumn(name, type_sql, default_sql))
+    key = [r[0] for r in conn.execute(
+        """SELECT a.attname FROM (
+               SELECT i.indkey FROM pg_index i WHERE i.indrelid = %s AND (i.indisreplident OR i.indisprimary)
+               ORDER BY i.indisreplident DESC LIMIT 1) i,
+             LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
+           JOIN pg_attribute a ON a.attrelid = %s AND a.attnum = k.attnum ORDER BY k.n""", (oid, oid))]
+    return ApplyTarget(index, table, relkind, tuple(columns), frozenset(generated), tuple(key))
+
+
+@dataclass
+class TableCounts:
+    """What one batch did to one subscriber table (the ``counts`` of ``rowfilter.batch_history``)."""
+
+    insert: int = 0
+    update: int = 0
+    delete: int = 0
+    truncate: int = 0
+    missing_update: int = 0
+    missing_delete: int = 0
+    extra: dict[str, int] = field(default_factory=dict)  # filtered, update_to_insert, … (from Spark)
+
+    def as_dict(self) -> dict[str, int]:
+        counts = {"insert": self.insert, "update": self.update, "delete": self.delete, "truncate": self.truncate,
+                  "missing_update": self.missing_update, "missing_delete": self.missing_delete, **self.extra}
+        return {k: v for k, v in counts.items() if v}
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.insert or self.update or self.delete or self.truncate)
+
+
+class StagedTable:
+    """Applies one target's staged rows inside the caller's transaction."""
+
+    def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: str = "error") -> None:
+        if policy not in POLICIES:
+            raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(POLICIES)}")
+        target.require_key()
+        self.conn = conn
+        self.token = token
+        self.target = target
+        self.policy = policy
+        self.keys = sql.Identifier(f"rowfilter_keys_{target.index}")
+        self.rel = sql.SQL("{}{}").format(target.only, relation_sql(target.table))
+
+    # --- SQL pieces ----------------------------------------------------------------------------------
+    def _key_match(self, left: str, right: str) -> sql.Composable:
+        return sql.SQL(" AND ").join(
+            sql.SQL("{}.{} = {}.{}").format(sql.Identifier(left), sql.Identifier(k), sql.Identifier(right),
+                                             sql.Identifier(f"_k{i}"))
+            for i, k in enumerate(self.target.key))
+
+    @staticmethod
+    def _value(vals: sql.Composable, i: int, column: TargetColumn) -> sql.Composable:
+        return sql.SQL("({} ->> {})::{}").format(vals, sql.Literal(i), sql.SQL(column.type_sql))
+
+    @staticmethod
+    def _default(column: TargetColumn) -> sql.Composable:
+        if column.default_sql is None:
+            return sql.SQL("NULL::{}").format(sql.SQL(column.type_sql))
+        return sql.SQL("({})::{}").format(sql.SQL(column.default_sql), sql.SQL(column.type_sql))
+
+    def _flag(self, flags: sql.Composable, i: int) -> sql.Composable:
+        return sql.SQL("substr({}, {}, 1)").format(flags, sql.Literal(i + 1))
+
+    def _update_set(self, vals: sql.Composable, flags: sql.Composable) -> sql.Composable:
+        return sql.SQL(", ").join(
+            sql.SQL("{c} = CASE {f} WHEN '0' THEN {v} WHEN '1' THEN {d} ELSE t.{c} END").format(
+                c=sql.Identifier(col.name), f=self._flag(flags, i), v=self._value(vals, i, col), d=self._default(col))
+            for i, col in enumerate(self.target.columns))
+
+    def _insert_values(self, vals: sql.Composable, flags: sql.Composable) -> sql.Composable:
+        return sql.SQL(", ").join(
+            sql.SQL("CASE {f} WHEN '0' THEN {v} ELSE {d} END").format(
+                f=self._flag(flags, i), v=self._value(vals, i, col), d=self._default(col))
+            for i, col in enumerate(self.target.columns))
+
+    def _column_list(self) -> sql.Composable:
+        return sql.SQL(", ").join(sql.Identifier(c.name) for c in self.target.columns)
+
+    # --- applying ------------------------------------------------------------------------------------
+    def apply(self) -> TableCounts:
+        """Apply every phase and barrier; raise :class:`ConflictError` at the first conflict."""
+        counts = TableCounts()
+        self._load_keys()
+        phases = self.conn.execute(
+            sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(STAGE),
+            (self.token, self.target.index)).fetchone()[0]
+        for phase in range(0 if phases is None else phases + 1):
+            self._apply_phase(phase, counts)
+            self._apply_barrier(phase, counts)
+        self.conn.execute(sql.SQL("DROP TABLE {}").format(self.keys))
+        return counts
+
+    def _load_keys(self) -> None:
+        key_columns = [sql.SQL("(key::jsonb ->> {})::{} AS {}").format(sql.Literal(i), sql.SQL(t),
+                                                                       sql.Identifier(f"_k{i}"))
+                       for i, t in enumerate(self.target.key_types())]
+        self.conn.execute(sql.SQL(
+            """CREATE TEMP TABLE {keys} ON COMMIT DROP AS
+               SELECT DISTINCT ON (phase, key) phase, key, {key_columns}, n_insert, n_update, n_delete,
+                      p_present, p_vals::jsonb AS p_vals, p_flags, p_conflict_lsn, p_conflict_xid,
+                      p_missing_update, p_missing_delete,
+                      a_present, a_vals::jsonb AS a_vals, a_flags, a_conflict_lsn, a_conflict_xid,
+                      a_missing_update, a_missing_delete, NULL::boolean AS existed
+               FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'
+               ORDER BY phase, key""").format(keys=self.keys, key_columns=sql.SQL(", ").join(key_columns),
+                                              stage=STAGE), (self.token, self.target.index))
+        self.conn.execute(sql.SQL("CREATE INDEX ON {} (phase)").format(self.keys))
+        self.conn.execute(sql.SQL("ANALYZE {}").format(self.keys))
+
+    def _apply_phase(self, phase: int, counts: TableCounts) -> None:
+        q = {"keys": self.keys, "rel": self.rel, "match": self._key_match("t", "k")}
+        self.conn.execute(sql.SQL(
+            "UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = %s"
+        ).format(**q), (phase,))
+        conflict = self.conn.execute(sql.SQL(
+            """SELECT key, lsn, xid FROM (
+                 SELECT key, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,
+                        CASE WHEN existed THEN p_conflict_xid ELSE a_conflict_xid END AS xid
+                 FROM {keys} WHERE phase = %s) c
+               WHERE lsn IS NOT NULL ORDER BY lsn LIMIT 1""").format(**q), (phase,)).fetchone()
+        if conflict is not None:
+            self._conflict("insert_exists", conflict[0], conflict[1], conflict[2])
+        row = self.conn.execute(sql.SQL(
+            """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
+                      coalesce(sum(CASE WHEN existed THEN p_missing_update ELSE a_missing_update END), 0),
+                      coalesce(sum(CASE WHEN existed THEN p_missing_delete ELSE a_missing_delete END), 0)
+               FROM {keys} WHERE phase = %s""").format(**q), (phase,)).fetchone()
+        inserts, updates, deletes, missing_update, missing_delete = (int(v) for v in row)
+        counts.insert += inserts
+        counts.update += updates - missing_update
+        counts.delete += deletes - missing_delete
+        counts.missing_update += missing_update
+        counts.missing_delete += missing_delete
+        self.conn.execute(sql.SQL(
+            "DELETE FROM {rel} t USING {keys} k WHERE k.phase = %s AND k.existed AND NOT k.p_present AND {match}"
+        ).format(**q), (phase,))
+        self.conn.execute(sql.SQL(
+            "UPDATE {rel} t SET {set} FROM {keys} k WHERE k.phase = %s AND k.existed AND k.p_present AND {match}"
+        ).format(set=self._update_set(sql.SQL("k.p_vals"), sql.SQL("k.p_flags")), **q), (phase,))
+        self.conn.execute(sql.SQL(
+            "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
+            "WHERE k.phase = %s AND NOT k.existed AND k.a_present"
+        ).format(rel_name=relation_sql(self.target.table), columns=self._column_list(),
+                 values=self._insert_values(sql.SQL("k.a_vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
+
+    def _apply_barrier(self, phase: int, counts: TableCounts) -> None:
+        row = self.conn.execute(sql.SQL(
+            """SELECT op, key, p_vals, p_flags, commit_lsn, xid, restart_identity FROM {stage}
+               WHERE token = %s AND target = %s AND row_kind = 'B' AND phase = %s LIMIT 1""").format(stage=STAGE),
+            (self.token, self.target.index, phase)).fetchone()
+        if row is None:
+            return
+        op, key, vals, flags, commit_lsn, xid, restart_identity = row
+        if op == "T":
+            self.conn.execute(sql.SQL("TRUNCATE {}{}").format(
+                self.rel, sql.SQL(" RESTART IDENTITY" if restart_identity else "")))
+            counts.truncate += 1
+            return
+        # An UPDATE that moves a row to another key: one statement, located by the old key.
+        old_key = sql.SQL(" AND ").join(
+            sql.SQL("t.{} = ({} ->> {})::{}").format(sql.Identifier(k), sql.Literal(key), sql.Literal(i), sql.SQL(t))
+            for i, (k, t) in enumerate(zip(self.target.key, self.target.key_types(), strict=True)))
+        vals_sql = sql.SQL("{}::jsonb").format(sql.Literal(vals))
+        if self.policy == "upsert":
+            new_key = sql.SQL(" AND ").join(
+                sql.SQL("t.{} = CASE {} WHEN '0' THEN {} END").format(
+                    sql.Identifier(c.name), self._flag(sql.Literal(flags), i), self._value(vals_sql, i, c))
+                for i, c in enumerate(self.target.columns) if c.name in self.target.key)
+            self.conn.execute(sql.SQL("DELETE FROM {} t WHERE {} AND NOT ({})").format(self.rel, new_key, old_key))
+        try:
+            with self.conn.transaction():
+                cur = self.conn.execute(sql.SQL("UPDATE {} t SET {} WHERE {}").format(
+                    self.rel, self._update_set(vals_sql, sql.Literal(flags)), old_key))
+        except psycopg.errors.UniqueViolation:
+            new = [None if f != "0" else v for v, f in zip(_json_list(vals), flags, strict=False)]
+            by_name = dict(zip(self.target.column_names, new, strict=False))
+            self._conflict("update_exists", _json_text([by_name.get(k) for k in self.target.key]), commit_lsn, xid)
+        if cur.rowcount:
+            counts.update += 1
+        elif self.policy == "upsert":
+            self.conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {}").format(
+                relation_sql(self.target.table), self._column_list(),
+                self._insert_values(vals_sql, sql.Literal(flags))))
+            counts.insert += 1
+        else:
+            counts.missing_update += 1
+
+    def _conflict(self, kind: str, key: str, commit_lsn: int, xid: int | None) -> None:
+        raise ConflictError(self.target.table, kind, self.target.key, _json_list(key), int(commit_lsn),
+                            None if xid is None else int(xid))
+
+
+def _json_list(text: str) -> list[str | None]:
+    return list(json.loads(text))
+
+
+def _json_text(values: Sequence[str | None]) -> str:
+    return json.dumps(list(values))
+
+
+def new_token(subscription: str) -> str:
+    """The staging token of one apply attempt: its rows are never mistaken for another attempt's."""
+    return f"{subscription}:{uuid.uuid4()}"
+
+
+def clear_stage(conn: psycopg.Connection, subscription: str) -> None:
+    """Remove every staged row of ``subscription`` (attempts that died, or the one just applied)."""
+    conn.execute(sql.SQL("DELETE FROM {} WHERE token LIKE %s").format(STAGE),
+                 (subscription.replace("_", "\\_") + ":%",))
