@@ -138,6 +138,7 @@ def parse_row_filter(sql: str) -> exp.Expression:
     if len(parsed) != 1 or parsed[0] is None:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
     _check_nonassociative(sql, parsed[0], tokens)
+    _check_pattern_operators(sql, tokens)
     return parsed[0]
 
 
@@ -174,6 +175,59 @@ def _check_nonassociative(sql: str, tree: exp.Expression, tokens: list) -> None:
             after_distinct[depth] = following[:1] == ["DISTINCT"] or following == ["NOT", "DISTINCT"]
         elif kind in _RESETS_IS or (kind == TokenType.NOT and tokens[i - 1].token_type != TokenType.IS):
             after_distinct[depth] = False
+
+
+# gram.y puts BETWEEN, IN, LIKE, ILIKE and SIMILAR on one %nonassoc level: `a ILIKE b NOT BETWEEN c
+# AND d` or `a LIKE b IN (1)` is a syntax error there, while sqlglot nests them. BETWEEN's lower bound
+# is a b_expr, which holds no NOT. Found on the tokens, per nesting level: a second operator of the
+# level before anything of lower precedence (AND, OR, a comparison, IS, ",", a CASE part) ends the
+# first one's expression. The word forms only: `~~` is an ordinary operator in PostgreSQL.
+_PATTERN_WORDS = {"LIKE", "ILIKE", "SIMILAR", "BETWEEN", "IN"}
+_ENDS_PATTERN = {TokenType.OR, TokenType.EQ, TokenType.NEQ, TokenType.LT, TokenType.LTE, TokenType.GT,
+                 TokenType.GTE, TokenType.IS, TokenType.COMMA, TokenType.WHEN, TokenType.THEN, TokenType.ELSE}
+_OPENS = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE}
+_CLOSES = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.END}
+
+
+def _pattern_word(tok) -> str | None:  # noqa: ANN001
+    word = tok.text.split()[0].upper() if tok.text.strip() else ""
+    return word if word in _PATTERN_WORDS and tok.token_type != TokenType.VAR else None
+
+
+def _check_pattern_operators(sql: str, tokens: list) -> None:
+    levels = [{"seen": False, "between": 0}]
+    for i, tok in enumerate(tokens):
+        kind, level = tok.token_type, levels[-1]
+        previous = tokens[i - 1] if i else None
+        if kind in _OPENS:
+            levels.append({"seen": False, "between": 0})
+        elif kind in _CLOSES:
+            if len(levels) > 1:
+                levels.pop()
+        elif _pattern_word(tok):
+            infix_not = previous is not None and previous.token_type == TokenType.NOT
+            if level["seen"]:
+                raise_pg_syntax_error(sql, previous if infix_not else tok)
+            word = _pattern_word(tok)
+            # IN's right side is a parenthesised list, after which bison reduces without looking
+            # ahead: `a IN (1) LIKE b` parses, as (a IN (1)) LIKE b.
+            level["seen"] = word != "IN"
+            level["between"] += word == "BETWEEN"
+        elif kind == TokenType.NOT:
+            following = tokens[i + 1] if i + 1 < len(tokens) else None
+            if following is not None and _pattern_word(following) or (
+                    previous is not None and previous.token_type == TokenType.IS):
+                continue
+            if level["between"]:  # NOT inside BETWEEN's lower bound
+                raise_pg_syntax_error(sql, tok)
+            level["seen"] = False
+        elif kind == TokenType.AND:
+            if level["between"]:
+                level["between"] -= 1  # BETWEEN's own AND: its upper bound follows
+            else:
+                level["seen"] = False
+        elif kind in _ENDS_PATTERN:
+            level["seen"] = False
 
 
 def _any_array_as_in(node: exp.Expression) -> exp.Expression:
