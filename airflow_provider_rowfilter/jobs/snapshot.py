@@ -3,9 +3,10 @@
 For each chosen table in state ``i`` (or ``d``, a copy that did not finish): ``d``, then the rows
 that satisfy ANY of the subscription's publications' filters (``publish`` ignored), only the
 published columns, read in parallel Spark partitions from one publisher snapshot (exported by a
-temporary slot, as tablesync's) and written with ``COPY … FROM STDIN``; then ``f`` with the slot's
-consistent point (changes committed from there on are the catch-up's) and the rows copied. A table whose copy fails keeps its state
-and the error; a later run empties it and copies it again, as tablesync redoes an interrupted copy.
+temporary slot, as tablesync's) with ``COPY … TO STDOUT`` and streamed into ``COPY … FROM STDIN``
+on the subscriber; then ``f`` with the slot's consistent point (changes committed from there on
+are the catch-up's) and the rows copied. A table whose copy fails keeps its state and the error;
+a later run empties it and copies it again, as tablesync redoes an interrupted copy.
 
 ``--resync`` first empties the named tables and sends them back to ``i`` (the backfill path), then
 copies them. See docs/initial-sync.md.
@@ -32,7 +33,9 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
 from airflow_provider_rowfilter.pg.copy_source import (
+    DEFAULT_BLOCK_ROWS,
     PartitionOptions,
+    copy_out_statements,
     copy_source,
     exported_snapshot,
     plan_partitions,
@@ -41,20 +44,14 @@ from airflow_provider_rowfilter.pg.copy_target import (
     CopyFence,
     check_target,
     copy_lock_key,
+    copy_partition,
+    executor_conninfo,
     fence_copies,
     truncate,
-    write_partition,
-    writer_conninfo,
 )
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, Definitions, connect, load_definitions
 from airflow_provider_rowfilter.pg.state import RelState, StateError, StateStore
-from airflow_provider_rowfilter.spark.copy_frames import (
-    DEFAULT_FETCH_SIZE,
-    copy_lines,
-    copy_text,
-    published_rows,
-)
-from airflow_provider_rowfilter.spark.jdbc import jdbc_connection
+from airflow_provider_rowfilter.spark.copy_frames import run_partitions
 from airflow_provider_rowfilter.spark.session import build_session
 
 log = logging.getLogger(__name__)
@@ -68,11 +65,12 @@ class SnapshotError(RowFilterError):
 
 @dataclass(frozen=True)
 class CopyOptions:
-    """Tuning of the copy. ``max_partitions`` defaults to twice Spark's default parallelism."""
+    """Tuning of the copy. ``max_partitions`` defaults to twice Spark's default parallelism;
+    ``fetch_size`` is the rows handed from the publisher's COPY to the subscriber's per write."""
 
     max_partitions: int | None = None
     min_pages: int = PartitionOptions(1).min_pages
-    fetch_size: int = DEFAULT_FETCH_SIZE
+    fetch_size: int = DEFAULT_BLOCK_ROWS
 
 
 @dataclass
@@ -201,8 +199,10 @@ class _CopyJob:
         self.spark = spark
         self.options = options
         app = f"rowfilter:{spec.subscription}:snapshot"
-        self.jdbc = jdbc_connection(_required(spec.publisher, "publisher", spec), PASSWORD_ENV["publisher"], app)
-        self.conninfo = writer_conninfo(_required(spec.subscriber, "subscriber", spec), PASSWORD_ENV["subscriber"], app)
+        self.source_conninfo = executor_conninfo(_required(spec.publisher, "publisher", spec),
+                                                 PASSWORD_ENV["publisher"], app)
+        self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec),
+                                                 PASSWORD_ENV["subscriber"], app)
         parallelism = spark.sparkContext.defaultParallelism
         self.partitions = PartitionOptions(options.max_partitions or 2 * parallelism, options.min_pages)
 
@@ -248,11 +248,10 @@ class _CopyJob:
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
                      table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
-            frame = published_rows(self.spark, self.jdbc, source, plan, snapshot=snap,
-                                   fetch_size=self.options.fetch_size)
             counter = self.spark.sparkContext.accumulator(0)
-            copy_lines(copy_text(frame, source.plain_columns)).foreachPartition(
-                partial(write_partition, self.conninfo, target.copy_sql(), counter, fence=fence))
+            run_partitions(self.spark, copy_out_statements(source, plan), partial(
+                copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(), counter,
+                fence=fence, block_rows=self.options.fetch_size))
             rows = int(counter.value)
         with sub.transaction():
             self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
@@ -347,7 +346,8 @@ def snapshot_parser():
                    help="empty the named tables and copy them again (the backfill path)")
     p.add_argument("--max-partitions", type=int, help="most parallel readers per table "
                    "(default twice Spark's default parallelism)")
-    p.add_argument("--fetch-size", type=int, default=DEFAULT_FETCH_SIZE, help="rows per JDBC fetch")
+    p.add_argument("--fetch-size", type=int, default=DEFAULT_BLOCK_ROWS,
+                   help="rows handed from the publisher's COPY to the subscriber's per write")
     return p
 
 

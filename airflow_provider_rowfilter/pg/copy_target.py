@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 
 import psycopg
@@ -17,11 +18,12 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.pg.copy_source import relation_sql
-
-# One COPY write per this many bytes of lines: large enough to amortise the call, small enough
-# that an executor holds little.
-WRITE_BYTES = 1 << 20
+from airflow_provider_rowfilter.pg.copy_source import (
+    DEFAULT_BLOCK_ROWS,
+    ExportedSnapshot,
+    read_copy,
+    relation_sql,
+)
 
 
 class CopyTargetError(RowFilterError):
@@ -131,12 +133,13 @@ def fence_copies(conn: psycopg.Connection, fence_key: tuple[str, str]) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", fence_key)
 
 
-def write_lines(conninfo: dict[str, str], statement: str, lines: Iterable[bytes], fence: CopyFence | None = None) -> int:
-    """Run ``statement`` (a COPY FROM STDIN) with ``lines`` in ONE transaction; return the rows written.
+def write_copy(conninfo: dict[str, str], statement: str, blocks: Iterable[bytes], fence: CopyFence | None = None) -> int:
+    """Run ``statement`` (a COPY FROM STDIN) with ``blocks`` in ONE transaction; return the rows written.
 
-    Runs on a Spark executor: ``lines`` are COPY text-format lines without their newline. A failure
-    rolls the whole partition back, so a retried task starts from nothing. With a ``fence``, the
-    transaction first checks that its copy attempt is still the table's current one.
+    Runs on a Spark executor: ``blocks`` are COPY text, whole lines with their newlines. A failure
+    (of the subscriber, or of the iterator feeding the blocks) rolls the whole partition back, so a
+    retried task starts from nothing. With a ``fence``, the transaction first checks that its copy
+    attempt is still the table's current one, before the first block is asked for.
     """
     with psycopg.connect(**conninfo) as conn, conn.cursor() as cur:
         if fence is not None:
@@ -147,35 +150,32 @@ def write_lines(conninfo: dict[str, str], statement: str, lines: Iterable[bytes]
                 (fence.subscription, fence.schema, fence.table)).fetchone()
             if row is None or row[0] != fence.token:
                 raise CopySupersededError(f"copy of {fence.schema}.{fence.table} was superseded by a newer attempt")
-        return _copy(cur, statement, lines)
+        with cur.copy(statement) as copy:
+            for block in blocks:
+                copy.write(block)
+        return cur.rowcount
 
 
-def _copy(cur: psycopg.Cursor, statement: str, lines: Iterable[bytes]) -> int:
-    rows = 0
-    chunk: list[bytes] = []
-    size = 0
-    with cur.copy(statement) as copy:
-        for line in lines:
-            chunk.append(line)
-            size += len(line) + 1
-            if size >= WRITE_BYTES:
-                chunk.append(b"")
-                copy.write(b"\n".join(chunk))
-                rows += len(chunk) - 1
-                chunk, size = [], 0
-        if chunk:
-            chunk.append(b"")
-            copy.write(b"\n".join(chunk))
-            rows += len(chunk) - 1
-    return rows
+def copy_partition(source: dict[str, str], snapshot: ExportedSnapshot | None, target: dict[str, str],
+                   statement: str, counter, reads: Iterable[str], *, fence: CopyFence | None = None,
+                   block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
+    """``foreachPartition`` body: each ``COPY … TO STDOUT`` of ``reads`` streamed into ``statement``.
+
+    The publisher's COPY output (read in ``snapshot`` with ``source``) goes to the subscriber's
+    ``COPY … FROM STDIN`` (``target``) block by block, as bytes: one subscriber transaction per
+    read. The rows written are added to ``counter`` (an accumulator).
+    """
+    for read in reads:
+        with closing(read_copy(source, read, snapshot, block_rows=block_rows)) as blocks:
+            counter.add(write_copy(target, statement, blocks, fence))
 
 
-def writer_conninfo(url: str, password_env: str, application_name: str) -> dict[str, str]:
+def executor_conninfo(url: str, password_env: str, application_name: str) -> dict[str, str]:
     """libpq parameters for the executors' connections (the password resolved here, on the driver).
 
     Executors of a cluster do not share the driver's environment, so a password given to the job
-    (``ROWFILTER_SUBSCRIBER_PASSWORD``, else ``PGPASSWORD``) travels inside the task, like Spark's
-    own JDBC options do; it is never logged.
+    (``ROWFILTER_PUBLISHER_PASSWORD`` / ``ROWFILTER_SUBSCRIBER_PASSWORD``, else ``PGPASSWORD``)
+    travels inside the task, as Spark's own JDBC options do; it is never logged.
     """
     params = psycopg.conninfo.conninfo_to_dict(url)
     password = os.environ.get(password_env) or os.environ.get("PGPASSWORD")
@@ -184,9 +184,3 @@ def writer_conninfo(url: str, password_env: str, application_name: str) -> dict[
     params["application_name"] = application_name
     params["client_encoding"] = "UTF8"
     return {k: str(v) for k, v in params.items()}
-
-
-def write_partition(conninfo: dict[str, str], statement: str, counter, lines: Iterable[bytes],
-                    fence: CopyFence | None = None) -> None:
-    """``foreachPartition`` body: COPY one partition's lines, add the rows written to ``counter`` (an accumulator)."""
-    counter.add(write_lines(conninfo, statement, lines, fence))

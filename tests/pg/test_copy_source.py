@@ -14,11 +14,13 @@ from airflow_provider_rowfilter.pg.copy_source import (
     KeyRanges,
     PartitionOptions,
     SinglePartition,
+    copy_out_sql,
+    copy_out_statements,
     copy_source,
     exported_snapshot,
     plan_partitions,
+    read_copy,
     select_sql,
-    subquery_sql,
 )
 
 T1 = TableName("public", "t1")
@@ -41,28 +43,21 @@ GEN = Column("g", 3, "integer", 23, generated="s")
 
 @pytest.mark.parametrize(("source", "kwargs", "expected"), [
     pytest.param(CopySource(T1, ("id", "Name"), None, only=True), {},
-                 'SELECT "id"::text AS "id", "Name"::text AS "Name" FROM ONLY "public"."t1"', id="whole-table"),
+                 'SELECT "id", "Name" FROM ONLY "public"."t1"', id="whole-table"),
     pytest.param(CopySource(T1, ("a",), "(a > 5) OR (c = 'x')", only=False), {},
-                 """SELECT "a"::text AS "a" FROM "public"."t1" WHERE ((a > 5) OR (c = 'x'))""", id="root-filtered"),
+                 """SELECT "a" FROM "public"."t1" WHERE ((a > 5) OR (c = 'x'))""", id="root-filtered"),
     pytest.param(CopySource(T1, ("a",), "(a > 5) OR (b)", only=True), {"predicate": "ctid >= '(4,0)'::tid"},
-                 """SELECT "a"::text AS "a" FROM ONLY "public"."t1" WHERE ((a > 5) OR (b)) AND ctid >= '(4,0)'::tid""",
+                 """SELECT "a" FROM ONLY "public"."t1" WHERE ((a > 5) OR (b)) AND ctid >= '(4,0)'::tid""",
                  id="range-cannot-bind-to-one-side-of-the-or"),
-    pytest.param(CopySource(T1, ("id",), None, only=True, key="id"), {"with_key": True},
-                 'SELECT "id" AS "rowfilter_partition_key", "id"::text AS "id" FROM ONLY "public"."t1"', id="key"),
-    pytest.param(CopySource(T1, ("rowfilter_partition_key",), None, only=True, key="rowfilter_partition_key"),
-                 {"with_key": True}, 'SELECT "rowfilter_partition_key" AS "rowfilter_partition_key_", '
-                 '"rowfilter_partition_key"::text AS "rowfilter_partition_key" FROM ONLY "public"."t1"',
-                 id="key-alias-never-a-column"),
 ])
 def test_select_sql(source, kwargs, expected):
     assert select_sql(source, **kwargs) == expected
-    assert subquery_sql(source, **kwargs) == f"({expected}) rowfilter_copy"
+    assert copy_out_sql(source, **kwargs) == f"COPY ({expected}) TO STDOUT"
 
 
 def test_copy_source_takes_published_columns_and_an_integer_key():
     rel = relation(ID, NAME, GEN)
-    assert copy_source(filters(), rel) == CopySource(T1, ("id", "Name"), None, only=True, key="id",
-                                                     plain_columns=frozenset({"id"}))
+    assert copy_source(filters(), rel) == CopySource(T1, ("id", "Name"), None, only=True, key="id")
     assert copy_source(filters(("Name",)), rel).columns == ("Name",)
     assert copy_source(filters(), relation(ID, NAME, key=("Name",))).key is None  # text key: block ranges
     assert copy_source(filters(), relation(ID, NAME, key=("id", "Name"))).key is None
@@ -73,6 +68,24 @@ def test_block_ranges_cover_the_table_and_leave_the_end_open():
     ranges = BlockRanges(((0, 10), (10, 20), (20, None)))
     assert ranges.predicates() == ["ctid >= '(0,0)'::tid AND ctid < '(10,0)'::tid",
                                    "ctid >= '(10,0)'::tid AND ctid < '(20,0)'::tid", "ctid >= '(20,0)'::tid"]
+
+
+def test_key_ranges_cover_every_key_once_and_leave_both_ends_open():
+    assert KeyRanges(101, 1001, 4).predicates("id") == [
+        '("id" < 326 OR "id" IS NULL)', '"id" >= 326 AND "id" < 551', '"id" >= 551 AND "id" < 776', '"id" >= 776']
+    assert KeyRanges(-5, 3, 3).predicates("K") == ['("K" < -3 OR "K" IS NULL)', '"K" >= -3 AND "K" < 0', '"K" >= 0']
+
+
+def test_one_copy_statement_per_partition():
+    source = CopySource(T1, ("id",), "(id > 0)", only=True, key="id")
+    assert copy_out_statements(source, SinglePartition()) == [
+        'COPY (SELECT "id" FROM ONLY "public"."t1" WHERE ((id > 0))) TO STDOUT']
+    assert copy_out_statements(source, KeyRanges(1, 11, 2)) == [
+        'COPY (SELECT "id" FROM ONLY "public"."t1" WHERE ((id > 0)) AND ("id" < 6 OR "id" IS NULL)) TO STDOUT',
+        'COPY (SELECT "id" FROM ONLY "public"."t1" WHERE ((id > 0)) AND "id" >= 6) TO STDOUT']
+    assert len(copy_out_statements(source, BlockRanges(((0, 5), (5, None))))) == 2
+    with pytest.raises(ValueError, match="no integer key"):
+        copy_out_statements(CopySource(T1, ("a",), None, only=True), KeyRanges(1, 11, 2))
 
 
 @pytest.fixture
@@ -91,18 +104,23 @@ def publisher(fresh_db):
         yield conn
 
 
-def test_plan_partitions_by_key_by_blocks_or_not_at_all(publisher):
+def test_plan_partitions_by_blocks_by_key_or_not_at_all(publisher, monkeypatch):
     k = CopySource(TableName("public", "k"), ("id",), None, only=True, key="id")
-    assert plan_partitions(publisher, k, PartitionOptions(4, min_pages=1)) == KeyRanges(101, 1001, 4)
+    keyed = plan_partitions(publisher, k, PartitionOptions(4, min_pages=1))
+    assert isinstance(keyed, BlockRanges) and keyed.partitions == 4  # 14+: block ranges even with a key
     assert plan_partitions(publisher, k, PartitionOptions(4, min_pages=10_000)) == SinglePartition()
-    nokey = plan_partitions(publisher, CopySource(TableName("public", "nokey"), ("pad",), None, only=True),
-                            PartitionOptions(3, min_pages=1))
+    nokey_source = CopySource(TableName("public", "nokey"), ("pad",), None, only=True)
+    nokey = plan_partitions(publisher, nokey_source, PartitionOptions(3, min_pages=1))
     assert isinstance(nokey, BlockRanges) and nokey.partitions == 3
     assert nokey.bounds[0][0] == 0 and nokey.bounds[-1][1] is None
     # A partitioned root is sized by its largest partition: the ranges apply to every partition.
     root = plan_partitions(publisher, CopySource(TableName("public", "root"), ("pad",), None, only=False),
                            PartitionOptions(2, min_pages=1))
     assert isinstance(root, BlockRanges) and root.partitions == 2
+    # Before 14 (no TID Range Scan): the integer key's ranges, else one reader.
+    monkeypatch.setattr(type(publisher.info), "server_version", property(lambda _: 130000))
+    assert plan_partitions(publisher, k, PartitionOptions(4, min_pages=1)) == KeyRanges(101, 1001, 4)
+    assert plan_partitions(publisher, nokey_source, PartitionOptions(3, min_pages=1)) == SinglePartition()
 
 
 def test_exported_snapshot_splits_the_changes_at_its_consistent_point(publisher):
@@ -127,3 +145,25 @@ def test_exported_snapshot_needs_a_replication_connection(publisher):
             psycopg.connect(publisher.info.dsn, autocommit=True)):
         pass
     assert "REPLICATION" in caught.value.hint
+
+
+def test_read_copy_yields_copy_text_in_blocks_of_whole_lines(publisher):
+    publisher.execute("""CREATE TABLE odd (id int, t text, n numeric, a text[]);
+                         INSERT INTO odd VALUES (1, E'tab\\there', 1.50, '{x,"y z"}'), (2, E'line\\nbreak\\\\', NULL, NULL),
+                                                (3, '\\N', 'NaN', '{}'), (4, '', 0, NULL), (5, 'é', -1, NULL)""")
+    source = CopySource(TableName("public", "odd"), ("id", "t", "n", "a"), "(id <> 4)", only=True)
+    conninfo = {"conninfo": publisher.info.dsn}
+    blocks = list(read_copy(conninfo, copy_out_sql(source), block_rows=2))
+    assert all(b.endswith(b"\n") for b in blocks) and [b.count(b"\n") for b in blocks] == [2, 2]
+    assert sorted(b"".join(blocks).splitlines()) == [
+        b'1\ttab\\there\t1.50\t{x,"y z"}', b"2\tline\\nbreak\\\\\t\\N\t\\N",
+        b"3\t\\\\N\tNaN\t{}", "5\té\t-1\t\\N".encode()]
+    assert list(read_copy(conninfo, copy_out_sql(source, predicate="id > 100"))) == []
+
+
+def test_read_copy_raises_the_publishers_error(publisher):
+    with pytest.raises(psycopg.errors.UndefinedTable, match="nosuch"):
+        list(read_copy({"conninfo": publisher.info.dsn}, "COPY (SELECT * FROM nosuch) TO STDOUT"))
+    with pytest.raises(psycopg.errors.DivisionByZero):  # fails after the first rows were sent
+        list(read_copy({"conninfo": publisher.info.dsn},
+                       "COPY (SELECT 1 / (1000 - id) FROM k ORDER BY id) TO STDOUT", block_rows=10))
