@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import (
@@ -48,6 +49,16 @@ def _parser() -> argparse.ArgumentParser:
     resync.add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
                         help="the table to copy again (repeatable)")
     resync.add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
+    apply = sub.add_parser("apply", help="capture one batch from the slot and apply it to the subscriber "
+                           "(the apply worker, one micro-batch)")
+    apply.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    apply.add_argument("--max-changes", type=int, default=None, metavar="N",
+                       help="bound of the batch in slot rows (whole transactions; default 100000)")
+    apply.add_argument("--json", action="store_true", help="print the batch summary as JSON")
+    skip = sub.add_parser("skip", help="skip the remote transaction finishing at an LSN once "
+                          "(ALTER SUBSCRIPTION … SKIP); --lsn NONE clears it")
+    skip.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    skip.add_argument("--lsn", required=True, help="the finish LSN the conflict error names, e.g. 0/14C0378, or NONE")
     demo = sub.add_parser("demo", help="run the demo on a throwaway local PostgreSQL")
     demo.add_argument("--keep", metavar="DIR", help="keep the demo's PostgreSQL and files in DIR")
     return parser
@@ -67,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return status(SubscriptionSpec.load(args.spec), as_json=args.json)
         if args.command in ("snapshot", "resync"):
             return initial_copy(SubscriptionSpec.load(args.spec), args)
+        if args.command == "apply":
+            return apply_batch(SubscriptionSpec.load(args.spec), max_changes=args.max_changes, as_json=args.json)
+        if args.command == "skip":
+            return skip(SubscriptionSpec.load(args.spec), args.lsn)
         if args.command == "demo":
             from airflow_provider_rowfilter.demo.run import run_demo
 
@@ -120,25 +135,113 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         store = StateStore(conn, spec.subscription)
         subscription = store.require_subscription()
         tables = store.tables()
+        last = conn.execute(
+            """SELECT id, counts, end_lsn::text, lag_bytes, lag_seconds, finished_at FROM rowfilter.batch_history
+               WHERE subscription = %s ORDER BY id DESC LIMIT 1""", (spec.subscription,)).fetchone()
+    current = _publisher_position(spec)
+    lag = {}
+    for t in tables:
+        if current is not None and t.lsn is not None and t.state.value in "fsr":
+            lag[t.table] = max(current - parse_lsn(t.lsn), 0)
+    batch = None if last is None else {
+        "id": last[0], "end_lsn": last[2], "lag_bytes": last[3], "lag_seconds": last[4],
+        "finished_at": last[5].isoformat()}
+    counts = {} if last is None else last[1]
     if as_json:
         print(json.dumps({
             "subscription": spec.subscription,
             "publications": subscription["publications"],
             "slot": subscription["slot_name"],
+            "applied_lsn": subscription["applied_lsn"],
+            "skip_lsn": subscription["skip_lsn"],
             "last_error": subscription["last_error"],
-            "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn, "rows_copied": t.rows_copied,
+            "last_batch": batch,
+            "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
+                        "lag_bytes": lag.get(t.table),
+                        "lag_seconds": batch["lag_seconds"] if batch and t.state.value == "r" else None,
+                        "rows_copied": t.rows_copied, "last_batch": counts.get(str(t.table), {}),
                         "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
         }))
         return 0
-    table = Table(title=f"subscription {spec.subscription} (publications {', '.join(subscription['publications'])})")
-    for col in ("table", "state", "lsn", "rows copied", "updated", "last error"):
+    title = f"subscription {spec.subscription} (publications {', '.join(subscription['publications'])})"
+    if batch:
+        title += f"\nlast batch {batch['finished_at'][:19]} through {batch['end_lsn']}"
+    table = Table(title=title)
+    for col in ("table", "state", "lsn", "lag", "rows copied", "last batch", "last error"):
         table.add_column(col, overflow="fold")
     for t in tables:
         colour = "green" if t.state.value == "r" else "yellow"
-        table.add_row(str(t.table), f"[{colour}]{t.state.value}[/] {t.state.label}", t.lsn or "",
+        lag_text = ""
+        if t.table in lag:
+            lag_text = _size(lag[t.table])
+            if batch and batch["lag_seconds"] is not None and t.state.value == "r":
+                lag_text += f", {batch['lag_seconds']:.1f} s"
+        done = counts.get(str(t.table), {})
+        table.add_row(str(t.table), f"[{colour}]{t.state.value}[/] {t.state.label}", t.lsn or "", lag_text,
                       "" if t.rows_copied is None else f"{t.rows_copied:,}",
-                      t.updated_at.strftime("%Y-%m-%d %H:%M:%S"), f"[red]{t.last_error}[/]" if t.last_error else "")
+                      " ".join(f"{k} {v:,}" for k, v in done.items()),
+                      f"[red]{t.last_error}[/]" if t.last_error else "")
     console.print(table)
+    if subscription["last_error"]:
+        err_console.print(f"[red]last error:[/] {subscription['last_error']}", highlight=False)
+    return 0
+
+
+def _publisher_position(spec: SubscriptionSpec) -> int | None:
+    """The publisher's current WAL position, or None when it cannot be reached (status still prints)."""
+    from airflow_provider_rowfilter.pg.definitions import connect
+
+    try:
+        with connect(spec.publisher, "publisher", spec) as pub:
+            return parse_lsn(pub.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
+    except RowFilterError:
+        return None
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: bool) -> int:
+    """Run ApplyChanges in-process: one captured batch, applied in one subscriber transaction."""
+    from airflow_provider_rowfilter.jobs.apply import apply
+    from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES
+
+    result = apply(spec, max_changes=max_changes or DEFAULT_MAX_CHANGES)
+    if as_json:
+        print(json.dumps(result.summary()))
+        return 0
+    console.print(f"subscription {spec.subscription}: applied {result.changes:,} changes through "
+                  f"{result.end_lsn or '-'} in {result.duration_ms / 1000:.1f} s", highlight=False)
+    for name, counts in sorted(result.tables.items()):
+        console.print(f"  {name}: " + (", ".join(f"{k} {v:,}" for k, v in counts.items()) or "nothing"),
+                      highlight=False)
+    if result.skipped_lsn:
+        console.print(f"  skipped the remote transaction finished at {result.skipped_lsn}")
+    return 0
+
+
+def skip(spec: SubscriptionSpec, lsn: str) -> int:
+    """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the next apply drops that one remote transaction."""
+    from airflow_provider_rowfilter.pg.definitions import connect
+    from airflow_provider_rowfilter.pg.state import StateStore
+
+    value = None if lsn.upper() == "NONE" else format_lsn(parse_lsn(lsn))
+    with connect(spec.subscriber, "subscriber", spec) as conn:
+        store = StateStore(conn, spec.subscription)
+        row = store.require_subscription()
+        applied = row["applied_lsn"]
+        if value is not None and applied is not None and parse_lsn(value) < parse_lsn(applied):
+            raise RowFilterError(f"skip WAL location (LSN {value}) must be greater than origin LSN {applied}",
+                                 hint="name the LSN the conflict error gave (the transaction's finish LSN)")
+        store.set_skip_lsn(value)
+    console.print(f"subscription {spec.subscription}: " + (
+        f"the remote transaction finished at {value} will be skipped by the next apply" if value
+        else "skip-LSN cleared"), highlight=False)
     return 0
 
 

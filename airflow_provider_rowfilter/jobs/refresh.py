@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import filters_document, subscribed_tables
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.pg.change_log import ChangeLog
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
 from airflow_provider_rowfilter.pg.publisher import (
     capture_names,
@@ -58,6 +59,10 @@ def refresh(spec: SubscriptionSpec) -> RefreshResult:
         publication_changed = ensure_capture_publication(pub, capture, spec.subscription, leaves)
         slot_created = ensure_slot(pub, slot)
         lsn = current_lsn(pub)
+    if slot_created:
+        set_aside = ChangeLog(spec.change_log_dir()).set_aside()
+        if set_aside is not None:
+            log.warning("a new slot %s was created: the change log of the previous one was moved to %s", slot, set_aside)
     document = filters_document(definitions.filters, spec.subscription)
     result = RefreshResult(spec.subscription, lsn, tables=[str(t) for t in tables], slot_created=slot_created,
                            capture_publication_changed=publication_changed)

@@ -304,7 +304,8 @@ class StagedTable:
             return
         # An UPDATE that moves a row to another key: one statement, located by the old key.
         old_key = sql.SQL(" AND ").join(
-            sql.SQL("t.{} = ({} ->> {})::{}").format(sql.Identifier(k), sql.Literal(key), sql.Literal(i), sql.SQL(t))
+            sql.SQL("t.{} = ({}::jsonb ->> {})::{}").format(sql.Identifier(k), sql.Literal(key), sql.Literal(i),
+                                                             sql.SQL(t))
             for i, (k, t) in enumerate(zip(self.target.key, self.target.key_types(), strict=True)))
         vals_sql = sql.SQL("{}::jsonb").format(sql.Literal(vals))
         if self.policy == "upsert":

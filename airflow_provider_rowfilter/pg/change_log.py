@@ -16,6 +16,7 @@ import fcntl
 import json
 import os
 import re
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,18 @@ class ChangeLog:
                 raise ChangeLogError(f"the change-log position file {str(path)!r} is unreadable: {e}",
                                      hint="restore it, or remove it to trust the segment names alone") from e
         return max(ends, default=None)
+
+    def set_aside(self) -> Path | None:
+        """Move a log that belongs to an earlier slot out of the way (its positions mean nothing to a new slot).
+
+        Returns where it went, or None when there was nothing to move. Called when refresh creates the slot.
+        """
+        if not self.segments() and not (self.directory / POSITION_FILE).exists():
+            return None
+        aside = self.directory.with_name(f"{self.directory.name}.replaced-{int(time.time())}")
+        os.replace(self.directory, aside)
+        fsync_directory(self.directory.parent)
+        return aside
 
     def record_position(self, lsn: int, slot: str) -> None:
         """Durably record that the log is complete through ``lsn`` (before the slot is advanced there)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -169,9 +170,12 @@ class Databases:
         self.natives.append(native)
         return native.create()
 
+    change_logs: Path | None = None
+
     def spec(self, publications: tuple[str, ...], name: str) -> SubscriptionSpec:
+        change_log = None if self.change_logs is None else str(self.change_logs / name)
         return SubscriptionSpec(subscription=name, publisher=self.publisher, subscriber=self.ours,
-                                publications=publications)
+                                publications=publications, change_log=change_log)
 
     def assert_same(self, tables: tuple[str, ...]) -> None:
         for table in tables:
@@ -179,8 +183,8 @@ class Databases:
 
 
 @pytest.fixture
-def dbs(fresh_db):
-    databases = Databases(fresh_db(), fresh_db(), fresh_db())
+def dbs(fresh_db, tmp_path):
+    databases = Databases(fresh_db(), fresh_db(), fresh_db(), change_logs=tmp_path)
     yield databases
     for native in databases.natives:
         native.drop()
