@@ -1,24 +1,33 @@
-"""Initial sync of a subscription, and the backfill path: refresh -> snapshot copy -> wait for the copies.
+"""Initial sync of a subscription: refresh -> one copy per table (mapped, pooled) -> apply -> wait for ``r``.
 
-The design's initial-sync DAG (design.md section 3), first version:
+The design's initial-sync pipeline (design.md section 3):
 
 1. ``refresh`` (RefreshPublicationOperator): reconcile ``rowfilter.subscription_rel`` with the
    publications, like ``ALTER SUBSCRIPTION … REFRESH PUBLICATION``; a newly published table gets
    state ``i``. It also creates the slot and capture publication on the publisher, so changes made
    from now on are retained for the apply job.
-2. ``snapshot`` (SnapshotCopyOperator): copy every table in ``i`` (the rows any publication's filter
-   selects, only the published columns) and record the position to replay from; state ``f``.
-   Backfill: ``SnapshotCopyOperator(tables=[…], resync=True)`` empties those tables and copies them again.
-3. ``wait_for_copies`` (SubscriptionRelSensor): until every chosen table has reached ``f``.
+2. ``tables_to_copy``: the tables in ``i`` (or ``d``, a copy that did not finish), read from the
+   subscriber.
+3. ``snapshot`` (SnapshotCopyOperator, dynamic task mapping): one task per table, each copying the
+   rows any publication's filter selects, only the published columns, and recording the position
+   to replay from; state ``f``. The tasks run in pool ``rowfilter_copies``, whose slots bound how
+   many tables are copied at once. Create it once:
+   ``airflow pools set rowfilter_copies 2 "rowfilter initial copies"``.
+4. ``apply`` (ApplyChangesOperator): one micro-batch that replays what changed since each copy and
+   brings the tables ``f`` -> ``s`` -> ``r``. It runs even when no table needed a copy.
+5. ``wait_for_ready`` (SubscriptionRelSensor): until every chosen table is ``r``; fails at once on a
+   recorded error. (The incremental-sync DAG's runs move tables that are still behind.)
 
-Runs as-is against the embedded PostgreSQL with the demo's tables and publications::
+Backfill one table: ``SnapshotCopyOperator(tables=["public.t1"], resync=True)`` empties it and copies
+it again (docs/operators.md).
 
-    python -m airflow_provider_rowfilter.pg.embedded start --dir .rowfilter/pg   # prints its URL
-    # publisher database "rowfilter_pub" with the demo's schema.sql and publications.sql, subscriber
-    # database "rowfilter_sub" with the same (empty) tables: docs/operators.md, "Try it"
+Runs as-is against the embedded PostgreSQL with the demo's tables and publications
+(docs/operators.md, "Try it")::
+
     export AIRFLOW_CONN_ROWFILTER_PUBLISHER='postgresql://postgres@127.0.0.1:PORT/rowfilter_pub'
     export AIRFLOW_CONN_ROWFILTER_SUBSCRIBER='postgresql://postgres@127.0.0.1:PORT/rowfilter_sub'
     export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'
+    airflow pools set rowfilter_copies 2 "rowfilter initial copies"
     airflow dags test rowfilter_initial_sync
 
 Trigger with ``{"tables": ["public.t1"]}`` to copy and wait for some tables only.
@@ -28,21 +37,28 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Param, task
 
+from airflow_provider_rowfilter.dag_factory import tables_waiting_for_copy
+from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 
-# Shared by the three tasks: which subscription, and the Airflow connections it uses.
-SUBSCRIPTION = {
-    "subscription": "{{ params.subscription }}",
-    "subscriber_conn_id": "rowfilter_subscriber",
+#: The pool bounding parallel copies (one slot per table being copied).
+COPY_POOL = "rowfilter_copies"
+# Which subscription, and the Airflow connections it uses: shared by every task.
+SUBSCRIPTION = {"subscription": "{{ params.subscription }}", "subscriber_conn_id": "rowfilter_subscriber"}
+JOB = {
+    "publications": "{{ params.publications }}",
+    "publisher_conn_id": "rowfilter_publisher",
+    "conf": {"spark.ui.enabled": "false"},
+    **SUBSCRIPTION,
 }
 
 with DAG(
     dag_id="rowfilter_initial_sync",
-    description="Initial sync of a rowfilter subscription: refresh, snapshot copy, wait for the copies",
+    description="Initial sync of a rowfilter subscription: refresh, one copy per table, apply, wait for r",
     schedule=None,
     start_date=datetime(2025, 1, 1),
     catchup=False,
@@ -51,37 +67,34 @@ with DAG(
     render_template_as_native_obj=True,
     params={
         "subscription": Param("demo", type="string", pattern="^[a-z_][a-z0-9_]{0,62}$"),
-        "publications": Param(["p1", "p2", "p3", "p4", "p_orders"], type="array"),
+        "publications": Param(["p1", "p2", "p3", "p4"], type="array"),
         "tables": Param(None, type=["null", "array"], description="schema.table names; null for all"),
     },
     default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
     tags=["rowfilter", "example"],
 ) as dag:
-    refresh = RefreshPublicationOperator(
-        task_id="refresh",
-        publications="{{ params.publications }}",
-        publisher_conn_id="rowfilter_publisher",
-        conf={"spark.ui.enabled": "false"},
-        **SUBSCRIPTION,
+    refresh = RefreshPublicationOperator(task_id="refresh", **JOB)
+    tables_to_copy = task(task_id="tables_to_copy")(tables_waiting_for_copy)(
+        tables="{{ params.tables }}", **SUBSCRIPTION)
+    # One task per table waiting for its copy; the pool bounds how many run at once.
+    snapshot = SnapshotCopyOperator.partial(
+        task_id="snapshot", pool=COPY_POOL, map_index_template="{{ task.tables }}", **JOB,
+    ).expand(tables=tables_to_copy)
+    apply = ApplyChangesOperator(
+        task_id="apply",
+        trigger_rule="none_failed",  # also when no table needed a copy (the mapped task is skipped)
+        asset_alias="rowfilter_demo",  # the AssetAlias outlet the changed subscriber tables are added to
+        **JOB,
     )
-    snapshot = SnapshotCopyOperator(
-        task_id="snapshot",
-        publications="{{ params.publications }}",
-        publisher_conn_id="rowfilter_publisher",
+    wait_for_ready = SubscriptionRelSensor(
+        task_id="wait_for_ready",
         tables="{{ params.tables }}",
-        conf={"spark.ui.enabled": "false"},
-        **SUBSCRIPTION,
-    )
-    # ApplyChanges, which brings tables from `f` through `s` to `r`, comes in a later milestone; until
-    # it exists this DAG waits for `f` (finished copy). Switch to target_state="r" once it runs.
-    wait_for_copies = SubscriptionRelSensor(
-        task_id="wait_for_copies",
-        tables="{{ params.tables }}",
-        target_state="f",
+        target_state="r",
         mode="reschedule",
         poke_interval=30,
         timeout=timedelta(hours=6).total_seconds(),
         **SUBSCRIPTION,
     )
 
-    refresh >> snapshot >> wait_for_copies
+    refresh >> tables_to_copy
+    snapshot >> apply >> wait_for_ready

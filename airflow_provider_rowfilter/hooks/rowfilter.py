@@ -34,7 +34,7 @@ LIBPQ_EXTRAS = (
 # Operator keyword arguments that are spec keys (the URL keys stay in spec files: operators take
 # connection ids instead).
 SPEC_KEYWORDS = ("subscription", "publications", "publisher_conn_id", "subscriber_conn_id",
-                 "publications_ddl", "copy_data", "spark_conf")
+                 "publications_ddl", "copy_data", "spark_conf", "change_log")
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,8 @@ class RowFilterHook(BaseHook):
         :param spec: path of a YAML spec file; relative paths are taken from ``base_dir``.
         :param fields: spec keys given as operator arguments; those not None override the file's.
             A ``publisher_conn_id``/``subscriber_conn_id`` given here replaces the file's URL.
-        :param base_dir: directory for relative paths (the DAG's folder).
+        :param base_dir: directory for relative paths given as fields (``publications_ddl``,
+            ``change_log``): the DAG's folder.
         :param require: the roles the job connects to; each needs a URL or a connection id.
         :raises SpecError: on anything a retry cannot fix.
         """
@@ -133,8 +134,9 @@ class RowFilterHook(BaseHook):
         if "publications" in data:
             data["publications"] = _names(data["publications"], "publications")
         _check_types(data)
-        if data.get("publications_ddl") and "publications_ddl" in given:
-            data["publications_ddl"] = _absolute(data["publications_ddl"], base_dir)
+        for key in ("publications_ddl", "change_log"):  # paths given to the operator: from the DAG's folder
+            if data.get(key) and key in given:
+                data[key] = _absolute(data[key], base_dir)
         if "subscription" not in data:
             raise SpecError("no subscription name", hint="pass subscription='s1' or spec='path/to/s1.yaml'")
         endpoints: dict[str, Endpoint] = {}
@@ -202,7 +204,7 @@ def _check_types(data: Mapping[str, Any]) -> None:
     if conf is not None and not (isinstance(conf, Mapping) and all(isinstance(k, str) for k in conf)):
         raise SpecError(f"spark_conf={conf!r} is not a mapping of Spark settings",
                         hint="pass spark_conf={'spark.sql.shuffle.partitions': '8'}")
-    for key in ("subscription", "publications_ddl", *(f"{r}_conn_id" for r in ROLES), *ROLES):
+    for key in ("subscription", "publications_ddl", "change_log", *(f"{r}_conn_id" for r in ROLES), *ROLES):
         if data.get(key) is not None and not isinstance(data[key], str):
             raise SpecError(f"{key}={data[key]!r} is not a string")
 

@@ -190,9 +190,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
                           ", ".join(sorted(secrets)))
         return resolved
 
-    def resolve_spec(self) -> ResolvedSpec:
-        """Build and validate the spec from the rendered arguments; a bad one fails without retry."""
-        fields = {
+    def spec_fields(self) -> dict[str, Any]:
+        """The spec keys given as (rendered) arguments; None where the spec file or default decides."""
+        return {
             "subscription": self.subscription,
             "publications": self.publications,
             "publisher_conn_id": self.publisher_conn_id,
@@ -201,6 +201,10 @@ class RowFilterJobOperator(SparkSubmitOperator):
             "copy_data": self.copy_data,
             "spark_conf": self.spark_conf,
         }
+
+    def resolve_spec(self) -> ResolvedSpec:
+        """Build and validate the spec from the rendered arguments; a bad one fails without retry."""
+        fields = self.spec_fields()
         base_dir = self.dag.folder if self.has_dag() else None
         try:
             return RowFilterHook().resolve_spec(spec=self.spec, fields=fields, base_dir=base_dir,

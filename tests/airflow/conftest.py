@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,9 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
 from airflow_provider_rowfilter.core.sync_state import SyncState  # noqa: E402
+from airflow_provider_rowfilter.pg.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.pg.state import StateStore, migrate  # noqa: E402
+from tests.airflow.cluster import Cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 _conn_counter = itertools.count(1)
@@ -123,3 +125,14 @@ def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return env
+
+
+@pytest.fixture
+def cluster(local_pg: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    """Publisher (the demo's tables and publications), subscriber and referee databases, scram roles."""
+    made = Cluster(local_pg, f"{abs(hash(request.node.nodeid)) % 100000}")
+    made.setup()
+    try:
+        yield made
+    finally:
+        made.teardown()

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,19 +20,35 @@ from typing import Any
 RESULT_PREFIX = "DAG-TEST-RESULT "
 
 SCRIPT = r"""
-import json, sys
+import json, os, sys, time
 from airflow.dag_processing.dagbag import DagBag
+from airflow.models.asset import AssetEvent
+from airflow.models.pool import Pool
 from airflow.models.renderedtifields import RenderedTaskInstanceFields
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 
-runs, prefix = json.loads(sys.argv[1]), sys.argv[2]
+runs, prefix, options = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+for name, slots in options.get("pools", {}).items():
+    Pool.create_or_update_pool(name, slots, "created by tests/airflow/dag_runner.py", False)
 bag = DagBag()
 if bag.import_errors:
     raise SystemExit(f"import errors: {bag.import_errors}")
-for dag_id, run_conf in runs:
+for number, (dag_id, run_conf) in enumerate(runs):
+    if number and options.get("barrier"):
+        # Wait until the test has acted on the previous run's result (run_dags' `between`).
+        go = os.path.join(options["barrier"], f"go-{number}")
+        print(f"DAG-TEST-WAITING {go}", flush=True)
+        deadline = time.monotonic() + 120
+        while not os.path.exists(go):
+            if time.monotonic() > deadline:
+                raise SystemExit(f"nobody created {go}")
+            time.sleep(0.1)
     dr = bag.dags[dag_id].test(run_conf=run_conf or None)
     with create_session() as session:
+        events = [{"uri": e.uri, "task_id": e.source_task_id, "map_index": e.source_map_index, "extra": e.extra}
+                  for e in session.query(AssetEvent).filter_by(source_dag_id=dag_id, source_run_id=dr.run_id)
+                  .order_by(AssetEvent.id)]
         tasks, xcoms, rendered = {}, {}, {}
         for ti in dr.get_task_instances(session=session):
             key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
@@ -45,21 +63,26 @@ for dag_id, run_conf in runs:
                 rendered[key] = fields.rendered_fields
     state = str(getattr(dr.state, "value", dr.state))
     print(prefix + json.dumps({"dag_id": dag_id, "state": state, "tasks": tasks, "xcoms": xcoms,
-                                   "rendered": rendered}, default=str),
+                                   "rendered": rendered, "asset_events": events}, default=str),
           flush=True)
 """
 
 
 def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | None]], *,
              dags_folder: Path | None = None, env: dict[str, str] | None = None,
-             on_line: Callable[[str], None] | None = None, timeout: float = 300) -> list[dict[str, Any]]:
+             on_line: Callable[[str], None] | None = None, timeout: float = 300,
+             pools: dict[str, int] | None = None,
+             between: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run ``dag.test()`` for each ``(dag_id, run_conf)`` in one interpreter, in order.
 
     Returns one ``{"dag_id", "state", "tasks": {task_id: state}, "xcoms": {task_id: value}, "rendered":
-    {task_id: rendered template fields as stored}}`` per run; each also carries the whole ``output``
-    of the interpreter.
+    {task_id: rendered template fields as stored}, "asset_events": [{"uri", "task_id", "map_index",
+    "extra"}]}`` per run; each also carries the whole ``output`` of the interpreter. Mapped task
+    instances are keyed ``task_id[map_index]``.
 
     :param on_line: called with each line of output as it comes (to act on what a task logs).
+    :param pools: Airflow pools (name -> slots) to create before the runs.
+    :param between: called with each run's result before the next run starts (the next run waits).
     """
     full = {**airflow_db, **(env or {})}
     if dags_folder is not None:
@@ -67,8 +90,11 @@ def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | 
     # spark-submit is installed beside the interpreter by pyspark.
     full["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), full.get("PATH", "")])
     lines: list[str] = []
-    with subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(runs), RESULT_PREFIX], env=full,
-                          cwd=full["AIRFLOW_HOME"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    barrier = tempfile.mkdtemp(prefix="dag-runner-") if between is not None else None
+    options = {"pools": pools or {}, "barrier": barrier}
+    done = 0
+    with subprocess.Popen([sys.executable, "-c", SCRIPT, json.dumps(runs), RESULT_PREFIX, json.dumps(options)],
+                          env=full, cwd=full["AIRFLOW_HOME"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True) as process:
         timer = threading.Timer(timeout, process.kill)
         timer.start()
@@ -77,8 +103,15 @@ def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | 
                 lines.append(line)
                 if on_line is not None:
                     on_line(line)
+                if barrier is not None and line.startswith(RESULT_PREFIX):
+                    done += 1
+                    if done < len(runs):
+                        between(json.loads(line[len(RESULT_PREFIX):]))  # type: ignore[misc]
+                        Path(barrier, f"go-{done}").touch()
         finally:
             timer.cancel()
+            if barrier is not None:
+                shutil.rmtree(barrier, ignore_errors=True)
         returncode = process.wait()
     output = "".join(lines)
     results = [json.loads(line[len(RESULT_PREFIX):]) for line in lines if line.startswith(RESULT_PREFIX)]

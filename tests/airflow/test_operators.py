@@ -337,3 +337,169 @@ def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:
     _, spec = parse(parser("test"), op.application_args)
     assert spec.copy_data is False and spec.spark_conf == {"spark.x": "1"}
     assert json.loads(spec.to_json()) == json.loads(op.application_args[1])
+
+
+# --- ApplyChangesOperator ---------------------------------------------------------------------------------
+def test_apply_operator_fields_outlets_and_application() -> None:
+    from airflow.sdk import AssetAlias
+
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    parent = list(SparkSubmitOperator.template_fields)
+    assert list(ApplyChangesOperator.template_fields[: len(parent)]) == parent
+    assert {"spec", "subscription", "publications", "publisher_conn_id", "subscriber_conn_id", "change_log",
+            "max_changes"} <= set(ApplyChangesOperator.template_fields)
+    op = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"], publisher_conn_id="nowhere",
+                              subscriber_conn_id="nowhere", max_changes="{{ params.n }}")
+    assert op.application == str(PACKAGE_DIR / "jobs" / "apply.py")
+    assert op.application_args is None and op.env_vars is None  # nothing resolved at parse time
+    assert op.outlets == [AssetAlias("rowfilter_s1")]  # one alias per subscription
+    # A templated subscription is not known at parse time: the alias is the DAG author's to name.
+    templated = ApplyChangesOperator(task_id="a", subscription="{{ params.s }}")
+    assert templated.outlets == [] and templated.asset_alias is None
+    named = ApplyChangesOperator(task_id="a", subscription="{{ params.s }}", asset_alias="orders_feed",
+                                 outlets=[AssetAlias("other")])
+    assert [o.name for o in named.outlets] == ["other", "orders_feed"]
+    assert ApplyChangesOperator(task_id="a", subscription="s1", asset_alias="").outlets == []
+    with pytest.raises(TypeError, match="sets application itself"):
+        ApplyChangesOperator(task_id="a", application="x.py")
+
+
+def test_apply_command_line(dbs: Databases, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_rowfilter.jobs.apply import apply_parser
+    from airflow_provider_rowfilter.jobs.arguments import load_spec
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
+    with DAG("rowfilter_apply_test", schedule=None) as dag:
+        op = ApplyChangesOperator(task_id="apply", subscription="{{ params.s }}", publications="p1,p2",
+                                  publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                  conn_id=dbs.spark_conn, max_changes="{{ params.n }}",
+                                  change_log="{{ params.log }}")
+    _render(op, {"s": "s_apply", "n": 500, "log": "changes/s_apply"})
+    op.prepare_submit()
+    command = _command(op)
+    application = str(PACKAGE_DIR / "jobs" / "apply.py")
+    assert command[command.index(application) + 1:] == [
+        "--spec-json", command[command.index("--spec-json") + 1], "--max-changes", "500"]
+    # The job's own parser reads exactly these arguments.
+    args = apply_parser().parse_args(op.application_args)
+    spec = load_spec(args)
+    assert args.max_changes == 500
+    assert spec.subscription == "s_apply" and spec.publications == ("p1", "p2")
+    assert spec.change_log == str(Path(dag.folder) / "changes" / "s_apply")  # relative: from the DAG's folder
+    for secret in (PUB_PASSWORD, SUB_PASSWORD):
+        assert secret not in " ".join(command)
+    assert op.env_vars["ROWFILTER_SUBSCRIBER_PASSWORD"] == SUB_PASSWORD
+
+    # No change_log, no spec file: one directory under AIRFLOW_HOME, never the job's working directory.
+    default = ApplyChangesOperator(task_id="apply", subscription="s_apply", publications=["p1"],
+                                   publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                   conn_id=dbs.spark_conn)
+    default.prepare_submit()
+    assert default.application_args[2:] == []  # the job's default bound
+    assert SubscriptionSpec.from_json(default.application_args[1]).change_log == str(
+        tmp_path / "home" / "rowfilter" / "s_apply" / "changes")
+
+    # A spec file's change_log (relative to the file) comes through; the operator's overrides it.
+    (tmp_path / "s1.yaml").write_text(f"subscription: s1\npublications: [p1]\npublisher_conn_id: {dbs.pub_conn}\n"
+                                      f"subscriber_conn_id: {dbs.sub_conn}\nchange_log: log/s1\n")
+    from_file = ApplyChangesOperator(task_id="apply", spec=str(tmp_path / "s1.yaml"), conn_id=dbs.spark_conn)
+    from_file.prepare_submit()
+    assert SubscriptionSpec.from_json(from_file.application_args[1]).change_log == str(tmp_path / "log" / "s1")
+    override = ApplyChangesOperator(task_id="apply", spec=str(tmp_path / "s1.yaml"), conn_id=dbs.spark_conn,
+                                    change_log=str(tmp_path / "elsewhere"))
+    override.prepare_submit()
+    assert SubscriptionSpec.from_json(override.application_args[1]).change_log == str(tmp_path / "elsewhere")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        pytest.param({"max_changes": 0}, "max_changes=0 is not a positive integer", id="zero"),
+        pytest.param({"max_changes": "many"}, "max_changes='many' is not a positive integer", id="text"),
+        pytest.param({"max_changes": True}, "max_changes=True is not a positive integer", id="bool"),
+        pytest.param({"change_log": 5}, "change_log=5 is not a string", id="change-log-not-path"),
+        pytest.param({"publisher_conn_id": "rf_nowhere"}, "publisher_conn_id='rf_nowhere': no such Airflow connection",
+                     id="missing-connection"),
+        pytest.param({"publications": []}, "subscription 's1' names no publications", id="no-publications"),
+    ],
+)
+def test_apply_bad_spec_fails_without_retry(dbs: Databases, kwargs: dict[str, Any], expected: str) -> None:
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    base = {"subscription": "s1", "publications": ["p1"], "publisher_conn_id": dbs.pub_conn,
+            "subscriber_conn_id": dbs.sub_conn}
+    op = ApplyChangesOperator(task_id="apply", conn_id=dbs.spark_conn, retries=3, **{**base, **kwargs})
+    with pytest.raises(AirflowFailException) as e:
+        op.execute({})
+    assert expected in str(e.value) and str(e.value).startswith("apply: ")
+    assert op.application_args is None  # nothing was submitted
+
+
+def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_path: Path) -> None:
+    """Refresh, copy, change the publisher, apply: the XCom, the asset events, the lineage; then a conflict."""
+    from airflow.sdk import AssetAlias
+    from airflow.sdk.exceptions import AirflowException
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    with psycopg.connect(dbs.sub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t1 (a int PRIMARY KEY, b text); CREATE TABLE t2 (id int PRIMARY KEY, region text)")
+    common = {"subscription": "s_batch", "publications": ["p1", "p2"], "publisher_conn_id": dbs.pub_conn,
+              "subscriber_conn_id": dbs.sub_conn, "conn_id": dbs.spark_conn, "conf": {"spark.ui.enabled": "false"}}
+    RefreshPublicationOperator(task_id="refresh", **common).execute({})
+    SnapshotCopyOperator(task_id="snapshot", **common).execute({})
+    with psycopg.connect(dbs.pub, autocommit=True) as conn:
+        conn.execute("INSERT INTO t1 VALUES (7, 'b7'), (0, 'filtered out'); UPDATE t1 SET b = 'new' WHERE a = 3;"
+                     "INSERT INTO t2 VALUES (1, 'EU')")
+    op = ApplyChangesOperator(task_id="apply", change_log=str(tmp_path / "log"), max_changes=1000, **common)
+    context: dict[str, Any] = {"outlet_events": OutletEventAccessors()}
+    result = op.execute(context)
+
+    assert result["subscription"] == "s_batch" and result["batch_id"] is not None
+    assert result["changed_tables"] == ["public.t1", "public.t2"]
+    assert result["counts"]["public.t1"]["insert"] == 1 and result["counts"]["public.t1"]["update"] == 1
+    assert result["counts"]["public.t1"].get("filtered", 0) >= 1  # a = 0 is outside p1's filter
+    assert result["counts"]["public.t2"]["insert"] == 1
+    assert {t["table"]: t["state"] for t in result["tables"]} == {"public.t1": "r", "public.t2": "r"}
+    with psycopg.connect(dbs.sub) as conn:
+        assert conn.execute("SELECT a, b FROM t1 ORDER BY a").fetchall() == [
+            (3, "new"), (4, "b4"), (5, "b5"), (6, "b6"), (7, "b7")]
+        newest = conn.execute("SELECT id, end_lsn::text, changes FROM rowfilter.batch_history "
+                              "WHERE subscription = 's_batch' ORDER BY id DESC LIMIT 1").fetchone()
+    assert (result["batch_id"], result["end_lsn"], result["changes"]) == newest
+    assert (tmp_path / "log").is_dir()  # the change log went where the operator said
+
+    # One asset event per changed subscriber table, on the subscription's AssetAlias.
+    info = psycopg.conninfo.conninfo_to_dict(dbs.sub)
+    where = f"postgres://{info['host']}:{info['port']}/{info['dbname']}/public"
+    events = context["outlet_events"][AssetAlias("rowfilter_s_batch")].asset_alias_events
+    assert [(e.dest_asset_key.uri, e.extra["insert"]) for e in events] == [(f"{where}/t1", 1), (f"{where}/t2", 1)]
+    assert events[0].extra["end_lsn"] == result["end_lsn"]
+
+    # Lineage: the publisher tables read, the subscriber tables written.
+    pub = psycopg.conninfo.conninfo_to_dict(dbs.pub)
+    assert op.lineage_datasets() == {
+        "inputs": [(f"postgres://{pub['host']}:{pub['port']}", f"{pub['dbname']}.public.{t}") for t in ("t1", "t2")],
+        "outputs": [(f"postgres://{info['host']}:{info['port']}", f"{info['dbname']}.public.{t}")
+                    for t in ("t1", "t2")]}
+    try:
+        import airflow.providers.openlineage  # noqa: F401
+    except ImportError:
+        assert op.get_openlineage_facets_on_complete(None) is None  # the provider is optional
+    else:
+        lineage = op.get_openlineage_facets_on_complete(None)
+        assert [d.name for d in lineage.outputs] == [f"{info['dbname']}.public.t1", f"{info['dbname']}.public.t2"]
+
+    # A conflict (the key already in the subscriber) fails the job: retries apply, nothing is applied.
+    with psycopg.connect(dbs.sub, autocommit=True) as conn:
+        conn.execute("INSERT INTO t1 VALUES (8, 'already here')")
+    with psycopg.connect(dbs.pub, autocommit=True) as conn:
+        conn.execute("INSERT INTO t1 VALUES (8, 'b8'), (9, 'b9')")
+    with pytest.raises(AirflowException) as e:
+        op.execute({"outlet_events": OutletEventAccessors()})
+    assert not isinstance(e.value, AirflowFailException)
+    with psycopg.connect(dbs.sub) as conn:
+        assert conn.execute("SELECT a, b FROM t1 WHERE a >= 8 ORDER BY a").fetchall() == [(8, "already here")]

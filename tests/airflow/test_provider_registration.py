@@ -32,6 +32,7 @@ def test_classes_are_where_the_docs_say() -> None:
 
     from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
     from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
     from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
     from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
     from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
@@ -39,6 +40,7 @@ def test_classes_are_where_the_docs_say() -> None:
 
     assert issubclass(RefreshPublicationOperator, SparkSubmitOperator)
     assert issubclass(SnapshotCopyOperator, SparkSubmitOperator)
+    assert issubclass(ApplyChangesOperator, SparkSubmitOperator)
     assert issubclass(SubscriptionRelSensor, BaseSensorOperator)
     assert issubclass(SubscriptionRelTrigger, BaseTrigger)
     assert issubclass(RowFilterHook, BaseHook) and issubclass(SubscriptionRelHook, RowFilterHook)

@@ -1,0 +1,311 @@
+"""DAGs from subscription spec files: a team adds a subscription by adding a YAML file.
+
+Each spec file (the YAML the ``rowfilter`` command reads, design §6) becomes three DAGs:
+
+- ``<prefix>_initial_sync`` (manual): refresh, one snapshot task per table waiting for its copy
+  (dynamic task mapping, bounded by a pool), apply, then wait until every table is ``r``;
+- ``<prefix>_incremental_sync`` (scheduled, one run at a time, no catch-up, retries with exponential
+  back-off): one ApplyChanges micro-batch per run;
+- ``<prefix>_refresh`` (manual unless scheduled): refresh, then copy the tables it added.
+
+``<prefix>`` is ``rowfilter_<subscription>``. The file's optional ``airflow:`` mapping holds the
+Airflow-only settings (:class:`AirflowSettings`); the ``rowfilter`` command and the jobs ignore it.
+See docs/dag-factory.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+from airflow.sdk import DAG, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook, parse_tables
+from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
+from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
+from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
+
+#: The pool that bounds parallel initial copies unless a spec file names another.
+DEFAULT_POOL = "rowfilter_copies"
+#: The states a table waits for its initial copy in (``d``: a copy that did not finish).
+WAITING_FOR_COPY = (SyncState.INIT, SyncState.DATA_COPY)
+SPEC_PATTERNS = ("*.yaml", "*.yml")
+_DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+@dataclass(frozen=True)
+class AirflowSettings:
+    """The ``airflow:`` section of a spec file: how the factory builds the subscription's DAGs."""
+
+    #: Beginning of the three DAG ids; default ``rowfilter_<subscription>``.
+    dag_id_prefix: str | None = None
+    #: The Airflow ``spark`` connection the jobs are submitted with.
+    spark_conn_id: str = "spark_default"
+    #: spark-submit settings (``SparkSubmitOperator.conf``); the job's own session settings are the
+    #: spec's ``spark_conf``.
+    conf: dict[str, str] = field(default_factory=dict)
+    #: Schedule of the incremental sync (cron, preset or None for manual runs only).
+    schedule: str | None = "*/5 * * * *"
+    #: Schedule of the refresh DAG; None (default): run it after changing the publications.
+    refresh_schedule: str | None = None
+    start_date: dt.datetime = dt.datetime(2025, 1, 1)
+    #: Most changes one incremental run captures (``--max-changes``); None for the job's default.
+    max_changes: int | None = None
+    #: Pool of the snapshot tasks: its slots bound how many tables are copied at once.
+    pool: str = DEFAULT_POOL
+    #: The tables the initial sync copies and waits for; None for all of the subscription's.
+    tables: tuple[str, ...] | None = None
+    retries: int = 3
+    retry_delay: float = 30.0  # seconds
+    retry_exponential_backoff: float = 2.0
+    max_retry_delay: float = 1800.0  # seconds
+    #: The initial sync's wait for ``r``: seconds between reads, give-up time, deferrable.
+    poke_interval: float = 60.0
+    sensor_timeout: float = 6 * 3600.0
+    deferrable: bool = False
+    #: Name of the ApplyChanges operator's AssetAlias outlet; default ``rowfilter_<subscription>``.
+    asset_alias: str | None = None
+    tags: tuple[str, ...] = ()
+
+    @classmethod
+    def from_mapping(cls, data: Any, source: str) -> AirflowSettings:
+        if data is None:
+            return cls()
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{source}: airflow: must be a mapping of settings, not {data!r}",
+                            hint="airflow:\n  schedule: '*/5 * * * *'\n  pool: rowfilter_copies")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"{source}: unknown key {unknown[0]!r} in airflow:",
+                            hint=f"known keys: {', '.join(sorted(known))}")
+        values = dict(data)
+        for key, kind in _KINDS.items():
+            if key in values and values[key] is not None:
+                values[key] = _check(source, key, values[key], kind)
+        for key in ("tables", "tags"):
+            if values.get(key) is not None:
+                values[key] = tuple(values[key])
+        settings = cls(**values)
+        if settings.dag_id_prefix is not None and not _DAG_ID.match(settings.dag_id_prefix):
+            raise SpecError(f"{source}: airflow: dag_id_prefix={settings.dag_id_prefix!r} is not a DAG id",
+                            hint="use letters, digits, '_', '-' and '.'")
+        if settings.tables is not None:
+            try:
+                parse_tables(list(settings.tables))
+            except RowFilterError as e:
+                raise SpecError(f"{source}: airflow: {e}") from e
+        return settings
+
+
+_KINDS: dict[str, Any] = {
+    "dag_id_prefix": str, "spark_conn_id": str, "conf": dict, "schedule": str, "refresh_schedule": str,
+    "start_date": "date", "max_changes": "positive", "pool": str, "tables": "names", "retries": "count",
+    "retry_delay": "seconds", "retry_exponential_backoff": "seconds", "max_retry_delay": "seconds",
+    "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
+    "tags": "names",
+}
+
+
+def _check(source: str, key: str, value: Any, kind: Any) -> Any:
+    def bad(expected: str) -> SpecError:
+        return SpecError(f"{source}: airflow: {key}={value!r} is not {expected}")
+
+    if kind is str:
+        if not isinstance(value, str) or not value.strip():
+            raise bad("a non-empty string")
+    elif kind is bool:
+        if not isinstance(value, bool):
+            raise bad("true or false")
+    elif kind is dict:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise bad("a mapping of settings")
+        # Spark settings are strings; YAML's true/false must become Spark's "true"/"false", not "True".
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
+    elif kind == "date":
+        if isinstance(value, dt.datetime):
+            return value
+        if isinstance(value, dt.date):
+            return dt.datetime(value.year, value.month, value.day)
+        try:
+            return dt.datetime.fromisoformat(str(value))
+        except ValueError as e:
+            raise bad("a date (2025-01-01)") from e
+    elif kind in ("positive", "count"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if kind == "positive" else 0):
+            raise bad("a positive integer" if kind == "positive" else "an integer >= 0")
+    elif kind == "seconds":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise bad("a number of seconds >= 0")
+        return float(value)
+    elif kind == "names":
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, Sequence) or not all(isinstance(v, str) and v for v in value):
+            raise bad("a list of names")
+    return value
+
+
+@dataclass(frozen=True)
+class SubscriptionFile:
+    """A spec file the factory builds DAGs from: the validated spec and its ``airflow:`` settings."""
+
+    path: Path
+    spec: SubscriptionSpec
+    settings: AirflowSettings
+
+    @classmethod
+    def load(cls, path: str | Path) -> SubscriptionFile:
+        """Read and validate one spec file (no connection is looked up: this runs at every DAG parse)."""
+        path = Path(path).resolve()
+        spec = SubscriptionSpec.load(path)  # the same checks as the rowfilter command's
+        raw = yaml.safe_load(path.read_text())
+        settings = AirflowSettings.from_mapping(raw.get("airflow"), str(path))
+        if not spec.subscriber_conn_id:
+            raise SpecError(f"{path}: the DAG factory needs subscriber_conn_id",
+                            hint="name the subscriber's Airflow postgres connection (subscriber_conn_id: pg_sub): "
+                            "the sensor and the tasks that read the state use it")
+        if not (spec.publisher_conn_id or spec.publisher):
+            raise SpecError(f"{path}: subscription {spec.subscription!r} has no publisher",
+                            hint="set publisher_conn_id: an Airflow postgres connection id")
+        return cls(path, spec, settings)
+
+    @property
+    def prefix(self) -> str:
+        return self.settings.dag_id_prefix or f"rowfilter_{self.spec.subscription}"
+
+    @property
+    def dag_ids(self) -> dict[str, str]:
+        return {kind: f"{self.prefix}_{kind}" for kind in ("initial_sync", "incremental_sync", "refresh")}
+
+
+def tables_waiting_for_copy(subscription: str, subscriber_conn_id: str,
+                            tables: Sequence[str] | str | None = None) -> list[str]:
+    """The subscription's tables (or the chosen ones) in ``i`` or ``d``: one snapshot task each.
+
+    Read from ``rowfilter.subscription_rel`` through the subscriber's Airflow connection; a table
+    named that the subscription does not have, or a subscription without state, fails without retry.
+    """
+    try:
+        chosen = parse_tables(tables)
+        snapshot = SubscriptionRelHook(subscriber_conn_id, subscription).snapshot()
+    except RowFilterError as e:
+        raise AirflowFailException(str(e)) from e
+    if not snapshot.exists:
+        raise AirflowFailException(f"subscription {subscription!r} has no state in the subscriber; "
+                                   "run its refresh first")
+    states = {t: state for t, state, _ in snapshot.tables}
+    unknown = [str(t) for t in chosen or () if t not in states]
+    if unknown:
+        raise AirflowFailException(f"table(s) {', '.join(unknown)} not part of subscription {subscription!r} "
+                                   f"(its tables: {', '.join(str(t) for t in sorted(states)) or 'none'})")
+    return [str(t) for t in sorted(chosen or states) if states[t] in WAITING_FOR_COPY]
+
+
+def copy_tasks(*, pool: str, tables: Any, subscription: str, subscriber_conn_id: str,
+               **job_kwargs: Any) -> Any:
+    """``tables_to_copy`` and the mapped ``snapshot`` after it (call inside a DAG); returns both.
+
+    One snapshot task per table waiting for its copy, each taking one slot of ``pool``: the pool's
+    size is how many tables are copied at once (across every DAG that uses it).
+    """
+    listed = task(task_id="tables_to_copy")(tables_waiting_for_copy)(
+        subscription=subscription, subscriber_conn_id=subscriber_conn_id, tables=tables)
+    snapshot = SnapshotCopyOperator.partial(
+        task_id="snapshot", pool=pool, map_index_template="{{ task.tables }}",
+        subscription=subscription, subscriber_conn_id=subscriber_conn_id, **job_kwargs,
+    ).expand(tables=listed)
+    return listed, snapshot
+
+
+def build_dags(path: str | Path) -> dict[str, DAG]:
+    """The three DAGs of one spec file, by DAG id."""
+    source = SubscriptionFile.load(path)
+    spec, s = source.spec, source.settings
+    ids = source.dag_ids
+    job = {"spec": str(source.path), "conn_id": s.spark_conn_id, "conf": dict(s.conf)}
+    who = {"subscription": spec.subscription, "subscriber_conn_id": spec.subscriber_conn_id}
+    alias = s.asset_alias or f"rowfilter_{spec.subscription}"
+    default_args = {
+        "retries": s.retries,
+        "retry_delay": dt.timedelta(seconds=s.retry_delay),
+        "retry_exponential_backoff": s.retry_exponential_backoff,
+        "max_retry_delay": dt.timedelta(seconds=s.max_retry_delay),
+    }
+    common = {
+        "start_date": s.start_date, "catchup": False, "max_active_runs": 1, "default_args": default_args,
+        "tags": ["rowfilter", f"subscription:{spec.subscription}", *s.tags],
+        "doc_md": f"Subscription `{spec.subscription}` (publications {', '.join(spec.publications)}), "
+                  f"from `{source.path}` (airflow_provider_rowfilter.dag_factory).",
+    }
+    tables = list(s.tables) if s.tables else None
+    dags: dict[str, DAG] = {}
+
+    with DAG(dag_id=ids["initial_sync"], schedule=None,
+             description=f"Initial sync of {spec.subscription}: refresh, copy, apply, wait for r", **common) as dag:
+        refresh = RefreshPublicationOperator(task_id="refresh", **job)
+        listed, snapshot = copy_tasks(pool=s.pool, tables=tables, **who, **job)
+        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias,
+                                     trigger_rule="none_failed", **job)
+        ready = SubscriptionRelSensor(task_id="wait_for_ready", tables=tables, target_state="r",
+                                      mode="poke" if s.deferrable else "reschedule", deferrable=s.deferrable,
+                                      poke_interval=s.poke_interval, timeout=s.sensor_timeout, **who)
+        refresh >> listed
+        snapshot >> apply >> ready
+    dags[dag.dag_id] = dag
+
+    with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
+             description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
+             **common) as dag:
+        ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias, **job)
+    dags[dag.dag_id] = dag
+
+    with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
+             description=f"Refresh publication of {spec.subscription}, then copy the tables it added",
+             **common) as dag:
+        refresh = RefreshPublicationOperator(task_id="refresh", **job)
+        listed, _ = copy_tasks(pool=s.pool, tables=None, **who, **job)
+        refresh >> listed
+    dags[dag.dag_id] = dag
+    return dags
+
+
+def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS) -> dict[str, DAG]:
+    """The DAGs of every spec file in ``folder`` (not recursive), by DAG id.
+
+    A file that is not a valid spec fails the whole import with an error naming the file, so that a
+    mistake shows as a DAG import error instead of a subscription silently not running. Two files of
+    the same subscription are refused: they would share one slot with two change logs.
+    """
+    folder = Path(folder)
+    files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+    dags: dict[str, DAG] = {}
+    seen: dict[str, Path] = {}
+    for path in files:
+        try:
+            source = SubscriptionFile.load(path)
+        except RowFilterError as e:
+            if str(path.resolve()) in str(e) or str(path) in str(e):
+                raise
+            raise SpecError(f"{path}: {e}") from e
+        name = source.spec.subscription
+        if name in seen:
+            raise SpecError(f"{path}: subscription {name!r} is also defined in {seen[name]}",
+                            hint="one spec file per subscription")
+        seen[name] = path
+        for dag_id, dag in build_dags(path).items():
+            if dag_id in dags:
+                raise SpecError(f"{path}: DAG id {dag_id!r} is already built from another file",
+                                hint="set airflow: dag_id_prefix: to tell them apart")
+            dags[dag_id] = dag
+    return dags

@@ -1,0 +1,252 @@
+"""ApplyChangesOperator: one micro-batch of PostgreSQL's apply worker, as an Airflow task."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import psycopg
+from airflow.sdk import Asset, AssetAlias
+
+from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
+from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
+from airflow_provider_rowfilter.pg.state import StateStore
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: What ``rowfilter.batch_history.counts`` holds per table (a key may be absent when 0).
+COUNT_KEYS = ("insert", "update", "delete", "truncate", "filtered", "update_to_insert", "update_to_delete",
+              "missing_update", "missing_delete")
+#: The operations that change a subscriber table: a table "changed" when one of them is > 0.
+CHANGING = ("insert", "update", "delete", "truncate")
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_BATCH = """SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms,
+                   skipped_lsn::text, counts, finished_at
+            FROM rowfilter.batch_history WHERE subscription = %s AND id > %s ORDER BY id DESC"""
+
+
+def default_asset_alias(subscription: Any) -> str | None:
+    """``rowfilter_<subscription>`` when the subscription is a plain name known when the DAG is parsed."""
+    if isinstance(subscription, str) and _NAME.match(subscription):
+        return f"rowfilter_{subscription}"
+    return None
+
+
+def table_asset_uri(url: str, table: TableName | str) -> str:
+    """``postgres://host:port/database/schema/table``: the postgres provider's asset URI of a table."""
+    host, port, database = _location(url)
+    table = TableName.parse(table) if isinstance(table, str) else table
+    return f"postgres://{host}:{port}/{database}/{table.schema}/{table.name}"
+
+
+def openlineage_dataset(url: str, table: TableName | str) -> tuple[str, str]:
+    """``(namespace, name)`` of a table as OpenLineage names PostgreSQL datasets (``postgres://host:port``,
+    ``database.schema.table``), the same as the postgres provider's asset conversion."""
+    host, port, database = _location(url)
+    table = TableName.parse(table) if isinstance(table, str) else table
+    return f"postgres://{host}:{port}", f"{database}.{table.schema}.{table.name}"
+
+
+def _location(url: str) -> tuple[str, int, str]:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    host = str(info.get("host") or "localhost").split(",")[0]
+    if host.startswith("/"):  # a Unix socket directory: the server is this machine
+        host = "localhost"
+    port = int(str(info.get("port") or 5432).split(",")[0])
+    database = str(info.get("dbname") or info.get("user") or "postgres")
+    return host, port, database
+
+
+class ApplyChangesOperator(RowFilterJobOperator):
+    """Capture one bounded batch of changes from the slot and apply it (the ``apply`` job).
+
+    One run is one micro-batch of PostgreSQL's apply worker: capture up to ``max_changes`` changes
+    from the subscription's slot into the durable change log, then apply everything captured and
+    not yet applied to the subscriber in one transaction, row filters evaluated on the old and new
+    row, UPDATEs transformed, tables moving ``f`` → ``s`` → ``r`` as the catch-up passes their
+    copy position. An empty batch succeeds. A conflict (an INSERT of an existing key) fails the job
+    with the table, key and LSN, and nothing of the batch is applied.
+
+    :param max_changes: most changes to capture in this run (``--max-changes``); default the job's.
+        (templated)
+    :param change_log: directory of the subscription's durable change log (spec key ``change_log``);
+        relative to the DAG's folder. Default: the spec file's (beside the file), else
+        ``$AIRFLOW_HOME/rowfilter/<subscription>/changes``. Every run of a subscription must use the
+        same directory: put it on storage every worker sees. (templated)
+    :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` outlet that receives an asset
+        event for each subscriber table the batch changed. Default ``rowfilter_<subscription>``
+        when ``subscription`` is a plain name; ``""`` declares none. Any other ``AssetAlias`` in
+        ``outlets`` receives the events too.
+
+    The other parameters are those of
+    :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
+
+    Returns (XCom) the batch written by this run, read from ``rowfilter.batch_history`` after the
+    job: ``{"subscription": "s1", "batch_id": 7, "start_lsn": "0/1A2B3C", "end_lsn": "0/1A9F00",
+    "transactions": 3, "changes": 12, "lag_bytes": 0, "lag_seconds": 0.4, "duration_ms": 850,
+    "skipped_lsn": None, "counts": {"public.t1": {"insert": 2, …}}, "changed_tables": ["public.t1"],
+    "tables": [{"table": "public.t1", "state": "r", "lsn": "0/1A9F00"}, …]}``; ``batch_id`` is None
+    (and the numbers 0) when the run applied nothing.
+    """
+
+    job: ClassVar[str] = "apply"
+    template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "change_log", "max_changes")
+    ui_color = "#b9e3cf"
+
+    def __init__(self, *, max_changes: int | str | None = None, change_log: str | None = None,
+                 asset_alias: str | None = None, **kwargs: Any) -> None:
+        alias = default_asset_alias(kwargs.get("subscription")) if asset_alias is None else asset_alias
+        if alias:
+            outlets = kwargs.get("outlets") or []
+            outlets = list(outlets) if isinstance(outlets, (list, tuple)) else [outlets]
+            if not any(isinstance(o, AssetAlias) and o.name == alias for o in outlets):
+                outlets.append(AssetAlias(alias))
+            kwargs["outlets"] = outlets
+        super().__init__(**kwargs)
+        self.max_changes = max_changes
+        self.change_log = change_log
+        self.asset_alias = alias or None
+        self._lineage: dict[str, list[tuple[str, str]]] | None = None
+        self._assets: list[tuple[str, str]] = []
+
+    # --- the spec and the job's arguments ------------------------------------------------------------
+    def spec_fields(self) -> dict[str, Any]:
+        return {**super().spec_fields(), "change_log": self.change_log}
+
+    def resolve_spec(self) -> ResolvedSpec:
+        resolved = super().resolve_spec()
+        if resolved.spec.change_log is None:
+            # Without a spec file the job would use a directory under its working directory, which is
+            # not the same from one task to the next: the log must outlive the run.
+            home = os.path.expanduser(os.environ.get("AIRFLOW_HOME") or "~/airflow")
+            path = os.path.join(os.path.abspath(home), "rowfilter", resolved.spec.subscription, "changes")
+            resolved = replace(resolved, spec=replace(resolved.spec, change_log=path))
+        return resolved
+
+    def job_arguments(self) -> list[str]:
+        value = self.max_changes
+        if value is None or value == "":
+            return []
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"max_changes={self.max_changes!r} is not a positive integer",
+                            hint="pass max_changes=100000, or leave it out for the job's default")
+        return ["--max-changes", str(value)]
+
+    # --- what the task returns -----------------------------------------------------------------------
+    def before_submit(self, resolved: ResolvedSpec) -> int:
+        with resolved.connect("subscriber") as conn:
+            if conn.execute("SELECT to_regclass('rowfilter.batch_history')").fetchone()[0] is None:
+                return 0
+            return conn.execute("SELECT coalesce(max(id), 0) FROM rowfilter.batch_history WHERE subscription = %s",
+                                (resolved.spec.subscription,)).fetchone()[0]
+
+    def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
+        name = resolved.spec.subscription
+        with resolved.connect("subscriber") as conn:
+            rows = conn.execute(_BATCH, (name, before)).fetchall() if before is not None else []
+            tables = StateStore(conn, name).tables()
+        if before is None:
+            self.log.warning("The batch of this run is unknown: the subscriber could not be read before the job")
+        result: dict[str, Any] = {
+            "subscription": name, "batch_id": None, "start_lsn": None, "end_lsn": None, "transactions": 0,
+            "changes": 0, "lag_bytes": None, "lag_seconds": None, "duration_ms": None, "skipped_lsn": None,
+            "counts": {},
+        }
+        if rows:
+            (batch_id, start, end, transactions, changes, lag_bytes, lag_seconds, duration_ms, skipped, counts,
+             _finished) = rows[0]
+            result.update(batch_id=batch_id, start_lsn=start, end_lsn=end, transactions=transactions or 0,
+                          changes=changes or 0, lag_bytes=lag_bytes, lag_seconds=lag_seconds,
+                          duration_ms=duration_ms, skipped_lsn=skipped, counts=_counts(counts))
+            if len(rows) > 1:
+                self.log.info("The job wrote %d batches; returning the newest", len(rows))
+        counts = result["counts"]
+        changed = sorted(t for t, c in counts.items() if sum(c.get(k, 0) for k in CHANGING) > 0)
+        read = sorted(t for t, c in counts.items() if any(c.values()))
+        result["changed_tables"] = changed
+        result["tables"] = [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn} for t in tables]
+        self._lineage = {
+            "inputs": [openlineage_dataset(resolved.spec.publisher, t) for t in read] if resolved.spec.publisher else [],
+            "outputs": [openlineage_dataset(resolved.spec.subscriber, t) for t in changed]
+            if resolved.spec.subscriber else [],
+        }
+        self._assets = [(t, table_asset_uri(resolved.spec.subscriber, t)) for t in changed] \
+            if resolved.spec.subscriber else []
+        self._log_summary(result)
+        return result
+
+    def _log_summary(self, result: Mapping[str, Any]) -> None:
+        name = result["subscription"]
+        if result["batch_id"] is None:
+            self.log.info("Subscription %s: no batch applied by this run", name)
+        else:
+            self.log.info("Subscription %s: batch %s applied %s change(s) in %s transaction(s), %s -> %s, "
+                          "%s ms; lag %s bytes, %s s%s", name, result["batch_id"], result["changes"],
+                          result["transactions"], result["start_lsn"], result["end_lsn"], result["duration_ms"],
+                          result["lag_bytes"], result["lag_seconds"],
+                          f"; skipped the transaction at {result['skipped_lsn']}" if result["skipped_lsn"] else "")
+        for table, c in sorted(result["counts"].items()):
+            self.log.info("%s: %s", table, ", ".join(f"{k} {c[k]}" for k in COUNT_KEYS if c.get(k)) or "nothing")
+        waiting = [f"{t['table']} ({t['state']})" for t in result["tables"] if t["state"] != "r"]
+        if waiting:
+            self.log.info("Not ready yet: %s", ", ".join(waiting))
+
+    # --- execution: the batch, then its asset events ----------------------------------------------------
+    def execute(self, context: Context) -> dict[str, Any]:
+        self._assets = []
+        self._lineage = None
+        result = super().execute(context)
+        self._emit_asset_events(context, result)
+        return result
+
+    def _emit_asset_events(self, context: Context, result: Mapping[str, Any]) -> None:
+        """An asset event per changed subscriber table, on every ``AssetAlias`` outlet."""
+        if not self._assets:
+            return
+        aliases = [o for o in self.outlets if isinstance(o, AssetAlias)]
+        events = context.get("outlet_events") if isinstance(context, Mapping) else None
+        if not aliases or events is None:
+            self.log.info("No AssetAlias outlet (asset_alias=): no asset events for %s",
+                          ", ".join(t for t, _ in self._assets))
+            return
+        for table, uri in self._assets:
+            extra = {"subscription": result["subscription"], "table": table, "end_lsn": result.get("end_lsn"),
+                     "batch_id": result.get("batch_id"), **result["counts"].get(table, {})}
+            for alias in aliases:
+                events[alias].add(Asset(uri), extra=extra)
+        self.log.info("Asset events on %s: %s", ", ".join(a.name for a in aliases),
+                      ", ".join(uri for _, uri in self._assets))
+
+    # --- lineage -------------------------------------------------------------------------------------
+    def lineage_datasets(self) -> dict[str, list[tuple[str, str]]]:
+        """``{"inputs": [(namespace, name)], "outputs": […]}`` of the last run: the publisher tables the
+        batch read changes of, and the subscriber tables it changed (empty before a run)."""
+        return self._lineage or {"inputs": [], "outputs": []}
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: publisher tables in, subscriber tables out. None without the openlineage provider."""
+        try:
+            from airflow.providers.common.compat.openlineage.facet import Dataset
+            from airflow.providers.openlineage.extractors import OperatorLineage
+        except ImportError:
+            return None
+        datasets = self.lineage_datasets()
+        return OperatorLineage(
+            inputs=[Dataset(namespace=ns, name=name) for ns, name in datasets["inputs"]],
+            outputs=[Dataset(namespace=ns, name=name) for ns, name in datasets["outputs"]],
+        )
+
+
+def _counts(value: Any) -> dict[str, dict[str, int]]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(t): {k: int(v) for k, v in c.items() if isinstance(v, int) and v} for t, c in value.items()
+            if isinstance(c, Mapping)}

@@ -1,0 +1,270 @@
+"""The DAG factory: a subscription spec YAML becomes three DAGs, a folder of them every subscription's DAGs.
+
+The spec files stay what the ``rowfilter`` command reads (the command runs on one here); the DAGs they
+become are run with ``dag.test()`` against the embedded PostgreSQL and a local Spark.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.dag_factory import AirflowSettings, build_dags, dags_from_folder
+from tests.airflow.cluster import CHANGES, Cluster
+from tests.airflow.conftest import REPO
+from tests.airflow.dag_runner import run_dags
+
+DAGS = REPO / "dags"
+
+FULL = """\
+subscription: {name}
+publisher_conn_id: rowfilter_publisher
+subscriber_conn_id: rowfilter_subscriber
+publications: [p1, p2]
+change_log: changes/{name}
+airflow:
+  schedule: "*/10 * * * *"
+  refresh_schedule: "@daily"
+  start_date: 2025-06-01
+  max_changes: 5000
+  pool: copies_small
+  tables: [t1, public.t2]
+  retries: 5
+  retry_delay: 20
+  retry_exponential_backoff: 3
+  max_retry_delay: 600
+  poke_interval: 5
+  sensor_timeout: 120
+  spark_conn_id: spark_cluster
+  conf: {{spark.ui.enabled: false}}
+  tags: [team_a]
+"""
+MINIMAL = """\
+subscription: {name}
+publisher_conn_id: rowfilter_publisher
+subscriber_conn_id: rowfilter_subscriber
+publications: [p1]
+"""
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(text.format(name=name))
+    return path
+
+
+def _edges(dag: Any) -> dict[str, list[str]]:
+    return {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+
+
+def test_a_spec_file_becomes_three_dags(tmp_path: Path) -> None:
+    path = _write(tmp_path, "team_a", FULL)
+    dags = build_dags(path)
+    assert sorted(dags) == ["rowfilter_team_a_incremental_sync", "rowfilter_team_a_initial_sync",
+                            "rowfilter_team_a_refresh"]
+    for dag in dags.values():
+        assert (dag.max_active_runs, dag.catchup) == (1, False)
+        assert {"rowfilter", "subscription:team_a", "team_a"} <= set(dag.tags)
+        assert dag.start_date.date().isoformat() == "2025-06-01"
+
+    initial = dags["rowfilter_team_a_initial_sync"]
+    assert initial.schedule is None
+    assert _edges(initial) == {"refresh": ["tables_to_copy"], "tables_to_copy": ["snapshot"], "snapshot": ["apply"],
+                               "apply": ["wait_for_ready"], "wait_for_ready": []}
+    snapshot = initial.get_task("snapshot")
+    assert snapshot.pool == "copies_small" and list(snapshot.expand_input.value) == ["tables"]
+    assert snapshot.partial_kwargs["spec"] == str(path)
+    sensor = initial.get_task("wait_for_ready")
+    assert (sensor.target_state, sensor.tables, sensor.poke_interval, sensor.timeout) == ("r", ["t1", "public.t2"],
+                                                                                        5, 120)
+    assert (sensor.subscription, sensor.subscriber_conn_id) == ("team_a", "rowfilter_subscriber")
+    assert initial.get_task("apply").trigger_rule == "none_failed"
+    assert initial.get_task("tables_to_copy").op_kwargs == {
+        "subscription": "team_a", "subscriber_conn_id": "rowfilter_subscriber", "tables": ["t1", "public.t2"]}
+
+    incremental = dags["rowfilter_team_a_incremental_sync"]
+    assert incremental.schedule == "*/10 * * * *"
+    apply = incremental.get_task("apply")
+    assert type(apply).__name__ == "ApplyChangesOperator"
+    assert (apply.spec, apply.max_changes, apply._conn_id, apply.conf) == (
+        str(path), 5000, "spark_cluster", {"spark.ui.enabled": "false"})
+    assert (apply.retries, apply.retry_exponential_backoff) == (5, 3.0)
+    assert (apply.retry_delay, apply.max_retry_delay) == (timedelta(seconds=20), timedelta(seconds=600))
+    assert [o.name for o in apply.outlets] == ["rowfilter_team_a"]
+
+    refresh = dags["rowfilter_team_a_refresh"]
+    assert refresh.schedule == "@daily"
+    assert _edges(refresh) == {"refresh": ["tables_to_copy"], "tables_to_copy": ["snapshot"], "snapshot": []}
+
+
+def test_defaults_of_a_file_without_an_airflow_section(tmp_path: Path) -> None:
+    dags = build_dags(_write(tmp_path, "plain", MINIMAL))
+    apply = dags["rowfilter_plain_incremental_sync"].get_task("apply")
+    assert dags["rowfilter_plain_incremental_sync"].schedule == AirflowSettings.schedule == "*/5 * * * *"
+    assert dags["rowfilter_plain_refresh"].schedule is None
+    assert dags["rowfilter_plain_initial_sync"].get_task("snapshot").pool == "rowfilter_copies"
+    assert (apply.retries, apply.retry_exponential_backoff, apply.max_changes) == (3, 2.0, None)
+    assert apply._conn_id == "spark_default"
+    assert dags["rowfilter_plain_initial_sync"].get_task("wait_for_ready").mode == "reschedule"
+
+
+def test_the_spec_file_stays_valid_for_the_rowfilter_command(fresh_db: Any, tmp_path: Path) -> None:
+    pub = fresh_db()
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t1 (a int PRIMARY KEY, b text); CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 2)")
+    info = psycopg.conninfo.conninfo_to_dict(pub)
+    url = f"postgresql://{info['user']}@{info['host']}:{info['port']}/{info['dbname']}"
+    path = _write(tmp_path, "cli_ok", FULL.replace("publisher_conn_id: rowfilter_publisher", f"publisher: {url}")
+                  .replace("[p1, p2]", "[p1]"))
+    spec = SubscriptionSpec.load(path)  # the airflow: section is not the subscription's
+    assert (spec.subscription, spec.publications, spec.change_log) == ("cli_ok", ("p1",),
+                                                                       str(tmp_path / "changes" / "cli_ok"))
+    done = subprocess.run([str(Path(sys.executable).with_name("rowfilter")), "validate", "--json", "--spec", str(path)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "a > 2" in done.stdout
+    # The factory takes the same file (a publisher URL instead of a connection id is fine).
+    assert "rowfilter_cli_ok_initial_sync" in build_dags(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(MINIMAL + "airflow: [schedule]\n", "airflow: must be a mapping", id="not-a-mapping"),
+        pytest.param(MINIMAL + "airflow:\n  shedule: '@daily'\n", "unknown key 'shedule' in airflow:", id="typo"),
+        pytest.param(MINIMAL + "airflow:\n  max_changes: 0\n", "max_changes=0 is not a positive integer", id="zero"),
+        pytest.param(MINIMAL + "airflow:\n  retries: -1\n", "retries=-1 is not an integer >= 0", id="retries"),
+        pytest.param(MINIMAL + "airflow:\n  deferrable: 'yes'\n", "deferrable='yes' is not true or false",
+                     id="deferrable"),
+        pytest.param(MINIMAL + "airflow:\n  start_date: soon\n", "start_date='soon' is not a date", id="date"),
+        pytest.param(MINIMAL + "airflow:\n  dag_id_prefix: 'a b'\n", "dag_id_prefix='a b' is not a DAG id",
+                     id="dag-id"),
+        pytest.param(MINIMAL + "airflow:\n  conf: [x]\n", "conf=['x'] is not a mapping of settings", id="conf"),
+        pytest.param(MINIMAL + "slot: x\n", "unknown key 'slot'", id="spec-unknown-key"),
+        pytest.param(MINIMAL.replace("subscriber_conn_id: rowfilter_subscriber",
+                                     "subscriber: postgresql://u@h/db"),
+                     "the DAG factory needs subscriber_conn_id", id="subscriber-url"),
+        pytest.param(MINIMAL.replace("publications: [p1]", "publications: []"), "names no publications",
+                     id="no-publications"),
+    ],
+)
+def test_a_bad_file_is_refused_naming_it(tmp_path: Path, text: str, expected: str) -> None:
+    path = _write(tmp_path, "bad", text)
+    with pytest.raises(SpecError) as e:
+        build_dags(path)
+    assert expected in str(e.value)
+    with pytest.raises(SpecError) as e:
+        dags_from_folder(tmp_path)
+    assert expected in str(e.value) and str(path) in str(e.value)
+
+
+def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    _write(tmp_path, "team_a", FULL)
+    (tmp_path / "team_b.yml").write_text(MINIMAL.format(name="team_b"))
+    (tmp_path / "notes.txt").write_text("not a spec")
+    dags = dags_from_folder(tmp_path)
+    assert sorted(dags) == sorted(f"rowfilter_{team}_{kind}" for team in ("team_a", "team_b")
+                                  for kind in ("initial_sync", "incremental_sync", "refresh"))
+    # The dags/ file loads the folder named by ROWFILTER_SUBSCRIPTIONS_DIR.
+    monkeypatch.setenv("ROWFILTER_SUBSCRIPTIONS_DIR", str(tmp_path))
+    bag = DagBag(dag_folder=DAGS / "rowfilter_subscriptions.py")
+    assert bag.import_errors == {}
+    assert sorted(bag.dags) == sorted(dags)
+    # A second file of the same subscription is refused: one slot, two change logs would lose changes.
+    (tmp_path / "team_a_again.yaml").write_text(MINIMAL.format(name="team_a"))
+    with pytest.raises(SpecError, match="subscription 'team_a' is also defined in"):
+        dags_from_folder(tmp_path)
+    # A bad file shows as an import error of the loader, naming the file.
+    (tmp_path / "team_a_again.yaml").write_text(MINIMAL.format(name="team_c") + "airflow:\n  pool: 7\n")
+    bag = DagBag(dag_folder=DAGS / "rowfilter_subscriptions.py")
+    [error] = bag.import_errors.values()
+    assert "team_a_again.yaml" in error and "pool=7 is not a non-empty string" in error
+
+
+def test_the_example_spec_file_in_dags(monkeypatch: pytest.MonkeyPatch) -> None:
+    dags = dags_from_folder(DAGS / "subscriptions")
+    assert sorted(dags) == ["rowfilter_demo_orders_incremental_sync", "rowfilter_demo_orders_initial_sync",
+                            "rowfilter_demo_orders_refresh"]
+    assert SubscriptionSpec.load(DAGS / "subscriptions" / "demo_orders.yaml").publications == ("p_orders",)
+
+
+# --- the factory's DAGs, end to end ---------------------------------------------------------------------
+FACTORY_SPEC = """\
+subscription: dagfactory
+publisher_conn_id: rowfilter_publisher
+subscriber_conn_id: rowfilter_subscriber
+publications: [{publications}]
+change_log: {change_log}
+airflow:
+  poke_interval: 2
+  conf: {{spark.ui.enabled: "false"}}
+"""
+
+
+def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict[str, str], cluster: Cluster,
+                                                                tmp_path: Path) -> None:
+    """A YAML file's initial sync, then a publication added to the file: its refresh copies the new
+    table, and its incremental sync applies the changes and brings the new table to ``r``."""
+    folder, log = tmp_path / "subscriptions", tmp_path / "changes"
+    folder.mkdir()
+    spec = folder / "dagfactory.yaml"
+    spec.write_text(FACTORY_SPEC.format(publications="p1, p2, p3", change_log=log))
+
+    def between(result: dict[str, Any]) -> None:
+        if result["dag_id"] == "rowfilter_dagfactory_initial_sync":
+            cluster.execute(cluster.pub_db, CHANGES)
+            spec.write_text(FACTORY_SPEC.format(publications="p1, p2, p3, p4", change_log=log))
+
+    began = time.monotonic()
+    initial, refresh, incremental = run_dags(
+        airflow_db,
+        [("rowfilter_dagfactory_initial_sync", None), ("rowfilter_dagfactory_refresh", None),
+         ("rowfilter_dagfactory_incremental_sync", None)],
+        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder)},
+        pools={"rowfilter_copies": 2}, between=between, timeout=900)
+    elapsed = time.monotonic() - began
+    output = initial["output"]
+    first = ["public.t1", "public.t2", "public.t3"]
+
+    assert initial["state"] == "success", output[-8000:]
+    assert initial["tasks"] == {"refresh": "success", "tables_to_copy": "success", "apply": "success",
+                                "wait_for_ready": "success", **{f"snapshot[{i}]": "success" for i in range(3)}}
+    assert initial["xcoms"]["tables_to_copy"] == first
+    assert initial["xcoms"]["wait_for_ready"] == dict.fromkeys(first, "r")
+    assert '"subscription": "dagfactory"' in output  # the jobs got the file's spec as JSON
+
+    # The file now names p4 too: the refresh adds public.t4 and copies it (one mapped task).
+    assert refresh["state"] == "success", output[-8000:]
+    assert refresh["xcoms"]["refresh"]["added"] == ["public.t4"]
+    assert refresh["xcoms"]["tables_to_copy"] == ["public.t4"]
+    assert refresh["tasks"] == {"refresh": "success", "tables_to_copy": "success", "snapshot[0]": "success"}
+
+    # The incremental sync: the changes of the subscribed tables, and t4 from f to r.
+    assert incremental["state"] == "success", output[-8000:]
+    batch = incremental["xcoms"]["apply"]
+    assert batch["changed_tables"] == ["public.t1", "public.t2"]  # t4's changes are in its copy already
+    assert {t["table"]: t["state"] for t in batch["tables"]} == dict.fromkeys([*first, "public.t4"], "r")
+    where = f"postgres://{cluster.pg.host}:{cluster.pg.port}/{cluster.sub_db}/public"
+    assert sorted(e["uri"] for e in incremental["asset_events"]) == [f"{where}/t1", f"{where}/t2"]
+    assert log.is_dir() and any(log.iterdir())  # the file's change_log
+    for secret in (cluster.pub_password, cluster.sub_password):
+        assert secret not in output
+
+    publications, tables = ["p1", "p2", "p3", "p4"], ["t1", "t2", "t3", "t4"]
+    cluster.native_referee(publications, tables)
+    for table in tables:
+        ours, native = cluster.rows(cluster.sub_db, table), cluster.rows(cluster.ref_db, table)
+        assert ours == native, f"{table}: ours {ours} != native {native}"
+    assert elapsed < 600, f"the DAG runs took {elapsed:.0f} s"
