@@ -59,8 +59,16 @@ def _parser() -> argparse.ArgumentParser:
                           "(ALTER SUBSCRIPTION … SKIP); --lsn NONE clears it")
     skip.add_argument("--spec", required=True, help="subscription spec file (YAML)")
     skip.add_argument("--lsn", required=True, help="the finish LSN the conflict error names, e.g. 0/14C0378, or NONE")
+    drop = sub.add_parser("drop", help="drop the subscription (DROP SUBSCRIPTION): its slot and capture publication "
+                          "on the publisher, its state in the subscriber; its tables and their data stay")
+    drop.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    drop.add_argument("--keep-slot", action="store_true",
+                      help="drop the subscriber side only and leave the slot on the publisher, e.g. when it cannot "
+                      "be reached (ALTER SUBSCRIPTION … SET (slot_name = NONE)); the slot retains WAL until dropped")
     demo = sub.add_parser("demo", help="run the demo on a throwaway local PostgreSQL")
     demo.add_argument("--keep", metavar="DIR", help="keep the demo's PostgreSQL and files in DIR")
+    demo.add_argument("--batches", type=int, default=3, metavar="N",
+                      help="incremental-sync DAG runs after the initial sync, each after a round of live changes")
     return parser
 
 
@@ -82,10 +90,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return apply_batch(SubscriptionSpec.load(args.spec), max_changes=args.max_changes, as_json=args.json)
         if args.command == "skip":
             return skip(SubscriptionSpec.load(args.spec), args.lsn)
+        if args.command == "drop":
+            return drop(SubscriptionSpec.load(args.spec), keep_slot=args.keep_slot)
         if args.command == "demo":
             from airflow_provider_rowfilter.demo.run import run_demo
 
-            return run_demo(keep=args.keep)
+            return run_demo(keep=args.keep, batches=args.batches)
     except RowFilterError as e:
         err_console.print(f"[bold red]ERROR:[/] {e}", highlight=False, markup=True, soft_wrap=True)
         return 1
@@ -242,6 +252,45 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
     console.print(f"subscription {spec.subscription}: " + (
         f"the remote transaction finished at {value} will be skipped by the next apply" if value
         else "skip-LSN cleared"), highlight=False)
+    return 0
+
+
+def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
+    """``DROP SUBSCRIPTION``: run the drop in-process and say what went; nothing left to drop is not an error."""
+    from rich.markup import escape
+
+    from airflow_provider_rowfilter.jobs.drop import drop as run_drop
+
+    result = run_drop(spec, keep_slot=keep_slot)
+
+    def say(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True)
+
+    if not result.dropped:
+        say(f"subscription {spec.subscription}: nothing to drop")
+    else:
+        say(f"subscription {spec.subscription}: dropped")
+    if result.slot_dropped:
+        held = "" if result.slot_retained_bytes is None else f" (it retained {_size(result.slot_retained_bytes)} of WAL)"
+        say(f"  [red]- replication slot {result.slot}[/] on the publisher{held}")
+    if result.publication_dropped:
+        say(f"  [red]- publication {result.publication}[/] on the publisher")
+    if result.state_dropped:
+        counted = [f"{n} {word}{'' if n == 1 else plural}" for n, word, plural in (
+            (len(result.tables), "table", "s"), (result.refreshes, "refresh", "es"), (result.batches, "batch", "es"))]
+        say(f"  [red]- state in the subscriber[/]: {counted[0]} ({escape(', '.join(result.tables))}), "
+            f"{counted[1]} and {counted[2]} of history")
+    if result.change_log_moved_to:
+        say(f"  change log moved to {escape(result.change_log_moved_to)} (delete it when you no longer need it)")
+    for note in result.left_alone:
+        err_console.print(f"[yellow]left alone:[/] {escape(note)}", highlight=False, soft_wrap=True)
+    if keep_slot:
+        say(f"  --keep-slot: the publisher was not contacted; if replication slot {result.slot} still exists there, "
+            f"it retains WAL until it is dropped: run `rowfilter drop` again without --keep-slot once the publisher "
+            f"is reachable, or SELECT pg_drop_replication_slot('{result.slot}') and DROP PUBLICATION "
+            f"{result.publication} on it")
+    if result.state_dropped:
+        say("  the subscriber's tables and their data are kept")
     return 0
 
 

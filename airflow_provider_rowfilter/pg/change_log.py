@@ -171,9 +171,33 @@ class ChangeLog:
 
         Returns where it went, or None when there was nothing to move. Called when refresh creates the slot.
         """
+        return self._move_aside("replaced")
+
+    def retire(self) -> Path | None:
+        """``rowfilter drop``: move the log aside as ``<directory>.dropped-<time>``, never deleting a segment.
+
+        Returns where it went; None when nothing was ever captured, and then an empty directory (or
+        one holding only the lock file) is removed. Call it holding :meth:`locked`.
+        """
+        if not self.directory.is_dir():
+            return None
+        aside = self._move_aside("dropped")
+        if aside is None and {e.name for e in os.scandir(self.directory)} <= {LOCK_FILE}:
+            with contextlib.suppress(FileNotFoundError):
+                (self.directory / LOCK_FILE).unlink()
+            self.directory.rmdir()
+            fsync_directory(self.directory.parent)
+        return aside
+
+    def _move_aside(self, label: str) -> Path | None:
         if not self.segments() and not (self.directory / POSITION_FILE).exists():
             return None
-        aside = self.directory.with_name(f"{self.directory.name}.replaced-{int(time.time())}")
+        stem = f"{self.directory.name}.{label}-{int(time.time())}"
+        aside = self.directory.with_name(stem)
+        n = 0
+        while aside.exists():
+            n += 1
+            aside = self.directory.with_name(f"{stem}-{n}")
         os.replace(self.directory, aside)
         fsync_directory(self.directory.parent)
         return aside

@@ -94,9 +94,64 @@ def ensure_capture_publication(conn: psycopg.Connection, name: str, subscription
     return True
 
 
-def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> None:
-    """Drop the slot (so the publisher stops retaining WAL) and the capture publication."""
+@dataclass(frozen=True)
+class DroppedCapture:
+    """What :func:`drop_capture_objects` found and dropped on the publisher."""
+
+    slot: str
+    publication: str
+    slot_dropped: bool = False
+    retained_bytes: int | None = None  # WAL the slot was holding back when it was dropped
+    publication_dropped: bool = False
+    left_alone: tuple[str, ...] = ()  # objects of our names that we did not create, untouched
+
+
+def slot_active_error(slot: str, pid: object) -> CaptureError:
+    return CaptureError(f'replication slot "{slot}" is active for PID {pid}',
+                        detail="a process is reading the slot: normally a running apply of the subscription",
+                        hint="stop the subscription's DAG first (pause it and let the running task finish), then "
+                        "run `rowfilter drop` again; nothing was dropped")
+
+
+def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> DroppedCapture:
+    """Drop the slot (so the publisher stops retaining WAL) and the capture publication, when they are ours.
+
+    Like ``DROP SUBSCRIPTION``, it refuses while the slot is active, before dropping anything. A slot
+    of our name that is not a pgoutput slot of this database, and a publication of our name without
+    our marker, are left alone and reported in ``left_alone``. Nothing there: nothing dropped.
+    """
     slot, publication = capture_names(subscription)
-    if conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone():
-        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-    conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+    left_alone = []
+    row = conn.execute(
+        """SELECT database, plugin, slot_type, active_pid,
+                  pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+           FROM pg_replication_slots WHERE slot_name = %s""", (slot,)).fetchone()
+    slot_ours = row is not None and row[:3] == (conn.info.dbname, "pgoutput", "logical")
+    if row is not None and not slot_ours:
+        left_alone.append(f'replication slot "{slot}" ({row[2]}, plugin {row[1]!r}, database {row[0]!r}) '
+                          "is not the capture slot of this subscription")
+    if slot_ours and row[3] is not None:
+        raise slot_active_error(slot, row[3])
+    pub = conn.execute("SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
+                       (publication,)).fetchone()
+    publication_ours = pub is not None and pub[0] == MARKER + subscription
+    if pub is not None and not publication_ours:
+        left_alone.append(f'publication "{publication}" was not created by rowfilter for subscription '
+                          f"{subscription!r}")
+    if slot_ours:
+        try:
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+        except psycopg.errors.ObjectInUse as e:  # it became active since we looked
+            raise slot_active_error(slot, (e.diag.message_primary or "").rpartition(" ")[2] or "?") from e
+        except psycopg.Error as e:
+            raise CaptureError(f'cannot drop replication slot "{slot}": {e.diag.message_primary}',
+                               hint="the publisher role needs REPLICATION (docs/operators.md, Security)") from e
+    if publication_ours:
+        try:
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+        except psycopg.Error as e:
+            raise CaptureError(f'cannot drop publication "{publication}": {e.diag.message_primary}',
+                               hint="only its owner (the role that ran `rowfilter refresh`) or a superuser can "
+                               "drop it") from e
+    return DroppedCapture(slot, publication, slot_dropped=slot_ours, retained_bytes=row[4] if slot_ours else None,
+                          publication_dropped=publication_ours, left_alone=tuple(left_alone))

@@ -276,9 +276,33 @@ class StateStore:
                 VALUES (%s, %s, %s, %s, %s)""",
             (self.subscription, lsn, [str(t) for t in added], [str(t) for t in removed], Jsonb(definitions)))
 
-    def drop(self) -> None:
-        """Forget the subscription and all its tables' progress."""
-        self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s", (self.subscription,))
+    def drop(self) -> DroppedState | None:
+        """Forget the subscription (``DROP SUBSCRIPTION``'s subscriber side); None when there was none.
+
+        Deletes its row, its tables' states and positions, and its refresh and batch history: the
+        history's positions belong to the slot that goes with it, and apply reads the refresh history,
+        so a later subscription of the same name must not inherit it. The subscriber's tables and
+        their data stay. Runs in the caller's transaction.
+        """
+        name = (self.subscription,)
+        row = self.conn.execute(f"SELECT 1 FROM {SCHEMA}.subscription WHERE name = %s FOR UPDATE", name).fetchone()
+        if row is None:
+            return None
+        tables = [TableName(s, t) for s, t in self.conn.execute(
+            f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s RETURNING schema_name, table_name", name)]
+        refreshes = self.conn.execute(f"DELETE FROM {SCHEMA}.refresh_history WHERE subscription = %s", name).rowcount
+        batches = self.conn.execute(f"DELETE FROM {SCHEMA}.batch_history WHERE subscription = %s", name).rowcount
+        self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s", name)
+        return DroppedState(sorted(tables), refreshes, batches)
+
+
+@dataclass(frozen=True)
+class DroppedState:
+    """What :meth:`StateStore.drop` deleted."""
+
+    tables: list[TableName]
+    refreshes: int
+    batches: int
 
 
 def quoted(table: TableName) -> sql.Composed:

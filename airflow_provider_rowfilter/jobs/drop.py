@@ -1,0 +1,155 @@
+"""DropSubscription: ``DROP SUBSCRIPTION`` for a rowfilter subscription (``rowfilter drop``).
+
+Checks first, then drops, so that a refusal changes nothing: no apply, snapshot or resync of the
+subscription may be running (their advisory locks in the subscriber, the change log's lock), and,
+unless ``keep_slot``, the publisher must be reachable and the slot not active. Then, in this order:
+the slot and the capture publication on the publisher (only the ones we created), the
+subscription's rows in schema ``rowfilter`` of the subscriber (its tables' states, its refresh and
+batch history, its staged rows) in one transaction, and the change log is moved aside as
+``<change_log>.dropped-<time>``. The subscriber's tables and their data stay, as in PostgreSQL.
+
+Interrupted anywhere, running it again finishes the job; with nothing left it reports so and
+succeeds. ``keep_slot`` is ``ALTER SUBSCRIPTION … SET (slot_name = NONE)`` followed by ``DROP
+SUBSCRIPTION``: the publisher is not contacted, and its slot keeps retaining WAL until a later
+``rowfilter drop`` (or ``pg_drop_replication_slot``) drops it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+
+import psycopg
+
+from airflow_provider_rowfilter.core.errors import CatalogError, RowFilterError
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.pg.apply_target import clear_stage
+from airflow_provider_rowfilter.pg.change_log import ChangeLog, ChangeLogError
+from airflow_provider_rowfilter.pg.definitions import connect
+from airflow_provider_rowfilter.pg.publisher import capture_names, drop_capture_objects
+from airflow_provider_rowfilter.pg.state import StateStore
+
+log = logging.getLogger(__name__)
+
+STOP_FIRST = "stop the subscription's DAG first (pause it and let the running task finish), then run `rowfilter drop` " \
+             "again; nothing was dropped"
+
+
+class DropError(RowFilterError):
+    """The subscription cannot be dropped now (nothing of it was)."""
+
+
+@dataclass
+class DropResult:
+    subscription: str
+    slot: str
+    publication: str
+    keep_slot: bool = False
+    slot_dropped: bool = False
+    slot_retained_bytes: int | None = None
+    publication_dropped: bool = False
+    left_alone: list[str] = field(default_factory=list)
+    state_dropped: bool = False
+    tables: list[str] = field(default_factory=list)
+    refreshes: int = 0
+    batches: int = 0
+    change_log_moved_to: str | None = None
+
+    @property
+    def dropped(self) -> bool:
+        return bool(self.slot_dropped or self.publication_dropped or self.state_dropped or self.change_log_moved_to)
+
+
+def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
+    """Drop ``spec``'s subscription; raise, having dropped nothing, when it is in use or the publisher is unreachable."""
+    slot, publication = capture_names(spec.subscription)
+    result = DropResult(spec.subscription, slot, publication, keep_slot=keep_slot)
+    change_log = ChangeLog(spec.change_log_dir())
+    with ExitStack() as stack:
+        sub = stack.enter_context(connect(spec.subscriber, "subscriber", spec))
+        has_state = sub.execute("SELECT to_regclass('rowfilter.subscription') IS NOT NULL").fetchone()[0]
+        if has_state:
+            stack.enter_context(_no_job_running(sub, spec.subscription))
+        if change_log.directory.is_dir():
+            stack.enter_context(_change_log_locked(change_log, spec.subscription))
+        if not keep_slot:
+            pub = stack.enter_context(_connect_publisher(spec, slot))
+            dropped = drop_capture_objects(pub, spec.subscription)
+            result.slot_dropped, result.slot_retained_bytes = dropped.slot_dropped, dropped.retained_bytes
+            result.publication_dropped, result.left_alone = dropped.publication_dropped, list(dropped.left_alone)
+        if has_state:
+            with sub.transaction():
+                if sub.execute("SELECT to_regclass('rowfilter.apply_stage') IS NOT NULL").fetchone()[0]:
+                    clear_stage(sub, spec.subscription)
+                state = StateStore(sub, spec.subscription).drop()
+            if state is not None:
+                result.state_dropped = True
+                result.tables = [str(t) for t in state.tables]
+                result.refreshes, result.batches = state.refreshes, state.batches
+        moved = change_log.retire()
+        result.change_log_moved_to = None if moved is None else str(moved)
+    log.info("dropped %s: %s", spec.subscription, result)
+    return result
+
+
+@contextmanager
+def _no_job_running(sub: psycopg.Connection, subscription: str) -> Iterator[None]:
+    """Refuse while an apply, snapshot or resync holds its advisory lock; hold the apply lock meanwhile.
+
+    The keys are those of jobs/apply.py ``_apply_lock`` and jobs/snapshot.py ``_table_lock``.
+    """
+    prefix = f"rowfilter:{subscription}"
+    apply_key = (prefix, "apply")
+    if not sub.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", apply_key).fetchone()[0]:
+        raise DropError(f"an apply of subscription {subscription!r} is running (PID {_holders(sub, *apply_key)} in "
+                        "the subscriber)", hint=STOP_FIRST)
+    try:
+        copying = _holders(sub, prefix)
+        if copying:
+            raise DropError(f"a snapshot or resync of subscription {subscription!r} is running (PID {copying} in the "
+                            "subscriber)", hint=STOP_FIRST)
+        yield
+    finally:
+        sub.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", apply_key)
+
+
+def _holders(sub: psycopg.Connection, key1: str, key2: str | None = None) -> str:
+    """PIDs of the other sessions holding a two-key advisory lock ``(key1, key2 or any)`` in this database."""
+    rows = sub.execute(
+        """SELECT DISTINCT pid FROM pg_locks
+           WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND pid <> pg_backend_pid()
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND classid = hashtext(%s)::oid AND (%s::text IS NULL OR objid = hashtext(%s)::oid)
+           ORDER BY pid""", (key1, key2, key2)).fetchall()
+    return ", ".join(str(pid) for (pid,) in rows)
+
+
+@contextmanager
+def _change_log_locked(change_log: ChangeLog, subscription: str) -> Iterator[None]:
+    locked = False
+    try:
+        with change_log.locked():
+            locked = True
+            yield
+    except ChangeLogError as e:
+        if locked or "another capture holds" not in e.message:
+            raise
+        raise DropError(f"a capture of subscription {subscription!r} is running (it holds the change log "
+                        f"{str(change_log.directory)!r})", hint=STOP_FIRST) from e
+
+
+@contextmanager
+def _connect_publisher(spec: SubscriptionSpec, slot: str) -> Iterator[psycopg.Connection]:
+    try:
+        conn = connect(spec.publisher, "publisher", spec)
+    except CatalogError as e:
+        raise DropError(f'could not connect to the publisher when attempting to drop replication slot "{slot}"',
+                        detail=e.detail or e.message,
+                        hint=f"`rowfilter drop --keep-slot` drops the subscriber side only (PostgreSQL: ALTER "
+                        f"SUBSCRIPTION … SET (slot_name = NONE)); the slot then retains WAL on the publisher until "
+                        f"`rowfilter drop` runs again with the publisher reachable, or until SELECT "
+                        f"pg_drop_replication_slot('{slot}') there") from e
+    with conn:
+        yield conn
