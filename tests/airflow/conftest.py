@@ -11,8 +11,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
 from airflow_provider_rowfilter.core.sync_state import SyncState  # noqa: E402
+from airflow_provider_rowfilter.demo.dag_runner import airflow_home  # noqa: E402
 from airflow_provider_rowfilter.pg.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.pg.state import StateStore, migrate  # noqa: E402
 from tests.airflow.cluster import Cluster  # noqa: E402
@@ -113,18 +112,7 @@ def state_db(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> 
 @pytest.fixture(scope="session")
 def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """An AIRFLOW_HOME with an sqlite metadata database (``airflow db migrate``), as environment."""
-    home = tmp_path_factory.mktemp("airflow_home")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
-        AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
-    )
-    done = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=home,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return env
+    return airflow_home(tmp_path_factory.mktemp("airflow_home"), REPO / "dags")
 
 
 @pytest.fixture

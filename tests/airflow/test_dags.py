@@ -17,9 +17,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, PUBLICATIONS, TABLES, Cluster
 from tests.airflow.conftest import REPO, StateDb
-from tests.airflow.dag_runner import run_dags
 
 DAGS = REPO / "dags"
 TEST_DAGS = Path(__file__).with_name("dags")
