@@ -173,6 +173,8 @@ class StateStore:
         )
 
     def subscription_row(self) -> dict | None:
+        if self.conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.subscription",)).fetchone()[0] is None:
+            return None  # a subscriber no refresh has reached yet: no schema, so no subscription either
         cur = self.conn.execute(
             f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
             f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s", (self.subscription,))

@@ -129,3 +129,16 @@ def test_status_json_follows_the_contract(dbs, tmp_path: Path):
         ("public.parent", "i", None), ("public.t1", "i", None), ("public.t2", "i", None)]
     human = subprocess.run([exe, "status", "--spec", str(path)], capture_output=True, text=True, check=True)
     assert "public.t1" in human.stdout and "init" in human.stdout
+
+
+def test_status_before_any_refresh_says_to_run_refresh(dbs, tmp_path: Path, capsys):
+    pub, sub = dbs  # the subscriber has no rowfilter schema yet
+    path = tmp_path / "s1.yaml"
+    path.write_text(yaml.safe_dump({"subscription": "s1", "publisher": pub, "subscriber": sub,
+                                    "publications": ["p1"]}))
+    from airflow_provider_rowfilter.cli import main
+
+    assert main(["status", "--spec", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "subscription 's1' has no state in the subscriber" in err and "rowfilter refresh" in err
+    assert "Traceback" not in err
