@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.jobs.apply import apply
-from tests.jobs.test_snapshot_differential import Databases, _names, run_ours
+from tests.jobs.test_snapshot_differential import _names, run_ours
 
 # The documentation's UPDATE-transformation example (logical-replication.sgml, "Row Filters"):
 # t1 published WHERE (a > 5 AND c = 'NSW'); the primary key includes c so UPDATEs may filter on it.
@@ -30,14 +30,6 @@ DOC_STEPS = [
     "INSERT INTO t1 VALUES (10, 1, 'NSW'), (11, 2, 'VIC')",
     "DELETE FROM t1 WHERE a = 7 OR a = 10",
 ]
-
-
-@pytest.fixture
-def dbs(fresh_db, tmp_path):
-    databases = Databases(fresh_db(), fresh_db(), fresh_db(), change_logs=tmp_path)
-    yield databases
-    for native in databases.natives:
-        native.drop()
 
 
 def publish(dsn: str, statements) -> None:

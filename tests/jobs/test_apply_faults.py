@@ -163,14 +163,6 @@ class Job:
 
 
 @pytest.fixture
-def dbs(fresh_db):
-    databases = Databases(fresh_db(), fresh_db(), fresh_db())
-    yield databases
-    for native in databases.natives:
-        native.drop()
-
-
-@pytest.fixture
 def job(dbs, spark, tmp_path):
     dbs.create(PUBLISHER, SUBSCRIBER)
     native = dbs.subscribe_native(PUBLICATIONS)

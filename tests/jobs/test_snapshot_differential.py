@@ -182,14 +182,6 @@ class Databases:
             assert table_rows(self.ours, table) == table_rows(self.native, table), f"table {table} differs"
 
 
-@pytest.fixture
-def dbs(fresh_db, tmp_path):
-    databases = Databases(fresh_db(), fresh_db(), fresh_db(), change_logs=tmp_path)
-    yield databases
-    for native in databases.natives:
-        native.drop()
-
-
 def run_ours(spec: SubscriptionSpec, spark, options: CopyOptions | None = None) -> SnapshotResult:
     refresh(spec)
     result = snapshot(spec, spark=spark, options=options)
