@@ -9,7 +9,8 @@ same changes (a native subscription made before them). After every run the slot'
 
 A conflict (our subscriber already holds a key the publisher then inserts) must stop the batch with
 PostgreSQL's wording, leave the subscriber's tables and positions as they were, and let a rerun
-finish once the conflicting row is gone.
+finish once the conflicting row is gone; those runs are killed by nobody, so they run the job's
+entry point in this process, on the session's Spark.
 
 Refresh and the initial copy run in this process (session Spark); each job process starts its own
 Spark (local[2]), so the number of job runs is kept small.
@@ -33,6 +34,7 @@ import yaml
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.pg.change_log import DEFAULT_ROW_GROUP_ROWS, TEMP_PREFIX, ChangeLog
 from airflow_provider_rowfilter.pg.native import table_rows
 from airflow_provider_rowfilter.pg.publisher import capture_names
@@ -114,6 +116,14 @@ class Job:
         self.wait_disconnected()
         self.check_slot_within_log()
         return done
+
+    def run_in_process(self, capsys: pytest.CaptureFixture[str]) -> subprocess.CompletedProcess:
+        """The job's entry point in this process, on the session's Spark (for runs nobody kills)."""
+        capsys.readouterr()
+        code = apply_job.main(["--spec", str(self.spec_path)])
+        out, err = capsys.readouterr()
+        self.check_slot_within_log()
+        return subprocess.CompletedProcess(["jobs.apply"], code, out, err)
 
     def summary(self, done: subprocess.CompletedProcess) -> dict:
         assert done.returncode == 0, done.stderr[-4000:]
@@ -219,7 +229,7 @@ def test_killed_at_fault_point_then_rerun_matches_native(job, point):
     assert job.slot_position() >= parse_lsn(rerun["end_lsn"]) or rerun["end_lsn"] is None
 
 
-def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job):
+def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job, capsys):
     # Our subscriber already holds key 5001, which the publisher then inserts (and the filter passes).
     with psycopg.connect(job.dbs.ours, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (5001, 0, 'local row')")
@@ -233,7 +243,7 @@ def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job):
         conn.execute("UPDATE t SET v = 'after the conflict' WHERE id = 3")
     before_tables, before_positions = job.ours(), job.positions()
 
-    failed = job.run()
+    failed = job.run_in_process(capsys)
     assert failed.returncode == 1, (failed.returncode, failed.stdout[-2000:], failed.stderr[-4000:])
     assert not failed.stdout.strip(), failed.stdout  # no summary line: nothing was applied
     error = failed.stderr[failed.stderr.index("ERROR: "):]
@@ -253,6 +263,6 @@ def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job):
 
     with psycopg.connect(job.dbs.ours, autocommit=True) as conn:
         conn.execute("DELETE FROM t WHERE id = 5001")
-    job.summary(job.run())
+    job.summary(job.run_in_process(capsys))
     assert_same_as_native(job)
     assert '(5001,1,"remote row")' in table_rows(job.dbs.ours, "t")
