@@ -17,8 +17,8 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 
 import psycopg
@@ -44,7 +44,7 @@ from airflow_provider_rowfilter.pg.apply_target import (
 from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
 from airflow_provider_rowfilter.pg.change_log import ChangeLog
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, connect
-from airflow_provider_rowfilter.pg.state import RelState, StateStore, migrate
+from airflow_provider_rowfilter.pg.state import APPLY_LOCK, RelState, StateStore, job_lock, migrate
 
 log = logging.getLogger(__name__)
 
@@ -263,19 +263,11 @@ def _prune(change_log: ChangeLog, store: StateStore) -> None:
             segment.path.unlink(missing_ok=True)
 
 
-@contextmanager
-def _apply_lock(conn: psycopg.Connection, subscription: str) -> Iterator[None]:
+def _apply_lock(conn: psycopg.Connection, subscription: str) -> AbstractContextManager[None]:
     """One apply of a subscription at a time (a session advisory lock in the subscriber)."""
-    key = (f"rowfilter:{subscription}", "apply")
-    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
-        raise ApplyError(f"another apply of subscription {subscription!r} is running",
-                         hint="let it finish; the incremental DAG runs one at a time (max_active_runs=1)")
-    try:
-        yield
-    finally:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.rollback()
-        conn.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", key)
+    return job_lock(conn, subscription, APPLY_LOCK, lambda: ApplyError(
+        f"another apply of subscription {subscription!r} is running",
+        hint="let it finish; the incremental DAG runs one at a time (max_active_runs=1)"))
 
 
 @contextmanager

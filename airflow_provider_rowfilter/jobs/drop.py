@@ -28,14 +28,16 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.pg.apply_target import clear_stage
 from airflow_provider_rowfilter.pg.change_log import ChangeLog, ChangeLogError
 from airflow_provider_rowfilter.pg.definitions import connect
-from airflow_provider_rowfilter.pg.publisher import capture_names, drop_capture_objects
-from airflow_provider_rowfilter.pg.state import StateStore
+from airflow_provider_rowfilter.pg.publisher import STOP_BEFORE_DROP, capture_names, drop_capture_objects
+from airflow_provider_rowfilter.pg.state import (
+    APPLY_LOCK,
+    StateStore,
+    job_lock,
+    job_lock_key,
+    relation_exists,
+)
 
 log = logging.getLogger(__name__)
-
-STOP_FIRST = "stop the subscription's DAG first (pause it and let the running task finish), then run `rowfilter drop` " \
-             "again; nothing was dropped"
-
 
 class DropError(RowFilterError):
     """The subscription cannot be dropped now (nothing of it was)."""
@@ -69,7 +71,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
     change_log = ChangeLog(spec.change_log_dir())
     with ExitStack() as stack:
         sub = stack.enter_context(connect(spec.subscriber, "subscriber", spec))
-        has_state = sub.execute("SELECT to_regclass('rowfilter.subscription') IS NOT NULL").fetchone()[0]
+        has_state = relation_exists(sub, "subscription")
         if has_state:
             stack.enter_context(_no_job_running(sub, spec.subscription))
         if change_log.directory.is_dir():
@@ -81,7 +83,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
             result.publication_dropped, result.left_alone = dropped.publication_dropped, list(dropped.left_alone)
         if has_state:
             with sub.transaction():
-                if sub.execute("SELECT to_regclass('rowfilter.apply_stage') IS NOT NULL").fetchone()[0]:
+                if relation_exists(sub, "apply_stage"):
                     clear_stage(sub, spec.subscription)
                 state = StateStore(sub, spec.subscription).drop()
             if state is not None:
@@ -96,23 +98,18 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
 
 @contextmanager
 def _no_job_running(sub: psycopg.Connection, subscription: str) -> Iterator[None]:
-    """Refuse while an apply, snapshot or resync holds its advisory lock; hold the apply lock meanwhile.
+    """Refuse while an apply, snapshot or resync holds its job lock; hold the apply's lock meanwhile."""
+    def busy() -> DropError:
+        return DropError(f"an apply of subscription {subscription!r} is running (PID "
+                         f"{_holders(sub, *job_lock_key(subscription, APPLY_LOCK))} in the subscriber)",
+                         hint=STOP_BEFORE_DROP)
 
-    The keys are those of jobs/apply.py ``_apply_lock`` and jobs/snapshot.py ``_table_lock``.
-    """
-    prefix = f"rowfilter:{subscription}"
-    apply_key = (prefix, "apply")
-    if not sub.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", apply_key).fetchone()[0]:
-        raise DropError(f"an apply of subscription {subscription!r} is running (PID {_holders(sub, *apply_key)} in "
-                        "the subscriber)", hint=STOP_FIRST)
-    try:
-        copying = _holders(sub, prefix)
+    with job_lock(sub, subscription, APPLY_LOCK, busy):
+        copying = _holders(sub, job_lock_key(subscription, "")[0])  # any table's copy or resync
         if copying:
             raise DropError(f"a snapshot or resync of subscription {subscription!r} is running (PID {copying} in the "
-                            "subscriber)", hint=STOP_FIRST)
+                            "subscriber)", hint=STOP_BEFORE_DROP)
         yield
-    finally:
-        sub.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", apply_key)
 
 
 def _holders(sub: psycopg.Connection, key1: str, key2: str | None = None) -> str:
@@ -137,7 +134,7 @@ def _change_log_locked(change_log: ChangeLog, subscription: str) -> Iterator[Non
         if locked or "another capture holds" not in e.message:
             raise
         raise DropError(f"a capture of subscription {subscription!r} is running (it holds the change log "
-                        f"{str(change_log.directory)!r})", hint=STOP_FIRST) from e
+                        f"{str(change_log.directory)!r})", hint=STOP_BEFORE_DROP) from e
 
 
 @contextmanager

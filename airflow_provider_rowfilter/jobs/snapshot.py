@@ -20,7 +20,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -50,7 +50,7 @@ from airflow_provider_rowfilter.pg.copy_target import (
     truncate,
 )
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, Definitions, connect, load_definitions
-from airflow_provider_rowfilter.pg.state import RelState, StateError, StateStore
+from airflow_provider_rowfilter.pg.state import RelState, StateError, StateStore, job_lock
 from airflow_provider_rowfilter.spark.copy_frames import run_partitions
 from airflow_provider_rowfilter.spark.session import build_session
 
@@ -296,19 +296,11 @@ def _refuse_speculation(spark: SparkSession) -> None:
                         hint="set spark.speculation=false for the snapshot job (spark_conf in the spec)")
 
 
-@contextmanager
-def _table_lock(conn: psycopg.Connection, subscription: str, table: TableName) -> Iterator[None]:
+def _table_lock(conn: psycopg.Connection, subscription: str, table: TableName) -> AbstractContextManager[None]:
     """One copy or resync of a table at a time (a session advisory lock in the subscriber)."""
-    key = (f"rowfilter:{subscription}", str(table))
-    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
-        raise SnapshotError(f"table {table} is being copied or resynced by another job",
-                            table=str(table), hint="wait for that job to end, then run this one again")
-    try:
-        yield
-    finally:
-        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.rollback()
-        conn.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", key)
+    return job_lock(conn, subscription, str(table), lambda: SnapshotError(
+        f"table {table} is being copied or resynced by another job", table=str(table),
+        hint="wait for that job to end, then run this one again"))
 
 
 _CAUSES = (

@@ -106,11 +106,15 @@ class DroppedCapture:
     left_alone: tuple[str, ...] = ()  # objects of our names that we did not create, untouched
 
 
+#: The fix for every refusal of ``rowfilter drop`` while the subscription is in use.
+STOP_BEFORE_DROP = ("stop the subscription's DAG first (pause it and let the running task finish), then run "
+                    "`rowfilter drop` again; nothing was dropped")
+
+
 def slot_active_error(slot: str, pid: object) -> CaptureError:
     return CaptureError(f'replication slot "{slot}" is active for PID {pid}',
                         detail="a process is reading the slot: normally a running apply of the subscription",
-                        hint="stop the subscription's DAG first (pause it and let the running task finish), then "
-                        "run `rowfilter drop` again; nothing was dropped")
+                        hint=STOP_BEFORE_DROP)
 
 
 def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> DroppedCapture:

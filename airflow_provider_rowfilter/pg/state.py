@@ -10,7 +10,8 @@ not make.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -173,7 +174,7 @@ class StateStore:
         )
 
     def subscription_row(self) -> dict | None:
-        if self.conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.subscription",)).fetchone()[0] is None:
+        if not relation_exists(self.conn, "subscription"):
             return None  # a subscriber no refresh has reached yet: no schema, so no subscription either
         cur = self.conn.execute(
             f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
@@ -305,6 +306,48 @@ class DroppedState:
     tables: list[TableName]
     refreshes: int
     batches: int
+
+
+#: The scope of the apply's job lock; a copy or resync locks the table's name instead.
+APPLY_LOCK = "apply"
+
+
+def job_lock_key(subscription: str, scope: str) -> tuple[str, str]:
+    """The session advisory-lock key of one job of a subscription: ``APPLY_LOCK``, or a table's name."""
+    return f"rowfilter:{subscription}", scope
+
+
+def relation_exists(conn: psycopg.Connection, name: str) -> bool:
+    """Whether ``rowfilter.<name>`` exists yet (a subscriber that no refresh has migrated has none)."""
+    return conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.{name}",)).fetchone()[0] is not None
+
+
+def last_history_id(conn: psycopg.Connection, history: str, subscription: str) -> int:
+    """The newest id of ``rowfilter.<history>`` (``refresh_history``, ``batch_history``) for ``subscription``;
+    0 when it has none or the table does not exist yet. Rows above it were written after this call."""
+    if not relation_exists(conn, history):
+        return 0
+    return conn.execute(sql.SQL("SELECT coalesce(max(id), 0) FROM {}.{} WHERE subscription = %s").format(
+        sql.Identifier(SCHEMA), sql.Identifier(history)), (subscription,)).fetchone()[0]
+
+
+@contextmanager
+def job_lock(conn: psycopg.Connection, subscription: str, scope: str,
+             busy: Callable[[], RowFilterError]) -> Iterator[None]:
+    """Hold a job's session advisory lock in the subscriber; raise ``busy()`` when another session holds it.
+
+    One apply per subscription, one copy or resync per table: the jobs take their locks here, and
+    ``rowfilter drop`` takes the apply's and looks for the others (:func:`job_lock_key`).
+    """
+    key = job_lock_key(subscription, scope)
+    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
+        raise busy()
+    try:
+        yield
+    finally:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.rollback()
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", key)
 
 
 def quoted(table: TableName) -> sql.Composed:
