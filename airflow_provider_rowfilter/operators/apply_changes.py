@@ -15,7 +15,7 @@ from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
-from airflow_provider_rowfilter.pg.state import StateStore
+from airflow_provider_rowfilter.pg.state import StateStore, last_history_id
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -143,10 +143,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
     # --- what the task returns -----------------------------------------------------------------------
     def before_submit(self, resolved: ResolvedSpec) -> int:
         with resolved.connect("subscriber") as conn:
-            if conn.execute("SELECT to_regclass('rowfilter.batch_history')").fetchone()[0] is None:
-                return 0
-            return conn.execute("SELECT coalesce(max(id), 0) FROM rowfilter.batch_history WHERE subscription = %s",
-                                (resolved.spec.subscription,)).fetchone()[0]
+            return last_history_id(conn, "batch_history", resolved.spec.subscription)
 
     def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
         name = resolved.spec.subscription

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
-from airflow_provider_rowfilter.pg.state import StateStore
+from airflow_provider_rowfilter.pg.state import StateStore, last_history_id
 
 
 class RefreshPublicationOperator(RowFilterJobOperator):
@@ -28,10 +28,7 @@ class RefreshPublicationOperator(RowFilterJobOperator):
 
     def before_submit(self, resolved: ResolvedSpec) -> int:
         with resolved.connect("subscriber") as conn:
-            if conn.execute("SELECT to_regclass('rowfilter.refresh_history')").fetchone()[0] is None:
-                return 0
-            return conn.execute("SELECT coalesce(max(id), 0) FROM rowfilter.refresh_history WHERE subscription = %s",
-                                (resolved.spec.subscription,)).fetchone()[0]
+            return last_history_id(conn, "refresh_history", resolved.spec.subscription)
 
     def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
         name = resolved.spec.subscription
