@@ -37,12 +37,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Param
 
-from airflow_provider_rowfilter.dag_factory import tables_waiting_for_copy
+from airflow_provider_rowfilter.dag_factory import copy_tasks
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
-from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 
 #: The pool bounding parallel copies (one slot per table being copied).
@@ -74,12 +73,9 @@ with DAG(
     tags=["rowfilter", "example"],
 ) as dag:
     refresh = RefreshPublicationOperator(task_id="refresh", **JOB)
-    tables_to_copy = task(task_id="tables_to_copy")(tables_waiting_for_copy)(
-        tables="{{ params.tables }}", **SUBSCRIPTION)
-    # One task per table waiting for its copy; the pool bounds how many run at once.
-    snapshot = SnapshotCopyOperator.partial(
-        task_id="snapshot", pool=COPY_POOL, map_index_template="{{ task.tables }}", **JOB,
-    ).expand(tables=tables_to_copy)
+    # tables_to_copy, then one snapshot task per table waiting for its copy (SnapshotCopyOperator
+    # mapped over them); the pool bounds how many run at once.
+    tables_to_copy, snapshot = copy_tasks(pool=COPY_POOL, tables="{{ params.tables }}", **JOB)
     apply = ApplyChangesOperator(
         task_id="apply",
         trigger_rule="none_failed",  # also when no table needed a copy (the mapped task is skipped)

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.sdk import DAG, Param, task
+from airflow.sdk import DAG, Param
 
-from airflow_provider_rowfilter.dag_factory import tables_waiting_for_copy
+from airflow_provider_rowfilter.dag_factory import copy_tasks
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
-from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 
 COPY_POOL = "rowfilter_copies"
 SUBSCRIPTION = {"subscription": "{{ params.subscription }}", "subscriber_conn_id": "rowfilter_subscriber"}
@@ -46,9 +45,6 @@ with DAG(
     tags=["rowfilter", "example"],
 ) as dag:
     refresh = RefreshPublicationOperator(task_id="refresh", **JOB)
-    tables_to_copy = task(task_id="tables_to_copy")(tables_waiting_for_copy)(**SUBSCRIPTION)
-    snapshot = SnapshotCopyOperator.partial(
-        task_id="snapshot", pool=COPY_POOL, map_index_template="{{ task.tables }}", **JOB,
-    ).expand(tables=tables_to_copy)
+    tables_to_copy, _ = copy_tasks(pool=COPY_POOL, tables=None, **JOB)  # and the mapped snapshot
 
     refresh >> tables_to_copy
