@@ -36,6 +36,7 @@ from airflow_provider_rowfilter.demo.dag_runner import EXAMPLE_DAGS, DagRunError
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
 from airflow_provider_rowfilter.pg.embedded import LocalPostgres
 from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows
+from airflow_provider_rowfilter.pg.state import StateStore
 
 console = Console()
 PUBLICATIONS = ["p1", "p2", "p3", "p4", "p_orders"]
@@ -116,13 +117,13 @@ def _publisher(pg: LocalPostgres, workdir: Path) -> str:
 
 def _validate(publisher: str, workdir: Path) -> bool:
     """The same publications from the DDL file and from the catalog must give the same effective filters."""
+    specs = {source: SubscriptionSpec.load(workdir / f"subscription_{source}.yaml") for source in ("ddl", "catalog")}
     documents = {}
-    for source in ("ddl", "catalog"):
-        spec = SubscriptionSpec.load(workdir / f"subscription_{source}.yaml")
+    for source, spec in specs.items():
         with connect(spec.publisher, "publisher", spec) as conn:
             documents[source] = load_definitions(spec, conn)
     console.print(f"\n[bold]3.[/] rowfilter validate --spec {workdir / 'subscription_ddl.yaml'}")
-    print_filters(spec, documents["ddl"].filters, documents["ddl"].source)
+    print_filters(specs["ddl"], documents["ddl"].filters, documents["ddl"].source)
     same = _comparable(documents["ddl"]) == _comparable(documents["catalog"])
     console.print(f"   the publisher's catalog gives the same effective filters as the DDL file: "
                   f"{'[green]yes[/]' if same else '[red]NO[/]'}")
@@ -273,9 +274,7 @@ def _compare(spec: SubscriptionSpec, ours: str, native_db: str, workdir: Path, *
     console.print(f"\n[bold]{step}.[/] rowfilter status --spec {path}")
     status(spec)
     with psycopg.connect(ours) as conn:
-        states = dict(conn.execute(
-            "SELECT schema_name || '.' || table_name, state FROM rowfilter.subscription_rel WHERE subscription = %s",
-            (spec.subscription,)).fetchall())
+        states = {str(rel.table): rel.state.value for rel in StateStore(conn, spec.subscription).tables()}
     table = Table(title="ours (Airflow + Spark) beside PostgreSQL's own logical replication")
     for col in ("table", "state", "rows (ours)", "rows (native)", "same rows"):
         table.add_column(col)
