@@ -311,8 +311,13 @@ def test_bad_spec_fails_without_retry_naming_the_setting(dbs: Databases, tmp_pat
     assert "hunter22" not in str(e.value)
 
 
-def test_spark_side_python_is_this_interpreter_in_local_mode(dbs: Databases) -> None:
+def test_spark_side_python_is_this_interpreter_in_local_mode(dbs: Databases, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
+
+    # A Spark session built earlier in this process (spark/session.py) sets PYSPARK_PYTHON, which
+    # counts as the user's choice: start from an environment that made none.
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        monkeypatch.delenv(name, raising=False)
 
     op = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"],
                                     publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,

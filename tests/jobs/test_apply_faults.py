@@ -45,14 +45,20 @@ SUBSCRIBER = """
 CREATE TABLE t(id int PRIMARY KEY, grp int, v text);
 CREATE TABLE u(k int, s text, n int, PRIMARY KEY (k, s));
 """
-# t: replica identity DEFAULT, filtered on its key; u: FULL, filtered on a key and a non-key column.
-PUBLISHER = SUBSCRIBER + """
+
+
+def publisher_sql(t_rows: int, u_rows: int) -> str:
+    """t: replica identity DEFAULT, filtered on its key; u: FULL, filtered on a key and a non-key column."""
+    return SUBSCRIBER + f"""
 ALTER TABLE u REPLICA IDENTITY FULL;
-INSERT INTO t SELECT g, g % 5, 't' || g FROM generate_series(1, 200) g;
-INSERT INTO u SELECT g, (ARRAY['a', 'b', 'c'])[1 + g % 3], g FROM generate_series(1, 200) g;
+INSERT INTO t SELECT g, g % 5, 't' || g FROM generate_series(1, {t_rows}) g;
+INSERT INTO u SELECT g, (ARRAY['a', 'b', 'c'])[1 + g % 3], g FROM generate_series(1, {u_rows}) g;
 CREATE PUBLICATION pf_t FOR TABLE t WHERE (id % 4 <> 0);
 CREATE PUBLICATION pf_u FOR TABLE u WHERE (n > 50 AND s <> 'c');
 """
+
+
+PUBLISHER = publisher_sql(200, 200)
 PUBLICATIONS = ("pf_t", "pf_u")
 SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
               "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2"}

@@ -29,22 +29,10 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.pg.apply_target import ApplyTargetError, ConflictError
 from airflow_provider_rowfilter.pg.native import table_rows
+from tests.jobs.test_apply_faults import PUBLICATIONS, SUBSCRIBER, TABLES, publisher_sql
 from tests.jobs.test_snapshot_differential import Databases, _names, run_ours
 
-TABLES = ("t", "u")
-SUBSCRIBER = """
-CREATE TABLE t(id int PRIMARY KEY, grp int, v text);
-CREATE TABLE u(k int, s text, n int, PRIMARY KEY (k, s));
-"""
-# t: replica identity DEFAULT, filtered on its key; u: FULL, filtered on a key and a non-key column.
-PUBLISHER = SUBSCRIBER + """
-ALTER TABLE u REPLICA IDENTITY FULL;
-INSERT INTO t SELECT g, g % 5, 't' || g FROM generate_series(1, 60) g;
-INSERT INTO u SELECT g, (ARRAY['a', 'b', 'c'])[1 + g % 3], g FROM generate_series(1, 90) g;
-CREATE PUBLICATION pf_t FOR TABLE t WHERE (id % 4 <> 0);
-CREATE PUBLICATION pf_u FOR TABLE u WHERE (n > 50 AND s <> 'c');
-"""
-PUBLICATIONS = ("pf_t", "pf_u")
+PUBLISHER = publisher_sql(60, 90)
 
 
 def publish(dsn: str, statements: list[str]) -> None:
