@@ -10,7 +10,7 @@ column's Spark type), from the syntax tree.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import sqlglot
@@ -100,11 +100,12 @@ def epochs_from_history(history: Sequence[tuple[str, dict]], since: int) -> Epoc
     return Epochs(tuple(lsn for lsn, _ in kept), tuple(doc for _, doc in kept))
 
 
-def filter_expression(spark_sql: str, column_types: dict[str, str], values: str) -> exp.Expression:
-    """The filter with each column read from the map column ``values`` and cast to its Spark type.
+def filter_expression(spark_sql: str, column_types: dict[str, str],
+                      read: Callable[[str], exp.Expression]) -> exp.Expression:
+    """The filter with each column reference replaced by ``read(name)`` cast to the column's Spark type.
 
-    ``CAST(try_element_at(values, 'a') AS INT)``: the value's PostgreSQL text form, converted the
-    way the differential tests check; a column the change does not carry reads as NULL.
+    ``CAST(<read('a')> AS INT)``: the value's PostgreSQL text form, converted the way the
+    differential tests check; a column the change does not carry reads as NULL.
     """
     tree = sqlglot.parse_one(spark_sql, dialect="spark")
 
@@ -118,8 +119,7 @@ def filter_expression(spark_sql: str, column_types: dict[str, str], values: str)
             raise UntranslatableFilterError(
                 f'the filter column "{name}" has no recorded type the apply can read it as',
                 hint="run `rowfilter refresh` again so the definitions record the filter columns' types")
-        read = exp.Anonymous(this="try_element_at", expressions=[exp.column(values), exp.Literal.string(name)])
-        return exp.Cast(this=read, to=exp.DataType.build(spark_type, dialect="spark"))
+        return exp.Cast(this=read(name), to=exp.DataType.build(spark_type, dialect="spark"))
 
     return tree.transform(typed)
 

@@ -14,6 +14,19 @@ from airflow_provider_rowfilter.core.errors import SpecError
 
 SPEC_VERSION = 1
 CONFLICT_POLICIES = ("error", "upsert")
+#: JVM options of the jobs' driver and executors, given to spark-submit by the operators and to a
+#: session the job starts itself (spark/session.py). UTC for the JDBC driver and java.time; and let
+#: the JIT compile Spark's generated methods however long they are: the apply's judging projection
+#: runs about 5× slower in HotSpot's bytecode interpreter (docs/apply.md, "Speed").
+SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods")
+
+
+def with_jvm_options(existing: str | None) -> str:
+    """``existing`` Java options plus those of :data:`SPARK_JVM_OPTIONS` it does not set itself."""
+    present = existing or ""
+    added = [o for o in SPARK_JVM_OPTIONS
+             if o.split("=")[0].removeprefix("-XX:-").removeprefix("-D") not in present]
+    return " ".join(part for part in (present.strip(), *added) if part)
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

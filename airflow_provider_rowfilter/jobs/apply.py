@@ -43,6 +43,7 @@ from airflow_provider_rowfilter.pg.apply_target import (
 )
 from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
 from airflow_provider_rowfilter.pg.change_log import ChangeLog
+from airflow_provider_rowfilter.pg.copy_target import executor_conninfo
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, connect
 from airflow_provider_rowfilter.pg.state import APPLY_LOCK, RelState, StateStore, job_lock, migrate
 
@@ -150,7 +151,6 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         plan = ApplyPlan(epochs.starts, tuple(plans), skip_lsn, spec.conflict_policy)
         with _session(spec, spark) as session:
             from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
-            from airflow_provider_rowfilter.spark.jdbc import jdbc_connection
 
             decided = decide(session, [str(s.path) for s in segments], plan)
             try:
@@ -158,11 +158,10 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
                 for index, published, first in facts.column_sets:
                     targets[index].check_published(published, first)
                 extra, skipped, result.changes = facts.counts, facts.skipped, facts.changes
-                jdbc = jdbc_connection(spec.subscriber, PASSWORD_ENV["subscriber"],
-                                       f"rowfilter:{spec.subscription}:apply")
-                write_stage(decided.staged(token), jdbc)
+                write_stage(decided.staged(token), executor_conninfo(
+                    spec.subscriber, PASSWORD_ENV["subscriber"], f"rowfilter:{spec.subscription}:apply"))
             finally:
-                decided.frame.unpersist()
+                decided.release()
         result.segments = len(segments)
         result.transactions = sum(_segment_transactions(s.path) for s in segments)
     faults.point("apply-after-stage")

@@ -23,6 +23,7 @@ from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.spec import with_jvm_options
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 
 if TYPE_CHECKING:
@@ -175,6 +176,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
             raise AirflowFailException(f"{self.task_id}: {e}") from e
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
         self._add_jdbc_jar(deploy_mode)
+        self.conf = {**(self.conf or {}), **{key: with_jvm_options((self.conf or {}).get(key)) for key in (
+            "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")}}
         env = dict(self.env_vars or {})
         if deploy_mode == "client" and not on_cluster_manager:
             env.update(self._local_python_env(master, env))

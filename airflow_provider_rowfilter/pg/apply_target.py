@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -237,27 +237,31 @@ class StagedTable:
         return counts
 
     def _load_keys(self) -> None:
+        """The staged keys, one row each, typed; whether phase 0's keys exist is read here, in the same pass."""
         key_columns = [sql.SQL("(key::jsonb ->> {})::{} AS {}").format(sql.Literal(i), sql.SQL(t),
                                                                        sql.Identifier(f"_k{i}"))
                        for i, t in enumerate(self.target.key_types())]
         self.conn.execute(sql.SQL(
             """CREATE TEMP TABLE {keys} ON COMMIT DROP AS
-               SELECT DISTINCT ON (phase, key) phase, key, {key_columns}, n_insert, n_update, n_delete,
-                      p_present, p_vals::jsonb AS p_vals, p_flags, p_conflict_lsn, p_conflict_xid,
-                      p_missing_update, p_missing_delete,
-                      a_present, a_vals::jsonb AS a_vals, a_flags, a_conflict_lsn, a_conflict_xid,
-                      a_missing_update, a_missing_delete, NULL::boolean AS existed
-               FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'
-               ORDER BY phase, key""").format(keys=self.keys, key_columns=sql.SQL(", ").join(key_columns),
-                                              stage=STAGE), (self.token, self.target.index))
+               SELECT s.*, CASE WHEN s.phase = 0 THEN EXISTS (SELECT 1 FROM {rel} t WHERE {match}) END AS existed
+               FROM (SELECT DISTINCT ON (phase, key) phase, key, {key_columns}, n_insert, n_update, n_delete,
+                            p_present, p_vals::jsonb AS p_vals, p_flags, p_conflict_lsn, p_conflict_xid,
+                            p_missing_update, p_missing_delete,
+                            a_present, a_vals::jsonb AS a_vals, a_flags, a_conflict_lsn, a_conflict_xid,
+                            a_missing_update, a_missing_delete
+                     FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'
+                     ORDER BY phase, key) s""").format(
+            keys=self.keys, key_columns=sql.SQL(", ").join(key_columns), stage=STAGE, rel=self.rel,
+            match=self._key_match("t", "s")), (self.token, self.target.index))
         self.conn.execute(sql.SQL("CREATE INDEX ON {} (phase)").format(self.keys))
         self.conn.execute(sql.SQL("ANALYZE {}").format(self.keys))
 
     def _apply_phase(self, phase: int, counts: TableCounts) -> None:
         q = {"keys": self.keys, "rel": self.rel, "match": self._key_match("t", "k")}
-        self.conn.execute(sql.SQL(
-            "UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = %s"
-        ).format(**q), (phase,))
+        if phase > 0:  # after the barrier before it (phase 0 was looked up when the keys were loaded)
+            self.conn.execute(sql.SQL(
+                "UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = %s"
+            ).format(**q), (phase,))
         conflict = self.conn.execute(sql.SQL(
             """SELECT key, lsn, xid FROM (
                  SELECT key, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,
@@ -343,6 +347,31 @@ def _json_list(text: str) -> list[str | None]:
 
 def _json_text(values: Sequence[str | None]) -> str:
     return json.dumps(list(values))
+
+
+def copy_stage(conninfo: dict[str, str], columns: Sequence[str], batches: Iterable) -> Iterator:
+    """``mapInArrow`` body: COPY a partition's staged rows (Arrow record batches) into ``apply_stage``.
+
+    Each batch is written as CSV by Arrow (strings quoted, NULL an empty field: PostgreSQL's CSV
+    rules) and streamed into one ``COPY … FROM STDIN``, one subscriber transaction per task. A
+    retried task may stage a key twice under the same token; the apply reads one row per key.
+    Yields one batch with the number of rows written.
+    """
+    import pyarrow as pa
+    import pyarrow.csv as pa_csv
+
+    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+        STAGE, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+    options = pa_csv.WriteOptions(include_header=False)
+    rows = 0
+    with psycopg.connect(**conninfo) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
+        for batch in batches:
+            if batch.num_rows:
+                sink = pa.BufferOutputStream()
+                pa_csv.write_csv(batch, sink, options)
+                copy.write(memoryview(sink.getvalue()))
+                rows += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
 def new_token(subscription: str) -> str:

@@ -12,17 +12,22 @@
    pg/apply_target.py for what each flag means when written.
 4. **Reduce**: changes between two *barriers* (TRUNCATE, an UPDATE that changes the key) are grouped
    by table, phase and key and folded in commit order into the key's net effect, once as if the
-   key existed before the batch and once as if not; the subscriber chooses.
+   key existed before the batch and once as if not; the subscriber chooses. A key's only change
+   (most keys of a batch) is turned into its effect by an expression; only keys with several
+   changes go through the fold, a higher-order function Spark interprets.
+5. **Stage**: the result is COPYed into ``rowfilter.apply_stage`` from the executors.
 
-Everything runs in the JVM (Spark SQL expressions and higher-order functions); no row passes
-through Python.
+Judging and reducing run in the JVM as projections Spark compiles whole (docs/apply.md, "Speed"):
+the values are realigned once to the batch's columns so each read is positional, each filter is
+evaluated once per row, and the judged batch is kept with ``localCheckpoint`` (rows as they are,
+not re-encoded into the columnar cache). Only the staging write passes rows to Python, as Arrow.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from sqlglot import exp
@@ -35,7 +40,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
     filter_expression,
 )
 from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
-from airflow_provider_rowfilter.spark.jdbc import JdbcConnection
+from airflow_provider_rowfilter.pg.apply_target import copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
@@ -78,43 +83,72 @@ def _published(plan: ApplyPlan, action: str) -> exp.Expression:
     return _per_rules(plan, lambda t, r: _lit(action in r.actions), _lit(False))
 
 
-def _matches(plan: ApplyPlan, action: str, values: str) -> exp.Expression:
+class _Names:
+    """Every column the batch reads (the targets' columns and keys, the filters' columns), by position.
+
+    Each change's values are realigned once to this list (``_nv``, ``_ov``, ``_um``, ``_cv``), so
+    every later read is a positional ``get`` that Spark compiles, not a lookup by name per read.
+    """
+
+    def __init__(self, plan: ApplyPlan) -> None:
+        names: dict[str, None] = {}
+        for t in plan.targets:
+            names.update(dict.fromkeys((*t.columns, *t.key)))
+            for rules in t.rules:
+                if rules is not None:
+                    names.update(dict.fromkeys(rules.column_types))
+        self.names = tuple(names)
+        self.position = {n: i for i, n in enumerate(self.names)}
+
+    # element_at, not get/[]: Spark's optimizer inlines an array into every get() of it, which would
+    # repeat the realignment (and the filters) in every expression that reads a value.
+    def read(self, values: str, name: str) -> exp.Expression:
+        return exp.Anonymous(this="element_at", expressions=[_col(values), _lit(self.position[name] + 1)])
+
+    def column(self, values: str, name: str) -> Column:
+        return F.element_at(F.col(values), F.lit(self.position[name] + 1))
+
+
+def _matches(plan: ApplyPlan, names: _Names, action: str, values: str) -> exp.Expression:
     """The action's effective filter (ORed publications; NULL counts as no match) on one side of the change."""
     def one(target: TargetPlan, rules: EpochRules) -> exp.Expression:
         text = rules.filters.get(action)
         if text is None:
             return _lit(True)
-        return exp.func("coalesce", filter_expression(text, rules.column_types, values), _lit(False))
+        return exp.func("coalesce", filter_expression(text, rules.column_types, lambda n: names.read(values, n)),
+                        _lit(False))
     return _per_rules(plan, one, _lit(False))
 
 
-def _decision(plan: ApplyPlan) -> exp.Expression:
-    """What each change is applied as (``_op``)."""
-    new_u, old_u = _matches(plan, "update", "_nm"), _matches(plan, "update", "_om")
+# The judged booleans of a change, each evaluated once per row (decide's third projection).
+_JUDGED = {"_pi": ("published", "insert"), "_pu": ("published", "update"), "_pd": ("published", "delete"),
+           "_pt": ("published", "truncate"), "_fi": ("insert", "_nv"), "_fun": ("update", "_nv"),
+           "_fuo": ("update", "_ov"), "_fd": ("delete", "_ov")}
+
+
+def _decision() -> exp.Expression:
+    """What each change is applied as (``_op``), from the judged booleans."""
+    new_u, old_u = _col("_fun"), _col("_fuo")
     transform = exp.Case()
     for (old, new), kind in UPDATE_DECISION_TABLE.items():
         transform = transform.when(
             exp.and_(old_u.copy() if old else exp.not_(old_u.copy()), new_u.copy() if new else exp.not_(new_u.copy())),
             _lit(_OP[kind]))
     update = exp.If(this=exp.Is(this=_col("old_kind"), expression=exp.Null()),
-                    true=exp.If(this=new_u, true=_lit("U"), false=_lit("x")), false=transform)
+                    true=exp.If(this=new_u.copy(), true=_lit("U"), false=_lit("x")), false=transform)
 
-    def gated(action: str, decided: exp.Expression) -> exp.Expression:
-        return exp.If(this=_published(plan, action), true=decided, false=_lit("u"))
+    def gated(published: str, decided: exp.Expression) -> exp.Expression:
+        return exp.If(this=_col(published), true=decided, false=_lit("u"))
 
     kind = _col("kind")
     return (exp.Case()
             .when(exp.EQ(this=kind, expression=_lit("insert")),
-                  gated("insert", exp.If(this=_matches(plan, "insert", "_nm"), true=_lit("I"), false=_lit("x"))))
-            .when(exp.EQ(this=kind, expression=_lit("update")), gated("update", update))
+                  gated("_pi", exp.If(this=_col("_fi"), true=_lit("I"), false=_lit("x"))))
+            .when(exp.EQ(this=kind, expression=_lit("update")), gated("_pu", update))
             .when(exp.EQ(this=kind, expression=_lit("delete")),
-                  gated("delete", exp.If(this=_matches(plan, "delete", "_om"), true=_lit("D"), false=_lit("x"))))
-            .when(exp.EQ(this=kind, expression=_lit("truncate")), gated("truncate", _lit("T")))
+                  gated("_pd", exp.If(this=_col("_fd"), true=_lit("D"), false=_lit("x"))))
+            .when(exp.EQ(this=kind, expression=_lit("truncate")), gated("_pt", _lit("T")))
             .else_(_lit("u")))
-
-
-def _read(values: str, name: str) -> Column:
-    return F.try_element_at(F.col(values), F.lit(name))
 
 
 def _array_per_target(plan: ApplyPlan, build) -> Column:
@@ -126,8 +160,8 @@ def _array_per_target(plan: ApplyPlan, build) -> Column:
     return result if result is not None else F.lit(None)
 
 
-def _flags(plan: ApplyPlan) -> Column:
-    """Per subscriber column: 0 the change carries it, 1 it does not (see pg/apply_target.py)."""
+def _flags(plan: ApplyPlan, names: _Names) -> Column:
+    """One character per subscriber column: 0 the change carries it, 1 it does not (see pg/apply_target.py)."""
     result = None
     for t in plan.targets:
         for e, rules in enumerate(t.rules):
@@ -135,11 +169,11 @@ def _flags(plan: ApplyPlan) -> Column:
                 continue
             cells = []
             for c in t.columns:
-                carried = F.array_contains(F.col("column_names"), F.lit(c)) if rules.publishes_column(c) else F.lit(False)
-                unchanged = (F.col("_op") == "U") & F.coalesce(_read("_um", c), F.lit(False))
-                cells.append(F.when(~carried | unchanged, F.lit(1)).otherwise(F.lit(0)))
+                carried = names.column("_cv", c) if rules.publishes_column(c) else F.lit(False)
+                unchanged = (F.col("_op") == "U") & F.coalesce(names.column("_um", c), F.lit(False))
+                cells.append(F.when(~carried | unchanged, F.lit("1")).otherwise(F.lit("0")))
             cond = (F.col("_tgt") == t.index) & (F.col("_epoch") == e)
-            built = F.array(*cells)
+            built = F.concat(*cells) if cells else F.lit("")
             result = F.when(cond, built) if result is None else result.when(cond, built)
     return result if result is not None else F.lit(None)
 
@@ -157,11 +191,17 @@ class BatchFacts:
 
 @dataclass
 class DecidedBatch:
-    """The judged changes of a batch (persisted: summarised and reduced from one evaluation)."""
+    """The judged changes of a batch (checkpointed: summarised and reduced from one evaluation)."""
 
     frame: DataFrame
     plan: ApplyPlan
     _facts: BatchFacts | None = None
+
+    def release(self) -> None:
+        """Drop the checkpointed rows now, rather than when the JVM's garbage collector finds them."""
+        checkpointed = self.frame._jdf.queryExecution().analyzed()  # a LogicalRDD over the checkpoint
+        if checkpointed.getClass().getSimpleName() == "LogicalRDD":
+            checkpointed.rdd().unpersist(False)
 
     def facts(self) -> BatchFacts:
         if self._facts is not None:
@@ -210,7 +250,7 @@ class DecidedBatch:
                      .select("_tgt", "commit_lsn", "seq", "xid", "truncate_restart_identity",
                              F.lit("T").alias("_op"), F.lit(None).cast("array<string>").alias("_key"),
                              F.lit(None).cast("array<string>").alias("_vals"),
-                             F.lit(None).cast("array<int>").alias("_fl"), F.lit(True).alias("_barrier")))
+                             F.lit(None).cast("string").alias("_fl"), F.lit(True).alias("_barrier")))
         ops = kept.select("_tgt", "commit_lsn", "seq", "xid", "truncate_restart_identity", "_op", "_key", "_vals",
                           "_fl", "_barrier").unionByName(truncates)
         with_barriers = self.facts().barrier_targets
@@ -224,123 +264,178 @@ class DecidedBatch:
         else:
             ops = ops.withColumn("_phase", F.lit(0))
         ncols = _array_per_target(plan, lambda t: F.lit(len(t.columns)))
-        cells = F.zip_with("_vals", "_fl", lambda v, f: F.struct(v.alias("v"), f.alias("f")))
         keyed = (ops.where(~F.col("_barrier"))
-                 .withColumn("_cells", F.when(F.col("_op") == "D", F.lit(None)).otherwise(cells))
-                 .withColumn("_n", ncols)
                  .groupBy("_tgt", "_phase", "_key")
-                 .agg(F.sort_array(F.collect_list(F.struct("commit_lsn", "seq", "_op", "xid", "_cells")))
-                      .alias("ops"), F.first("_n").alias("_n")))
-        present, absent = F.expr(_fold(True, plan.policy)), F.expr(_fold(False, plan.policy))
+                 .agg(F.sort_array(F.collect_list(F.struct("commit_lsn", "seq", "_op", "xid", "_vals", "_fl")))
+                      .alias("ops"),
+                      *(F.count_if(F.col("_op") == op).alias(name)
+                        for op, name in (("I", "n_insert"), ("U", "n_update"), ("D", "n_delete")))))
+        keyed = keyed.withColumn("_n", ncols)
+        outcome = []
+        for side, existed in (("p", True), ("a", False)):
+            s = F.when(F.size("ops") == 1, _single(existed, plan.policy)).otherwise(_folded(existed, plan.policy))
+            outcome += [s[name].alias(f"{side}_{name}") for name in
+                        ("present", "vals", "flags", "conflict_lsn", "conflict_xid", "missing_update",
+                         "missing_delete")]
         keys = keyed.select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("K").alias("row_kind"), F.lit(None).cast("string").alias("op"), F.to_json("_key").alias("key"),
-            *(_count_ops(op).alias(name) for op, name in (("I", "n_insert"), ("U", "n_update"), ("D", "n_delete"))),
-            present.alias("p"), absent.alias("a"))
-        outcome = []
-        for side in ("p", "a"):
-            s = F.col(side)
-            outcome += [
-                s["present"].alias(f"{side}_present"),
-                F.to_json(F.transform(s["cells"], lambda c: c["v"])).alias(f"{side}_vals"),
-                F.array_join(F.transform(s["cells"], lambda c: c["f"].cast("string")), "").alias(f"{side}_flags"),
-                s["clsn"].alias(f"{side}_conflict_lsn"), s["cxid"].alias(f"{side}_conflict_xid"),
-                s["mu"].alias(f"{side}_missing_update"), s["md"].alias(f"{side}_missing_delete"),
-            ]
-        keys = keys.select("token", "target", "phase", "row_kind", "op", "key", "n_insert", "n_update", "n_delete",
-                           *outcome)
+            F.col("n_insert").cast("long"), F.col("n_update").cast("long"), F.col("n_delete").cast("long"), *outcome)
         barriers = ops.where("_barrier").select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("B").alias("row_kind"), F.col("_op").alias("op"), F.to_json("_key").alias("key"),
             "commit_lsn", "xid", F.col("truncate_restart_identity").alias("restart_identity"),
             F.to_json("_vals").alias("p_vals"),
             # In a single UPDATE a column the change does not carry keeps the subscriber's value (flag 2).
-            F.array_join(F.transform("_fl", lambda f: F.when(f == 1, F.lit(2)).otherwise(f).cast("string")), "")
-            .alias("p_flags"))
+            F.translate("_fl", "1", "2").alias("p_flags"))
         return keys.unionByName(barriers, allowMissingColumns=True)
 
 
-def _count_ops(op: str) -> Column:
-    return F.size(F.filter("ops", lambda o: o["_op"] == F.lit(op))).cast("long")
+_OUTCOME = ("named_struct('present', {present}, 'vals', {vals}, 'flags', {flags}, 'conflict_lsn', {clsn}, "
+            "'conflict_xid', {cxid}, 'missing_update', {mu}, 'missing_delete', {md})")
 
 
-def _fold(existed: bool, policy: str) -> str:
-    """The net effect of one key's changes, in commit order, from a start where the key existed or not.
+def _outcome(present: str, vals: str = "CAST(NULL AS STRING)", flags: str = "CAST(NULL AS STRING)",
+             clsn: str = "CAST(NULL AS BIGINT)", cxid: str = "CAST(NULL AS BIGINT)", mu: str = "0L",
+             md: str = "0L") -> str:
+    return _OUTCOME.format(present=present, vals=vals, flags=flags, clsn=clsn, cxid=cxid, mu=mu, md=md)
+
+
+def _single(existed: bool, policy: str) -> Column:
+    """The net effect of a key's only change (most keys of a batch), without a fold.
+
+    The same as :func:`_folded` on a one-element list; a value whose flag is not 0 is never read.
+    """
+    o = "ops[0]"
+    conflict = existed and policy == "error"
+    insert = _outcome("true", f"to_json({o}._vals)", f"{o}._fl",
+                      f"{o}.commit_lsn" if conflict else "CAST(NULL AS BIGINT)",
+                      f"{o}.xid" if conflict else "CAST(NULL AS BIGINT)")
+    if existed:
+        update = _outcome("true", f"to_json({o}._vals)", f"translate({o}._fl, '1', '2')")
+    elif policy == "upsert":
+        update = _outcome("true", f"to_json({o}._vals)", f"{o}._fl")
+    else:
+        update = _outcome("false", mu="1L")
+    delete = _outcome("false", md="0L" if existed else "1L")
+    return F.expr(f"CASE {o}._op WHEN 'I' THEN {insert} WHEN 'U' THEN {update} ELSE {delete} END")
+
+
+def _folded(existed: bool, policy: str) -> Column:
+    """The net effect of a key's changes, in commit order, from a start where the key existed or not.
 
     State: present, cells (value and flag per column; 2 = the subscriber's current value), the first
     conflict (commit_lsn, xid), and the UPDATEs/DELETEs that found no row (R14.5: skipped, counted).
     """
     conflict = "s.present AND s.clsn IS NULL" if policy == "error" else "false"
+    cells = "zip_with(o._vals, split(o._fl, ''), (v, f) -> named_struct('v', v, 'f', CAST(f AS INT)))"
     missed_update = (
-        "named_struct('present', true, 'cells', transform(o._cells, c -> IF(c.f = 0, c, "
+        f"named_struct('present', true, 'cells', transform({cells}, c -> IF(c.f = 0, c, "
         "named_struct('v', CAST(NULL AS STRING), 'f', 1))), 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md)"
         if policy == "upsert" else
         "named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu + 1L, 'md', s.md)")
     start = (f"named_struct('present', {'true' if existed else 'false'}, "
              "'cells', array_repeat(named_struct('v', CAST(NULL AS STRING), 'f', 2), _n), "
              "'clsn', CAST(NULL AS BIGINT), 'cxid', CAST(NULL AS BIGINT), 'mu', 0L, 'md', 0L)")
-    return f"""aggregate(ops, {start}, (s, o) -> CASE o._op
-        WHEN 'I' THEN named_struct('present', true, 'cells', o._cells,
+    fold = f"""aggregate(ops, {start}, (s, o) -> CASE o._op
+        WHEN 'I' THEN named_struct('present', true, 'cells', {cells},
             'clsn', IF({conflict}, o.commit_lsn, s.clsn), 'cxid', IF({conflict}, o.xid, s.cxid), 'mu', s.mu, 'md', s.md)
         WHEN 'U' THEN IF(s.present,
-            named_struct('present', true, 'cells', zip_with(s.cells, o._cells, (a, b) -> IF(b.f = 0, b, a)),
+            named_struct('present', true, 'cells', zip_with(s.cells, {cells}, (a, b) -> IF(b.f = 0, b, a)),
                          'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md),
             {missed_update})
         ELSE IF(s.present,
             named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md),
             named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md + 1L))
-        END)"""
+        END, s -> {_outcome("s.present", "to_json(transform(s.cells, c -> c.v))",
+                            "array_join(transform(s.cells, c -> CAST(c.f AS STRING)), '')",
+                            "s.clsn", "s.cxid", "s.mu", "s.md")})"""
+    return F.expr(fold)
 
 
 def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBatch:
-    """Read the segments and judge every change of the subscribed tables (persisted: unpersist when done)."""
+    """Read the segments and judge every change of the subscribed tables (checkpointed locally on first use).
+
+    Built from projections Spark compiles whole (no maps, no lambdas): route, realign the values to
+    the batch's columns, judge (each filter once per row), decide, then key, values and flags.
+    """
     raw = spark.read.parquet(*paths)
-    routes = spark.createDataFrame(
-        [(leaf.schema, leaf.name, t.index, t.position) for t in plan.targets for leaf in t.leaves],
-        "_leaf_schema string, _leaf_table string, _tgt int, _position long")
-    frame = (raw.join(F.broadcast(routes), (raw["schema"] == routes["_leaf_schema"])
-                      & (raw["table"] == routes["_leaf_table"]))
-             .where(F.col("commit_lsn") >= F.col("_position")))
+    # Route each leaf to its target with an expression (no join: a DataFrame made from Python rows
+    # would start Python workers just to read them back).
+    target = position = None
+    for t in plan.targets:
+        for leaf in t.leaves:
+            cond = (F.col("schema") == leaf.schema) & (F.col("table") == leaf.name)
+            target = F.when(cond, F.lit(t.index)) if target is None else target.when(cond, F.lit(t.index))
+        cond = F.col("_tgt") == t.index
+        position = F.when(cond, F.lit(t.position)) if position is None else position.when(cond, F.lit(t.position))
+    if target is None:
+        target, position = F.lit(None).cast("int"), F.lit(None).cast("long")
+    frame = (raw.withColumn("_tgt", target).where(F.col("_tgt").isNotNull())
+             .where(F.col("commit_lsn") >= position))
     epoch = F.lit(0)
     for i, start in enumerate(plan.epochs[1:], start=1):
         epoch = F.when(F.col("commit_lsn") >= F.lit(start), F.lit(i)).otherwise(epoch)
     base = ["commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "column_names", "old_kind",
-            "truncate_restart_identity", "_tgt"]
-    # R5.5: an unchanged TOASTed value is taken from the old full row when there is one.
+            "truncate_restart_identity", "_tgt", "_epoch"]
+    names = _Names(plan)
+    # 1. where each of the batch's columns sits in the change's column list (0: the change lacks it)
     frame = frame.select(
-        *base, epoch.alias("_epoch"),
-        F.expr("IF(new_values IS NULL, NULL, map_from_arrays(column_names, CASE WHEN old_kind = 'O' THEN "
-               "transform(new_values, (v, i) -> IF(new_unchanged[i], old_values[i], v)) ELSE new_values END))"
-               ).alias("_nm"),
-        F.expr("IF(new_values IS NULL OR old_kind = 'O', NULL, map_from_arrays(column_names, new_unchanged))"
-               ).alias("_um"),
-        F.expr("IF(old_values IS NULL, NULL, map_from_arrays(column_names, old_values))").alias("_om"))
-    decision = _sql(_decision(plan))
+        *base[:-1], "new_values", "new_unchanged", "old_values", epoch.alias("_epoch"),
+        F.array(*(F.array_position("column_names", F.lit(n)).cast("int") for n in names.names)).alias("_p"))
+
+    def realigned(build) -> Column:  # noqa: ANN001
+        cells = []
+        for i in range(len(names.names)):
+            p = F.element_at(F.col("_p"), F.lit(i + 1))
+            cells.append(F.when(p > 0, build(p)))
+        return F.array(*cells)
+
+    # 2. the values realigned; R5.5: an unchanged TOASTed value is taken from the old full row when there is one
+    frame = frame.select(
+        *base,
+        F.when(F.col("new_values").isNotNull(), realigned(lambda i: F.when(
+            (F.col("old_kind") == "O") & F.try_element_at("new_unchanged", i), F.try_element_at("old_values", i))
+            .otherwise(F.try_element_at("new_values", i)))).alias("_nv"),
+        F.when(F.col("new_values").isNotNull() & F.coalesce(F.col("old_kind") != "O", F.lit(True)),
+               realigned(lambda i: F.try_element_at("new_unchanged", i))).alias("_um"),
+        F.when(F.col("old_values").isNotNull(), realigned(lambda i: F.try_element_at("old_values", i))).alias("_ov"),
+        F.array(*(F.element_at(F.col("_p"), F.lit(i + 1)) > 0 for i in range(len(names.names)))).alias("_cv"))
+    # 3. judge: each filter and publish flag once per row
+    judged = {}
+    for name, (what, side) in _JUDGED.items():
+        judged[name] = (_published(plan, side) if what == "published" else _matches(plan, names, what, side))
+    frame = frame.select(*base, "_nv", "_um", "_ov", "_cv", *(_sql(e).alias(n) for n, e in judged.items()))
+    # 4. decide
+    decision = _sql(_decision())
     if plan.skip_lsn is not None:  # ALTER SUBSCRIPTION … SKIP: the whole transaction is dropped
         decision = F.when(F.col("commit_lsn") == F.lit(plan.skip_lsn), F.lit("s")).otherwise(decision)
-    frame = frame.select(*base, "_epoch", "_nm", "_um", "_om", decision.alias("_op"))
-    new_key = _array_per_target(plan, lambda t: F.array(*(_read("_nm", k) for k in t.key)))
-    old_key = _array_per_target(plan, lambda t: F.array(*(_read("_om", k) for k in t.key)))
-    frame = frame.select(*base, "_epoch", "_nm", "_om", "_um", "_op",
+    new_key = _array_per_target(plan, lambda t: F.array(*(names.column("_nv", k) for k in t.key)))
+    old_key = _array_per_target(plan, lambda t: F.array(*(names.column("_ov", k) for k in t.key)))
+    frame = frame.select(*base, "_nv", "_um", "_ov", "_cv", decision.alias("_op"),
                          new_key.alias("_newkey"), old_key.alias("_oldkey"))
+    # 5. what is staged: the key the change is found by, its values and flags, whether it is a barrier
     dml = F.col("_op").isin("I", "U")
+    has_old = F.col("_ov").isNotNull()
     frame = frame.select(
         "_tgt", "_epoch", "commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "column_names",
         "truncate_restart_identity", "_op",
         F.when(F.col("_op") == "I", F.col("_newkey")).when(F.col("_op") == "D", F.col("_oldkey"))
-        .when(F.col("_op") == "U", F.coalesce(F.when(F.col("_om").isNotNull(), F.col("_oldkey")), F.col("_newkey")))
+        .when(F.col("_op") == "U", F.when(has_old, F.col("_oldkey")).otherwise(F.col("_newkey")))
         .alias("_key"),
-        F.when(dml, _array_per_target(plan, lambda t: F.array(*(_read("_nm", c) for c in t.columns)))).alias("_vals"),
-        F.when(dml, _flags(plan)).alias("_fl"),
-        ((F.col("_op") == "U") & F.col("_om").isNotNull() & ~F.col("_oldkey").eqNullSafe(F.col("_newkey")))
-        .alias("_barrier"))
-    return DecidedBatch(frame.persist(StorageLevel.MEMORY_AND_DISK), plan)
+        F.when(dml, _array_per_target(plan, lambda t: F.array(*(names.column("_nv", c) for c in t.columns))))
+        .alias("_vals"),
+        F.when(dml, _flags(plan, names)).alias("_fl"),
+        ((F.col("_op") == "U") & has_old & ~F.col("_oldkey").eqNullSafe(F.col("_newkey"))).alias("_barrier"))
+    return DecidedBatch(frame.localCheckpoint(eager=False), plan)
 
 
-def write_stage(frame: DataFrame, jdbc: JdbcConnection) -> None:
-    """Append the staged rows to ``rowfilter.apply_stage`` (each task one transaction; reruns are told apart by token)."""
-    writer = (frame.write.format("jdbc").option("url", jdbc.url).option("dbtable", STAGE_TABLE)
-              .option("batchsize", "5000").option("isolationLevel", "READ_COMMITTED").mode("append"))
-    for key, value in jdbc.properties.items():
-        writer = writer.option(key, value)
-    writer.option("reWriteBatchedInserts", "true").save()
+def write_stage(frame: DataFrame, conninfo: dict[str, str]) -> int:
+    """COPY the staged rows into ``rowfilter.apply_stage`` from the executors; returns the rows written.
+
+    Arrow batches go to a Python task that streams them as CSV into ``COPY … FROM STDIN``
+    (pg/apply_target.copy_stage): one subscriber transaction per task; reruns are told apart by token.
+    """
+    columns = frame.columns
+    written = frame.mapInArrow(partial(copy_stage, conninfo, columns), "rows long")
+    return int(written.agg(F.sum("rows")).collect()[0][0] or 0)

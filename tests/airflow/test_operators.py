@@ -331,6 +331,20 @@ def test_spark_side_python_is_this_interpreter_in_local_mode(dbs: Databases, mon
     assert "PYSPARK_PYTHON" not in chosen.env_vars
 
 
+def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
+    """The driver's JVM is started by spark-submit: the jobs' JVM options must be on its --conf."""
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    op = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"],
+                              publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                              conn_id=dbs.spark_conn, conf={"spark.driver.extraJavaOptions": "-Xss4m"})
+    op.prepare_submit()
+    command = _command(op)
+    confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
+    assert "spark.driver.extraJavaOptions=-Xss4m -Duser.timezone=UTC -XX:-DontCompileHugeMethods" in confs
+    assert "spark.executor.extraJavaOptions=-Duser.timezone=UTC -XX:-DontCompileHugeMethods" in confs
+
+
 def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:
     """The JSON on the command line round-trips through the jobs' own argument parser."""
     from airflow_provider_rowfilter.jobs.arguments import parse, parser

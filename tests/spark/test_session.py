@@ -55,6 +55,12 @@ def test_session_settings(spark: SparkSession) -> None:
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     assert jvm.java.util.TimeZone.getDefault().getID() == "UTC"
+    # HotSpot compiles Spark's long generated methods instead of interpreting them (docs/apply.md, "Speed").
+    arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert "-XX:-DontCompileHugeMethods" in arguments
+    assert jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class).getVMOption(
+        "DontCompileHugeMethods").getValue() == "false"
     # The driver class is visible to java.sql.DriverManager, not only to Spark's own class loader.
     assert jvm.java.sql.DriverManager.getDriver("jdbc:postgresql://127.0.0.1/x").getClass().getName() == (
         "org.postgresql.Driver"
@@ -95,6 +101,15 @@ def test_session_conf_keeps_callers_settings_and_adds_the_jar() -> None:
     assert conf["spark.driver.extraClassPath"] == jar
     assert conf["spark.sql.session.timeZone"] == "Europe/Paris"
     assert "spark.ui.enabled" not in conf  # the UI stays on unless asked
+    assert conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:-DontCompileHugeMethods"
+
+
+def test_session_conf_adds_jvm_options_to_the_callers_own() -> None:
+    conf = session_conf(None, {"spark.executor.extraJavaOptions": "-Xss4m -Duser.timezone=Europe/Paris",
+                               "spark.driver.extraJavaOptions": "-XX:+DontCompileHugeMethods"})
+    # The caller's options stay, and a setting the caller made itself is not overridden.
+    assert conf["spark.executor.extraJavaOptions"] == "-Xss4m -Duser.timezone=Europe/Paris -XX:-DontCompileHugeMethods"
+    assert conf["spark.driver.extraJavaOptions"] == "-XX:+DontCompileHugeMethods -Duser.timezone=UTC"
 
 
 def test_missing_debian_jar_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
