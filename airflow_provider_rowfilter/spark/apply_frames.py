@@ -360,19 +360,21 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
     the batch's columns, judge (each filter once per row), decide, then key, values and flags.
     """
     raw = spark.read.parquet(*paths)
-    # Route each leaf to its target with an expression (no join: a DataFrame made from Python rows
-    # would start Python workers just to read them back).
-    target = position = None
-    for t in plan.targets:
-        for leaf in t.leaves:
-            cond = (F.col("schema") == leaf.schema) & (F.col("table") == leaf.name)
-            target = F.when(cond, F.lit(t.index)) if target is None else target.when(cond, F.lit(t.index))
-        cond = F.col("_tgt") == t.index
-        position = F.when(cond, F.lit(t.position)) if position is None else position.when(cond, F.lit(t.position))
-    if target is None:
-        target, position = F.lit(None).cast("int"), F.lit(None).cast("long")
-    frame = (raw.withColumn("_tgt", target).where(F.col("_tgt").isNotNull())
-             .where(F.col("commit_lsn") >= position))
+    # Route each leaf to its target by a broadcast join with a table built in the JVM (not from Python
+    # rows, which would start Python workers to read them back). The positions stay out of the big
+    # judging projection: Spark inlines a number literal into its generated code, so a literal that
+    # moves every batch would make Spark compile and the JIT warm up that code again each time.
+    routes = [F.struct(F.lit(leaf.schema).alias("_leaf_schema"), F.lit(leaf.name).alias("_leaf_table"),
+                       F.lit(t.index).alias("_tgt"), F.lit(t.position).cast("long").alias("_position"))
+              for t in plan.targets for leaf in t.leaves]
+    if not routes:
+        routes = [F.struct(F.lit(None).cast("string").alias("_leaf_schema"),
+                           F.lit(None).cast("string").alias("_leaf_table"),
+                           F.lit(None).cast("int").alias("_tgt"), F.lit(None).cast("long").alias("_position"))]
+    table = spark.range(1).select(F.inline(F.array(*routes)))
+    frame = (raw.join(F.broadcast(table), (raw["schema"] == table["_leaf_schema"])
+                      & (raw["table"] == table["_leaf_table"]))
+             .where(F.col("commit_lsn") >= F.col("_position")))
     epoch = F.lit(0)
     for i, start in enumerate(plan.epochs[1:], start=1):
         epoch = F.when(F.col("commit_lsn") >= F.lit(start), F.lit(i)).otherwise(epoch)
