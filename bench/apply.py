@@ -331,7 +331,10 @@ def run_job(module: str, spec_file: Path, *extra: str) -> dict:
     stop.set()
     watcher.join()
     if proc.returncode:
-        raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{err[-4000:]}")
+        saved = Path(tempfile.gettempdir()) / f"rowfilter-bench-apply-failed-{proc.pid}.log"
+        saved.write_text(err)
+        raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}); its whole stderr is in {saved}:\n"
+                         f"{err[-4000:]}")
     after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     by_name: dict[str, int] = {}
     for name, kb in peaks.values():
