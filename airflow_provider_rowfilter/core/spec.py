@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -21,12 +22,18 @@ CONFLICT_POLICIES = ("error", "upsert")
 SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods")
 
 
-def with_jvm_options(existing: str | None) -> str:
-    """``existing`` Java options plus those of :data:`SPARK_JVM_OPTIONS` it does not set itself."""
-    present = existing or ""
-    added = [o for o in SPARK_JVM_OPTIONS
-             if o.split("=")[0].removeprefix("-XX:-").removeprefix("-D") not in present]
-    return " ".join(part for part in (present.strip(), *added) if part)
+def with_jvm_options(conf: Mapping[str, str] | None) -> dict[str, str]:
+    """``conf`` with :data:`SPARK_JVM_OPTIONS` added to the driver's and executors' Java options.
+
+    An option the caller sets itself (``-Duser.timezone=…``, ``-XX:+DontCompileHugeMethods``) is kept as given.
+    """
+    result = dict(conf or {})
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        present = result.get(key) or ""
+        added = [o for o in SPARK_JVM_OPTIONS
+                 if o.split("=")[0].removeprefix("-XX:-").removeprefix("-D") not in present]
+        result[key] = " ".join(part for part in (present.strip(), *added) if part)
+    return result
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

@@ -176,8 +176,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
             raise AirflowFailException(f"{self.task_id}: {e}") from e
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
         self._add_jdbc_jar(deploy_mode)
-        self.conf = {**(self.conf or {}), **{key: with_jvm_options((self.conf or {}).get(key)) for key in (
-            "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions")}}
+        self.conf = with_jvm_options(self.conf)  # the driver's JVM is started by spark-submit
         env = dict(self.env_vars or {})
         if deploy_mode == "client" and not on_cluster_manager:
             env.update(self._local_python_env(master, env))

@@ -87,7 +87,7 @@ class _Names:
     """Every column the batch reads (the targets' columns and keys, the filters' columns), by position.
 
     Each change's values are realigned once to this list (``_nv``, ``_ov``, ``_um``, ``_cv``), so
-    every later read is a positional ``get`` that Spark compiles, not a lookup by name per read.
+    every later read is a positional ``element_at`` that Spark compiles, not a lookup by name per read.
     """
 
     def __init__(self, plan: ApplyPlan) -> None:

@@ -56,10 +56,6 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     settings = {
         "spark.master": master or DEFAULT_MASTER,
         "spark.sql.session.timeZone": "UTC",
-        # The JVMs' own zone too (the JDBC driver and java.time conversions read it), and the JIT
-        # for long generated methods (core/spec.py SPARK_JVM_OPTIONS).
-        "spark.driver.extraJavaOptions": with_jvm_options(None),
-        "spark.executor.extraJavaOptions": with_jvm_options(None),
     }
     if settings["spark.master"].startswith("local"):
         # Everything runs in this JVM: keep the driver's ports on loopback instead of the address
@@ -67,8 +63,9 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(conf or {})
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-        settings[key] = with_jvm_options(settings[key])
+    # The JVMs' own zone (the JDBC driver and java.time conversions read it) and the JIT for long
+    # generated methods, added to the caller's Java options (core/spec.py SPARK_JVM_OPTIONS).
+    settings = with_jvm_options(settings)
     jar = str(jdbc_jar_path())
     jars = [j for j in settings.get("spark.jars", "").split(",") if j]
     if jar not in jars:
