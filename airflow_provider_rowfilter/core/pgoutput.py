@@ -151,7 +151,7 @@ class TupleData:
     """One row image: a value per column (str, or bytes with the binary option; None for NULL and
     for an unchanged TOASTed value) and, in parallel, whether the value was left unchanged."""
 
-    values: tuple[str | bytes | None, ...]
+    values: tuple[str | bytes | None, ...]  # bytes: a binary value, or text kept raw (decode_message raw_text)
     unchanged: tuple[bool, ...]
 
     @property
@@ -212,12 +212,16 @@ def pg_timestamp(micros: int) -> datetime:
     return POSTGRES_EPOCH + timedelta(microseconds=micros)
 
 
-def decode_message(data: bytes, lsn: int | None = None, *, encoding: str = "utf-8") -> PgOutputMessage:
+def decode_message(data: bytes, lsn: int | None = None, *, encoding: str = "utf-8",
+                   raw_text: bool = False) -> PgOutputMessage:
     """Decode one pgoutput message.
 
     :param data: the message bytes (the ``data`` column of the slot functions).
     :param lsn: the message's LSN, only used to say where a failing message was.
     :param encoding: the Python codec of the publisher's server encoding, for names and text values.
+    :param raw_text: keep the tuples' text values as the publisher's bytes, undecoded (capture
+        validates them a row group at a time, far faster than value by value); a binary value
+        (the ``binary`` option) is then refused, since it would pass for text.
     :raises PgOutputError: on an unknown or unsupported message type, or malformed bytes.
     """
     if not data:
@@ -226,6 +230,8 @@ def decode_message(data: bytes, lsn: int | None = None, *, encoding: str = "utf-
     if decoder is None:
         raise _refusal(data[0], lsn)
     try:
+        if raw_text and decoder in _TUPLE_DECODERS:
+            return decoder(data, None)
         return decoder(data, encoding)
     except (struct.error, IndexError, ValueError) as e:
         # ValueError covers UnicodeDecodeError and a missing string terminator.
@@ -256,9 +262,10 @@ def _string(data: bytes, pos: int, encoding: str) -> tuple[str, int]:
     return data[pos:end].decode(encoding), end + 1
 
 
-def _tuple(data: bytes, pos: int, encoding: str, unpack=_I32.unpack_from) -> tuple[TupleData, int]:
+def _tuple(data: bytes, pos: int, encoding: str | None, unpack=_I32.unpack_from) -> tuple[TupleData, int]:
     # The hot path of a capture: local names, no per-value bounds check (a value running past the end
-    # leaves ``pos`` beyond the message, which _end reports).
+    # leaves ``pos`` beyond the message, which _end reports). ``encoding`` None keeps text values as
+    # the publisher's bytes (decode_message's ``raw_text``).
     count = data[pos] << 8 | data[pos + 1]
     pos += 2
     values: list[str | bytes | None] = []
@@ -267,10 +274,8 @@ def _tuple(data: bytes, pos: int, encoding: str, unpack=_I32.unpack_from) -> tup
     for i in range(count):
         kind = data[pos]
         if kind == 0x74:  # 't'
-            (length,) = unpack(data, pos + 1)
-            pos += 5
-            end = pos + length
-            append(data[pos:end].decode(encoding))
+            end = pos + 5 + unpack(data, pos + 1)[0]
+            append(data[pos + 5:end] if encoding is None else data[pos + 5:end].decode(encoding))
             pos = end
         elif kind == 0x6E:  # 'n'
             append(None)
@@ -282,10 +287,10 @@ def _tuple(data: bytes, pos: int, encoding: str, unpack=_I32.unpack_from) -> tup
                 unchanged = []
             unchanged.append(i)
         elif kind == 0x62:  # 'b'
-            (length,) = unpack(data, pos + 1)
-            pos += 5
-            end = pos + length
-            append(bytes(data[pos:end]))
+            if encoding is None:  # as bytes, it would pass for text
+                raise ValueError(f"binary value in column {i + 1}, but text values were asked for as bytes")
+            end = pos + 5 + unpack(data, pos + 1)[0]
+            append(bytes(data[pos + 5:end]))
             pos = end
         else:
             raise ValueError(f"unknown column kind {chr(kind)!r} (byte 0x{kind:02X}) in column {i + 1}")
@@ -351,7 +356,7 @@ def _type(data: bytes, encoding: str) -> Type:
     return Type(oid, namespace, name)
 
 
-def _insert(data: bytes, encoding: str) -> Insert:
+def _insert(data: bytes, encoding: str | None) -> Insert:
     (oid,) = _U32.unpack_from(data, 1)
     if data[5] != 0x4E:  # 'N'
         raise ValueError(f"expected 'N' before the new tuple, found {chr(data[5])!r}")
@@ -360,7 +365,7 @@ def _insert(data: bytes, encoding: str) -> Insert:
     return Insert(oid, new)
 
 
-def _update(data: bytes, encoding: str) -> Update:
+def _update(data: bytes, encoding: str | None) -> Update:
     (oid,) = _U32.unpack_from(data, 1)
     pos = 5
     old_kind: TupleKind | None = None
@@ -375,7 +380,7 @@ def _update(data: bytes, encoding: str) -> Update:
     return Update(oid, old_kind, old, new)
 
 
-def _delete(data: bytes, encoding: str) -> Delete:
+def _delete(data: bytes, encoding: str | None) -> Delete:
     (oid,) = _U32.unpack_from(data, 1)
     if data[5] not in (0x4B, 0x4F):
         raise ValueError(f"expected 'K' or 'O' before the old tuple, found {chr(data[5])!r}")
@@ -405,6 +410,7 @@ def _message(data: bytes, encoding: str) -> Message:
     return Message(bool(flags & MESSAGE_TRANSACTIONAL), lsn, prefix, content)
 
 
+_TUPLE_DECODERS = (_insert, _update, _delete)
 _DECODERS = {
     ord("B"): _begin,
     ord("C"): _commit,

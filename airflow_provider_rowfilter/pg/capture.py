@@ -195,6 +195,9 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
                max_changes: int, upto_lsn: int | None, fetch_rows: int) -> _Batch:
     """Stream the slot's pending transactions into ``writer``."""
     encoding = _python_encoding(pub)
+    # UTF-8 text is written to the log as the bytes pgoutput sent, checked a row group at a time by
+    # the writer; any other encoding is decoded value by value.
+    raw_text = encoding == "utf-8"
     types = _TypeNames(pub)
     relations: dict[int, LoggedRelation] = {}
     batch = _Batch()
@@ -207,7 +210,7 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
                                    PROTO_VERSION, f'"{publication}"'))
             for lsn, data in _fetched(cursor, fetch_rows):
                 batch.messages += 1
-                message = decode_message(data, lsn, encoding=encoding)
+                message = decode_message(data, lsn, encoding=encoding, raw_text=raw_text)
                 cls = type(message)
                 if cls is Insert:
                     writer.change(seq, lsn, INSERT, _relation(relations, message.relation_oid, lsn), message.new,

@@ -238,6 +238,42 @@ class ChangeLog:
             fsync_directory(created.parent)
 
 
+class _Images:
+    """The new (or old) row images of a row group: flat values and flags, and where each image ends."""
+
+    def __init__(self) -> None:
+        self.values: list[str | bytes | None] = []
+        self.unchanged: list[bool] = []
+        self.ends: list[int] = [0]
+        self.absent: list[bool] = []
+
+    def add(self, image: TupleData | None) -> None:
+        if image is None:
+            self.ends.append(len(self.values))
+            self.absent.append(True)
+        else:
+            self.values.extend(image.values)
+            self.unchanged.extend(image.unchanged)
+            self.ends.append(len(self.values))
+            self.absent.append(False)
+
+    def arrays(self) -> tuple[pa.Array, pa.Array]:
+        """``list<string>`` values and ``list<bool>`` flags, NULL where a change has no such image.
+
+        Text arrives as str or as the publisher's UTF-8 bytes (decode_message ``raw_text``); Arrow
+        checks the bytes are valid UTF-8 for the whole row group at once.
+        """
+        offsets = pa.array(self.ends, pa.int32())
+        mask = pa.array(self.absent, pa.bool_())
+        try:
+            texts = pa.array(self.values, pa.binary()).cast(pa.string())
+        except pa.ArrowInvalid as e:
+            raise ChangeLogError(f"a text value is not valid UTF-8: {e}",
+                                 hint="the publisher sent bytes its server_encoding does not allow") from e
+        return (pa.ListArray.from_arrays(offsets, texts, type=_TEXTS, mask=mask),
+                pa.ListArray.from_arrays(offsets, pa.array(self.unchanged, pa.bool_()), type=_FLAGS, mask=mask))
+
+
 class SegmentWriter:
     """Write one segment, flushing a row group every ``row_group_rows`` changes so memory stays flat.
 
@@ -265,9 +301,12 @@ class SegmentWriter:
         self._txns: list[tuple[int, int, int, str | None]] = []
         self._relations: list[LoggedRelation] = []
         self._relation_index: dict[int, int] = {}
-        # One tuple per change: (txn index, relation index, seq, lsn, kind, new, new_unchanged,
-        # old_kind, old, old_unchanged, truncate options), transposed when the row group is flushed.
-        self._rows: list[tuple] = []
+        # Per change: txn index, relation index, seq, lsn, kind, old kind, truncate options; the new
+        # and old row images as flat value and flag lists with list offsets (built into Arrow list
+        # arrays in one step when the row group is flushed, not converted tuple by tuple).
+        self._scalars: list[tuple] = []
+        self._new = _Images()
+        self._old = _Images()
         if self._transaction is not None:
             self._txns.append(self._transaction)
 
@@ -291,33 +330,34 @@ class SegmentWriter:
 
     def change(self, seq: int, lsn: int, kind: int, relation: LoggedRelation, new: TupleData | None,
                old_kind: int | None, old: TupleData | None, truncate_options: int | None = None) -> None:
-        """Append one change of the current transaction."""
+        """Append one change of the current transaction.
+
+        Text values are str, or UTF-8 bytes as decode_message's ``raw_text`` leaves them.
+        """
         if self._transaction is None:
             raise ChangeLogError(f"change at LSN {format_lsn(lsn)} outside a transaction")
         index = self._relation_index.get(id(relation))
         if index is None:
             index = self._relation_index[id(relation)] = len(self._relations)
             self._relations.append(relation)
-        self._rows.append((
-            len(self._txns) - 1, index, seq, lsn, kind,
-            None if new is None else new.values, None if new is None else new.unchanged,
-            old_kind, None if old is None else old.values, None if old is None else old.unchanged,
-            truncate_options))
+        self._scalars.append((len(self._txns) - 1, index, seq, lsn, kind, old_kind, truncate_options))
+        self._new.add(new)
+        self._old.add(old)
         self.rows += 1
         self._changes_in_transaction += 1
-        if len(self._rows) >= self.row_group_rows:
+        if len(self._scalars) >= self.row_group_rows:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._rows:
+        if not self._scalars:
             return
-        (txn, rel, seq, lsn, kind, new, new_unchanged, old_kind, old, old_unchanged,
-         truncate) = zip(*self._rows, strict=True)
-        self._rows = []
+        txn, rel, seq, lsn, kind, old_kind, truncate = zip(*self._scalars, strict=True)
         txn = pa.array(txn, pa.int32())
         rel = pa.array(rel, pa.int32())
         txns = list(zip(*self._txns, strict=True))
         rels = self._relations
+        new_values, new_unchanged = self._new.arrays()
+        old_values, old_unchanged = self._old.arrays()
         columns = {
             "commit_lsn": pa.array(txns[0], pa.int64()).take(txn),
             "commit_ts": pa.array(txns[1], pa.int64()).take(txn).cast(pa.timestamp("us", tz="UTC")),
@@ -335,11 +375,11 @@ class SegmentWriter:
             "column_type_oids": pa.array([r.column_type_oids for r in rels], pa.list_(pa.int64())).take(rel),
             "column_typmods": pa.array([r.column_typmods for r in rels], pa.list_(pa.int32())).take(rel),
             "key_columns": pa.array([r.key_columns for r in rels], _FLAGS).take(rel),
-            "new_values": pa.array(new, _TEXTS),
-            "new_unchanged": pa.array(new_unchanged, _FLAGS),
+            "new_values": new_values,
+            "new_unchanged": new_unchanged,
             "old_kind": pa.array(OLD_KINDS, pa.string()).take(pa.array(old_kind, pa.int8())),
-            "old_values": pa.array(old, _TEXTS),
-            "old_unchanged": pa.array(old_unchanged, _FLAGS),
+            "old_values": old_values,
+            "old_unchanged": old_unchanged,
             "truncate_cascade": pa.array([None if t is None else bool(t & 1) for t in truncate], pa.bool_()),
             "truncate_restart_identity": pa.array([None if t is None else bool(t & 2) for t in truncate],
                                                   pa.bool_()),

@@ -121,3 +121,26 @@ def test_one_writer_at_a_time_and_leftovers_are_removed(tmp_path):
                 pass
     with log.locked():
         assert [p.name for p in log.directory.iterdir()] == [".lock"]
+
+
+def test_text_values_may_arrive_as_the_publishers_utf8_bytes_and_are_checked(tmp_path):
+    log = ChangeLog(tmp_path / "log")
+    with log.locked():
+        writer = SegmentWriter(log, 100)
+        writer.begin(200, TS_US, 7, None)
+        writer.change(0, 150, INSERT, T1, new(b"1", "é✓".encode()), None, None)
+        writer.change(1, 151, UPDATE, T1, new("2", b""), 0, new(b"1", None))
+        writer.commit()
+        table = read_segments([writer.finish(300)])
+    assert table.column("new_values").to_pylist() == [["1", "é✓"], ["2", ""]]
+    assert table.column("old_values").to_pylist() == [None, ["1", None]]
+
+    with log.locked():
+        writer = SegmentWriter(log, 300)
+        writer.begin(400, TS_US, 8, None)
+        writer.change(0, 350, INSERT, T1, new(b"1", b"\xff"), None, None)
+        writer.commit()
+        with pytest.raises(ChangeLogError, match=r"a text value is not valid UTF-8"):
+            writer.finish(500)
+        writer.abort()
+    assert [s.end_lsn for s in log.segments()] == [300]

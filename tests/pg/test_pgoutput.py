@@ -449,3 +449,30 @@ def test_values_keep_postgresql_text_form(publisher):
             assert inserted == [tuple(e) for (e,) in expected]
 
         check()
+
+
+TEXT_ROW_CASES = {k: m for k, m in EDGE_CASES.items() if isinstance(m, Insert | Update | Delete)
+                  and k != "insert-binary-value"}
+
+
+@pytest.mark.parametrize("message", TEXT_ROW_CASES.values(), ids=TEXT_ROW_CASES.keys())
+def test_raw_text_keeps_the_publishers_bytes_of_every_text_value(message):
+    raw = decode_message(encode(message), 1, raw_text=True)
+
+    def as_bytes(data):
+        return None if data is None else TupleData(
+            tuple(v.encode() if isinstance(v, str) else v for v in data.values), data.unchanged)
+    expected = {f: getattr(message, f) for f in message.__slots__}
+    for side in ("new", "old"):
+        if side in expected:
+            expected[side] = as_bytes(expected[side])
+    assert raw == type(message)(**expected)
+    assert all(isinstance(v, bytes | None) for t in (getattr(raw, "new", None), getattr(raw, "old", None))
+               if t is not None for v in t.values)
+
+
+def test_raw_text_refuses_a_binary_value_that_would_pass_for_text():
+    data = b"I\x00\x00\x40\x10N\x00\x01b\x00\x00\x00\x02\x00\x01"
+    assert decode_message(data, 0) == Insert(0x4010, TupleData((b"\x00\x01",), (False,)))
+    with pytest.raises(PgOutputError, match=r"binary value in column 1, but text values were asked for as bytes"):
+        decode_message(data, 0, raw_text=True)
