@@ -51,6 +51,15 @@ def _sql(e: exp.Expression) -> Column:
     return F.expr(e.sql(dialect="spark"))
 
 
+def _text(e: exp.Expression, alias: str | None = None) -> str:
+    """Spark SQL text of ``e`` (``AS alias``), for ``selectExpr``: one Py4J call per projection, not per node."""
+    return (exp.alias_(e, alias) if alias else e).sql(dialect="spark", identify=True)
+
+
+def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
 def _col(name: str) -> exp.Expression:
     return exp.column(name)
 
@@ -86,8 +95,9 @@ def _published(plan: ApplyPlan, action: str) -> exp.Expression:
 class _Names:
     """Every column the batch reads (the targets' columns and keys, the filters' columns), by position.
 
-    Each change's values are realigned once to this list (``_nv``, ``_ov``, ``_um``, ``_cv``), so
-    every later read is a positional ``element_at`` that Spark compiles, not a lookup by name per read.
+    Each change's values are realigned once to this list (``_nv``, ``_ov``, ``_um``; ``_p`` holds where
+    each sat in the change's own list, 0 when the change lacks it), so every later read is a positional
+    ``element_at`` that Spark compiles, not a lookup by name per read.
     """
 
     def __init__(self, plan: ApplyPlan) -> None:
@@ -103,10 +113,7 @@ class _Names:
     # element_at, not get/[]: Spark's optimizer inlines an array into every get() of it, which would
     # repeat the realignment (and the filters) in every expression that reads a value.
     def read(self, values: str, name: str) -> exp.Expression:
-        return exp.Anonymous(this="element_at", expressions=[_col(values), _lit(self.position[name] + 1)])
-
-    def column(self, values: str, name: str) -> Column:
-        return F.element_at(F.col(values), F.lit(self.position[name] + 1))
+        return _fn("element_at", _col(values), _lit(self.position[name] + 1))
 
 
 def _matches(plan: ApplyPlan, names: _Names, action: str, values: str) -> exp.Expression:
@@ -151,31 +158,23 @@ def _decision() -> exp.Expression:
             .else_(_lit("u")))
 
 
-def _array_per_target(plan: ApplyPlan, build) -> Column:
-    """``CASE _tgt WHEN i THEN build(target) END`` with Column values."""
-    result = None
-    for t in plan.targets:
-        cond = F.col("_tgt") == t.index
-        result = F.when(cond, build(t)) if result is None else result.when(cond, build(t))
-    return result if result is not None else F.lit(None)
+def _per_target(plan: ApplyPlan, build) -> exp.Expression:
+    """``CASE WHEN _tgt = i THEN build(target) … END`` (NULL for no target)."""
+    return case_over((_is(t), build(t)) for t in plan.targets)
 
 
-def _flags(plan: ApplyPlan, names: _Names) -> Column:
+def _flags(plan: ApplyPlan, names: _Names) -> exp.Expression:
     """One character per subscriber column: 0 the change carries it, 1 it does not (see pg/apply_target.py)."""
-    result = None
-    for t in plan.targets:
-        for e, rules in enumerate(t.rules):
-            if rules is None:
-                continue
-            cells = []
-            for c in t.columns:
-                carried = names.column("_cv", c) if rules.publishes_column(c) else F.lit(False)
-                unchanged = (F.col("_op") == "U") & F.coalesce(names.column("_um", c), F.lit(False))
-                cells.append(F.when(~carried | unchanged, F.lit("1")).otherwise(F.lit("0")))
-            cond = (F.col("_tgt") == t.index) & (F.col("_epoch") == e)
-            built = F.concat(*cells) if cells else F.lit("")
-            result = F.when(cond, built) if result is None else result.when(cond, built)
-    return result if result is not None else F.lit(None)
+    def one(target: TargetPlan, rules: EpochRules) -> exp.Expression:
+        cells = []
+        for c in target.columns:
+            carried = (exp.GT(this=names.read("_p", c), expression=_lit(0)) if rules.publishes_column(c)
+                       else _lit(False))
+            unchanged = exp.and_(exp.EQ(this=_col("_op"), expression=_lit("U")),
+                                 exp.func("coalesce", names.read("_um", c), _lit(False)))
+            cells.append(exp.If(this=exp.or_(exp.not_(carried), unchanged), true=_lit("1"), false=_lit("0")))
+        return _fn("concat", *cells) if cells else _lit("")
+    return _per_rules(plan, one, exp.Null())
 
 
 @dataclass
@@ -240,7 +239,7 @@ class DecidedBatch:
         kept = self.frame.where(F.col("_op").isin("I", "U", "D"))
         # One TRUNCATE statement lists every leaf it emptied; under publish_via_partition_root only the
         # root's own TRUNCATE is sent (R8.2), i.e. a statement that emptied every leaf of the root.
-        leaves = _array_per_target(plan, lambda t: F.lit(len(t.leaves)))
+        leaves = _sql(_per_target(plan, lambda t: _lit(len(t.leaves))))
         truncates = (self.frame.where(F.col("_op") == "T")
                      .groupBy("_tgt", "_epoch", "commit_lsn", "lsn")
                      .agg(F.countDistinct("schema", "table").alias("_n"), F.min("seq").alias("seq"),
@@ -263,7 +262,7 @@ class DecidedBatch:
             ops = cut.unionByName(ops.where(~F.col("_tgt").isin(with_barriers)).withColumn("_phase", F.lit(0)))
         else:
             ops = ops.withColumn("_phase", F.lit(0))
-        ncols = _array_per_target(plan, lambda t: F.lit(len(t.columns)))
+        ncols = _sql(_per_target(plan, lambda t: _lit(len(t.columns))))
         keyed = (ops.where(~F.col("_barrier"))
                  .groupBy("_tgt", "_phase", "_key")
                  .agg(F.sort_array(F.collect_list(F.struct("commit_lsn", "seq", "_op", "xid", "_vals", "_fl")))
@@ -357,78 +356,92 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
     """Read the segments and judge every change of the subscribed tables (checkpointed locally on first use).
 
     Built from projections Spark compiles whole (no maps, no lambdas): route, realign the values to
-    the batch's columns, judge (each filter once per row), decide, then key, values and flags.
+    the batch's columns, judge (each filter once per row), decide, then key, values and flags. Each
+    projection is one ``selectExpr`` of SQL text generated from sqlglot trees: a few Py4J calls per
+    batch rather than one per expression node (thousands, seconds in a cold JVM).
     """
     raw = spark.read.parquet(*paths)
     # Route each leaf to its target by a broadcast join with a table built in the JVM (not from Python
     # rows, which would start Python workers to read them back). The positions stay out of the big
     # judging projection: Spark inlines a number literal into its generated code, so a literal that
     # moves every batch would make Spark compile and the JIT warm up that code again each time.
-    routes = [F.struct(F.lit(leaf.schema).alias("_leaf_schema"), F.lit(leaf.name).alias("_leaf_table"),
-                       F.lit(t.index).alias("_tgt"), F.lit(t.position).cast("long").alias("_position"))
+    routes = [_fn("named_struct", _lit("_leaf_schema"), _lit(leaf.schema), _lit("_leaf_table"), _lit(leaf.name),
+                  _lit("_tgt"), _lit(t.index), _lit("_position"), exp.cast(_lit(t.position), "bigint"))
               for t in plan.targets for leaf in t.leaves]
-    if not routes:
-        routes = [F.struct(F.lit(None).cast("string").alias("_leaf_schema"),
-                           F.lit(None).cast("string").alias("_leaf_table"),
-                           F.lit(None).cast("int").alias("_tgt"), F.lit(None).cast("long").alias("_position"))]
-    table = spark.range(1).select(F.inline(F.array(*routes)))
+    table = spark.range(1).selectExpr(_text(_fn("inline", exp.Array(expressions=routes))))
     frame = (raw.join(F.broadcast(table), (raw["schema"] == table["_leaf_schema"])
                       & (raw["table"] == table["_leaf_table"]))
              .where(F.col("commit_lsn") >= F.col("_position")))
-    epoch = F.lit(0)
+    epoch: exp.Expression = _lit(0)
     for i, start in enumerate(plan.epochs[1:], start=1):
-        epoch = F.when(F.col("commit_lsn") >= F.lit(start), F.lit(i)).otherwise(epoch)
+        epoch = exp.If(this=exp.GTE(this=_col("commit_lsn"), expression=_lit(start)), true=_lit(i), false=epoch)
     base = ["commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "column_names", "old_kind",
             "truncate_restart_identity", "_tgt", "_epoch"]
+    kept = [_text(_col(c)) for c in base]
     names = _Names(plan)
+    positions = range(1, len(names.names) + 1)
     # 1. where each of the batch's columns sits in the change's column list (0: the change lacks it)
-    frame = frame.select(
-        *base[:-1], "new_values", "new_unchanged", "old_values", epoch.alias("_epoch"),
-        F.array(*(F.array_position("column_names", F.lit(n)).cast("int") for n in names.names)).alias("_p"))
+    frame = frame.selectExpr(
+        *kept[:-1], "new_values", "new_unchanged", "old_values", _text(epoch, "_epoch"),
+        _text(exp.Array(expressions=[exp.cast(_fn("array_position", _col("column_names"), _lit(n)), "int")
+                                     for n in names.names]), "_p"))
 
-    def realigned(build) -> Column:  # noqa: ANN001
+    def realigned(build) -> exp.Expression:  # noqa: ANN001
         cells = []
-        for i in range(len(names.names)):
-            p = F.element_at(F.col("_p"), F.lit(i + 1))
-            cells.append(F.when(p > 0, build(p)))
-        return F.array(*cells)
+        for i in positions:
+            p = _fn("element_at", _col("_p"), _lit(i))
+            cells.append(exp.If(this=exp.GT(this=p, expression=_lit(0)), true=build(p), false=exp.Null()))
+        return exp.Array(expressions=cells)
 
+    def at(values: str, p: exp.Expression) -> exp.Expression:
+        return _fn("try_element_at", _col(values), p.copy())
+
+    is_full = exp.EQ(this=_col("old_kind"), expression=_lit("O"))
+    has_new = exp.Not(this=exp.Is(this=_col("new_values"), expression=exp.Null()))
+    has_old = exp.Not(this=exp.Is(this=_col("old_values"), expression=exp.Null()))
     # 2. the values realigned; R5.5: an unchanged TOASTed value is taken from the old full row when there is one
-    frame = frame.select(
-        *base,
-        F.when(F.col("new_values").isNotNull(), realigned(lambda i: F.when(
-            (F.col("old_kind") == "O") & F.try_element_at("new_unchanged", i), F.try_element_at("old_values", i))
-            .otherwise(F.try_element_at("new_values", i)))).alias("_nv"),
-        F.when(F.col("new_values").isNotNull() & F.coalesce(F.col("old_kind") != "O", F.lit(True)),
-               realigned(lambda i: F.try_element_at("new_unchanged", i))).alias("_um"),
-        F.when(F.col("old_values").isNotNull(), realigned(lambda i: F.try_element_at("old_values", i))).alias("_ov"),
-        F.array(*(F.element_at(F.col("_p"), F.lit(i + 1)) > 0 for i in range(len(names.names)))).alias("_cv"))
+    new_values = realigned(lambda p: exp.If(this=exp.and_(is_full.copy(), at("new_unchanged", p)),
+                                            true=at("old_values", p), false=at("new_values", p)))
+    frame = frame.selectExpr(
+        *kept,
+        _text(exp.If(this=has_new, true=new_values, false=exp.Null()), "_nv"),
+        _text(exp.If(this=exp.and_(has_new.copy(), exp.func("coalesce", exp.NEQ(this=_col("old_kind"),
+                                                                                 expression=_lit("O")), _lit(True))),
+                     true=realigned(lambda p: at("new_unchanged", p)), false=exp.Null()), "_um"),
+        _text(exp.If(this=has_old, true=realigned(lambda p: at("old_values", p)), false=exp.Null()), "_ov"),
+        "_p")
     # 3. judge: each filter and publish flag once per row
-    judged = {}
-    for name, (what, side) in _JUDGED.items():
-        judged[name] = (_published(plan, side) if what == "published" else _matches(plan, names, what, side))
-    frame = frame.select(*base, "_nv", "_um", "_ov", "_cv", *(_sql(e).alias(n) for n, e in judged.items()))
+    judged = [_text(_published(plan, side) if what == "published" else _matches(plan, names, what, side), name)
+              for name, (what, side) in _JUDGED.items()]
+    frame = frame.selectExpr(*kept, "_nv", "_um", "_ov", "_p", *judged)
     # 4. decide
-    decision = _sql(_decision())
+    decision = _decision()
     if plan.skip_lsn is not None:  # ALTER SUBSCRIPTION … SKIP: the whole transaction is dropped
-        decision = F.when(F.col("commit_lsn") == F.lit(plan.skip_lsn), F.lit("s")).otherwise(decision)
-    new_key = _array_per_target(plan, lambda t: F.array(*(names.column("_nv", k) for k in t.key)))
-    old_key = _array_per_target(plan, lambda t: F.array(*(names.column("_ov", k) for k in t.key)))
-    frame = frame.select(*base, "_nv", "_um", "_ov", "_cv", decision.alias("_op"),
-                         new_key.alias("_newkey"), old_key.alias("_oldkey"))
+        decision = exp.If(this=exp.EQ(this=_col("commit_lsn"), expression=_lit(plan.skip_lsn)), true=_lit("s"),
+                          false=decision)
+
+    def key(values: str) -> exp.Expression:
+        return _per_target(plan, lambda t: exp.Array(expressions=[names.read(values, k) for k in t.key]))
+    frame = frame.selectExpr(*kept, "_nv", "_um", "_ov", "_p", _text(decision, "_op"), _text(key("_nv"), "_newkey"),
+                             _text(key("_ov"), "_oldkey"))
     # 5. what is staged: the key the change is found by, its values and flags, whether it is a barrier
-    dml = F.col("_op").isin("I", "U")
-    has_old = F.col("_ov").isNotNull()
-    frame = frame.select(
-        "_tgt", "_epoch", "commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "column_names",
-        "truncate_restart_identity", "_op",
-        F.when(F.col("_op") == "I", F.col("_newkey")).when(F.col("_op") == "D", F.col("_oldkey"))
-        .when(F.col("_op") == "U", F.when(has_old, F.col("_oldkey")).otherwise(F.col("_newkey")))
-        .alias("_key"),
-        F.when(dml, _array_per_target(plan, lambda t: F.array(*(names.column("_nv", c) for c in t.columns))))
-        .alias("_vals"),
-        F.when(dml, _flags(plan, names)).alias("_fl"),
-        ((F.col("_op") == "U") & has_old & ~F.col("_oldkey").eqNullSafe(F.col("_newkey"))).alias("_barrier"))
+    op = _col("_op")
+    dml = exp.In(this=op, expressions=[_lit("I"), _lit("U")])
+    has_old = exp.Not(this=exp.Is(this=_col("_ov"), expression=exp.Null()))
+    found_by = (exp.Case()
+                .when(exp.EQ(this=op.copy(), expression=_lit("I")), _col("_newkey"))
+                .when(exp.EQ(this=op.copy(), expression=_lit("D")), _col("_oldkey"))
+                .when(exp.EQ(this=op.copy(), expression=_lit("U")),
+                      exp.If(this=has_old.copy(), true=_col("_oldkey"), false=_col("_newkey"))))
+    values = _per_target(plan, lambda t: exp.Array(expressions=[names.read("_nv", c) for c in t.columns]))
+    key_changed = exp.and_(exp.EQ(this=op.copy(), expression=_lit("U")), has_old.copy(),
+                           exp.not_(exp.NullSafeEQ(this=_col("_oldkey"), expression=_col("_newkey"))))
+    frame = frame.selectExpr(
+        "_tgt", "_epoch", "commit_lsn", "seq", "lsn", "xid", "kind", "schema", "`table`", "column_names",
+        "truncate_restart_identity", "_op", _text(found_by, "_key"),
+        _text(exp.If(this=dml, true=values, false=exp.Null()), "_vals"),
+        _text(exp.If(this=dml.copy(), true=_flags(plan, names), false=exp.Null()), "_fl"),
+        _text(key_changed, "_barrier"))
     return DecidedBatch(frame.localCheckpoint(eager=False), plan)
 
 
