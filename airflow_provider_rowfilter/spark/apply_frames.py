@@ -127,10 +127,10 @@ def _matches(plan: ApplyPlan, names: _Names, action: str, values: str) -> exp.Ex
     return _per_rules(plan, one, _lit(False))
 
 
-# The judged booleans of a change, each evaluated once per row (decide's third projection).
-_JUDGED = {"_pi": ("published", "insert"), "_pu": ("published", "update"), "_pd": ("published", "delete"),
-           "_pt": ("published", "truncate"), "_fi": ("insert", "_nv"), "_fun": ("update", "_nv"),
-           "_fuo": ("update", "_ov"), "_fd": ("delete", "_ov")}
+# The judged booleans of a change, each evaluated once per row (decide's third projection): whether
+# each action is published, and whether the action's filter matches one side of the change.
+_PUBLISHED = {"_pi": "insert", "_pu": "update", "_pd": "delete", "_pt": "truncate"}
+_MATCHED = {"_fi": ("insert", "_nv"), "_fun": ("update", "_nv"), "_fuo": ("update", "_ov"), "_fd": ("delete", "_ov")}
 
 
 def _decision() -> exp.Expression:
@@ -411,8 +411,8 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
         _text(exp.If(this=has_old, true=realigned(lambda p: at("old_values", p)), false=exp.Null()), "_ov"),
         "_p")
     # 3. judge: each filter and publish flag once per row
-    judged = [_text(_published(plan, side) if what == "published" else _matches(plan, names, what, side), name)
-              for name, (what, side) in _JUDGED.items()]
+    judged = [*(_text(_published(plan, action), name) for name, action in _PUBLISHED.items()),
+              *(_text(_matches(plan, names, action, side), name) for name, (action, side) in _MATCHED.items())]
     frame = frame.selectExpr(*kept, "_nv", "_um", "_ov", "_p", *judged)
     # 4. decide
     decision = _decision()
