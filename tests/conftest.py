@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -86,3 +87,7 @@ def spark() -> Iterator[SparkSession]:
     _timings["Spark session"] = time.monotonic() - began
     yield session
     session.stop()
+    # py4j closes its last connection when the interpreter exits and logs that at INFO; by then a job
+    # run in process (logging.basicConfig at INFO) has left the root logger writing to pytest's
+    # closed capture stream, which prints a "--- Logging error ---" traceback after the summary.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
