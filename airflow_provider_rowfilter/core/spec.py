@@ -34,6 +34,8 @@ def with_jvm_options(conf: Mapping[str, str] | None) -> dict[str, str]:
                  if o.split("=")[0].removeprefix("-XX:-").removeprefix("-D") not in present]
         result[key] = " ".join(part for part in (present.strip(), *added) if part)
     return result
+
+
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

@@ -248,14 +248,11 @@ class _Images:
         self.absent: list[bool] = []
 
     def add(self, image: TupleData | None) -> None:
-        if image is None:
-            self.ends.append(len(self.values))
-            self.absent.append(True)
-        else:
+        if image is not None:
             self.values.extend(image.values)
             self.unchanged.extend(image.unchanged)
-            self.ends.append(len(self.values))
-            self.absent.append(False)
+        self.ends.append(len(self.values))
+        self.absent.append(image is None)
 
     def arrays(self) -> tuple[pa.Array, pa.Array]:
         """``list<string>`` values and ``list<bool>`` flags, NULL where a change has no such image.

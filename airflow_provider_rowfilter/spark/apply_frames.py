@@ -47,13 +47,13 @@ _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", N
 STAGE_TABLE = "rowfilter.apply_stage"
 
 
-def _sql(e: exp.Expression) -> Column:
-    return F.expr(e.sql(dialect="spark"))
-
-
 def _text(e: exp.Expression, alias: str | None = None) -> str:
     """Spark SQL text of ``e`` (``AS alias``), for ``selectExpr``: one Py4J call per projection, not per node."""
     return (exp.alias_(e, alias) if alias else e).sql(dialect="spark", identify=True)
+
+
+def _sql(e: exp.Expression) -> Column:
+    return F.expr(_text(e))
 
 
 def _fn(name: str, *args: exp.Expression) -> exp.Expression:
