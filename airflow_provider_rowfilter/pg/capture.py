@@ -1,10 +1,12 @@
 """Capture: read a subscription's slot, write one durable change-log segment, then advance the slot.
 
 The slot is read through the SQL interface (``pg_logical_slot_peek_binary_changes`` with the
-built-in pgoutput plugin and the unfiltered capture publication) with a server-side cursor, and
-decoded message by message into a :class:`~airflow_provider_rowfilter.pg.change_log.SegmentWriter`
-that flushes row groups as it goes: the driver holds one fetch and one row group, however large
-the backlog. The slot function returns whole transactions in commit order.
+built-in pgoutput plugin and the unfiltered capture publication) with a server-side cursor, a
+fetch at a time: the INSERT, UPDATE and DELETE messages of a fetch are decoded together into
+columns (core/pgoutput_columns.py), the few others one by one, and the rows go to a
+:class:`~airflow_provider_rowfilter.pg.change_log.SegmentWriter` that writes row groups as they
+fill: the driver holds one fetch and one row group, however large the backlog. The slot function
+returns whole transactions in commit order.
 
 The order is what makes it exactly once (docs/change-log.md): the segment is written under a
 temporary name, fsynced and renamed; the position is recorded; only then is the slot advanced with
@@ -24,28 +26,32 @@ import codecs
 import logging
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from typing import NoReturn
 
+import numpy as np
 import psycopg
 
-from airflow_provider_rowfilter.core import faults
+from airflow_provider_rowfilter.core import faults, pgoutput_columns
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import (
     POSTGRES_EPOCH,
     POSTGRES_EPOCH_UNIX_MICROS,
     Begin,
     Commit,
-    Delete,
-    Insert,
     Origin,
     PgOutputError,
     Relation,
     Truncate,
     Type,
-    Update,
     decode_message,
+)
+from airflow_provider_rowfilter.core.pgoutput_columns import (
+    ChangeColumns,
+    Irregular,
+    decode_changes,
+    message_buffer,
 )
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.pg.change_log import (
@@ -53,13 +59,14 @@ from airflow_provider_rowfilter.pg.change_log import (
     DELETE,
     INSERT,
     KINDS,
-    OLD_KINDS,
     TRUNCATE,
     UPDATE,
     ChangeLog,
     ChangeLogError,
+    ChangeRows,
     LoggedRelation,
     SegmentWriter,
+    image_arrays,
 )
 from airflow_provider_rowfilter.pg.definitions import connect
 from airflow_provider_rowfilter.pg.publisher import CaptureError, capture_names
@@ -67,12 +74,14 @@ from airflow_provider_rowfilter.pg.publisher import CaptureError, capture_names
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CHANGES = 100_000
-DEFAULT_FETCH_ROWS = 2_000
+DEFAULT_FETCH_ROWS = 10_000
 PROTO_VERSION = "1"
 
 _PEEK = ("SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM pg_logical_slot_peek_binary_changes("
          "%s, %s::pg_lsn, %s, 'proto_version', %s, 'publication_names', %s)")
-_OLD_KIND_CODE = {k: i for i, k in enumerate(OLD_KINDS)}
+_CHANGE_CODES = (pgoutput_columns.INSERT, pgoutput_columns.UPDATE, pgoutput_columns.DELETE)
+_KIND_OF_CODE = np.zeros(256, np.int8)  # a change message's first byte -> its kind in the log
+_KIND_OF_CODE[list(_CHANGE_CODES)] = INSERT, UPDATE, DELETE
 # The SQL interface runs the output functions in our session, so its settings shape the text form of
 # dates, times, intervals, floats and bytea. Pinned to what a native subscriber's walsender uses
 # (libpqwalreceiver sends the first three), plus hex bytea and UTC, so the log never depends on the
@@ -193,88 +202,182 @@ class _Batch:
 
 def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication: str, *,
                max_changes: int, upto_lsn: int | None, fetch_rows: int) -> _Batch:
-    """Stream the slot's pending transactions into ``writer``."""
-    encoding = _python_encoding(pub)
-    # UTF-8 text is written to the log as the bytes pgoutput sent, checked a row group at a time by
-    # the writer; any other encoding is decoded value by value.
-    raw_text = encoding == "utf-8"
-    types = _TypeNames(pub)
-    relations: dict[int, LoggedRelation] = {}
-    batch = _Batch()
-    kinds = batch.kinds
-    begin: Begin | None = None
-    seq = 0
+    """Stream the slot's pending transactions into ``writer``, a fetch at a time."""
+    reader = _Reader(writer, _TypeNames(pub), _python_encoding(pub))
     try:
         with pub.transaction(), pub.cursor("rowfilter_capture", binary=True) as cursor:
             cursor.execute(_PEEK, (slot, None if upto_lsn is None else format_lsn(upto_lsn), max_changes,
                                    PROTO_VERSION, f'"{publication}"'))
-            for lsn, data in _fetched(cursor, fetch_rows):
-                batch.messages += 1
-                message = decode_message(data, lsn, encoding=encoding, raw_text=raw_text)
-                cls = type(message)
-                if cls is Insert:
-                    writer.change(seq, lsn, INSERT, _relation(relations, message.relation_oid, lsn), message.new,
-                                  None, None)
-                    kind = INSERT
-                elif cls is Update:
-                    writer.change(seq, lsn, UPDATE, _relation(relations, message.relation_oid, lsn), message.new,
-                                  None if message.old_kind is None else _OLD_KIND_CODE[message.old_kind],
-                                  message.old)
-                    kind = UPDATE
-                elif cls is Delete:
-                    writer.change(seq, lsn, DELETE, _relation(relations, message.relation_oid, lsn), None,
-                                  _OLD_KIND_CODE[message.old_kind], message.old)
-                    kind = DELETE
-                elif cls is Begin:
-                    if begin is not None:
-                        raise PgOutputError(f"transaction {message.xid} begins inside transaction {begin.xid}",
-                                            lsn=lsn)
-                    begin, seq = message, 0
-                    writer.begin(message.final_lsn, _unix_micros(message.commit_ts), message.xid, None)
-                    continue
-                elif cls is Commit:
-                    if begin is None or message.commit_lsn != begin.final_lsn:
-                        raise PgOutputError(f"commit at {format_lsn(message.commit_lsn)} does not close the open "
-                                            "transaction", lsn=lsn)
-                    writer.commit()
-                    batch.end_lsn, batch.last_commit_ts, begin = message.end_lsn, message.commit_ts, None
-                    continue
-                elif cls is Relation:
-                    relations[message.oid] = types.logged(message)
-                    continue
-                elif cls is Type:
-                    types.announce(message)
-                    continue
-                elif cls is Truncate:
-                    for oid in message.relation_oids:
-                        writer.change(seq, lsn, TRUNCATE, _relation(relations, oid, lsn), None, None, None,
-                                      message.options)
-                        seq += 1
-                        kinds[TRUNCATE] += 1
-                    continue
-                elif cls is Origin:
-                    writer.origin(message.name)
-                    continue
-                else:  # Message: only sent with the 'messages' option, which we do not ask for
-                    continue
-                seq += 1
-                kinds[kind] += 1
+            while rows := cursor.fetchmany(fetch_rows):
+                reader.read(rows)
     except psycopg.Error as e:
         raise CaptureError(f'cannot read replication slot "{slot}": {_primary(e)}',
                            hint="run refresh to (re)create the slot and the capture publication; a slot is "
                            "read by one process at a time") from e
-    if begin is not None:
-        raise PgOutputError(f"the slot's output ended inside transaction {begin.xid}")
-    return batch
+    if reader.txn is not None:
+        raise PgOutputError(f"the slot's output ended inside transaction {reader.txn[2]}")
+    return reader.batch
 
 
-def _fetched(cursor: psycopg.ServerCursor, rows: int) -> Iterator[tuple[int, bytes]]:
-    """Rows of a server-side cursor, ``rows`` per round trip (what the driver holds of the slot's output)."""
-    while True:
-        fetched = cursor.fetchmany(rows)
-        if not fetched:
+class _Reader:
+    """Turns fetches of slot rows into change-log rows, keeping what spans fetches (relations, open transaction).
+
+    INSERT, UPDATE and DELETE messages (nearly all) are decoded together, as columns
+    (core/pgoutput_columns.py); the others one by one, in order, by
+    :func:`~airflow_provider_rowfilter.core.pgoutput.decode_message`. Between two of those others
+    lies a *run* of changes: one transaction, one set of relations.
+    """
+
+    def __init__(self, writer: SegmentWriter, types: _TypeNames, encoding: str) -> None:
+        self.writer = writer
+        self.types = types
+        self.encoding = encoding
+        self.relations: dict[int, LoggedRelation] = {}
+        self.txn: tuple[int, int, int, str | None] | None = None  # commit_lsn, commit time (µs), xid, origin
+        self.seq = 0  # changes so far in the open transaction
+        self.batch = _Batch()
+
+    def read(self, rows: list[tuple[int, bytes]]) -> None:
+        lsns = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+        datas = [r[1] for r in rows]
+        self.batch.messages += len(rows)
+        buffer, starts, ends = message_buffer(datas)
+        if (ends == starts).any():
+            self._refuse(datas, lsns, np.flatnonzero(ends == starts))
+        kinds = buffer[starts]
+        is_change = np.isin(kinds, _CHANGE_CODES)
+        changes = np.flatnonzero(is_change)
+        # Walk the other messages in order; each stretch of changes between two of them is a run.
+        txns: list[tuple[int, int, int, str | None]] = [] if self.txn is None else [self.txn]
+        current = None if self.txn is None else 0
+        runs: list[tuple[int, int, int, int, int]] = []  # first change, length, transaction, first seq, version
+        truncates: list[tuple[int, int, LoggedRelation, int, int, int]] = []  # position, n, relation, seq, txn, options
+        announced: dict[int, list[tuple[int, LoggedRelation]]] = {}  # Relation messages of this fetch, by oid
+        prior = dict(self.relations)
+        version = transactions = done = 0
+        for position in [*np.flatnonzero(~is_change).tolist(), len(rows)]:
+            run = int(np.searchsorted(changes, position)) - done
+            if run:
+                if current is None:
+                    raise ChangeLogError(f"change at LSN {format_lsn(int(lsns[changes[done]]))} outside a transaction")
+                runs.append((done, run, current, self.seq, version))
+                self.seq += run
+                done += run
+            if position == len(rows):
+                break
+            lsn = int(lsns[position])
+            message = decode_message(datas[position], lsn, encoding=self.encoding)
+            cls = type(message)
+            if cls is Begin:
+                if self.txn is not None:
+                    raise PgOutputError(f"transaction {message.xid} begins inside transaction {self.txn[2]}", lsn=lsn)
+                self.txn = (message.final_lsn, _unix_micros(message.commit_ts), message.xid, None)
+                txns.append(self.txn)
+                current, self.seq = len(txns) - 1, 0
+            elif cls is Commit:
+                if self.txn is None or message.commit_lsn != self.txn[0]:
+                    raise PgOutputError(f"commit at {format_lsn(message.commit_lsn)} does not close the open "
+                                        "transaction", lsn=lsn)
+                transactions += self.seq > 0
+                self.batch.end_lsn, self.batch.last_commit_ts = message.end_lsn, message.commit_ts
+                self.txn = current = None
+            elif cls is Relation:
+                self.relations[message.oid] = logged = self.types.logged(message)
+                version += 1
+                announced.setdefault(message.oid, []).append((version, logged))
+            elif cls is Type:
+                self.types.announce(message)
+            elif cls is Truncate:
+                if current is None:
+                    raise ChangeLogError(f"change at LSN {format_lsn(lsn)} outside a transaction")
+                for n, oid in enumerate(message.relation_oids):
+                    truncates.append((position, n, _relation(self.relations, oid, lsn), self.seq, current,
+                                      message.options))
+                    self.seq += 1
+            elif cls is Origin:
+                if current is None:
+                    raise ChangeLogError(f"origin {message.name!r} outside a transaction")
+                txns[current] = self.txn = (*txns[current][:3], message.name)
+            # else Message: only sent with the 'messages' option, which we do not ask for
+        if len(changes) == 0 and not truncates:
+            self.writer.transactions += transactions
             return
-        yield from fetched
+        try:
+            decoded = decode_changes(buffer, starts[changes], ends[changes])
+        except Irregular:
+            self._refuse(datas, lsns, changes)
+        self._write(runs=runs, truncates=truncates, txns=txns, transactions=transactions,
+                    decoded=decoded, kinds=kinds[changes], lsns=lsns, positions=changes, buffer=buffer,
+                    prior=prior, announced=announced)
+
+    def _write(self, *, runs: list, truncates: list, txns: list, transactions: int, decoded: ChangeColumns,
+               kinds: np.ndarray, lsns: np.ndarray, positions: np.ndarray, buffer: np.ndarray,
+               prior: dict[int, LoggedRelation], announced: dict[int, list[tuple[int, LoggedRelation]]]) -> None:
+        n = len(positions)
+        first, length, txn_index, seq0, version = (np.array(c, np.int64) for c in zip(*runs, strict=True)) \
+            if runs else (np.zeros(0, np.int64),) * 5
+        txn = np.repeat(txn_index, length)
+        seq = np.repeat(seq0 - first, length) + np.arange(n)
+        # Each change's relation: the last Relation message for its oid before its run, else the one known before.
+        relations: list[LoggedRelation] = []
+        numbered: dict[int, int] = {}
+
+        def number(relation: LoggedRelation) -> int:
+            if id(relation) not in numbered:
+                numbered[id(relation)] = len(relations)
+                relations.append(relation)
+            return numbered[id(relation)]
+
+        width = int(version.max(initial=0)) + 1
+        pairs, inverse = np.unique(decoded.relation_oid * width + np.repeat(version, length), return_inverse=True)
+        resolved = []
+        for k, pair in enumerate(pairs.tolist()):
+            oid, seen = divmod(pair, width)
+            relation = next((r for v, r in reversed(announced.get(oid, [])) if v <= seen), prior.get(oid))
+            if relation is None:
+                raise PgOutputError(f"change for relation {oid} before its Relation message",
+                                    lsn=int(lsns[positions[np.flatnonzero(inverse == k)[0]]]))
+            resolved.append(number(relation))
+        rel = np.array(resolved, np.int64)[inverse] if n else np.zeros(0, np.int64)
+        kind = _KIND_OF_CODE[kinds]
+        counts = np.bincount(kind, minlength=len(KINDS))
+        old_kind, truncate, lsn = decoded.old_kind, np.full(n, -1, np.int16), lsns[positions]
+        new, old = decoded.new, decoded.old
+        if truncates:
+            t_pos, t_n, t_rel, t_seq, t_txn, t_options = zip(*truncates, strict=True)
+            order = np.lexsort((np.concatenate([np.zeros(n, np.int64), t_n]),
+                                np.concatenate([positions, t_pos])))
+            total = n + len(truncates)
+            txn = np.concatenate([txn, t_txn])[order]
+            seq = np.concatenate([seq, t_seq])[order]
+            rel = np.concatenate([rel, [number(r) for r in t_rel]])[order]
+            kind = np.concatenate([kind, np.full(len(truncates), TRUNCATE, np.int8)])[order]
+            old_kind = np.concatenate([old_kind, np.full(len(truncates), -1, np.int8)])[order]
+            truncate = np.concatenate([truncate, np.array(t_options, np.int16)])[order]
+            lsn = np.concatenate([lsn, lsns[list(t_pos)]])[order]
+            placed = np.flatnonzero(order < n)
+            new, old = new.placed(placed, total), old.placed(placed, total)
+            counts[TRUNCATE] += len(truncates)
+        for k, c in enumerate(counts.tolist()):
+            if c:
+                self.batch.kinds[k] += c
+
+        def where(row: int, column: int) -> str:
+            r = relations[rel[row]]
+            return (f'column "{r.column_names[column]}" of table "{r.schema}"."{r.table}" in the change at LSN '
+                    f"{format_lsn(int(lsn[row]))}")
+
+        self.writer.append(ChangeRows(
+            list(zip(*txns, strict=True)), txn, relations, rel, seq, lsn, kind, old_kind, truncate,
+            image_arrays(buffer, new, self.encoding, where), image_arrays(buffer, old, self.encoding, where),
+            transactions))
+
+    def _refuse(self, datas: list[bytes], lsns: np.ndarray, which: np.ndarray) -> NoReturn:
+        """Decode ``which`` messages one by one: the first that is wrong raises, naming itself and its LSN."""
+        for i in which.tolist():
+            decode_message(datas[i], int(lsns[i]), encoding=self.encoding, raw_text=True)
+        raise PgOutputError("the slot sent a change this capture cannot decode in bulk",
+                            lsn=int(lsns[which[0]]) if len(which) else None)
 
 
 def _relation(relations: dict[int, LoggedRelation], oid: int, lsn: int) -> LoggedRelation:

@@ -17,17 +17,20 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import TupleData
+from airflow_provider_rowfilter.core.pgoutput_columns import TEXT, UNCHANGED, Images
 
 FORMAT_VERSION = 1
 METADATA_KEY = "rowfilter.change_log"
@@ -262,13 +265,130 @@ class _Images:
         """
         offsets = pa.array(self.ends, pa.int32())
         mask = pa.array(self.absent, pa.bool_())
-        try:
-            texts = pa.array(self.values, pa.binary()).cast(pa.string())
-        except pa.ArrowInvalid as e:
-            raise ChangeLogError(f"a text value is not valid UTF-8: {e}",
-                                 hint="the publisher sent bytes its server_encoding does not allow") from e
+        texts = _texts(pa.array(self.values, pa.binary()), "utf-8")
         return (pa.ListArray.from_arrays(offsets, texts, type=_TEXTS, mask=mask),
                 pa.ListArray.from_arrays(offsets, pa.array(self.unchanged, pa.bool_()), type=_FLAGS, mask=mask))
+
+
+@dataclass(frozen=True)
+class ChangeRows:
+    """Changes as columns, ready to become a piece of a segment (:meth:`SegmentWriter.append`).
+
+    Rows name their transaction and relation by index into ``txns`` (commit LSNs, commit times in
+    Unix microseconds, xids, origins) and ``relations``; the repeated columns are built with ``take``.
+    ``old_kind`` and ``truncate`` are -1 where a row has none; ``new`` and ``old`` are the images as
+    ``(values, unchanged)`` list arrays (:func:`image_arrays`). ``transactions``: how many
+    transactions end in these rows, counted when they hold at least one change.
+    """
+
+    txns: Sequence[Sequence]
+    txn: Sequence[int]
+    relations: Sequence[LoggedRelation]
+    rel: Sequence[int]
+    seq: Sequence[int]
+    lsn: Sequence[int]
+    kind: Sequence[int]
+    old_kind: Sequence[int]
+    truncate: Sequence[int]
+    new: tuple[pa.Array, pa.Array]
+    old: tuple[pa.Array, pa.Array]
+    transactions: int
+
+    @property
+    def count(self) -> int:
+        return len(self.seq)
+
+    def table(self) -> pa.Table:
+        txn = pa.array(self.txn, pa.int32())
+        rel = pa.array(self.rel, pa.int32())
+        rels = self.relations
+        old_kind = pa.array(self.old_kind, pa.int8())
+        truncate = pa.array(self.truncate, pa.int16())
+        none = pc.equal(truncate, -1)
+        columns = {
+            "commit_lsn": pa.array(self.txns[0], pa.int64()).take(txn),
+            "commit_ts": pa.array(self.txns[1], pa.int64()).take(txn).cast(pa.timestamp("us", tz="UTC")),
+            "xid": pa.array(self.txns[2], pa.int64()).take(txn),
+            "origin": pa.array(self.txns[3], pa.string()).take(txn),
+            "seq": pa.array(self.seq, pa.int32()),
+            "lsn": pa.array(self.lsn, pa.int64()),
+            "kind": pa.array(KINDS, pa.string()).take(pa.array(self.kind, pa.int8())),
+            "relation_oid": pa.array([r.oid for r in rels], pa.int64()).take(rel),
+            "schema": pa.array([r.schema for r in rels], pa.string()).take(rel),
+            "table": pa.array([r.table for r in rels], pa.string()).take(rel),
+            "replica_identity": pa.array([r.replica_identity for r in rels], pa.string()).take(rel),
+            "column_names": pa.array([r.column_names for r in rels], _TEXTS).take(rel),
+            "column_types": pa.array([r.column_types for r in rels], _TEXTS).take(rel),
+            "column_type_oids": pa.array([r.column_type_oids for r in rels], pa.list_(pa.int64())).take(rel),
+            "column_typmods": pa.array([r.column_typmods for r in rels], pa.list_(pa.int32())).take(rel),
+            "key_columns": pa.array([r.key_columns for r in rels], _FLAGS).take(rel),
+            "new_values": self.new[0],
+            "new_unchanged": self.new[1],
+            "old_kind": pa.array(OLD_KINDS, pa.string()).take(pc.if_else(pc.equal(old_kind, -1), None, old_kind)),
+            "old_values": self.old[0],
+            "old_unchanged": self.old[1],
+            "truncate_cascade": pc.if_else(none, None, pc.not_equal(pc.bit_wise_and(truncate, 1), 0)),
+            "truncate_restart_identity": pc.if_else(none, None, pc.not_equal(pc.bit_wise_and(truncate, 2), 0)),
+        }
+        return pa.Table.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
+
+
+def _texts(binary: pa.Array, encoding: str, where: Callable[[int], str] | None = None) -> pa.Array:
+    """``binary`` values as text: UTF-8 checked by Arrow, any other encoding decoded value by value.
+
+    :param where: describes the value at an index, for the error (which table, column and change).
+    """
+    try:
+        if encoding == "utf-8":
+            return binary.cast(pa.string())
+        return pa.array([None if v is None else v.decode(encoding) for v in binary.to_pylist()], pa.string())
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        values = binary.to_pylist()
+        bad = next(i for i, v in enumerate(values) if v is not None and not _decodes(v, encoding))
+        name = "UTF-8" if encoding == "utf-8" else encoding
+        raise ChangeLogError(f"a text value is not valid {name}: {values[bad][:40]!r}",
+                             detail=None if where is None else f"the value of {where(bad)}",
+                             hint="the publisher sent bytes its server_encoding does not allow; nothing was "
+                             "written and the slot was not advanced") from None
+
+
+def _decodes(value: bytes, encoding: str) -> bool:
+    try:
+        value.decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def image_arrays(buffer: np.ndarray, images: Images, encoding: str = "utf-8",
+                 where: Callable[[int, int], str] | None = None) -> tuple[pa.Array, pa.Array]:
+    """The ``(values, unchanged)`` list arrays of decoded images (core/pgoutput_columns.py).
+
+    The text values' bytes are gathered from the message buffer in one step; a NULL or unchanged
+    TOASTed value is a NULL element, an absent image a NULL list.
+
+    :param where: describes the value of (image, column) for an error about it.
+    """
+    text = images.kinds == TEXT
+    lengths = np.where(text, images.lengths, 0)
+    ends = np.cumsum(lengths)
+    total = int(ends[-1]) if len(ends) else 0
+    offsets = np.zeros(len(lengths) + 1, np.int64)
+    offsets[1:] = ends
+    data = buffer[np.repeat(images.starts - offsets[:-1], lengths) + np.arange(total)]
+    binary_type, offset_type = (pa.binary(), np.int32) if total < 2**31 else (pa.large_binary(), np.int64)
+    binary = pa.Array.from_buffers(
+        binary_type, len(lengths),
+        [pa.py_buffer(np.packbits(text, bitorder="little")), pa.py_buffer(offsets.astype(offset_type)),
+         pa.py_buffer(data)], null_count=int(len(lengths) - np.count_nonzero(text)))
+    def cell(i: int) -> str:
+        image = int(np.searchsorted(images.offsets, i, side="right")) - 1
+        return where(image, i - int(images.offsets[image])) if where else f"value {i}"
+    texts = _texts(binary, encoding, cell)
+    lists = pa.array(images.offsets.astype(np.int32))
+    mask = pa.array(~images.present)
+    return (pa.ListArray.from_arrays(lists, texts, type=_TEXTS, mask=mask),
+            pa.ListArray.from_arrays(lists, pa.array(images.kinds == UNCHANGED), type=_FLAGS, mask=mask))
 
 
 class SegmentWriter:
@@ -290,6 +410,8 @@ class SegmentWriter:
         self.transactions = 0
         self.temp = log.directory / f"{TEMP_PREFIX}{start_lsn:016X}-{os.getpid()}.parquet"
         self._writer: pq.ParquetWriter | None = None
+        self._pending: list[pa.Table] = []  # changes not yet written, in order
+        self._pending_rows = 0
         self._transaction: tuple[int, int, int, str | None] | None = None
         self._changes_in_transaction = 0
         self._reset()
@@ -342,50 +464,50 @@ class SegmentWriter:
         self._old.add(old)
         self.rows += 1
         self._changes_in_transaction += 1
-        if len(self._scalars) >= self.row_group_rows:
+        if len(self._scalars) + self._pending_rows >= self.row_group_rows:
             self._flush()
 
-    def _flush(self) -> None:
+    def append(self, rows: ChangeRows) -> None:
+        """Append many changes of whole transactions at once (the capture's path; see :class:`ChangeRows`)."""
+        if self._transaction is not None:
+            raise ChangeLogError("changes appended while a transaction of change() is open")
+        self._move_scalars()
+        self._pending.append(rows.table())
+        self._pending_rows += rows.count
+        self.rows += rows.count
+        self.transactions += rows.transactions
+        if self._pending_rows >= self.row_group_rows:
+            self._write(final=False)
+
+    def _move_scalars(self) -> None:
+        """Turn the changes given one by one into a table waiting to be written."""
         if not self._scalars:
             return
         txn, rel, seq, lsn, kind, old_kind, truncate = zip(*self._scalars, strict=True)
-        txn = pa.array(txn, pa.int32())
-        rel = pa.array(rel, pa.int32())
-        txns = list(zip(*self._txns, strict=True))
-        rels = self._relations
-        new_values, new_unchanged = self._new.arrays()
-        old_values, old_unchanged = self._old.arrays()
-        columns = {
-            "commit_lsn": pa.array(txns[0], pa.int64()).take(txn),
-            "commit_ts": pa.array(txns[1], pa.int64()).take(txn).cast(pa.timestamp("us", tz="UTC")),
-            "xid": pa.array(txns[2], pa.int64()).take(txn),
-            "origin": pa.array(txns[3], pa.string()).take(txn),
-            "seq": pa.array(seq, pa.int32()),
-            "lsn": pa.array(lsn, pa.int64()),
-            "kind": pa.array(KINDS, pa.string()).take(pa.array(kind, pa.int8())),
-            "relation_oid": pa.array([r.oid for r in rels], pa.int64()).take(rel),
-            "schema": pa.array([r.schema for r in rels], pa.string()).take(rel),
-            "table": pa.array([r.table for r in rels], pa.string()).take(rel),
-            "replica_identity": pa.array([r.replica_identity for r in rels], pa.string()).take(rel),
-            "column_names": pa.array([r.column_names for r in rels], _TEXTS).take(rel),
-            "column_types": pa.array([r.column_types for r in rels], _TEXTS).take(rel),
-            "column_type_oids": pa.array([r.column_type_oids for r in rels], pa.list_(pa.int64())).take(rel),
-            "column_typmods": pa.array([r.column_typmods for r in rels], pa.list_(pa.int32())).take(rel),
-            "key_columns": pa.array([r.key_columns for r in rels], _FLAGS).take(rel),
-            "new_values": new_values,
-            "new_unchanged": new_unchanged,
-            "old_kind": pa.array(OLD_KINDS, pa.string()).take(pa.array(old_kind, pa.int8())),
-            "old_values": old_values,
-            "old_unchanged": old_unchanged,
-            "truncate_cascade": pa.array([None if t is None else bool(t & 1) for t in truncate], pa.bool_()),
-            "truncate_restart_identity": pa.array([None if t is None else bool(t & 2) for t in truncate],
-                                                  pa.bool_()),
-        }
-        table = pa.Table.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
+        self._pending.append(ChangeRows(
+            list(zip(*self._txns, strict=True)), txn, self._relations, rel, seq, lsn, kind,
+            [-1 if k is None else k for k in old_kind], [-1 if t is None else t for t in truncate],
+            self._new.arrays(), self._old.arrays(), 0).table())
+        self._pending_rows += len(self._scalars)
+        self._reset()
+
+    def _flush(self) -> None:
+        self._move_scalars()
+        self._write(final=False)
+
+    def _write(self, *, final: bool) -> None:
+        """Write full row groups of what is waiting (and, when ``final``, the rest)."""
+        if not self._pending_rows:
+            return
+        table = pa.concat_tables(self._pending)
+        full = self._pending_rows if final else self._pending_rows - self._pending_rows % self.row_group_rows
+        if full == 0:
+            return
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
-        self._writer.write_table(table)
-        self._reset()
+        self._writer.write_table(table.slice(0, full), row_group_size=self.row_group_rows)
+        rest = table.slice(full)
+        self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
         faults.point("capture-mid-read")
 
     def finish(self, end_lsn: int) -> Segment | None:
@@ -396,7 +518,8 @@ class SegmentWriter:
         if self.rows == 0:
             self.abort()
             return None
-        self._flush()
+        self._move_scalars()
+        self._write(final=True)
         assert self._writer is not None
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps({
             **self.metadata, "format_version": FORMAT_VERSION, "start_lsn": format_lsn(self.start_lsn),

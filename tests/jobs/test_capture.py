@@ -122,7 +122,9 @@ def check_positions(rows: list[dict], start: int, end: int, before: datetime, af
     assert all(before <= ts <= after for _, ts in commits)
 
 
-def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot(env, capsys):
+# However the slot's rows are fetched (a transaction, a run of changes, cut anywhere), the log is the same.
+@pytest.mark.parametrize("fetch", [(), ("--fetch-rows", "1"), ("--fetch-rows", "4")], ids=["default", "1", "4"])
+def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot(env, capsys, fetch):
     pub, path, spec = env
     start = slot_position(pub)
     before = datetime.now(timezone.utc)
@@ -139,9 +141,10 @@ def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot
                             "UPDATE parent SET r = 'b' WHERE id = 1")
         x4 = in_transaction(conn, "TRUNCATE t1, t2 RESTART IDENTITY")
         x5 = in_transaction(conn, "TRUNCATE docs CASCADE")
+        x6 = in_transaction(conn, "INSERT INTO t1 VALUES (20, 'a')", "TRUNCATE t1", "INSERT INTO t1 VALUES (21, 'b')")
     after = datetime.now(timezone.utc)
 
-    summary = run_job(capsys, path)
+    summary = run_job(capsys, path, *fetch)
 
     c = lambda *a, **k: change(oids, *a, **k)  # noqa: E731
     expected = [
@@ -163,6 +166,9 @@ def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot
         c(x4, 0, "truncate", "t1", truncate=(False, True)),
         c(x4, 1, "truncate", "t2", truncate=(False, True)),
         c(x5, 0, "truncate", "docs", truncate=(True, False)),
+        c(x6, 0, "insert", "t1", ["20", "a"]),
+        c(x6, 1, "truncate", "t1", truncate=(False, False)),
+        c(x6, 2, "insert", "t1", ["21", "b"]),
     ]
     end = parse_lsn(summary["end_lsn"])
     segments = ChangeLog(spec.change_log).segments()
@@ -176,20 +182,43 @@ def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot
     assert ChangeLog(spec.change_log).captured_through() == end
     assert summary | {"seconds": 0, "changes_per_second": 0, "lag_seconds": 0, "lag_bytes": 0} == {
         "subscription": "s1", "slot": "rowfilter_s1", "start_lsn": format_lsn(start), "end_lsn": format_lsn(end),
-        "segment": str(segments[0].path), "transactions": 5, "changes": 17, "messages": summary["messages"],
-        "changes_by_kind": {"insert": 6, "update": 5, "delete": 3, "truncate": 3}, "more": False,
+        "segment": str(segments[0].path), "transactions": 6, "changes": 20, "messages": summary["messages"],
+        "changes_by_kind": {"insert": 8, "update": 5, "delete": 3, "truncate": 4}, "more": False,
         "heartbeat": False, "recovered_lsn": None, "lag_bytes": 0, "lag_seconds": 0, "seconds": 0,
         "changes_per_second": 0}
     assert 0 <= summary["lag_seconds"] < 600 and summary["lag_bytes"] >= 0
     metadata = json.loads(pq.read_metadata(segments[0].path).metadata[b"rowfilter.change_log"])
     assert metadata == {"format_version": 1, "subscription": "s1", "slot": "rowfilter_s1",
                         "publication": "rowfilter_s1", "start_lsn": format_lsn(start), "end_lsn": format_lsn(end),
-                        "transactions": 5, "changes": 17}
+                        "transactions": 6, "changes": 20}
 
     # Nothing new: no segment, success, and the slot stays (or moves on as a heartbeat).
     again = run_job(capsys, path)
     assert again["segment"] is None and again["changes"] == 0 and again["start_lsn"] == format_lsn(end)
     assert ChangeLog(spec.change_log).segments() == segments
+
+
+@pytest.mark.parametrize("fetch", ["1", "3", "1000"])
+def test_a_table_altered_between_changes_is_logged_with_its_columns_at_each_change(env, capsys, fetch):
+    """pgoutput sends a new Relation message after a schema change; each change keeps the one before it."""
+    pub, path, spec = env
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute("INSERT INTO t1 VALUES (1, 'one')")
+        conn.execute("ALTER TABLE t1 ADD COLUMN c int")
+        conn.execute("INSERT INTO t1 VALUES (2, 'two', 3)")
+        in_transaction(conn, "INSERT INTO t2 VALUES (5, 1, 'x', 1)", "UPDATE t1 SET c = 4 WHERE a = 2",
+                       "ALTER TABLE t1 DROP COLUMN b", "INSERT INTO t1 VALUES (6, 7)", "INSERT INTO t2 VALUES (6, 1)")
+    summary = run_job(capsys, path, "--fetch-rows", fetch)
+    rows = read_segments(ChangeLog(spec.change_log).segments()).to_pylist()
+    assert [(r["seq"], r["table"], r["column_names"], r["new_values"]) for r in rows] == [
+        (0, "t1", ["a", "b"], ["1", "one"]),
+        (0, "t1", ["a", "b", "c"], ["2", "two", "3"]),
+        (0, "t2", ["id", "v", "note", "amount"], ["5", "1", "x", "1.00"]),
+        (1, "t1", ["a", "b", "c"], ["2", "two", "4"]),
+        (2, "t1", ["a", "c"], ["6", "7"]),
+        (3, "t2", ["id", "v", "note", "amount"], ["6", "1", None, None]),
+    ]
+    assert (summary["transactions"], summary["changes"]) == (3, 6)
 
 
 def test_heartbeat_moves_an_idle_slot_with_the_publishers_wal(env, capsys):
