@@ -279,7 +279,9 @@ def _session(spec: SubscriptionSpec, spark):  # noqa: ANN001, ANN202
     if existing is not None:
         yield existing
         return
-    session = build_session(f"rowfilter-apply-{spec.subscription}", spec.spark_master, spec.spark_conf)
+    # A JVM of our own lives for this one batch: compile for a short life (core/spec.py ONE_BATCH_JVM_OPTIONS).
+    session = build_session(f"rowfilter-apply-{spec.subscription}", spec.spark_master, spec.spark_conf,
+                            one_batch=True)
     try:
         yield session
     finally:

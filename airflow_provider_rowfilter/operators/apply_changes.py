@@ -96,6 +96,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
     """
 
     job: ClassVar[str] = "apply"
+    one_batch: ClassVar[bool] = True
     template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "change_log", "max_changes")
     ui_color = "#b9e3cf"
 

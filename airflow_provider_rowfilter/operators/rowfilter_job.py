@@ -73,6 +73,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
 
     #: Name of the job module in ``airflow_provider_rowfilter/jobs/``.
     job: ClassVar[str]
+    #: Each submission runs one short batch (the apply): its JVMs compile for a short life.
+    one_batch: ClassVar[bool] = False
     #: Roles whose database the job connects to.
     roles: ClassVar[tuple[str, ...]] = ("publisher", "subscriber")
 
@@ -176,7 +178,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
             raise AirflowFailException(f"{self.task_id}: {e}") from e
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
         self._add_jdbc_jar(deploy_mode)
-        self.conf = with_jvm_options(self.conf)  # the driver's JVM is started by spark-submit
+        # The driver's JVM is started by spark-submit; an apply job's lives for one batch.
+        self.conf = with_jvm_options(self.conf, one_batch=self.one_batch)
         env = dict(self.env_vars or {})
         if deploy_mode == "client" and not on_cluster_manager:
             env.update(self._local_python_env(master, env))

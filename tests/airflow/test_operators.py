@@ -341,8 +341,16 @@ def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
     op.prepare_submit()
     command = _command(op)
     confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
-    assert "spark.driver.extraJavaOptions=-Xss4m -Duser.timezone=UTC -XX:-DontCompileHugeMethods" in confs
-    assert "spark.executor.extraJavaOptions=-Duser.timezone=UTC -XX:-DontCompileHugeMethods" in confs
+    # Each apply submission is a JVM that lives for one batch: the quick compiler only (core/spec.py).
+    assert ("spark.driver.extraJavaOptions=-Xss4m -Duser.timezone=UTC -XX:-DontCompileHugeMethods "
+            "-XX:TieredStopAtLevel=1") in confs
+    assert ("spark.executor.extraJavaOptions=-Duser.timezone=UTC -XX:-DontCompileHugeMethods "
+            "-XX:TieredStopAtLevel=1") in confs
+    refresh = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"],
+                                         publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                         conn_id=dbs.spark_conn)
+    refresh.prepare_submit()
+    assert refresh.conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:-DontCompileHugeMethods"
 
 
 def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:
