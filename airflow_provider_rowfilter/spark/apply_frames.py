@@ -270,16 +270,18 @@ class DecidedBatch:
                       *(F.count_if(F.col("_op") == op).alias(name)
                         for op, name in (("I", "n_insert"), ("U", "n_update"), ("D", "n_delete")))))
         keyed = keyed.withColumn("_n", ncols)
-        outcome = []
-        for side, existed in (("p", True), ("a", False)):
-            s = F.when(F.size("ops") == 1, _single(existed, plan.policy)).otherwise(_folded(existed, plan.policy))
-            outcome += [s[name].alias(f"{side}_{name}") for name in
-                        ("present", "vals", "flags", "conflict_lsn", "conflict_xid", "missing_update",
-                         "missing_delete")]
-        keys = keyed.select(
+        # Each side's outcome is computed once per key as a struct column, then taken apart: extracting
+        # the fields straight from the expression would make Spark evaluate it (a fold, to_json) once per field.
+        names = ("present", "vals", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
+        outcomes = keyed.select(
+            "_tgt", "_phase", "_key", "n_insert", "n_update", "n_delete",
+            *(F.when(F.size("ops") == 1, _single(existed, plan.policy)).otherwise(_folded(existed, plan.policy))
+              .alias(f"_{side}") for side, existed in (("p", True), ("a", False))))
+        keys = outcomes.select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("K").alias("row_kind"), F.lit(None).cast("string").alias("op"), F.to_json("_key").alias("key"),
-            F.col("n_insert").cast("long"), F.col("n_update").cast("long"), F.col("n_delete").cast("long"), *outcome)
+            F.col("n_insert").cast("long"), F.col("n_update").cast("long"), F.col("n_delete").cast("long"),
+            *(F.col(f"_{side}")[name].alias(f"{side}_{name}") for side in ("p", "a") for name in names))
         barriers = ops.where("_barrier").select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("B").alias("row_kind"), F.col("_op").alias("op"), F.to_json("_key").alias("key"),
@@ -427,14 +429,14 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
     # 5. what is staged: the key the change is found by, its values and flags, whether it is a barrier
     op = _col("_op")
     dml = exp.In(this=op, expressions=[_lit("I"), _lit("U")])
-    has_old = exp.Not(this=exp.Is(this=_col("_ov"), expression=exp.Null()))
+    has_old_row = exp.Not(this=exp.Is(this=_col("_ov"), expression=exp.Null()))  # has_old, on what step 2 kept
     found_by = (exp.Case()
                 .when(exp.EQ(this=op.copy(), expression=_lit("I")), _col("_newkey"))
                 .when(exp.EQ(this=op.copy(), expression=_lit("D")), _col("_oldkey"))
                 .when(exp.EQ(this=op.copy(), expression=_lit("U")),
-                      exp.If(this=has_old.copy(), true=_col("_oldkey"), false=_col("_newkey"))))
+                      exp.If(this=has_old_row.copy(), true=_col("_oldkey"), false=_col("_newkey"))))
     values = _per_target(plan, lambda t: exp.Array(expressions=[names.read("_nv", c) for c in t.columns]))
-    key_changed = exp.and_(exp.EQ(this=op.copy(), expression=_lit("U")), has_old.copy(),
+    key_changed = exp.and_(exp.EQ(this=op.copy(), expression=_lit("U")), has_old_row.copy(),
                            exp.not_(exp.NullSafeEQ(this=_col("_oldkey"), expression=_col("_newkey"))))
     frame = frame.selectExpr(
         "_tgt", "_epoch", "commit_lsn", "seq", "lsn", "xid", "kind", "schema", "`table`", "column_names",
