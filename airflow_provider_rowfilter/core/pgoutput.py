@@ -233,6 +233,11 @@ def decode_message(data: bytes, lsn: int | None = None, *, encoding: str = "utf-
         if raw_text and decoder in _TUPLE_DECODERS:
             return decoder(data, None)
         return decoder(data, encoding)
+    except _BinaryValue as e:
+        kind = chr(data[0])
+        raise PgOutputError(f"pgoutput message {kind!r} ({MessageType(kind).name}){_at(lsn)}: {e}",
+                            type_byte=kind, lsn=lsn, hint="read the slot without the 'binary' option: the change "
+                            "log keeps PostgreSQL's text form of every value") from e
     except (struct.error, IndexError, ValueError) as e:
         # ValueError covers UnicodeDecodeError and a missing string terminator.
         kind = chr(data[0])
@@ -255,6 +260,10 @@ def _refusal(byte: int, lsn: int | None) -> PgOutputError:
     return PgOutputError(f"unsupported pgoutput message {kind!r} ({known.name}){_at(lsn)}", type_byte=kind, lsn=lsn,
                          hint="streamed and two-phase transactions are not decoded: read the slot without the "
                          "'streaming' and 'two_phase' options")
+
+
+class _BinaryValue(ValueError):
+    """A binary value (the ``binary`` option) where ``raw_text`` asked for text as bytes."""
 
 
 def _string(data: bytes, pos: int, encoding: str) -> tuple[str, int]:
@@ -288,7 +297,7 @@ def _tuple(data: bytes, pos: int, encoding: str | None, unpack=_I32.unpack_from)
             unchanged.append(i)
         elif kind == 0x62:  # 'b'
             if encoding is None:  # as bytes, it would pass for text
-                raise ValueError(f"binary value in column {i + 1}, but text values were asked for as bytes")
+                raise _BinaryValue(f"binary value in column {i + 1}, but text values were asked for as bytes")
             end = pos + 5 + unpack(data, pos + 1)[0]
             append(bytes(data[pos + 5:end]))
             pos = end

@@ -392,10 +392,11 @@ def image_arrays(buffer: np.ndarray, images: Images, encoding: str = "utf-8",
 
 
 class SegmentWriter:
-    """Write one segment, flushing a row group every ``row_group_rows`` changes so memory stays flat.
+    """Write one segment, a row group every ``row_group_rows`` changes so memory stays flat.
 
-    Rows reference their transaction and relation by index into small per-row-group lists; the
-    repeated columns are built with ``take`` when the row group is flushed.
+    Changes come in two ways, kept in order: many at once as :class:`ChangeRows` (:meth:`append`,
+    what the capture does with each fetch), or one by one between :meth:`begin` and :meth:`commit`
+    (:meth:`change`: tests and tools). Both end as the same columns (:meth:`ChangeRows.table`).
     """
 
     def __init__(self, log: ChangeLog, start_lsn: int, *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,

@@ -475,8 +475,9 @@ def test_raw_text_keeps_the_publishers_bytes_of_every_text_value(message):
 def test_raw_text_refuses_a_binary_value_that_would_pass_for_text():
     data = b"I\x00\x00\x40\x10N\x00\x01b\x00\x00\x00\x02\x00\x01"
     assert decode_message(data, 0) == Insert(0x4010, TupleData((b"\x00\x01",), (False,)))
-    with pytest.raises(PgOutputError, match=r"binary value in column 1, but text values were asked for as bytes"):
+    with pytest.raises(PgOutputError, match=r"binary value in column 1, but text values were asked for as bytes") as e:
         decode_message(data, 0, raw_text=True)
+    assert "without the 'binary' option" in e.value.hint
 
 
 # --- many change messages at once (core/pgoutput_columns.py) -------------------------------------------
