@@ -20,22 +20,25 @@ CONFLICT_POLICIES = ("error", "upsert")
 #: the JIT compile Spark's generated methods however long they are: the apply's judging projection
 #: runs about 5× slower in HotSpot's bytecode interpreter (docs/apply.md, "Speed").
 SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods")
-#: Added for JVMs that live for one apply batch (ApplyChangesOperator's spark-submit, the apply job's
-#: own session): HotSpot's quick compiler only. Its code runs slower than the optimising compiler's,
-#: but a batch is over before that compiler would have paid for itself: a 200k-change batch in a
-#: fresh JVM took 29.7–33.9 s against 43.9–44.4 s (docs/apply.md, "Speed").
-ONE_BATCH_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+#: Added for JVMs that live for one short apply batch (ApplyChangesOperator's spark-submit, the apply
+#: job's own session, when the batch is bounded by at most SHORT_BATCH_CHANGES): HotSpot's quick
+#: compiler only. Its code runs slower than the optimising compiler's, but a short batch is over
+#: before that compiler would have paid for itself: a 200k-change batch in a fresh JVM took
+#: 29.7–34.8 s against 41.8–44.4 s; one batch of 1M changes is the other way round (86.6 s against
+#: 75.5 s). docs/apply.md, "Speed".
+SHORT_BATCH_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
+SHORT_BATCH_CHANGES = 300_000
 
 
-def with_jvm_options(conf: Mapping[str, str] | None, *, one_batch: bool = False) -> dict[str, str]:
+def with_jvm_options(conf: Mapping[str, str] | None, *, short_batch: bool = False) -> dict[str, str]:
     """``conf`` with :data:`SPARK_JVM_OPTIONS` added to the driver's and executors' Java options.
 
-    :param one_batch: the JVMs run one apply batch and exit: add :data:`ONE_BATCH_JVM_OPTIONS` too.
+    :param short_batch: the JVMs run one short apply batch and exit: add :data:`SHORT_BATCH_JVM_OPTIONS` too.
 
     An option the caller sets itself (``-Duser.timezone=…``, ``-XX:+DontCompileHugeMethods``,
     ``-XX:TieredStopAtLevel=4``) is kept as given.
     """
-    options = (*SPARK_JVM_OPTIONS, *(ONE_BATCH_JVM_OPTIONS if one_batch else ()))
+    options = (*SPARK_JVM_OPTIONS, *(SHORT_BATCH_JVM_OPTIONS if short_batch else ()))
     result = dict(conf or {})
     for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
         present = result.get(key) or ""

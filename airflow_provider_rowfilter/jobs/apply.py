@@ -29,7 +29,7 @@ from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, TargetPlan, ep
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
 from airflow_provider_rowfilter.pg.apply_target import (
@@ -149,7 +149,8 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
             plans.append(TargetPlan(index, rel.table, epochs.leaves(rel.table), positions[rel.table],
                                     targets[index].column_names, targets[index].key, epochs.rules(rel.table)))
         plan = ApplyPlan(epochs.starts, tuple(plans), skip_lsn, spec.conflict_policy)
-        with _session(spec, spark) as session:
+        logged = [_segment_counts(s.path) for s in segments]
+        with _session(spec, spark, sum(c for _, c in logged)) as session:
             from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
 
             decided = decide(session, [str(s.path) for s in segments], plan)
@@ -163,7 +164,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
             finally:
                 decided.release()
         result.segments = len(segments)
-        result.transactions = sum(_segment_transactions(s.path) for s in segments)
+        result.transactions = sum(t for t, _ in logged)
     faults.point("apply-after-stage")
     with sub.transaction():
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
@@ -241,14 +242,16 @@ def _replica_role(sub: psycopg.Connection) -> None:
                     "and foreign keys fire during apply")
 
 
-def _segment_transactions(path) -> int:  # noqa: ANN001
+def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
+    """(transactions, changes) of a segment, from its metadata."""
     import pyarrow.parquet as pq
 
     from airflow_provider_rowfilter.pg.change_log import METADATA_KEY
 
     metadata = pq.read_metadata(path).metadata or {}
     raw = metadata.get(METADATA_KEY.encode())
-    return int(json.loads(raw)["transactions"]) if raw else 0
+    facts = json.loads(raw) if raw else {}
+    return int(facts.get("transactions", 0)), int(facts.get("changes", 0))
 
 
 def _prune(change_log: ChangeLog, store: StateStore) -> None:
@@ -270,7 +273,8 @@ def _apply_lock(conn: psycopg.Connection, subscription: str) -> AbstractContextM
 
 
 @contextmanager
-def _session(spec: SubscriptionSpec, spark):  # noqa: ANN001, ANN202
+def _session(spec: SubscriptionSpec, spark, changes: int):  # noqa: ANN001, ANN202
+    """The session to apply ``changes`` logged changes in: the caller's, the active one, else one of our own."""
     from pyspark.sql import SparkSession
 
     from airflow_provider_rowfilter.spark.session import build_session
@@ -279,9 +283,9 @@ def _session(spec: SubscriptionSpec, spark):  # noqa: ANN001, ANN202
     if existing is not None:
         yield existing
         return
-    # A JVM of our own lives for this one batch: compile for a short life (core/spec.py ONE_BATCH_JVM_OPTIONS).
+    # A JVM of our own lives for this one batch: a short one compiles for a short life (core/spec.py).
     session = build_session(f"rowfilter-apply-{spec.subscription}", spec.spark_master, spec.spark_conf,
-                            one_batch=True)
+                            short_batch=changes <= SHORT_BATCH_CHANGES)
     try:
         yield session
     finally:

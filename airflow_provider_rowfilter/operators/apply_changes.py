@@ -13,8 +13,10 @@ from airflow.sdk import Asset, AssetAlias
 
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
+from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.pg.state import StateStore, last_history_id
 
 if TYPE_CHECKING:
@@ -96,7 +98,6 @@ class ApplyChangesOperator(RowFilterJobOperator):
     """
 
     job: ClassVar[str] = "apply"
-    one_batch: ClassVar[bool] = True
     template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "change_log", "max_changes")
     ui_color = "#b9e3cf"
 
@@ -140,6 +141,10 @@ class ApplyChangesOperator(RowFilterJobOperator):
             raise SpecError(f"max_changes={self.max_changes!r} is not a positive integer",
                             hint="pass max_changes=100000, or leave it out for the job's default")
         return ["--max-changes", str(value)]
+
+    def short_batch(self, arguments: list[str]) -> bool:
+        bound = int(arguments[arguments.index("--max-changes") + 1]) if arguments else DEFAULT_MAX_CHANGES
+        return bound <= SHORT_BATCH_CHANGES
 
     # --- what the task returns -----------------------------------------------------------------------
     def before_submit(self, resolved: ResolvedSpec) -> int:

@@ -73,8 +73,6 @@ class RowFilterJobOperator(SparkSubmitOperator):
 
     #: Name of the job module in ``airflow_provider_rowfilter/jobs/``.
     job: ClassVar[str]
-    #: Each submission runs one short batch (the apply): its JVMs compile for a short life.
-    one_batch: ClassVar[bool] = False
     #: Roles whose database the job connects to.
     roles: ClassVar[tuple[str, ...]] = ("publisher", "subscriber")
 
@@ -179,7 +177,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
         self._add_jdbc_jar(deploy_mode)
         # The driver's JVM is started by spark-submit; an apply job's lives for one batch.
-        self.conf = with_jvm_options(self.conf, one_batch=self.one_batch)
+        self.conf = with_jvm_options(self.conf, short_batch=self.short_batch(arguments))
         env = dict(self.env_vars or {})
         if deploy_mode == "client" and not on_cluster_manager:
             env.update(self._local_python_env(master, env))
@@ -194,6 +192,10 @@ class RowFilterJobOperator(SparkSubmitOperator):
                           " and ".join(sorted(r for r, e in resolved.endpoints.items() if e.password)),
                           ", ".join(sorted(secrets)))
         return resolved
+
+    def short_batch(self, arguments: list[str]) -> bool:
+        """Whether the submitted job runs one short batch and exits (its JVMs then compile for a short life)."""
+        return False
 
     def spec_fields(self) -> dict[str, Any]:
         """The spec keys given as (rendered) arguments; None where the spec file or default decides."""

@@ -47,13 +47,13 @@ def jdbc_jar_path() -> Path:
 
 
 def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None, *,
-                 one_batch: bool = False) -> dict[str, str]:
+                 short_batch: bool = False) -> dict[str, str]:
     """Return the Spark configuration :func:`build_session` applies, caller's ``conf`` last.
 
     :param master: Spark master URL; default ``local[*]``.
     :param conf: extra settings, e.g. ``{"spark.ui.enabled": "false"}``; a ``spark.jars`` given
         here is kept and the JDBC jar appended to it.
-    :param one_batch: the session runs one apply batch (core/spec.py ``ONE_BATCH_JVM_OPTIONS``).
+    :param short_batch: the session runs one short apply batch (core/spec.py ``SHORT_BATCH_JVM_OPTIONS``).
     """
     settings = {
         "spark.master": master or DEFAULT_MASTER,
@@ -67,7 +67,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     settings.update(conf or {})
     # The JVMs' own zone (the JDBC driver and java.time conversions read it) and the JIT for long
     # generated methods, added to the caller's Java options (core/spec.py SPARK_JVM_OPTIONS).
-    settings = with_jvm_options(settings, one_batch=one_batch)
+    settings = with_jvm_options(settings, short_batch=short_batch)
     jar = str(jdbc_jar_path())
     jars = [j for j in settings.get("spark.jars", "").split(",") if j]
     if jar not in jars:
@@ -84,7 +84,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
 
 
 def build_session(
-    app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None, *, one_batch: bool = False
+    app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None, *, short_batch: bool = False
 ) -> SparkSession:
     """Build (or get) the SparkSession for a job: UTC, PostgreSQL JDBC driver on the classpath.
 
@@ -94,10 +94,10 @@ def build_session(
     :param app_name: Spark application name.
     :param master: Spark master URL; default ``local[*]``.
     :param conf: extra Spark settings, applied last (``{"spark.ui.enabled": "false"}`` in tests).
-    :param one_batch: the session runs one apply batch and stops; its JVM compiles for a short life.
+    :param short_batch: the session runs one short apply batch and stops; its JVM compiles for a short life.
     """
     builder = SparkSession.builder.appName(app_name)
-    settings = session_conf(master, conf, one_batch=one_batch)
+    settings = session_conf(master, conf, short_batch=short_batch)
     if settings["spark.master"].startswith("local"):
         # The Python workers of a local master run here: give them this interpreter and its packages
         # (psycopg for the copy's writers), not whichever `python3` comes first on PATH. PySpark reads

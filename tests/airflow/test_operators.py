@@ -346,11 +346,16 @@ def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
             "-XX:TieredStopAtLevel=1") in confs
     assert ("spark.executor.extraJavaOptions=-Duser.timezone=UTC -XX:-DontCompileHugeMethods "
             "-XX:TieredStopAtLevel=1") in confs
+    # A long batch, and the other jobs, keep HotSpot's optimising compiler.
+    long = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"], max_changes="300001",
+                                publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                conn_id=dbs.spark_conn)
     refresh = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"],
                                          publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
                                          conn_id=dbs.spark_conn)
-    refresh.prepare_submit()
-    assert refresh.conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:-DontCompileHugeMethods"
+    for other in (long, refresh):
+        other.prepare_submit()
+        assert other.conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:-DontCompileHugeMethods"
 
 
 def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:

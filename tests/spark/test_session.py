@@ -112,8 +112,8 @@ def test_session_conf_adds_jvm_options_to_the_callers_own() -> None:
     assert conf["spark.driver.extraJavaOptions"] == "-XX:+DontCompileHugeMethods -Duser.timezone=UTC"
 
 
-def test_a_session_for_one_batch_compiles_for_a_short_life_unless_told_otherwise() -> None:
-    conf = session_conf(None, {"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=4"}, one_batch=True)
+def test_a_session_for_a_short_batch_compiles_for_a_short_life_unless_told_otherwise() -> None:
+    conf = session_conf(None, {"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=4"}, short_batch=True)
     assert conf["spark.driver.extraJavaOptions"] == (
         "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1")
     assert conf["spark.executor.extraJavaOptions"] == (
