@@ -24,8 +24,9 @@ SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods")
 #: job's own session, when the batch is bounded by at most SHORT_BATCH_CHANGES): HotSpot's quick
 #: compiler only. Its code runs slower than the optimising compiler's, but a short batch is over
 #: before that compiler would have paid for itself: a 200k-change batch in a fresh JVM took
-#: 29.7–34.8 s against 41.8–44.4 s. At 1M changes in one batch no difference could be told from the
-#: noise (86.6 and 89.5 s against 82.2 and 103.7 s), so larger batches keep both. docs/apply.md, "Speed".
+#: 29.7–37.6 s (7 runs) against 41.8–44.4 s (3 runs). At 1M changes in one batch no difference could
+#: be told from the noise (86.6 and 89.5 s against 82.2 and 103.7 s), so larger batches keep both
+#: (docs/apply.md, "Speed").
 SHORT_BATCH_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 SHORT_BATCH_CHANGES = 300_000
 
