@@ -74,15 +74,15 @@ def message_buffer(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.nd
     return buffer, ends - lengths, ends
 
 
-def _int32(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
-    b = buffer[at[:, None] + np.arange(4)].astype(np.int64)
-    value = (b[:, 0] << 24) | (b[:, 1] << 16) | (b[:, 2] << 8) | b[:, 3]
-    return np.where(value >= 1 << 31, value - (1 << 32), value)
-
-
 def _uint32(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The big-endian unsigned 32-bit integers at ``at``."""
     b = buffer[at[:, None] + np.arange(4)].astype(np.int64)
     return (b[:, 0] << 24) | (b[:, 1] << 16) | (b[:, 2] << 8) | b[:, 3]
+
+
+def _int32(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
+    value = _uint32(buffer, at)
+    return np.where(value >= 1 << 31, value - (1 << 32), value)
 
 
 def _tuples(buffer: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> tuple[Images, np.ndarray]:

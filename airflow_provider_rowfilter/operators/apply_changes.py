@@ -132,19 +132,24 @@ class ApplyChangesOperator(RowFilterJobOperator):
         return resolved
 
     def job_arguments(self) -> list[str]:
+        bound = self._max_changes()
+        return [] if bound is None else ["--max-changes", str(bound)]
+
+    def _max_changes(self) -> int | None:
+        """The rendered ``max_changes`` as a positive integer, or None for the job's default."""
         value = self.max_changes
         if value is None or value == "":
-            return []
+            return None
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value.strip())
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"max_changes={self.max_changes!r} is not a positive integer",
                             hint="pass max_changes=100000, or leave it out for the job's default")
-        return ["--max-changes", str(value)]
+        return value
 
-    def short_batch(self, arguments: list[str]) -> bool:
-        bound = int(arguments[arguments.index("--max-changes") + 1]) if arguments else DEFAULT_MAX_CHANGES
-        return bound <= SHORT_BATCH_CHANGES
+    def short_batch(self) -> bool:
+        bound = self._max_changes()
+        return (DEFAULT_MAX_CHANGES if bound is None else bound) <= SHORT_BATCH_CHANGES
 
     # --- what the task returns -----------------------------------------------------------------------
     def before_submit(self, resolved: ResolvedSpec) -> int:

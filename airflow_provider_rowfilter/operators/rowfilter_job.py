@@ -177,7 +177,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
         self._add_jdbc_jar(deploy_mode)
         # The driver's JVM is started by spark-submit; an apply job's lives for one batch.
-        self.conf = with_jvm_options(self.conf, short_batch=self.short_batch(arguments))
+        self.conf = with_jvm_options(self.conf, short_batch=self.short_batch())
         env = dict(self.env_vars or {})
         if deploy_mode == "client" and not on_cluster_manager:
             env.update(self._local_python_env(master, env))
@@ -193,7 +193,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
                           ", ".join(sorted(secrets)))
         return resolved
 
-    def short_batch(self, arguments: list[str]) -> bool:
+    def short_batch(self) -> bool:
         """Whether the submitted job runs one short batch and exits (its JVMs then compile for a short life)."""
         return False
 

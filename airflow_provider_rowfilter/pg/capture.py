@@ -254,9 +254,11 @@ class _Reader:
         truncates: list[tuple[int, int, LoggedRelation, int, int, int]] = []  # position, n, relation, seq, txn, options
         announced: dict[int, list[tuple[int, LoggedRelation]]] = {}  # Relation messages of this fetch, by oid
         prior = dict(self.relations)
+        others = np.flatnonzero(~is_change)
+        changes_before = [*np.searchsorted(changes, others).tolist(), len(changes)]
         version = transactions = done = 0
-        for position in [*np.flatnonzero(~is_change).tolist(), len(rows)]:
-            run = int(np.searchsorted(changes, position)) - done
+        for position, before in zip([*others.tolist(), len(rows)], changes_before, strict=True):
+            run = before - done
             if run:
                 if current is None:
                     raise ChangeLogError(f"change at LSN {format_lsn(int(lsns[changes[done]]))} outside a transaction")
