@@ -2,11 +2,13 @@
 
 The Spark side (spark/apply_frames.py) reduces every key a batch touches to its net effect, computed
 twice: as if the key existed in the subscriber before the batch (``p_*``, "present") and as if it
-did not (``a_*``, "absent"), because only the subscriber knows which is true. The rows are staged
-in ``rowfilter.apply_stage``; here, inside the one transaction that also moves the positions, each
-table is brought up to date with a handful of statements whose cost grows with the batch, not
-with the table: look the staged keys up through the table's key index, raise the first conflict,
-then DELETE, UPDATE and INSERT what the chosen outcome says.
+did not (``a_*``, "absent"), because only the subscriber knows which is true. The two outcomes
+differ in whether a row is left and in its flags, never in a value either one reads, so a key's
+values are staged once (``vals``). The rows are staged in ``rowfilter.apply_stage``; here, inside
+the one transaction that also moves the positions, each table is brought up to date with a handful
+of statements whose cost grows with the batch, not with the table: look the staged keys up through
+the table's key index, raise the first conflict, then DELETE, UPDATE and INSERT what the chosen
+outcome says.
 
 A table's changes are cut into *phases* by the changes that cannot be reduced per key (TRUNCATE,
 an UPDATE that changes the key): phase ``p``'s keys are applied, then barrier ``p`` as one
@@ -245,9 +247,9 @@ class StagedTable:
             """CREATE TEMP TABLE {keys} ON COMMIT DROP AS
                SELECT s.*, CASE WHEN s.phase = 0 THEN EXISTS (SELECT 1 FROM {rel} t WHERE {match}) END AS existed
                FROM (SELECT DISTINCT ON (phase, key) phase, key, {key_columns}, n_insert, n_update, n_delete,
-                            p_present, p_vals::jsonb AS p_vals, p_flags, p_conflict_lsn, p_conflict_xid,
+                            vals::jsonb AS vals, p_present, p_flags, p_conflict_lsn, p_conflict_xid,
                             p_missing_update, p_missing_delete,
-                            a_present, a_vals::jsonb AS a_vals, a_flags, a_conflict_lsn, a_conflict_xid,
+                            a_present, a_flags, a_conflict_lsn, a_conflict_xid,
                             a_missing_update, a_missing_delete
                      FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'
                      ORDER BY phase, key) s""").format(
@@ -289,16 +291,16 @@ class StagedTable:
         ).format(**q), (phase,))
         self.conn.execute(sql.SQL(
             "UPDATE {rel} t SET {set} FROM {keys} k WHERE k.phase = %s AND k.existed AND k.p_present AND {match}"
-        ).format(set=self._update_set(sql.SQL("k.p_vals"), sql.SQL("k.p_flags")), **q), (phase,))
+        ).format(set=self._update_set(sql.SQL("k.vals"), sql.SQL("k.p_flags")), **q), (phase,))
         self.conn.execute(sql.SQL(
             "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
             "WHERE k.phase = %s AND NOT k.existed AND k.a_present"
         ).format(rel_name=relation_sql(self.target.table), columns=self._column_list(),
-                 values=self._insert_values(sql.SQL("k.a_vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
+                 values=self._insert_values(sql.SQL("k.vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
 
     def _apply_barrier(self, phase: int, counts: TableCounts) -> None:
         row = self.conn.execute(sql.SQL(
-            """SELECT op, key, p_vals, p_flags, commit_lsn, xid, restart_identity FROM {stage}
+            """SELECT op, key, vals, p_flags, commit_lsn, xid, restart_identity FROM {stage}
                WHERE token = %s AND target = %s AND row_kind = 'B' AND phase = %s LIMIT 1""").format(stage=STAGE),
             (self.token, self.target.index, phase)).fetchone()
         if row is None:

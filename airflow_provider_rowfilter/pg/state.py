@@ -117,6 +117,12 @@ MIGRATIONS: list[tuple[int, str]] = [
     );
     CREATE INDEX apply_stage_token ON rowfilter.apply_stage (token, target, row_kind, phase);
     """),
+    # One staged copy of a key's values: whenever both outcomes have a row, they agree on every value
+    # either one reads (spark/apply_frames.py), so staging them twice only doubled the batch's bytes.
+    (3, """
+    ALTER TABLE rowfilter.apply_stage RENAME COLUMN p_vals TO vals;
+    ALTER TABLE rowfilter.apply_stage DROP COLUMN a_vals;
+    """),
 ]
 
 

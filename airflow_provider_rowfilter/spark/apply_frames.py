@@ -272,21 +272,27 @@ class DecidedBatch:
         keyed = keyed.withColumn("_n", ncols)
         # Each side's outcome is computed once per key as a struct column, then taken apart: extracting
         # the fields straight from the expression would make Spark evaluate it (a fold, to_json) once per field.
-        names = ("present", "vals", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
+        # Whenever both outcomes leave a row they agree on every value either one reads (their flags may
+        # differ, 1 against 2), so the values are staged once: a single change's as they are, a fold's
+        # from the outcome that leaves a row.
+        names = ("present", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
         outcomes = keyed.select(
             "_tgt", "_phase", "_key", "n_insert", "n_update", "n_delete",
             *(F.when(F.size("ops") == 1, _single(existed, plan.policy)).otherwise(_folded(existed, plan.policy))
-              .alias(f"_{side}") for side, existed in (("p", True), ("a", False))))
+              .alias(f"_{side}") for side, existed in (("p", True), ("a", False))),
+            F.expr("IF(size(ops) = 1 AND ops[0]._op != 'D', to_json(ops[0]._vals), NULL)").alias("_single_vals"))
         keys = outcomes.select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("K").alias("row_kind"), F.lit(None).cast("string").alias("op"), F.to_json("_key").alias("key"),
             F.col("n_insert").cast("long"), F.col("n_update").cast("long"), F.col("n_delete").cast("long"),
+            F.coalesce("_single_vals", F.when(F.col("_p.present"), F.col("_p.vals")).otherwise(F.col("_a.vals")))
+            .alias("vals"),
             *(F.col(f"_{side}")[name].alias(f"{side}_{name}") for side in ("p", "a") for name in names))
         barriers = ops.where("_barrier").select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("B").alias("row_kind"), F.col("_op").alias("op"), F.to_json("_key").alias("key"),
             "commit_lsn", "xid", F.col("truncate_restart_identity").alias("restart_identity"),
-            F.to_json("_vals").alias("p_vals"),
+            F.to_json("_vals").alias("vals"),
             # In a single UPDATE a column the change does not carry keeps the subscriber's value (flag 2).
             F.translate("_fl", "1", "2").alias("p_flags"))
         return keys.unionByName(barriers, allowMissingColumns=True)
@@ -305,17 +311,17 @@ def _outcome(present: str, vals: str = "CAST(NULL AS STRING)", flags: str = "CAS
 def _single(existed: bool, policy: str) -> Column:
     """The net effect of a key's only change (most keys of a batch), without a fold.
 
-    The same as :func:`_folded` on a one-element list; a value whose flag is not 0 is never read.
+    The same as :func:`_folded` on a one-element list, but without the values: they are the change's
+    own, staged once for both outcomes. A value whose flag is not 0 is never read.
     """
     o = "ops[0]"
     conflict = existed and policy == "error"
-    insert = _outcome("true", f"to_json({o}._vals)", f"{o}._fl",
-                      f"{o}.commit_lsn" if conflict else "CAST(NULL AS BIGINT)",
-                      f"{o}.xid" if conflict else "CAST(NULL AS BIGINT)")
+    insert = _outcome("true", flags=f"{o}._fl", clsn=f"{o}.commit_lsn" if conflict else "CAST(NULL AS BIGINT)",
+                      cxid=f"{o}.xid" if conflict else "CAST(NULL AS BIGINT)")
     if existed:
-        update = _outcome("true", f"to_json({o}._vals)", f"translate({o}._fl, '1', '2')")
+        update = _outcome("true", flags=f"translate({o}._fl, '1', '2')")
     elif policy == "upsert":
-        update = _outcome("true", f"to_json({o}._vals)", f"{o}._fl")
+        update = _outcome("true", flags=f"{o}._fl")
     else:
         update = _outcome("false", mu="1L")
     delete = _outcome("false", md="0L" if existed else "1L")
