@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import NoReturn
 
 import numpy as np
@@ -219,6 +220,48 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
     return reader.batch
 
 
+@dataclass
+class _Fetch:
+    """One fetch of slot rows: the messages joined in one buffer (core/pgoutput_columns.py)."""
+
+    datas: list[bytes]
+    lsns: np.ndarray
+    buffer: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @cached_property
+    def kinds(self) -> np.ndarray:
+        """Each message's first byte (read once no message is empty)."""
+        return self.buffer[self.starts]
+
+    @cached_property
+    def is_change(self) -> np.ndarray:
+        return np.isin(self.kinds, _CHANGE_CODES)
+
+    @cached_property
+    def changes(self) -> np.ndarray:
+        """Positions of the INSERT, UPDATE and DELETE messages."""
+        return np.flatnonzero(self.is_change)
+
+
+@dataclass
+class _Walk:
+    """What the messages of a fetch other than changes say about the changes between them."""
+
+    #: the fetch's transactions (commit_lsn, commit time in µs, xid, origin); the open one first
+    txns: list[tuple[int, int, int, str | None]]
+    #: the relations known before the fetch, by oid
+    prior: dict[int, LoggedRelation]
+    #: runs of changes: first change, length, transaction, first seq, how many Relation messages came before
+    runs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
+    #: truncated relations: message position, place in the message, relation, seq, transaction, options
+    truncates: list[tuple[int, int, LoggedRelation, int, int, int]] = field(default_factory=list)
+    #: the fetch's Relation messages by oid, each with its number among them
+    announced: dict[int, list[tuple[int, LoggedRelation]]] = field(default_factory=dict)
+    transactions: int = 0  # committed in the fetch, with at least one change
+
+
 class _Reader:
     """Turns fetches of slot rows into change-log rows, keeping what spans fetches (relations, open transaction).
 
@@ -238,83 +281,81 @@ class _Reader:
         self.batch = _Batch()
 
     def read(self, rows: list[tuple[int, bytes]]) -> None:
-        lsns = np.fromiter((r[0] for r in rows), np.int64, len(rows))
         datas = [r[1] for r in rows]
-        self.batch.messages += len(rows)
         buffer, starts, ends = message_buffer(datas)
+        fetch = _Fetch(datas, np.fromiter((r[0] for r in rows), np.int64, len(rows)), buffer, starts, ends)
+        self.batch.messages += len(rows)
         if (ends == starts).any():
-            self._refuse(datas, lsns, np.flatnonzero(ends == starts))
-        kinds = buffer[starts]
-        is_change = np.isin(kinds, _CHANGE_CODES)
-        changes = np.flatnonzero(is_change)
-        # Walk the other messages in order; each stretch of changes between two of them is a run.
-        txns: list[tuple[int, int, int, str | None]] = [] if self.txn is None else [self.txn]
+            self._refuse(fetch, np.flatnonzero(ends == starts))
+        walk = self._walk(fetch)
+        self.writer.end_transactions(walk.transactions)
+        if len(fetch.changes) == 0 and not walk.truncates:
+            return
+        try:
+            decoded = decode_changes(buffer, starts[fetch.changes], ends[fetch.changes])
+        except Irregular:
+            self._refuse(fetch, fetch.changes)
+        self._write(fetch, walk, decoded)
+
+    def _walk(self, fetch: _Fetch) -> _Walk:
+        """Decode the messages other than changes in order; each stretch of changes between two of them is a run."""
+        changes, lsns = fetch.changes, fetch.lsns
+        walk = _Walk(txns=[] if self.txn is None else [self.txn], prior=dict(self.relations))
         current = None if self.txn is None else 0
-        runs: list[tuple[int, int, int, int, int]] = []  # first change, length, transaction, first seq, version
-        truncates: list[tuple[int, int, LoggedRelation, int, int, int]] = []  # position, n, relation, seq, txn, options
-        announced: dict[int, list[tuple[int, LoggedRelation]]] = {}  # Relation messages of this fetch, by oid
-        prior = dict(self.relations)
-        others = np.flatnonzero(~is_change)
+        others = np.flatnonzero(~fetch.is_change)
         changes_before = [*np.searchsorted(changes, others).tolist(), len(changes)]
-        version = transactions = done = 0
-        for position, before in zip([*others.tolist(), len(rows)], changes_before, strict=True):
+        version = done = 0
+        for position, before in zip([*others.tolist(), len(lsns)], changes_before, strict=True):
             run = before - done
             if run:
                 if current is None:
                     raise ChangeLogError(f"change at LSN {format_lsn(int(lsns[changes[done]]))} outside a transaction")
-                runs.append((done, run, current, self.seq, version))
+                walk.runs.append((done, run, current, self.seq, version))
                 self.seq += run
                 done += run
-            if position == len(rows):
+            if position == len(lsns):
                 break
             lsn = int(lsns[position])
-            message = decode_message(datas[position], lsn, encoding=self.encoding)
+            message = decode_message(fetch.datas[position], lsn, encoding=self.encoding)
             cls = type(message)
             if cls is Begin:
                 if self.txn is not None:
                     raise PgOutputError(f"transaction {message.xid} begins inside transaction {self.txn[2]}", lsn=lsn)
                 self.txn = (message.final_lsn, _unix_micros(message.commit_ts), message.xid, None)
-                txns.append(self.txn)
-                current, self.seq = len(txns) - 1, 0
+                walk.txns.append(self.txn)
+                current, self.seq = len(walk.txns) - 1, 0
             elif cls is Commit:
                 if self.txn is None or message.commit_lsn != self.txn[0]:
                     raise PgOutputError(f"commit at {format_lsn(message.commit_lsn)} does not close the open "
                                         "transaction", lsn=lsn)
-                transactions += self.seq > 0
+                walk.transactions += self.seq > 0
                 self.batch.end_lsn, self.batch.last_commit_ts = message.end_lsn, message.commit_ts
                 self.txn = current = None
             elif cls is Relation:
                 self.relations[message.oid] = logged = self.types.logged(message)
                 version += 1
-                announced.setdefault(message.oid, []).append((version, logged))
+                walk.announced.setdefault(message.oid, []).append((version, logged))
             elif cls is Type:
                 self.types.announce(message)
             elif cls is Truncate:
                 if current is None:
                     raise ChangeLogError(f"change at LSN {format_lsn(lsn)} outside a transaction")
                 for n, oid in enumerate(message.relation_oids):
-                    truncates.append((position, n, _relation(self.relations, oid, lsn), self.seq, current,
-                                      message.options))
+                    walk.truncates.append((position, n, _relation(self.relations, oid, lsn), self.seq, current,
+                                           message.options))
                     self.seq += 1
             elif cls is Origin:
                 if current is None:
                     raise ChangeLogError(f"origin {message.name!r} outside a transaction")
-                txns[current] = self.txn = (*txns[current][:3], message.name)
+                walk.txns[current] = self.txn = (*walk.txns[current][:3], message.name)
             # else Message: only sent with the 'messages' option, which we do not ask for
-        if len(changes) == 0 and not truncates:
-            self.writer.transactions += transactions
-            return
-        try:
-            decoded = decode_changes(buffer, starts[changes], ends[changes])
-        except Irregular:
-            self._refuse(datas, lsns, changes)
-        self._write(runs=runs, truncates=truncates, txns=txns, transactions=transactions,
-                    decoded=decoded, kinds=kinds[changes], lsns=lsns, positions=changes, buffer=buffer,
-                    prior=prior, announced=announced)
+        return walk
 
-    def _write(self, *, runs: list, truncates: list, txns: list, transactions: int, decoded: ChangeColumns,
-               kinds: np.ndarray, lsns: np.ndarray, positions: np.ndarray, buffer: np.ndarray,
-               prior: dict[int, LoggedRelation], announced: dict[int, list[tuple[int, LoggedRelation]]]) -> None:
+    def _write(self, fetch: _Fetch, walk: _Walk, decoded: ChangeColumns) -> None:
+        """Hand the fetch's changes and truncated relations to the writer, as columns in slot order."""
+        runs, truncates, announced, prior = walk.runs, walk.truncates, walk.announced, walk.prior
+        positions, lsns, buffer = fetch.changes, fetch.lsns, fetch.buffer
+        kinds = fetch.kinds[positions]
         n = len(positions)
         first, length, txn_index, seq0, version = (np.array(c, np.int64) for c in zip(*runs, strict=True)) \
             if runs else (np.zeros(0, np.int64),) * 5
@@ -370,16 +411,15 @@ class _Reader:
                     f"{format_lsn(int(lsn[row]))}")
 
         self.writer.append(ChangeRows(
-            list(zip(*txns, strict=True)), txn, relations, rel, seq, lsn, kind, old_kind, truncate,
-            image_arrays(buffer, new, self.encoding, where), image_arrays(buffer, old, self.encoding, where),
-            transactions))
+            list(zip(*walk.txns, strict=True)), txn, relations, rel, seq, lsn, kind, old_kind, truncate,
+            image_arrays(buffer, new, self.encoding, where), image_arrays(buffer, old, self.encoding, where)))
 
-    def _refuse(self, datas: list[bytes], lsns: np.ndarray, which: np.ndarray) -> NoReturn:
+    def _refuse(self, fetch: _Fetch, which: np.ndarray) -> NoReturn:
         """Decode ``which`` messages one by one: the first that is wrong raises, naming itself and its LSN."""
         for i in which.tolist():
-            decode_message(datas[i], int(lsns[i]), encoding=self.encoding, raw_text=True)
+            decode_message(fetch.datas[i], int(fetch.lsns[i]), encoding=self.encoding, raw_text=True)
         raise PgOutputError("the slot sent a change this capture cannot decode in bulk",
-                            lsn=int(lsns[which[0]]) if len(which) else None)
+                            lsn=int(fetch.lsns[which[0]]) if len(which) else None)
 
 
 def _relation(relations: dict[int, LoggedRelation], oid: int, lsn: int) -> LoggedRelation:

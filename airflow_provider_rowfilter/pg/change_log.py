@@ -277,8 +277,7 @@ class ChangeRows:
     Rows name their transaction and relation by index into ``txns`` (commit LSNs, commit times in
     Unix microseconds, xids, origins) and ``relations``; the repeated columns are built with ``take``.
     ``old_kind`` and ``truncate`` are -1 where a row has none; ``new`` and ``old`` are the images as
-    ``(values, unchanged)`` list arrays (:func:`image_arrays`). ``transactions``: how many
-    transactions end in these rows, counted when they hold at least one change.
+    ``(values, unchanged)`` list arrays (:func:`image_arrays`).
     """
 
     txns: Sequence[Sequence]
@@ -292,7 +291,6 @@ class ChangeRows:
     truncate: Sequence[int]
     new: tuple[pa.Array, pa.Array]
     old: tuple[pa.Array, pa.Array]
-    transactions: int
 
     @property
     def count(self) -> int:
@@ -476,9 +474,12 @@ class SegmentWriter:
         self._pending.append(rows.table())
         self._pending_rows += rows.count
         self.rows += rows.count
-        self.transactions += rows.transactions
         if self._pending_rows >= self.row_group_rows:
             self._write(final=False)
+
+    def end_transactions(self, count: int) -> None:
+        """Count ``count`` more whole transactions among the appended changes (those with any change)."""
+        self.transactions += count
 
     def _move_scalars(self) -> None:
         """Turn the changes given one by one into a table waiting to be written."""
@@ -488,7 +489,7 @@ class SegmentWriter:
         self._pending.append(ChangeRows(
             list(zip(*self._txns, strict=True)), txn, self._relations, rel, seq, lsn, kind,
             [-1 if k is None else k for k in old_kind], [-1 if t is None else t for t in truncate],
-            self._new.arrays(), self._old.arrays(), 0).table())
+            self._new.arrays(), self._old.arrays()).table())
         self._pending_rows += len(self._scalars)
         self._reset()
 
