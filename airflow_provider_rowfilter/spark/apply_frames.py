@@ -274,7 +274,10 @@ class DecidedBatch:
         # the fields straight from the expression would make Spark evaluate it (a fold, to_json) once per field.
         # Whenever both outcomes leave a row they agree on every value either one reads (their flags may
         # differ, 1 against 2), so the values are staged once: a single change's as they are, a fold's
-        # from the outcome that leaves a row.
+        # from the outcome that leaves a row. Why: an INSERT sets every cell of both the same; an UPDATE
+        # that finds a row overwrites the cells it carries (flag 0) and keeps the others; an UPDATE that
+        # finds none (upsert) starts a row from the cells it carries; a DELETE leaves no row on either
+        # side. So from the first change on, a flag-0 cell is the same on every side that has a row.
         names = ("present", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
         outcomes = keyed.select(
             "_tgt", "_phase", "_key", "n_insert", "n_update", "n_delete",
