@@ -16,10 +16,13 @@ from airflow_provider_rowfilter.core.errors import SpecError
 SPEC_VERSION = 1
 CONFLICT_POLICIES = ("error", "upsert")
 #: JVM options of the jobs' driver and executors, given to spark-submit by the operators and to a
-#: session the job starts itself (spark/session.py). UTC for the JDBC driver and java.time; and let
-#: the JIT compile Spark's generated methods however long they are: the apply's judging projection
-#: runs about 5× slower in HotSpot's bytecode interpreter (docs/apply.md, "Speed").
-SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods")
+#: session the job starts itself (spark/session.py). UTC for the JDBC driver and java.time; let the
+#: JIT compile Spark's generated methods however long they are: the apply's judging projection runs
+#: about 5× slower in HotSpot's bytecode interpreter; and keep the optimising compiler (C2) from
+#: betting on branches it has not seen taken (an "uncommon trap"): when the bet loses, the judging
+#: projection is thrown back to the interpreter until C2 has compiled it again, which took a third of
+#: the warm 200k batches from 1.1–2.5 s to 5.4–6.8 s (docs/apply.md, "Speed").
+SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods", "-XX:PerMethodTrapLimit=0")
 #: Added for JVMs that live for one short apply batch (ApplyChangesOperator's spark-submit, the apply
 #: job's own session, when the batch is bounded by at most SHORT_BATCH_CHANGES): HotSpot's quick
 #: compiler only. Its code runs slower than the optimising compiler's, but a short batch is over

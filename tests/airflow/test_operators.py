@@ -343,9 +343,9 @@ def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
     confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
     # Each apply submission is a JVM that lives for one batch: the quick compiler only (core/spec.py).
     assert ("spark.driver.extraJavaOptions=-Xss4m -Duser.timezone=UTC -XX:-DontCompileHugeMethods "
-            "-XX:TieredStopAtLevel=1") in confs
+            "-XX:PerMethodTrapLimit=0 -XX:TieredStopAtLevel=1") in confs
     assert ("spark.executor.extraJavaOptions=-Duser.timezone=UTC -XX:-DontCompileHugeMethods "
-            "-XX:TieredStopAtLevel=1") in confs
+            "-XX:PerMethodTrapLimit=0 -XX:TieredStopAtLevel=1") in confs
     # A long batch, and the other jobs, keep HotSpot's optimising compiler.
     long = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"], max_changes="300001",
                                 publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
@@ -355,7 +355,8 @@ def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
                                          conn_id=dbs.spark_conn)
     for other in (long, refresh):
         other.prepare_submit()
-        assert other.conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:-DontCompileHugeMethods"
+        assert other.conf["spark.driver.extraJavaOptions"] == (
+            "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0")
 
 
 def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:

@@ -61,6 +61,10 @@ def test_session_settings(spark: SparkSession) -> None:
     assert jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
         jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class).getVMOption(
         "DontCompileHugeMethods").getValue() == "false"
+    # … and C2 does not throw the hot generated code back to the interpreter on an untaken branch.
+    assert jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class).getVMOption(
+        "PerMethodTrapLimit").getValue() == "0"
     # The driver class is visible to java.sql.DriverManager, not only to Spark's own class loader.
     assert jvm.java.sql.DriverManager.getDriver("jdbc:postgresql://127.0.0.1/x").getClass().getName() == (
         "org.postgresql.Driver"
@@ -101,23 +105,26 @@ def test_session_conf_keeps_callers_settings_and_adds_the_jar() -> None:
     assert conf["spark.driver.extraClassPath"] == jar
     assert conf["spark.sql.session.timeZone"] == "Europe/Paris"
     assert "spark.ui.enabled" not in conf  # the UI stays on unless asked
-    assert conf["spark.driver.extraJavaOptions"] == "-Duser.timezone=UTC -XX:-DontCompileHugeMethods"
+    assert conf["spark.driver.extraJavaOptions"] == (
+        "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0")
 
 
 def test_session_conf_adds_jvm_options_to_the_callers_own() -> None:
     conf = session_conf(None, {"spark.executor.extraJavaOptions": "-Xss4m -Duser.timezone=Europe/Paris",
-                               "spark.driver.extraJavaOptions": "-XX:+DontCompileHugeMethods"})
+                               "spark.driver.extraJavaOptions": "-XX:+DontCompileHugeMethods -XX:PerMethodTrapLimit=100"})
     # The caller's options stay, and a setting the caller made itself is not overridden.
-    assert conf["spark.executor.extraJavaOptions"] == "-Xss4m -Duser.timezone=Europe/Paris -XX:-DontCompileHugeMethods"
-    assert conf["spark.driver.extraJavaOptions"] == "-XX:+DontCompileHugeMethods -Duser.timezone=UTC"
+    assert conf["spark.executor.extraJavaOptions"] == (
+        "-Xss4m -Duser.timezone=Europe/Paris -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0")
+    assert conf["spark.driver.extraJavaOptions"] == (
+        "-XX:+DontCompileHugeMethods -XX:PerMethodTrapLimit=100 -Duser.timezone=UTC")
 
 
 def test_a_session_for_a_short_batch_compiles_for_a_short_life_unless_told_otherwise() -> None:
     conf = session_conf(None, {"spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=4"}, short_batch=True)
     assert conf["spark.driver.extraJavaOptions"] == (
-        "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1")
+        "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0 -XX:TieredStopAtLevel=1")
     assert conf["spark.executor.extraJavaOptions"] == (
-        "-XX:TieredStopAtLevel=4 -Duser.timezone=UTC -XX:-DontCompileHugeMethods")
+        "-XX:TieredStopAtLevel=4 -Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0")
 
 
 def test_missing_debian_jar_names_the_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
