@@ -271,25 +271,26 @@ class DecidedBatch:
                         for op, name in (("I", "n_insert"), ("U", "n_update"), ("D", "n_delete")))))
         keyed = keyed.withColumn("_n", ncols)
         # Each side's outcome is computed once per key as a struct column, then taken apart: extracting
-        # the fields straight from the expression would make Spark evaluate it (a fold, to_json) once per field.
+        # the fields straight from the expression would make Spark evaluate it (a fold) once per field.
         # Whenever both outcomes leave a row they agree on every value either one reads (their flags may
-        # differ, 1 against 2), so the values are staged once: a single change's as they are, a fold's
-        # from the outcome that leaves a row. Why: an INSERT sets every cell of both the same; an UPDATE
-        # that finds a row overwrites the cells it carries (flag 0) and keeps the others; an UPDATE that
-        # finds none (upsert) starts a row from the cells it carries; a DELETE leaves no row on either
-        # side. So from the first change on, a flag-0 cell is the same on every side that has a row.
+        # differ, 1 against 2), so the values are staged once and rendered as JSON once: a single
+        # change's as they are, a fold's from the outcome that leaves a row. Why: an INSERT sets every
+        # cell of both the same; an UPDATE that finds a row overwrites the cells it carries (flag 0) and
+        # keeps the others; an UPDATE that finds none (upsert) starts a row from the cells it carries; a
+        # DELETE leaves no row on either side. So from the first change on, a flag-0 cell is the same on
+        # every side that has a row.
         names = ("present", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
         outcomes = keyed.select(
             "_tgt", "_phase", "_key", "n_insert", "n_update", "n_delete",
             *(F.when(F.size("ops") == 1, _single(existed, plan.policy)).otherwise(_folded(existed, plan.policy))
               .alias(f"_{side}") for side, existed in (("p", True), ("a", False))),
-            F.expr("IF(size(ops) = 1 AND ops[0]._op != 'D', to_json(ops[0]._vals), NULL)").alias("_single_vals"))
+            F.expr("IF(size(ops) = 1 AND ops[0]._op != 'D', ops[0]._vals, NULL)").alias("_single_vals"))
         keys = outcomes.select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("K").alias("row_kind"), F.lit(None).cast("string").alias("op"), F.to_json("_key").alias("key"),
             F.col("n_insert").cast("long"), F.col("n_update").cast("long"), F.col("n_delete").cast("long"),
-            F.coalesce("_single_vals", F.when(F.col("_p.present"), F.col("_p.vals")).otherwise(F.col("_a.vals")))
-            .alias("vals"),
+            F.to_json(F.coalesce("_single_vals", F.when(F.col("_p.present"), F.col("_p.vals"))
+                                 .otherwise(F.col("_a.vals")))).alias("vals"),
             *(F.col(f"_{side}")[name].alias(f"{side}_{name}") for side in ("p", "a") for name in names))
         barriers = ops.where("_barrier").select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
@@ -305,7 +306,7 @@ _OUTCOME = ("named_struct('present', {present}, 'vals', {vals}, 'flags', {flags}
             "'conflict_xid', {cxid}, 'missing_update', {mu}, 'missing_delete', {md})")
 
 
-def _outcome(present: str, vals: str = "CAST(NULL AS STRING)", flags: str = "CAST(NULL AS STRING)",
+def _outcome(present: str, vals: str = "CAST(NULL AS ARRAY<STRING>)", flags: str = "CAST(NULL AS STRING)",
              clsn: str = "CAST(NULL AS BIGINT)", cxid: str = "CAST(NULL AS BIGINT)", mu: str = "0L",
              md: str = "0L") -> str:
     return _OUTCOME.format(present=present, vals=vals, flags=flags, clsn=clsn, cxid=cxid, mu=mu, md=md)
@@ -357,7 +358,7 @@ def _folded(existed: bool, policy: str) -> Column:
         ELSE IF(s.present,
             named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md),
             named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md + 1L))
-        END, s -> {_outcome("s.present", "to_json(transform(s.cells, c -> c.v))",
+        END, s -> {_outcome("s.present", "transform(s.cells, c -> c.v)",
                             "array_join(transform(s.cells, c -> CAST(c.f AS STRING)), '')",
                             "s.clsn", "s.cxid", "s.mu", "s.md")})"""
     return F.expr(fold)
