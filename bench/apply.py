@@ -54,6 +54,7 @@ from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import snapshot  # noqa: E402
 from airflow_provider_rowfilter.pg.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows  # noqa: E402
+from airflow_provider_rowfilter.pg.publisher import capture_names  # noqa: E402
 
 TABLES = """
 CREATE TABLE accounts (id bigserial PRIMARY KEY, region text NOT NULL, amount numeric(12,2), status text,
@@ -170,6 +171,56 @@ def set_native(native: NativeSubscription, enabled: bool) -> None:
 
 def load_average() -> str:
     return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+class CpuMeter:
+    """Core-seconds the whole machine spent busy (``/proc/stat``: everything but idle and iowait) while active.
+
+    Both sides run alone on this machine in turn, so the busy time during each is what that side costs:
+    the walsender and the apply worker for native; PostgreSQL, Python and the JVM for ours.
+    """
+
+    def __enter__(self) -> CpuMeter:
+        self.seconds = 0.0
+        self._began = self._busy()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = self._busy() - self._began
+
+    @staticmethod
+    def _busy() -> float:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle, iowait
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+FLOOR_SLOT = "bench_floor"
+
+
+def create_floor_slot(pub: str) -> None:
+    """A second pgoutput slot at the workload's start, read once by :func:`slot_read_floor`."""
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (FLOOR_SLOT,))
+
+
+def slot_read_floor(pub: str, publication: str) -> tuple[float, int, int]:
+    """Seconds the SQL interface alone takes to hand over the backlog (server-side decoding, nothing kept).
+
+    The same call our capture makes (pg/capture.py), through ``count(*)`` so nothing crosses the wire
+    or is decoded in Python: what any capture through the SQL interface pays before its first row.
+    Returns (seconds, slot rows, bytes); the slot is dropped afterwards.
+    """
+    with psycopg.connect(pub, autocommit=True) as conn:
+        began = time.monotonic()
+        rows, size = conn.execute(
+            "SELECT count(*), coalesce(sum(octet_length(data)), 0) FROM pg_logical_slot_peek_binary_changes("
+            "%s, NULL, NULL, 'proto_version', '1', 'publication_names', %s)",
+            (FLOOR_SLOT, f'"{publication}"')).fetchone()
+        seconds = time.monotonic() - began
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (FLOOR_SLOT,))
+    return seconds, int(rows), int(size)
 
 
 # --- timing of our phases (wrappers installed from here: the product code is not changed) ------------
@@ -409,6 +460,7 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN
             print(f"warm-up: {done:,} changes in {txns:,} transactions applied by both; subscribers equal", flush=True)
 
         set_native(native, False)
+        create_floor_slot(pub)
         done, txns, generated = workload(pub, args.changes, args.txn_size)
         with psycopg.connect(pub, autocommit=True) as conn:
             wal = conn.execute("SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots "
@@ -417,25 +469,33 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN
               f"{generated:.1f} s ({done / generated:,.0f}/s); {int(wal) / 2**20:,.0f} MiB of WAL behind; "
               f"load average {load_average()}", flush=True)
 
+        # The floor of any capture through the SQL interface: the slot function alone, same backlog.
+        floor_s, floor_rows, floor_bytes = slot_read_floor(pub, capture_names(spec.subscription)[1])
+        print(f"slot read alone (pg_logical_slot_peek_binary_changes, server-side, counted not fetched): "
+              f"{floor_s:.2f} s for {floor_rows:,} slot rows, {floor_bytes / 2**20:,.0f} MiB", flush=True)
+
         # (a) native: enable, until the slot confirmed everything written so far
         load_native = load_average()
         began = time.monotonic()
-        set_native(native, True)
-        native.wait_caught_up(timeout=7200)
+        with CpuMeter() as native_cpu:
+            set_native(native, True)
+            native.wait_caught_up(timeout=7200)
         native_s = time.monotonic() - began
-        print(f"native apply: {native_s:.2f} s ({done / native_s:,.0f} changes/s); load average {load_native}",
-              flush=True)
+        print(f"native apply: {native_s:.2f} s ({done / native_s:,.0f} changes/s), {native_cpu.seconds:.1f} "
+              f"core-seconds busy; load average {load_native}", flush=True)
 
         # (a) ours: batches until the capture says nothing more
         load_ours = load_average()
         timer = PhaseTimer().install()
         try:
-            our_s, batches = apply_until_done(spec, spark, args.max_changes, timer, verbose=True)
+            with CpuMeter() as our_cpu:
+                our_s, batches = apply_until_done(spec, spark, args.max_changes, timer, verbose=True)
         finally:
             timer.uninstall()
         captured = sum(b["captured"] for b in batches)
         print(f"our apply: {our_s:.2f} s ({done / our_s:,.0f} changes/s) in {len(batches)} batches, "
-              f"{captured:,} changes captured; load average {load_ours}", flush=True)
+              f"{captured:,} changes captured, {our_cpu.seconds:.1f} core-seconds busy; load average {load_ours}",
+              flush=True)
         if captured != done:
             print(f"  note: captured {captured:,} ≠ made {done:,}", flush=True)
 
@@ -463,6 +523,8 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN
             "native_seconds": native_s, "ours_seconds": our_s,
             "native_changes_per_s": done / native_s, "ours_changes_per_s": done / our_s,
             "ratio": native_s / our_s, "batches": len(batches), "phases_seconds": phases,
+            "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
+            "slot_read_seconds": floor_s, "slot_read_rows": floor_rows, "slot_read_bytes": floor_bytes,
             "empty_batch_ms_median": statistics.median(empty) * 1000,
             "empty_batch_ms": [t * 1000 for t in empty], "empty_subprocess_seconds": job["wall"],
             "empty_subprocess_peak_kb": job["peak_kb_by_process"], "tables_equal": True, "table_rows": rows,
@@ -553,6 +615,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'native apply':28}{f['native_seconds']:>10.2f}{f['native_changes_per_s']:>12,.0f}")
         print(f"{'rowfilter apply':28}{f['ours_seconds']:>10.2f}{f['ours_changes_per_s']:>12,.0f}")
         print(f"ratio ours/native (changes/s): {f['ratio']:.2f}  (goal >= 1.0); subscribers equal")
+        print(f"busy core-seconds: native {f['native_cpu_seconds']:.1f}, ours {f['ours_cpu_seconds']:.1f} "
+              f"({f['ours_cpu_seconds'] / f['native_cpu_seconds']:.1f}x)")
+        print(f"the SQL interface's slot read alone: {f['slot_read_seconds']:.2f} s "
+              f"({f['slot_read_seconds'] / f['native_seconds']:.2f}x the whole native apply)")
         print(f"our time by phase ({f['batches']} batches): "
               + ", ".join(f"{k} {v:.1f} s ({v / f['ours_seconds']:.0%})" for k, v in ph.items()))
         print(f"empty batch: {f['empty_batch_ms_median']:.0f} ms in process (median of 5), "
