@@ -591,8 +591,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-max-changes", type=int,
                    help="slot rows per batch in --memory (default: the whole backlog in one batch)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting for our side (repeatable), e.g. to compare settings in one harness")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
     args = p.parse_args(argv)
+    for setting in args.conf:
+        key, sep, value = setting.partition("=")
+        if not sep:
+            p.error(f"--conf {setting!r}: expected KEY=VALUE")
+        SPARK_CONF[key] = value
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     with contextlib.ExitStack() as stack:
