@@ -21,6 +21,8 @@ DEBIAN_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
 #: Environment variable naming another PostgreSQL JDBC jar (e.g. one downloaded from Maven Central).
 JDBC_JAR_ENV = "ROWFILTER_JDBC_JAR"
 JDBC_DRIVER_CLASS = "org.postgresql.Driver"
+#: HotSpot's ``HugeMethodLimit``: the largest method its JIT compilers take on by default.
+HUGE_METHOD_LIMIT = "8000"
 
 
 class JdbcDriverNotFoundError(RowFilterError):
@@ -58,6 +60,10 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     settings = {
         "spark.master": master or DEFAULT_MASTER,
         "spark.sql.session.timeZone": "UTC",
+        # Spark's advice for HotSpot: run a plan whose whole-stage method would exceed HotSpot's
+        # 8,000-byte limit without whole-stage codegen. The apply's judging stage is 26 KB; left whole,
+        # it made HotSpot give up compiling it in some JVMs (docs/apply.md, "Speed").
+        "spark.sql.codegen.hugeMethodLimit": HUGE_METHOD_LIMIT,
     }
     if settings["spark.master"].startswith("local"):
         # Everything runs in this JVM: keep the driver's ports on loopback instead of the address

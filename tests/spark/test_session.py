@@ -50,6 +50,8 @@ def test_session_settings(spark: SparkSession) -> None:
     assert spark.sparkContext.master == "local[2]"
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    # A whole-stage method HotSpot would not compile well runs without whole-stage codegen instead.
+    assert spark.conf.get("spark.sql.codegen.hugeMethodLimit") == "8000"
     assert conf.get("spark.ui.enabled") == "false"
     assert str(jdbc_jar_path()) in conf.get("spark.jars", "").split(",")
     jvm = spark.sparkContext._jvm
@@ -98,12 +100,15 @@ def test_jdbc_round_trip(spark: SparkSession, local_pg: LocalPostgres, fresh_db:
 
 
 def test_session_conf_keeps_callers_settings_and_adds_the_jar() -> None:
-    conf = session_conf(None, {"spark.jars": "/opt/other.jar", "spark.sql.session.timeZone": "Europe/Paris"})
+    conf = session_conf(None, {"spark.jars": "/opt/other.jar", "spark.sql.session.timeZone": "Europe/Paris",
+                               "spark.sql.codegen.hugeMethodLimit": "65535"})
     jar = str(jdbc_jar_path())
     assert conf["spark.master"] == "local[*]"
     assert conf["spark.jars"] == f"/opt/other.jar,{jar}"
     assert conf["spark.driver.extraClassPath"] == jar
     assert conf["spark.sql.session.timeZone"] == "Europe/Paris"
+    assert conf["spark.sql.codegen.hugeMethodLimit"] == "65535"
+    assert session_conf(None)["spark.sql.codegen.hugeMethodLimit"] == "8000"
     assert "spark.ui.enabled" not in conf  # the UI stays on unless asked
     assert conf["spark.driver.extraJavaOptions"] == (
         "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0")
