@@ -15,8 +15,11 @@ UPDATEs of other columns, DELETEs, on both tables. Timed apart, one after the ot
   until the capture says nothing more is waiting.
 Both subscriber databases are then compared whole (pg/native.table_rows). Also measured: an empty
 batch (in process, median of 5, and one ``python -m …jobs.apply`` subprocess with its JVM start),
-and the time per phase of our batches (capture, Spark judge, Spark reduce + stage, subscriber
-transaction). Not part of the test suite.
+the time per phase of our batches (capture, Spark judge, Spark reduce + stage, subscriber
+transaction), the machine's busy core-seconds during each side (``/proc/stat``), and the slot
+function alone on the same backlog (a second slot made before the workload, read server-side with
+``count(*)``): what any capture through the SQL interface costs before Python sees a row. Our side's
+Spark settings can be changed with ``--conf KEY=VALUE``. Not part of the test suite.
 
     python bench/apply.py                          # 1M changes
     python bench/apply.py --changes 200000         # smaller
