@@ -64,6 +64,10 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         # 8,000-byte limit without whole-stage codegen. The apply's judging stage is 26 KB; left whole,
         # it made HotSpot give up compiling it in some JVMs (docs/apply.md, "Speed").
         "spark.sql.codegen.hugeMethodLimit": HUGE_METHOD_LIMIT,
+        # The apply collects each key's changes (collect_list): nearly every key is distinct, so the
+        # hash-based object aggregate falls back to sorting anyway; sorting from the start is cheaper
+        # (the reduce-and-stage step of a 280k batch: median 2.15 s against 2.5 s).
+        "spark.sql.execution.useObjectHashAggregateExec": "false",
     }
     if settings["spark.master"].startswith("local"):
         # Everything runs in this JVM: keep the driver's ports on loopback instead of the address
