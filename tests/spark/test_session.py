@@ -52,6 +52,7 @@ def test_session_settings(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
     # A whole-stage method HotSpot would not compile well runs without whole-stage codegen instead.
     assert spark.conf.get("spark.sql.codegen.hugeMethodLimit") == "8000"
+    # The apply's per-key collect_list sorts rather than hashing nearly distinct keys.
     assert spark.conf.get("spark.sql.execution.useObjectHashAggregateExec") == "false"
     assert conf.get("spark.ui.enabled") == "false"
     assert str(jdbc_jar_path()) in conf.get("spark.jars", "").split(",")
