@@ -21,9 +21,9 @@ CONFLICT_POLICIES = ("error", "upsert")
 #: about 5× slower in HotSpot's bytecode interpreter (the sessions' hugeMethodLimit keeps whole-stage
 #: methods under 8,000 bytes; this covers the rest, and a session that raises it); and keep the
 #: optimising compiler (C2) from betting on branches it has not seen taken (an "uncommon trap"): when
-#: the bet loses, the judging
-#: projection is thrown back to the interpreter until C2 has compiled it again, which took a third of
-#: the warm 200k batches from 1.1–2.5 s to 5.4–6.8 s (docs/apply.md, "Speed").
+#: the bet loses, the judging projection is thrown back to the interpreter until C2 has compiled it
+#: again, which took a third of the warm 200k batches from 1.1–2.5 s to 5.4–6.8 s (docs/apply.md,
+#: "Speed").
 SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods", "-XX:PerMethodTrapLimit=0")
 #: Added for JVMs that live for one short apply batch (ApplyChangesOperator's spark-submit, the apply
 #: job's own session, when the batch is bounded by at most SHORT_BATCH_CHANGES): HotSpot's quick
