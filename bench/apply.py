@@ -199,16 +199,16 @@ class CpuMeter:
         return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-FLOOR_SLOT = "bench_floor"
+READ_ALONE_SLOT = "bench_read_alone"
 
 
-def create_floor_slot(pub: str) -> None:
-    """A second pgoutput slot at the workload's start, read once by :func:`slot_read_floor`."""
+def create_read_alone_slot(pub: str) -> None:
+    """A second pgoutput slot at the workload's start, read once by :func:`slot_read_alone`."""
     with psycopg.connect(pub, autocommit=True) as conn:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (FLOOR_SLOT,))
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (READ_ALONE_SLOT,))
 
 
-def slot_read_floor(pub: str, publication: str) -> tuple[float, int, int]:
+def slot_read_alone(pub: str, publication: str) -> tuple[float, int, int]:
     """Seconds the SQL interface alone takes to hand over the backlog (server-side decoding, nothing kept).
 
     The same call our capture makes (pg/capture.py), through ``count(*)`` so nothing crosses the wire
@@ -220,9 +220,9 @@ def slot_read_floor(pub: str, publication: str) -> tuple[float, int, int]:
         rows, size = conn.execute(
             "SELECT count(*), coalesce(sum(octet_length(data)), 0) FROM pg_logical_slot_peek_binary_changes("
             "%s, NULL, NULL, 'proto_version', '1', 'publication_names', %s)",
-            (FLOOR_SLOT, f'"{publication}"')).fetchone()
+            (READ_ALONE_SLOT, f'"{publication}"')).fetchone()
         seconds = time.monotonic() - began
-        conn.execute("SELECT pg_drop_replication_slot(%s)", (FLOOR_SLOT,))
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (READ_ALONE_SLOT,))
     return seconds, int(rows), int(size)
 
 
@@ -463,7 +463,7 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN
             print(f"warm-up: {done:,} changes in {txns:,} transactions applied by both; subscribers equal", flush=True)
 
         set_native(native, False)
-        create_floor_slot(pub)
+        create_read_alone_slot(pub)
         done, txns, generated = workload(pub, args.changes, args.txn_size)
         with psycopg.connect(pub, autocommit=True) as conn:
             wal = conn.execute("SELECT pg_current_wal_lsn() - confirmed_flush_lsn FROM pg_replication_slots "
@@ -472,10 +472,10 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN
               f"{generated:.1f} s ({done / generated:,.0f}/s); {int(wal) / 2**20:,.0f} MiB of WAL behind; "
               f"load average {load_average()}", flush=True)
 
-        # The floor of any capture through the SQL interface: the slot function alone, same backlog.
-        floor_s, floor_rows, floor_bytes = slot_read_floor(pub, capture_names(spec.subscription)[1])
+        # What any capture through the SQL interface pays first: the slot function alone, same backlog.
+        read_s, read_rows, read_bytes = slot_read_alone(pub, capture_names(spec.subscription)[1])
         print(f"slot read alone (pg_logical_slot_peek_binary_changes, server-side, counted not fetched): "
-              f"{floor_s:.2f} s for {floor_rows:,} slot rows, {floor_bytes / 2**20:,.0f} MiB", flush=True)
+              f"{read_s:.2f} s for {read_rows:,} slot rows, {read_bytes / 2**20:,.0f} MiB", flush=True)
 
         # (a) native: enable, until the slot confirmed everything written so far
         load_native = load_average()
@@ -527,7 +527,7 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN
             "native_changes_per_s": done / native_s, "ours_changes_per_s": done / our_s,
             "ratio": native_s / our_s, "batches": len(batches), "phases_seconds": phases,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
-            "slot_read_seconds": floor_s, "slot_read_rows": floor_rows, "slot_read_bytes": floor_bytes,
+            "slot_read_seconds": read_s, "slot_read_rows": read_rows, "slot_read_bytes": read_bytes,
             "empty_batch_ms_median": statistics.median(empty) * 1000,
             "empty_batch_ms": [t * 1000 for t in empty], "empty_subprocess_seconds": job["wall"],
             "empty_subprocess_peak_kb": job["peak_kb_by_process"], "tables_equal": True, "table_rows": rows,
