@@ -69,6 +69,8 @@ class SubscriptionSpec:
     file (beside the working directory when the spec did not come from a file). ``conflict_policy``
     is what ApplyChanges does when an INSERT finds its key in the subscriber: ``error`` stops the
     batch as PostgreSQL does, ``upsert`` overwrites (and an UPDATE that finds no row inserts it).
+    ``retained_wal_warning`` is how much WAL the subscription's slot may hold back on the publisher
+    before ``status`` warns (a size such as ``'1GB'``, or bytes).
     """
 
     subscription: str
@@ -83,6 +85,7 @@ class SubscriptionSpec:
     conflict_policy: str = "error"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
+    retained_wal_warning: str | int = "1GB"
     spec_version: int = SPEC_VERSION
 
     def __post_init__(self) -> None:
@@ -151,6 +154,11 @@ class SubscriptionSpec:
     def from_json(cls, text: str) -> SubscriptionSpec:
         return cls.from_dict(json.loads(text), source="spec JSON")
 
+    @property
+    def retained_wal_warning_bytes(self) -> int:
+        """``retained_wal_warning`` in bytes: past it, ``status`` warns that the slot holds back that much WAL."""
+        return parse_size(self.retained_wal_warning, f"retained_wal_warning of subscription {self.subscription!r}")
+
     def change_log_dir(self) -> Path:
         """The change-log directory: ``change_log``, or the default under the working directory."""
         return Path(self.change_log or default_change_log(self.subscription))
@@ -164,6 +172,21 @@ class SubscriptionSpec:
         except FileNotFoundError as e:
             raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
                             f"{self.subscription!r} does not exist") from e
+
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(B|kB|MB|GB|TB)?\s*$")
+_UNITS = {None: 1, "B": 1, "kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def parse_size(value: str | int, what: str) -> int:
+    """A size as PostgreSQL's memory settings write it (``'512MB'``, ``'1GB'``; units of 1024) or bytes, in bytes."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    match = _SIZE.match(value) if isinstance(value, str) else None
+    if match is None:
+        raise SpecError(f"{what} = {value!r} is not a size",
+                        hint="write bytes (1073741824) or a size with one of PostgreSQL's units: kB, MB, GB, TB ('1GB')")
+    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 def default_change_log(subscription: str) -> str:
