@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     refresh = sub.add_parser("refresh", help="reconcile the subscription's tables with its publications "
                              "(ALTER SUBSCRIPTION … REFRESH PUBLICATION)")
     refresh.add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    refresh.add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a new one and "
+                         "send every table it had positioned back to state i, emptied, for a new copy")
     status = sub.add_parser("status", help="per-table sync state, like pg_subscription_rel")
     status.add_argument("--spec", required=True, help="subscription spec file (YAML)")
     status.add_argument("--json", action="store_true", help="print the state as JSON")
@@ -81,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return validate(SubscriptionSpec.load(args.spec), as_json=args.json)
         if args.command == "refresh":
-            return refresh(SubscriptionSpec.load(args.spec))
+            return refresh(SubscriptionSpec.load(args.spec), recreate_slot=args.recreate_slot)
         if args.command == "status":
             return status(SubscriptionSpec.load(args.spec), as_json=args.json)
         if args.command in ("snapshot", "resync"):
@@ -115,11 +117,11 @@ def validate(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     return 0
 
 
-def refresh(spec: SubscriptionSpec) -> int:
+def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
     """Run the RefreshPublication job in-process and say what it added and removed."""
     from airflow_provider_rowfilter.jobs.refresh import refresh as run_refresh
 
-    result = run_refresh(spec)
+    result = run_refresh(spec, recreate_slot=recreate_slot)
     if not result.changed:
         console.print(f"subscription {spec.subscription}: up to date ({len(result.tables)} tables, at {result.lsn})")
         return 0

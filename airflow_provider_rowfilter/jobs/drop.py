@@ -3,7 +3,7 @@
 Checks first, then drops, so that a refusal changes nothing: no apply, snapshot or resync of the
 subscription may be running (their advisory locks in the subscriber, the change log's lock), and,
 unless ``keep_slot``, the publisher must be reachable and the slot not active. Then, in this order:
-the slot and the capture publication on the publisher (only the ones we created), the
+the slot and the capture publications on the publisher (only the ones we created), the
 subscription's rows in schema ``rowfilter`` of the subscriber (its tables' states, its refresh and
 batch history, its staged rows) in one transaction, and the change log is moved aside as
 ``<change_log>.dropped-<time>``. The subscriber's tables and their data stay, as in PostgreSQL.
@@ -28,7 +28,12 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.pg.apply_target import clear_stage
 from airflow_provider_rowfilter.pg.change_log import ChangeLog, ChangeLogError
 from airflow_provider_rowfilter.pg.definitions import connect
-from airflow_provider_rowfilter.pg.publisher import STOP_BEFORE_DROP, capture_names, drop_capture_objects
+from airflow_provider_rowfilter.pg.publisher import (
+    STOP_BEFORE_DROP,
+    capture_names,
+    capture_publication_names,
+    drop_capture_objects,
+)
 from airflow_provider_rowfilter.pg.state import (
     APPLY_LOCK,
     StateStore,
@@ -47,7 +52,7 @@ class DropError(RowFilterError):
 class DropResult:
     subscription: str
     slot: str
-    publication: str
+    publication: str  # the capture publications dropped (with keep_slot: every name they may have), comma-separated
     keep_slot: bool = False
     slot_dropped: bool = False
     slot_retained_bytes: int | None = None
@@ -66,8 +71,9 @@ class DropResult:
 
 def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
     """Drop ``spec``'s subscription; raise, having dropped nothing, when it is in use or the publisher is unreachable."""
-    slot, publication = capture_names(spec.subscription)
-    result = DropResult(spec.subscription, slot, publication, keep_slot=keep_slot)
+    slot = capture_names(spec.subscription)[0]
+    names = ", ".join(capture_publication_names(spec.subscription).values())
+    result = DropResult(spec.subscription, slot, names, keep_slot=keep_slot)
     change_log = ChangeLog(spec.change_log_dir())
     with ExitStack() as stack:
         sub = stack.enter_context(connect(spec.subscriber, "subscriber", spec))
@@ -80,7 +86,8 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
             pub = stack.enter_context(_connect_publisher(spec, slot))
             dropped = drop_capture_objects(pub, spec.subscription)
             result.slot_dropped, result.slot_retained_bytes = dropped.slot_dropped, dropped.retained_bytes
-            result.publication_dropped, result.left_alone = dropped.publication_dropped, list(dropped.left_alone)
+            result.publication = ", ".join(dropped.publications)
+            result.publication_dropped, result.left_alone = bool(dropped.publications), list(dropped.left_alone)
         if has_state:
             with sub.transaction():
                 if relation_exists(sub, "apply_stage"):

@@ -1,10 +1,15 @@
 """RefreshPublication: reconcile a subscription with its publications (``ALTER SUBSCRIPTION … REFRESH PUBLICATION``).
 
-Validate the definitions (and change nothing when they are invalid), make the capture publication
-publish the subscribed tables' leaves, create the slot if missing, then, in one subscriber
-transaction: a new table gets ``i`` (``r`` at the current position with ``copy_data: false``), a table
-no longer published is removed with its progress, and the definitions are recorded with the
-position from which they apply. Running it twice changes nothing the second time.
+Validate the definitions (and change nothing when they are invalid), make the capture publications
+publish each subscribed leaf for the actions its publications publish, create the slot if missing,
+then, in one subscriber transaction: a new table gets ``i`` (``r`` at the current position with
+``copy_data: false``), a table no longer published is removed with its progress, and the definitions
+are recorded with the position from which they apply. Running it twice changes nothing the second time.
+
+A slot that is gone while tables hold positions read from it (``d``, ``f``, ``s``, ``r``) means a
+gap: the changes made while it was missing were never decoded. Refresh then refuses, changing
+nothing, unless ``recreate_slot``: every such table is emptied and sent back to ``i`` (the resync
+path, whatever ``copy_data``: only a new copy closes a gap), then the slot is created.
 """
 
 from __future__ import annotations
@@ -15,20 +20,29 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import filters_document, subscribed_tables
+from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
 from airflow_provider_rowfilter.pg.change_log import ChangeLog
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
 from airflow_provider_rowfilter.pg.publisher import (
     capture_names,
     current_lsn,
-    ensure_capture_publication,
+    ensure_capture_publications,
     ensure_slot,
+    leaf_actions,
+    slot_exists,
 )
-from airflow_provider_rowfilter.pg.state import StateStore, migrate
+from airflow_provider_rowfilter.pg.state import RelState, StateStore, migrate, relation_exists
 
 log = logging.getLogger(__name__)
+
+
+class SlotLostError(RowFilterError):
+    """The subscription's slot is gone while tables hold positions read from it."""
 
 
 @dataclass
@@ -41,22 +55,33 @@ class RefreshResult:
     slot_created: bool = False
     capture_publication_changed: bool = False
     definitions_changed: bool = False
+    resynced: list[str] = field(default_factory=list)  # sent back to i because the slot had to be recreated
 
     @property
     def changed(self) -> bool:
         return bool(self.added or self.removed or self.slot_created or self.capture_publication_changed
-                    or self.definitions_changed)
+                    or self.definitions_changed or self.resynced)
 
 
-def refresh(spec: SubscriptionSpec) -> RefreshResult:
-    """Run RefreshPublication for ``spec``; raise (having changed nothing) when the definitions are invalid."""
-    slot, capture = capture_names(spec.subscription)
+def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshResult:
+    """Run RefreshPublication for ``spec``; raise (having changed nothing) when the definitions are invalid
+    or the slot is gone and ``recreate_slot`` was not given."""
+    slot, _ = capture_names(spec.subscription)
+    resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
         definitions = load_definitions(spec, pub)
         tables = subscribed_tables(definitions.publications, spec.publications, definitions.catalog)
-        leaves = sorted({leaf for t in definitions.filters.tables.values() for leaf in t.leaves})
-        # The publication first: pgoutput decodes each change with the catalog as of its position.
-        publication_changed = ensure_capture_publication(pub, capture, spec.subscription, leaves)
+        actions = leaf_actions(definitions.filters, definitions.publications, definitions.catalog)
+        had_slot = slot_exists(pub, slot)
+        if not had_slot:
+            stranded = _positioned_tables(spec)
+            if stranded and not recreate_slot:
+                raise _slot_lost(spec, slot, stranded)
+            if stranded:
+                _resync(spec, [r.table for r in stranded])
+                resynced = stranded
+        # The publications first: pgoutput decodes each change with the catalog as of its position.
+        publication_changed = ensure_capture_publications(pub, spec.subscription, actions, slot_exists=had_slot)
         slot_created = ensure_slot(pub, slot)
         lsn = current_lsn(pub)
     if slot_created:
@@ -65,12 +90,14 @@ def refresh(spec: SubscriptionSpec) -> RefreshResult:
             log.warning("a new slot %s was created: the change log of the previous one was moved to %s", slot, set_aside)
     document = filters_document(definitions.filters, spec.subscription)
     result = RefreshResult(spec.subscription, lsn, tables=[str(t) for t in tables], slot_created=slot_created,
-                           capture_publication_changed=publication_changed)
+                           capture_publication_changed=publication_changed,
+                           resynced=[str(r.table) for r in resynced])
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         with sub.transaction():
-            store.ensure_subscription(spec.publications, slot, capture, {"copy_data": spec.copy_data})
+            store.ensure_subscription(spec.publications, slot, capture_names(spec.subscription)[1],
+                                      {"copy_data": spec.copy_data})
             added, removed = store.reconcile(tables, copy_data=spec.copy_data, current_lsn=lsn)
             last = sub.execute(
                 "SELECT definitions FROM rowfilter.refresh_history WHERE subscription = %s ORDER BY id DESC LIMIT 1",
@@ -84,11 +111,43 @@ def refresh(spec: SubscriptionSpec) -> RefreshResult:
     return result
 
 
+def _positioned_tables(spec: SubscriptionSpec) -> list[RelState]:
+    """The subscription's tables whose position came from its slot (every state but ``i``)."""
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        if not relation_exists(sub, "subscription_rel"):
+            return []
+        return [r for r in StateStore(sub, spec.subscription).tables() if r.state is not SyncState.INIT]
+
+
+def _slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> SlotLostError:
+    positions = [parse_lsn(r.lsn) for r in stranded if r.lsn is not None]
+    since = f"after LSN {format_lsn(min(positions))}" if positions else "since the slot was dropped"
+    listed = ", ".join(f"{r.table} ({r.state.value}{'' if r.lsn is None else ' at ' + r.lsn})" for r in stranded)
+    return SlotLostError(
+        f'replication slot "{slot}" no longer exists on the publisher; changes {since} were never captured',
+        detail=f"tables whose position came from that slot: {listed}",
+        hint="run `rowfilter refresh --recreate-slot` (RefreshPublicationOperator(recreate_slot=True)): it empties "
+        "these tables in the subscriber, sends them back to state i for a new copy, and creates a new slot; "
+        "nothing was changed")
+
+
+def _resync(spec: SubscriptionSpec, tables: list) -> None:
+    """Empty the tables and send them back to ``i``, each in one transaction (``rowfilter resync``)."""
+    from airflow_provider_rowfilter.jobs.snapshot import resync  # imports pyspark: only on this path
+
+    resync(spec, tables)
+    log.warning("slot of %s recreated: %s emptied and sent back to state i for a new copy", spec.subscription,
+                ", ".join(str(t) for t in tables))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for spark-submit and ``python -m``: prints the result as JSON."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    _, spec = parse(parser(__doc__.splitlines()[0]), argv)
-    result = refresh(spec)
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--recreate-slot", action="store_true",
+                   help="the slot is gone: create a new one and send the tables it positioned back to i")
+    args, spec = parse(p, argv)
+    result = refresh(spec, recreate_slot=args.recreate_slot)
     print(json.dumps({**result.__dict__, "changed": result.changed}))
     return 0
 

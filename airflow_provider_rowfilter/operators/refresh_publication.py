@@ -13,9 +13,13 @@ class RefreshPublicationOperator(RowFilterJobOperator):
     """Reconcile a subscription's tables with its publications (the ``refresh`` job).
 
     Validates the publication definitions (nothing changes when they are invalid), maintains the
-    slot and capture publication on the publisher, and in the subscriber gives each newly published
+    slot and capture publications on the publisher, and in the subscriber gives each newly published
     table state ``i`` (``r`` with ``copy_data=False``) and removes tables no longer published.
     Running it twice changes nothing the second time.
+
+    :param recreate_slot: the subscription's slot was dropped on the publisher (a gap: the changes
+        made meanwhile were never captured): empty every table that had a position, send it back to
+        ``i`` for a new copy, and create a new slot. Without it such a refresh fails, changing nothing.
 
     Takes the parameters of :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
 
@@ -25,6 +29,13 @@ class RefreshPublicationOperator(RowFilterJobOperator):
     """
 
     job: ClassVar[str] = "refresh"
+
+    def __init__(self, *, recreate_slot: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.recreate_slot = recreate_slot
+
+    def job_arguments(self) -> list[str]:
+        return ["--recreate-slot"] if self.recreate_slot else []
 
     def before_submit(self, resolved: ResolvedSpec) -> int:
         with resolved.connect("subscriber") as conn:

@@ -70,7 +70,7 @@ from airflow_provider_rowfilter.pg.change_log import (
     image_arrays,
 )
 from airflow_provider_rowfilter.pg.definitions import connect
-from airflow_provider_rowfilter.pg.publisher import CaptureError, capture_names
+from airflow_provider_rowfilter.pg.publisher import CaptureError, capture_names, capture_publications
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,11 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
             "subscription": spec.subscription, "slot": slot, "publication": publication})
         try:
-            batch = _read_slot(pub, writer, slot, publication, max_changes=max_changes, upto_lsn=upto,
+            # Through every capture publication of ours (pgoutput ORs their actions per table); the main
+            # one when none exists, so that the slot's error names it.
+            names = capture_publications(pub, spec.subscription) or [publication]
+            batch = _read_slot(pub, writer, slot, ",".join(f'"{n}"' for n in names), max_changes=max_changes,
+                               upto_lsn=upto,
                                fetch_rows=fetch_rows)
             result.more = batch.messages >= max_changes
             target = max(batch.end_lsn or confirmed, confirmed)
@@ -201,14 +205,14 @@ class _Batch:
     kinds: Counter = field(default_factory=Counter)
 
 
-def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication: str, *,
+def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication_names: str, *,
                max_changes: int, upto_lsn: int | None, fetch_rows: int) -> _Batch:
     """Stream the slot's pending transactions into ``writer``, a fetch at a time."""
     reader = _Reader(writer, _TypeNames(pub), _python_encoding(pub))
     try:
         with pub.transaction(), pub.cursor("rowfilter_capture", binary=True) as cursor:
             cursor.execute(_PEEK, (slot, None if upto_lsn is None else format_lsn(upto_lsn), max_changes,
-                                   PROTO_VERSION, f'"{publication}"'))
+                                   PROTO_VERSION, publication_names))
             while rows := cursor.fetchmany(fetch_rows):
                 reader.read(rows)
     except psycopg.Error as e:

@@ -1,44 +1,72 @@
-"""The capture objects on the publisher: one logical slot (pgoutput) and one unfiltered publication.
+"""The capture objects on the publisher: one logical slot (pgoutput) and the capture publications.
 
-Both are named after the subscription and belong to us alone; a publication of that name that we
-did not create is never altered. The filters stay ours to evaluate: the capture publication
-publishes every change of the subscribed tables' leaves.
+All are named after the subscription and belong to us alone: a publication of one of our names that
+we did not create (its comment is not our marker) is never altered. The filters stay ours to
+evaluate, so the capture publications have none; but they never publish an action the subscription's
+publications do not publish for a table, because a publication changes what the publisher's own
+application may do: PostgreSQL refuses an UPDATE or DELETE on a table without a replica identity as
+soon as any publication containing it publishes updates or deletes (CheckCmdReplicaIdentity in
+src/backend/executor/execReplication.c; INSERT and TRUNCATE need none).
+
+``publish`` is a property of a publication, not of a table, so there are five of them:
+``rowfilter_<sub>`` (every action, the common case and the one publication of earlier versions) for
+the leaves whose publications publish all four actions, and ``rowfilter_<sub>_insert``, ``_update``,
+``_delete``, ``_truncate`` (one action each) holding every other leaf once per action it is
+published for. pgoutput ORs the actions of all the publications it reads through that contain a
+table (get_rel_sync_entry in src/backend/replication/pgoutput/pgoutput.c), and PostgreSQL's
+replica-identity check ORs them the same way (RelationBuildPublicationDesc in
+src/backend/utils/cache/relcache.c), so a leaf gets exactly its actions, for the stream and for the
+check. The set is fixed, so tables only ever move between existing publications, in one publisher
+transaction; none is dropped while the slot lives, because the slot's pending changes are decoded
+with the catalog as of their position and a publication dropped (or created) since would lose (or
+fail) them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
+from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublicationSet, PublishAction
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, _publishes
 
 MARKER = "managed by airflow-provider-rowfilter for subscription "
+NAMEDATALEN = 64  # PostgreSQL's limit: names are at most 63 bytes
+#: From this version pgoutput skips a publication that does not exist at a change's position (with a
+#: WARNING) instead of failing (LoadPublications in pgoutput.c); before it, a publication created after
+#: changes the slot still holds makes them undecodable.
+SKIPS_MISSING_PUBLICATIONS = 180000
 
 
 class CaptureError(RowFilterError):
     """The publisher's slot or capture publication cannot be created or used."""
 
 
-@dataclass(frozen=True)
-class CaptureObjects:
-    slot: str
-    publication: str
-    slot_created: bool
-    publication_changed: bool
-
-
 def capture_names(subscription: str) -> tuple[str, str]:
-    """Slot and capture publication names of a subscription."""
+    """Slot and main capture publication names of a subscription."""
     name = f"rowfilter_{subscription}"
     return name, name
 
 
+def capture_publication_names(subscription: str) -> dict[PublishAction | None, str]:
+    """Every capture publication's name: ``None`` for the all-actions one, else by its one action."""
+    main = capture_names(subscription)[1]
+    return {None: main, **{a: f"{main}_{a.value}" for a in PublishAction}}
+
+
 def current_lsn(conn: psycopg.Connection) -> str:
     return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+
+def slot_exists(conn: psycopg.Connection, slot: str) -> bool:
+    return conn.execute("SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %s)",
+                        (slot,)).fetchone()[0]
 
 
 def ensure_slot(conn: psycopg.Connection, slot: str) -> bool:
@@ -60,38 +88,122 @@ def ensure_slot(conn: psycopg.Connection, slot: str) -> bool:
     return True
 
 
-def ensure_capture_publication(conn: psycopg.Connection, name: str, subscription: str,
-                               leaves: Sequence[TableName]) -> bool:
-    """Make the capture publication publish exactly ``leaves``; return whether anything changed."""
+def leaf_actions(filters: SubscriptionFilters, publications: PublicationSet,
+                 catalog: PublisherCatalog) -> dict[TableName, frozenset[PublishAction]]:
+    """The actions the subscription's publications publish for each subscribed leaf.
+
+    pgoutput's ``get_rel_sync_entry`` ORs the actions of every publication that publishes the leaf
+    itself or one of its ancestors (whatever ``publish_via_partition_root``), per leaf: two
+    partitions of one root can differ.
+    """
+    pubs = [publications[n] for n in filters.publications]
+    result: dict[TableName, frozenset[PublishAction]] = {}
+    for table in filters.tables.values():
+        for leaf in table.leaves:
+            chain = [catalog.relation(leaf)]
+            chain += [catalog.relation(a) for a in chain[0].ancestors]
+            result[leaf] = frozenset(a for p in pubs if any(_publishes(p, r) for r in chain) for a in p.actions)
+    return result
+
+
+def capture_layout(subscription: str, actions: Mapping[TableName, frozenset[PublishAction]]
+                   ) -> dict[str, tuple[frozenset[PublishAction], frozenset[TableName]]]:
+    """Each capture publication's ``publish`` actions and leaves (a leaf published for nothing is in none)."""
+    names = capture_publication_names(subscription)
+    layout: dict[str, tuple[frozenset[PublishAction], set[TableName]]] = {
+        name: (ALL_ACTIONS if action is None else frozenset({action}), set()) for action, name in names.items()}
+    for leaf, published in actions.items():
+        for action in ([None] if published == ALL_ACTIONS else sorted(published, key=list(PublishAction).index)):
+            layout[names[action]][1].add(leaf)
+    return {name: (publish, frozenset(leaves)) for name, (publish, leaves) in layout.items()}
+
+
+def _publish_option(actions: Iterable[PublishAction]) -> sql.Composable:
+    text = ", ".join(a.value for a in PublishAction if a in set(actions))
+    return sql.SQL("publish = {}").format(sql.Literal(text))
+
+
+def ensure_capture_publications(conn: psycopg.Connection, subscription: str,
+                                actions: Mapping[TableName, frozenset[PublishAction]], *,
+                                slot_exists: bool) -> bool:
+    """Make the capture publications publish each leaf for exactly its ``actions``; return whether anything changed.
+
+    Without a slot yet, all five are created (before the slot, so that they exist at every position
+    it will decode). With a slot, a missing one (an installation from before they were five) is
+    created only when a leaf needs it, and refused on publishers older than PostgreSQL 18, whose
+    pgoutput cannot decode the slot's pending changes through a publication younger than them.
+    Everything happens in one transaction: a leaf moving between publications is never in none.
+    """
     marker = MARKER + subscription
-    row = conn.execute(
-        "SELECT p.oid, obj_description(p.oid, 'pg_publication') FROM pg_publication p WHERE pubname = %s",
-        (name,)).fetchone()
+    layout = capture_layout(subscription, actions)
+    existing = dict(conn.execute(
+        """SELECT pubname, obj_description(oid, 'pg_publication') FROM pg_publication
+           WHERE pubname = ANY(%s)""", (list(layout),)).fetchall())
+    for name, comment in sorted(existing.items()):
+        if comment != marker:
+            raise CaptureError(f'publication "{name}" exists on the publisher and is not ours',
+                               hint="we never alter a publication someone else uses; rename the subscription or "
+                               "drop that publication")
+    missing = [n for n in layout if n not in existing and (not slot_exists or layout[n][1])]
+    for name in missing:
+        if len(name.encode()) >= NAMEDATALEN:
+            raise CaptureError(f'capture publication name "{name}" is longer than {NAMEDATALEN - 1} bytes',
+                               hint="use a subscription name of at most 44 characters")
+    if missing and slot_exists and conn.info.server_version < SKIPS_MISSING_PUBLICATIONS:
+        name = missing[0]
+        leaves = ", ".join(str(t) for t in sorted(layout[name][1]))
+        slot = capture_names(subscription)[0]
+        raise CaptureError(
+            f'capture publication "{name}" does not exist and replication slot "{slot}" does',
+            detail=f"{leaves} must be captured for {', '.join(a.value for a in layout[name][0])} only, through "
+            f"that publication; created now, PostgreSQL {conn.info.server_version // 10000} could no longer decode "
+            f'the changes the slot holds from before it (publication "{name}" does not exist)',
+            hint=f"apply until the subscription is caught up, then SELECT pg_drop_replication_slot('{slot}') on the "
+            "publisher and run `rowfilter refresh --recreate-slot`: it creates the publications, then a new slot, "
+            "and copies the subscription's tables again; nothing was changed")
+    changed = False
+    with conn.transaction():
+        for name in missing:
+            conn.execute(sql.SQL("CREATE PUBLICATION {} WITH ({})").format(
+                sql.Identifier(name), _publish_option(layout[name][0])))
+            conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(sql.Identifier(name), sql.Literal(marker)))
+            changed = True
+        for name in [n for n in layout if n in existing or n in missing]:
+            changed |= _set_publication(conn, name, *layout[name])
+    return changed
+
+
+def _set_publication(conn: psycopg.Connection, name: str, publish: frozenset[PublishAction],
+                     leaves: frozenset[TableName]) -> bool:
     ident = sql.Identifier(name)
-    tables = sql.SQL(", ").join(sql.SQL("ONLY {}.{}").format(sql.Identifier(t.schema), sql.Identifier(t.name))
-                                for t in leaves)
-    if row is None:
-        stmt = sql.SQL("CREATE PUBLICATION {}").format(ident)
-        if leaves:
-            stmt += sql.SQL(" FOR TABLE ") + tables
-        conn.execute(stmt)
-        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(ident, sql.Literal(marker)))
-        return True
-    if row[1] != marker:
-        raise CaptureError(f'publication "{name}" exists on the publisher and is not ours',
-                           hint="we never alter a publication someone else uses; rename the subscription or drop "
-                           "that publication")
+    changed = False
+    flags = conn.execute("SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s",
+                         (name,)).fetchone()
+    if frozenset(a for a, on in zip(PublishAction, flags, strict=True) if on) != publish:
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET ({})").format(ident, _publish_option(publish)))
+        changed = True
     current = {TableName(s, t) for s, t in conn.execute(
-        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (name,))}
-    if current == set(leaves):
-        return False
+        """SELECT n.nspname, c.relname FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+           JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE p.pubname = %s""", (name,))}
+    if current == leaves:
+        return changed
     if leaves:
-        conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE ").format(ident) + tables)
+        conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE ").format(ident) + sql.SQL(", ").join(
+            sql.SQL("ONLY {}.{}").format(sql.Identifier(t.schema), sql.Identifier(t.name)) for t in sorted(leaves)))
     else:
-        for t in sorted(current):
-            conn.execute(sql.SQL("ALTER PUBLICATION {} DROP TABLE {}.{}").format(
-                ident, sql.Identifier(t.schema), sql.Identifier(t.name)))
+        conn.execute(sql.SQL("ALTER PUBLICATION {} DROP TABLE ").format(ident) + sql.SQL(", ").join(
+            sql.SQL("ONLY {}.{}").format(sql.Identifier(t.schema), sql.Identifier(t.name)) for t in sorted(current)))
     return True
+
+
+def capture_publications(conn: psycopg.Connection, subscription: str) -> list[str]:
+    """The capture publications of ``subscription`` that exist and are ours: what the capture reads the slot through."""
+    names = list(capture_publication_names(subscription).values())
+    found = {n for (n,) in conn.execute(
+        "SELECT pubname FROM pg_publication WHERE pubname = ANY(%s) AND obj_description(oid, 'pg_publication') = %s",
+        (names, MARKER + subscription))}
+    return [n for n in names if n in found]
 
 
 @dataclass(frozen=True)
@@ -99,10 +211,9 @@ class DroppedCapture:
     """What :func:`drop_capture_objects` found and dropped on the publisher."""
 
     slot: str
-    publication: str
+    publications: tuple[str, ...]  # the capture publications dropped
     slot_dropped: bool = False
     retained_bytes: int | None = None  # WAL the slot was holding back when it was dropped
-    publication_dropped: bool = False
     left_alone: tuple[str, ...] = ()  # objects of our names that we did not create, untouched
 
 
@@ -118,13 +229,13 @@ def slot_active_error(slot: str, pid: object) -> CaptureError:
 
 
 def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> DroppedCapture:
-    """Drop the slot (so the publisher stops retaining WAL) and the capture publication, when they are ours.
+    """Drop the slot (so the publisher stops retaining WAL) and the capture publications, when they are ours.
 
     Like ``DROP SUBSCRIPTION``, it refuses while the slot is active, before dropping anything. A slot
-    of our name that is not a pgoutput slot of this database, and a publication of our name without
-    our marker, are left alone and reported in ``left_alone``. Nothing there: nothing dropped.
+    of our name that is not a pgoutput slot of this database, and a publication of one of our names
+    without our marker, are left alone and reported in ``left_alone``. Nothing there: nothing dropped.
     """
-    slot, publication = capture_names(subscription)
+    slot = capture_names(subscription)[0]
     left_alone = []
     row = conn.execute(
         """SELECT database, plugin, slot_type, active_pid,
@@ -136,12 +247,12 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
                           "is not the capture slot of this subscription")
     if slot_ours and row[3] is not None:
         raise slot_active_error(slot, row[3])
-    pub = conn.execute("SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s",
-                       (publication,)).fetchone()
-    publication_ours = pub is not None and pub[0] == MARKER + subscription
-    if pub is not None and not publication_ours:
-        left_alone.append(f'publication "{publication}" was not created by rowfilter for subscription '
-                          f"{subscription!r}")
+    names = list(capture_publication_names(subscription).values())
+    ours = capture_publications(conn, subscription)
+    for (name,) in conn.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s) ORDER BY pubname",
+                                (names,)):
+        if name not in ours:
+            left_alone.append(f'publication "{name}" was not created by rowfilter for subscription {subscription!r}')
     if slot_ours:
         try:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
@@ -150,12 +261,12 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
         except psycopg.Error as e:
             raise CaptureError(f'cannot drop replication slot "{slot}": {e.diag.message_primary}',
                                hint="the publisher role needs REPLICATION (docs/operators.md, Security)") from e
-    if publication_ours:
+    for name in ours:
         try:
-            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
         except psycopg.Error as e:
-            raise CaptureError(f'cannot drop publication "{publication}": {e.diag.message_primary}',
+            raise CaptureError(f'cannot drop publication "{name}": {e.diag.message_primary}',
                                hint="only its owner (the role that ran `rowfilter refresh`) or a superuser can "
                                "drop it") from e
-    return DroppedCapture(slot, publication, slot_dropped=slot_ours, retained_bytes=row[4] if slot_ours else None,
-                          publication_dropped=publication_ours, left_alone=tuple(left_alone))
+    return DroppedCapture(slot, tuple(ours), slot_dropped=slot_ours, retained_bytes=row[4] if slot_ours else None,
+                          left_alone=tuple(left_alone))
