@@ -6,11 +6,15 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
+from pydantic import ConfigDict, ValidationError, field_validator
+from pydantic.dataclasses import dataclass
 
+from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
 
 SPEC_VERSION = 1
@@ -55,22 +59,45 @@ def with_jvm_options(conf: Mapping[str, str] | None, *, short_batch: bool = Fals
 
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_CONNINFO_KEYS = ("publisher", "subscriber")
+#: What a key of the wrong type must be, and how to write it: the refusal's text and hint.
+_EXPECTED = {
+    "subscription": ("is not a string", "write subscription: s1 (lower-case letters, digits and underscores)"),
+    "publications": ("is not a list of publication names",
+                     "write publications: [p1, p2] (or one name: publications: p1)"),
+    "copy_data": ("is not true or false", "write copy_data: true or copy_data: false, without quotes"),
+    "conflict_policy": (f"is not one of {', '.join(CONFLICT_POLICIES)}",
+                        "error (PostgreSQL's behaviour: stop at a duplicate key) or upsert (last writer wins)"),
+    "spark_conf": ("is not a mapping of Spark settings",
+                   "write spark_conf: {spark.sql.shuffle.partitions: 8} (each value a string, number or true/false)"),
+    "retained_wal_warning": ("is not a size", "write bytes (1073741824) or a size with one of PostgreSQL's units: "
+                             "kB, MB, GB, TB ('1GB')"),
+    "spec_version": (f"is not supported (expected {SPEC_VERSION})", f"write spec_version: {SPEC_VERSION} or leave it out"),
+    "publisher": ("is not a connection string", "write publisher: postgresql://user@host:port/db"),
+    "subscriber": ("is not a connection string", "write subscriber: postgresql://user@host:port/db"),
+}
+_SCHEMA = ConfigDict(strict=True, extra="forbid")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_SCHEMA)
 class SubscriptionSpec:
     """What one subscription replicates, from where to where.
 
-    ``publisher``/``subscriber`` are libpq URLs without a password (the password comes from
-    ``PGPASSWORD``/``~/.pgpass`` or, in Airflow, from the connection); ``publications_ddl`` is a
-    path to a file of CREATE PUBLICATION statements, relative to the spec file. ``change_log`` is the
-    directory of the durable change-log segments written by the capture (docs/change-log.md),
-    relative to the spec file; it defaults to ``.rowfilter/<subscription>/changes`` beside the spec
-    file (beside the working directory when the spec did not come from a file). ``conflict_policy``
-    is what ApplyChanges does when an INSERT finds its key in the subscriber: ``error`` stops the
-    batch as PostgreSQL does, ``upsert`` overwrites (and an UPDATE that finds no row inserts it).
-    ``retained_wal_warning`` is how much WAL the subscription's slot may hold back on the publisher
-    before ``status`` warns (a size such as ``'1GB'``, or bytes).
+    ``publisher``/``subscriber`` are libpq connection strings without a password in any form (the
+    password comes from ``PGPASSWORD``/``~/.pgpass`` or, in Airflow, from the connection:
+    core/conninfo.py); ``publications_ddl`` is a path to a file of CREATE PUBLICATION statements,
+    relative to the spec file. ``change_log`` is the directory of the durable change-log segments
+    written by the capture (docs/change-log.md), relative to the spec file; it defaults to
+    ``.rowfilter/<subscription>/changes`` beside the spec file (beside the working directory when the
+    spec did not come from a file). ``conflict_policy`` is what ApplyChanges does when an INSERT finds
+    its key in the subscriber: ``error`` stops the batch as PostgreSQL does, ``upsert`` overwrites (and
+    an UPDATE that finds no row inserts it). ``retained_wal_warning`` is how much WAL the
+    subscription's slot may hold back on the publisher before ``status`` warns (a size such as
+    ``'1GB'``, or bytes).
+
+    Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
+    true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
+    become the strings Spark reads (``2``, ``true``).
     """
 
     subscription: str
@@ -82,14 +109,33 @@ class SubscriptionSpec:
     publications_ddl: str | None = None
     copy_data: bool = True
     change_log: str | None = None
-    conflict_policy: str = "error"
+    conflict_policy: Literal["error", "upsert"] = "error"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     retained_wal_warning: str | int = "1GB"
     spec_version: int = SPEC_VERSION
 
+    @field_validator("publications", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return (value,)
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _settings_as_strings(cls, value: Any) -> Any:
+        # Spark reads every setting as a string; YAML gives `spark.executor.cores: 2` as an int.
+        if not isinstance(value, Mapping):
+            return value
+        return {k: ("true" if v else "false") if isinstance(v, bool) else str(v) if isinstance(v, int | float) else v
+                for k, v in value.items()}
+
     def __post_init__(self) -> None:
-        if not _NAME.match(self.subscription or ""):
+        if self.spec_version != SPEC_VERSION:
+            raise SpecError(f"spec_version={self.spec_version!r} {_EXPECTED['spec_version'][0]}",
+                            hint=_EXPECTED["spec_version"][1])
+        if not _NAME.match(self.subscription):
             raise SpecError(f"subscription name {self.subscription!r} is not a valid PostgreSQL name",
                             hint="use lower-case letters, digits and underscores (it names the slot too)")
         if not self.publications:
@@ -98,15 +144,10 @@ class SubscriptionSpec:
         if len(set(self.publications)) != len(self.publications):
             dup = next(p for p in self.publications if self.publications.count(p) > 1)
             raise SpecError(f'publication name "{dup}" used more than once')
-        if self.conflict_policy not in CONFLICT_POLICIES:
-            raise SpecError(f"conflict_policy {self.conflict_policy!r} of subscription {self.subscription!r} is not "
-                            f"one of {', '.join(CONFLICT_POLICIES)}",
-                            hint="error (PostgreSQL's behaviour: stop at a duplicate key) or upsert (last writer wins)")
-        for key in ("publisher", "subscriber"):
-            url = getattr(self, key)
-            if url and re.search(r"://[^/@:]+:[^/@]*@", url):
-                raise SpecError(f"the {key} URL of subscription {self.subscription!r} carries a password",
-                                hint="remove it; set PGPASSWORD or use ~/.pgpass (or an Airflow connection)")
+        for key in _CONNINFO_KEYS:
+            if getattr(self, key):
+                check_no_password(getattr(self, key), f"the {key} of subscription {self.subscription!r}", key)
+        self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SubscriptionSpec:
@@ -117,11 +158,11 @@ class SubscriptionSpec:
         except FileNotFoundError as e:
             raise SpecError(f"spec file {str(p)!r} does not exist") from e
         except yaml.YAMLError as e:
-            raise SpecError(f"spec file {str(p)!r} is not valid YAML: {e}") from e
+            raise SpecError(f"spec file {str(p)!r} is not valid YAML: {_yaml_problem(e)}") from None
         if not isinstance(data, dict):
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
         data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
-        if data.get("publications_ddl"):
+        if data.get("publications_ddl") and isinstance(data["publications_ddl"], str):
             data["publications_ddl"] = str((p.parent / data["publications_ddl"]).resolve())
         change_log = data.get("change_log")
         if change_log is not None and not isinstance(change_log, str):
@@ -130,29 +171,37 @@ class SubscriptionSpec:
         if change_log or isinstance(data.get("subscription"), str):
             change_log = change_log or default_change_log(data["subscription"])
             data["change_log"] = str((p.parent / change_log).resolve())
-        return cls.from_dict(data, source=str(p))
+        return cls.from_dict(data, source=f"spec file {str(p)!r}")
 
     @classmethod
-    def from_dict(cls, data: dict, source: str = "spec") -> SubscriptionSpec:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+    def from_dict(cls, data: Mapping[str, Any], source: str = "spec") -> SubscriptionSpec:
+        """Validate ``data`` (a spec file's keys); a bad key is refused naming ``source``, the key, its value and the fix."""
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(known), key=str)
         if unknown:
             raise SpecError(f"{source}: unknown key {unknown[0]!r}", hint=f"known keys: {', '.join(sorted(known))}")
         if "subscription" not in data:
             raise SpecError(f"{source}: missing key 'subscription'")
-        if data.get("spec_version", SPEC_VERSION) != SPEC_VERSION:
-            raise SpecError(f"{source}: spec_version {data['spec_version']!r} is not supported (expected {SPEC_VERSION})")
-        pubs = data.get("publications") or ()
-        if isinstance(pubs, str):
-            pubs = [pubs]
-        return cls(**{**data, "publications": tuple(pubs)})
+        data = {**data, "publications": data.get("publications") or ()}
+        try:
+            return cls(**data)
+        except ValidationError as e:
+            raise _refusal(e, data, source) from None
+        except SpecError as e:
+            raise SpecError(f"{source}: {e.message}", detail=e.detail, hint=e.hint) from None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> SubscriptionSpec:
-        return cls.from_dict(json.loads(text), source="spec JSON")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"the spec JSON is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise SpecError("the spec JSON must be an object (what SubscriptionSpec.to_json writes)")
+        return cls.from_dict(data, source="spec JSON")
 
     @property
     def retained_wal_warning_bytes(self) -> int:
@@ -187,6 +236,28 @@ def parse_size(value: str | int, what: str) -> int:
         raise SpecError(f"{what} = {value!r} is not a size",
                         hint="write bytes (1073741824) or a size with one of PostgreSQL's units: kB, MB, GB, TB ('1GB')")
     return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def _refusal(error: ValidationError, data: Mapping[str, Any], source: str) -> SpecError:
+    """One SpecError from pydantic's errors: the first key, its value (a connection string only redacted), the fix."""
+    first = error.errors()[0]
+    key = str(first["loc"][0]) if first["loc"] else "?"
+    value = data.get(key, first.get("input"))
+    problem, hint = _EXPECTED.get(key, ("is not a string", None))
+    if key in _CONNINFO_KEYS:  # may hold a password in any shape: say what it is, never what it says
+        shown = f"<{type(value).__name__}>"
+    else:
+        shown = repr(value)
+    others = sorted({str(e["loc"][0]) for e in error.errors()[1:] if e["loc"]} - {key})
+    return SpecError(f"{source}: {key}={shown} {problem}", hint=hint,
+                     detail=f"also invalid: {', '.join(others)}" if others else None)
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """PyYAML's problem and where it is, without the snippet of the file it quotes (it may hold a password)."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or type(error).__name__
+    return f"{problem} at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else problem
 
 
 def default_change_log(subscription: str) -> str:

@@ -17,9 +17,9 @@ import psycopg
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV
 
 ROLES = ("publisher", "subscriber")
 POSTGRES_CONN_TYPES = ("postgres", "postgresql")
@@ -133,25 +133,24 @@ class RowFilterHook(BaseHook):
         data.update(given)
         if "publications" in data:
             data["publications"] = _names(data["publications"], "publications")
-        _check_types(data)
         for key in ("publications_ddl", "change_log"):  # paths given to the operator: from the DAG's folder
-            if data.get(key) and key in given:
+            if data.get(key) and key in given and isinstance(data[key], str):
                 data[key] = _absolute(data[key], base_dir)
         if "subscription" not in data:
             raise SpecError("no subscription name", hint="pass subscription='s1' or spec='path/to/s1.yaml'")
+        checked = SubscriptionSpec.from_dict(data, source=source)  # every key's type and value, before any lookup
         endpoints: dict[str, Endpoint] = {}
         for role in ROLES:
-            conn_id = data.get(f"{role}_conn_id")
-            if conn_id and data.get(role):
-                raise SpecError(f"{source} sets both {role} ({data[role]!r}) and {role}_conn_id ({conn_id!r})",
+            conn_id, url = getattr(checked, f"{role}_conn_id"), getattr(checked, role)
+            if conn_id and url:
+                raise SpecError(f"{source} sets both {role} ({redact(url)!r}) and {role}_conn_id ({conn_id!r})",
                                 hint=f"keep one: {role}_conn_id for Airflow, {role} URL for the rowfilter command")
             if conn_id:
                 endpoints[role] = self.endpoint(conn_id, role)
-                data[role] = endpoints[role].url
-            elif role in require and not data.get(role):
-                raise SpecError(f"subscription {data['subscription']!r} has no {role}",
+            elif role in require and not url:
+                raise SpecError(f"subscription {checked.subscription!r} has no {role}",
                                 hint=f"pass {role}_conn_id= an Airflow postgres connection id")
-        resolved = SubscriptionSpec.from_dict(data, source=source)
+        resolved = replace(checked, **{role: e.url for role, e in endpoints.items()})
         return ResolvedSpec(resolved, endpoints)
 
     @staticmethod
@@ -194,19 +193,6 @@ def _absolute(path: str, base_dir: str | None) -> str:
     if os.path.isabs(path) or not base_dir:
         return os.path.abspath(path)
     return os.path.join(base_dir, path)
-
-
-def _check_types(data: Mapping[str, Any]) -> None:
-    # The spec dataclass trusts its callers; operator arguments come from templates and DAG code.
-    if "copy_data" in data and not isinstance(data["copy_data"], bool):
-        raise SpecError(f"copy_data={data['copy_data']!r} is not a boolean", hint="pass copy_data=True or False")
-    conf = data.get("spark_conf")
-    if conf is not None and not (isinstance(conf, Mapping) and all(isinstance(k, str) for k in conf)):
-        raise SpecError(f"spark_conf={conf!r} is not a mapping of Spark settings",
-                        hint="pass spark_conf={'spark.sql.shuffle.partitions': '8'}")
-    for key in ("subscription", "publications_ddl", "change_log", *(f"{r}_conn_id" for r in ROLES), *ROLES):
-        if data.get(key) is not None and not isinstance(data[key], str):
-            raise SpecError(f"{key}={data[key]!r} is not a string")
 
 
 def _names(value: Any, setting: str) -> tuple[str, ...]:

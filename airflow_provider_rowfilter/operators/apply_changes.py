@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import psycopg
 from airflow.sdk import Asset, AssetAlias
 
 from airflow_provider_rowfilter.core.errors import SpecError
@@ -17,6 +16,7 @@ from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.pg.definitions import conninfo_params
 from airflow_provider_rowfilter.pg.state import StateStore, last_history_id
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def openlineage_dataset(url: str, table: TableName | str) -> tuple[str, str]:
 
 
 def _location(url: str) -> tuple[str, int, str]:
-    info = psycopg.conninfo.conninfo_to_dict(url)
+    info = conninfo_params(url, "the subscriber's connection string")
     host = str(info.get("host") or "localhost").split(",")[0]
     if host.startswith("/"):  # a Unix socket directory: the server is this machine
         host = "localhost"

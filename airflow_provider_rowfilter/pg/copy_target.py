@@ -24,6 +24,7 @@ from airflow_provider_rowfilter.pg.copy_source import (
     read_copy,
     relation_sql,
 )
+from airflow_provider_rowfilter.pg.definitions import conninfo_params
 
 
 class CopyTargetError(RowFilterError):
@@ -177,9 +178,9 @@ def executor_conninfo(url: str, password_env: str, application_name: str) -> dic
     (``ROWFILTER_PUBLISHER_PASSWORD`` / ``ROWFILTER_SUBSCRIBER_PASSWORD``, else ``PGPASSWORD``)
     travels inside the task, as Spark's own JDBC options do; it is never logged.
     """
-    params = psycopg.conninfo.conninfo_to_dict(url)
+    params = conninfo_params(url, f"the connection string for {application_name}")
     password = os.environ.get(password_env) or os.environ.get("PGPASSWORD")
-    if password and "password" not in params:
+    if password:
         params["password"] = password
     params["application_name"] = application_name
     params["client_encoding"] = "UTF8"

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import psycopg
 
 from airflow_provider_rowfilter.core.catalog import PublisherCatalog
+from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_password, parse
 from airflow_provider_rowfilter.core.errors import CatalogError, SpecError
 from airflow_provider_rowfilter.core.publication import PublicationSet
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
@@ -15,7 +16,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, subscription_filters
 from airflow_provider_rowfilter.pg.catalog import read_catalog, read_publications
 
-PASSWORD_ENV = {"publisher": "ROWFILTER_PUBLISHER_PASSWORD", "subscriber": "ROWFILTER_SUBSCRIBER_PASSWORD"}
+__all__ = ["PASSWORD_ENV", "Definitions", "connect", "conninfo_params", "load_definitions"]
 
 
 @dataclass(frozen=True)
@@ -40,14 +41,31 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
         raise SpecError(f"subscription {spec.subscription!r} has no {role} URL",
                         hint=f"set {role}: postgresql://user@host:port/db in the spec "
                         f"(or {role}_conn_id when running from Airflow)")
+    what = f"the {role} of subscription {spec.subscription!r}"
+    check_no_password(url, what, role)
     try:
         extra = {"password": os.environ[PASSWORD_ENV[role]]} if os.environ.get(PASSWORD_ENV[role]) else {}
         return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}",
                                **extra, **params)
     except psycopg.OperationalError as e:
-        host = psycopg.conninfo.conninfo_to_dict(url).get("host", "?")
+        host = next((p.value for p in parse(url) if p.key == "host"), "?")
         raise CatalogError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",
                            detail=str(e).strip().splitlines()[0] if str(e).strip() else None) from e
+    except psycopg.ProgrammingError as e:  # libpq refused a keyword or value (the string holds no secret)
+        raise SpecError(f"{what} is not a valid connection string: {str(e).strip()}") from None
+
+
+def conninfo_params(url: str, what: str, role: str | None = None) -> dict[str, str]:
+    """The libpq parameters of ``url`` as libpq reads them; refused (never quoted) when it holds a secret.
+
+    libpq's own parse errors quote the string; :func:`check_no_password` runs first, so by then the
+    string holds no secret and the message may show it.
+    """
+    check_no_password(url, what, role)
+    try:
+        return {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(url).items()}
+    except (psycopg.ProgrammingError, UnicodeDecodeError) as e:
+        raise SpecError(f"{what} is not a valid connection string: {str(e).strip()}") from None
 
 
 def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> Definitions:

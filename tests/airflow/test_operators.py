@@ -290,7 +290,7 @@ def _bad(dbs: Databases, tmp_path: Path, airflow_conn: Callable[..., str], case:
         pytest.param("no-subscriber", "has no subscriber\nHINT:  pass subscriber_conn_id=", id="no-subscriber"),
         pytest.param("missing-spec-file", "spec file '{tmp}/absent.yaml' does not exist", id="missing-spec-file"),
         pytest.param("spec-file-unknown-key", "unknown key 'slot'", id="spec-file-unknown-key"),
-        pytest.param("spec-file-password", "the publisher URL of subscription 's1' carries a password", id="spec-file-password"),
+        pytest.param("spec-file-password", "the publisher of subscription 's1' carries a password", id="spec-file-password"),
         pytest.param("spec-file-both", "sets both publisher (", id="spec-file-both"),
         pytest.param("bad-table", "tables: 'a.b.c' is not a table name", id="bad-table"),
         pytest.param("resync-without-tables", "resync=True needs the tables to copy again", id="resync-without-tables"),
@@ -370,6 +370,43 @@ def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:
     _, spec = parse(parser("test"), op.application_args)
     assert spec.copy_data is False and spec.spark_conf == {"spark.x": "1"}
     assert json.loads(spec.to_json()) == json.loads(op.application_args[1])
+
+
+@pytest.mark.parametrize("publisher", [
+    pytest.param("postgresql://u@h/db?password={pw}", id="url-query"),
+    pytest.param("postgresql://u@h/db?sslmode=disable&pass%77ord={pw}", id="url-query-percent-encoded-key"),
+    pytest.param("'host=h user=u password={pw}'", id="key-value"),
+    pytest.param("\"host=h password='{pw} x'\"", id="key-value-quoted"),
+    pytest.param("'postgresql://u:{pw}@[::1/db'", id="malformed-url"),
+])
+def test_apply_operator_never_puts_a_password_on_the_command_line(dbs: Databases, tmp_path: Path, publisher: str,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 14, item 7: a password in any form of the spec's connection string would reach the spark-submit,
+    java and python command lines; it is refused before anything is submitted, and never shown."""
+    import traceback
+
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    hidden = "spec-Pa55word-9Wv3"
+    (tmp_path / "s1.yaml").write_text(f"subscription: s1\npublications: [p1]\npublisher: {publisher.format(pw=hidden)}\n"
+                                      f"subscriber_conn_id: {dbs.sub_conn}\n")
+    op = ApplyChangesOperator(task_id="apply", spec=str(tmp_path / "s1.yaml"), conn_id=dbs.spark_conn, retries=3)
+    with pytest.raises(AirflowFailException) as e:
+        op.execute({})
+    assert "the publisher of subscription 's1'" in str(e.value)
+    assert hidden not in "".join(traceback.format_exception(e.value))
+    assert hidden not in "\n".join(r.getMessage() for r in caplog.records)
+    assert op.application_args is None  # nothing was submitted
+
+    # From Airflow connections with passwords, the passwords go by environment only.
+    ok = ApplyChangesOperator(task_id="apply", subscription="s1", publications=["p1"], publisher_conn_id=dbs.pub_conn,
+                              subscriber_conn_id=dbs.sub_conn, conn_id=dbs.spark_conn)
+    ok.prepare_submit()
+    command = " ".join(_command(ok))
+    for secret in (PUB_PASSWORD, SUB_PASSWORD):
+        assert secret not in command and secret not in " ".join(ok.application_args)
+    assert (ok.env_vars["ROWFILTER_PUBLISHER_PASSWORD"], ok.env_vars["ROWFILTER_SUBSCRIBER_PASSWORD"]) == (
+        PUB_PASSWORD, SUB_PASSWORD)
 
 
 # --- ApplyChangesOperator ---------------------------------------------------------------------------------
