@@ -22,10 +22,18 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 
 import psycopg
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from airflow_provider_rowfilter.core import faults
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, TargetPlan, epochs_from_history
+from airflow_provider_rowfilter.core.apply_plan import (
+    ApplyPlan,
+    Epochs,
+    RelationSpan,
+    TargetPlan,
+    check_relations,
+    epochs_from_history,
+)
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
@@ -33,6 +41,7 @@ from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, Subscripti
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
 from airflow_provider_rowfilter.pg.apply_target import (
+    STAGE,
     ApplyTarget,
     ConflictError,
     StagedTable,
@@ -42,10 +51,17 @@ from airflow_provider_rowfilter.pg.apply_target import (
     read_target,
 )
 from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
-from airflow_provider_rowfilter.pg.change_log import ChangeLog
+from airflow_provider_rowfilter.pg.change_log import ChangeLog, Segment, segment_relations
 from airflow_provider_rowfilter.pg.copy_target import executor_conninfo
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, connect
-from airflow_provider_rowfilter.pg.state import APPLY_LOCK, RelState, StateStore, job_lock, migrate
+from airflow_provider_rowfilter.pg.state import (
+    APPLY_LOCK,
+    RelState,
+    StateStore,
+    job_lock,
+    migrate,
+    relation_exists,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +70,10 @@ APPLIED = (SyncState.FINISHED_COPY, SyncState.SYNCHRONIZED, SyncState.READY)
 
 class ApplyError(RowFilterError):
     """The batch cannot be applied (nothing of it was)."""
+
+
+class ApplyBusyError(ApplyError):
+    """Another apply of the subscription holds its lock (not recorded as the subscription's error)."""
 
 
 @dataclass
@@ -96,6 +116,23 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     """
     began = time.monotonic()
     result = ApplyResult(spec.subscription)
+    try:
+        _run(spec, result, max_changes, spark, capture_first, began)
+    except ApplyBusyError:
+        raise  # another apply runs: not a failure of the subscription
+    except Exception as e:  # the job boundary: every failure is recorded, as a readable error
+        error = e if isinstance(e, RowFilterError) else _unexpected(e, result)
+        _record_failure(spec, error)
+        if error is e:
+            raise
+        raise error from e
+    result.duration_ms = round((time.monotonic() - began) * 1000)
+    log.info("applied %s: %s", spec.subscription, json.dumps(result.tables))
+    return result
+
+
+def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark, capture_first: bool,  # noqa: ANN001
+         began: float) -> None:
     captured: CaptureResult | None = capture(spec, max_changes=max_changes) if capture_first else None
     if captured is not None:
         result.capture = captured.summary()
@@ -108,16 +145,10 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
         with _apply_lock(sub, spec.subscription):
             try:
                 _apply_locked(spec, sub, store, subscription, change_log, result, spark, began)
-            except RowFilterError as e:
-                if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            except BaseException:
+                if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     sub.rollback()
-                store.record_error(None, str(e))
-                if isinstance(e, ConflictError | ApplyError) and e.table:
-                    store.record_error(TableName.parse(e.table), str(e))
                 raise
-    result.duration_ms = round((time.monotonic() - began) * 1000)
-    log.info("applied %s: %s", spec.subscription, json.dumps(result.tables))
-    return result
 
 
 def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStore, subscription: dict,
@@ -139,6 +170,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     targets: dict[int, ApplyTarget] = {}
     extra: dict[int, dict[str, int]] = {}
     skipped = False
+    spans: list[RelationSpan] = []
     if segments:
         history = sub.execute("SELECT lsn::text, definitions FROM rowfilter.refresh_history WHERE subscription = %s",
                               (spec.subscription,)).fetchall()
@@ -149,6 +181,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
             plans.append(TargetPlan(index, rel.table, epochs.leaves(rel.table), positions[rel.table],
                                     targets[index].column_names, targets[index].key, epochs.rules(rel.table)))
         plan = ApplyPlan(epochs.starts, tuple(plans), skip_lsn, spec.conflict_policy)
+        spans = _check_relations(spec, segments, plan, epochs, since)
         logged = [_segment_counts(s.path) for s in segments]
         with _session(spec, spark, sum(c for _, c in logged)) as session:
             from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
@@ -188,6 +221,11 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
                     conflicts.append(e)
                     continue
+                except psycopg.errors.DataError as e:  # SQLSTATE class 22: a value the column cannot take
+                    sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
+                    raise _value_error(sub, token, targets[index], plans[index], spans, e) from e
+                except (psycopg.errors.IntegrityError, psycopg.errors.ProgrammingError) as e:
+                    raise _table_error(targets[index], result, e) from e
                 counts[rel.table].extra = extra.get(index, {})
                 faults.point("apply-mid-transaction")
             _move(store, rel, end)
@@ -242,6 +280,130 @@ def _replica_role(sub: psycopg.Connection) -> None:
                     "and foreign keys fire during apply")
 
 
+def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: ApplyPlan, epochs: Epochs,
+                     since: int) -> list[RelationSpan]:
+    """The relations of the batch's segments (metadata only), held against the plan before any Spark work.
+
+    :raises RelationChangedError: a change due in this batch has a relation the definitions no longer describe.
+    """
+    spans = [span for segment in segments for span in segment_relations(segment.path)]
+    check_relations(plan, epochs, spans, since, lambda oids: _publisher_names(spec, oids))
+    return spans
+
+
+def _publisher_names(spec: SubscriptionSpec, oids: Sequence[int]) -> dict[int, TableName]:
+    """The publisher's current names of tables by OID (which table a renamed relation was); {} when unreadable."""
+    try:
+        with connect(spec.publisher, "publisher", spec) as pub:
+            rows = pub.execute("SELECT c.oid::int8, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n "
+                               "ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::oid[])", (list(oids),)).fetchall()
+    except (RowFilterError, psycopg.Error) as e:
+        log.warning("cannot read the publisher's table names (%s): relations it renamed are taken as unknown", e)
+        return {}
+    return {oid: TableName(schema, name) for oid, schema, name in rows}
+
+
+def _value_error(sub: psycopg.Connection, token: str, target: ApplyTarget, plan: TargetPlan,
+                 spans: Sequence[RelationSpan], e: psycopg.Error) -> ApplyError:
+    """A staged value the subscriber's column cannot take: name the column and where the publisher began sending it.
+
+    As PostgreSQL's apply worker reports it (``slot_store_error_callback`` in
+    src/backend/replication/logical/worker.c: "processing remote data for replication target relation
+    … column …"), found by casting the staged values of each column in turn.
+    """
+    column = None
+    for i, c in enumerate(target.columns):
+        try:
+            with sub.transaction():
+                sub.execute(sql.SQL("SELECT count(({vals}::jsonb ->> {i})::{t}) FROM {stage} "
+                                    "WHERE token = %s AND target = %s AND vals IS NOT NULL").format(
+                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(c.type_sql), stage=STAGE),
+                    (token, target.index))
+        except psycopg.errors.DataError:
+            column = c
+            break
+    since = publisher_type = None
+    if column is not None:
+        sent = [(s.due_from(plan.position), s.column_types[s.column_names.index(column.name)]) for s in spans
+                if s.name in plan.leaves and column.name in s.column_names
+                and s.column_types[s.column_names.index(column.name)] != column.type_sql]
+        since, publisher_type = min(((lsn, t) for lsn, t in sent if lsn is not None), default=(None, None))
+    where = f'replication target relation "{target.table}"' + (f' column "{column.name}"' if column else "")
+    detail = f"While applying the batch's changes to {where}"
+    if since is not None:
+        detail += (f": the publisher sends the column as {publisher_type}, the subscriber's column is "
+                   f"{column.type_sql}, from the transaction finished at {format_lsn(since)} on")
+    return ApplyError(
+        _primary(e), table=str(target.table), detail=detail + ". Nothing of the batch was applied.",
+        hint=(f"change the subscriber's column to a type that takes the publisher's values (ALTER TABLE "
+              f"{target.table} ALTER COLUMN {column.name} TYPE …) and run again" if column else
+              f"make {target.table} in the subscriber take the publisher's values and run again")
+        + "; the change log keeps the batch")
+
+
+def _table_error(target: ApplyTarget, result: ApplyResult, e: psycopg.Error) -> ApplyError:
+    """A statement on a subscriber table failed (a constraint, a permission): PostgreSQL's message, with the table."""
+    return ApplyError(_primary(e), table=str(target.table),
+                      detail=f"While applying the batch's changes ({_batch_range(result)}) to {target.table}. "
+                      "Nothing of the batch was applied.",
+                      hint=f"make {target.table} in the subscriber accept the changes and run again; the change "
+                      "log keeps the batch")
+
+
+def _unexpected(e: BaseException, result: ApplyResult) -> ApplyError:
+    """An error no layer below turned into ours: a readable ApplyError (the traceback goes to the task log)."""
+    span = _batch_range(result)
+    if isinstance(e, psycopg.OperationalError):
+        return ApplyError(f"lost the connection to the database: {_primary(e)}",
+                          detail=f"During the batch {span}. The subscriber rolls back a transaction whose session "
+                          "ends, so nothing of the batch was applied.",
+                          hint="check that the subscriber is up and reachable, then run again: the change log "
+                          "keeps the batch")
+    if isinstance(e, psycopg.Error):
+        return ApplyError(f"the subscriber refused the batch: {_primary(e)}",
+                          detail=f"During the batch {span}. Nothing of the batch was applied.",
+                          hint="fix the cause in the subscriber and run again: the change log keeps the batch")
+    if isinstance(e, OSError):
+        return ApplyError(f"cannot use the change log: {e}", detail=f"During the batch {span}.",
+                          hint="set change_log in the spec to a writable directory on durable storage and run "
+                          "again; nothing was applied and the slot was not advanced past the log")
+    log.error("the apply failed unexpectedly", exc_info=e)
+    first = (str(e).strip().splitlines() or [""])[0][:500]
+    return ApplyError(f"the apply failed: {type(e).__name__}: {first}", detail=f"During the batch {span}. "
+                      "Nothing of the batch was applied.",
+                      hint="the task log holds the full error; the change log keeps the batch for the next run")
+
+
+def _batch_range(result: ApplyResult) -> str:
+    if result.start_lsn is None:
+        return "before any change was read"
+    return f"of the changes after {result.start_lsn} through {result.end_lsn}"
+
+
+def _record_failure(spec: SubscriptionSpec, error: RowFilterError) -> None:
+    """Record ``error`` for ``status`` and the sensor, on a connection of its own (the batch's may be gone).
+
+    When the subscriber cannot be reached, nothing can be recorded there: the error goes to the task
+    log and the exit code only.
+    """
+    try:
+        with connect(spec.subscriber, "subscriber", spec) as sub:
+            if not relation_exists(sub, "subscription"):
+                return
+            store = StateStore(sub, spec.subscription)
+            store.record_error(None, str(error))
+            if error.table:
+                store.record_error(TableName.parse(error.table), str(error))
+    except (RowFilterError, psycopg.Error) as e:
+        log.error("could not record the error in the subscriber (%s); it is only in this log and the exit code",
+                  e)
+
+
+def _primary(e: psycopg.Error) -> str:
+    diag = getattr(e, "diag", None)
+    return (diag.message_primary if diag is not None and diag.message_primary else str(e)).strip()
+
+
 def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
     """(transactions, changes) of a segment, from its metadata."""
     import pyarrow.parquet as pq
@@ -267,9 +429,23 @@ def _prune(change_log: ChangeLog, store: StateStore) -> None:
 
 def _apply_lock(conn: psycopg.Connection, subscription: str) -> AbstractContextManager[None]:
     """One apply of a subscription at a time (a session advisory lock in the subscriber)."""
-    return job_lock(conn, subscription, APPLY_LOCK, lambda: ApplyError(
+    return _unlocking(conn, job_lock(conn, subscription, APPLY_LOCK, lambda: ApplyBusyError(
         f"another apply of subscription {subscription!r} is running",
-        hint="let it finish; the incremental DAG runs one at a time (max_active_runs=1)"))
+        hint="let it finish; the incremental DAG runs one at a time (max_active_runs=1)")))
+
+
+@contextmanager
+def _unlocking(conn: psycopg.Connection, lock: AbstractContextManager[None]):  # noqa: ANN202
+    """``lock``, released unless the connection broke (the server ended the session, and its lock, already):
+    releasing on a dead connection would replace the batch's error with "the connection is lost"."""
+    lock.__enter__()
+    try:
+        yield
+    except BaseException:
+        if not conn.broken:
+            lock.__exit__(*sys.exc_info())
+        raise
+    lock.__exit__(None, None, None)
 
 
 @contextmanager

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.core import faults
+from airflow_provider_rowfilter.core.apply_plan import RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import TupleData
@@ -330,6 +331,21 @@ class ChangeRows:
         }
         return pa.Table.from_arrays([columns[f.name] for f in SCHEMA], schema=SCHEMA)
 
+    def spans(self) -> list[RelationSpan]:
+        """Each relation these rows use, with the first and last commit LSN and the first change LSN it appears at."""
+        rel = np.asarray(self.rel, np.int64)
+        if not len(rel):
+            return []
+        commit = np.asarray(self.txns[0], np.int64)[np.asarray(self.txn, np.int64)]
+        lsn = np.asarray(self.lsn, np.int64)
+        spans = []
+        for index in np.unique(rel).tolist():
+            mine = rel == index
+            r = self.relations[index]
+            spans.append(RelationSpan(r.oid, r.schema, r.table, r.column_names, r.column_types,
+                                      int(commit[mine].min()), int(commit[mine].max()), int(lsn[mine].min())))
+        return spans
+
 
 def _texts(binary: pa.Array, encoding: str, where: Callable[[int], str] | None = None) -> pa.Array:
     """``binary`` values as text: UTF-8 checked by Arrow, any other encoding decoded value by value.
@@ -411,6 +427,7 @@ class SegmentWriter:
         self._writer: pq.ParquetWriter | None = None
         self._pending: list[pa.Table] = []  # changes not yet written, in order
         self._pending_rows = 0
+        self._spans: dict[tuple, RelationSpan] = {}  # the relations the segment holds (its metadata)
         self._transaction: tuple[int, int, int, str | None] | None = None
         self._changes_in_transaction = 0
         self._reset()
@@ -472,6 +489,7 @@ class SegmentWriter:
             raise ChangeLogError("changes appended while a transaction of change() is open")
         self._move_scalars()
         self._pending.append(rows.table())
+        self._note_relations(rows)
         self._pending_rows += rows.count
         self.rows += rows.count
         if self._pending_rows >= self.row_group_rows:
@@ -486,12 +504,21 @@ class SegmentWriter:
         if not self._scalars:
             return
         txn, rel, seq, lsn, kind, old_kind, truncate = zip(*self._scalars, strict=True)
-        self._pending.append(ChangeRows(
+        rows = ChangeRows(
             list(zip(*self._txns, strict=True)), txn, self._relations, rel, seq, lsn, kind,
             [-1 if k is None else k for k in old_kind], [-1 if t is None else t for t in truncate],
-            self._new.arrays(), self._old.arrays()).table())
+            self._new.arrays(), self._old.arrays())
+        self._pending.append(rows.table())
+        self._note_relations(rows)
         self._pending_rows += len(self._scalars)
         self._reset()
+
+    def _note_relations(self, rows: ChangeRows) -> None:
+        """Merge the relations of ``rows`` into the segment's (one entry per distinct definition)."""
+        for span in rows.spans():
+            key = span.definition
+            known = self._spans.get(key)
+            self._spans[key] = span if known is None else known.merged(span)
 
     def _flush(self) -> None:
         self._move_scalars()
@@ -526,6 +553,7 @@ class SegmentWriter:
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps({
             **self.metadata, "format_version": FORMAT_VERSION, "start_lsn": format_lsn(self.start_lsn),
             "end_lsn": format_lsn(end_lsn), "transactions": self.transactions, "changes": self.rows,
+            "relations": [s.to_document() for s in sorted(self._spans.values(), key=lambda s: s.first_lsn)],
         }, sort_keys=True)})
         self._writer.close()
         self._writer = None
@@ -541,6 +569,30 @@ class SegmentWriter:
             self._writer = None
         with contextlib.suppress(FileNotFoundError):
             self.temp.unlink()
+
+
+def segment_relations(path: str | os.PathLike) -> list[RelationSpan]:
+    """The relations a segment holds, each with where it first and last appears.
+
+    From the segment's metadata (``relations``); a segment written before the metadata recorded them
+    is read for the few columns that say it (row groups of names and LSNs, not the values).
+    """
+    metadata = pq.read_metadata(path).metadata or {}
+    raw = metadata.get(METADATA_KEY.encode())
+    facts = json.loads(raw) if raw else {}
+    if "relations" in facts:
+        return [RelationSpan.from_document(d) for d in facts["relations"]]
+    table = pq.read_table(path, columns=["commit_lsn", "lsn", "relation_oid", "schema", "table", "column_names",
+                                         "column_types"])
+    joined = table.append_column("_names", pc.binary_join(table["column_names"], "\x00")) \
+                  .append_column("_types", pc.binary_join(table["column_types"], "\x00"))
+    grouped = joined.group_by(["relation_oid", "schema", "table", "_names", "_types"]).aggregate(
+        [("commit_lsn", "min"), ("commit_lsn", "max"), ("lsn", "min")])
+    return sorted((RelationSpan(r["relation_oid"], r["schema"], r["table"],
+                                tuple(r["_names"].split("\x00")) if r["_names"] else (),
+                                tuple(r["_types"].split("\x00")) if r["_types"] else (),
+                                r["commit_lsn_min"], r["commit_lsn_max"], r["lsn_min"])
+                   for r in grouped.to_pylist()), key=lambda s: s.first_lsn)
 
 
 def read_segments(segments: Sequence[Segment]) -> pa.Table:

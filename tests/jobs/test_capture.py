@@ -24,7 +24,7 @@ from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.pg import capture as capture_module
 from airflow_provider_rowfilter.pg import change_log
 from airflow_provider_rowfilter.pg.capture import capture
-from airflow_provider_rowfilter.pg.change_log import ChangeLog, read_segments, segment_name
+from airflow_provider_rowfilter.pg.change_log import ChangeLog, read_segments, segment_name, segment_relations
 
 BIG = "0123456789" * 1000  # 10 kB, stored out of line (STORAGE EXTERNAL)
 
@@ -124,7 +124,7 @@ def check_positions(rows: list[dict], start: int, end: int, before: datetime, af
 
 # However the slot's rows are fetched (a transaction, a run of changes, cut anywhere), the log is the same.
 @pytest.mark.parametrize("fetch", [(), ("--fetch-rows", "1"), ("--fetch-rows", "4")], ids=["default", "1", "4"])
-def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot(env, capsys, fetch):
+def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot(env, capsys, fetch, tmp_path):
     pub, path, spec = env
     start = slot_position(pub)
     before = datetime.now(timezone.utc)
@@ -188,9 +188,15 @@ def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot
         "changes_per_second": 0}
     assert 0 <= summary["lag_seconds"] < 600 and summary["lag_bytes"] >= 0
     metadata = json.loads(pq.read_metadata(segments[0].path).metadata[b"rowfilter.change_log"])
+    relations = metadata.pop("relations")
     assert metadata == {"format_version": 1, "subscription": "s1", "slot": "rowfilter_s1",
                         "publication": "rowfilter_s1", "start_lsn": format_lsn(start), "end_lsn": format_lsn(end),
                         "transactions": 6, "changes": 20}
+    # The relations the metadata lists are exactly those the rows carry, with where each first and last appears.
+    recorded = segment_relations(segments[0].path)
+    assert [r.to_document() for r in recorded] == relations
+    pq.write_table(pq.read_table(segments[0].path).replace_schema_metadata({}), tmp_path / "bare.parquet")
+    assert segment_relations(tmp_path / "bare.parquet") == recorded
 
     # Nothing new: no segment, success, and the slot stays (or moves on as a heartbeat).
     again = run_job(capsys, path)
