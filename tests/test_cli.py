@@ -77,3 +77,58 @@ def test_validate_rejects_a_password_in_the_url(tmp_path):
     result = rowfilter("validate", "--spec", str(spec))
     assert result.returncode == 1
     assert "carries a password" in result.stderr and "secret" not in result.stderr + result.stdout
+
+
+# A row filter is a security boundary: a file whose filter PostgreSQL cannot read must stop
+# validation with PostgreSQL's message, the place and the fix, never pass as "all rows" nor end in a
+# traceback. In process (cli.main), so the message is the one the command prints.
+P2 = b"\nCREATE PUBLICATION p2 FOR TABLE t2;\n"
+BAD_FILTERS = [
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE ();", ['syntax error at or near ")"', "publication 'p1'",
+                 "table t1", "LINE 1:", "leave WHERE out"], id="where-empty"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (/* every row */);", ['syntax error at or near ")"'],
+                 id="where-comment-only"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (-- every row\n);",
+                 ['syntax error at or near ")"', "LINE 2:"], id="where-line-comment-only"),
+    pytest.param("CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a\u00a0> 5);".encode(),
+                 ['column "a\u00a0" does not exist', "U+00A0", "p1", "public.t1"], id="no-break-space"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a\x1c> 5);", ['syntax error at or near "\x1c"', "U+001C"],
+                 id="control-character"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (c = 'NSW);", ["unterminated quoted string at or near",
+                 "close the string"], id="unterminated-string"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 5 /* x);", ["unterminated /* comment at or near"],
+                 id="unterminated-comment"),
+    pytest.param(b'CREATE PUBLICATION p1 FOR TABLE t1 WHERE ("a > 5);', ["unterminated quoted identifier"],
+                 id="unterminated-identifier"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (c = $x$NSW);", ["unterminated dollar-quoted string"],
+                 id="unterminated-dollar-quote"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (c = E'\\xe9');",
+                 ['invalid byte sequence for encoding "UTF8": 0xe9'], id="e-string-invalid-byte"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (c = 'Gen\xe8ve');",
+                 ['invalid byte sequence for encoding "UTF8": 0xe8 at byte 50 (line 1)', "pubs.sql", "UTF-8"],
+                 id="file-not-utf8"),
+]
+
+
+@pytest.mark.parametrize("ddl, expected", BAD_FILTERS)
+def test_validate_refuses_an_unreadable_filter(tmp_path, publisher, capsys, ddl: bytes, expected: list[str]):
+    from airflow_provider_rowfilter.cli import main
+
+    (tmp_path / "pubs.sql").write_bytes(ddl + P2)
+    code = main(["validate", "--spec", str(write_spec(tmp_path, publisher, publications_ddl="pubs.sql"))])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "Traceback" not in err
+    for fragment in expected:
+        assert fragment in err, err
+
+
+def test_validate_accepts_dollar_quotes_and_odd_whitespace(tmp_path, publisher, capsys):
+    from airflow_provider_rowfilter.cli import main
+
+    (tmp_path / "pubs.sql").write_bytes(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a\v>\f5 AND c = $$NSW$$);" + P2)
+    code = main(["validate", "--json", "--spec", str(write_spec(tmp_path, publisher, publications_ddl="pubs.sql"))])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    tables = {t["table"]: t for t in json.loads(out.out)["tables"]}
+    assert tables["public.t1"]["spark_filters"]["insert"] == "(`a` > 5 AND `c` = 'NSW')"

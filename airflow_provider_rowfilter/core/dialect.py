@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
-from sqlglot.errors import ParseError
+from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from airflow_provider_rowfilter.core.errors import PublicationError, PublicationSyntaxError
+from airflow_provider_rowfilter.core.pg_lexer import reconcile, scan
 
 
 class PublicationTableSpec(exp.Expression):
@@ -73,8 +74,11 @@ class RowFilterPostgres(Postgres):
                 return self.expression(DropPublication(expressions=names, exists=if_exists))
             return super()._parse_drop(exists=exists, **kwargs)
 
+        _publication: str | None = None  # the statement's publication, to name in errors
+
         def _parse_create_publication(self) -> CreatePublication:
             name = self._parse_id_var(any_token=False)
+            self._publication = name.name if name is not None else None
             all_tables = False
             objects: list[exp.Expression] = []
             if self._match(TokenType.FOR):
@@ -89,6 +93,7 @@ class RowFilterPostgres(Postgres):
 
         def _parse_alter_publication(self) -> AlterPublication:
             name = self._parse_id_var(any_token=False)
+            self._publication = name.name if name is not None else None
             if self._match_text_seq("RENAME", "TO"):
                 return self.expression(
                     AlterPublication(this=name, action="RENAME", new_name=self._parse_id_var())
@@ -173,6 +178,15 @@ class RowFilterPostgres(Postgres):
                     # gram.y: OptWhereClause is WHERE '(' a_expr ')'
                     self._syntax_error()
                 open_paren = self._curr
+                if self._next is not None and self._next.token_type == TokenType.R_PAREN:
+                    # gram.y: a_expr is required; `WHERE ()` (blanks or a comment inside) is no
+                    # "no filter" but PostgreSQL's syntax error at the ")"
+                    try:
+                        raise_pg_syntax_error(self.sql, self._next)
+                    except PublicationSyntaxError as e:
+                        e.hint = ("write the row condition inside WHERE ( … ), or leave WHERE out to publish "
+                                  "every row of the table")
+                        raise e.with_context(publication=self._publication, table=table.sql("postgres")) from None
                 where = self._parse_wrapped(self._parse_assignment)
                 close_paren = self._prev
                 filter_offset = open_paren.end + 1
@@ -217,11 +231,25 @@ def raise_pg_syntax_error(sql: str, token: Token | None) -> None:
     raise PublicationSyntaxError(f'syntax error at or near "{text}"', source=sql, position=token.start + 1)
 
 
-def parse_statements(sql: str) -> list[exp.Expression]:
+def pg_tokenize(dialect: RowFilterPostgres, sql: str, *, server_version_num: int = 180000) -> list[Token]:
+    """sqlglot's tokens of ``sql``, read by PostgreSQL's lexical rules (core/pg_lexer.py).
+
+    Raises PostgreSQL's lexical errors as the publisher's version (``server_version_num``) raises them.
+    """
+    pg = scan(sql, server_version_num=server_version_num)
+    try:
+        tokens = dialect.tokenize(sql)
+    except TokenError as e:  # scan() raises PostgreSQL's error first; this is a net for the rest
+        raise PublicationSyntaxError(f"cannot tokenize the text: {e}", source=sql,
+                                     hint="check the quotes and comments at the position shown") from None
+    return reconcile(sql, pg, tokens)
+
+
+def parse_statements(sql: str, *, server_version_num: int = 180000) -> list[exp.Expression]:
     """Parse a script of SQL statements with the publication-aware PostgreSQL dialect."""
     dialect = RowFilterPostgres()
     try:
-        tokens = dialect.tokenize(sql)
+        tokens = pg_tokenize(dialect, sql, server_version_num=server_version_num)
         return [s for s in dialect.parser().parse(tokens, sql) if s is not None]
     except PublicationError:
         raise

@@ -41,12 +41,22 @@ class RowFilterError(Exception):
         if where:
             text = f"{', '.join(where)}: {text}"
         if self.source is not None and self.position is not None:
-            text += f"\n  {self.source}\n  {' ' * max(self.position - 1, 0)}^"
+            text += self._caret()
         if self.detail:
             text += f"\nDETAIL:  {self.detail}"
         if self.hint:
             text += f"\nHINT:  {self.hint}"
         return text
+
+    def _caret(self) -> str:
+        """The line of ``source`` holding ``position`` and a caret under it (psql's ``LINE n:`` when several)."""
+        assert self.source is not None and self.position is not None
+        offset = max(self.position - 1, 0)
+        start = self.source.rfind("\n", 0, offset) + 1
+        end = self.source.find("\n", offset)
+        line = self.source[start : end if end >= 0 else len(self.source)]
+        prefix = f"LINE {self.source.count(chr(10), 0, start) + 1}: " if "\n" in self.source.rstrip("\n") else ""
+        return f"\n  {prefix}{line}\n  {' ' * (len(prefix) + offset - start)}^"
 
     def with_context(self, *, publication: str | None = None, table: str | None = None) -> RowFilterError:
         """Return this error with the publication and table filled in where still unknown."""

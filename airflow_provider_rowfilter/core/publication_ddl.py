@@ -33,7 +33,7 @@ from airflow_provider_rowfilter.core.row_filter import identifier_name, validate
 def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:
     """Apply a script of publication statements to ``base`` (default: none) and return the result."""
     result = PublicationSet(dict(base.publications) if base is not None else {})
-    for statement in parse_statements(sql):
+    for statement in parse_statements(sql, server_version_num=catalog.server_version_num):
         if isinstance(statement, CreatePublication):
             _create(statement, result, catalog)
         elif isinstance(statement, AlterPublication):

@@ -10,16 +10,17 @@ one notion of each node's type.
 from __future__ import annotations
 
 import decimal
+import unicodedata
 import uuid
 from dataclasses import dataclass, field
 
 import pendulum
 from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from sqlglot.errors import ParseError
 from sqlglot.tokens import TokenType
 
 from airflow_provider_rowfilter.core import pg_types as T
-from airflow_provider_rowfilter.core.dialect import RowFilterPostgres, raise_pg_syntax_error
+from airflow_provider_rowfilter.core.dialect import RowFilterPostgres, pg_tokenize, raise_pg_syntax_error
 from airflow_provider_rowfilter.core.errors import (
     InvalidRowFilterError,
     PublicationError,
@@ -121,10 +122,7 @@ def function_name(node: exp.Func) -> str:
 def parse_row_filter(sql: str) -> exp.Expression:
     """Parse a row-filter expression (the text inside ``WHERE ( … )``)."""
     dialect = RowFilterPostgres()
-    try:
-        tokens = dialect.tokenize(sql)
-    except TokenError as e:
-        raise PublicationSyntaxError(f"syntax error: {e}", source=sql) from e
+    tokens = pg_tokenize(dialect, sql)
     _check_operators(sql, tokens)
     try:
         parsed = dialect.parser().parse(tokens, sql)
@@ -302,6 +300,15 @@ def validate_row_filter(
     )
 
 
+def _odd_space_hint(name: str) -> str | None:
+    """PostgreSQL reads a non-ASCII space as part of a name (scan.l ident_cont): say which one it is."""
+    odd = next((c for c in name if c.isspace()), None)
+    if odd is None:
+        return None
+    return (f"the name holds U+{ord(odd):04X} ({unicodedata.name(odd, 'a space')}), which PostgreSQL reads as a "
+            "letter of the name, not as a space: replace it with an ordinary space")
+
+
 def _position(node: exp.Expression) -> int | None:
     for n in node.walk(bfs=False):
         meta = n.meta if hasattr(n, "meta") else {}
@@ -400,7 +407,7 @@ class _Analyzer:
                 # whole-row reference: a Var of the table's row type, which is user-defined
                 self.walker_violation(USER_TYPE, node)
                 return ANY
-            raise self.error(f'column "{name}" does not exist', node)
+            raise self.error(f'column "{name}" does not exist', node, hint=_odd_space_hint(name))
         self.columns.add(name)
         if col.user_defined_type:
             self.walker_violation(USER_TYPE, node)
@@ -424,6 +431,12 @@ class _Analyzer:
         return _decimal_type(value)
 
     def _a_ByteString(self, node: exp.Expression) -> PgType:
+        """``E'…'``: an unknown-type literal; core/pg_lexer.py decoded its escapes as PostgreSQL does."""
+        self.constants[id(node)] = node.this
+        return T.UNKNOWN
+
+    def _a_RawString(self, node: exp.Expression) -> PgType:
+        """``$$…$$`` / ``$tag$…$tag$``: an unknown-type literal whose body is taken as written (scan.l xdolq)."""
         self.constants[id(node)] = node.this
         return T.UNKNOWN
 

@@ -217,10 +217,21 @@ class SubscriptionSpec:
         if not self.publications_ddl:
             return None
         try:
-            return Path(self.publications_ddl).read_text()
+            data = Path(self.publications_ddl).read_bytes()
         except FileNotFoundError as e:
             raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
                             f"{self.subscription!r} does not exist") from e
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            # PostgreSQL's words for a text that is not in the database encoding (pg_verifymbstr)
+            line = data.count(b"\n", 0, e.start) + 1
+            raise SpecError(
+                f"publications_ddl file {self.publications_ddl!r} of subscription {self.subscription!r}: invalid "
+                f'byte sequence for encoding "UTF8": 0x{data[e.start : e.start + 1].hex()} at byte {e.start} '
+                f"(line {line})",
+                hint="save the file as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 (name the encoding it was written in)",
+            ) from None
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|kB|MB|GB|TB)?\s*$")

@@ -15,7 +15,12 @@ import psycopg
 import pytest
 import yaml
 
-from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
+from airflow_provider_rowfilter.core.dialect import parse_statements
+from airflow_provider_rowfilter.core.errors import (
+    PublicationSyntaxError,
+    RowFilterError,
+    UntranslatableFilterError,
+)
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.subscription_filters import subscription_filters
@@ -77,3 +82,31 @@ def test_case_matches_postgresql(case: dict, fresh_db) -> None:
         return
     assert error is not None, f"PostgreSQL rejects this with {case['error']!r}; we accepted it"
     assert (error.message, error.detail) == (case["error"], case.get("detail"))
+
+
+# The lexical cases (core/pg_lexer.py): PostgreSQL's position too, counted in the whole DDL text as
+# PostgreSQL counts it (an error of the filter's analysis carries the filter as its source).
+LEXICAL = [c for c in CASES if c["id"].startswith("lex-") and c["error"] is not None]
+
+
+@pytest.mark.parametrize("case", LEXICAL, ids=[c["id"] for c in LEXICAL])
+def test_lexical_error_position_matches_postgresql(case: dict, fresh_db) -> None:
+    error = _outcome(fresh_db(), case)
+    assert error is not None and error.message == case["error"]
+    if case.get("position") is None:
+        assert error.position is None
+        return
+    offset = case["ddl"].index(error.source)
+    assert offset + error.position == case["position"], str(error)
+    assert error.hint, f"no fix given: {error}"
+
+
+# What PostgreSQL 15 reads differently (the cases' pg15 overrides): the publisher's version decides.
+PG15_LEXICAL = [c for c in CASES if c["id"].startswith("lex-") and (c.get("pg15") or {}).get("error")]
+
+
+@pytest.mark.parametrize("case", PG15_LEXICAL, ids=[c["id"] for c in PG15_LEXICAL])
+def test_lexical_case_on_postgresql_15(case: dict) -> None:
+    with pytest.raises(PublicationSyntaxError) as caught:
+        parse_statements(case["ddl"], server_version_num=150018)
+    assert (caught.value.message, caught.value.position) == (case["pg15"]["error"], case["pg15"]["position"])

@@ -119,6 +119,24 @@ CASES = (
     Case("date_constant_compared_with_timestamp", "DATE '2000-01-01' <= ts",
          ({"ts": "2000-01-01 00:00:00"}, {"ts": "1999-12-31 23:59:59.999999"}), (True, False),
          "a date constant promoted to timestamp crashed the translation"),
+    # Lexical forms (core/pg_lexer.py): the same text goes to the publisher in the copy's pushed-down
+    # WHERE, and through our translation to Spark.
+    Case("dollar_quoted_string", "t = $$it's$$", ({"t": "it's"}, {"t": "it"}), (True, False),
+         "a dollar-quoted string was refused as untranslatable"),
+    Case("dollar_quoted_string_with_tag", "t = $q$a$$b$q$", ({"t": "a$$b"}, {"t": "a"}), (True, False),
+         "a tagged dollar quote holds $$ as text"),
+    Case("e_string_utf8_bytes", r"t = E'\xc3\xa9'", ({"t": "é"}, {"t": "Ã©"}), (True, False),
+         "\\x escapes are bytes of UTF-8 (scan.l; core/pg_lexer.py now decodes E'…', not sqlglot)"),
+    Case("e_string_escapes", r"t = E'a\tb\'c\q\101\u00e9'", ({"t": "a\tb'cqAé"},), (True,),
+         "\\t, \\', an unknown escape, octal and \\u as scan.l decodes them"),
+    Case("string_continued_on_the_next_line", "t = 'a'\n  'b'", ({"t": "ab"}, {"t": "a"}), (True, False),
+         "a string continues after whitespace holding a newline; sqlglot read two strings"),
+    Case("vertical_tab_and_form_feed_are_whitespace", "i4\v>\f1", ({"i4": "2"}, {"i4": "1"}), (True, False),
+         "scan.l space (PostgreSQL 16 on) includes \\v and \\f"),
+    Case("hexadecimal_integer", "i4 = 0x1F", ({"i4": "31"}, {"i4": "0"}), (True, False),
+         "PostgreSQL 16 on reads 0x1F as 31; sqlglot read a hexadecimal string"),
+    Case("decimal_with_underscores", "i4 < 1_000", ({"i4": "999"}, {"i4": "1000"}), (True, False),
+         "PostgreSQL 16 on reads 1_000 as 1000; sqlglot split it in two"),
 )
 
 VALIDITY = (
