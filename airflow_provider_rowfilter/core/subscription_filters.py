@@ -353,3 +353,21 @@ def _filter_column_types(t: TableFilters) -> dict[str, str]:
             by_name = {c.name: c.type_name for c in f.relation.columns}
             types.update({name: by_name[name] for name in sorted(f.columns)})
     return dict(sorted(types.items()))
+
+
+def leaf_actions(filters: SubscriptionFilters, publications: PublicationSet,
+                 catalog: PublisherCatalog) -> dict[TableName, frozenset[PublishAction]]:
+    """The actions the subscription's publications publish for each subscribed leaf.
+
+    pgoutput's ``get_rel_sync_entry`` ORs the actions of every publication that publishes the leaf
+    itself or one of its ancestors (whatever ``publish_via_partition_root``), per leaf: two
+    partitions of one root can differ.
+    """
+    pubs = [publications[n] for n in filters.publications]
+    result: dict[TableName, frozenset[PublishAction]] = {}
+    for table in filters.tables.values():
+        for leaf in table.leaves:
+            chain = [catalog.relation(leaf)]
+            chain += [catalog.relation(a) for a in chain[0].ancestors]
+            result[leaf] = frozenset(a for p in pubs if any(_publishes(p, r) for r in chain) for a in p.actions)
+    return result

@@ -23,7 +23,11 @@ from dataclasses import dataclass, field
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import filters_document, subscribed_tables
+from airflow_provider_rowfilter.core.subscription_filters import (
+    filters_document,
+    leaf_actions,
+    subscribed_tables,
+)
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
 from airflow_provider_rowfilter.pg.change_log import ChangeLog
@@ -33,7 +37,6 @@ from airflow_provider_rowfilter.pg.publisher import (
     current_lsn,
     ensure_capture_publications,
     ensure_slot,
-    leaf_actions,
     slot_exists,
 )
 from airflow_provider_rowfilter.pg.state import RelState, StateStore, migrate, relation_exists

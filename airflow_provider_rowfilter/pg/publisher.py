@@ -30,11 +30,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublicationSet, PublishAction
+from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublishAction
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, _publishes
 
 MARKER = "managed by airflow-provider-rowfilter for subscription "
 NAMEDATALEN = 64  # PostgreSQL's limit: names are at most 63 bytes
@@ -86,24 +84,6 @@ def ensure_slot(conn: psycopg.Connection, slot: str) -> bool:
                            hint="the publisher needs wal_level=logical, a free max_replication_slots entry, and "
                            "a role with REPLICATION") from e
     return True
-
-
-def leaf_actions(filters: SubscriptionFilters, publications: PublicationSet,
-                 catalog: PublisherCatalog) -> dict[TableName, frozenset[PublishAction]]:
-    """The actions the subscription's publications publish for each subscribed leaf.
-
-    pgoutput's ``get_rel_sync_entry`` ORs the actions of every publication that publishes the leaf
-    itself or one of its ancestors (whatever ``publish_via_partition_root``), per leaf: two
-    partitions of one root can differ.
-    """
-    pubs = [publications[n] for n in filters.publications]
-    result: dict[TableName, frozenset[PublishAction]] = {}
-    for table in filters.tables.values():
-        for leaf in table.leaves:
-            chain = [catalog.relation(leaf)]
-            chain += [catalog.relation(a) for a in chain[0].ancestors]
-            result[leaf] = frozenset(a for p in pubs if any(_publishes(p, r) for r in chain) for a in p.actions)
-    return result
 
 
 def capture_layout(subscription: str, actions: Mapping[TableName, frozenset[PublishAction]]
