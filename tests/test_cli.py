@@ -77,3 +77,13 @@ def test_validate_rejects_a_password_in_the_url(tmp_path):
     result = rowfilter("validate", "--spec", str(spec))
     assert result.returncode == 1
     assert "carries a password" in result.stderr and "secret" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_apply_refuses_a_bound_that_is_not_positive(value, capsys):
+    from airflow_provider_rowfilter.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["apply", "--spec", "unused.yaml", "--max-changes", value])
+    assert exited.value.code == 2
+    assert f"argument --max-changes: {value} is not a positive number" in capsys.readouterr().err
