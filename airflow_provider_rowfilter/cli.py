@@ -1,4 +1,8 @@
-"""The ``rowfilter`` console command."""
+"""The ``rowfilter`` console command.
+
+Everything printed that comes from data (names, keys, errors, SQL) is printed as it is: the consoles
+do not read Rich markup, and styles are given as :class:`rich.text.Text` styles (:func:`say`).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
@@ -20,9 +26,23 @@ from airflow_provider_rowfilter.core.subscription_filters import (
     TableFilters,
     filters_document,
 )
+from airflow_provider_rowfilter.jobs.arguments import positive
 
-console = Console()
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from airflow_provider_rowfilter.pg.slot_health import SlotHealth
+    from airflow_provider_rowfilter.pg.state import RelState
+
+# markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
+console = Console(markup=False, highlight=False)
+err_console = Console(stderr=True, markup=False, highlight=False)
+
+#: ``rowfilter status`` ran and found the subscription broken (its slot gone or invalidated).
+EXIT_BROKEN = 3
+
+
+def say(*parts: str | tuple[str, str], err: bool = False) -> None:
+    """Print one line: plain strings as they are, ``(text, style)`` pairs styled; never wrapped mid-line."""
+    (err_console if err else console).print(Text.assemble(*parts), soft_wrap=True)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     refresh.add_argument("--spec", required=True, help="subscription spec file (YAML)")
     refresh.add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a new one and "
                          "send every table it had positioned back to state i, emptied, for a new copy")
-    status = sub.add_parser("status", help="per-table sync state, like pg_subscription_rel")
+    status = sub.add_parser("status", help="per-table sync state, like pg_subscription_rel, and the WAL the "
+                            "slot retains on the publisher; exit 3 when the subscription is broken (its slot "
+                            "dropped or invalidated)")
     status.add_argument("--spec", required=True, help="subscription spec file (YAML)")
     status.add_argument("--json", action="store_true", help="print the state as JSON")
     snapshot = sub.add_parser("snapshot", help="copy the tables waiting for their initial copy (PostgreSQL's "
@@ -54,8 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     apply = sub.add_parser("apply", help="capture one batch from the slot and apply it to the subscriber "
                            "(the apply worker, one micro-batch)")
     apply.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    apply.add_argument("--max-changes", type=int, default=None, metavar="N",
-                       help="bound of the batch in slot rows (whole transactions; default 100000)")
+    apply.add_argument("--max-changes", type=positive, default=None, metavar="N",
+                       help="bound of the batch in slot rows, at least 1 (whole transactions; default 100000)")
     apply.add_argument("--json", action="store_true", help="print the batch summary as JSON")
     skip = sub.add_parser("skip", help="skip the remote transaction finishing at an LSN once "
                           "(ALTER SUBSCRIPTION … SKIP); --lsn NONE clears it")
@@ -99,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return run_demo(keep=args.keep, batches=args.batches)
     except RowFilterError as e:
-        err_console.print(f"[bold red]ERROR:[/] {e}", highlight=False, markup=True, soft_wrap=True)
+        say(("ERROR:", "bold red"), " ", str(e), err=True)
         return 1
     return 2
 
@@ -123,23 +145,26 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
 
     result = run_refresh(spec, recreate_slot=recreate_slot)
     if not result.changed:
-        console.print(f"subscription {spec.subscription}: up to date ({len(result.tables)} tables, at {result.lsn})")
+        say(f"subscription {spec.subscription}: up to date ({len(result.tables)} tables, at {result.lsn})")
         return 0
-    console.print(f"subscription {spec.subscription}: refreshed at {result.lsn}")
+    say(f"subscription {spec.subscription}: refreshed at {result.lsn}")
     for name in result.added:
-        console.print(f"  [green]+ {name}[/]  ({'i: waiting for its initial copy' if spec.copy_data else 'r'})")
+        say("  ", (f"+ {name}", "green"), f"  ({'i: waiting for its initial copy' if spec.copy_data else 'r'})")
     for name in result.removed:
-        console.print(f"  [red]- {name}[/]  (no longer published; its progress is dropped)")
+        say("  ", (f"- {name}", "red"), "  (no longer published; its progress is dropped)")
     if result.slot_created:
-        console.print(f"  created replication slot rowfilter_{spec.subscription} (pgoutput) on the publisher")
+        say(f"  created replication slot rowfilter_{spec.subscription} (pgoutput) on the publisher")
     if result.definitions_changed and not (result.added or result.removed):
-        console.print("  definitions changed: they apply to changes after this position; rows already copied "
-                      "are not re-copied (as in PostgreSQL)")
+        say("  definitions changed: they apply to changes after this position; rows already copied "
+            "are not re-copied (as in PostgreSQL)")
     return 0
 
 
 def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
-    """Print the per-table sync state (``status --json``: the contract of design.md §6)."""
+    """Print the per-table sync state and the slot's WAL (``status --json``: the contract of design.md §6).
+
+    Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
+    """
     from airflow_provider_rowfilter.pg.definitions import connect
     from airflow_provider_rowfilter.pg.state import StateStore
 
@@ -150,7 +175,8 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         last = conn.execute(
             """SELECT id, counts, end_lsn::text, lag_bytes, lag_seconds, finished_at FROM rowfilter.batch_history
                WHERE subscription = %s ORDER BY id DESC LIMIT 1""", (spec.subscription,)).fetchone()
-    current = _publisher_position(spec)
+    current, slot, unreachable = _publisher_view(spec, subscription["slot_name"])
+    warnings, broken = _slot_findings(spec, slot, unreachable, tables)
     lag = {}
     for t in tables:
         if current is not None and t.lsn is not None and t.state.value in "fsr":
@@ -159,11 +185,16 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         "id": last[0], "end_lsn": last[2], "lag_bytes": last[3], "lag_seconds": last[4],
         "finished_at": last[5].isoformat()}
     counts = {} if last is None else last[1]
+    code = EXIT_BROKEN if broken else 0
     if as_json:
+        slot_doc = ({"name": subscription["slot_name"], "exists": None, "error": unreachable} if slot is None
+                    else {**slot.as_dict(), "error": None})
         print(json.dumps({
             "subscription": spec.subscription,
             "publications": subscription["publications"],
-            "slot": subscription["slot_name"],
+            "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
+            "broken": broken,
+            "warnings": warnings,
             "applied_lsn": subscription["applied_lsn"],
             "skip_lsn": subscription["skip_lsn"],
             "last_error": subscription["last_error"],
@@ -174,7 +205,9 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
                         "rows_copied": t.rows_copied, "last_batch": counts.get(str(t.table), {}),
                         "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
         }))
-        return 0
+        for text in warnings:
+            say(("WARNING:", "yellow"), " ", text, err=True)
+        return code
     title = f"subscription {spec.subscription} (publications {', '.join(subscription['publications'])})"
     if batch:
         title += f"\nlast batch {batch['finished_at'][:19]} through {batch['end_lsn']}"
@@ -189,25 +222,77 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
             if batch and batch["lag_seconds"] is not None and t.state.value == "r":
                 lag_text += f", {batch['lag_seconds']:.1f} s"
         done = counts.get(str(t.table), {})
-        table.add_row(str(t.table), f"[{colour}]{t.state.value}[/] {t.state.label}", t.lsn or "", lag_text,
-                      "" if t.rows_copied is None else f"{t.rows_copied:,}",
+        table.add_row(str(t.table), Text.assemble((t.state.value, colour), " ", t.state.label), t.lsn or "",
+                      lag_text, "" if t.rows_copied is None else f"{t.rows_copied:,}",
                       " ".join(f"{k} {v:,}" for k, v in done.items()),
-                      f"[red]{t.last_error}[/]" if t.last_error else "")
+                      Text(t.last_error or "", style="red"))
     console.print(table)
+    say(_slot_line(subscription["slot_name"], slot))
     if subscription["last_error"]:
-        err_console.print(f"[red]last error:[/] {subscription['last_error']}", highlight=False)
-    return 0
+        say(("last error:", "red"), " ", subscription["last_error"], err=True)
+    for text in warnings:
+        say(("WARNING:", "yellow"), " ", text, err=True)
+    if broken:
+        say(("BROKEN:", "bold red"), " ", broken, err=True)
+    return code
 
 
-def _publisher_position(spec: SubscriptionSpec) -> int | None:
-    """The publisher's current WAL position, or None when it cannot be reached (status still prints)."""
+def _publisher_view(spec: SubscriptionSpec, slot_name: str) -> tuple[int | None, SlotHealth | None, str | None]:
+    """``(current WAL position, slot, None)``, or ``(None, None, why)`` when the publisher cannot be
+    reached: status still prints the subscriber's side."""
     from airflow_provider_rowfilter.pg.definitions import connect
+    from airflow_provider_rowfilter.pg.slot_health import read_slot
 
     try:
         with connect(spec.publisher, "publisher", spec) as pub:
-            return parse_lsn(pub.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
-    except RowFilterError:
-        return None
+            current, slot = read_slot(pub, slot_name)
+    except RowFilterError as e:
+        return None, None, e.message + (f" ({e.detail})" if e.detail else "")
+    return parse_lsn(current), slot, None
+
+
+def _slot_findings(spec: SubscriptionSpec, slot: SlotHealth | None, unreachable: str | None,
+                   tables: Sequence[RelState]) -> tuple[list[str], str | None]:
+    """What status warns about, and why the subscription is broken (None when it is not)."""
+    if slot is None:
+        return [f"{unreachable}: the replication slot's state is unknown, and lag was not measured"], None
+    name = f'replication slot "{slot.name}"'
+    past = [str(t.table) for t in tables if t.state.value != "i"]
+    if not slot.exists:
+        if not past:
+            return [f"{name} does not exist on the publisher; `rowfilter refresh` creates it"], None
+        return [], (f"{name} does not exist on the publisher, but {', '.join(past)} "
+                    f"{'is' if len(past) == 1 else 'are'} past the initial copy: the changes since "
+                    f"{'its position' if len(past) == 1 else 'their positions'} are lost to this subscription. "
+                    "Copy them again: see `rowfilter refresh --help`")
+    if slot.lost:
+        return [], (f"{name} was invalidated (wal_status lost): the publisher removed WAL it still needed, "
+                    "past max_slot_wal_keep_size; the changes since the tables' positions are lost. Drop the "
+                    "subscription (`rowfilter drop`) and subscribe again, or see `rowfilter refresh --help`")
+    warnings = []
+    if slot.wal_status == "unreserved":
+        warnings.append(f"{name} holds more WAL than max_slot_wal_keep_size allows (wal_status unreserved): "
+                        "the next checkpoint on the publisher removes it and invalidates the slot; run the apply "
+                        "now, or raise max_slot_wal_keep_size")
+    threshold = spec.retained_wal_warning_bytes
+    if slot.retained_bytes is not None and slot.retained_bytes > threshold:
+        warnings.append(f"{name} retains {_size(slot.retained_bytes)} of WAL on the publisher, more than "
+                        f"retained_wal_warning ({_size(threshold)}): is the subscription's apply running? "
+                        "A subscription you no longer need: `rowfilter drop`")
+    return warnings, None
+
+
+def _slot_line(name: str, slot: SlotHealth | None) -> str:
+    if slot is None:
+        return f"slot {name}: unknown (the publisher cannot be reached)"
+    if not slot.exists:
+        return f"slot {name}: missing on the publisher"
+    parts = [f"wal_status {slot.wal_status or 'n/a'}",
+             "retains " + ("nothing" if slot.retained_bytes is None else _size(slot.retained_bytes)) + " of WAL",
+             "active" if slot.active else "inactive"]
+    if slot.safe_wal_size is not None:
+        parts.append(f"{_size(max(slot.safe_wal_size, 0))} more before max_slot_wal_keep_size")
+    return f"slot {name}: " + ", ".join(parts)
 
 
 def _size(n: int) -> str:
@@ -223,17 +308,16 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: boo
     from airflow_provider_rowfilter.jobs.apply import apply
     from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES
 
-    result = apply(spec, max_changes=max_changes or DEFAULT_MAX_CHANGES)
+    result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes)
     if as_json:
         print(json.dumps(result.summary()))
         return 0
-    console.print(f"subscription {spec.subscription}: applied {result.changes:,} changes through "
-                  f"{result.end_lsn or '-'} in {result.duration_ms / 1000:.1f} s", highlight=False)
+    say(f"subscription {spec.subscription}: applied {result.changes:,} changes through "
+        f"{result.end_lsn or '-'} in {result.duration_ms / 1000:.1f} s")
     for name, counts in sorted(result.tables.items()):
-        console.print(f"  {name}: " + (", ".join(f"{k} {v:,}" for k, v in counts.items()) or "nothing"),
-                      highlight=False)
+        say(f"  {name}: " + (", ".join(f"{k} {v:,}" for k, v in counts.items()) or "nothing"))
     if result.skipped_lsn:
-        console.print(f"  skipped the remote transaction finished at {result.skipped_lsn}")
+        say(f"  skipped the remote transaction finished at {result.skipped_lsn}")
     return 0
 
 
@@ -251,41 +335,35 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
             raise RowFilterError(f"skip WAL location (LSN {value}) must be greater than origin LSN {applied}",
                                  hint="name the LSN the conflict error gave (the transaction's finish LSN)")
         store.set_skip_lsn(value)
-    console.print(f"subscription {spec.subscription}: " + (
+    say(f"subscription {spec.subscription}: " + (
         f"the remote transaction finished at {value} will be skipped by the next apply" if value
-        else "skip-LSN cleared"), highlight=False)
+        else "skip-LSN cleared"))
     return 0
 
 
 def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
     """``DROP SUBSCRIPTION``: run the drop in-process and say what went; nothing left to drop is not an error."""
-    from rich.markup import escape
-
     from airflow_provider_rowfilter.jobs.drop import drop as run_drop
 
     result = run_drop(spec, keep_slot=keep_slot)
-
-    def say(text: str) -> None:
-        console.print(text, highlight=False, soft_wrap=True)
-
     if not result.dropped:
         say(f"subscription {spec.subscription}: nothing to drop")
     else:
         say(f"subscription {spec.subscription}: dropped")
     if result.slot_dropped:
         held = "" if result.slot_retained_bytes is None else f" (it retained {_size(result.slot_retained_bytes)} of WAL)"
-        say(f"  [red]- replication slot {result.slot}[/] on the publisher{held}")
+        say("  ", (f"- replication slot {result.slot}", "red"), f" on the publisher{held}")
     if result.publication_dropped:
-        say(f"  [red]- publication {result.publication}[/] on the publisher")
+        say("  ", (f"- publication {result.publication}", "red"), " on the publisher")
     if result.state_dropped:
         counted = [f"{n} {word}{'' if n == 1 else plural}" for n, word, plural in (
             (len(result.tables), "table", "s"), (result.refreshes, "refresh", "es"), (result.batches, "batch", "es"))]
-        say(f"  [red]- state in the subscriber[/]: {counted[0]} ({escape(', '.join(result.tables))}), "
+        say("  ", ("- state in the subscriber", "red"), f": {counted[0]} ({', '.join(result.tables)}), "
             f"{counted[1]} and {counted[2]} of history")
     if result.change_log_moved_to:
-        say(f"  change log moved to {escape(result.change_log_moved_to)} (delete it when you no longer need it)")
+        say(f"  change log moved to {result.change_log_moved_to} (delete it when you no longer need it)")
     for note in result.left_alone:
-        err_console.print(f"[yellow]left alone:[/] {escape(note)}", highlight=False, soft_wrap=True)
+        say(("left alone:", "yellow"), " ", note, err=True)
     if keep_slot:
         say(f"  --keep-slot: the publisher was not contacted; if replication slot {result.slot} still exists there, "
             f"it retains WAL until it is dropped: run `rowfilter drop` again without --keep-slot once the publisher "
@@ -298,8 +376,6 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
 
 def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run the SnapshotCopy job in-process (``snapshot``, or ``resync`` first); say what each table got."""
-    from rich.markup import escape
-
     from airflow_provider_rowfilter.core.relation import TableName
     from airflow_provider_rowfilter.jobs.snapshot import resync as run_resync
     from airflow_provider_rowfilter.jobs.snapshot import snapshot as run_snapshot
@@ -310,37 +386,36 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     else:
         result = run_snapshot(spec, tables)
     if not result.tables:
-        console.print(f"subscription {spec.subscription}: no table waits for its initial copy")
+        say(f"subscription {spec.subscription}: no table waits for its initial copy")
     for t in result.tables:
         if t.error:
             continue
         done = f"{t.rows_copied:,} rows, consistent with {t.lsn}" if t.rows_copied is not None and t.lsn else ""
-        console.print(f"  {escape(t.table)}: state {t.state}" + (f" ({done})" if done else "")
-                      + (f" — {escape(t.note)}" if t.note else ""), highlight=False)
+        say(f"  {t.table}: state {t.state}" + (f" ({done})" if done else "") + (f" — {t.note}" if t.note else ""))
     if not result.ok:
-        err_console.print(f"[bold red]ERROR:[/] {escape(str(result.error()))}", highlight=False, soft_wrap=True)
+        say(("ERROR:", "bold red"), " ", str(result.error()), err=True)
         return 1
     return 0
 
 
 def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str) -> None:
-    console.print(f"[bold]subscription[/] {spec.subscription}: publications "
-                  f"{', '.join(spec.publications)} ([italic]{source}[/]) — valid")
+    say(("subscription", "bold"), f" {spec.subscription}: publications {', '.join(spec.publications)} (",
+        (source, "italic"), ") — valid")
     table = Table(show_lines=True)
     for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns"):
         table.add_column(col, overflow="fold")
-    def cell(t: TableFilters, action: PublishAction) -> str:
+    def cell(t: TableFilters, action: PublishAction) -> Text:
         if action not in t.actions:
-            return "[dim]not published[/]"
-        return t.filter_sql(action) or "[green]all rows[/]"
+            return Text("not published", style="dim")
+        return Text(t.filter_sql(action) or "all rows", style="" if t.filter_sql(action) else "green")
 
     for name, t in filters.tables.items():
         table.add_row(
-            str(name) + ("" if t.leaves == (name,) else f"\n[dim]via {', '.join(map(str, t.leaves))}[/]"),
+            Text.assemble(str(name), ("" if t.leaves == (name,) else (f"\nvia {', '.join(map(str, t.leaves))}", "dim"))),
             ", ".join(a.value for a in PublishAction if a in t.actions),
             cell(t, PublishAction.INSERT), cell(t, PublishAction.UPDATE), cell(t, PublishAction.DELETE),
-            t.copy_filter_sql or "[green]all rows[/]",
-            ", ".join(t.columns) if t.columns is not None else "[green]all[/]",
+            Text(t.copy_filter_sql or "all rows", style="" if t.copy_filter_sql else "green"),
+            Text(", ".join(t.columns) if t.columns is not None else "all", style="" if t.columns is not None else "green"),
         )
     console.print(table)
 

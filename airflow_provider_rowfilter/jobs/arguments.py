@@ -20,6 +20,14 @@ def load_spec(args: argparse.Namespace) -> SubscriptionSpec:
     return SubscriptionSpec.load(args.spec) if args.spec else SubscriptionSpec.from_json(args.spec_json)
 
 
+def positive(text: str) -> int:
+    """An argparse ``type``: a whole number of at least 1 (a bound of 0 or less means nothing)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
 def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[argparse.Namespace, SubscriptionSpec]:
     args = p.parse_args(argv)
     return args, load_spec(args)

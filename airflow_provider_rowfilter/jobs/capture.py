@@ -13,27 +13,20 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
 from airflow_provider_rowfilter.pg.capture import DEFAULT_FETCH_ROWS, DEFAULT_MAX_CHANGES, capture
 from airflow_provider_rowfilter.pg.change_log import DEFAULT_ROW_GROUP_ROWS
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
-    return value
-
-
 def capture_parser() -> argparse.ArgumentParser:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--max-changes", type=_positive, default=DEFAULT_MAX_CHANGES,
+    p.add_argument("--max-changes", type=positive, default=DEFAULT_MAX_CHANGES,
                    help="end the batch at the first commit after this many slot rows (PostgreSQL's "
                    f"upto_nchanges; whole transactions only; default {DEFAULT_MAX_CHANGES})")
     p.add_argument("--upto-lsn", help="end the batch at the first commit at or past this LSN (e.g. 0/1F00F48)")
-    p.add_argument("--row-group-rows", type=_positive, default=DEFAULT_ROW_GROUP_ROWS,
+    p.add_argument("--row-group-rows", type=positive, default=DEFAULT_ROW_GROUP_ROWS,
                    help=f"changes per Parquet row group, what the driver holds at once (default {DEFAULT_ROW_GROUP_ROWS})")
-    p.add_argument("--fetch-rows", type=_positive, default=DEFAULT_FETCH_ROWS,
+    p.add_argument("--fetch-rows", type=positive, default=DEFAULT_FETCH_ROWS,
                    help=f"slot rows per fetch from the server-side cursor (default {DEFAULT_FETCH_ROWS})")
     return p
 

@@ -8,8 +8,9 @@ on the subscriber; then ``f`` with the slot's consistent point (changes committe
 are the catch-up's) and the rows copied. A table whose copy fails keeps its state and the error;
 a later run empties it and copies it again, as tablesync redoes an interrupted copy.
 
-``--resync`` first empties the named tables and sends them back to ``i`` (the backfill path), then
-copies them. See docs/initial-sync.md.
+``resync`` empties the named tables and sends them back to ``i`` (the backfill path); with
+``copy`` it copies them at once instead, emptying each in the transaction that starts its copy,
+after every check, so that a check that fails changes nothing. See docs/initial-sync.md.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import re
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -50,7 +51,7 @@ from airflow_provider_rowfilter.pg.copy_target import (
     truncate,
 )
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, Definitions, connect, load_definitions
-from airflow_provider_rowfilter.pg.state import RelState, StateError, StateStore, job_lock
+from airflow_provider_rowfilter.pg.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
 from airflow_provider_rowfilter.spark.copy_frames import run_partitions
 from airflow_provider_rowfilter.spark.session import build_session
 
@@ -123,15 +124,22 @@ def snapshot(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, 
     :param spark: the session to run in; default the active one, else one built from the spec
         (and stopped at the end).
     """
+    return _copy_tables(spec, tables, resync=False, spark=spark, options=options)
+
+
+def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, resync: bool,
+                 spark: SparkSession | None, options: CopyOptions | None) -> SnapshotResult:
+    """The snapshot, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
+    that concerns all tables (the definitions, the Spark session) runs before any table changes."""
     options = options or CopyOptions()
     result = SnapshotResult(spec.subscription)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
         chosen = _chosen(store, tables)
-        todo = [r for r in chosen if r.state in COPYABLE]
+        todo = chosen if resync else [r for r in chosen if r.state in COPYABLE]
         for rel in chosen:
-            if rel.state not in COPYABLE:
+            if rel not in todo:
                 result.tables.append(TableCopy(str(rel.table), rel.state.value, rel.rows_copied, rel.lsn,
                                                note=f"already copied (state {rel.state.value}); "
                                                "use resync to copy it again"))
@@ -142,7 +150,7 @@ def snapshot(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, 
             definitions = load_definitions(spec, pub)
         with _session(spec, spark) as session:
             _refuse_speculation(session)
-            job = _CopyJob(spec, definitions, store, session, options)
+            job = _CopyJob(spec, definitions, store, session, options, resync=resync)
             for rel in todo:
                 result.tables.append(job.copy(rel))
     return result
@@ -152,24 +160,33 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
            spark: SparkSession | None = None, options: CopyOptions | None = None) -> SnapshotResult:
     """Empty each table in the subscriber and send it back to ``i`` (one transaction per table).
 
-    With ``copy`` the tables are copied right away (:func:`snapshot`); otherwise the next snapshot
-    copies them. Changes to them are not applied until their new copy reaches ``f``.
+    With ``copy`` each table is copied right away instead, whatever its state: the definitions, the
+    Spark session, the table's lock, its publication and the subscriber's table are checked first,
+    and the table is emptied and moved to ``d`` in the transaction that creates the copy's snapshot
+    on the publisher, so a failure before the copy starts leaves its rows and its state as they were
+    (and records nothing). Without ``copy`` the next snapshot copies them. Changes to them are not
+    applied until their new copy reaches ``f``.
     """
     if not tables:
         raise SpecError("resync needs the tables to copy again", hint="name them: --table public.t1")
+    if copy:
+        return _copy_tables(spec, tables, resync=True, spark=spark, options=options)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
         for rel in _chosen(store, tables):
             with _table_lock(sub, spec.subscription, rel.table):
                 target = check_target(sub, rel.table, (), require_empty=False)
-                with sub.transaction():
-                    fence_copies(sub, copy_lock_key(spec.subscription, rel.table))
-                    truncate(sub, target)
-                    store.set_state(rel.table, SyncState.INIT, resync=True)
+                try:
+                    with sub.transaction():
+                        fence_copies(sub, copy_lock_key(spec.subscription, rel.table))
+                        truncate(sub, target)
+                        store.set_state(rel.table, SyncState.INIT, resync=True)
+                except psycopg.Error as e:  # e.g. lock_timeout while another session holds the table
+                    raise SnapshotError(f"cannot empty table {rel.table}: {describe(e)}", table=str(rel.table),
+                                        hint="nothing was changed; run the resync again once the table is free"
+                                        ) from e
             log.info("%s: emptied and sent back to state i (was %s)", rel.table, rel.state.value)
-    if copy:
-        return snapshot(spec, tables, spark=spark, options=options)
     return SnapshotResult(spec.subscription, [
         TableCopy(str(t), SyncState.INIT.value, note="emptied; the next snapshot copies it") for t in tables])
 
@@ -192,8 +209,9 @@ class _CopyJob:
     """The per-table copy, sharing the definitions, the state store and the Spark session."""
 
     def __init__(self, spec: SubscriptionSpec, definitions: Definitions, store: StateStore,
-                 spark: SparkSession, options: CopyOptions) -> None:
+                 spark: SparkSession, options: CopyOptions, *, resync: bool = False) -> None:
         self.spec = spec
+        self.resync = resync  # copy again whatever the state, emptying the table when the copy starts
         self.definitions = definitions
         self.store = store
         self.spark = spark
@@ -209,23 +227,25 @@ class _CopyJob:
     def copy(self, rel: RelState) -> TableCopy:
         table = rel.table
         sub = self.store.conn
+        started: list[bool] = []  # set once the copy's first transaction has committed
         try:
             with _table_lock(sub, self.spec.subscription, table):
-                return self._copy_locked(table)
+                return self._copy_locked(table, started)
         except Exception as e:  # every failure is recorded on the table; the other tables go on
             message = describe(e)
             log.error("%s: initial copy failed: %s", table, message)
             log.debug("%s: the failure in full", table, exc_info=True)
             if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 sub.rollback()
-            self.store.record_error(table, message)
+            if started or not self.resync:  # a resync that did not start leaves the table as it was
+                self.store.record_error(table, message)
             (now,) = self.store.tables([table])
             return TableCopy(str(table), now.state.value, error=message)
 
-    def _copy_locked(self, table: TableName) -> TableCopy:
+    def _copy_locked(self, table: TableName, started: list[bool]) -> TableCopy:
         sub = self.store.conn
         (rel,) = self.store.tables([table])  # again, under the lock
-        if rel.state not in COPYABLE:
+        if rel.state not in COPYABLE and not self.resync:
             return TableCopy(str(table), rel.state.value, rel.rows_copied, rel.lsn,
                              note=f"copied meanwhile by another job (state {rel.state.value})")
         filters = self.definitions.filters.tables.get(table)
@@ -234,17 +254,35 @@ class _CopyJob:
                              table=str(table), hint="run `rowfilter refresh` to reconcile the subscription's tables")
         source = copy_source(filters, self.definitions.catalog.relation(table))
         # Every check before any row moves: the table keeps its state when one fails.
-        target = check_target(sub, table, source.columns, require_empty=rel.state is SyncState.INIT)
-        with sub.transaction():
-            fence_copies(sub, copy_lock_key(self.spec.subscription, table))
-            if rel.state is SyncState.DATA_COPY:
-                truncate(sub, target)  # an interrupted copy is redone from nothing, as tablesync does
-            self.store.set_state(table, SyncState.DATA_COPY)
-        fence = CopyFence(self.spec.subscription, table.schema, table.name, _token(sub, self.spec.subscription, table))
+        target = check_target(sub, table, source.columns,
+                              require_empty=rel.state is SyncState.INIT and not self.resync)
         began = time.monotonic()
         with connect(self.spec.publisher, "publisher", self.spec) as pub:
             plan = plan_partitions(pub, source, self.partitions)
-        with exported_snapshot(connect(self.spec.publisher, "publisher", self.spec, replication="database")) as snap:
+        with ExitStack() as held:
+            # The copy starts with the snapshot it reads, then ONE subscriber transaction: empty the
+            # table (a resync, or an interrupted copy redone from nothing, as tablesync does) and move
+            # it to d. A failure of either leaves the table as it was (the snapshot's slot goes with
+            # it). The snapshot comes first, while no subscriber transaction is open: creating a
+            # logical slot waits for every transaction of its cluster that has an xid
+            # (SnapBuildWaitSnapshot in src/backend/replication/logical/snapbuild.c), so with the
+            # publisher and the subscriber in one cluster it would wait for our own transaction.
+            # A table past its copy (a resync) holds the apply's lock from the snapshot to the move
+            # to d, so that no batch moves its position past the snapshot and prunes the change log
+            # the catch-up replays from (jobs/apply.py, _prune); a table in i or d keeps the log whole.
+            with _applies_paused(sub, self.spec.subscription) if self.resync else nullcontext():
+                snap = held.enter_context(exported_snapshot(
+                    connect(self.spec.publisher, "publisher", self.spec, replication="database")))
+                with sub.transaction():
+                    fence_copies(sub, copy_lock_key(self.spec.subscription, table))
+                    if self.resync or rel.state is SyncState.DATA_COPY:
+                        truncate(sub, target)
+                    if self.resync:
+                        self.store.set_state(table, SyncState.INIT, resync=True)
+                    self.store.set_state(table, SyncState.DATA_COPY)
+            started.append(True)
+            fence = CopyFence(self.spec.subscription, table.schema, table.name,
+                              _token(sub, self.spec.subscription, table))
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
                      table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
@@ -282,7 +320,13 @@ def _session(spec: SubscriptionSpec, spark: SparkSession | None) -> Iterator[Spa
     if existing is not None:
         yield existing
         return
-    session = build_session(f"rowfilter-snapshot-{spec.subscription}", spec.spark_master, spec.spark_conf)
+    try:
+        session = build_session(f"rowfilter-snapshot-{spec.subscription}", spec.spark_master, spec.spark_conf)
+    except RowFilterError:
+        raise
+    except Exception as e:  # Spark's own error (a bad master URL or setting), raised before any table changed
+        raise SpecError(f"cannot start Spark with spark_master {spec.spark_master!r}: {describe(e)}",
+                        hint="check spark_master and spark_conf in the spec") from e
     try:
         yield session
     finally:
@@ -301,6 +345,13 @@ def _table_lock(conn: psycopg.Connection, subscription: str, table: TableName) -
     return job_lock(conn, subscription, str(table), lambda: SnapshotError(
         f"table {table} is being copied or resynced by another job", table=str(table),
         hint="wait for that job to end, then run this one again"))
+
+
+def _applies_paused(conn: psycopg.Connection, subscription: str) -> AbstractContextManager[None]:
+    """The apply's job lock, held by a resync while it starts its copy; refused while a batch runs."""
+    return job_lock(conn, subscription, APPLY_LOCK, lambda: SnapshotError(
+        f"an apply of subscription {subscription!r} is running; the table was left as it was",
+        hint="run the resync again when the batch has ended (or pause the incremental DAG)"))
 
 
 _CAUSES = (
