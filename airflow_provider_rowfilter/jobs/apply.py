@@ -41,15 +41,13 @@ from airflow_provider_rowfilter.pg.apply_target import (
     new_token,
     read_target,
 )
-from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
-from airflow_provider_rowfilter.pg.change_log import ChangeLog
+from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, capture
+from airflow_provider_rowfilter.pg.change_log import ChangeLog, Segment
 from airflow_provider_rowfilter.pg.copy_target import executor_conninfo
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, connect
-from airflow_provider_rowfilter.pg.state import APPLY_LOCK, RelState, StateStore, job_lock, migrate
+from airflow_provider_rowfilter.pg.state import APPLIED, APPLY_LOCK, RelState, StateStore, job_lock, migrate
 
 log = logging.getLogger(__name__)
-
-APPLIED = (SyncState.FINISHED_COPY, SyncState.SYNCHRONIZED, SyncState.READY)
 
 
 class ApplyError(RowFilterError):
@@ -96,10 +94,6 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     """
     began = time.monotonic()
     result = ApplyResult(spec.subscription)
-    captured: CaptureResult | None = capture(spec, max_changes=max_changes) if capture_first else None
-    if captured is not None:
-        result.capture = captured.summary()
-        result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
     change_log = ChangeLog(spec.change_log_dir())
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
@@ -107,6 +101,11 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
         subscription = store.require_subscription()
         with _apply_lock(sub, spec.subscription):
             try:
+                if capture_first:
+                    # Under the apply's lock, with what the tables need of the log (pg/capture.py _check_log).
+                    captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
+                    result.capture = captured.summary()
+                    result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
                 _apply_locked(spec, sub, store, subscription, change_log, result, spark, began)
             except RowFilterError as e:
                 if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -125,6 +124,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     end = change_log.captured_through()
     rels = [r for r in store.tables() if r.state in APPLIED]
     result.states = {str(r.table): r.state.value for r in store.tables()}
+    segments = _check_log(spec, store, change_log, end)
     if end is None or not rels:
         log.info("%s: nothing to apply (%s)", spec.subscription,
                  "no table has finished its copy" if end is not None else "nothing captured yet")
@@ -132,13 +132,14 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     positions = {r.table: parse_lsn(r.lsn) for r in rels}
     since = min(positions.values())
     result.start_lsn, result.end_lsn = format_lsn(since), format_lsn(end)
-    segments = [s for s in change_log.segments() if since < s.end_lsn <= end]
     skip_lsn = None if subscription["skip_lsn"] is None else parse_lsn(subscription["skip_lsn"])
     clear_stage(sub, spec.subscription)
     token = new_token(spec.subscription)
     targets: dict[int, ApplyTarget] = {}
     extra: dict[int, dict[str, int]] = {}
     skipped = False
+    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
+    segments = [s for s in segments if _segment_counts(s.path)[1]]
     if segments:
         history = sub.execute("SELECT lsn::text, definitions FROM rowfilter.refresh_history WHERE subscription = %s",
                               (spec.subscription,)).fetchall()
@@ -217,6 +218,26 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     _prune(change_log, store)
 
 
+def _check_log(spec: SubscriptionSpec, store: StateStore, change_log: ChangeLog, end: int | None) -> list[Segment]:
+    """The segments to apply, once the log is proven continuous from the tables' lowest position to its end.
+
+    Refuses (ChangeLogError, nothing changed) a log with a gap, naming it and the log on record.
+    A log other than the one on record (another directory, or a new one in its place) is accepted
+    when nothing the tables need is missing, with a warning naming both, and recorded from now on.
+    """
+    needs = store.log_needs()
+    segments = [] if end is None or needs.since is None else change_log.continuous(needs.since, end, needs)
+    identity = change_log.identity()
+    if identity is not None and identity != needs.recorded:
+        if needs.recorded is not None and needs.recorded.id != identity.id:
+            log.warning("subscription %s: its change log was %s (id %s); it is now %s (id %s), which holds everything "
+                        "its tables need", spec.subscription, needs.recorded.location, needs.recorded.id,
+                        identity.location, identity.id)
+        with store.conn.transaction():
+            store.record_change_log(identity)
+    return segments
+
+
 def _move(store: StateStore, rel: RelState, end: int) -> None:
     """The table has everything through ``end``: f → s → r (PostgreSQL's SYNCDONE, then READY), or r's position."""
     position = max(parse_lsn(rel.lsn), end)
@@ -243,15 +264,15 @@ def _replica_role(sub: psycopg.Connection) -> None:
 
 
 def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
-    """(transactions, changes) of a segment, from its metadata."""
+    """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
     import pyarrow.parquet as pq
 
     from airflow_provider_rowfilter.pg.change_log import METADATA_KEY
 
-    metadata = pq.read_metadata(path).metadata or {}
-    raw = metadata.get(METADATA_KEY.encode())
+    footer = pq.read_metadata(path)
+    raw = (footer.metadata or {}).get(METADATA_KEY.encode())
     facts = json.loads(raw) if raw else {}
-    return int(facts.get("transactions", 0)), int(facts.get("changes", 0))
+    return int(facts.get("transactions", 0)), footer.num_rows
 
 
 def _prune(change_log: ChangeLog, store: StateStore) -> None:
