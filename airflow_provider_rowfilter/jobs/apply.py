@@ -276,12 +276,15 @@ def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
 
 
 def _prune(change_log: ChangeLog, store: StateStore) -> None:
-    """Remove segments every table is past (none while a table waits for its copy: its position is not known)."""
+    """Remove segments every table is past (none while a table waits for its copy: its position is not known).
+
+    The newest segment stays: its name records where the log ends (pg/change_log.py ``captured_through``).
+    """
     rels = store.tables()
     if not rels or any(r.state not in APPLIED or r.lsn is None for r in rels):
         return
     floor = min(parse_lsn(r.lsn) for r in rels)
-    for segment in change_log.segments():
+    for segment in change_log.segments()[:-1]:
         if segment.end_lsn <= floor:
             segment.path.unlink(missing_ok=True)
 

@@ -172,7 +172,8 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
             raise
         faults.point("capture-after-segment")
         if target > confirmed:
-            change_log.record_position(target, slot)
+            if change_log.identity() is None:
+                change_log.record_position(target, slot)  # a new log: its id (the segment records the end)
             _advance(pub, slot, target)
         result.end_lsn = format_lsn(target)
         result.segment = str(segment.path) if segment else None

@@ -6,8 +6,8 @@ zero-padded hexadecimal digits, so names sort in LSN order and a rerun of the sa
 the same name. Every advance of the slot leaves a segment, an empty one when nothing in the range
 was ours, so consecutive segments chain (``next.start == previous.end``) and the names alone prove
 the log is continuous (:meth:`ChangeLog.continuous`). ``_position.json`` records the log's
-identity (a uuid made when the log is first written) and ``captured_through``, the end of the last
-segment written, which outlives the segments the apply prunes. Segments are written under a
+identity (a uuid made when the log is first written); the newest segment, which the apply never
+prunes, records where the log ends (``captured_through``). Segments are written under a
 temporary name, fsynced, renamed and the directory fsynced; only then may the slot be advanced
 (docs/change-log.md). Names starting with ``.`` or ``_`` are invisible to Spark's Parquet reader,
 so the directory can be read whole.
@@ -195,7 +195,11 @@ class ChangeLog:
         return sorted(found, key=lambda s: (s.start_lsn, s.end_lsn))
 
     def captured_through(self) -> int | None:
-        """The end of the last segment written (pruned or not), or None when nothing was ever captured."""
+        """The end of the last segment written, or None when nothing was ever captured.
+
+        The newest segment's name records it (the apply never prunes the newest); the position file
+        holds the end of the first capture, and of whatever an older version of this code wrote there.
+        """
         ends = [s.end_lsn for s in self.segments()]
         position = self._position()
         if position is not None:
