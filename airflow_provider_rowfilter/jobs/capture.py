@@ -18,7 +18,12 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
-from airflow_provider_rowfilter.pg.capture import DEFAULT_FETCH_ROWS, DEFAULT_MAX_CHANGES, capture, subscriber_needs
+from airflow_provider_rowfilter.pg.capture import (
+    DEFAULT_FETCH_ROWS,
+    DEFAULT_MAX_CHANGES,
+    capture,
+    subscriber_needs,
+)
 from airflow_provider_rowfilter.pg.change_log import DEFAULT_ROW_GROUP_ROWS
 
 
