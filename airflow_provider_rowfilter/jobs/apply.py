@@ -39,7 +39,7 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
 from airflow_provider_rowfilter.pg.apply_target import (
     STAGE,
     ApplyTarget,
@@ -50,11 +50,12 @@ from airflow_provider_rowfilter.pg.apply_target import (
     new_token,
     read_target,
 )
-from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
+from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, capture
 from airflow_provider_rowfilter.pg.change_log import ChangeLog, Segment, segment_relations
 from airflow_provider_rowfilter.pg.copy_target import executor_conninfo
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, connect
 from airflow_provider_rowfilter.pg.state import (
+    APPLIED,
     APPLY_LOCK,
     RelState,
     StateStore,
@@ -64,8 +65,6 @@ from airflow_provider_rowfilter.pg.state import (
 )
 
 log = logging.getLogger(__name__)
-
-APPLIED = (SyncState.FINISHED_COPY, SyncState.SYNCHRONIZED, SyncState.READY)
 
 
 class ApplyError(RowFilterError):
@@ -133,10 +132,6 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
 
 def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark, capture_first: bool,  # noqa: ANN001
          began: float) -> None:
-    captured: CaptureResult | None = capture(spec, max_changes=max_changes) if capture_first else None
-    if captured is not None:
-        result.capture = captured.summary()
-        result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
     change_log = ChangeLog(spec.change_log_dir())
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
@@ -144,6 +139,11 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark, c
         subscription = store.require_subscription()
         with _apply_lock(sub, spec.subscription):
             try:
+                if capture_first:
+                    # Under the apply's lock, with what the tables need of the log (pg/capture.py _check_log).
+                    captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
+                    result.capture = captured.summary()
+                    result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
                 _apply_locked(spec, sub, store, subscription, change_log, result, spark, began)
             except BaseException:
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -156,6 +156,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     end = change_log.captured_through()
     rels = [r for r in store.tables() if r.state in APPLIED]
     result.states = {str(r.table): r.state.value for r in store.tables()}
+    segments = _check_log(spec, store, change_log, end)
     if end is None or not rels:
         log.info("%s: nothing to apply (%s)", spec.subscription,
                  "no table has finished its copy" if end is not None else "nothing captured yet")
@@ -163,13 +164,14 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     positions = {r.table: parse_lsn(r.lsn) for r in rels}
     since = min(positions.values())
     result.start_lsn, result.end_lsn = format_lsn(since), format_lsn(end)
-    segments = [s for s in change_log.segments() if since < s.end_lsn <= end]
     skip_lsn = None if subscription["skip_lsn"] is None else parse_lsn(subscription["skip_lsn"])
     clear_stage(sub, spec.subscription)
     token = new_token(spec.subscription)
     targets: dict[int, ApplyTarget] = {}
     extra: dict[int, dict[str, int]] = {}
     skipped = False
+    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
+    segments = [s for s in segments if _segment_counts(s.path)[1]]
     spans: list[RelationSpan] = []
     if segments:
         history = sub.execute("SELECT lsn::text, definitions FROM rowfilter.refresh_history WHERE subscription = %s",
@@ -200,9 +202,10 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         result.transactions = sum(t for t, _ in logged)
     faults.point("apply-after-stage")
     with sub.transaction():
-        current = {r.table: r for r in store.tables() if r.state in APPLIED}
+        # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         sub.execute("SELECT 1 FROM rowfilter.subscription_rel WHERE subscription = %s FOR UPDATE",
                     (spec.subscription,))
+        current = {r.table: r for r in store.tables() if r.state in APPLIED}
         _replica_role(sub)
         conflicts: list[ConflictError] = []
         counts: dict[TableName, TableCounts] = {}
@@ -253,6 +256,26 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     faults.point("apply-after-commit")
     result.states = {str(r.table): r.state.value for r in store.tables()}
     _prune(change_log, store)
+
+
+def _check_log(spec: SubscriptionSpec, store: StateStore, change_log: ChangeLog, end: int | None) -> list[Segment]:
+    """The segments to apply, once the log is proven continuous from the tables' lowest position to its end.
+
+    Refuses (ChangeLogError, nothing changed) a log with a gap, naming it and the log on record.
+    A log other than the one on record (another directory, or a new one in its place) is accepted
+    when nothing the tables need is missing, with a warning naming both, and recorded from now on.
+    """
+    needs = store.log_needs()
+    segments = [] if end is None or needs.since is None else change_log.continuous(needs.since, end, needs)
+    identity = change_log.identity()
+    if identity is not None and identity != needs.recorded:
+        if needs.recorded is not None and needs.recorded.id != identity.id:
+            log.warning("subscription %s: its change log was %s (id %s); it is now %s (id %s), which holds everything "
+                        "its tables need", spec.subscription, needs.recorded.location, needs.recorded.id,
+                        identity.location, identity.id)
+        with store.conn.transaction():
+            store.record_change_log(identity)
+    return segments
 
 
 def _move(store: StateStore, rel: RelState, end: int) -> None:
@@ -405,24 +428,27 @@ def _primary(e: psycopg.Error) -> str:
 
 
 def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
-    """(transactions, changes) of a segment, from its metadata."""
+    """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
     import pyarrow.parquet as pq
 
     from airflow_provider_rowfilter.pg.change_log import METADATA_KEY
 
-    metadata = pq.read_metadata(path).metadata or {}
-    raw = metadata.get(METADATA_KEY.encode())
+    footer = pq.read_metadata(path)
+    raw = (footer.metadata or {}).get(METADATA_KEY.encode())
     facts = json.loads(raw) if raw else {}
-    return int(facts.get("transactions", 0)), int(facts.get("changes", 0))
+    return int(facts.get("transactions", 0)), footer.num_rows
 
 
 def _prune(change_log: ChangeLog, store: StateStore) -> None:
-    """Remove segments every table is past (none while a table waits for its copy: its position is not known)."""
+    """Remove segments every table is past (none while a table waits for its copy: its position is not known).
+
+    The newest segment stays: its name records where the log ends (pg/change_log.py ``captured_through``).
+    """
     rels = store.tables()
     if not rels or any(r.state not in APPLIED or r.lsn is None for r in rels):
         return
     floor = min(parse_lsn(r.lsn) for r in rels)
-    for segment in change_log.segments():
+    for segment in change_log.segments()[:-1]:
         if segment.end_lsn <= floor:
             segment.path.unlink(missing_ok=True)
 
@@ -468,16 +494,9 @@ def _session(spec: SubscriptionSpec, spark, changes: int):  # noqa: ANN001, ANN2
         session.stop()
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
-    return value
-
-
 def apply_parser() -> argparse.ArgumentParser:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--max-changes", type=_positive, default=DEFAULT_MAX_CHANGES,
+    p.add_argument("--max-changes", type=positive, default=DEFAULT_MAX_CHANGES,
                    help=f"bound of the capture (slot rows; whole transactions; default {DEFAULT_MAX_CHANGES})")
     return p
 

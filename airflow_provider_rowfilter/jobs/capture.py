@@ -3,6 +3,10 @@
 Prints one JSON line: the LSN range, the segment written (or null), transactions and changes, and
 the lag behind the publisher in bytes (``pg_current_wal_lsn()`` minus the new slot position) and in
 seconds (now minus the commit time of the last transaction captured).
+
+When the spec names a subscriber, what its tables still need of the log is read there first, and
+the capture refuses, changing nothing, when the log misses any of it (pg/capture.py ``_check_log``);
+without one, the log may only not be behind the slot.
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
-from airflow_provider_rowfilter.pg.capture import DEFAULT_FETCH_ROWS, DEFAULT_MAX_CHANGES, capture
+from airflow_provider_rowfilter.pg.capture import (
+    DEFAULT_FETCH_ROWS,
+    DEFAULT_MAX_CHANGES,
+    capture,
+    subscriber_needs,
+)
 from airflow_provider_rowfilter.pg.change_log import DEFAULT_ROW_GROUP_ROWS
 
 
@@ -36,7 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args, spec = parse(capture_parser(), argv)
     result = capture(spec, max_changes=args.max_changes, upto_lsn=args.upto_lsn,
-                     row_group_rows=args.row_group_rows, fetch_rows=args.fetch_rows)
+                     row_group_rows=args.row_group_rows, fetch_rows=args.fetch_rows,
+                     needs=subscriber_needs(spec) if spec.subscriber else None)
     print(json.dumps(result.summary()))
     return 0
 

@@ -8,6 +8,9 @@ columns (core/pgoutput_columns.py), the few others one by one, and the rows go t
 fill: the driver holds one fetch and one row group, however large the backlog. The slot function
 returns whole transactions in commit order.
 
+Before anything is read, the log must hold everything the subscriber still needs, continuous up to
+the slot's position (``_check_log``); otherwise the capture refuses and changes nothing.
+
 The order is what makes it exactly once (docs/change-log.md): the segment is written under a
 temporary name, fsynced and renamed; the position is recorded; only then is the slot advanced with
 ``pg_replication_slot_advance``. A crash before the rename leaves the slot where it was and the
@@ -66,11 +69,13 @@ from airflow_provider_rowfilter.pg.change_log import (
     ChangeLogError,
     ChangeRows,
     LoggedRelation,
+    LogNeeds,
     SegmentWriter,
     image_arrays,
 )
 from airflow_provider_rowfilter.pg.definitions import connect
 from airflow_provider_rowfilter.pg.publisher import CaptureError, capture_names, capture_publications
+from airflow_provider_rowfilter.pg.state import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +122,8 @@ class CaptureResult:
 
 
 def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, upto_lsn: str | None = None,
-            row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, fetch_rows: int = DEFAULT_FETCH_ROWS) -> CaptureResult:
+            row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, fetch_rows: int = DEFAULT_FETCH_ROWS,
+            needs: LogNeeds | None = None) -> CaptureResult:
     """Capture one bounded batch of the subscription's slot into its change log.
 
     :param max_changes: the batch ends at the first commit at which the slot has returned this many
@@ -126,6 +132,8 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     :param upto_lsn: also end the batch at the first commit at or past this position.
     :param row_group_rows: changes per Parquet row group (what the driver holds at once).
     :param fetch_rows: slot rows fetched from the server-side cursor at once.
+    :param needs: what the subscriber needs of the log (:func:`subscriber_needs`); see :func:`_check_log`.
+    :raises ChangeLogError: the log misses changes the subscriber needs; nothing was read or advanced.
     """
     if max_changes < 1:
         raise CaptureError(f"max_changes={max_changes!r} must be at least 1")
@@ -138,13 +146,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         confirmed = _confirmed_position(pub, slot)
         result = CaptureResult(spec.subscription, slot, format_lsn(confirmed), format_lsn(confirmed))
         logged = change_log.captured_through()
-        if logged is not None and logged < confirmed:
-            raise ChangeLogError(
-                f"replication slot \"{slot}\" was advanced to {format_lsn(confirmed)}, past the end of the change "
-                f"log at {format_lsn(logged)}: the changes in between are not in the log",
-                detail=f"change log {str(change_log.directory)!r}",
-                hint="something else consumed the slot, or it was recreated; resync the subscription's tables, "
-                f"then remove {str(change_log.directory / '_position.json')!r} to accept the gap")
+        _check_log(change_log, slot, confirmed, logged, needs)
         if logged is not None and logged > confirmed:
             # The last run made its segment durable and stopped before advancing the slot.
             _advance(pub, slot, logged)
@@ -174,7 +176,8 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
             raise
         faults.point("capture-after-segment")
         if target > confirmed:
-            change_log.record_position(target, slot)
+            if change_log.identity() is None:
+                change_log.record_position(target, slot)  # a new log: its id (the segment records the end)
             _advance(pub, slot, target)
         result.end_lsn = format_lsn(target)
         result.segment = str(segment.path) if segment else None
@@ -182,7 +185,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         result.changes = writer.rows
         result.changes_by_kind = {KINDS[k]: n for k, n in sorted(batch.kinds.items())}
         result.messages = batch.messages
-        result.heartbeat = segment is None and target > confirmed
+        result.heartbeat = writer.rows == 0 and target > confirmed
         now, current = pub.execute("SELECT clock_timestamp(), pg_current_wal_lsn() - %s::pg_lsn",
                                    (result.end_lsn,)).fetchone()
         result.lag_bytes = max(int(current), 0)
@@ -195,6 +198,36 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
              result.changes, result.transactions, slot, result.start_lsn, result.end_lsn, result.segment,
              result.lag_bytes)
     return result
+
+
+def subscriber_needs(spec: SubscriptionSpec) -> LogNeeds:
+    """What the spec's subscriber needs of the change log (its tables' positions, the log on record)."""
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        return StateStore(sub, spec.subscription).log_needs()
+
+
+def _check_log(change_log: ChangeLog, slot: str, confirmed: int, logged: int | None, needs: LogNeeds | None) -> None:
+    """Refuse, before the slot is read or moved, a log that misses what the subscriber needs.
+
+    The log must be continuous (:meth:`ChangeLog.continuous`) from the lowest position a table
+    needs through the slot's position and the log's own end: the capture then writes ``(slot,
+    target]`` and the log stays whole. When no table needs anything yet (``needs.since`` None) or
+    the tables are past the slot, only the stretch the recovery of an interrupted batch would skip
+    must be there. Without a subscriber (``needs`` None, the capture job of a spec without one) the
+    log may not be behind the slot: the old rule, plus the chain.
+    """
+    if needs is None:
+        since = confirmed if logged is None else min(logged, confirmed)
+    else:
+        since = confirmed if needs.since is None else needs.since
+    try:
+        change_log.continuous(since, confirmed, needs)
+    except ChangeLogError as e:
+        if logged is None or logged < confirmed:
+            e.detail = (f'replication slot "{slot}" is at {format_lsn(confirmed)}, past the end of this log ('
+                        f'{"empty" if logged is None else format_lsn(logged)}): another log holds the changes in '
+                        "between, or something else consumed the slot, or it was dropped and recreated. " + e.detail)
+        raise
 
 
 @dataclass

@@ -3,10 +3,14 @@
 A segment holds every change of the capture publication whose transaction's commit record ends in
 ``(start, end]``; its file name is that range, ``<start>-<end>.parquet`` with each LSN as 16
 zero-padded hexadecimal digits, so names sort in LSN order and a rerun of the same range writes
-the same name. ``_position.json`` records ``captured_through``: every such transaction committed
-at or before it is in a segment. Segments are written under a temporary name, fsynced, renamed and
-the directory fsynced; only then may the slot be advanced (docs/change-log.md). Names starting
-with ``.`` or ``_`` are invisible to Spark's Parquet reader, so the directory can be read whole.
+the same name. Every advance of the slot leaves a segment, an empty one when nothing in the range
+was ours, so consecutive segments chain (``next.start == previous.end``) and the names alone prove
+the log is continuous (:meth:`ChangeLog.continuous`). ``_position.json`` records the log's
+identity (a uuid made when the log is first written); the newest segment, which the apply never
+prunes, records where the log ends (``captured_through``). Segments are written under a
+temporary name, fsynced, renamed and the directory fsynced; only then may the slot be advanced
+(docs/change-log.md). Names starting with ``.`` or ``_`` are invisible to Spark's Parquet reader,
+so the directory can be read whole.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import fcntl
 import json
 import os
 import re
+import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +39,8 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import TupleData
 from airflow_provider_rowfilter.core.pgoutput_columns import TEXT, UNCHANGED, Images
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # of a segment
+POSITION_FORMAT_VERSION = 2  # of the position file: 2 added the log's id
 METADATA_KEY = "rowfilter.change_log"
 POSITION_FILE = "_position.json"
 LOCK_FILE = ".lock"
@@ -92,6 +99,36 @@ class Segment:
     path: Path
     start_lsn: int
     end_lsn: int
+
+
+@dataclass(frozen=True)
+class LogIdentity:
+    """Which change log, and where it was read: what ``rowfilter.subscription`` records of it."""
+
+    id: str
+    host: str
+    path: str
+
+    @property
+    def location(self) -> str:
+        return f"{self.host}:{self.path}"
+
+
+@dataclass(frozen=True)
+class LogNeeds:
+    """What a subscriber needs of the change log, read from its state (pg/capture.py ``subscriber_needs``).
+
+    :param since: the lowest position of its tables in ``f``, ``s``, ``r``: every transaction
+        committed past it must be in the log. None when no table needs anything yet (all in ``i``,
+        ``d``, or none).
+    :param tables: those tables (qualified names) with their positions, to name the affected ones.
+    :param recorded: the log the subscriber was fed from, None before the first.
+    """
+
+    subscription: str
+    since: int | None
+    tables: tuple[tuple[str, int], ...] = ()
+    recorded: LogIdentity | None = None
 
 
 @dataclass(frozen=True)
@@ -159,16 +196,101 @@ class ChangeLog:
         return sorted(found, key=lambda s: (s.start_lsn, s.end_lsn))
 
     def captured_through(self) -> int | None:
-        """The position through which the log is complete, or None when nothing was ever captured."""
+        """The end of the last segment written, or None when nothing was ever captured.
+
+        The newest segment's name records it (the apply never prunes the newest); the position file
+        holds the end of the first capture, and of whatever an older version of this code wrote there.
+        """
         ends = [s.end_lsn for s in self.segments()]
-        path = self.directory / POSITION_FILE
-        if path.exists():
-            try:
-                ends.append(parse_lsn(json.loads(path.read_text())["captured_through"]))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ChangeLogError(f"the change-log position file {str(path)!r} is unreadable: {e}",
-                                     hint="restore it, or remove it to trust the segment names alone") from e
+        position = self._position()
+        if position is not None:
+            ends.append(position["captured_through"])
         return max(ends, default=None)
+
+    def identity(self) -> LogIdentity | None:
+        """This log's id (made by the first :meth:`record_position`) and where it is read; None before."""
+        position = self._position()
+        if position is None or "id" not in position:
+            return None
+        return LogIdentity(position["id"], socket.gethostname(), str(self.directory.resolve()))
+
+    def _position(self) -> dict | None:
+        path = self.directory / POSITION_FILE
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(text)
+            position = {"captured_through": parse_lsn(data["captured_through"])}
+            if "id" in data:
+                position["id"] = str(uuid.UUID(data["id"]))
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ChangeLogError(f"the change-log position file {str(path)!r} is unreadable: {e}",
+                                 hint="restore it from a backup of the log; nothing was captured or applied") from e
+        return position
+
+    def continuous(self, since: int, through: int, needs: LogNeeds | None = None) -> list[Segment]:
+        """The segments past ``since``, proven to chain from ``since`` to ``through`` and to the log's end.
+
+        The rule: the segments ending past ``since`` chain exactly (each starts where the previous
+        one ended), the first starts at or before ``since``, and the last reaches ``through`` and
+        ``captured_through`` (a position file ahead of every segment means the last one is gone).
+        Segments ending at or before ``since`` may be gone (the apply prunes them); when ``since``
+        is at or past both ends, nothing is needed. Every advance of the slot leaves a segment, an
+        empty one for a heartbeat, so a hole in the names is a lost segment, never a quiet period.
+
+        :raises ChangeLogError: naming the missing range, this log, and the fix; nothing was changed.
+        """
+        end = max(through, self.captured_through() or through)
+        reached, found = since, []
+        for segment in self.segments():
+            if segment.end_lsn <= since:
+                continue
+            if segment.start_lsn > reached:
+                raise self._gap(since, end, reached, segment.start_lsn, needs,
+                                f"the next segment is {segment.path.name}")
+            if found and segment.start_lsn < reached:
+                raise ChangeLogError(
+                    f"the change-log segments {found[-1].path.name} and {segment.path.name} overlap",
+                    detail=f"change log {str(self.directory)!r}: segments of another log were copied into it",
+                    hint="remove the segments that do not belong to this log (compare their rowfilter.change_log "
+                    "metadata: subscription, slot); nothing was captured or applied")
+            found.append(segment)
+            reached = segment.end_lsn
+        if reached < end:
+            last = f"the last segment is {found[-1].path.name}" if found else "no segment ends past the start"
+            raise self._gap(since, end, reached, end, needs, last)
+        return found
+
+    def _gap(self, since: int, end: int, gap_from: int, gap_to: int, needs: LogNeeds | None,
+             found: str) -> ChangeLogError:
+        where = str(self.directory)
+        detail = (f"the log must be continuous from {format_lsn(since)} to {format_lsn(end)}; {found}. Nothing was "
+                  "captured, applied or advanced")
+        affected = [t for t, position in (needs.tables if needs else ()) if position < gap_to]
+        resync = (f"resync the tables that need them ({', '.join(affected)}) with `rowfilter resync --table T --copy`"
+                  if affected else "resync the affected tables with `rowfilter resync --table T --copy`")
+        recorded = needs.recorded if needs else None
+        if needs is not None and recorded is not None and not self.is_at(recorded):
+            here = where if recorded.host == socket.gethostname() else f"{socket.gethostname()}:{where}"
+            return ChangeLogError(
+                f"subscription {needs.subscription}'s change log is at {recorded.location} (id {recorded.id}); "
+                f"this run reads {here}: set change_log in the spec to that directory",
+                detail=f"{where} is missing the changes from {format_lsn(gap_from)} to {format_lsn(gap_to)}: "
+                + detail, hint=f"point change_log at {recorded.path}; if that log is lost, {resync}")
+        current = self.identity()
+        if recorded is not None and (current is None or current.id != recorded.id):
+            detail += (f". The log at this path was replaced: the subscription recorded id {recorded.id}, "
+                       f"this one is {'new' if current is None else current.id}")
+        return ChangeLogError(
+            f"the change log {where!r} is missing the changes from {format_lsn(gap_from)} to {format_lsn(gap_to)}",
+            detail=detail, hint=f"restore the missing segments into {where}, or set change_log in the spec to the "
+            f"directory that holds them; otherwise {resync}")
+
+    def is_at(self, identity: LogIdentity) -> bool:
+        """Whether ``identity`` was recorded at this directory on this host."""
+        return (identity.host, identity.path) == (socket.gethostname(), str(self.directory.resolve()))
 
     def set_aside(self) -> Path | None:
         """Move a log that belongs to an earlier slot out of the way (its positions mean nothing to a new slot).
@@ -207,10 +329,15 @@ class ChangeLog:
         return aside
 
     def record_position(self, lsn: int, slot: str) -> None:
-        """Durably record that the log is complete through ``lsn`` (before the slot is advanced there)."""
+        """Durably record that the log is complete through ``lsn`` (before the slot is advanced there).
+
+        The first record gives the log its id; later ones keep it.
+        """
+        position = self._position() or {}
         temp = self.directory / f"{TEMP_PREFIX}{POSITION_FILE}"
-        temp.write_text(json.dumps({"format_version": FORMAT_VERSION, "captured_through": format_lsn(lsn),
-                                    "slot": slot}, sort_keys=True) + "\n")
+        temp.write_text(json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
+                                    "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
+                                   sort_keys=True) + "\n")
         publish(temp, self.directory / POSITION_FILE)
 
     @contextlib.contextmanager
@@ -540,16 +667,24 @@ class SegmentWriter:
         faults.point("capture-mid-read")
 
     def finish(self, end_lsn: int) -> Segment | None:
-        """Flush, close, and durably publish the segment ``(start, end]``; None when it holds no change."""
+        """Flush, close, and durably publish the segment ``(start, end]``; None when the range is empty.
+
+        A range with no change of ours still gets its segment (no row group, the metadata's counts 0):
+        the log's names then prove it continuous (:meth:`ChangeLog.continuous`).
+        """
         if self._transaction is not None:
             raise ChangeLogError("a segment must end at a transaction commit",
                                  detail=f"transaction {self._transaction[2]} is still open")
-        if self.rows == 0:
+        if end_lsn <= self.start_lsn:
+            if self.rows:
+                raise ChangeLogError(f"a segment of {self.rows} changes cannot end at {format_lsn(end_lsn)}, "
+                                     f"at or before its start {format_lsn(self.start_lsn)}")
             self.abort()
             return None
         self._move_scalars()
         self._write(final=True)
-        assert self._writer is not None
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps({
             **self.metadata, "format_version": FORMAT_VERSION, "start_lsn": format_lsn(self.start_lsn),
             "end_lsn": format_lsn(end_lsn), "transactions": self.transactions, "changes": self.rows,

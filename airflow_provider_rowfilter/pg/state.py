@@ -20,12 +20,16 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState, check_transition
+from airflow_provider_rowfilter.pg.change_log import LogIdentity, LogNeeds
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "rowfilter"
+#: The states whose tables the apply serves (PostgreSQL's apply worker: FINISHEDCOPY, SYNCDONE, READY).
+APPLIED = (SyncState.FINISHED_COPY, SyncState.SYNCHRONIZED, SyncState.READY)
 _LOCK_KEY = 0x726F7766  # "rowf": serialises migrations of one subscriber database
 
 # Each migration runs once, in order, in its own transaction. Never edit a released one; add more.
@@ -123,6 +127,14 @@ MIGRATIONS: list[tuple[int, str]] = [
     ALTER TABLE rowfilter.apply_stage RENAME COLUMN p_vals TO vals;
     ALTER TABLE rowfilter.apply_stage DROP COLUMN a_vals;
     """),
+    # The change log the subscription is fed from (pg/change_log.py LogIdentity): its id and where it
+    # was read, so a run reading another log is told where the right one is (docs/change-log.md).
+    (4, """
+    ALTER TABLE rowfilter.subscription
+        ADD COLUMN change_log_id uuid,
+        ADD COLUMN change_log_host text,
+        ADD COLUMN change_log_path text;
+    """),
 ]
 
 
@@ -198,6 +210,31 @@ class StateStore:
             raise StateError(f"subscription {self.subscription!r} has no state in the subscriber",
                              hint=f"run `rowfilter refresh` (RefreshPublicationOperator) for {self.subscription!r} first")
         return row
+
+    def log_needs(self) -> LogNeeds:
+        """What the subscription needs of its change log: its tables' lowest position, and the log on record.
+
+        Nothing (``since`` None) when the subscriber has no state for it yet; no log on record before
+        migration 4.
+        """
+        if not relation_exists(self.conn, "subscription"):
+            return LogNeeds(self.subscription, None)
+        tables = tuple((str(r.table), parse_lsn(r.lsn)) for r in self.tables() if r.state in APPLIED)
+        row = None
+        if self.conn.execute("SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'change_log_id'",
+                             (f"{SCHEMA}.subscription",)).fetchone():
+            row = self.conn.execute(
+                f"SELECT change_log_id::text, change_log_host, change_log_path FROM {SCHEMA}.subscription "
+                f"WHERE name = %s AND change_log_id IS NOT NULL", (self.subscription,)).fetchone()
+        return LogNeeds(self.subscription, min((p for _, p in tables), default=None), tables,
+                        None if row is None else LogIdentity(*row))
+
+    def record_change_log(self, identity: LogIdentity) -> None:
+        """The subscription is fed from this change log from now on."""
+        self.conn.execute(
+            f"""UPDATE {SCHEMA}.subscription SET change_log_id = %s, change_log_host = %s, change_log_path = %s,
+                    updated_at = now() WHERE name = %s""",
+            (identity.id, identity.host, identity.path, self.subscription))
 
     # --- tables --------------------------------------------------------------------------------------
     def tables(self, tables: Iterable[TableName] | None = None) -> list[RelState]:

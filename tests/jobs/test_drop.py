@@ -87,7 +87,8 @@ def test_drop_removes_slot_publication_state_and_sets_the_change_log_aside(dbs, 
         conn.execute("INSERT INTO t1 VALUES (10, 'x'); INSERT INTO t2 VALUES (1, 1)")
     assert capture(spec).segment is not None
     log_dir = spec.change_log_dir()
-    assert [s.path.name for s in ChangeLog(log_dir).segments()]
+    logged = [s.path.name for s in ChangeLog(log_dir).segments()]  # with the first apply's heartbeat, if any
+    assert logged
     assert publisher_objects(pub) == {"slot": True, "publication": True}
     assert state_rows(sub) == {"subscription": 1, "subscription_rel": 2, "refresh_history": 1, "batch_history": 1}
 
@@ -112,7 +113,7 @@ def test_drop_removes_slot_publication_state_and_sets_the_change_log_aside(dbs, 
     assert not log_dir.exists()
     (aside,) = log_dir.parent.glob(f"{log_dir.name}.dropped-*")
     assert f"change log moved to {aside}" in out
-    assert len(ChangeLog(aside).segments()) == 1 and (aside / POSITION_FILE).exists()
+    assert [s.path.name for s in ChangeLog(aside).segments()] == logged and (aside / POSITION_FILE).exists()
 
     code, out, err = run(capsys, "--spec", str(path))
     assert (code, out, err) == (0, f"subscription {SUB}: nothing to drop", "")

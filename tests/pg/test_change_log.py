@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import socket
 from datetime import datetime, timezone
 
 import pyarrow.parquet as pq
@@ -18,6 +20,8 @@ from airflow_provider_rowfilter.pg.change_log import (
     ChangeLog,
     ChangeLogError,
     LoggedRelation,
+    LogIdentity,
+    LogNeeds,
     SegmentWriter,
     image_arrays,
     parse_segment_name,
@@ -84,12 +88,98 @@ def test_rows_of_a_transaction_span_row_groups_with_their_transaction_and_relati
     ]
 
 
-def test_an_empty_batch_writes_nothing(tmp_path):
+def test_an_empty_range_gets_an_empty_segment_and_no_range_gets_none(tmp_path):
     log = ChangeLog(tmp_path)
-    writer = SegmentWriter(log, 100)
+    writer = SegmentWriter(log, 100, metadata={"subscription": "s1"})
     writer.begin(200, TS_US, 7, None)
     writer.commit()
-    assert writer.finish(300) is None and log.segments() == []
+    segment = writer.finish(300)  # a heartbeat: the slot moves, nothing was ours
+    assert log.segments() == [segment] and (segment.start_lsn, segment.end_lsn) == (100, 300)
+    footer = pq.read_metadata(segment.path)
+    assert footer.num_rows == 0 and footer.schema.to_arrow_schema() == SCHEMA
+    assert json.loads(footer.metadata[b"rowfilter.change_log"]) == {
+        "subscription": "s1", "format_version": 1, "start_lsn": "0/64", "end_lsn": "0/12C", "transactions": 0,
+        "changes": 0}
+    assert read_segments([segment]).num_rows == 0
+    assert SegmentWriter(log, 300).finish(300) is None and log.segments() == [segment]  # the slot did not move
+    assert [p.name for p in tmp_path.iterdir()] == [segment.path.name]  # no temporary file left
+
+
+def chain(tmp_path, *ranges):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for start, end in ranges:
+        (tmp_path / segment_name(start, end)).write_bytes(b"")
+    return ChangeLog(tmp_path)
+
+
+def test_the_log_is_continuous_when_its_segments_chain_from_the_start_to_the_end(tmp_path):
+    log = chain(tmp_path, (100, 200), (200, 300), (300, 400))
+    assert [s.end_lsn for s in log.continuous(100, 400)] == [200, 300, 400]
+    assert [s.end_lsn for s in log.continuous(250, 400)] == [300, 400]  # starts inside the first one needed
+    assert [s.end_lsn for s in log.continuous(200, 300)] == [300, 400]  # through the log's own end
+    assert log.continuous(400, 400) == [] and log.continuous(900, 400) == []  # nothing needed
+    (tmp_path / segment_name(100, 200)).unlink()  # pruned: every table is past it
+    assert [s.end_lsn for s in log.continuous(200, 400)] == [300, 400]
+    log.record_position(400, "rowfilter_s1")
+    for segment in log.segments():
+        segment.path.unlink()
+    assert log.continuous(400, 400) == []  # all pruned: the position file says where the log ends
+
+
+@pytest.mark.parametrize(("ranges", "since", "through", "missing"), [
+    (((100, 200), (300, 400)), 100, 400, "from 0/C8 to 0/12C"),  # the middle segment deleted
+    (((100, 400),), 50, 400, "from 0/32 to 0/64"),  # the log starts after what a table needs
+    (((100, 200), (200, 400)), 100, 500, "from 0/190 to 0/1F4"),  # the slot is past the log
+])
+def test_a_gap_is_refused_naming_the_missing_range_the_log_and_the_fix(tmp_path, ranges, since, through, missing):
+    log = chain(tmp_path / "log", *ranges)
+    needs = LogNeeds("s1", since, (("public.t", since), ("public.u", 600)))
+    with pytest.raises(ChangeLogError) as refused:
+        log.continuous(since, through, needs)
+    text = str(refused.value)
+    assert f"the change log '{tmp_path / 'log'}' is missing the changes {missing}" in text, text
+    assert "restore the missing segments" in text and "rowfilter resync --table T --copy" in text, text
+    assert "(public.t)" in text, text  # the table that needs them; public.u is past the gap
+
+
+def test_a_deleted_last_segment_is_a_gap_though_the_position_file_is_ahead(tmp_path):
+    log = chain(tmp_path, (100, 200), (200, 300))
+    log.record_position(300, "rowfilter_s1")
+    (tmp_path / segment_name(200, 300)).unlink()
+    with pytest.raises(ChangeLogError, match="missing the changes from 0/C8 to 0/12C"):
+        log.continuous(150, 200)
+
+
+def test_overlapping_segments_are_refused(tmp_path):
+    log = chain(tmp_path, (100, 200), (150, 300))
+    with pytest.raises(ChangeLogError, match="overlap"):
+        log.continuous(100, 300)
+
+
+def test_the_log_gets_an_id_on_its_first_position_and_keeps_it(tmp_path):
+    log = ChangeLog(tmp_path / "log")
+    log.directory.mkdir()
+    assert log.identity() is None
+    log.record_position(100, "rowfilter_s1")
+    first = log.identity()
+    log.record_position(200, "rowfilter_s1")
+    assert log.identity() == first and first.path == str(log.directory.resolve()) and first.host
+    assert json.loads((log.directory / "_position.json").read_text())["id"] == first.id
+    other = ChangeLog(tmp_path / "other")
+    other.directory.mkdir()
+    other.record_position(100, "rowfilter_s1")
+    assert other.identity().id != first.id
+
+
+def test_a_gap_in_another_directory_than_the_recorded_one_names_the_recorded_one(tmp_path):
+    recorded = LogIdentity("6f1c0f7e-0000-4000-8000-000000000000", "airflow-worker", "/data/s1/changes")
+    log = chain(tmp_path, (300, 400))
+    with pytest.raises(ChangeLogError) as refused:
+        log.continuous(100, 400, LogNeeds("s1", 100, (("public.t", 100),), recorded))
+    text = str(refused.value)
+    assert text.startswith("subscription s1's change log is at airflow-worker:/data/s1/changes (id "
+                           f"{recorded.id}); this run reads {socket.gethostname()}:{tmp_path}: set change_log in the spec to that directory")
+    assert "missing the changes from 0/64 to 0/12C" in text, text
 
 
 def test_a_segment_ends_at_a_commit(tmp_path):
