@@ -29,8 +29,8 @@ from airflow_provider_rowfilter.core.subscription_filters import (
 from airflow_provider_rowfilter.jobs.arguments import positive
 
 if TYPE_CHECKING:
-    from airflow_provider_rowfilter.pg.slot_health import SlotHealth
-    from airflow_provider_rowfilter.pg.state import RelState
+    from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
+    from airflow_provider_rowfilter.subscriber.state import RelState
 
 # markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
 console = Console(markup=False, highlight=False)
@@ -89,10 +89,6 @@ def _parser() -> argparse.ArgumentParser:
     drop.add_argument("--keep-slot", action="store_true",
                       help="drop the subscriber side only and leave the slot on the publisher, e.g. when it cannot "
                       "be reached (ALTER SUBSCRIPTION … SET (slot_name = NONE)); the slot retains WAL until dropped")
-    demo = sub.add_parser("demo", help="run the demo on a throwaway local PostgreSQL")
-    demo.add_argument("--keep", metavar="DIR", help="keep the demo's PostgreSQL and files in DIR")
-    demo.add_argument("--batches", type=int, default=3, metavar="N",
-                      help="incremental-sync DAG runs after the initial sync, each after a round of live changes")
     return parser
 
 
@@ -116,10 +112,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             return skip(SubscriptionSpec.load(args.spec), args.lsn)
         if args.command == "drop":
             return drop(SubscriptionSpec.load(args.spec), keep_slot=args.keep_slot)
-        if args.command == "demo":
-            from airflow_provider_rowfilter.demo.run import run_demo
-
-            return run_demo(keep=args.keep, batches=args.batches)
     except RowFilterError as e:
         say(("ERROR:", "bold red"), " ", str(e), err=True)
         return 1
@@ -128,7 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def validate(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     """Validate the spec's publications against the publisher and print the effective filters."""
-    from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.publisher.definitions import load_definitions
 
     with connect(spec.publisher, "publisher", spec) as conn:
         definitions = load_definitions(spec, conn)
@@ -165,8 +158,8 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
 
     Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
     """
-    from airflow_provider_rowfilter.pg.definitions import connect
-    from airflow_provider_rowfilter.pg.state import StateStore
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.subscriber.state import StateStore
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
         store = StateStore(conn, spec.subscription)
@@ -240,8 +233,8 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
 def _publisher_view(spec: SubscriptionSpec, slot_name: str) -> tuple[int | None, SlotHealth | None, str | None]:
     """``(current WAL position, slot, None)``, or ``(None, None, why)`` when the publisher cannot be
     reached: status still prints the subscriber's side."""
-    from airflow_provider_rowfilter.pg.definitions import connect
-    from airflow_provider_rowfilter.pg.slot_health import read_slot
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.publisher.slot_health import read_slot
 
     try:
         with connect(spec.publisher, "publisher", spec) as pub:
@@ -306,7 +299,7 @@ def _size(n: int) -> str:
 def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: bool) -> int:
     """Run ApplyChanges in-process: one captured batch, applied in one subscriber transaction."""
     from airflow_provider_rowfilter.jobs.apply import apply
-    from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES
+    from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 
     result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes)
     if as_json:
@@ -323,8 +316,8 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: boo
 
 def skip(spec: SubscriptionSpec, lsn: str) -> int:
     """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the next apply drops that one remote transaction."""
-    from airflow_provider_rowfilter.pg.definitions import connect
-    from airflow_provider_rowfilter.pg.state import StateStore
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.subscriber.state import StateStore
 
     value = None if lsn.upper() == "NONE" else format_lsn(parse_lsn(lsn))
     with connect(spec.subscriber, "subscriber", spec) as conn:

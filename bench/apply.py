@@ -13,7 +13,7 @@ UPDATEs of other columns, DELETEs, on both tables. Timed apart, one after the ot
 - native: ``ALTER SUBSCRIPTION … ENABLE`` until the slot confirmed the publisher's position;
 - ours: ``apply(spec, max_changes=--max-changes)`` batches (in process, Spark session already warm)
   until the capture says nothing more is waiting.
-Both subscriber databases are then compared whole (pg/native.table_rows). Also measured: an empty
+Both subscriber databases are then compared whole (tooling/native.table_rows). Also measured: an empty
 batch (in process, median of 5, and one ``python -m …jobs.apply`` subprocess with its JVM start),
 the time per phase of our batches (capture, Spark judge, Spark reduce + stage, subscriber
 transaction), the machine's busy core-seconds during each side (``/proc/stat``), and the slot
@@ -55,9 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import snapshot  # noqa: E402
-from airflow_provider_rowfilter.pg.embedded import LocalPostgres  # noqa: E402
-from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows  # noqa: E402
-from airflow_provider_rowfilter.pg.publisher import capture_names  # noqa: E402
+from airflow_provider_rowfilter.publisher.capture_objects import capture_names  # noqa: E402
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
+from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows  # noqa: E402
 
 TABLES = """
 CREATE TABLE accounts (id bigserial PRIMARY KEY, region text NOT NULL, amount numeric(12,2), status text,
@@ -211,7 +211,7 @@ def create_read_alone_slot(pub: str) -> None:
 def slot_read_alone(pub: str, publication: str) -> tuple[float, int, int]:
     """Seconds the SQL interface alone takes to hand over the backlog (server-side decoding, nothing kept).
 
-    The same call our capture makes (pg/capture.py), through ``count(*)`` so nothing crosses the wire
+    The same call our capture makes (publisher/capture.py), through ``count(*)`` so nothing crosses the wire
     or is decoded in Python: what any capture through the SQL interface pays before its first row.
     Returns (seconds, slot rows, bytes); the slot is dropped afterwards.
     """

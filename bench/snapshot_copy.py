@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, snapshot  # noqa: E402
-from airflow_provider_rowfilter.pg.embedded import LocalPostgres  # noqa: E402
-from airflow_provider_rowfilter.pg.publisher import drop_capture_objects  # noqa: E402
+from airflow_provider_rowfilter.publisher.capture_objects import drop_capture_objects  # noqa: E402
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
 TABLE = "CREATE TABLE big (id bigint PRIMARY KEY, region text NOT NULL, amount numeric(12,2), payload text)"
 FILTER = "region = 'NSW' OR region = 'VIC'"  # keeps half of the rows

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from airflow_provider_rowfilter.pg.embedded import LocalPostgres
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

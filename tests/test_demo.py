@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.demo.run import TABLES, run_demo
+from airflow_provider_rowfilter.tooling.demo.run import TABLES, run_demo
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Prove the import layering: core and pg import neither Airflow nor Spark, spark never Airflow.
+"""Prove the import layering: core is pure Python, io (psycopg, pyarrow) imports neither Airflow nor Spark,
+spark never Airflow, Airflow code never Spark, and no layer imports the tooling.
 
 Each layer's modules are found with pkgutil (new modules are covered without editing this file)
 and imported in a fresh interpreter whose meta path refuses the forbidden top-level packages.
@@ -24,28 +25,35 @@ LAYER_OF = {
     "__init__": "core",
     "get_provider_info": "core",
     "core": "core",
-    "pg": "core",
+    # psycopg and pyarrow: the two databases and the change log between them.
+    "connection": "io",
+    "publisher": "io",
+    "subscriber": "io",
+    "change_log": "io",
     "spark": "spark",
-    # The console command runs the Spark jobs (design §6); Airflow stays out of it.
+    # The console command runs the Spark jobs in process; Airflow stays out of it.
     "cli": "spark",
-    "demo": "spark",
     # Thin entry points of the Spark jobs (submitted by the operators, run by the CLI).
     "jobs": "spark",
     "hooks": "airflow",
     "operators": "airflow",
     "sensors": "airflow",
     "triggers": "airflow",
-    "example_dags": "airflow",
     # Builds DAGs from spec files: Airflow's side of the boundary.
     "dag_factory": "airflow",
+    # The local PostgreSQL, the native referee and the demo: they may use every layer, none uses them.
+    "tooling": "tooling",
 }
+TOOLING = f"{PACKAGE}.tooling"
 FORBIDDEN = {
-    "core": ("airflow", "pyspark"),
-    "spark": ("airflow",),
-    "airflow": ("pyspark",),
+    "core": ("airflow", "pyspark", "psycopg", "pyarrow", "numpy", TOOLING),
+    "io": ("airflow", "pyspark", TOOLING),
+    "spark": ("airflow", TOOLING),
+    "airflow": ("pyspark", TOOLING),
+    "tooling": (),
 }
 # Layers that must hold at least one module today; the others are checked once they exist.
-REQUIRED_LAYERS = {"core", "spark"}
+REQUIRED_LAYERS = {"core", "io", "spark", "airflow", "tooling"}
 
 IMPORT_WITH_BLOCKED = textwrap.dedent(
     """
@@ -56,7 +64,7 @@ IMPORT_WITH_BLOCKED = textwrap.dedent(
 
     class Blocker(MetaPathFinder):
         def find_spec(self, fullname, path=None, target=None):
-            if fullname.split(".")[0] in blocked:
+            if any(fullname == b or fullname.startswith(b + ".") for b in blocked):
                 raise ModuleNotFoundError(f"import of {fullname!r} is blocked in this layer", name=fullname)
             return None
 
@@ -69,7 +77,7 @@ IMPORT_WITH_BLOCKED = textwrap.dedent(
             failed[module] = traceback.format_exc(limit=-6)
         else:
             imported.append(module)
-    leaked = sorted(name for name in sys.modules if name.split(".")[0] in blocked)
+    leaked = sorted(n for n in sys.modules if any(n == b or n.startswith(b + ".") for b in blocked))
     print(json.dumps({"imported": imported, "failed": failed, "leaked": leaked}))
     """
 )
@@ -112,6 +120,14 @@ def test_layer_imports_without_forbidden_packages(layer: str) -> None:
     assert result["leaked"] == []
     assert sorted(result["imported"]) == sorted(modules)
     assert len(modules) >= 1
+
+
+def test_blocker_catches_a_forbidden_submodule() -> None:
+    """A dotted entry blocks that package only: the demo needs the tooling's local PostgreSQL."""
+    module = f"{TOOLING}.demo.run"
+    result = _import_blocked([module], (f"{TOOLING}.embedded",))
+    assert result["imported"] == []
+    assert f"import of '{TOOLING}.embedded' is blocked" in dict(result["failed"])[module]
 
 
 def test_blocker_catches_a_forbidden_import() -> None:

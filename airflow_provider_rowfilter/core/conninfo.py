@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from airflow_provider_rowfilter.core.errors import SpecError
 
-#: Environment variables a job reads the publisher's and subscriber's passwords from (pg/definitions.py).
+#: Environment variables a job reads the publisher's and subscriber's passwords from (connection.py).
 PASSWORD_ENV = {"publisher": "ROWFILTER_PUBLISHER_PASSWORD", "subscriber": "ROWFILTER_SUBSCRIBER_PASSWORD"}
 #: Connection parameters that are secrets: the server password, the client key's passphrase, and
 #: libpq 18's SCRAM keys and OAuth client secret.

@@ -1,9 +1,9 @@
 """ApplyChanges: one micro-batch from the slot to the subscriber, with PostgreSQL's row-filter semantics, exactly once.
 
-A run captures one bounded batch from the slot into the change log (pg/capture.py), then applies
+A run captures one bounded batch from the slot into the change log (publisher/capture.py), then applies
 everything the log holds past each table's position: Spark judges and reduces the changes
 (spark/apply_frames.py), the net effect is staged in the subscriber, and ONE subscriber transaction
-writes every table (pg/apply_target.py), moves every table's position and state (``f`` → ``s`` →
+writes every table (subscriber/apply_target.py), moves every table's position and state (``f`` → ``s`` →
 ``r``) and records the batch. Killed anywhere, a rerun starts from the positions that transaction
 committed and reads the same log again: nothing is lost or applied twice (docs/apply.md).
 
@@ -25,6 +25,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment, segment_relations
+from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import (
     ApplyPlan,
@@ -40,7 +42,8 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
-from airflow_provider_rowfilter.pg.apply_target import (
+from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, capture
+from airflow_provider_rowfilter.subscriber.apply_target import (
     STAGE,
     ApplyTarget,
     ConflictError,
@@ -50,11 +53,8 @@ from airflow_provider_rowfilter.pg.apply_target import (
     new_token,
     read_target,
 )
-from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES, capture
-from airflow_provider_rowfilter.pg.change_log import ChangeLog, Segment, segment_relations
-from airflow_provider_rowfilter.pg.copy_target import executor_conninfo
-from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, connect
-from airflow_provider_rowfilter.pg.state import (
+from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
+from airflow_provider_rowfilter.subscriber.state import (
     APPLIED,
     APPLY_LOCK,
     RelState,
@@ -107,7 +107,7 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
           capture_first: bool = True) -> ApplyResult:
     """Capture one batch, then apply the change log to the subscriber in one transaction.
 
-    :param max_changes: the capture's bound (pg/capture.py; whole transactions).
+    :param max_changes: the capture's bound (publisher/capture.py; whole transactions).
     :param spark: the session to run in; default the active one, else one built from the spec (and
         stopped at the end). Not started at all when there is nothing to apply.
     :param capture_first: read the slot first (the default); False applies what the log already holds.
@@ -140,7 +140,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark, c
         with _apply_lock(sub, spec.subscription):
             try:
                 if capture_first:
-                    # Under the apply's lock, with what the tables need of the log (pg/capture.py _check_log).
+                    # Under the apply's lock, with what the tables need of the log (publisher/capture.py _check_log).
                     captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
                     result.capture = captured.summary()
                     result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
@@ -431,7 +431,7 @@ def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
     """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
     import pyarrow.parquet as pq
 
-    from airflow_provider_rowfilter.pg.change_log import METADATA_KEY
+    from airflow_provider_rowfilter.change_log.log import METADATA_KEY
 
     footer = pq.read_metadata(path)
     raw = (footer.metadata or {}).get(METADATA_KEY.encode())
@@ -442,7 +442,7 @@ def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
 def _prune(change_log: ChangeLog, store: StateStore) -> None:
     """Remove segments every table is past (none while a table waits for its copy: its position is not known).
 
-    The newest segment stays: its name records where the log ends (pg/change_log.py ``captured_through``).
+    The newest segment stays: its name records where the log ends (change_log/log.py ``captured_through``).
     """
     rels = store.tables()
     if not rels or any(r.state not in APPLIED or r.lsn is None for r in rels):

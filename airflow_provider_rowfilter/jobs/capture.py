@@ -5,7 +5,7 @@ the lag behind the publisher in bytes (``pg_current_wal_lsn()`` minus the new sl
 seconds (now minus the commit time of the last transaction captured).
 
 When the spec names a subscriber, what its tables still need of the log is read there first, and
-the capture refuses, changing nothing, when the log misses any of it (pg/capture.py ``_check_log``);
+the capture refuses, changing nothing, when the log misses any of it (publisher/capture.py ``_check_log``);
 without one, the log may only not be behind the slot.
 """
 
@@ -17,14 +17,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
-from airflow_provider_rowfilter.pg.capture import (
+from airflow_provider_rowfilter.publisher.capture import (
     DEFAULT_FETCH_ROWS,
     DEFAULT_MAX_CHANGES,
     capture,
     subscriber_needs,
 )
-from airflow_provider_rowfilter.pg.change_log import DEFAULT_ROW_GROUP_ROWS
 
 
 def capture_parser() -> argparse.ArgumentParser:

@@ -23,18 +23,18 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError
+from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import CatalogError, RowFilterError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.pg.apply_target import clear_stage
-from airflow_provider_rowfilter.pg.change_log import ChangeLog, ChangeLogError
-from airflow_provider_rowfilter.pg.definitions import connect
-from airflow_provider_rowfilter.pg.publisher import (
+from airflow_provider_rowfilter.publisher.capture_objects import (
     STOP_BEFORE_DROP,
     capture_names,
     capture_publication_names,
     drop_capture_objects,
 )
-from airflow_provider_rowfilter.pg.state import (
+from airflow_provider_rowfilter.subscriber.apply_target import clear_stage
+from airflow_provider_rowfilter.subscriber.state import (
     APPLY_LOCK,
     StateStore,
     job_lock,

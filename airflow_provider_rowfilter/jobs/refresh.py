@@ -20,6 +20,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from airflow_provider_rowfilter.change_log.log import ChangeLog
+from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -30,16 +32,15 @@ from airflow_provider_rowfilter.core.subscription_filters import (
 )
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
-from airflow_provider_rowfilter.pg.change_log import ChangeLog
-from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
-from airflow_provider_rowfilter.pg.publisher import (
+from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_names,
     current_lsn,
     ensure_capture_publications,
     ensure_slot,
     slot_exists,
 )
-from airflow_provider_rowfilter.pg.state import RelState, StateStore, migrate, relation_exists
+from airflow_provider_rowfilter.publisher.definitions import load_definitions
+from airflow_provider_rowfilter.subscriber.state import RelState, StateStore, migrate, relation_exists
 
 log = logging.getLogger(__name__)
 

@@ -28,12 +28,13 @@ from functools import partial
 import psycopg
 from pyspark.sql import SparkSession
 
+from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser
-from airflow_provider_rowfilter.pg.copy_source import (
+from airflow_provider_rowfilter.publisher.copy_source import (
     DEFAULT_BLOCK_ROWS,
     PartitionOptions,
     copy_out_statements,
@@ -41,7 +42,10 @@ from airflow_provider_rowfilter.pg.copy_source import (
     exported_snapshot,
     plan_partitions,
 )
-from airflow_provider_rowfilter.pg.copy_target import (
+from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
+from airflow_provider_rowfilter.spark.copy_frames import run_partitions
+from airflow_provider_rowfilter.spark.session import build_session
+from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     check_target,
     copy_lock_key,
@@ -50,10 +54,7 @@ from airflow_provider_rowfilter.pg.copy_target import (
     fence_copies,
     truncate,
 )
-from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, Definitions, connect, load_definitions
-from airflow_provider_rowfilter.pg.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
-from airflow_provider_rowfilter.spark.copy_frames import run_partitions
-from airflow_provider_rowfilter.spark.session import build_session
+from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
 
 log = logging.getLogger(__name__)
 

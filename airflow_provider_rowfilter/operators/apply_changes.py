@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias
 
+from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
-from airflow_provider_rowfilter.pg.capture import DEFAULT_MAX_CHANGES
-from airflow_provider_rowfilter.pg.definitions import conninfo_params
-from airflow_provider_rowfilter.pg.state import StateStore, last_history_id
+from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.subscriber.state import StateStore, last_history_id
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

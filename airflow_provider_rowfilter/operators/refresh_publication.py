@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
-from airflow_provider_rowfilter.pg.state import StateStore, last_history_id
+from airflow_provider_rowfilter.subscriber.state import StateStore, last_history_id
 
 
 class RefreshPublicationOperator(RowFilterJobOperator):

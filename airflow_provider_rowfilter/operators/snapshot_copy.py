@@ -9,7 +9,7 @@ from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
-from airflow_provider_rowfilter.pg.state import StateStore
+from airflow_provider_rowfilter.subscriber.state import StateStore
 
 
 class SnapshotCopyOperator(RowFilterJobOperator):

@@ -9,7 +9,7 @@
    values are taken from an old full row first (R5.5). TRUNCATE ignores filters (R8).
 3. **Project** each kept change on the subscriber's columns: value, "not carried" (a column outside
    the column list, one the publisher's table lacks, or an unchanged TOASTed value) — see
-   pg/apply_target.py for what each flag means when written.
+   subscriber/apply_target.py for what each flag means when written.
 4. **Reduce**: changes between two *barriers* (TRUNCATE, an UPDATE that changes the key) are grouped
    by table, phase and key and folded in commit order into the key's net effect, once as if the
    key existed before the batch and once as if not; the subscriber chooses. A key's only change
@@ -40,7 +40,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
     filter_expression,
 )
 from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
-from airflow_provider_rowfilter.pg.apply_target import copy_stage
+from airflow_provider_rowfilter.subscriber.apply_target import copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
@@ -164,7 +164,7 @@ def _per_target(plan: ApplyPlan, build) -> exp.Expression:
 
 
 def _flags(plan: ApplyPlan, names: _Names) -> exp.Expression:
-    """One character per subscriber column: 0 the change carries it, 1 it does not (see pg/apply_target.py)."""
+    """One character per subscriber column: 0 the change carries it, 1 it does not (see subscriber/apply_target.py)."""
     def one(target: TargetPlan, rules: EpochRules) -> exp.Expression:
         cells = []
         for c in target.columns:
@@ -461,7 +461,7 @@ def write_stage(frame: DataFrame, conninfo: dict[str, str]) -> int:
     """COPY the staged rows into ``rowfilter.apply_stage`` from the executors; returns the rows written.
 
     Arrow batches go to a Python task that streams them as CSV into ``COPY … FROM STDIN``
-    (pg/apply_target.copy_stage): one subscriber transaction per task; reruns are told apart by token.
+    (subscriber/apply_target.copy_stage): one subscriber transaction per task; reruns are told apart by token.
     """
     columns = frame.columns
     written = frame.mapInArrow(partial(copy_stage, conninfo, columns), "rows long")

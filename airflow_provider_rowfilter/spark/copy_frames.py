@@ -3,7 +3,7 @@
 Spark schedules and retries the partitions; the rows themselves never enter the JVM. Each task
 runs the publisher's ``COPY (SELECT … WHERE filter AND range) TO STDOUT`` in the snapshot the
 driver exported and streams its output, as bytes in blocks of whole lines, into ``COPY … FROM
-STDIN`` on the subscriber (:func:`airflow_provider_rowfilter.pg.copy_target.copy_partition`).
+STDIN`` on the subscriber (:func:`airflow_provider_rowfilter.subscriber.copy_target.copy_partition`).
 
 An earlier version read the rows over JDBC and built the COPY lines with Spark SQL expressions;
 decoding every value in the JVM and handing the lines to Python cost more CPU than both

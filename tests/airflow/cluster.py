@@ -12,7 +12,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.pg.embedded import LocalPostgres
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 
 PUBLICATIONS = ["p1", "p2", "p3", "p4", "p_orders"]
 # The subscriber's tables, as a native subscriber needs them (the demo's publisher tables; orders is
@@ -29,7 +29,7 @@ HBA_MARK = "# rowfilter test_dags: scram for the DAG test's roles\n"
 
 
 def _demo_sql(name: str) -> str:
-    return resources.files("airflow_provider_rowfilter.demo").joinpath(name).read_text()
+    return resources.files("airflow_provider_rowfilter.tooling.demo").joinpath(name).read_text()
 
 
 class Cluster:

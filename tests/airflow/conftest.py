@@ -27,9 +27,9 @@ os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
 from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
 from airflow_provider_rowfilter.core.sync_state import SyncState  # noqa: E402
-from airflow_provider_rowfilter.demo.dag_runner import airflow_home  # noqa: E402
-from airflow_provider_rowfilter.pg.embedded import LocalPostgres  # noqa: E402
-from airflow_provider_rowfilter.pg.state import StateStore, migrate  # noqa: E402
+from airflow_provider_rowfilter.subscriber.state import StateStore, migrate  # noqa: E402
+from airflow_provider_rowfilter.tooling.demo.dag_runner import airflow_home  # noqa: E402
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 from tests.airflow.cluster import Cluster  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

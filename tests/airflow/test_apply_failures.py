@@ -15,8 +15,8 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs.apply import ApplyError, apply
-from airflow_provider_rowfilter.pg.native import table_rows
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
+from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_apply_faults import SUBSCRIBER, publisher_sql
 from tests.jobs.test_apply_options import publish, subscription, wal_lsn, write_spec
 from tests.jobs.test_apply_relations import expected, frozen, table_error

@@ -19,7 +19,7 @@ import pytest
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.dag_factory import AirflowSettings, build_dags, dags_from_folder
-from airflow_provider_rowfilter.demo.dag_runner import run_dags
+from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, Cluster
 from tests.airflow.conftest import REPO
 

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.demo.dag_runner import run_dags
+from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, PUBLICATIONS, TABLES, Cluster
 from tests.airflow.conftest import REPO, StateDb
 

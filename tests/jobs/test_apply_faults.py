@@ -31,13 +31,13 @@ import psycopg
 import pytest
 import yaml
 
+from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS, TEMP_PREFIX, ChangeLog
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import apply as apply_job
-from airflow_provider_rowfilter.pg.change_log import DEFAULT_ROW_GROUP_ROWS, TEMP_PREFIX, ChangeLog
-from airflow_provider_rowfilter.pg.native import table_rows
-from airflow_provider_rowfilter.pg.publisher import capture_names
+from airflow_provider_rowfilter.publisher.capture_objects import capture_names
+from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_snapshot_differential import Databases, run_ours
 
 TABLES = ("t", "u")

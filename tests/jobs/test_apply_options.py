@@ -27,8 +27,8 @@ from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.apply import apply
-from airflow_provider_rowfilter.pg.apply_target import ApplyTargetError, ConflictError
-from airflow_provider_rowfilter.pg.native import table_rows
+from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError, ConflictError
+from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_apply_faults import PUBLICATIONS, SUBSCRIBER, TABLES, publisher_sql
 from tests.jobs.test_snapshot_differential import Databases, _names, run_ours
 

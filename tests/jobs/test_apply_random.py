@@ -29,7 +29,7 @@ from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.apply import ApplyResult, apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import snapshot
-from airflow_provider_rowfilter.pg.native import table_rows
+from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_snapshot_differential import _names
 
 TABLES = ("ta", "tb", "tc")

@@ -14,15 +14,15 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_relations
 from airflow_provider_rowfilter.core.apply_plan import RelationChangedError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import resync, snapshot
-from airflow_provider_rowfilter.pg.apply_target import ApplyTargetError
-from airflow_provider_rowfilter.pg.change_log import ChangeLog, segment_relations
-from airflow_provider_rowfilter.pg.native import table_rows
+from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
+from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_apply_faults import SUBSCRIBER, publisher_sql
 from tests.jobs.test_apply_options import positions, publish, subscription, wal_lsn, write_spec
 from tests.jobs.test_snapshot_differential import run_ours
@@ -192,7 +192,7 @@ def test_segment_relations_without_metadata_are_read_from_the_columns(dbs, spark
     run_ours(spec, spark)
     publish(dbs.publisher, ["UPDATE t SET v = 'x' WHERE id = 1", "ALTER TABLE t RENAME COLUMN v TO v2",
                             "UPDATE t SET v2 = 'y' WHERE id = 2"])
-    from airflow_provider_rowfilter.pg.capture import capture
+    from airflow_provider_rowfilter.publisher.capture import capture
 
     capture(spec)
     (segment,) = ChangeLog(spec.change_log_dir()).segments()

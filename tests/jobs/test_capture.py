@@ -16,15 +16,20 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from airflow_provider_rowfilter.change_log import log as change_log
+from airflow_provider_rowfilter.change_log.log import (
+    ChangeLog,
+    read_segments,
+    segment_name,
+    segment_relations,
+)
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import capture as capture_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.pg import capture as capture_module
-from airflow_provider_rowfilter.pg import change_log
-from airflow_provider_rowfilter.pg.capture import capture
-from airflow_provider_rowfilter.pg.change_log import ChangeLog, read_segments, segment_name, segment_relations
+from airflow_provider_rowfilter.publisher import capture as capture_module
+from airflow_provider_rowfilter.publisher.capture import capture
 
 BIG = "0123456789" * 1000  # 10 kB, stored out of line (STORAGE EXTERNAL)
 

@@ -18,9 +18,9 @@ from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.jobs.drop import drop
 from airflow_provider_rowfilter.jobs.refresh import SlotLostError, refresh
 from airflow_provider_rowfilter.jobs.snapshot import snapshot
-from airflow_provider_rowfilter.pg.capture import capture
-from airflow_provider_rowfilter.pg.native import table_rows
-from airflow_provider_rowfilter.pg.publisher import capture_publication_names
+from airflow_provider_rowfilter.publisher.capture import capture
+from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
+from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_snapshot_differential import _names
 
 TABLES = """

@@ -16,14 +16,14 @@ import socket
 import psycopg
 import yaml
 
+from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import resync
-from airflow_provider_rowfilter.pg.capture import capture
-from airflow_provider_rowfilter.pg.change_log import ChangeLog
+from airflow_provider_rowfilter.publisher.capture import capture
 from tests.jobs.test_apply_faults import (
     assert_same_as_native,
     changes,

@@ -12,15 +12,15 @@ import psycopg
 import pytest
 import yaml
 
+from airflow_provider_rowfilter.change_log.log import POSITION_FILE, ChangeLog
 from airflow_provider_rowfilter.cli import main
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.apply import _apply_lock
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import _table_lock
-from airflow_provider_rowfilter.pg.capture import capture
-from airflow_provider_rowfilter.pg.change_log import POSITION_FILE, ChangeLog
-from airflow_provider_rowfilter.pg.publisher import capture_publication_names
+from airflow_provider_rowfilter.publisher.capture import capture
+from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
 
 SUB = "drop_s1"
 SLOT = f"rowfilter_{SUB}"

@@ -17,7 +17,7 @@ import yaml
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import snapshot
-from airflow_provider_rowfilter.pg.native import table_rows
+from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_snapshot import T1, T2, execute, published, setup  # noqa: F401  (setup is a fixture)
 
 

@@ -16,8 +16,8 @@ from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, snapshot
-from airflow_provider_rowfilter.pg.native import table_rows
-from airflow_provider_rowfilter.pg.state import StateStore
+from airflow_provider_rowfilter.subscriber.state import StateStore
+from airflow_provider_rowfilter.tooling.native import table_rows
 
 PUBLISHER = """
 CREATE TABLE t1 (id int PRIMARY KEY, region text, v int);

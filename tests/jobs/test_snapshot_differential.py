@@ -17,7 +17,7 @@ import pytest
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, SnapshotResult, snapshot
-from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows
+from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 
 _names = itertools.count(1)
 

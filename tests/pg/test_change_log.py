@@ -9,9 +9,7 @@ from datetime import datetime, timezone
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_rowfilter.core.pgoutput import TupleData
-from airflow_provider_rowfilter.core.pgoutput_columns import decode_changes, message_buffer
-from airflow_provider_rowfilter.pg.change_log import (
+from airflow_provider_rowfilter.change_log.log import (
     DELETE,
     INSERT,
     SCHEMA,
@@ -28,6 +26,8 @@ from airflow_provider_rowfilter.pg.change_log import (
     read_segments,
     segment_name,
 )
+from airflow_provider_rowfilter.core.pgoutput import TupleData
+from airflow_provider_rowfilter.publisher.pgoutput_columns import decode_changes, message_buffer
 
 T1 = LoggedRelation(16400, "public", "t1", "d", ("a", "b"), ("integer", "text"), (23, 25), (-1, -1), (True, False))
 T1_V2 = LoggedRelation(16400, "public", "t1", "d", ("a", "b", "c"), ("integer", "text", "bigint"), (23, 25, 20),
@@ -239,7 +239,7 @@ def test_text_values_may_arrive_as_the_publishers_utf8_bytes_and_are_checked(tmp
 
 
 def test_images_decoded_in_bulk_become_list_columns_and_invalid_text_names_its_value():
-    """The capture's path (core/pgoutput_columns.py): the error says which value the capture was writing."""
+    """The capture's path (publisher/pgoutput_columns.py): the error says which value the capture was writing."""
     messages = [b"I\x00\x00\x40\x10N\x00\x03t\x00\x00\x00\x011t\x00\x00\x00\x02\xc3\xa9n",
                 b"D\x00\x00\x40\x10K\x00\x01t\x00\x00\x00\x012",
                 b"U\x00\x00\x40\x10N\x00\x02t\x00\x00\x00\x013u"]

@@ -7,13 +7,13 @@ import pytest
 
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.pg.copy_target import (
+from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     CopySupersededError,
     fence_copies,
     write_copy,
 )
-from airflow_provider_rowfilter.pg.state import StateStore, migrate
+from airflow_provider_rowfilter.subscriber.state import StateStore, migrate
 
 T = TableName("public", "t")
 

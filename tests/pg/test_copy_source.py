@@ -7,7 +7,7 @@ import pytest
 
 from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, ReplicaIdentity, TableName
 from airflow_provider_rowfilter.core.subscription_filters import TableFilters
-from airflow_provider_rowfilter.pg.copy_source import (
+from airflow_provider_rowfilter.publisher.copy_source import (
     BlockRanges,
     CopySource,
     CopySourceError,

@@ -17,14 +17,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.pg.embedded import (
+from airflow_provider_rowfilter.tooling.embedded import (
     DEFAULT_OS_USER,
     LocalPostgres,
     LocalPostgresError,
     find_bin_dir,
 )
 
-MODULE = "airflow_provider_rowfilter.pg.embedded"
+MODULE = "airflow_provider_rowfilter.tooling.embedded"
 
 
 def _process_uids(pid: int) -> dict[int, int]:
@@ -249,7 +249,7 @@ def _run_child(code: str) -> dict[str, object]:
 
 CHILD_START = """
     import json, os, signal
-    from airflow_provider_rowfilter.pg.embedded import LocalPostgres
+    from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
     pg = LocalPostgres.start()
     print(json.dumps({"pid": pg.postmaster_pid, "port": pg.port, "data_dir": str(pg.data_dir)}), flush=True)
 """

@@ -36,8 +36,8 @@ from airflow_provider_rowfilter.core.pgoutput import (
     decode_message,
     pg_timestamp,
 )
-from airflow_provider_rowfilter.core.pgoutput_columns import Irregular, decode_changes, message_buffer
 from airflow_provider_rowfilter.core.relation import ReplicaIdentity
+from airflow_provider_rowfilter.publisher.pgoutput_columns import Irregular, decode_changes, message_buffer
 
 SLOT = "decoder_test"
 BIG = "0123456789" * 1000  # 10 kB: stored out of line with STORAGE EXTERNAL
@@ -480,7 +480,7 @@ def test_raw_text_refuses_a_binary_value_that_would_pass_for_text():
     assert "without the 'binary' option" in e.value.hint
 
 
-# --- many change messages at once (core/pgoutput_columns.py) -------------------------------------------
+# --- many change messages at once (publisher/pgoutput_columns.py) -------------------------------------------
 
 _text_tuples = _tuples().filter(lambda t: not any(isinstance(v, bytes) for v in t.values))
 _changes = st.one_of(

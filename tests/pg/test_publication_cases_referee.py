@@ -106,7 +106,7 @@ def referee_pg(request: pytest.FixtureRequest) -> Iterator[Any]:
     if not bin_dir:
         yield request.getfixturevalue("local_pg")
         return
-    from airflow_provider_rowfilter.pg.embedded import LocalPostgres
+    from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 
     with LocalPostgres.start(bin_dir=bin_dir) as pg:
         yield pg

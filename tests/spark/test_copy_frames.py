@@ -8,15 +8,15 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.pg.copy_source import (
+from airflow_provider_rowfilter.publisher.copy_source import (
     BlockRanges,
     CopySource,
     KeyRanges,
     copy_out_statements,
     exported_snapshot,
 )
-from airflow_provider_rowfilter.pg.copy_target import copy_partition
 from airflow_provider_rowfilter.spark.copy_frames import run_partitions
+from airflow_provider_rowfilter.subscriber.copy_target import copy_partition
 
 
 @pytest.fixture

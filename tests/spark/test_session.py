@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.pg.embedded import LocalPostgres
 from airflow_provider_rowfilter.spark import session as session_module
 from airflow_provider_rowfilter.spark.session import JdbcDriverNotFoundError, jdbc_jar_path, session_conf
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from tests.dataframes import assert_dataframe_equal
 
 ROWS = [

@@ -13,9 +13,9 @@ unprivileged OS user (``rowfilter_pg``, created with ``useradd`` when missing).
 
 Command line (a detached cluster that outlives the command)::
 
-    python -m airflow_provider_rowfilter.pg.embedded start --dir .rowfilter/pg   # prints the DSN
-    python -m airflow_provider_rowfilter.pg.embedded status --dir .rowfilter/pg
-    python -m airflow_provider_rowfilter.pg.embedded stop --dir .rowfilter/pg
+    python -m airflow_provider_rowfilter.tooling.embedded start --dir .rowfilter/pg   # prints the DSN
+    python -m airflow_provider_rowfilter.tooling.embedded status --dir .rowfilter/pg
+    python -m airflow_provider_rowfilter.tooling.embedded stop --dir .rowfilter/pg
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ SERVER_SETTINGS: dict[str, str] = {
 SERVER_SETTINGS_SINCE: dict[int, dict[str, str]] = {18: {"max_active_replication_origins": "20"}}
 
 PG_HBA = """\
-# Written by airflow_provider_rowfilter.pg.embedded: trust, loopback only.
+# Written by airflow_provider_rowfilter.tooling.embedded: trust, loopback only.
 local   all          all                 trust
 host    all          all   127.0.0.1/32  trust
 host    replication  all   127.0.0.1/32  trust
@@ -454,7 +454,7 @@ class LocalPostgres:
                 settings.update(extra)
         block = "\n".join(f"{name} = {value}" for name, value in settings.items())
         with (data / "postgresql.conf").open("a") as conf:
-            conf.write(f"\n# Added by airflow_provider_rowfilter.pg.embedded\n{block}\n")
+            conf.write(f"\n# Added by airflow_provider_rowfilter.tooling.embedded\n{block}\n")
         (data / "pg_hba.conf").write_text(PG_HBA)
 
     @staticmethod
@@ -665,7 +665,7 @@ def _read_from(path: Path, offset: int) -> str:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m airflow_provider_rowfilter.pg.embedded",
+        prog="python -m airflow_provider_rowfilter.tooling.embedded",
         description="Start, inspect or stop a detached local PostgreSQL cluster for demos and tests.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -37,7 +37,7 @@ from airflow_provider_rowfilter.core.apply_plan import RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import TupleData
-from airflow_provider_rowfilter.core.pgoutput_columns import TEXT, UNCHANGED, Images
+from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, Images
 
 FORMAT_VERSION = 1  # of a segment
 POSITION_FORMAT_VERSION = 2  # of the position file: 2 added the log's id
@@ -116,7 +116,7 @@ class LogIdentity:
 
 @dataclass(frozen=True)
 class LogNeeds:
-    """What a subscriber needs of the change log, read from its state (pg/capture.py ``subscriber_needs``).
+    """What a subscriber needs of the change log, read from its state (publisher/capture.py ``subscriber_needs``).
 
     :param since: the lowest position of its tables in ``f``, ``s``, ``r``: every transaction
         committed past it must be in the log. None when no table needs anything yet (all in ``i``,
@@ -503,7 +503,7 @@ def _decodes(value: bytes, encoding: str) -> bool:
 
 def image_arrays(buffer: np.ndarray, images: Images, encoding: str = "utf-8",
                  where: Callable[[int, int], str] | None = None) -> tuple[pa.Array, pa.Array]:
-    """The ``(values, unchanged)`` list arrays of decoded images (core/pgoutput_columns.py).
+    """The ``(values, unchanged)`` list arrays of decoded images (publisher/pgoutput_columns.py).
 
     The text values' bytes are gathered from the message buffer in one step; a NULL or unchanged
     TOASTed value is a NULL element, an absent image a NULL list.

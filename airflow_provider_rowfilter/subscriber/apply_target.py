@@ -34,7 +34,7 @@ from psycopg import sql
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.pg.copy_source import relation_sql
+from airflow_provider_rowfilter.publisher.copy_source import relation_sql
 
 STAGE = sql.SQL("rowfilter.apply_stage")
 KEY_ROW, BARRIER_ROW = "K", "B"

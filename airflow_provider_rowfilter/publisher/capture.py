@@ -3,8 +3,8 @@
 The slot is read through the SQL interface (``pg_logical_slot_peek_binary_changes`` with the
 built-in pgoutput plugin and the unfiltered capture publication) with a server-side cursor, a
 fetch at a time: the INSERT, UPDATE and DELETE messages of a fetch are decoded together into
-columns (core/pgoutput_columns.py), the few others one by one, and the rows go to a
-:class:`~airflow_provider_rowfilter.pg.change_log.SegmentWriter` that writes row groups as they
+columns (publisher/pgoutput_columns.py), the few others one by one, and the rows go to a
+:class:`~airflow_provider_rowfilter.change_log.log.SegmentWriter` that writes row groups as they
 fill: the driver holds one fetch and one row group, however large the backlog. The slot function
 returns whole transactions in commit order.
 
@@ -37,28 +37,7 @@ from typing import NoReturn
 import numpy as np
 import psycopg
 
-from airflow_provider_rowfilter.core import faults, pgoutput_columns
-from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.pgoutput import (
-    POSTGRES_EPOCH,
-    POSTGRES_EPOCH_UNIX_MICROS,
-    Begin,
-    Commit,
-    Origin,
-    PgOutputError,
-    Relation,
-    Truncate,
-    Type,
-    decode_message,
-)
-from airflow_provider_rowfilter.core.pgoutput_columns import (
-    ChangeColumns,
-    Irregular,
-    decode_changes,
-    message_buffer,
-)
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.pg.change_log import (
+from airflow_provider_rowfilter.change_log.log import (
     DEFAULT_ROW_GROUP_ROWS,
     DELETE,
     INSERT,
@@ -73,9 +52,35 @@ from airflow_provider_rowfilter.pg.change_log import (
     SegmentWriter,
     image_arrays,
 )
-from airflow_provider_rowfilter.pg.definitions import connect
-from airflow_provider_rowfilter.pg.publisher import CaptureError, capture_names, capture_publications
-from airflow_provider_rowfilter.pg.state import StateStore
+from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.core import faults
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.pgoutput import (
+    POSTGRES_EPOCH,
+    POSTGRES_EPOCH_UNIX_MICROS,
+    Begin,
+    Commit,
+    Origin,
+    PgOutputError,
+    Relation,
+    Truncate,
+    Type,
+    decode_message,
+)
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.publisher import pgoutput_columns
+from airflow_provider_rowfilter.publisher.capture_objects import (
+    CaptureError,
+    capture_names,
+    capture_publications,
+)
+from airflow_provider_rowfilter.publisher.pgoutput_columns import (
+    ChangeColumns,
+    Irregular,
+    decode_changes,
+    message_buffer,
+)
+from airflow_provider_rowfilter.subscriber.state import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +264,7 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
 
 @dataclass
 class _Fetch:
-    """One fetch of slot rows: the messages joined in one buffer (core/pgoutput_columns.py)."""
+    """One fetch of slot rows: the messages joined in one buffer (publisher/pgoutput_columns.py)."""
 
     datas: list[bytes]
     lsns: np.ndarray
@@ -303,7 +308,7 @@ class _Reader:
     """Turns fetches of slot rows into change-log rows, keeping what spans fetches (relations, open transaction).
 
     INSERT, UPDATE and DELETE messages (nearly all) are decoded together, as columns
-    (core/pgoutput_columns.py); the others one by one, in order, by
+    (publisher/pgoutput_columns.py); the others one by one, in order, by
     :func:`~airflow_provider_rowfilter.core.pgoutput.decode_message`. Between two of those others
     lies a *run* of changes: one transaction, one set of relations.
     """

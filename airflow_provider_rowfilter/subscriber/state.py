@@ -19,11 +19,11 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from airflow_provider_rowfilter.change_log.log import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState, check_transition
-from airflow_provider_rowfilter.pg.change_log import LogIdentity, LogNeeds
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         ADD COLUMN lag_seconds double precision;
     CREATE INDEX batch_history_subscription ON rowfilter.batch_history (subscription, id);
     -- The net effect of a batch, written by the Spark executors, read by the one applying transaction
-    -- (pg/apply_target.py). Unlogged: it is rebuilt from the change log whenever it is lost.
+    -- (subscriber/apply_target.py). Unlogged: it is rebuilt from the change log whenever it is lost.
     CREATE UNLOGGED TABLE rowfilter.apply_stage (
         token           text NOT NULL,
         target          int NOT NULL,
@@ -127,7 +127,7 @@ MIGRATIONS: list[tuple[int, str]] = [
     ALTER TABLE rowfilter.apply_stage RENAME COLUMN p_vals TO vals;
     ALTER TABLE rowfilter.apply_stage DROP COLUMN a_vals;
     """),
-    # The change log the subscription is fed from (pg/change_log.py LogIdentity): its id and where it
+    # The change log the subscription is fed from (change_log/log.py LogIdentity): its id and where it
     # was read, so a run reading another log is told where the right one is (docs/change-log.md).
     (4, """
     ALTER TABLE rowfilter.subscription

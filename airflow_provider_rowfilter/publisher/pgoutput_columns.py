@@ -6,7 +6,7 @@ are nearly all of a capture's messages, and decoding them value by value in Pyth
 the capture's time. Here a whole fetch of messages is one byte buffer, and each row image is
 walked column by column for all messages together: one vectorised step per column position, not
 per value. The result says where each value sits in the buffer; the change-log writer gathers the
-bytes into Arrow arrays from that (pg/change_log.py).
+bytes into Arrow arrays from that (change_log/log.py).
 
 Anything unexpected (a column kind other than ``t``, ``n`` and ``u``, a tuple that does not end
 where its message does, a missing ``N``/``K``/``O`` marker) raises :class:`Irregular`; the caller

@@ -31,12 +31,18 @@ from rich.table import Table
 from rich.text import Text
 
 from airflow_provider_rowfilter.cli import console, print_filters, say, status
+from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.demo.dag_runner import EXAMPLE_DAGS, DagRunError, airflow_home, run_dags
-from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
-from airflow_provider_rowfilter.pg.embedded import LocalPostgres
-from airflow_provider_rowfilter.pg.native import NativeSubscription, table_rows
-from airflow_provider_rowfilter.pg.state import StateStore
+from airflow_provider_rowfilter.publisher.definitions import load_definitions
+from airflow_provider_rowfilter.subscriber.state import StateStore
+from airflow_provider_rowfilter.tooling.demo.dag_runner import (
+    EXAMPLE_DAGS,
+    DagRunError,
+    airflow_home,
+    run_dags,
+)
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
+from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 
 PUBLICATIONS = ["p1", "p2", "p3", "p4", "p_orders"]
 TABLES = ["public.t1", "public.t2", "public.t3", "public.t4", "public.orders"]
@@ -46,7 +52,7 @@ SEED = 20261123
 
 
 def _asset(name: str) -> str:
-    return resources.files("airflow_provider_rowfilter.demo").joinpath(name).read_text()
+    return resources.files("airflow_provider_rowfilter.tooling.demo").joinpath(name).read_text()
 
 
 def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg: LocalPostgres | None = None) -> int:

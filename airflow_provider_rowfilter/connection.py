@@ -1,32 +1,16 @@
-"""Load a subscription's publication definitions from their source and resolve its filters."""
+"""Connections to the publisher and the subscriber: libpq strings checked for secrets, passwords from the environment."""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import psycopg
 
-from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_password, parse
 from airflow_provider_rowfilter.core.errors import CatalogError, SpecError
-from airflow_provider_rowfilter.core.publication import PublicationSet
-from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, subscription_filters
-from airflow_provider_rowfilter.pg.catalog import read_catalog, read_publications
 
-__all__ = ["PASSWORD_ENV", "Definitions", "connect", "conninfo_params", "load_definitions"]
-
-
-@dataclass(frozen=True)
-class Definitions:
-    """The publisher's catalog, the publications, and what the subscription receives."""
-
-    catalog: PublisherCatalog
-    publications: PublicationSet
-    filters: SubscriptionFilters
-    source: str  # "ddl file <path>" or "publisher catalog"
+__all__ = ["PASSWORD_ENV", "connect", "conninfo_params"]
 
 
 def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -> psycopg.Connection:
@@ -66,17 +50,3 @@ def conninfo_params(url: str, what: str, role: str | None = None) -> dict[str, s
         return {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(url).items()}
     except (psycopg.ProgrammingError, UnicodeDecodeError) as e:
         raise SpecError(f"{what} is not a valid connection string: {str(e).strip()}") from None
-
-
-def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> Definitions:
-    """Read the catalog, the publications (DDL file or catalog) and resolve the effective filters."""
-    catalog = read_catalog(publisher)
-    ddl = spec.publications_sql()
-    if ddl is not None:
-        publications = publications_from_ddl(ddl, catalog)
-        source = f"ddl file {spec.publications_ddl}"
-    else:
-        publications = read_publications(publisher)
-        source = "publisher catalog"
-    filters = subscription_filters(publications, spec.publications, catalog)
-    return Definitions(catalog, publications, filters, source)

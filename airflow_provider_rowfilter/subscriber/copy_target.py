@@ -16,15 +16,15 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.pg.copy_source import (
+from airflow_provider_rowfilter.publisher.copy_source import (
     DEFAULT_BLOCK_ROWS,
     ExportedSnapshot,
     read_copy,
     relation_sql,
 )
-from airflow_provider_rowfilter.pg.definitions import conninfo_params
 
 
 class CopyTargetError(RowFilterError):

@@ -1,0 +1,1 @@
+"""The subscriber side, over psycopg: the replication state (schema rowfilter), the copy's and the apply's writes."""
