@@ -17,6 +17,7 @@ from airflow_provider_rowfilter.core.dialect import (
     PublicationOption,
     PublicationSchemaSpec,
     PublicationTableSpec,
+    identifier_name,
     parse_statements,
 )
 from airflow_provider_rowfilter.core.errors import PublicationError, RowFilterError
@@ -27,7 +28,7 @@ from airflow_provider_rowfilter.core.publication import (
     PublishedTable,
 )
 from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import identifier_name, validate_row_filter
+from airflow_provider_rowfilter.core.row_filter import validate_row_filter
 
 
 def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:

@@ -15,14 +15,12 @@ import re
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core import pg_types as T
+from airflow_provider_rowfilter.core.dialect import identifier_name
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+from airflow_provider_rowfilter.core.filter_analysis import in_list_groups
+from airflow_provider_rowfilter.core.functions import function_name
 from airflow_provider_rowfilter.core.pg_types import PgType
-from airflow_provider_rowfilter.core.row_filter import (
-    RowFilter,
-    function_name,
-    identifier_name,
-    in_list_groups,
-)
+from airflow_provider_rowfilter.core.row_filter import RowFilter
 
 # PostgreSQL's lower()/upper()/ILIKE under the C collation map ASCII letters only.
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -130,7 +128,6 @@ class _Translator:
         handler = getattr(self, f"_t_{type(node).__name__}", None)
         if handler is None:
             name = function_name(node) if isinstance(node, exp.Func) else ""
-            name = {"char_length": "length", "character_length": "length", "trim": "btrim"}.get(name, name)
             handler = getattr(self, f"_f_{name}", None)
         if handler is None:
             raise UntranslatableFilterError(f"expression {node.sql(dialect='postgres')!r}")

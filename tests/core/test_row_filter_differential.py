@@ -34,7 +34,9 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.errors import PublicationError, UntranslatableFilterError
-from airflow_provider_rowfilter.core.row_filter import function_name, parse_row_filter, validate_row_filter
+from airflow_provider_rowfilter.core.filter_grammar import parse_row_filter
+from airflow_provider_rowfilter.core.functions import function_name
+from airflow_provider_rowfilter.core.row_filter import validate_row_filter
 from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
 from tests.core import filter_table as ft
 
