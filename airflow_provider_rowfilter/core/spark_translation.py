@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import re
+from collections.abc import Sequence
 
 from sqlglot import exp
 
@@ -29,12 +30,22 @@ _LOWER = _UPPER.lower()
 
 def to_spark_sql(row_filter: RowFilter) -> str:
     """Return the Spark SQL text of ``row_filter`` (a boolean expression; NULL means no match)."""
-    return to_spark_expression(row_filter).sql(dialect="spark")
+    return to_spark_text(to_spark_expression(row_filter))
 
 
 def to_spark_expression(row_filter: RowFilter) -> exp.Expression:
     """Return the Spark-dialect sqlglot expression of ``row_filter``."""
     return _Translator(row_filter).value(row_filter.tree)
+
+
+def spark_or(filters: Sequence[RowFilter]) -> exp.Expression:
+    """The OR of ``filters`` (each parenthesised) as one Spark expression tree: what one action publishes."""
+    return exp.or_(*(exp.Paren(this=to_spark_expression(f)) for f in filters))
+
+
+def to_spark_text(tree: exp.Expression) -> str:
+    """A translated tree as Spark SQL text (for people: the apply renders its own projections)."""
+    return tree.sql(dialect="spark")
 
 
 def _dtype(t: PgType) -> exp.DataType:
