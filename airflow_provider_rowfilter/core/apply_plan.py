@@ -3,9 +3,10 @@
 A refresh records the effective definitions with the position from which they hold
 (``rowfilter.refresh_history``); a change is judged by the definitions of the latest refresh at or
 before its ``commit_lsn`` (R2.9), so an epoch is the LSN range between two refreshes. The filters
-come as the Spark SQL the refresh translated (``spark_filters``); :func:`filter_expression` rewrites
-each column reference into a typed read of the change's values (PostgreSQL text form, cast to the
-column's Spark type), from the syntax tree.
+come as the Spark expression trees the refresh translated (``spark_filter_trees``, loaded with
+``sqlglot.serde``; documents recorded before the trees give the Spark SQL text ``spark_filters``,
+parsed once here); :func:`filter_expression` rewrites each column reference into a typed read of the
+change's values (PostgreSQL text form, cast to the column's Spark type).
 
 Before any of that, :func:`check_relations` holds the relations the change log's segments carry
 against the definitions: a change is judged by table and column *names*, so a change whose relation
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import sqlglot
-from sqlglot import exp
+from sqlglot import exp, serde
 
 from airflow_provider_rowfilter.core import pg_types
 from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
@@ -34,7 +35,7 @@ class EpochRules:
     """One table's definitions in one epoch: what is published and with which filters and columns."""
 
     actions: frozenset[str]  # insert, update, delete, truncate
-    filters: dict[str, str | None]  # DML action -> Spark SQL filter (None: unfiltered)
+    filters: dict[str, exp.Expression | None]  # DML action -> Spark filter tree (None: unfiltered)
     columns: tuple[str, ...] | None  # the column list, None when there is none
     column_types: dict[str, str]  # format_type() of the columns the filters read
 
@@ -42,13 +43,23 @@ class EpochRules:
     def from_document(cls, entry: dict) -> EpochRules:
         return cls(
             actions=frozenset(entry["actions"]),
-            filters={a: entry["spark_filters"].get(a) for a in DML if a in entry["actions"]},
+            filters={a: _filter_tree(entry, a) for a in DML if a in entry["actions"]},
             columns=None if entry.get("columns") is None else tuple(entry["columns"]),
             column_types=dict(entry.get("filter_column_types") or {}),
         )
 
     def publishes_column(self, name: str) -> bool:
         return self.columns is None or name in self.columns
+
+
+def _filter_tree(entry: dict, action: str) -> exp.Expression | None:
+    """An action's Spark filter tree as the refresh recorded it; from its Spark SQL text in older documents."""
+    trees = entry.get("spark_filter_trees")
+    if trees is not None:
+        dumped = trees.get(action)
+        return None if dumped is None else serde.load(dumped)
+    text = entry["spark_filters"].get(action)
+    return None if text is None else sqlglot.parse_one(text, dialect="spark")
 
 
 @dataclass(frozen=True)
@@ -105,14 +116,13 @@ def epochs_from_history(history: Sequence[tuple[str, dict]], since: int) -> Epoc
     return Epochs(tuple(lsn for lsn, _ in kept), tuple(doc for _, doc in kept))
 
 
-def filter_expression(spark_sql: str, column_types: dict[str, str],
+def filter_expression(tree: exp.Expression, column_types: dict[str, str],
                       read: Callable[[str], exp.Expression]) -> exp.Expression:
     """The filter with each column reference replaced by ``read(name)`` cast to the column's Spark type.
 
     ``CAST(<read('a')> AS INT)``: the value's PostgreSQL text form, converted the way the
-    differential tests check; a column the change does not carry reads as NULL.
+    differential tests check; a column the change does not carry reads as NULL. ``tree`` is not changed.
     """
-    tree = sqlglot.parse_one(spark_sql, dialect="spark")
 
     def typed(node: exp.Expression) -> exp.Expression:
         if not isinstance(node, exp.Column):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from airflow_provider_rowfilter.core.filter_analysis import FilterContext
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import FilterContext
 
 SYSTEM_SCHEMAS = frozenset({"pg_catalog", "information_schema", "pg_toast"})
 

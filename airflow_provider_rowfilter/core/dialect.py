@@ -223,6 +223,15 @@ class RowFilterPostgres(Postgres):
             raise_pg_syntax_error(self.sql, token)
 
 
+def identifier_name(node: exp.Expression | None) -> str:
+    """PostgreSQL folds unquoted identifiers to lower case."""
+    if node is None:
+        return ""
+    if isinstance(node, exp.Identifier):
+        return node.this if node.quoted else node.this.lower()
+    return node.name.lower()
+
+
 def raise_pg_syntax_error(sql: str, token: Token | None) -> None:
     """Raise PostgreSQL's ``syntax error at or near "…"`` for ``token``."""
     if token is None or token.token_type == TokenType.SEMICOLON and not token.text:

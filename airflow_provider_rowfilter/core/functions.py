@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sqlglot import exp
+
 AGGREGATES = frozenset({
     "avg", "bit_and", "bit_or", "bit_xor", "bool_and", "bool_or", "count", "every", "max", "min",
     "sum", "array_agg", "string_agg", "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg",
@@ -64,3 +66,17 @@ class FunctionCatalog:
                 return "missing"
             return "immutable" if name in self.immutable_builtins else "mutable"
         return "immutable"
+
+
+# Spellings PostgreSQL resolves to one function (pg_proc aliases, and gram.y's TRIM(…) → btrim):
+# the analysis and the Spark translation both know a function by the name this gives.
+ALIASES = {"char_length": "length", "character_length": "length", "trim": "btrim"}
+
+
+def function_name(node: exp.Func) -> str:
+    """The PostgreSQL name of a function node (sqlglot renames some, e.g. random → Rand), aliases resolved."""
+    if isinstance(node, exp.Anonymous):
+        name = node.name.lower()
+    else:
+        name = node.sql(dialect="postgres").split("(", 1)[0].strip().lower()
+    return ALIASES.get(name, name)

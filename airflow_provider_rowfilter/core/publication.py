@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from airflow_provider_rowfilter.core.relation import TableName
+
+if TYPE_CHECKING:
+    from airflow_provider_rowfilter.core.row_filter import RowFilter
 
 
 class PublishAction(str, enum.Enum):
@@ -26,12 +30,15 @@ class PublishedTable:
     """One ``pg_publication_rel`` row: a table, its row filter and its column list.
 
     ``row_filter`` is the WHERE expression in PostgreSQL syntax without the outer parentheses;
-    ``columns`` is ``None`` when the publication has no column list for the table.
+    ``filter`` the same expression parsed and validated against the table (set where it was checked:
+    a publications file; a publisher's publications are checked when a subscription first needs
+    them); ``columns`` is ``None`` when the publication has no column list for the table.
     """
 
     table: TableName
     row_filter: str | None = None
     columns: tuple[str, ...] | None = None
+    filter: RowFilter | None = field(default=None, compare=False, repr=False)
 
     def same_definition(self, other: PublishedTable) -> bool:
         return self.row_filter == other.row_filter and (

@@ -7,6 +7,8 @@ pg_publication.c), so a file that PostgreSQL 18 would reject is rejected here wi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.catalog import SYSTEM_SCHEMAS, PublisherCatalog, publishable
@@ -17,6 +19,7 @@ from airflow_provider_rowfilter.core.dialect import (
     PublicationOption,
     PublicationSchemaSpec,
     PublicationTableSpec,
+    identifier_name,
     parse_statements,
 )
 from airflow_provider_rowfilter.core.errors import PublicationError, RowFilterError
@@ -27,7 +30,7 @@ from airflow_provider_rowfilter.core.publication import (
     PublishedTable,
 )
 from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import identifier_name, validate_row_filter
+from airflow_provider_rowfilter.core.row_filter import validate_row_filter
 
 
 def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:
@@ -150,7 +153,8 @@ def _table_entries(
     return list(entries.values())
 
 
-def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCatalog) -> None:
+def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCatalog) -> PublishedTable:
+    """Check one table of a publication as PostgreSQL does; return it with its validated row filter."""
     rel = catalog.relation(entry.table)
     if not publishable(rel):
         why = {
@@ -168,7 +172,7 @@ def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCata
                 detail="WHERE clause cannot be used for a partitioned table when publish_via_partition_root is false.",
                 publication=pub.name, table=str(rel.name))
         try:
-            validate_row_filter(entry.row_filter, rel, catalog.filter_context)
+            entry = replace(entry, filter=validate_row_filter(entry.row_filter, rel, catalog.filter_context))
         except RowFilterError as e:
             raise e.with_context(publication=pub.name, table=str(rel.name)) from None
     if entry.columns is not None:
@@ -198,6 +202,7 @@ def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCata
                 raise PublicationError(f'duplicate column "{name}" in publication column list',
                                        publication=pub.name, table=str(rel.name))
             seen.add(name)
+    return entry
 
 
 def _schemas(specs: list[exp.Expression], pub: Publication, catalog: PublisherCatalog) -> list[str]:
@@ -224,9 +229,8 @@ def _all_tables_error(pub: Publication, schemas: bool) -> PublicationError:
 
 
 def _check_publication(pub: Publication, catalog: PublisherCatalog) -> Publication:
-    for entry in pub.tables:
-        _check_table(entry, pub, catalog)
-    return pub
+    """``pub`` with each of its tables checked (their row filters validated once, and kept)."""
+    return pub.with_changes(tables=tuple(_check_table(entry, pub, catalog) for entry in pub.tables))
 
 
 # --- statements -------------------------------------------------------------------------------------
@@ -295,11 +299,11 @@ def _alter(stmt: AlterPublication, pubs: PublicationSet, catalog: PublisherCatal
             raise PublicationError(f'cannot add schema to publication "{name}"',
                                    detail="Schemas cannot be added if any tables that specify a column list are "
                                    "already part of the publication.", publication=name)
-        updated = pub.with_changes(tables=pub.tables + tuple(entries), schemas=pub.schemas + tuple(schemas))
+        updated = pub.with_changes(schemas=pub.schemas + tuple(schemas))
     else:  # SET replaces both the table list and the schema list (R9.7)
-        updated = pub.with_changes(tables=tuple(entries), schemas=tuple(schemas))
-    check = updated.with_changes(tables=tuple(entries))
-    pubs.publications[name] = _check_publication(check, catalog).with_changes(tables=updated.tables)
+        updated = pub.with_changes(schemas=tuple(schemas))
+    checked = _check_publication(updated.with_changes(tables=tuple(entries)), catalog).tables
+    pubs.publications[name] = updated.with_changes(tables=(pub.tables if action == "ADD" else ()) + checked)
 
 
 def _alter_drop(pub: Publication, specs: list[exp.Expression], pubs: PublicationSet, catalog: PublisherCatalog) -> None:

@@ -11,18 +11,17 @@ from __future__ import annotations
 import datetime
 import decimal
 import re
+from collections.abc import Sequence
 
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core import pg_types as T
+from airflow_provider_rowfilter.core.dialect import identifier_name
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+from airflow_provider_rowfilter.core.filter_analysis import in_list_groups
+from airflow_provider_rowfilter.core.functions import function_name
 from airflow_provider_rowfilter.core.pg_types import PgType
-from airflow_provider_rowfilter.core.row_filter import (
-    RowFilter,
-    function_name,
-    identifier_name,
-    in_list_groups,
-)
+from airflow_provider_rowfilter.core.row_filter import RowFilter
 
 # PostgreSQL's lower()/upper()/ILIKE under the C collation map ASCII letters only.
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -31,12 +30,22 @@ _LOWER = _UPPER.lower()
 
 def to_spark_sql(row_filter: RowFilter) -> str:
     """Return the Spark SQL text of ``row_filter`` (a boolean expression; NULL means no match)."""
-    return to_spark_expression(row_filter).sql(dialect="spark")
+    return to_spark_text(to_spark_expression(row_filter))
 
 
 def to_spark_expression(row_filter: RowFilter) -> exp.Expression:
     """Return the Spark-dialect sqlglot expression of ``row_filter``."""
     return _Translator(row_filter).value(row_filter.tree)
+
+
+def spark_or(filters: Sequence[RowFilter]) -> exp.Expression:
+    """The OR of ``filters`` (each parenthesised) as one Spark expression tree: what one action publishes."""
+    return exp.or_(*(exp.Paren(this=to_spark_expression(f)) for f in filters))
+
+
+def to_spark_text(tree: exp.Expression) -> str:
+    """A translated tree as Spark SQL text (for people: the apply renders its own projections)."""
+    return tree.sql(dialect="spark")
 
 
 def _dtype(t: PgType) -> exp.DataType:
@@ -130,7 +139,6 @@ class _Translator:
         handler = getattr(self, f"_t_{type(node).__name__}", None)
         if handler is None:
             name = function_name(node) if isinstance(node, exp.Func) else ""
-            name = {"char_length": "length", "character_length": "length", "trim": "btrim"}.get(name, name)
             handler = getattr(self, f"_f_{name}", None)
         if handler is None:
             raise UntranslatableFilterError(f"expression {node.sql(dialect='postgres')!r}")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from sqlglot import exp, serde
+
 from airflow_provider_rowfilter.core.catalog import PublisherCatalog, publishable
 from airflow_provider_rowfilter.core.errors import (
     ColumnListConflictError,
@@ -25,6 +27,7 @@ from airflow_provider_rowfilter.core.publication import (
 )
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
 from airflow_provider_rowfilter.core.row_filter import RowFilter, validate_row_filter
+from airflow_provider_rowfilter.core.spark_translation import spark_or, to_spark_text
 
 
 @dataclass(frozen=True, eq=False)
@@ -46,13 +49,26 @@ class TableFilters:
     copy_only: bool = False  # ONLY: a regular table whose inheritance children are copied separately
 
     def filter_sql(self, action: PublishAction) -> str | None:
-        """The effective PostgreSQL filter text for an action (``None``: unfiltered or not published)."""
-        parts = self.filters.get(action)
-        return None if not parts else " OR ".join(f"({f.sql})" for f in parts)
+        """The effective filter of an action as PostgreSQL text (``None``: unfiltered or not published).
+
+        For people and for PostgreSQL only (``rowfilter validate``, the initial copy's query): each
+        filter as the user or ``pg_get_expr`` wrote it, which PostgreSQL parses itself. Spark gets
+        :meth:`spark_filter`, built from the typed trees.
+        """
+        return _or_text(self.filters.get(action))
 
     @property
     def copy_filter_sql(self) -> str | None:
-        return None if not self.copy_filters else " OR ".join(f"({f.sql})" for f in self.copy_filters)
+        return _or_text(self.copy_filters)
+
+    def spark_filter(self, action: PublishAction) -> exp.Expression | None:
+        """The effective filter of an action as one Spark expression tree (the filters ORed as trees)."""
+        filters = self.filters.get(action)
+        return None if not filters else spark_or(filters)
+
+
+def _or_text(filters: tuple[RowFilter, ...] | None) -> str | None:
+    return None if not filters else " OR ".join(f"({f.sql})" for f in filters)
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,7 @@ def subscription_filters(
     """
     checked = tuple(checked_actions)
     names = tuple(names)
+    validated = _Validated(catalog)
     missing = [n for n in names if n not in publications]
     if missing:
         raise PublicationError(f'publication "{missing[0]}" does not exist',
@@ -87,7 +104,7 @@ def subscription_filters(
                 if rel.relkind is RelKind.TABLE]
     per_leaf = [e for e in per_leaf if e is not None]
     for leaf, _, _, publishing in per_leaf:
-        _check_replica_identity(leaf, publishing, catalog, checked)
+        _check_replica_identity(leaf, publishing, catalog, checked, validated)
 
     grouped: dict[TableName, list[tuple[Relation, Relation, list[Publication], list[Publication]]]] = {}
     for entry in per_leaf:
@@ -98,13 +115,13 @@ def subscription_filters(
         publish_as = entries[0][1]
         rel_pubs = entries[0][2]
         actions = frozenset(a for _, _, _, publishing in entries for p in publishing for a in p.actions)
-        filters = _action_filters(publish_as, rel_pubs, catalog)
+        filters = _action_filters(publish_as, rel_pubs, validated)
         result.tables[table] = TableFilters(
             table=table,
             leaves=tuple(sorted(e[0].name for e in entries)),
             actions=actions,
             filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # R2.5: no filter if none applies
-            copy_filters=_copy_filters(publish_as, rel_pubs, catalog),
+            copy_filters=_copy_filters(publish_as, rel_pubs, validated),
             columns=_column_list(publish_as, rel_pubs),
             publications=tuple(p.name for p in rel_pubs),
             copy_only=publish_as.relkind is RelKind.TABLE,
@@ -149,22 +166,39 @@ def _no_filter(pub: Publication, publish_as: Relation) -> bool:
     return entry is None or entry.row_filter is None
 
 
-def _validated(pub: Publication, rel: Relation, catalog: PublisherCatalog) -> RowFilter:
-    entry = pub.table_entry(rel.name)
-    assert entry is not None and entry.row_filter is not None
-    try:
-        return validate_row_filter(entry.row_filter, rel, catalog.filter_context)
-    except RowFilterError as e:
-        raise e.with_context(publication=pub.name, table=str(rel.name)) from None
+class _Validated:
+    """Each publication's filter of a table, parsed and validated once (or as the publications file did).
+
+    A filter is validated when first needed, as PostgreSQL checks it when it is used, so the first
+    error the subscription meets stays the one PostgreSQL would raise first.
+    """
+
+    def __init__(self, catalog: PublisherCatalog) -> None:
+        self.catalog = catalog
+        self.done: dict[tuple[str, TableName], RowFilter] = {}
+
+    def __call__(self, pub: Publication, rel: Relation) -> RowFilter:
+        key = (pub.name, rel.name)
+        if key not in self.done:
+            entry = pub.table_entry(rel.name)
+            assert entry is not None and entry.row_filter is not None
+            if entry.filter is not None and entry.filter.relation == rel:
+                self.done[key] = entry.filter
+            else:
+                try:
+                    self.done[key] = validate_row_filter(entry.row_filter, rel, self.catalog.filter_context)
+                except RowFilterError as e:
+                    raise e.with_context(publication=pub.name, table=str(rel.name)) from None
+        return self.done[key]
 
 
-def _action_filters(publish_as: Relation, pubs: list[Publication], catalog: PublisherCatalog):
+def _action_filters(publish_as: Relation, pubs: list[Publication], validated: _Validated):
     """R4.2-R4.4: per action, no filter if any publication publishing it has none, else the OR."""
     no_filter: set[PublishAction] = set()
     collected: dict[PublishAction, list[RowFilter]] = {}
     for pub in pubs:
         unfiltered = _no_filter(pub, publish_as)
-        row_filter = None if unfiltered else _validated(pub, publish_as, catalog)
+        row_filter = None if unfiltered else validated(pub, publish_as)
         for action in DML_ACTIONS:
             if not pub.publishes(action):
                 continue
@@ -188,13 +222,13 @@ def _dedupe(filters: list[RowFilter]) -> tuple[RowFilter, ...]:
     return tuple(seen.values())
 
 
-def _copy_filters(publish_as: Relation, pubs: list[Publication], catalog: PublisherCatalog):
+def _copy_filters(publish_as: Relation, pubs: list[Publication], validated: _Validated):
     """R11.3/R11.4: OR of every publication's filter regardless of ``publish``; any unfiltered one wins."""
     filters: list[RowFilter] = []
     for pub in pubs:
         if _no_filter(pub, publish_as):
             return None
-        filters.append(_validated(pub, publish_as, catalog))
+        filters.append(validated(pub, publish_as))
     return _dedupe(filters)
 
 
@@ -219,7 +253,8 @@ def _column_list(publish_as: Relation, pubs: list[Publication]) -> tuple[str, ..
 
 
 def _check_replica_identity(
-    leaf: Relation, pubs: list[Publication], catalog: PublisherCatalog, checked: tuple[PublishAction, ...]
+    leaf: Relation, pubs: list[Publication], catalog: PublisherCatalog, checked: tuple[PublishAction, ...],
+    validated: _Validated,
 ) -> None:
     """R10: what PostgreSQL checks when the table is UPDATEd or DELETEd (CheckCmdReplicaIdentity)."""
     for action, verb in ((PublishAction.UPDATE, "update"), (PublishAction.DELETE, "delete from")):
@@ -244,7 +279,7 @@ def _check_replica_identity(
                 _check_generated_identity(leaf, pub, None, verb)
                 continue
             if entry.row_filter is not None and key is not None:
-                used = _validated(pub, target, catalog).columns
+                used = validated(pub, target).columns
                 if not used <= key:
                     raise _identity_error(
                         verb, leaf, pub,
@@ -321,28 +356,36 @@ def subscribed_tables(publications: PublicationSet, names: Iterable[str], catalo
     return _table_list([publications[n] for n in names], catalog)
 
 
-def filters_document(filters: SubscriptionFilters, subscription: str) -> dict:
-    """The effective filters as a JSON-ready document (also what a refresh records)."""
-    from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+def filters_document(filters: SubscriptionFilters, subscription: str, *, with_trees: bool = False) -> dict:
+    """The effective filters as a JSON-ready document.
 
+    With ``with_trees`` it is what a refresh records in ``rowfilter.refresh_history`` for the apply:
+    ``spark_filter_trees`` holds each action's Spark expression tree itself (``sqlglot.serde``), which
+    the apply loads and evaluates (docs/adr/row-filter-across-processes.md); ``spark_filters`` is the
+    same tree as Spark SQL text, for people (and the apply of documents recorded before the trees).
+    """
     tables = []
     for name, t in filters.tables.items():
+        spark = {a: t.spark_filter(a) for a in DML_ACTIONS if a in t.actions}
         tables.append({
             "table": str(name),
             "leaves": [str(leaf) for leaf in t.leaves],
             "publications": list(t.publications),
             "actions": sorted(a.value for a in t.actions),
             "filters": {a.value: t.filter_sql(a) for a in DML_ACTIONS if a in t.actions},
-            "spark_filters": {
-                a.value: (" OR ".join(f"({to_spark_sql(f)})" for f in t.filters[a]) if t.filters.get(a) else None)
-                for a in DML_ACTIONS if a in t.actions
-            },
+            "spark_filters": {a.value: _maybe(to_spark_text, spark[a]) for a in spark},
             "copy_filter": t.copy_filter_sql,
             "columns": list(t.columns) if t.columns is not None else None,
             # What the apply job casts each value the Spark filters read to (format_type() text).
             "filter_column_types": _filter_column_types(t),
         })
+        if with_trees:
+            tables[-1]["spark_filter_trees"] = {a.value: _maybe(serde.dump, spark[a]) for a in spark}
     return {"subscription": subscription, "publications": list(filters.publications), "tables": tables}
+
+
+def _maybe(render, tree: exp.Expression | None):  # noqa: ANN001, ANN202
+    return None if tree is None else render(tree)
 
 
 def _filter_column_types(t: TableFilters) -> dict[str, str]:

@@ -92,7 +92,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
         set_aside = ChangeLog(spec.change_log_dir()).set_aside()
         if set_aside is not None:
             log.warning("a new slot %s was created: the change log of the previous one was moved to %s", slot, set_aside)
-    document = filters_document(definitions.filters, spec.subscription)
+    document = filters_document(definitions.filters, spec.subscription, with_trees=True)
     result = RefreshResult(spec.subscription, lsn, tables=[str(t) for t in tables], slot_created=slot_created,
                            capture_publication_changed=publication_changed,
                            resynced=[str(r.table) for r in resynced])

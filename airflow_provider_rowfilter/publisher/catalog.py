@@ -8,6 +8,7 @@ import psycopg
 
 from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import CatalogError
+from airflow_provider_rowfilter.core.filter_analysis import FilterContext
 from airflow_provider_rowfilter.core.functions import FunctionCatalog
 from airflow_provider_rowfilter.core.publication import (
     Publication,
@@ -23,7 +24,6 @@ from airflow_provider_rowfilter.core.relation import (
     ReplicaIdentity,
     TableName,
 )
-from airflow_provider_rowfilter.core.row_filter import FilterContext
 
 log = logging.getLogger(__name__)
 

@@ -92,7 +92,7 @@ def _published(plan: ApplyPlan, action: str) -> exp.Expression:
     return _per_rules(plan, lambda t, r: _lit(action in r.actions), _lit(False))
 
 
-class _Names:
+class BatchColumns:
     """Every column the batch reads (the targets' columns and keys, the filters' columns), by position.
 
     Each change's values are realigned once to this list (``_nv``, ``_ov``, ``_um``; ``_p`` holds where
@@ -116,14 +116,18 @@ class _Names:
         return _fn("element_at", _col(values), _lit(self.position[name] + 1))
 
 
-def _matches(plan: ApplyPlan, names: _Names, action: str, values: str) -> exp.Expression:
-    """The action's effective filter (ORed publications; NULL counts as no match) on one side of the change."""
+def evaluated_filter(rules: EpochRules, action: str, names: BatchColumns, values: str) -> exp.Expression | None:
+    """The action's effective filter (ORed publications) on one side of the change, as the apply evaluates it
+    (``None``: unfiltered). tests/core/test_row_filter_differential.py holds this against PostgreSQL."""
+    tree = rules.filters.get(action)
+    return None if tree is None else filter_expression(tree, rules.column_types, lambda n: names.read(values, n))
+
+
+def _matches(plan: ApplyPlan, names: BatchColumns, action: str, values: str) -> exp.Expression:
+    """The action's effective filter on one side of the change; NULL counts as no match."""
     def one(target: TargetPlan, rules: EpochRules) -> exp.Expression:
-        text = rules.filters.get(action)
-        if text is None:
-            return _lit(True)
-        return exp.func("coalesce", filter_expression(text, rules.column_types, lambda n: names.read(values, n)),
-                        _lit(False))
+        matched = evaluated_filter(rules, action, names, values)
+        return _lit(True) if matched is None else exp.func("coalesce", matched, _lit(False))
     return _per_rules(plan, one, _lit(False))
 
 
@@ -163,7 +167,7 @@ def _per_target(plan: ApplyPlan, build) -> exp.Expression:
     return case_over((_is(t), build(t)) for t in plan.targets)
 
 
-def _flags(plan: ApplyPlan, names: _Names) -> exp.Expression:
+def _flags(plan: ApplyPlan, names: BatchColumns) -> exp.Expression:
     """One character per subscriber column: 0 the change carries it, 1 it does not (see subscriber/apply_target.py)."""
     def one(target: TargetPlan, rules: EpochRules) -> exp.Expression:
         cells = []
@@ -390,7 +394,7 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
     base = ["commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "column_names", "old_kind",
             "truncate_restart_identity", "_tgt", "_epoch"]
     kept = [_text(_col(c)) for c in base]
-    names = _Names(plan)
+    names = BatchColumns(plan)
     positions = range(1, len(names.names) + 1)
     # 1. where each of the batch's columns sits in the change's column list (0: the change lacks it)
     frame = frame.selectExpr(

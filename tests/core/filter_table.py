@@ -2,11 +2,14 @@
 
 Shared by the differential property test and the table-driven translation regressions. The Spark
 side sees the rows exactly as the product will: PostgreSQL's text output of each value, cast in
-Spark to the column's Spark type (``CAST(text AS <spark type>)``).
+Spark to the column's Spark type (``CAST(text AS <spark type>)``). :func:`apply_filter_text` and
+:func:`apply_frame` go further: the filter as the apply evaluates it, recorded by a refresh and
+loaded by the apply, reading each value from the change's array of text values.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -16,7 +19,15 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 
 from airflow_provider_rowfilter.core import pg_types as T
+from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan
+from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.row_filter import RowFilter
+from airflow_provider_rowfilter.core.subscription_filters import (
+    SubscriptionFilters,
+    TableFilters,
+    filters_document,
+)
 
 TABLE = "filter_rows"
 
@@ -166,6 +177,39 @@ def spark_frame(spark, text_rows: Sequence[TextRow]):  # noqa: ANN001, ANN201 (p
     return frame.selectExpr(
         *(f"CAST(`{name}` AS {spark_type_of(type_name)}) AS `{name}`" for name, type_name, _ in COLUMNS)
     )
+
+
+def recorded_rules(row_filter: RowFilter) -> EpochRules:
+    """The definitions a refresh records for a table filtered by ``row_filter`` (its ``insert`` filter),
+    stored as JSON and loaded back as the apply loads them."""
+    name = TableName("public", TABLE)
+    table = TableFilters(table=name, leaves=(name,), actions=frozenset({PublishAction.INSERT}),
+                         filters={PublishAction.INSERT: (row_filter,)}, copy_filters=None, columns=None,
+                         publications=("p",))
+    document = filters_document(SubscriptionFilters(("p",), {name: table}), "s", with_trees=True)
+    return EpochRules.from_document(json.loads(json.dumps(document))["tables"][0])
+
+
+def apply_filter_text(rules: EpochRules) -> str:
+    """The Spark SQL the apply evaluates for the ``insert`` filter of ``rules`` over a change's new values
+    (``_nv``: the PostgreSQL text form of every column, in :data:`COLUMNS` order)."""
+    from airflow_provider_rowfilter.spark.apply_frames import BatchColumns, _text, evaluated_filter
+
+    name = TableName("public", TABLE)
+    target = TargetPlan(0, name, (name,), 0, tuple(n for n, _, _ in COLUMNS), ("id",), (rules,))
+    names = BatchColumns(ApplyPlan((0,), (target,)))
+    assert names.names == target.columns, "the values must be laid out as the apply lays them out"
+    expression = evaluated_filter(rules, "insert", names, "_nv")
+    assert expression is not None
+    return _text(expression)
+
+
+def apply_frame(spark, text_rows: Sequence[TextRow]):  # noqa: ANN001, ANN201 (pyspark is imported lazily)
+    """The rows as the apply reads a change: ``id`` (to order the results) and ``_nv``, the text values."""
+    schema = ", ".join(f"`{name}` STRING" for name, _, _ in COLUMNS)
+    values = ", ".join(f"`{name}`" for name, _, _ in COLUMNS)
+    return spark.createDataFrame(list(text_rows), schema).selectExpr("CAST(`id` AS INT) AS `id`",
+                                                                     f"array({values}) AS `_nv`")
 
 
 def spark_evaluate(frame, spark_sqls: Sequence[str]) -> list[Outcome]:  # noqa: ANN001

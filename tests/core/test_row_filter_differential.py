@@ -6,11 +6,13 @@ PostgreSQL accepts (from a typed grammar over the columns). For each filter:
 1. PostgreSQL itself says whether the filter is a valid publication row filter
    (``CREATE PUBLICATION … WHERE (…)``, rolled back); our validator must agree on validity.
 2. Filters the validator refuses as untranslatable are skipped and counted.
-3. PostgreSQL evaluates ``SELECT id, (<filter>) FROM t ORDER BY id``; Spark evaluates
-   ``to_spark_sql(...)`` over the same rows, read back from PostgreSQL as text and cast to the
-   Spark types. Every row must give the same True / False / NULL. When PostgreSQL raises an error
-   (division by zero, overflow, out-of-range input), Spark (ANSI mode) must raise too, and the
-   other way round.
+3. PostgreSQL evaluates ``SELECT id, (<filter>) FROM t ORDER BY id``; Spark evaluates the filter
+   the apply evaluates: translated and recorded by the refresh (``filters_document``, as JSON),
+   loaded by the apply (``EpochRules``) and given typed reads of each change's values
+   (``apply_frames.evaluated_filter``: the PostgreSQL text form of each value, read back from
+   PostgreSQL, cast to the column's Spark type). Every row must give the same True / False / NULL.
+   When PostgreSQL raises an error (division by zero, overflow, out-of-range input), Spark (ANSI
+   mode) must raise too, and the other way round.
 
 Several filters share one batch of rows, so one Spark job checks them all. The run is sized for CI
 (about a minute on 2 cores); ``ROWFILTER_DIFF_EXAMPLES`` changes the number of examples.
@@ -34,8 +36,9 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.errors import PublicationError, UntranslatableFilterError
-from airflow_provider_rowfilter.core.row_filter import function_name, parse_row_filter, validate_row_filter
-from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+from airflow_provider_rowfilter.core.filter_grammar import parse_row_filter
+from airflow_provider_rowfilter.core.functions import function_name
+from airflow_provider_rowfilter.core.row_filter import validate_row_filter
 from tests.core import filter_table as ft
 
 logger = logging.getLogger(__name__)
@@ -419,7 +422,7 @@ def check_filters(conn: psycopg.Connection, frame_of, rows: list[ft.Row], filter
         STATS["filters generated"] += 1
         pg_verdict = pg_accepts_filter_cached(conn, f)
         try:
-            spark_sql = to_spark_sql(validate_row_filter(f, ft.RELATION))
+            spark_sql = ft.apply_filter_text(ft.recorded_rules(validate_row_filter(f, ft.RELATION)))
         except UntranslatableFilterError as e:
             if pg_verdict is None:
                 STATS["filters skipped as untranslatable"] += 1
@@ -576,7 +579,7 @@ def frame_of(spark) -> Iterator[object]:  # noqa: ANN001
     assert spark.conf.get("spark.sql.ansi.enabled") == "true", "the comparison relies on Spark's ANSI mode"
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)  # pyspark logs each ANSI error
     logging.getLogger("DataFrameQueryContextLogger").setLevel(logging.CRITICAL)
-    yield lambda text_rows: ft.spark_frame(spark, text_rows)
+    yield lambda text_rows: ft.apply_frame(spark, text_rows)
     if previous is None:
         spark.conf.unset(key)
     else:

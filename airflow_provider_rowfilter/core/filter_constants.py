@@ -1,0 +1,120 @@
+"""Row filters, constants: a literal's value in its PostgreSQL type, as the type's input function reads it.
+
+PostgreSQL folds a cast of a string literal (or NULL) into a typed constant when it parses the
+filter, with the type's input function (int4in, numeric_in, date_in, timestamptz_in …); an unknown
+literal coerced to a column's type is read the same way. :func:`constant_value` does that for the
+types a filter can hold, raising PostgreSQL's ``invalid input syntax`` text or saying that Spark
+cannot hold the value.
+"""
+
+from __future__ import annotations
+
+import decimal
+import uuid
+
+import pendulum
+
+from airflow_provider_rowfilter.core import pg_types as T
+from airflow_provider_rowfilter.core.pg_types import PgType
+
+
+class InvalidConstant(Exception):
+    """PostgreSQL's input function refuses the text (its message)."""
+
+
+class UnrepresentableConstant(Exception):
+    """A valid value Spark cannot hold or read exactly: ``what`` cannot be evaluated, ``fix`` says the rewrite."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.fix = fix
+
+
+def constant_value(value: object, target: PgType, timezone: str) -> object:
+    """Convert a constant to ``target`` as PostgreSQL's input function would, or raise its error.
+
+    ``timezone`` is the publisher's TimeZone, in which a zone-less timestamptz literal is read.
+    """
+    if value is None:
+        return None
+    text = str(value) if not isinstance(value, bool) else ("true" if value else "false")
+    name = target.name
+    bad = InvalidConstant(f'invalid input syntax for type {target}: "{text}"')
+    try:
+        if target.is_integer:
+            number = int(text.strip())
+            limit = {"int2": 2**15, "int4": 2**31, "int8": 2**63}[name]
+            if not -limit <= number < limit:
+                raise InvalidConstant(f'value "{text}" is out of range for type {target}')
+            return number
+        if name == "numeric":
+            d = decimal.Decimal(text.strip())
+            if target.scale is not None:
+                d = d.quantize(decimal.Decimal(1).scaleb(-target.scale), rounding=decimal.ROUND_HALF_UP)
+            return d
+        if name in ("float4", "float8"):
+            return float(text)
+        if name == "bool":
+            lowered = text.strip().lower()
+            if lowered in ("t", "true", "y", "yes", "on", "1"):
+                return True
+            if lowered in ("f", "false", "n", "no", "off", "0"):
+                return False
+            raise bad
+        if name in ("date", "timestamp", "timestamptz"):
+            return _datetime_value(text.strip(), target, timezone)
+        if name == "uuid":
+            return str(uuid.UUID(text.strip()))
+        if target.is_text_family:
+            # An explicit cast to varchar(n)/character(n) truncates silently (SQL standard);
+            # character(n) also pads with spaces.
+            if name == "bpchar" and target.precision is not None:
+                return text[: target.precision].ljust(target.precision)
+            if name == "varchar" and target.precision is not None:
+                return text[: target.precision]
+            return text
+    except (ValueError, decimal.InvalidOperation, pendulum.parsing.exceptions.ParserError) as e:
+        raise bad from e
+    return value
+
+
+def _datetime_value(text: str, target: PgType, timezone: str) -> object:
+    """Read an ISO 8601 date/time literal; a zone-less timestamptz is in the publisher's TimeZone."""
+    try:
+        parsed = pendulum.parse(text, exact=True, tz=timezone)
+    except pendulum.parsing.exceptions.ParserError:
+        raise _not_iso(text, target) from None
+    if target.name == "date":
+        if not isinstance(parsed, pendulum.Date) or isinstance(parsed, pendulum.DateTime):
+            raise _not_iso(text, target)
+        return parsed
+    if isinstance(parsed, pendulum.Date) and not isinstance(parsed, pendulum.DateTime):
+        parsed = pendulum.datetime(parsed.year, parsed.month, parsed.day, tz=timezone)
+    if not isinstance(parsed, pendulum.DateTime):
+        raise _not_iso(text, target)
+    if target.name == "timestamp":
+        return parsed.naive()
+    try:
+        return parsed.in_timezone("UTC")
+    except OverflowError:  # e.g. '0001-01-01 00:00+02', which is in 1 BC in UTC
+        raise UnrepresentableConstant(
+            f"the {target} literal {text!r}",
+            "Spark holds timestamps from year 1 to 9999 (UTC); use a value inside that range") from None
+
+
+def _not_iso(text: str, target: PgType) -> UnrepresentableConstant:
+    return UnrepresentableConstant(
+        f"the {target} literal {text!r}",
+        "write dates and timestamps in ISO 8601 form, e.g. '2024-01-31' or '2024-01-31 12:00:00+00'")
+
+
+def decimal_type(value: decimal.Decimal) -> PgType:
+    """The narrowest numeric(p,s) that holds ``value`` exactly."""
+    sign, digits, exponent = value.as_tuple()
+    if not isinstance(exponent, int):
+        return T.NUMERIC
+    scale = max(-exponent, 0)
+    integer_digits = max(len(digits) + exponent, 0)
+    return PgType("numeric", max(integer_digits + scale, 1), scale)
+

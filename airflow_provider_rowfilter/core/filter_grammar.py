@@ -1,0 +1,186 @@
+"""Row filters, syntax: parse one publication ``WHERE`` expression as PostgreSQL's grammar does.
+
+sqlglot's PostgreSQL parser builds the tree (on tokens read by PostgreSQL's lexical rules,
+core/pg_lexer.py); the checks here repair, on the tokens, where sqlglot's grammar is looser than
+gram.y: operators PostgreSQL does not ship, non-associative comparisons and IS tests, and the
+precedence level of BETWEEN/IN/LIKE/ILIKE/SIMILAR. Types and PostgreSQL's row-filter restrictions
+are core/filter_analysis.py's.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+from sqlglot.errors import ParseError
+from sqlglot.tokens import TokenType
+
+from airflow_provider_rowfilter.core.dialect import RowFilterPostgres, pg_tokenize, raise_pg_syntax_error
+from airflow_provider_rowfilter.core.errors import InvalidRowFilterError, PublicationSyntaxError
+
+# The texts of PostgreSQL's row-filter errors (publicationcmds.c) that the syntax checks raise too.
+INVALID = "invalid publication WHERE expression"
+USER_OPERATOR = "User-defined operators are not allowed."
+
+# Operators PostgreSQL ships (pg_operator, OID < 16384) that a filter may spell; anything else the
+# lexer yields is a user-defined operator or a typo.
+BUILTIN_OPERATORS = frozenset({
+    "=", "<>", "!=", "<", ">", "<=", ">=", "+", "-", "*", "/", "%", "^", "||", "~", "~*", "!~",
+    "!~*", "~~", "!~~", "~~*", "!~~*", "@>", "<@", "&&", "->", "->>", "#>", "#>>", "?", "?|", "?&",
+    "@?", "@@", "|/", "||/", "@", "&", "|", "#", "<<", ">>", "-|-", "&<", "&>", "<->", "::",
+})
+_OPERATOR_CHARS = set("+-*/<>=~!@#%^&|`?")
+
+
+def parse_row_filter(sql: str) -> exp.Expression:
+    """Parse a row-filter expression (the text inside ``WHERE ( … )``)."""
+    dialect = RowFilterPostgres()
+    tokens = pg_tokenize(dialect, sql)
+    _check_operators(sql, tokens)
+    try:
+        parsed = dialect.parser().parse(tokens, sql)
+    except ParseError as e:
+        info = e.errors[0] if e.errors else {}
+        start = info.get("start_context", "")
+        raise PublicationSyntaxError(
+            f"syntax error: {info.get('description', str(e))}", source=sql,
+            position=len(start) + 1 if start else None,
+        ) from e
+    if len(parsed) != 1 or parsed[0] is None:
+        raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
+    _check_nonassociative(sql, parsed[0], tokens)
+    _check_pattern_operators(sql, tokens)
+    return parsed[0]
+
+
+# gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax
+# errors there, while sqlglot nests them (wrapping the IS case in a parenthesis of its own).
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+_RESETS_IS = {TokenType.AND, TokenType.OR, TokenType.COMMA, TokenType.THEN, TokenType.WHEN, TokenType.ELSE,
+              TokenType.END, TokenType.CASE}
+
+
+def _check_nonassociative(sql: str, tree: exp.Expression, tokens: list) -> None:
+    for node in tree.walk():
+        if isinstance(node, _COMPARISONS) and isinstance(node.this, _COMPARISONS):
+            word = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}[type(node)]
+            raise PublicationSyntaxError(f'syntax error at or near "{word}"', source=sql,
+                                         position=node_position(node.expression))
+    # `a IS DISTINCT FROM b IS …`: the rule ending in an expression conflicts with the next IS, which
+    # %nonassoc turns into a syntax error; postfix tests (IS NULL, IS TRUE …) chain freely. Found on
+    # the tokens: an IS after IS [NOT] DISTINCT FROM at the same depth, with no AND/OR/NOT/","/CASE
+    # part between them.
+    after_distinct: dict[int, bool] = {}
+    depth = 0
+    for i, tok in enumerate(tokens):
+        kind = tok.token_type
+        if kind == TokenType.L_PAREN:
+            depth += 1
+            after_distinct[depth] = False
+        elif kind == TokenType.R_PAREN:
+            depth -= 1
+        elif kind == TokenType.IS:
+            if after_distinct.get(depth):
+                raise PublicationSyntaxError('syntax error at or near "IS"', source=sql, position=tok.start + 1)
+            following = [t.text.upper() for t in tokens[i + 1 : i + 3]]
+            after_distinct[depth] = following[:1] == ["DISTINCT"] or following == ["NOT", "DISTINCT"]
+        elif kind in _RESETS_IS or (kind == TokenType.NOT and tokens[i - 1].token_type != TokenType.IS):
+            after_distinct[depth] = False
+
+
+# gram.y puts BETWEEN, IN, LIKE, ILIKE and SIMILAR on one %nonassoc level: `a ILIKE b NOT BETWEEN c
+# AND d` or `a LIKE b IN (1)` is a syntax error there, while sqlglot nests them. BETWEEN's lower bound
+# is a b_expr, which holds no NOT. Found on the tokens, per nesting level: a second operator of the
+# level before anything of lower precedence (AND, OR, a comparison, IS, ",", a CASE part) ends the
+# first one's expression. The word forms only: `~~` is an ordinary operator in PostgreSQL.
+_PATTERN_WORDS = {"LIKE", "ILIKE", "SIMILAR", "BETWEEN", "IN"}
+_ENDS_PATTERN = {TokenType.OR, TokenType.EQ, TokenType.NEQ, TokenType.LT, TokenType.LTE, TokenType.GT,
+                 TokenType.GTE, TokenType.IS, TokenType.COMMA, TokenType.WHEN, TokenType.THEN, TokenType.ELSE}
+_OPENS = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE}
+_CLOSES = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.END}
+
+
+def _pattern_word(tok) -> str | None:  # noqa: ANN001
+    word = tok.text.split()[0].upper() if tok.text.strip() else ""
+    return word if word in _PATTERN_WORDS and tok.token_type != TokenType.VAR else None
+
+
+def _check_pattern_operators(sql: str, tokens: list) -> None:
+    levels = [{"seen": False, "between": 0}]
+    for i, tok in enumerate(tokens):
+        kind, level = tok.token_type, levels[-1]
+        previous = tokens[i - 1] if i else None
+        if kind in _OPENS:
+            levels.append({"seen": False, "between": 0})
+        elif kind in _CLOSES:
+            if len(levels) > 1:
+                levels.pop()
+        elif _pattern_word(tok):
+            infix_not = previous is not None and previous.token_type == TokenType.NOT
+            if level["seen"]:
+                raise_pg_syntax_error(sql, previous if infix_not else tok)
+            word = _pattern_word(tok)
+            # IN's right side is a parenthesised list, after which bison reduces without looking
+            # ahead: `a IN (1) LIKE b` parses, as (a IN (1)) LIKE b.
+            level["seen"] = word != "IN"
+            level["between"] += word == "BETWEEN"
+        elif kind == TokenType.NOT:
+            following = tokens[i + 1] if i + 1 < len(tokens) else None
+            if following is not None and _pattern_word(following) or (
+                    previous is not None and previous.token_type == TokenType.IS):
+                continue
+            if level["between"]:  # NOT inside BETWEEN's lower bound
+                raise_pg_syntax_error(sql, tok)
+            level["seen"] = False
+        elif kind == TokenType.AND:
+            if level["between"]:
+                level["between"] -= 1  # BETWEEN's own AND: its upper bound follows
+            else:
+                level["seen"] = False
+        elif kind in _ENDS_PATTERN:
+            level["seen"] = False
+
+
+def any_array_as_in(node: exp.Expression) -> exp.Expression:
+    """``x = ANY (ARRAY[a, b])`` is what PostgreSQL makes of ``x IN (a, b)`` (and what pg_get_expr shows)."""
+    if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
+        array = node.expression.this
+        while isinstance(array, exp.Paren):
+            array = array.this
+        if isinstance(array, exp.Array):
+            return exp.In(this=node.this, expressions=list(array.expressions))
+    return node
+
+
+
+def _check_operators(sql: str, tokens: list) -> None:
+    """Merge adjacent operator characters the way PostgreSQL's lexer does and vet each operator."""
+    run: list = []
+
+    def flush() -> None:
+        if not run:
+            return
+        text = sql[run[0].start : run[-1].end + 1]
+        if text not in BUILTIN_OPERATORS and text not in ("(", ")"):
+            raise InvalidRowFilterError(INVALID, detail=USER_OPERATOR, source=sql, position=run[0].start + 1)
+        run.clear()
+
+    for tok in tokens:
+        text = sql[tok.start : tok.end + 1]
+        is_op = tok.token_type not in (TokenType.STRING, TokenType.IDENTIFIER, TokenType.VAR,
+                                       TokenType.NUMBER) and text and set(text) <= _OPERATOR_CHARS
+        if is_op and run and run[-1].end + 1 != tok.start:
+            flush()
+        if is_op:
+            run.append(tok)
+        else:
+            flush()
+    flush()
+
+
+
+def node_position(node: exp.Expression) -> int | None:
+    for n in node.walk(bfs=False):
+        meta = n.meta if hasattr(n, "meta") else {}
+        if isinstance(meta, dict) and "start" in meta:
+            return meta["start"] + 1
+    return None
+
