@@ -99,7 +99,7 @@ def test_an_empty_range_gets_an_empty_segment_and_no_range_gets_none(tmp_path):
     assert footer.num_rows == 0 and footer.schema.to_arrow_schema() == SCHEMA
     assert json.loads(footer.metadata[b"rowfilter.change_log"]) == {
         "subscription": "s1", "format_version": 1, "start_lsn": "0/64", "end_lsn": "0/12C", "transactions": 0,
-        "changes": 0}
+        "changes": 0, "relations": []}
     assert read_segments([segment]).num_rows == 0
     assert SegmentWriter(log, 300).finish(300) is None and log.segments() == [segment]  # the slot did not move
     assert [p.name for p in tmp_path.iterdir()] == [segment.path.name]  # no temporary file left
