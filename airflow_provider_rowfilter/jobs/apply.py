@@ -37,7 +37,8 @@ from airflow_provider_rowfilter.core.apply_plan import (
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, SubscriptionSpec
+from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
 from airflow_provider_rowfilter.pg.apply_target import (
@@ -485,7 +486,7 @@ def _session(spec: SubscriptionSpec, spark, changes: int):  # noqa: ANN001, ANN2
     if existing is not None:
         yield existing
         return
-    # A JVM of our own lives for this one batch: a short one compiles for a short life (core/spec.py).
+    # A JVM of our own lives for this one batch: a short one compiles for a short life (core/spark_settings.py).
     session = build_session(f"rowfilter-apply-{spec.subscription}", spec.spark_master, spec.spark_conf,
                             short_batch=changes <= SHORT_BATCH_CHANGES)
     try:

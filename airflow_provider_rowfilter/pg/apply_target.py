@@ -34,11 +34,11 @@ from psycopg import sql
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES, ConflictPolicy
 from airflow_provider_rowfilter.pg.copy_source import relation_sql
 
 STAGE = sql.SQL("rowfilter.apply_stage")
 KEY_ROW, BARRIER_ROW = "K", "B"
-POLICIES = ("error", "upsert")
 
 
 class ApplyTargetError(RowFilterError):
@@ -178,9 +178,9 @@ class TableCounts:
 class StagedTable:
     """Applies one target's staged rows inside the caller's transaction."""
 
-    def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: str = "error") -> None:
-        if policy not in POLICIES:
-            raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(POLICIES)}")
+    def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error") -> None:
+        if policy not in CONFLICT_POLICIES:
+            raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(CONFLICT_POLICIES)}")
         target.require_key()
         self.conn = conn
         self.token = token

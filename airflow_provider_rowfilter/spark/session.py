@@ -11,7 +11,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.spec import with_jvm_options
+from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     :param master: Spark master URL; default ``local[*]``.
     :param conf: extra settings, e.g. ``{"spark.ui.enabled": "false"}``; a ``spark.jars`` given
         here is kept and the JDBC jar appended to it.
-    :param short_batch: the session runs one short apply batch (core/spec.py ``SHORT_BATCH_JVM_OPTIONS``).
+    :param short_batch: the session runs one short apply batch (core/spark_settings.py ``SHORT_BATCH_JVM_OPTIONS``).
     """
     settings = {
         "spark.master": master or DEFAULT_MASTER,
@@ -76,7 +76,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(conf or {})
     # The JVMs' own zone (the JDBC driver and java.time conversions read it) and the JIT for long
-    # generated methods, added to the caller's Java options (core/spec.py SPARK_JVM_OPTIONS).
+    # generated methods, added to the caller's Java options (core/spark_settings.py SPARK_JVM_OPTIONS).
     settings = with_jvm_options(settings, short_batch=short_batch)
     jar = str(jdbc_jar_path())
     jars = [j for j in settings.get("spark.jars", "").split(",") if j]
