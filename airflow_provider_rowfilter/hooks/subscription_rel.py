@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.sync_state import SyncState, at_least
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 
@@ -50,14 +50,7 @@ class Progress:
 
 def parse_tables(value: Sequence[str] | str | None) -> list[TableName] | None:
     """``tables`` as given to the sensor (list or comma-separated string) -> names; None for all."""
-    if value is None:
-        return None
-    items = value.split(",") if isinstance(value, str) else list(value)
-    if not all(isinstance(v, str) for v in items):
-        raise SpecError(f"tables={value!r} is not a list of table names",
-                        hint="pass tables=['public.t1', 'sales.orders'] or 'public.t1,sales.orders'")
-    names = sorted({TableName.parse(v.strip()) for v in items if v.strip()})
-    return names or None
+    return table_names(value) or None
 
 
 def parse_state(value: str | SyncState) -> SyncState:
