@@ -20,8 +20,8 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -53,7 +53,7 @@ from airflow_provider_rowfilter.pg.copy_target import (
 from airflow_provider_rowfilter.pg.definitions import PASSWORD_ENV, Definitions, connect, load_definitions
 from airflow_provider_rowfilter.pg.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
 from airflow_provider_rowfilter.spark.copy_frames import run_partitions
-from airflow_provider_rowfilter.spark.session import build_session
+from airflow_provider_rowfilter.spark.session import job_session
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
             return result
         with connect(spec.publisher, "publisher", spec) as pub:
             definitions = load_definitions(spec, pub)
-        with _session(spec, spark) as session:
+        with job_session(spec, "snapshot", spark) as session:
             _refuse_speculation(session)
             job = _CopyJob(spec, definitions, store, session, options, resync=resync)
             for rel in todo:
@@ -311,26 +311,6 @@ def _required(url: str | None, role: str, spec: SubscriptionSpec) -> str:
         raise SpecError(f"subscription {spec.subscription!r} has no {role} URL",
                         hint=f"set {role}: postgresql://user@host:port/db in the spec")
     return url
-
-
-@contextmanager
-def _session(spec: SubscriptionSpec, spark: SparkSession | None) -> Iterator[SparkSession]:
-    """The given or active session (left running), else one built from the spec and stopped after."""
-    existing = spark or SparkSession.getActiveSession()
-    if existing is not None:
-        yield existing
-        return
-    try:
-        session = build_session(f"rowfilter-snapshot-{spec.subscription}", spec.spark_master, spec.spark_conf)
-    except RowFilterError:
-        raise
-    except Exception as e:  # Spark's own error (a bad master URL or setting), raised before any table changed
-        raise SpecError(f"cannot start Spark with spark_master {spec.spark_master!r}: {describe(e)}",
-                        hint="check spark_master and spark_conf in the spec") from e
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def _refuse_speculation(spark: SparkSession) -> None:
