@@ -370,14 +370,14 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
 def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run the SnapshotCopy job in-process (``snapshot``, or ``resync`` first); say what each table got."""
     from airflow_provider_rowfilter.core.relation import TableName
+    from airflow_provider_rowfilter.jobs.snapshot import initial_copy
     from airflow_provider_rowfilter.jobs.snapshot import resync as run_resync
-    from airflow_provider_rowfilter.jobs.snapshot import snapshot as run_snapshot
 
     tables = [TableName.parse(t) for t in args.table] if args.table else None
     if args.command == "resync":
         result = run_resync(spec, tables or [], copy=args.copy)
     else:
-        result = run_snapshot(spec, tables)
+        result = initial_copy(spec, tables)
     if not result.tables:
         say(f"subscription {spec.subscription}: no table waits for its initial copy")
     for t in result.tables:

@@ -198,13 +198,13 @@ def tables_waiting_for_copy(subscription: str, subscriber_conn_id: str,
     """
     try:
         chosen = parse_tables(tables)
-        snapshot = SubscriptionRelHook(subscriber_conn_id, subscription).snapshot()
+        reading = SubscriptionRelHook(subscriber_conn_id, subscription).read_state()
     except RowFilterError as e:
         raise AirflowFailException(str(e)) from e
-    if not snapshot.exists:
+    if not reading.exists:
         raise AirflowFailException(f"subscription {subscription!r} has no state in the subscriber; "
                                    "run its refresh first")
-    states = {t: state for t, state, _ in snapshot.tables}
+    states = {t: state for t, state, _ in reading.tables}
     unknown = [str(t) for t in chosen or () if t not in states]
     if unknown:
         raise AirflowFailException(f"table(s) {', '.join(unknown)} not part of subscription {subscription!r} "

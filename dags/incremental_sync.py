@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
+from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 
 with DAG(
@@ -37,7 +38,7 @@ with DAG(
     max_active_runs=1,
     render_template_as_native_obj=True,
     params={
-        "subscription": Param("demo", type="string", pattern="^[a-z_][a-z0-9_]{0,62}$"),
+        "subscription": Param("demo", type="string", pattern=SUBSCRIPTION_NAME.pattern),
         "publications": Param(["p1", "p2", "p3", "p4"], type="array"),
         "max_changes": Param(100_000, type="integer", minimum=1),
     },

@@ -39,6 +39,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
+from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.dag_factory import copy_tasks
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
@@ -65,7 +66,7 @@ with DAG(
     # Params render as Python objects (a list stays a list), so `publications`/`tables` can be lists.
     render_template_as_native_obj=True,
     params={
-        "subscription": Param("demo", type="string", pattern="^[a-z_][a-z0-9_]{0,62}$"),
+        "subscription": Param("demo", type="string", pattern=SUBSCRIPTION_NAME.pattern),
         "publications": Param(["p1", "p2", "p3", "p4"], type="array"),
         "tables": Param(None, type=["null", "array"], description="schema.table names; null for all"),
     },

@@ -27,6 +27,7 @@ LAYER_OF = {
     "core": "core",
     # psycopg and pyarrow: the two databases and the change log between them.
     "connection": "io",
+    "identifiers": "io",
     "publisher": "io",
     "subscriber": "io",
     "change_log": "io",

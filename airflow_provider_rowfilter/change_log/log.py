@@ -37,7 +37,7 @@ from airflow_provider_rowfilter.core.apply_plan import RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import TupleData
-from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, Images
+from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, ImageCells
 
 FORMAT_VERSION = 1  # of a segment
 POSITION_FORMAT_VERSION = 2  # of the position file: 2 added the log's id
@@ -369,8 +369,9 @@ class ChangeLog:
             fsync_directory(created.parent)
 
 
-class _Images:
-    """The new (or old) row images of a row group: flat values and flags, and where each image ends."""
+class _TupleImages:
+    """The new (or old) row images of changes given one by one (decoded :class:`TupleData`, not the
+    buffer cells of publisher/pgoutput_columns.py): flat values and flags, and where each image ends."""
 
     def __init__(self) -> None:
         self.values: list[str | bytes | None] = []
@@ -501,7 +502,7 @@ def _decodes(value: bytes, encoding: str) -> bool:
     return True
 
 
-def image_arrays(buffer: np.ndarray, images: Images, encoding: str = "utf-8",
+def image_arrays(buffer: np.ndarray, images: ImageCells, encoding: str = "utf-8",
                  where: Callable[[int, int], str] | None = None) -> tuple[pa.Array, pa.Array]:
     """The ``(values, unchanged)`` list arrays of decoded images (publisher/pgoutput_columns.py).
 
@@ -567,8 +568,8 @@ class SegmentWriter:
         # and old row images as flat value and flag lists with list offsets (built into Arrow list
         # arrays in one step when the row group is flushed, not converted tuple by tuple).
         self._scalars: list[tuple] = []
-        self._new = _Images()
-        self._old = _Images()
+        self._new = _TupleImages()
+        self._old = _TupleImages()
         if self._transaction is not None:
             self._txns.append(self._transaction)
 

@@ -26,6 +26,7 @@ from airflow_provider_rowfilter.core import pg_types
 from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.spec import ConflictPolicy
 
 DML = ("insert", "update", "delete")
 
@@ -80,7 +81,7 @@ class ApplyPlan:
     epochs: tuple[int, ...]  # the LSN each epoch starts at, ascending (epoch 0 also covers anything before)
     targets: tuple[TargetPlan, ...]
     skip_lsn: int | None = None
-    policy: str = "error"
+    policy: ConflictPolicy = "error"
 
 
 @dataclass(frozen=True)

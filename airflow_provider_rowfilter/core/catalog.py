@@ -1,4 +1,4 @@
-"""A snapshot of the publisher's catalog: the tables, schemas and settings the rules consult."""
+"""The publisher's catalog as the rules consult it: tables, schemas and settings (publisher/catalog_reader.py reads it)."""
 
 from __future__ import annotations
 

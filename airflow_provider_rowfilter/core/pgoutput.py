@@ -131,7 +131,10 @@ class RelationColumn:
 
 
 @dataclass(frozen=True, slots=True)
-class Relation:
+class RelationMessage:
+    """pgoutput's Relation message: a table as the publisher describes it before its changes (the
+    catalog's tables are core/relation.py's :class:`~airflow_provider_rowfilter.core.relation.Relation`)."""
+
     oid: int
     namespace: str  # "pg_catalog" is sent as ""
     name: str
@@ -202,7 +205,7 @@ class Message:
     content: bytes
 
 
-PgOutputMessage = Begin | Commit | Origin | Relation | Type | Insert | Update | Delete | Truncate | Message
+PgOutputMessage = Begin | Commit | Origin | RelationMessage | Type | Insert | Update | Delete | Truncate | Message
 
 _FALSES: dict[int, tuple[bool, ...]] = {}
 
@@ -339,7 +342,7 @@ def _origin(data: bytes, encoding: str) -> Origin:
     return Origin(lsn, name)
 
 
-def _relation(data: bytes, encoding: str) -> Relation:
+def _relation(data: bytes, encoding: str) -> RelationMessage:
     (oid,) = _U32.unpack_from(data, 1)
     namespace, pos = _string(data, 5, encoding)
     name, pos = _string(data, pos, encoding)
@@ -354,7 +357,7 @@ def _relation(data: bytes, encoding: str) -> Relation:
         pos += _COLUMN_TAIL.size
         columns.append(RelationColumn(flags, column, type_oid, typmod))
     _end(data, pos)
-    return Relation(oid, namespace, name, identity, tuple(columns))
+    return RelationMessage(oid, namespace, name, identity, tuple(columns))
 
 
 def _type(data: bytes, encoding: str) -> Type:

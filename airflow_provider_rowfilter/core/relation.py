@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from airflow_provider_rowfilter.core.errors import SpecError
 
 # PostgreSQL's FirstNormalObjectId: objects with a lower OID are built in.
 FIRST_NORMAL_OBJECT_ID = 16384
@@ -26,6 +29,31 @@ class TableName:
 
     def __str__(self) -> str:
         return f"{self.schema}.{self.name}"
+
+
+def table_names(value: Sequence[str] | str | None, setting: str = "tables") -> list[TableName]:
+    """Table names given as a list or a comma-separated string (what Jinja renders), sorted, each once.
+
+    ``schema.table``, or ``table`` for ``public.table``; blanks between commas are skipped. None or
+    nothing gives an empty list (the caller's "all of the subscription's tables").
+
+    :raises SpecError: naming ``setting``, for a value that is not a list of names or a name that is
+        not ``schema.table``.
+    """
+    if value is None:
+        return []
+    items = [v for v in (p.strip() for p in value.split(",")) if v] if isinstance(value, str) else value
+    if not isinstance(items, Sequence) or not all(isinstance(v, str) and v.strip() for v in items):
+        raise SpecError(f"{setting}={value!r} is not a list of table names",
+                        hint=f"pass {setting}=['public.t1', 'sales.orders'] or 'public.t1,sales.orders'")
+    names = set()
+    for text in items:
+        table = TableName.parse(text.strip())
+        if not table.name or "." in table.schema:
+            raise SpecError(f"{setting}: {text!r} is not a table name",
+                            hint="write schema.table, e.g. 'public.t1' (or t1 for public.t1)")
+        names.add(table)
+    return sorted(names)
 
 
 class ReplicaIdentity(str, enum.Enum):

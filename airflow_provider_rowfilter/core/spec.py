@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import ConfigDict, ValidationError, field_validator
@@ -18,47 +18,11 @@ from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
 
 SPEC_VERSION = 1
-CONFLICT_POLICIES = ("error", "upsert")
-#: JVM options of the jobs' driver and executors, given to spark-submit by the operators and to a
-#: session the job starts itself (spark/session.py). UTC for the JDBC driver and java.time; let the
-#: JIT compile Spark's generated methods however long they are: the apply's judging projection runs
-#: about 5× slower in HotSpot's bytecode interpreter (the sessions' hugeMethodLimit keeps whole-stage
-#: methods under 8,000 bytes; this covers the rest, and a session that raises it); and keep the
-#: optimising compiler (C2) from betting on branches it has not seen taken (an "uncommon trap"): when
-#: the bet loses, the judging projection is thrown back to the interpreter until C2 has compiled it
-#: again, which took a third of the warm 200k batches from 1.1–2.5 s to 5.4–6.8 s (docs/apply.md,
-#: "Speed").
-SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods", "-XX:PerMethodTrapLimit=0")
-#: Added for JVMs that live for one short apply batch (ApplyChangesOperator's spark-submit, the apply
-#: job's own session, when the batch is bounded by at most SHORT_BATCH_CHANGES): HotSpot's quick
-#: compiler only. Its code runs slower than the optimising compiler's, but a short batch is over
-#: before that compiler would have paid for itself: a 200k-change batch in a fresh JVM took
-#: 29.7–37.6 s (7 runs) against 41.8–44.4 s (3 runs). At 1M changes in one batch no difference could
-#: be told from the noise (86.6 and 89.5 s against 82.2 and 103.7 s), so larger batches keep both
-#: (docs/apply.md, "Speed").
-SHORT_BATCH_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
-SHORT_BATCH_CHANGES = 300_000
-
-
-def with_jvm_options(conf: Mapping[str, str] | None, *, short_batch: bool = False) -> dict[str, str]:
-    """``conf`` with :data:`SPARK_JVM_OPTIONS` added to the driver's and executors' Java options.
-
-    :param short_batch: the JVMs run one short apply batch and exit: add :data:`SHORT_BATCH_JVM_OPTIONS` too.
-
-    An option the caller sets itself (``-Duser.timezone=…``, ``-XX:+DontCompileHugeMethods``,
-    ``-XX:TieredStopAtLevel=4``) is kept as given.
-    """
-    options = (*SPARK_JVM_OPTIONS, *(SHORT_BATCH_JVM_OPTIONS if short_batch else ()))
-    result = dict(conf or {})
-    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-        present = result.get(key) or ""
-        added = [o for o in options
-                 if o.split("=")[0].removeprefix("-XX:-").removeprefix("-D") not in present]
-        result[key] = " ".join(part for part in (present.strip(), *added) if part)
-    return result
-
-
-_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: What ApplyChanges does when an INSERT finds its key in the subscriber (the spec's ``conflict_policy``).
+ConflictPolicy = Literal["error", "upsert"]
+CONFLICT_POLICIES: tuple[str, ...] = get_args(ConflictPolicy)
+#: A subscription name the spec accepts: it also names the slot and the capture publications.
+SUBSCRIPTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CONNINFO_KEYS = ("publisher", "subscriber")
 #: What a key of the wrong type must be, and how to write it: the refusal's text and hint.
 _EXPECTED = {
@@ -109,7 +73,7 @@ class SubscriptionSpec:
     publications_ddl: str | None = None
     copy_data: bool = True
     change_log: str | None = None
-    conflict_policy: Literal["error", "upsert"] = "error"
+    conflict_policy: ConflictPolicy = "error"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     retained_wal_warning: str | int = "1GB"
@@ -135,7 +99,7 @@ class SubscriptionSpec:
         if self.spec_version != SPEC_VERSION:
             raise SpecError(f"spec_version={self.spec_version!r} {_EXPECTED['spec_version'][0]}",
                             hint=_EXPECTED["spec_version"][1])
-        if not _NAME.match(self.subscription):
+        if not SUBSCRIPTION_NAME.match(self.subscription):
             raise SpecError(f"subscription name {self.subscription!r} is not a valid PostgreSQL name",
                             hint="use lower-case letters, digits and underscores (it names the slot too)")
         if not self.publications:

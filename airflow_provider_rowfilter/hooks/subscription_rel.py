@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.sync_state import SyncState, at_least
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 
@@ -26,7 +26,7 @@ _TABLES = """SELECT schema_name, table_name, state, last_error FROM rowfilter.su
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class StateReading:
     """What the subscriber says about one subscription at one moment."""
 
     subscription: str
@@ -50,14 +50,7 @@ class Progress:
 
 def parse_tables(value: Sequence[str] | str | None) -> list[TableName] | None:
     """``tables`` as given to the sensor (list or comma-separated string) -> names; None for all."""
-    if value is None:
-        return None
-    items = value.split(",") if isinstance(value, str) else list(value)
-    if not all(isinstance(v, str) for v in items):
-        raise SpecError(f"tables={value!r} is not a list of table names",
-                        hint="pass tables=['public.t1', 'sales.orders'] or 'public.t1,sales.orders'")
-    names = sorted({TableName.parse(v.strip()) for v in items if v.strip()})
-    return names or None
+    return table_names(value) or None
 
 
 def parse_state(value: str | SyncState) -> SyncState:
@@ -73,18 +66,18 @@ def parse_state(value: str | SyncState) -> SyncState:
                     "ready)")
 
 
-def check_progress(snapshot: Snapshot, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
-    """Judge a snapshot: done when every chosen table reached ``target``; failed on a recorded error.
+def check_progress(reading: StateReading, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
+    """Judge a reading of the state: done when every chosen table reached ``target``; failed on a recorded error.
 
     A recorded error fails at once, as a stopped native subscription shows its error until someone
     acts: retrying the wait cannot fix it. So does a table that is not part of the subscription.
     """
-    name = snapshot.subscription
-    if not snapshot.exists:
+    name = reading.subscription
+    if not reading.exists:
         return Progress(False, error=f"subscription {name!r} has no state in the subscriber (no row in "
                         f"rowfilter.subscription); run RefreshPublicationOperator for it first, or check "
                         f"subscription= and subscriber_conn_id=")
-    by_table = {t: (state, err) for t, state, err in snapshot.tables}
+    by_table = {t: (state, err) for t, state, err in reading.tables}
     chosen = sorted(by_table) if tables is None else sorted(set(tables))
     unknown = [str(t) for t in chosen if t not in by_table]
     if unknown:
@@ -92,8 +85,8 @@ def check_progress(snapshot: Snapshot, tables: Iterable[TableName] | None, targe
                         f"(its tables: {', '.join(str(t) for t in sorted(by_table)) or 'none'}); fix tables= or "
                         f"publish the table and run RefreshPublicationOperator")
     states = {str(t): by_table[t][0].value for t in chosen}
-    if snapshot.last_error:
-        return Progress(False, states, error=f"subscription {name!r} stopped with an error: {snapshot.last_error}")
+    if reading.last_error:
+        return Progress(False, states, error=f"subscription {name!r} stopped with an error: {reading.last_error}")
     failed = [(t, by_table[t][1]) for t in chosen if by_table[t][1]]
     if failed:
         text = "; ".join(f"{t}: {err}" for t, err in failed)
@@ -114,36 +107,36 @@ class SubscriptionRelHook(RowFilterHook):
         self.subscriber_conn_id = subscriber_conn_id
         self.subscription = subscription
 
-    def snapshot(self) -> Snapshot:
+    def read_state(self) -> StateReading:
         endpoint = self.endpoint(self.subscriber_conn_id, "subscriber")
         with psycopg.connect(endpoint.url, autocommit=True, application_name="rowfilter:sensor",
                              **endpoint.connect_kwargs()) as conn:
             if not conn.execute(_EXISTS).fetchone()[0]:
-                return Snapshot(self.subscription, exists=False)
+                return StateReading(self.subscription, exists=False)
             row = conn.execute(_SUBSCRIPTION, (self.subscription,)).fetchone()
             rows = conn.execute(_TABLES, (self.subscription,)).fetchall() if row else []
-        return _snapshot(self.subscription, row, rows)
+        return _reading(self.subscription, row, rows)
 
-    async def asnapshot(self) -> Snapshot:
+    async def aread_state(self) -> StateReading:
         endpoint = await self.aendpoint(self.subscriber_conn_id, "subscriber")
         async with await psycopg.AsyncConnection.connect(endpoint.url, autocommit=True,
                                                          application_name="rowfilter:trigger",
                                                          **endpoint.connect_kwargs()) as conn:
             if not (await (await conn.execute(_EXISTS)).fetchone())[0]:
-                return Snapshot(self.subscription, exists=False)
+                return StateReading(self.subscription, exists=False)
             row = await (await conn.execute(_SUBSCRIPTION, (self.subscription,))).fetchone()
             rows = await (await conn.execute(_TABLES, (self.subscription,))).fetchall() if row else []
-        return _snapshot(self.subscription, row, rows)
+        return _reading(self.subscription, row, rows)
 
     def progress(self, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
-        return check_progress(self.snapshot(), tables, target)
+        return check_progress(self.read_state(), tables, target)
 
     async def aprogress(self, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
-        return check_progress(await self.asnapshot(), tables, target)
+        return check_progress(await self.aread_state(), tables, target)
 
 
-def _snapshot(subscription: str, row: tuple | None, rows: list[tuple]) -> Snapshot:
+def _reading(subscription: str, row: tuple | None, rows: list[tuple]) -> StateReading:
     if row is None:
-        return Snapshot(subscription, exists=False)
-    return Snapshot(subscription, True, row[0],
+        return StateReading(subscription, exists=False)
+    return StateReading(subscription, True, row[0],
                     tuple((TableName(s, t), SyncState(state), err) for s, t, state, err in rows))

@@ -39,7 +39,8 @@ from airflow_provider_rowfilter.core.apply_plan import (
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, SubscriptionSpec
+from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, capture
@@ -185,9 +186,12 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         plan = ApplyPlan(epochs.starts, tuple(plans), skip_lsn, spec.conflict_policy)
         spans = _check_relations(spec, segments, plan, epochs, since)
         logged = [_segment_counts(s.path) for s in segments]
-        with _session(spec, spark, sum(c for _, c in logged)) as session:
-            from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
+        from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
+        from airflow_provider_rowfilter.spark.session import job_session
 
+        # A JVM of our own lives for this one batch: a short one compiles for a short life (core/spark_settings.py).
+        short = sum(c for _, c in logged) <= SHORT_BATCH_CHANGES
+        with job_session(spec, "apply", spark, short_batch=short) as session:
             decided = decide(session, [str(s.path) for s in segments], plan)
             try:
                 facts = decided.facts()
@@ -472,26 +476,6 @@ def _unlocking(conn: psycopg.Connection, lock: AbstractContextManager[None]):  #
             lock.__exit__(*sys.exc_info())
         raise
     lock.__exit__(None, None, None)
-
-
-@contextmanager
-def _session(spec: SubscriptionSpec, spark, changes: int):  # noqa: ANN001, ANN202
-    """The session to apply ``changes`` logged changes in: the caller's, the active one, else one of our own."""
-    from pyspark.sql import SparkSession
-
-    from airflow_provider_rowfilter.spark.session import build_session
-
-    existing = spark or SparkSession.getActiveSession()
-    if existing is not None:
-        yield existing
-        return
-    # A JVM of our own lives for this one batch: a short one compiles for a short life (core/spec.py).
-    session = build_session(f"rowfilter-apply-{spec.subscription}", spec.spark_master, spec.spark_conf,
-                            short_batch=changes <= SHORT_BATCH_CHANGES)
-    try:
-        yield session
-    finally:
-        session.stop()
 
 
 def apply_parser() -> argparse.ArgumentParser:

@@ -1,4 +1,7 @@
-"""SnapshotCopy: the initial copy of a subscription's tables (PostgreSQL's table-sync worker).
+"""The initial copy of a subscription's tables (PostgreSQL's table-sync worker): ``rowfilter snapshot``.
+
+The module keeps the command's name (``python -m airflow_provider_rowfilter.jobs.snapshot``, what
+SnapshotCopyOperator submits); "snapshot" inside it means only the publisher snapshot the copy reads.
 
 For each chosen table in state ``i`` (or ``d``, a copy that did not finish): ``d``, then the rows
 that satisfy ANY of the subscription's publications' filters (``publish`` ignored), only the
@@ -20,8 +23,8 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 
@@ -44,7 +47,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.spark.copy_frames import run_partitions
-from airflow_provider_rowfilter.spark.session import build_session
+from airflow_provider_rowfilter.spark.session import job_session
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     check_target,
@@ -61,7 +64,7 @@ log = logging.getLogger(__name__)
 COPYABLE = (SyncState.INIT, SyncState.DATA_COPY)
 
 
-class SnapshotError(RowFilterError):
+class InitialCopyError(RowFilterError):
     """The initial copy of one or more tables failed (each keeps its state and its error)."""
 
 
@@ -90,7 +93,7 @@ class TableCopy:
 
 
 @dataclass
-class SnapshotResult:
+class InitialCopyResult:
     subscription: str
     tables: list[TableCopy] = field(default_factory=list)
 
@@ -107,9 +110,9 @@ class SnapshotResult:
                 "rows_copied": sum(t.rows_copied or 0 for t in self.tables),
                 "tables": [asdict(t) for t in self.tables]}
 
-    def error(self) -> SnapshotError:
+    def error(self) -> InitialCopyError:
         lines = [f"{t.table}: {t.error}" for t in self.failed]
-        return SnapshotError(
+        return InitialCopyError(
             f"the initial copy of {len(lines)} table(s) of subscription {self.subscription!r} failed:\n  "
             + "\n  ".join(lines),
             hint="fix the cause and run the snapshot again: a table left in state d is emptied and copied "
@@ -117,8 +120,8 @@ class SnapshotResult:
 
 
 # --- the job ---------------------------------------------------------------------------------------
-def snapshot(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
-             spark: SparkSession | None = None, options: CopyOptions | None = None) -> SnapshotResult:
+def initial_copy(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
+                 spark: SparkSession | None = None, options: CopyOptions | None = None) -> InitialCopyResult:
     """Copy every chosen table in ``i`` or ``d``; a table in a later state is left alone and reported.
 
     :param tables: the tables to copy (each must be part of the subscription); default all.
@@ -129,11 +132,11 @@ def snapshot(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, 
 
 
 def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, resync: bool,
-                 spark: SparkSession | None, options: CopyOptions | None) -> SnapshotResult:
-    """The snapshot, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
+                 spark: SparkSession | None, options: CopyOptions | None) -> InitialCopyResult:
+    """The initial copy, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
     that concerns all tables (the definitions, the Spark session) runs before any table changes."""
     options = options or CopyOptions()
-    result = SnapshotResult(spec.subscription)
+    result = InitialCopyResult(spec.subscription)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
@@ -149,7 +152,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
             return result
         with connect(spec.publisher, "publisher", spec) as pub:
             definitions = load_definitions(spec, pub)
-        with _session(spec, spark) as session:
+        with job_session(spec, "snapshot", spark) as session:
             _refuse_speculation(session)
             job = _CopyJob(spec, definitions, store, session, options, resync=resync)
             for rel in todo:
@@ -158,7 +161,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
 
 
 def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = False,
-           spark: SparkSession | None = None, options: CopyOptions | None = None) -> SnapshotResult:
+           spark: SparkSession | None = None, options: CopyOptions | None = None) -> InitialCopyResult:
     """Empty each table in the subscriber and send it back to ``i`` (one transaction per table).
 
     With ``copy`` each table is copied right away instead, whatever its state: the definitions, the
@@ -184,11 +187,11 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
                         truncate(sub, target)
                         store.set_state(rel.table, SyncState.INIT, resync=True)
                 except psycopg.Error as e:  # e.g. lock_timeout while another session holds the table
-                    raise SnapshotError(f"cannot empty table {rel.table}: {describe(e)}", table=str(rel.table),
+                    raise InitialCopyError(f"cannot empty table {rel.table}: {describe(e)}", table=str(rel.table),
                                         hint="nothing was changed; run the resync again once the table is free"
                                         ) from e
             log.info("%s: emptied and sent back to state i (was %s)", rel.table, rel.state.value)
-    return SnapshotResult(spec.subscription, [
+    return InitialCopyResult(spec.subscription, [
         TableCopy(str(t), SyncState.INIT.value, note="emptied; the next snapshot copies it") for t in tables])
 
 
@@ -314,26 +317,6 @@ def _required(url: str | None, role: str, spec: SubscriptionSpec) -> str:
     return url
 
 
-@contextmanager
-def _session(spec: SubscriptionSpec, spark: SparkSession | None) -> Iterator[SparkSession]:
-    """The given or active session (left running), else one built from the spec and stopped after."""
-    existing = spark or SparkSession.getActiveSession()
-    if existing is not None:
-        yield existing
-        return
-    try:
-        session = build_session(f"rowfilter-snapshot-{spec.subscription}", spec.spark_master, spec.spark_conf)
-    except RowFilterError:
-        raise
-    except Exception as e:  # Spark's own error (a bad master URL or setting), raised before any table changed
-        raise SpecError(f"cannot start Spark with spark_master {spec.spark_master!r}: {describe(e)}",
-                        hint="check spark_master and spark_conf in the spec") from e
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
 def _refuse_speculation(spark: SparkSession) -> None:
     # A speculative copy of a partition would commit the same rows twice.
     if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
@@ -343,14 +326,14 @@ def _refuse_speculation(spark: SparkSession) -> None:
 
 def _table_lock(conn: psycopg.Connection, subscription: str, table: TableName) -> AbstractContextManager[None]:
     """One copy or resync of a table at a time (a session advisory lock in the subscriber)."""
-    return job_lock(conn, subscription, str(table), lambda: SnapshotError(
+    return job_lock(conn, subscription, str(table), lambda: InitialCopyError(
         f"table {table} is being copied or resynced by another job", table=str(table),
         hint="wait for that job to end, then run this one again"))
 
 
 def _applies_paused(conn: psycopg.Connection, subscription: str) -> AbstractContextManager[None]:
     """The apply's job lock, held by a resync while it starts its copy; refused while a batch runs."""
-    return job_lock(conn, subscription, APPLY_LOCK, lambda: SnapshotError(
+    return job_lock(conn, subscription, APPLY_LOCK, lambda: InitialCopyError(
         f"an apply of subscription {subscription!r} is running; the table was left as it was",
         hint="run the resync again when the batch has ended (or pause the incremental DAG)"))
 
@@ -405,7 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.resync:
             result = resync(spec, tables or [], copy=True, options=options)
         else:
-            result = snapshot(spec, tables, options=options)
+            result = initial_copy(spec, tables, options=options)
     except RowFilterError as e:
         print(f"ERROR: {e}", file=sys.stderr)
         return 1

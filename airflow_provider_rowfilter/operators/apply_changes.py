@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -13,7 +12,8 @@ from airflow.sdk import Asset, AssetAlias
 from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES
+from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
+from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
@@ -27,7 +27,6 @@ COUNT_KEYS = ("insert", "update", "delete", "truncate", "filtered", "update_to_i
               "missing_update", "missing_delete")
 #: The operations that change a subscriber table: a table "changed" when one of them is > 0.
 CHANGING = ("insert", "update", "delete", "truncate")
-_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _BATCH = """SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms,
                    skipped_lsn::text, counts, finished_at
             FROM rowfilter.batch_history WHERE subscription = %s AND id > %s ORDER BY id DESC"""
@@ -35,7 +34,7 @@ _BATCH = """SELECT id, start_lsn::text, end_lsn::text, transactions, changes, la
 
 def default_asset_alias(subscription: Any) -> str | None:
     """``rowfilter_<subscription>`` when the subscription is a plain name known when the DAG is parsed."""
-    if isinstance(subscription, str) and _NAME.match(subscription):
+    if isinstance(subscription, str) and SUBSCRIPTION_NAME.match(subscription):
         return f"rowfilter_{subscription}"
     return None
 

@@ -23,7 +23,7 @@ from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.spec import with_jvm_options
+from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 
 if TYPE_CHECKING:

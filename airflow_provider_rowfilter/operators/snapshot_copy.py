@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.subscriber.state import StateStore
@@ -47,22 +47,7 @@ class SnapshotCopyOperator(RowFilterJobOperator):
 
     def chosen_tables(self) -> list[TableName]:
         """The rendered ``tables`` as names; empty for all of the subscription's tables."""
-        value = self.tables
-        if value is None:
-            return []
-        if isinstance(value, str):
-            value = [v for v in (p.strip() for p in value.split(",")) if v]
-        if not isinstance(value, Sequence) or not all(isinstance(v, str) and v.strip() for v in value):
-            raise SpecError(f"tables={self.tables!r} is not a list of table names",
-                            hint="pass tables=['public.t1', 'sales.orders'] or 'public.t1,sales.orders'")
-        names = []
-        for text in value:
-            table = TableName.parse(text.strip())
-            if not table.name or "." in table.schema:
-                raise SpecError(f"tables: {text!r} is not a table name",
-                                hint="write schema.table, e.g. 'public.t1' (or t1 for public.t1)")
-            names.append(table)
-        return sorted(set(names))
+        return table_names(self.tables)
 
     def job_arguments(self) -> list[str]:
         tables = self.chosen_tables()

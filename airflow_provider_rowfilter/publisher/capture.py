@@ -62,7 +62,7 @@ from airflow_provider_rowfilter.core.pgoutput import (
     Commit,
     Origin,
     PgOutputError,
-    Relation,
+    RelationMessage,
     Truncate,
     Type,
     decode_message,
@@ -373,7 +373,7 @@ class _Reader:
                 walk.transactions += self.seq > 0
                 self.batch.end_lsn, self.batch.last_commit_ts = message.end_lsn, message.commit_ts
                 self.txn = current = None
-            elif cls is Relation:
+            elif cls is RelationMessage:
                 self.relations[message.oid] = logged = self.types.logged(message)
                 version += 1
                 walk.announced.setdefault(message.oid, []).append((version, logged))
@@ -482,7 +482,7 @@ class _TypeNames:
     def announce(self, message: Type) -> None:
         self.announced[message.oid] = message
 
-    def logged(self, relation: Relation) -> LoggedRelation:
+    def logged(self, relation: RelationMessage) -> LoggedRelation:
         pairs = [(c.type_oid, c.typmod) for c in relation.columns]
         missing = sorted({p for p in pairs if p not in self.names})
         if missing:

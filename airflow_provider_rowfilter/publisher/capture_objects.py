@@ -33,6 +33,7 @@ from psycopg import sql
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublishAction
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.identifiers import table_sql
 
 MARKER = "managed by airflow-provider-rowfilter for subscription "
 NAMEDATALEN = 64  # PostgreSQL's limit: names are at most 63 bytes
@@ -170,10 +171,10 @@ def _set_publication(conn: psycopg.Connection, name: str, publish: frozenset[Pub
         return changed
     if leaves:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE ").format(ident) + sql.SQL(", ").join(
-            sql.SQL("ONLY {}.{}").format(sql.Identifier(t.schema), sql.Identifier(t.name)) for t in sorted(leaves)))
+            sql.SQL("ONLY {}").format(table_sql(t)) for t in sorted(leaves)))
     else:
         conn.execute(sql.SQL("ALTER PUBLICATION {} DROP TABLE ").format(ident) + sql.SQL(", ").join(
-            sql.SQL("ONLY {}.{}").format(sql.Identifier(t.schema), sql.Identifier(t.name)) for t in sorted(current)))
+            sql.SQL("ONLY {}").format(table_sql(t)) for t in sorted(current)))
     return True
 
 

@@ -35,6 +35,7 @@ from psycopg.pq import ExecStatus
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
+from airflow_provider_rowfilter.identifiers import table_sql
 
 if TYPE_CHECKING:  # the executors import this module too; they need no filter parser (sqlglot)
     from airflow_provider_rowfilter.core.subscription_filters import TableFilters
@@ -91,10 +92,6 @@ def copy_source(filters: TableFilters, relation: Relation) -> CopySource:
     )
 
 
-def relation_sql(table: TableName) -> sql.Composed:
-    return sql.SQL(".").join([sql.Identifier(table.schema), sql.Identifier(table.name)])
-
-
 def select_sql(source: CopySource, *, predicate: str | None = None) -> str:
     """The SELECT of the published rows (optionally one range of them), as tablesync's copy_table builds it.
 
@@ -102,7 +99,7 @@ def select_sql(source: CopySource, *, predicate: str | None = None) -> str:
     """
     query = sql.SQL("SELECT {} FROM {}{}").format(
         sql.SQL(", ").join(map(sql.Identifier, source.columns)), sql.SQL("ONLY " if source.only else ""),
-        relation_sql(source.table))
+        table_sql(source.table))
     # Each filter is already parenthesised by copy_filter_sql; the outer pair keeps a range
     # predicate from binding to one side of the OR.
     conditions = [f"({source.filter_sql})"] if source.filter_sql else []
@@ -208,7 +205,7 @@ def table_pages(conn: psycopg.Connection, source: CopySource) -> int:
     else:
         query = """SELECT coalesce(max(pg_relation_size(relid)), 0) / current_setting('block_size')::bigint
                    FROM pg_partition_tree(%s::regclass) WHERE isleaf"""
-    return int(conn.execute(query, (relation_sql(source.table).as_string(None),)).fetchone()[0])
+    return int(conn.execute(query, (table_sql(source.table).as_string(None),)).fetchone()[0])
 
 
 def plan_partitions(conn: psycopg.Connection, source: CopySource, options: PartitionOptions) -> ReadPlan:
@@ -231,7 +228,7 @@ def plan_partitions(conn: psycopg.Connection, source: CopySource, options: Parti
         # min/max without the filter: two index probes on the key's index, never a scan.
         lower, upper = conn.execute(sql.SQL("SELECT min({k}), max({k}) FROM {o}{t}").format(
             k=sql.Identifier(source.key), o=sql.SQL("ONLY " if source.only else ""),
-            t=relation_sql(source.table))).fetchone()
+            t=table_sql(source.table))).fetchone()
         if lower is None:
             return SinglePartition()
         partitions = min(wanted, upper - lower + 1)

@@ -11,7 +11,7 @@ from airflow_provider_rowfilter.core.publication import PublicationSet
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, subscription_filters
-from airflow_provider_rowfilter.publisher.catalog import read_catalog, read_publications
+from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, read_publications
 
 
 @dataclass(frozen=True)

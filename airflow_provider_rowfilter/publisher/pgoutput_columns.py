@@ -32,8 +32,9 @@ class Irregular(Exception):  # noqa: N818 - a signal to fall back, not an error 
 
 
 @dataclass(frozen=True)
-class Images:
-    """One row image (new, or old) per message, flattened as Arrow lays out a list column.
+class ImageCells:
+    """One row image (new, or old) per message, as cells located in the message buffer, flattened as
+    Arrow lays out a list column (change_log/log.py ``image_arrays`` gathers their bytes).
 
     Image ``i`` holds cells ``offsets[i]:offsets[i + 1]`` (none when ``present[i]`` is false). A
     cell is a column kind (``t``, ``n``, ``u``) and, for ``t``, where its bytes are in the buffer.
@@ -45,7 +46,7 @@ class Images:
     starts: np.ndarray  # int64, per cell
     lengths: np.ndarray  # int64, per cell (0 unless kind is t)
 
-    def placed(self, where: np.ndarray, total: int) -> Images:
+    def placed(self, where: np.ndarray, total: int) -> ImageCells:
         """These images as those of rows ``where`` (ascending) among ``total`` rows, absent elsewhere."""
         present = np.zeros(total, bool)
         present[where] = self.present
@@ -53,7 +54,7 @@ class Images:
         counts[where] = np.diff(self.offsets)
         offsets = np.zeros(total + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
-        return Images(present, offsets, self.kinds, self.starts, self.lengths)
+        return ImageCells(present, offsets, self.kinds, self.starts, self.lengths)
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,8 @@ class ChangeColumns:
 
     relation_oid: np.ndarray  # int64, per message
     old_kind: np.ndarray  # int8, per message: -1 none, 0 K (old key), 1 O (old full row)
-    new: Images
-    old: Images
+    new: ImageCells
+    old: ImageCells
 
 
 def message_buffer(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -85,7 +86,7 @@ def _int32(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(value >= 1 << 31, value - (1 << 32), value)
 
 
-def _tuples(buffer: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> tuple[Images, np.ndarray]:
+def _tuples(buffer: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> tuple[ImageCells, np.ndarray]:
     """Walk the TupleData at each of ``starts`` (none beyond ``limits``); return the cells and where each ends."""
     size = len(buffer) - PADDING
     at = starts + 2
@@ -117,7 +118,7 @@ def _tuples(buffer: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> tuple
     if (at > limits).any():
         raise Irregular("a tuple runs past its message")
     cells = np.arange(width) < counts[:, None]
-    return Images(np.ones(len(starts), bool), offsets, kinds[cells], value_starts[cells], lengths[cells]), at
+    return ImageCells(np.ones(len(starts), bool), offsets, kinds[cells], value_starts[cells], lengths[cells]), at
 
 
 def decode_changes(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> ChangeColumns:
@@ -127,7 +128,7 @@ def decode_changes(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> 
     """
     n = len(starts)
     if n == 0:
-        empty = Images(np.zeros(0, bool), np.zeros(1, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.int64),
+        empty = ImageCells(np.zeros(0, bool), np.zeros(1, np.int64), np.zeros(0, np.uint8), np.zeros(0, np.int64),
                        np.zeros(0, np.int64))
         return ChangeColumns(np.zeros(0, np.int64), np.zeros(0, np.int8), empty, empty)
     if ((ends - starts) < 7).any():

@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.spec import with_jvm_options
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     :param master: Spark master URL; default ``local[*]``.
     :param conf: extra settings, e.g. ``{"spark.ui.enabled": "false"}``; a ``spark.jars`` given
         here is kept and the JDBC jar appended to it.
-    :param short_batch: the session runs one short apply batch (core/spec.py ``SHORT_BATCH_JVM_OPTIONS``).
+    :param short_batch: the session runs one short apply batch (core/spark_settings.py ``SHORT_BATCH_JVM_OPTIONS``).
     """
     settings = {
         "spark.master": master or DEFAULT_MASTER,
@@ -76,7 +78,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(conf or {})
     # The JVMs' own zone (the JDBC driver and java.time conversions read it) and the JIT for long
-    # generated methods, added to the caller's Java options (core/spec.py SPARK_JVM_OPTIONS).
+    # generated methods, added to the caller's Java options (core/spark_settings.py SPARK_JVM_OPTIONS).
     settings = with_jvm_options(settings, short_batch=short_batch)
     jar = str(jdbc_jar_path())
     jars = [j for j in settings.get("spark.jars", "").split(",") if j]
@@ -118,3 +120,33 @@ def build_session(
     session = builder.getOrCreate()
     logger.info("Spark session %r on %s (Spark %s)", app_name, session.sparkContext.master, session.version)
     return session
+
+
+@contextmanager
+def job_session(spec: SubscriptionSpec, job: str, spark: SparkSession | None = None, *,
+                short_batch: bool = False) -> Iterator[SparkSession]:
+    """The session a job runs in: ``spark``, else the active one (either left running), else one built
+    from the spec's ``spark_master`` and ``spark_conf``, named ``rowfilter-<job>-<subscription>``,
+    and stopped when the job is done.
+
+    :param short_batch: a session of our own runs one short apply batch (see :func:`build_session`).
+    :raises SpecError: Spark cannot start with the spec's settings (raised before the job changed anything).
+    """
+    existing = spark or SparkSession.getActiveSession()
+    if existing is not None:
+        yield existing
+        return
+    try:
+        session = build_session(f"rowfilter-{job}-{spec.subscription}", spec.spark_master, spec.spark_conf,
+                                short_batch=short_batch)
+    except RowFilterError:
+        raise
+    except Exception as e:  # Spark's own error (a bad master URL or setting)
+        first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+        raise SpecError(f"cannot start Spark with spark_master {spec.spark_master!r}: "
+                        f"{type(e).__name__}: {first.strip()[:500]}",
+                        hint="check spark_master and spark_conf in the spec") from e
+    try:
+        yield session
+    finally:
+        session.stop()

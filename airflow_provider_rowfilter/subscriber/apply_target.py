@@ -34,11 +34,11 @@ from psycopg import sql
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.publisher.copy_source import relation_sql
+from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES, ConflictPolicy
+from airflow_provider_rowfilter.identifiers import table_sql
 
 STAGE = sql.SQL("rowfilter.apply_stage")
 KEY_ROW, BARRIER_ROW = "K", "B"
-POLICIES = ("error", "upsert")
 
 
 class ApplyTargetError(RowFilterError):
@@ -141,8 +141,7 @@ def read_target(conn: psycopg.Connection, table: TableName, index: int) -> Apply
             continue
         if identity:
             default_sql = sql.SQL("nextval(pg_get_serial_sequence({}, {}))").format(
-                sql.Literal(f"{sql.Identifier(table.schema).as_string(conn)}."
-                            f"{sql.Identifier(table.name).as_string(conn)}"), sql.Literal(name)).as_string(conn)
+                sql.Literal(table_sql(table).as_string(conn)), sql.Literal(name)).as_string(conn)
         columns.append(TargetColumn(name, type_sql, default_sql))
     key = [r[0] for r in conn.execute(
         """SELECT a.attname FROM (
@@ -178,16 +177,16 @@ class TableCounts:
 class StagedTable:
     """Applies one target's staged rows inside the caller's transaction."""
 
-    def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: str = "error") -> None:
-        if policy not in POLICIES:
-            raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(POLICIES)}")
+    def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error") -> None:
+        if policy not in CONFLICT_POLICIES:
+            raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(CONFLICT_POLICIES)}")
         target.require_key()
         self.conn = conn
         self.token = token
         self.target = target
         self.policy = policy
         self.keys = sql.Identifier(f"rowfilter_keys_{target.index}")
-        self.rel = sql.SQL("{}{}").format(target.only, relation_sql(target.table))
+        self.rel = sql.SQL("{}{}").format(target.only, table_sql(target.table))
 
     # --- SQL pieces ----------------------------------------------------------------------------------
     def _key_match(self, left: str, right: str) -> sql.Composable:
@@ -295,7 +294,7 @@ class StagedTable:
         self.conn.execute(sql.SQL(
             "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
             "WHERE k.phase = %s AND NOT k.existed AND k.a_present"
-        ).format(rel_name=relation_sql(self.target.table), columns=self._column_list(),
+        ).format(rel_name=table_sql(self.target.table), columns=self._column_list(),
                  values=self._insert_values(sql.SQL("k.vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
 
     def _apply_barrier(self, phase: int, counts: TableCounts) -> None:
@@ -335,7 +334,7 @@ class StagedTable:
             counts.update += 1
         elif self.policy == "upsert":
             self.conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {}").format(
-                relation_sql(self.target.table), self._column_list(),
+                table_sql(self.target.table), self._column_list(),
                 self._insert_values(vals_sql, sql.Literal(flags))))
             counts.insert += 1
         else:

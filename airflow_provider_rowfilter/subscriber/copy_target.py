@@ -19,11 +19,11 @@ from psycopg import sql
 from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.copy_source import (
     DEFAULT_BLOCK_ROWS,
     ExportedSnapshot,
     read_copy,
-    relation_sql,
 )
 
 
@@ -48,7 +48,7 @@ class CopyTarget:
     def copy_sql(self) -> str:
         """``COPY target (cols) FROM STDIN`` in text format: the subscriber converts by its own types."""
         return sql.SQL("COPY {} ({}) FROM STDIN").format(
-            relation_sql(self.table), sql.SQL(", ").join(map(sql.Identifier, self.columns))).as_string(None)
+            table_sql(self.table), sql.SQL(", ").join(map(sql.Identifier, self.columns))).as_string(None)
 
 
 def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[str], *,
@@ -88,7 +88,7 @@ def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[s
             "publication's column list")
     target = CopyTarget(table, relkind, tuple(columns))
     if require_empty and conn.execute(
-            sql.SQL("SELECT EXISTS (SELECT FROM {}{})").format(target.only, relation_sql(table))).fetchone()[0]:
+            sql.SQL("SELECT EXISTS (SELECT FROM {}{})").format(target.only, table_sql(table))).fetchone()[0]:
         raise CopyTargetError(
             f'target table "{table}" is not empty; the initial copy starts from an empty table',
             table=str(table),
@@ -99,7 +99,7 @@ def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[s
 
 def truncate(conn: psycopg.Connection, target: CopyTarget) -> None:
     """Empty the target (a copy redone from ``d``, or a resync) in the caller's transaction."""
-    conn.execute(sql.SQL("TRUNCATE {}{}").format(target.only, relation_sql(target.table)))
+    conn.execute(sql.SQL("TRUNCATE {}{}").format(target.only, table_sql(target.table)))
 
 
 @dataclass(frozen=True)

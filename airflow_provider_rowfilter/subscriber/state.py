@@ -391,8 +391,3 @@ def job_lock(conn: psycopg.Connection, subscription: str, scope: str,
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
         conn.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", key)
-
-
-def quoted(table: TableName) -> sql.Composed:
-    """``schema.table`` as a safely quoted SQL identifier."""
-    return sql.SQL(".").join([sql.Identifier(table.schema), sql.Identifier(table.name)])

@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook, libpq_url
 
 
@@ -66,3 +67,24 @@ def test_relative_paths_are_taken_from_the_dag_folder(tmp_path: Path, airflow_co
 def test_unknown_operator_field_is_refused() -> None:
     with pytest.raises(SpecError, match="'publisher' is not a spec field an operator takes"):
         RowFilterHook().resolve_spec(fields={"subscription": "s1", "publisher": "postgresql://u@h/d"})
+
+
+@pytest.mark.parametrize(
+    ("tables", "refusal"),
+    [
+        (["a.b.c"], "tables: 'a.b.c' is not a table name"),
+        ("public.t1,public.", "tables: 'public.' is not a table name"),
+        (["public.t1", " "], "tables=['public.t1', ' '] is not a list of table names"),
+    ],
+    ids=["three-parts", "no-name", "blank-entry"],
+)
+def test_the_sensor_refuses_tables_the_copy_operator_refuses(tables: Any, refusal: str) -> None:
+    # One parser for the sensor, the trigger, the DAG factory and SnapshotCopyOperator: a name the
+    # operator refuses is not waited for (for ever) by the sensor.
+    from airflow_provider_rowfilter.hooks.subscription_rel import parse_tables
+
+    with pytest.raises(SpecError, match="is not a") as e:
+        parse_tables(tables)
+    assert str(e.value).startswith(refusal)
+    assert parse_tables(" t2 , public.t1,,t2") == [TableName("public", "t1"), TableName("public", "t2")]
+    assert parse_tables("") is None and parse_tables(None) is None

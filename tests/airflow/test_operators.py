@@ -341,7 +341,7 @@ def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
     op.prepare_submit()
     command = _command(op)
     confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
-    # Each apply submission is a JVM that lives for one batch: the quick compiler only (core/spec.py).
+    # Each apply submission is a JVM that lives for one batch: the quick compiler only (core/spark_settings.py).
     assert ("spark.driver.extraJavaOptions=-Xss4m -Duser.timezone=UTC -XX:-DontCompileHugeMethods "
             "-XX:PerMethodTrapLimit=0 -XX:TieredStopAtLevel=1") in confs
     assert ("spark.executor.extraJavaOptions=-Duser.timezone=UTC -XX:-DontCompileHugeMethods "

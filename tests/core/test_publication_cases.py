@@ -24,7 +24,7 @@ from airflow_provider_rowfilter.core.errors import (
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.subscription_filters import subscription_filters
-from airflow_provider_rowfilter.publisher.catalog import read_catalog, read_publications
+from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, read_publications
 
 # Cases where we do not yet answer as PostgreSQL does; each is listed in docs/row-filters.md
 # ("Known gaps"). strict: a case that starts to pass fails here until it is removed from the list.

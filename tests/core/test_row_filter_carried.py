@@ -23,7 +23,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.row_filter import RowFilter
 from airflow_provider_rowfilter.core.spark_translation import spark_or
 from airflow_provider_rowfilter.core.subscription_filters import filters_document, subscription_filters
-from airflow_provider_rowfilter.publisher.catalog import read_catalog
+from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog
 
 T1 = TableName("public", "t1")
 

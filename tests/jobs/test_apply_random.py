@@ -28,7 +28,7 @@ from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.apply import ApplyResult, apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import snapshot
+from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_snapshot_differential import _names
 
@@ -280,7 +280,7 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed):
             yield snap
 
     monkeypatch.setattr(snapshot_job, "exported_snapshot", changes_during_the_copy)
-    copied = snapshot(spec, spark=spark)
+    copied = initial_copy(spec, spark=spark)
     monkeypatch.undo()
     assert copied.ok, copied.summary()
     # Each table's copy saw the changes made during the previous ones: their positions differ.

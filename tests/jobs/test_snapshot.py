@@ -15,7 +15,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, snapshot
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.native import table_rows
 
@@ -119,7 +119,7 @@ def test_resync_empties_the_table_and_copies_it_again(setup, spark, capsys):
     spec, path = setup
     execute(spec.subscriber, T1 + T2)
     refresh(spec)
-    assert snapshot(spec, spark=spark).ok
+    assert initial_copy(spec, spark=spark).ok
     first = state(spec, "t1")
     execute(spec.publisher, "INSERT INTO t1 VALUES (1001, 'NSW', 1001), (1002, 'VIC', 1002); DELETE FROM t1 WHERE id = 60;")
     execute(spec.subscriber, "INSERT INTO t1 VALUES (1, 'stray', 0);")
@@ -149,7 +149,7 @@ def test_a_failed_copy_stays_in_d_and_a_rerun_copies_again(setup, spark):
     # One published row breaks the target's constraint: its partition's COPY fails on the subscriber.
     execute(spec.subscriber, T1.replace(");", ", CHECK (v <> 300));") + T2)
     refresh(spec)
-    result = snapshot(spec, [TableName("public", "t1")], spark=spark, options=SPLIT)
+    result = initial_copy(spec, [TableName("public", "t1")], spark=spark, options=SPLIT)
     assert not result.ok
     (failed,) = result.failed
     assert failed.table == "public.t1" and 't1_v_check' in failed.error
@@ -158,7 +158,7 @@ def test_a_failed_copy_stays_in_d_and_a_rerun_copies_again(setup, spark):
     assert "t1_v_check" in str(result.error()) and "run the snapshot again" in str(result.error())
 
     execute(spec.subscriber, "ALTER TABLE t1 DROP CONSTRAINT t1_v_check")
-    result = snapshot(spec, spark=spark, options=SPLIT)
+    result = initial_copy(spec, spark=spark, options=SPLIT)
     assert result.ok, result.summary()
     rel = state(spec, "t1")
     assert rel.state is SyncState.FINISHED_COPY and rel.last_error is None and rel.rows_copied == 950
@@ -173,7 +173,7 @@ def test_a_copy_killed_in_d_is_redone_from_an_empty_table(setup, spark):
     with psycopg.connect(spec.subscriber, autocommit=True) as conn:
         StateStore(conn, spec.subscription).set_state(TableName("public", "t1"), SyncState.DATA_COPY)
         conn.execute("INSERT INTO t1 SELECT g, 'NSW', g FROM generate_series(51, 120) g")
-    result = snapshot(spec, spark=spark, options=SPLIT)
+    result = initial_copy(spec, spark=spark, options=SPLIT)
     assert result.ok, result.summary()
     assert {t.table: t.partitions for t in result.tables}["public.t1"] == 3
     assert state(spec, "t1").state is SyncState.FINISHED_COPY

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, SnapshotResult, snapshot
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, InitialCopyResult, initial_copy
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 
 _names = itertools.count(1)
@@ -182,9 +182,9 @@ class Databases:
             assert table_rows(self.ours, table) == table_rows(self.native, table), f"table {table} differs"
 
 
-def run_ours(spec: SubscriptionSpec, spark, options: CopyOptions | None = None) -> SnapshotResult:
+def run_ours(spec: SubscriptionSpec, spark, options: CopyOptions | None = None) -> InitialCopyResult:
     refresh(spec)
-    result = snapshot(spec, spark=spark, options=options)
+    result = initial_copy(spec, spark=spark, options=options)
     assert result.ok, result.summary()
     return result
 

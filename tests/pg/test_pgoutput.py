@@ -26,8 +26,8 @@ from airflow_provider_rowfilter.core.pgoutput import (
     Message,
     Origin,
     PgOutputError,
-    Relation,
     RelationColumn,
+    RelationMessage,
     Truncate,
     TupleData,
     TupleKind,
@@ -101,7 +101,7 @@ def encode(message) -> bytes:
                                   _micros(message.commit_ts))
     if isinstance(message, Origin):
         return b"O" + struct.pack(">Q", message.commit_lsn) + _s(message.name)
-    if isinstance(message, Relation):
+    if isinstance(message, RelationMessage):
         out = b"R" + struct.pack(">I", message.oid) + _s(message.namespace) + _s(message.name)
         out += message.replica_identity.value.encode() + struct.pack(">h", len(message.columns))
         for c in message.columns:
@@ -147,9 +147,9 @@ EDGE_CASES = {
     "truncate-cascade": Truncate((16400, 16401), 1),
     "truncate-restart-identity": Truncate((16400,), 2),
     "truncate-cascade-restart-identity": Truncate((16400, 16401, 16402), 3),
-    "relation-every-identity": Relation(16400, "s p", "t ä", ReplicaIdentity.INDEX, (
+    "relation-every-identity": RelationMessage(16400, "s p", "t ä", ReplicaIdentity.INDEX, (
         RelationColumn(1, "id", 23, -1), RelationColumn(0, "price", 1700, 655366))),
-    "relation-pg-catalog-namespace-is-empty": Relation(1259, "", "pg_class", ReplicaIdentity.NOTHING, ()),
+    "relation-pg-catalog-namespace-is-empty": RelationMessage(1259, "", "pg_class", ReplicaIdentity.NOTHING, ()),
     "type": Type(16390, "public", "mood"),
     "origin": Origin(0xFFFFFFFF00000010, "node one"),
     "message-transactional": Message(True, 0x1_0000_0000, "pfx", b"\x00payload"),
@@ -226,7 +226,7 @@ _messages = st.one_of(
     st.builds(Begin, _lsn, _ts, st.integers(0, 2**32 - 1)),
     st.builds(Commit, st.just(0), _lsn, _lsn, _ts),
     st.builds(Origin, _lsn, _name),
-    st.builds(Relation, _oid, _name, _name, st.sampled_from(ReplicaIdentity), st.lists(st.builds(
+    st.builds(RelationMessage, _oid, _name, _name, st.sampled_from(ReplicaIdentity), st.lists(st.builds(
         RelationColumn, st.integers(0, 1), _name, _oid, st.integers(-(2**31), 2**31 - 1)), max_size=5).map(tuple)),
     st.builds(Type, _oid, _name, _name),
     st.builds(Insert, _oid, _tuples()),
@@ -275,14 +275,14 @@ def consume(conn: psycopg.Connection, *options: str) -> list[tuple[int, object]]
 
 def describe(messages: list[tuple[int, object]]) -> list[tuple]:
     """The messages without LSNs, times, xids and OIDs (checked separately), tables by name."""
-    names = {m.oid: m.name for _, m in messages if isinstance(m, Relation)}
+    names = {m.oid: m.name for _, m in messages if isinstance(m, RelationMessage)}
     out = []
     for _, m in messages:
         if isinstance(m, Begin):
             out.append(("B",))
         elif isinstance(m, Commit):
             out.append(("C",))
-        elif isinstance(m, Relation):
+        elif isinstance(m, RelationMessage):
             out.append(("R", m.namespace, m.name, m.replica_identity.value,
                         tuple((c.name, c.is_key) for c in m.columns)))
         elif isinstance(m, Type):

@@ -1,4 +1,5 @@
-"""Read the publisher's catalog over psycopg: tables, partitions, replica identity, publications."""
+"""Read the publisher's catalog over psycopg into core's models: tables, partitions, replica identity
+(:class:`~airflow_provider_rowfilter.core.catalog.PublisherCatalog`) and publications."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ _INHERITS = "SELECT inhrelid, inhparent FROM pg_inherits"
 
 
 def read_catalog(conn: psycopg.Connection) -> PublisherCatalog:
-    """Snapshot the publisher's tables and settings that the publication rules consult."""
+    """Read the publisher's tables and settings that the publication rules consult."""
     try:
         return _read_catalog(conn)
     except psycopg.Error as e:
