@@ -257,7 +257,7 @@ class PhaseTimer:
         self._wrap(apply_job, "capture", "capture")
         self._wrap(apply_frames, "decide", "decide")  # imported by name inside _apply_locked: looked up per call
         self._wrap(apply_frames.DecidedBatch, "facts", "facts")  # first action: read, judge, persist, count
-        self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + JDBC append to apply_stage
+        self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
         self._wrap(apply_job.StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
         return self
 

@@ -20,7 +20,7 @@ from airflow_provider_rowfilter.core.errors import SpecError
 SPEC_VERSION = 1
 CONFLICT_POLICIES = ("error", "upsert")
 #: JVM options of the jobs' driver and executors, given to spark-submit by the operators and to a
-#: session the job starts itself (spark/session.py). UTC for the JDBC driver and java.time; let the
+#: session the job starts itself (spark/session.py). UTC for java.time; let the
 #: JIT compile Spark's generated methods however long they are: the apply's judging projection runs
 #: about 5× slower in HotSpot's bytecode interpreter (the sessions' hugeMethodLimit keeps whole-stage
 #: methods under 8,000 bytes; this covers the rest, and a session that raises it); and keep the

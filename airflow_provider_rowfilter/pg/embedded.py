@@ -540,10 +540,6 @@ class LocalPostgres:
         """Return a libpq URL for ``dbname`` as the superuser (no password: trust auth)."""
         return f"postgresql://{self.user}@{self.host}:{self.port}/{quote(dbname, safe='')}"
 
-    def jdbc_url(self, dbname: str = "postgres") -> str:
-        """Return the JDBC URL for ``dbname``; pass ``user`` as a separate JDBC property."""
-        return f"jdbc:postgresql://{self.host}:{self.port}/{quote(dbname, safe='')}"
-
     def create_database(self, name: str) -> str:
         """Create database ``name`` (dropping an existing one first) and return its DSN."""
         self.drop_database(name)

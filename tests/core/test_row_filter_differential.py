@@ -568,7 +568,7 @@ def frame_of(spark) -> Iterator[object]:  # noqa: ANN001
 
     The shared session keeps its settings, except that Spark must not fold our small local
     frames into constants on the driver: the filter then runs in the executor code paths a
-    JDBC or file scan uses (and the batches run faster).
+    Parquet scan of the change log uses (and the batches run faster).
     """
     key = "spark.sql.optimizer.excludedRules"
     previous = spark.conf.get(key, None)
