@@ -49,9 +49,6 @@ class DropPublication(exp.Expression):
     arg_types = {"expressions": True, "exists": False}
 
 
-PublicationStatement = CreatePublication | AlterPublication | DropPublication
-
-
 class RowFilterPostgres(Postgres):
     """PostgreSQL as sqlglot reads it, plus publication DDL."""
 

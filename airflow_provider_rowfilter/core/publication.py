@@ -33,11 +33,6 @@ class PublishedTable:
     row_filter: str | None = None
     columns: tuple[str, ...] | None = None
 
-    def same_definition(self, other: PublishedTable) -> bool:
-        return self.row_filter == other.row_filter and (
-            None if self.columns is None else sorted(self.columns)
-        ) == (None if other.columns is None else sorted(other.columns))
-
 
 @dataclass(frozen=True)
 class Publication:

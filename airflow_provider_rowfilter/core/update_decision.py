@@ -6,12 +6,11 @@ import enum
 
 
 class ChangeKind(str, enum.Enum):
-    """What a change is sent (and applied) as."""
+    """What an UPDATE is sent (and applied) as."""
 
     INSERT = "insert"
     UPDATE = "update"
     DELETE = "delete"
-    TRUNCATE = "truncate"
 
 
 def decide_update(old_match: bool | None, new_match: bool | None, *, old_row_present: bool = True) -> ChangeKind | None:

@@ -37,7 +37,6 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.pg.copy_source import relation_sql
 
 STAGE = sql.SQL("rowfilter.apply_stage")
-KEY_ROW, BARRIER_ROW = "K", "B"
 POLICIES = ("error", "upsert")
 
 
