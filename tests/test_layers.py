@@ -26,7 +26,7 @@ LAYER_OF = {
     "core": "core",
     "pg": "core",
     "spark": "spark",
-    # The console command runs the Spark jobs (design §6); Airflow stays out of it.
+    # The console command runs the Spark jobs (README "Use"); Airflow stays out of it.
     "cli": "spark",
     "demo": "spark",
     # Thin entry points of the Spark jobs (submitted by the operators, run by the CLI).

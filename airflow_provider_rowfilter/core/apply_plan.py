@@ -2,7 +2,9 @@
 
 A refresh records the effective definitions with the position from which they hold
 (``rowfilter.refresh_history``); a change is judged by the definitions of the latest refresh at or
-before its ``commit_lsn`` (R2.9), so an epoch is the LSN range between two refreshes. The filters
+before its ``commit_lsn`` (pgoutput.c reads the publications in the decoding's historic snapshot
+and rebuilds ``get_rel_sync_entry``'s entry on ``publication_invalidation_cb``), so an epoch is
+the LSN range between two refreshes. The filters
 come as the Spark SQL the refresh translated (``spark_filters``); :func:`filter_expression` rewrites
 each column reference into a typed read of the change's values (PostgreSQL text form, cast to the
 column's Spark type), from the syntax tree.

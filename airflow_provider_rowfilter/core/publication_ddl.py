@@ -296,7 +296,7 @@ def _alter(stmt: AlterPublication, pubs: PublicationSet, catalog: PublisherCatal
                                    detail="Schemas cannot be added if any tables that specify a column list are "
                                    "already part of the publication.", publication=name)
         updated = pub.with_changes(tables=pub.tables + tuple(entries), schemas=pub.schemas + tuple(schemas))
-    else:  # SET replaces both the table list and the schema list (R9.7)
+    else:  # SET replaces both lists (publicationcmds.c AlterPublicationTables/AlterPublicationSchemas, AP_SetObjects)
         updated = pub.with_changes(tables=tuple(entries), schemas=tuple(schemas))
     check = updated.with_changes(tables=tuple(entries))
     pubs.publications[name] = _check_publication(check, catalog).with_changes(tables=updated.tables)

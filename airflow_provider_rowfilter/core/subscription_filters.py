@@ -2,7 +2,8 @@
 
 This is pgoutput's ``get_rel_sync_entry``/``pgoutput_row_filter_init``/``pgoutput_column_list_init``
 and tablesync's ``fetch_remote_table_info``, computed once for a set of subscribed publications.
-Rule numbers (R2.4 …) refer to docs/reference/pg-rules.md.
+Each function names the PostgreSQL function it mirrors (src/backend/replication/pgoutput/pgoutput.c,
+src/backend/replication/logical/tablesync.c, src/backend/catalog/pg_publication.c).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def subscription_filters(
             table=table,
             leaves=tuple(sorted(e[0].name for e in entries)),
             actions=actions,
-            filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # R2.5: no filter if none applies
+            filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # no filter for an action not published
             copy_filters=_copy_filters(publish_as, rel_pubs, catalog),
             columns=_column_list(publish_as, rel_pubs),
             publications=tuple(p.name for p in rel_pubs),
@@ -113,12 +114,13 @@ def subscription_filters(
 
 
 def _publishes(pub: Publication, rel: Relation) -> bool:
-    """R2.1 (a)-(c): does ``pub`` publish ``rel`` itself."""
+    """Does ``pub`` publish ``rel`` itself: FOR ALL TABLES, its schema, or the table (``get_rel_sync_entry``)."""
     return pub.all_tables or pub.table_entry(rel.name) is not None or rel.name.schema in pub.schemas
 
 
 def _leaf_entry(rel: Relation, pubs: list[Publication], catalog: PublisherCatalog):
-    """R2.1-R2.4 for one regular table: its publish-as relation and the publications at that level."""
+    """One regular table: its publish-as relation and the publications at that level (``get_rel_sync_entry``,
+    pg_publication.c ``GetTopMostAncestorInPublication``)."""
     levels: list[tuple[int, Relation, Publication]] = []
     publishing: list[Publication] = []
     for pub in pubs:
@@ -142,7 +144,7 @@ def _leaf_entry(rel: Relation, pubs: list[Publication], catalog: PublisherCatalo
 
 
 def _no_filter(pub: Publication, publish_as: Relation) -> bool:
-    """R4.1: FOR ALL TABLES, a schema covering the table, or no row / no WHERE means no filter."""
+    """FOR ALL TABLES, a schema covering the table, or no WHERE means no filter (``pgoutput_row_filter_init``)."""
     if pub.all_tables or publish_as.name.schema in pub.schemas:
         return True
     entry = pub.table_entry(publish_as.name)
@@ -159,7 +161,7 @@ def _validated(pub: Publication, rel: Relation, catalog: PublisherCatalog) -> Ro
 
 
 def _action_filters(publish_as: Relation, pubs: list[Publication], catalog: PublisherCatalog):
-    """R4.2-R4.4: per action, no filter if any publication publishing it has none, else the OR."""
+    """Per action, no filter if a publication publishing it has none, else the OR (``pgoutput_row_filter_init``)."""
     no_filter: set[PublishAction] = set()
     collected: dict[PublishAction, list[RowFilter]] = {}
     for pub in pubs:
@@ -189,7 +191,10 @@ def _dedupe(filters: list[RowFilter]) -> tuple[RowFilter, ...]:
 
 
 def _copy_filters(publish_as: Relation, pubs: list[Publication], catalog: PublisherCatalog):
-    """R11.3/R11.4: OR of every publication's filter regardless of ``publish``; any unfiltered one wins."""
+    """OR of every publication's filter regardless of ``publish``; any unfiltered one wins.
+
+    tablesync.c ``fetch_remote_table_info``.
+    """
     filters: list[RowFilter] = []
     for pub in pubs:
         if _no_filter(pub, publish_as):
@@ -199,7 +204,7 @@ def _copy_filters(publish_as: Relation, pubs: list[Publication], catalog: Publis
 
 
 def _column_list(publish_as: Relation, pubs: list[Publication]) -> tuple[str, ...] | None:
-    """R6.1/R6.2: every publication must give the same column set; a full list equals no list."""
+    """Every publication must give the same column set; a full list equals none (``pgoutput_column_list_init``)."""
     all_columns = tuple(c.name for c in publish_as.columns if not c.generated)
     chosen: set[frozenset[str]] = set()
     for pub in pubs:
@@ -274,7 +279,9 @@ def _identity_error(verb: str, leaf: Relation, pub: Publication, detail: str, hi
 
 
 def _check_generated_identity(leaf: Relation, pub: Publication, entry, verb: str) -> None:
-    """R10.4 (PostgreSQL 18): the replica identity may not hold a generated column the publication leaves out."""
+    """PostgreSQL 18: the replica identity may not hold a generated column the publication leaves out
+    (publicationcmds.c ``pub_contains_invalid_column``; raised by execReplication.c
+    ``CheckCmdReplicaIdentity``)."""
     generated = {c.name: c.generated for c in leaf.columns if c.generated}
     if not generated:
         return
@@ -292,7 +299,8 @@ def _check_generated_identity(leaf: Relation, pub: Publication, entry, verb: str
 
 
 def _table_list(pubs: list[Publication], catalog: PublisherCatalog) -> list[TableName]:
-    """R2.7: the tables a subscriber lists (roots when published via root, else leaves)."""
+    """The tables a subscriber lists, roots when published via root, else leaves (pg_publication.c
+    ``pg_get_publication_tables``)."""
     names: list[TableName] = []
     for pub in pubs:
         candidates: list[Relation] = []
