@@ -108,7 +108,7 @@ def epochs_from_history(history: Sequence[tuple[str, dict]], since: int) -> Epoc
 
 
 def filter_expression(spark_sql: str, column_types: dict[str, str],
-                      read: Callable[[str], exp.Expression]) -> exp.Expression:
+                      read: Callable[[str], exp.Expr]) -> exp.Expr:
     """The filter with each column reference replaced by ``read(name)`` cast to the column's Spark type.
 
     ``CAST(<read('a')> AS INT)``: the value's PostgreSQL text form, converted the way the
@@ -116,7 +116,7 @@ def filter_expression(spark_sql: str, column_types: dict[str, str],
     """
     tree = sqlglot.parse_one(spark_sql, dialect="spark")
 
-    def typed(node: exp.Expression) -> exp.Expression:
+    def typed(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Column):
             return node
         name = node.name
@@ -131,8 +131,8 @@ def filter_expression(spark_sql: str, column_types: dict[str, str],
     return tree.transform(typed)
 
 
-def case_over(branches: Iterable[tuple[exp.Expression, exp.Expression]], default: exp.Expression | None = None
-              ) -> exp.Expression:
+def case_over(branches: Iterable[tuple[exp.Expr, exp.Expr]], default: exp.Expr | None = None
+              ) -> exp.Expr:
     """``CASE WHEN cond THEN value … [ELSE default] END`` (a bare default when there is no branch)."""
     case = exp.Case()
     any_branch = False

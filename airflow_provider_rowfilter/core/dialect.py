@@ -77,7 +77,7 @@ class RowFilterPostgres(Postgres):
             name = self._parse_id_var(any_token=False)
             self._publication = name.name if name is not None else None
             all_tables = False
-            objects: list[exp.Expression] = []
+            objects: list[exp.Expr] = []
             if self._match(TokenType.FOR):
                 if self._match_text_seq("ALL", "TABLES"):
                     all_tables = True
@@ -115,8 +115,8 @@ class RowFilterPostgres(Postgres):
             objects = self._parse_publication_objects()
             return self.expression(AlterPublication(this=name, action=action, objects=objects))
 
-        def _parse_publication_objects(self) -> list[exp.Expression]:
-            objects: list[exp.Expression] = []
+        def _parse_publication_objects(self) -> list[exp.Expr]:
+            objects: list[exp.Expr] = []
             kind = None
             while True:
                 continuation = True
@@ -242,7 +242,7 @@ def pg_tokenize(dialect: RowFilterPostgres, sql: str, *, server_version_num: int
     return reconcile(sql, pg, tokens)
 
 
-def parse_statements(sql: str, *, server_version_num: int = 180000) -> list[exp.Expression]:
+def parse_statements(sql: str, *, server_version_num: int = 180000) -> list[exp.Expr]:
     """Parse a script of SQL statements with the publication-aware PostgreSQL dialect."""
     dialect = RowFilterPostgres()
     try:

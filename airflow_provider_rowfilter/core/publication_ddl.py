@@ -86,7 +86,7 @@ def _options(options: list[PublicationOption], current: Publication) -> dict[str
     return changes
 
 
-def _option_text(value: exp.Expression | None) -> str | None:
+def _option_text(value: exp.Expr | None) -> str | None:
     if value is None:
         return None
     if isinstance(value, exp.Boolean):
@@ -109,7 +109,7 @@ def _boolean(key: str, value: str | None) -> bool:
 
 # --- objects ----------------------------------------------------------------------------------------
 def _table_entries(
-    specs: list[exp.Expression], pub: Publication, catalog: PublisherCatalog, *, dropping: bool = False
+    specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog, *, dropping: bool = False
 ) -> list[PublishedTable]:
     """publicationcmds.c ``OpenTableList`` + ``TransformPubWhereClauses`` + ``CheckPubRelationColumnList``."""
     entries: dict[TableName, PublishedTable] = {}
@@ -200,7 +200,7 @@ def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCata
             seen.add(name)
 
 
-def _schemas(specs: list[exp.Expression], pub: Publication, catalog: PublisherCatalog) -> list[str]:
+def _schemas(specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog) -> list[str]:
     names: list[str] = []
     for spec in specs:
         if not isinstance(spec, PublicationSchemaSpec):
@@ -302,7 +302,7 @@ def _alter(stmt: AlterPublication, pubs: PublicationSet, catalog: PublisherCatal
     pubs.publications[name] = _check_publication(check, catalog).with_changes(tables=updated.tables)
 
 
-def _alter_drop(pub: Publication, specs: list[exp.Expression], pubs: PublicationSet, catalog: PublisherCatalog) -> None:
+def _alter_drop(pub: Publication, specs: list[exp.Expr], pubs: PublicationSet, catalog: PublisherCatalog) -> None:
     entries = _table_entries(specs, pub, catalog, dropping=True)
     schemas = _schemas(specs, pub, catalog)
     tables = list(pub.tables)

@@ -90,7 +90,7 @@ class RowFilter:
     """A validated row filter of one table, with the PostgreSQL type of every node."""
 
     sql: str
-    tree: exp.Expression
+    tree: exp.Expr
     relation: Relation
     context: FilterContext
     types: dict[int, PgType]
@@ -99,11 +99,11 @@ class RowFilter:
     constants: dict[int, object]  # id(node) -> Python value of a typed constant
     columns: frozenset[str]
 
-    def type_of(self, node: exp.Expression) -> PgType:
+    def type_of(self, node: exp.Expr) -> PgType:
         return self.types[id(node)]
 
 
-def identifier_name(node: exp.Expression | None) -> str:
+def identifier_name(node: exp.Expr | None) -> str:
     """PostgreSQL folds unquoted identifiers to lower case."""
     if node is None:
         return ""
@@ -119,7 +119,7 @@ def function_name(node: exp.Func) -> str:
     return node.sql(dialect="postgres").split("(", 1)[0].strip().lower()
 
 
-def parse_row_filter(sql: str) -> exp.Expression:
+def parse_row_filter(sql: str) -> exp.Expr:
     """Parse a row-filter expression (the text inside ``WHERE ( … )``)."""
     dialect = RowFilterPostgres()
     tokens = pg_tokenize(dialect, sql)
@@ -147,7 +147,7 @@ _RESETS_IS = {TokenType.AND, TokenType.OR, TokenType.COMMA, TokenType.THEN, Toke
               TokenType.END, TokenType.CASE}
 
 
-def _check_nonassociative(sql: str, tree: exp.Expression, tokens: list) -> None:
+def _check_nonassociative(sql: str, tree: exp.Expr, tokens: list) -> None:
     for node in tree.walk():
         if isinstance(node, _COMPARISONS) and isinstance(node.this, _COMPARISONS):
             word = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}[type(node)]
@@ -228,7 +228,7 @@ def _check_pattern_operators(sql: str, tokens: list) -> None:
             level["seen"] = False
 
 
-def _any_array_as_in(node: exp.Expression) -> exp.Expression:
+def _any_array_as_in(node: exp.Expr) -> exp.Expr:
     """``x = ANY (ARRAY[a, b])`` is what PostgreSQL makes of ``x IN (a, b)`` (and what pg_get_expr shows)."""
     if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
         array = node.expression.this
@@ -269,7 +269,7 @@ def validate_row_filter(
     relation: Relation,
     context: FilterContext | None = None,
     *,
-    tree: exp.Expression | None = None,
+    tree: exp.Expr | None = None,
 ) -> RowFilter:
     """Check a row filter against PostgreSQL's rules and type it; raise the error PostgreSQL would."""
     context = context or FilterContext()
@@ -309,7 +309,7 @@ def _odd_space_hint(name: str) -> str | None:
             "letter of the name, not as a space: replace it with an ordinary space")
 
 
-def _position(node: exp.Expression) -> int | None:
+def _position(node: exp.Expr) -> int | None:
     for n in node.walk(bfs=False):
         meta = n.meta if hasattr(n, "meta") else {}
         if isinstance(meta, dict) and "start" in meta:
@@ -329,32 +329,32 @@ class _Analyzer:
         self.collations: dict[int, str | None] = {}
         self.constants: dict[int, object] = {}
         self.columns: set[str] = set()
-        self.violation: tuple[str, exp.Expression] | None = None
+        self.violation: tuple[str, exp.Expr] | None = None
         self._violation_rank = 1 << 60
 
     # --- errors -----------------------------------------------------------------------------------
-    def error(self, message: str, node: exp.Expression, *, hint: str | None = None) -> PublicationError:
+    def error(self, message: str, node: exp.Expr, *, hint: str | None = None) -> PublicationError:
         return InvalidRowFilterError(message, source=self.sql, position=_position(node), hint=hint)
 
-    def walker_violation(self, detail: str, node: exp.Expression) -> None:
+    def walker_violation(self, detail: str, node: exp.Expr) -> None:
         rank = _prefix_rank(node)
         if rank < self._violation_rank:
             self._violation_rank = rank
             self.violation = (detail, node)
 
-    def untranslatable(self, what: str, node: exp.Expression, fix: str) -> UntranslatableFilterError:
+    def untranslatable(self, what: str, node: exp.Expr, fix: str) -> UntranslatableFilterError:
         return UntranslatableFilterError(
             f"{what} cannot be evaluated by Spark with exactly PostgreSQL's meaning",
             hint=fix, source=self.sql, position=_position(node),
         )
 
     # --- entry ------------------------------------------------------------------------------------
-    def analyze(self, node: exp.Expression) -> PgType:
+    def analyze(self, node: exp.Expr) -> PgType:
         t = self._analyze(node)
         self.types[id(node)] = t
         return t
 
-    def coerce(self, node: exp.Expression, actual: PgType, wanted: PgType) -> None:
+    def coerce(self, node: exp.Expr, actual: PgType, wanted: PgType) -> None:
         """Record that ``node`` (of type ``actual``) is converted to ``wanted`` by its parent."""
         if actual != wanted:
             self.targets[id(node)] = wanted
@@ -364,7 +364,7 @@ class _Analyzer:
             bare = PgType(wanted.name) if wanted.is_text_family else wanted
             self.constants[id(node)] = self.literal_value(node, self.constants[id(node)], bare)
 
-    def _analyze(self, node: exp.Expression) -> PgType:
+    def _analyze(self, node: exp.Expr) -> PgType:
         handler = getattr(self, f"_a_{type(node).__name__}", None)
         if handler is not None:
             return handler(node)
@@ -389,7 +389,7 @@ class _Analyzer:
             self.constants[id(node)] = self.constants[id(node.this)]
         return t
 
-    def _inherit(self, node: exp.Expression, child: exp.Expression) -> None:
+    def _inherit(self, node: exp.Expr, child: exp.Expr) -> None:
         # Only the collation: lower('AB'), replace('ab', …) or NULLIF('', …) are not the constant 'AB'.
         self.collations[id(node)] = self.collations.get(id(child))
 
@@ -430,12 +430,12 @@ class _Analyzer:
         self.constants[id(node)] = value
         return _decimal_type(value)
 
-    def _a_ByteString(self, node: exp.Expression) -> PgType:
+    def _a_ByteString(self, node: exp.Expr) -> PgType:
         """``E'…'``: an unknown-type literal; core/pg_lexer.py decoded its escapes as PostgreSQL does."""
         self.constants[id(node)] = node.this
         return T.UNKNOWN
 
-    def _a_RawString(self, node: exp.Expression) -> PgType:
+    def _a_RawString(self, node: exp.Expr) -> PgType:
         """``$$…$$`` / ``$tag$…$tag$``: an unknown-type literal whose body is taken as written (scan.l xdolq)."""
         self.constants[id(node)] = node.this
         return T.UNKNOWN
@@ -449,7 +449,7 @@ class _Analyzer:
         return T.UNKNOWN
 
     # --- boolean logic ----------------------------------------------------------------------------
-    def _bool_arg(self, node: exp.Expression, child: exp.Expression, op: str) -> None:
+    def _bool_arg(self, node: exp.Expr, child: exp.Expr, op: str) -> None:
         t = self.analyze(child)
         if t.name != "bool" and not t.is_unknown and t != ANY:
             raise self.error(f"argument of {op} must be type boolean, not type {t}", child)
@@ -484,7 +484,7 @@ class _Analyzer:
         return T.BOOL
 
     # --- comparisons and operators ----------------------------------------------------------------
-    def _operands(self, node: exp.Expression, left: exp.Expression, right: exp.Expression, op: str) -> PgType:
+    def _operands(self, node: exp.Expr, left: exp.Expr, right: exp.Expr, op: str) -> PgType:
         """Resolve a binary operator's input type the way PostgreSQL's operator lookup would."""
         lt, rt = self.analyze(left), self.analyze(right)
         common = self.common_type(lt, rt, op, node)
@@ -492,7 +492,7 @@ class _Analyzer:
         self.coerce(right, rt, common)
         return common
 
-    def common_type(self, lt: PgType, rt: PgType, op: str, node: exp.Expression) -> PgType:
+    def common_type(self, lt: PgType, rt: PgType, op: str, node: exp.Expr) -> PgType:
         if ANY in (lt, rt):  # already rejected by the walker; PostgreSQL resolves these operators
             return ANY
         if lt.is_unknown and rt.is_unknown:
@@ -548,7 +548,7 @@ class _Analyzer:
         self._check_comparable(common, node, op, node.left, node.right)
         return T.BOOL
 
-    def _check_comparable(self, common: PgType, node: exp.Expression, op: str, *operands: exp.Expression) -> None:
+    def _check_comparable(self, common: PgType, node: exp.Expr, op: str, *operands: exp.Expr) -> None:
         if common.name == "bool" and op not in ("=", "<>"):
             return
         if common.is_text_family and op not in ("=", "<>"):
@@ -561,7 +561,7 @@ class _Analyzer:
                         '(name COLLATE "C" < \'m\')')
         self._require_spark_type(common, node)
 
-    def _require_spark_type(self, t: PgType, node: exp.Expression) -> None:
+    def _require_spark_type(self, t: PgType, node: exp.Expr) -> None:
         if t.name in ("unknown", "bool", "any") or t.is_text_family:
             return
         if t.name == "numeric" and (t.precision is None or t.precision > T.SPARK_MAX_DECIMAL_PRECISION):
@@ -649,7 +649,7 @@ class _Analyzer:
         self.coerce(node.right, rt, common if common.name != "numeric" else rt_)
         return common
 
-    def _numeric_arith(self, lt: PgType, rt: PgType, op: str, node: exp.Expression) -> PgType:
+    def _numeric_arith(self, lt: PgType, rt: PgType, op: str, node: exp.Expr) -> PgType:
         if op == "/":
             raise self.untranslatable(
                 "numeric division", node,
@@ -739,7 +739,7 @@ class _Analyzer:
             raise self.untranslatable("SIMILAR TO", node, "use LIKE patterns or equality")
         return T.BOOL
 
-    def _require_binary_collation(self, node: exp.Expression, what: str, *operands: exp.Expression) -> None:
+    def _require_binary_collation(self, node: exp.Expr, what: str, *operands: exp.Expr) -> None:
         for o in operands:
             coll = self.collations.get(id(o))
             if coll is not None and coll not in T.BINARY_ORDER_COLLATIONS:
@@ -766,7 +766,7 @@ class _Analyzer:
         return t
 
     # --- conditional expressions ------------------------------------------------------------------
-    def _common_of(self, node: exp.Expression, parts: list[exp.Expression], construct: str) -> PgType:
+    def _common_of(self, node: exp.Expr, parts: list[exp.Expr], construct: str) -> PgType:
         types = [self.analyze(p) for p in parts]
         common = T.UNKNOWN
         for t in types:
@@ -883,7 +883,7 @@ class _Analyzer:
             raise self.error(f"cannot cast type {source} to {target}", node)
         return target
 
-    def literal_value(self, node: exp.Expression, value: object, target: PgType) -> object:
+    def literal_value(self, node: exp.Expr, value: object, target: PgType) -> object:
         """Convert a constant to ``target`` as PostgreSQL's input function would, or raise its error."""
         if value is None:
             return None
@@ -927,7 +927,7 @@ class _Analyzer:
             raise bad from e
         return value
 
-    def _datetime_value(self, node: exp.Expression, text: str, target: PgType) -> object:
+    def _datetime_value(self, node: exp.Expr, text: str, target: PgType) -> object:
         """Read an ISO 8601 date/time literal; a zone-less timestamptz is in the publisher's TimeZone."""
         try:
             parsed = pendulum.parse(text, exact=True, tz=self.context.timezone)
@@ -1074,13 +1074,13 @@ def _decimal_type(value: decimal.Decimal) -> PgType:
     return PgType("numeric", max(integer_digits + scale, 1), scale)
 
 
-def _reject_format(analyzer: _Analyzer, node: exp.Expression, text: str, target: PgType) -> object:
+def _reject_format(analyzer: _Analyzer, node: exp.Expr, text: str, target: PgType) -> object:
     raise analyzer.untranslatable(
         f"the {target} literal {text!r}", node,
         "write dates and timestamps in ISO 8601 form, e.g. '2024-01-31' or '2024-01-31 12:00:00+00'")
 
 
-def in_list_groups(node: exp.In) -> tuple[list[exp.Expression], list[exp.Expression]]:
+def in_list_groups(node: exp.In) -> tuple[list[exp.Expr], list[exp.Expr]]:
     """Split ``x IN (…)`` the way PostgreSQL's transformAExprIn does.
 
     With more than one item that references no column, those items become one
@@ -1096,7 +1096,7 @@ def in_list_groups(node: exp.In) -> tuple[list[exp.Expression], list[exp.Express
     return [], items
 
 
-def _prefix_rank(node: exp.Expression) -> int:
+def _prefix_rank(node: exp.Expr) -> int:
     """Position of ``node`` in a prefix walk of its whole tree (PostgreSQL's walker order)."""
     root = node
     while root.parent is not None:

@@ -34,7 +34,7 @@ def to_spark_sql(row_filter: RowFilter) -> str:
     return to_spark_expression(row_filter).sql(dialect="spark")
 
 
-def to_spark_expression(row_filter: RowFilter) -> exp.Expression:
+def to_spark_expression(row_filter: RowFilter) -> exp.Expr:
     """Return the Spark-dialect sqlglot expression of ``row_filter``."""
     return _Translator(row_filter).value(row_filter.tree)
 
@@ -46,18 +46,18 @@ def _dtype(t: PgType) -> exp.DataType:
     return exp.DataType.build(spark, dialect="spark")
 
 
-def _cast(node: exp.Expression, t: PgType) -> exp.Expression:
+def _cast(node: exp.Expr, t: PgType) -> exp.Expr:
     return exp.Cast(this=node, to=_dtype(t))
 
 
-def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+def _fn(name: str, *args: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
 _ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case)
 
 
-def _operand(e: exp.Expression) -> exp.Expression:
+def _operand(e: exp.Expr) -> exp.Expr:
     """Parenthesise a compound operand: ``b = (x <> y)`` must not come out as ``b = x <> y``."""
     return e if isinstance(e, _ATOMS) else exp.Paren(this=e)
 
@@ -67,7 +67,7 @@ class _Translator:
         self.rf = rf
 
     # A node's Spark expression, converted to the type its parent wants.
-    def value(self, node: exp.Expression) -> exp.Expression:
+    def value(self, node: exp.Expr) -> exp.Expr:
         own = self.rf.types[id(node)]
         target = self.rf.targets.get(id(node), own)
         if id(node) in self.rf.constants:
@@ -75,7 +75,7 @@ class _Translator:
         built = self.build(node, own)
         return self.convert(built, own, target)
 
-    def convert(self, built: exp.Expression, own: PgType, target: PgType) -> exp.Expression:
+    def convert(self, built: exp.Expr, own: PgType, target: PgType) -> exp.Expr:
         if own == target or own.is_unknown:
             return built
         if own.name == "bpchar" and target.name != "bpchar":
@@ -91,7 +91,7 @@ class _Translator:
             return exp.NEQ(this=built, expression=exp.Literal.number(0))
         return _cast(built, target)
 
-    def constant(self, value: object, t: PgType) -> exp.Expression:
+    def constant(self, value: object, t: PgType) -> exp.Expr:
         if t.is_unknown:
             t = T.TEXT
         if value is None:
@@ -126,7 +126,7 @@ class _Translator:
             return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)
         raise UntranslatableFilterError(f"a constant of type {t}")
 
-    def build(self, node: exp.Expression, t: PgType) -> exp.Expression:
+    def build(self, node: exp.Expr, t: PgType) -> exp.Expr:
         handler = getattr(self, f"_t_{type(node).__name__}", None)
         if handler is None:
             name = function_name(node) if isinstance(node, exp.Func) else ""
@@ -165,7 +165,7 @@ class _Translator:
         return exp.Not(this=exp.Paren(this=test)) if negate else test
 
     # --- comparisons ------------------------------------------------------------------------------
-    def _compared(self, node: exp.Expression) -> exp.Expression:
+    def _compared(self, node: exp.Expr) -> exp.Expr:
         """An operand as a comparison sees it: character(n) compares without trailing spaces
         (bpchareq, bpcharlt … use bcTruelen), while its value keeps the padding PostgreSQL stores."""
         built = self.value(node)
@@ -208,7 +208,7 @@ class _Translator:
     def _t_In(self, node, t):
         # PostgreSQL's x = ANY (ARRAY[column-free items]) OR x = item … (see in_list_groups)
         array, pairwise = in_list_groups(node)
-        terms: list[exp.Expression] = []
+        terms: list[exp.Expr] = []
         if array:
             terms.append(exp.In(this=self._subject(node.this, array[0]),
                                 expressions=[self._compared(e) for e in array]))
@@ -216,7 +216,7 @@ class _Translator:
             terms.append(exp.EQ(this=self._subject(node.this, e), expression=self._compared(e)))
         return terms[0] if len(terms) == 1 else exp.Paren(this=exp.or_(*terms))
 
-    def _subject(self, subject: exp.Expression, item: exp.Expression) -> exp.Expression:
+    def _subject(self, subject: exp.Expr, item: exp.Expr) -> exp.Expr:
         """The left side of ``x IN (…)`` converted to the type it is compared with ``item`` in."""
         own = self.rf.types[id(subject)]
         common = self.rf.targets.get(id(item), self.rf.types[id(item)])
@@ -282,7 +282,7 @@ class _Translator:
         return self._t_Like(node.this, t, escape=escape, fold=isinstance(node.this, exp.ILike))
 
     @staticmethod
-    def _ascii_lower(e: exp.Expression) -> exp.Expression:
+    def _ascii_lower(e: exp.Expr) -> exp.Expr:
         return _fn("translate", e, exp.Literal.string(_UPPER), exp.Literal.string(_LOWER))
 
     # --- conditionals -----------------------------------------------------------------------------
@@ -313,7 +313,7 @@ class _Translator:
                 right = self._compared(branch.this)
                 if common.name == "bpchar":
                     left = _fn("rtrim", left)
-                cond: exp.Expression = exp.EQ(this=left, expression=right)
+                cond: exp.Expr = exp.EQ(this=left, expression=right)
             else:
                 cond = self.value(branch.this)
             ifs.append(exp.If(this=cond, true=self.value(branch.args["true"])))
@@ -335,7 +335,7 @@ class _Translator:
         return built
 
     # --- functions --------------------------------------------------------------------------------
-    def _arg(self, node: exp.Expression, i: int) -> exp.Expression:
+    def _arg(self, node: exp.Expr, i: int) -> exp.Expr:
         return self.value(list(node.iter_expressions())[i])
 
     def _f_lower(self, node, t): return self._ascii_lower(self._arg(node, 0))
@@ -370,12 +370,12 @@ class _Translator:
         return _cast(_fn("round", self.value(args[0]), digits), t)
 
 
-def _raise(message: str) -> exp.Expression:
+def _raise(message: str) -> exp.Expr:
     return _fn("raise_error", exp.Literal.string(message))
 
 
-def _checked_float(cls, left: exp.Expression, right: exp.Expression, result: exp.Expression,
-                   t: PgType) -> exp.Expression:
+def _checked_float(cls, left: exp.Expr, right: exp.Expr, result: exp.Expr,
+                   t: PgType) -> exp.Expr:
     """PostgreSQL's float arithmetic with its errors (float.h); Spark yields Infinity or 0 instead.
 
     ``float8_pl``/``_mi``/``_mul``/``_div`` raise "value out of range: overflow" when the result
@@ -387,16 +387,16 @@ def _checked_float(cls, left: exp.Expression, right: exp.Expression, result: exp
     infinity = _cast(exp.Literal.string("Infinity"), t)
     zero = _cast(exp.Literal.number(0), t)
 
-    def is_inf(e: exp.Expression) -> exp.Expression:
+    def is_inf(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=_fn("abs", e.copy()), expression=infinity.copy())
 
-    def is_zero(e: exp.Expression) -> exp.Expression:
+    def is_zero(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=e.copy(), expression=zero.copy())
 
-    def all_of(*conds: exp.Expression) -> exp.Expression:
+    def all_of(*conds: exp.Expr) -> exp.Expr:
         return exp.and_(*(exp.Paren(this=c) for c in conds))
 
-    def no(cond: exp.Expression) -> exp.Expression:
+    def no(cond: exp.Expr) -> exp.Expr:
         return exp.Not(this=exp.Paren(this=cond))
 
     if cls is exp.Div:
@@ -409,21 +409,21 @@ def _checked_float(cls, left: exp.Expression, right: exp.Expression, result: exp
     ifs = [exp.If(this=overflow, true=_raise("value out of range: overflow"))]
     if underflow is not None:
         ifs.append(exp.If(this=underflow, true=_raise("value out of range: underflow")))
-    checked: exp.Expression = exp.Case(ifs=ifs, default=result)
+    checked: exp.Expr = exp.Case(ifs=ifs, default=result)
     if cls is exp.Div:
         nan_by_zero = all_of(is_zero(right), _fn("isnan", left.copy()))
         checked = exp.Case(ifs=[exp.If(this=nan_by_zero, true=left.copy())], default=checked)
     return checked
 
 
-def _checked_float4(value: exp.Expression, result: exp.Expression) -> exp.Expression:
+def _checked_float4(value: exp.Expr, result: exp.Expr) -> exp.Expr:
     """float8 → real raises "value out of range: overflow/underflow" in PostgreSQL (float84)."""
     infinity = _cast(exp.Literal.string("Infinity"), PgType("float8"))
 
-    def is_inf(e: exp.Expression) -> exp.Expression:
+    def is_inf(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=_fn("abs", _cast(e.copy(), PgType("float8"))), expression=infinity.copy())
 
-    def is_zero(e: exp.Expression) -> exp.Expression:
+    def is_zero(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=e.copy(), expression=exp.Literal.number(0))
 
     overflow = exp.and_(exp.Paren(this=is_inf(result)), exp.Not(this=exp.Paren(this=is_inf(value))))
@@ -437,7 +437,7 @@ def _checked_float4(value: exp.Expression, result: exp.Expression) -> exp.Expres
 _MIN_UNIX_DATE, _MAX_UNIX_DATE = -2440588, 2145042905
 
 
-def _checked_date(result: exp.Expression) -> exp.Expression:
+def _checked_date(result: exp.Expr) -> exp.Expr:
     """date ± integer raises "date out of range" in PostgreSQL (date_pli); Spark's date_add does not."""
     days = _fn("unix_date", result)
     outside = exp.Not(this=exp.Paren(this=exp.Between(this=days, low=exp.Literal.number(_MIN_UNIX_DATE),
