@@ -237,7 +237,7 @@ def check_relations(plan: ApplyPlan, epochs: Epochs, spans: Sequence[RelationSpa
     for span in spans:
         target = target_of.get(span.name)
         due = None if target is None else span.due_from(target.position)
-        if due is None:
+        if target is None or due is None:
             continue
         for epoch, rules in enumerate(target.rules):
             if rules is None or not _overlaps(epochs.starts, epoch, due, span.last_commit_lsn):
@@ -246,6 +246,7 @@ def check_relations(plan: ApplyPlan, epochs: Epochs, spans: Sequence[RelationSpa
             lost = [c for c in needed if c not in span.column_names]
             if lost:
                 at = span.due_from(max(due, epochs.starts[epoch]) if epoch else due)
+                assert at is not None  # _overlaps: the epoch starts at or before the span's last commit
                 problems.append((at, _lost_column_error(span, target, lost[0], rules, at)))
                 break
     if problems:

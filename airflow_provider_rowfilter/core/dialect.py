@@ -7,6 +7,8 @@ filters come out as real syntax trees with token positions, and nothing is parse
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
@@ -52,18 +54,19 @@ class DropPublication(exp.Expression):
 class RowFilterPostgres(Postgres):
     """PostgreSQL as sqlglot reads it, plus publication DDL."""
 
-    class Parser(Postgres.Parser):
-        def _parse_create(self):  # type: ignore[override]
+    # sqlglot declares Dialect.Parser as a class variable, which mypy will not take as a base class.
+    class Parser(Postgres.Parser):  # type: ignore[misc, valid-type]
+        def _parse_create(self):
             if self._match_text_seq("PUBLICATION"):
                 return self._parse_create_publication()
             return super()._parse_create()
 
-        def _parse_alter(self):  # type: ignore[override]
+        def _parse_alter(self):
             if self._match_text_seq("PUBLICATION"):
                 return self._parse_alter_publication()
             return super()._parse_alter()
 
-        def _parse_drop(self, exists: bool = False, **kwargs):  # type: ignore[override]
+        def _parse_drop(self, exists: bool = False, **kwargs):
             if self._match_text_seq("PUBLICATION"):
                 if_exists = bool(self._match_text_seq("IF", "EXISTS"))
                 names = self._parse_csv(self._parse_id_var)
@@ -220,7 +223,7 @@ class RowFilterPostgres(Postgres):
             raise_pg_syntax_error(self.sql, token)
 
 
-def raise_pg_syntax_error(sql: str, token: Token | None) -> None:
+def raise_pg_syntax_error(sql: str, token: Token | None) -> NoReturn:
     """Raise PostgreSQL's ``syntax error at or near "…"`` for ``token``."""
     if token is None or token.token_type == TokenType.SEMICOLON and not token.text:
         raise PublicationSyntaxError("syntax error at end of input", source=sql, position=len(sql) + 1)

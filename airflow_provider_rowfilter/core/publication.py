@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from airflow_provider_rowfilter.core.relation import TableName
 
@@ -55,8 +56,8 @@ class Publication:
     def publishes(self, action: PublishAction) -> bool:
         return action in self.actions
 
-    def with_changes(self, **changes: object) -> Publication:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_changes(self, **changes: Any) -> Publication:
+        return replace(self, **changes)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pendulum
 from sqlglot import exp
 from sqlglot.errors import ParseError
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import Token, TokenType
 
 from airflow_provider_rowfilter.core import pg_types as T
 from airflow_provider_rowfilter.core.dialect import RowFilterPostgres, pg_tokenize, raise_pg_syntax_error
@@ -133,11 +133,12 @@ def parse_row_filter(sql: str) -> exp.Expr:
             f"syntax error: {info.get('description', str(e))}", source=sql,
             position=len(start) + 1 if start else None,
         ) from e
-    if len(parsed) != 1 or parsed[0] is None:
+    tree = parsed[0] if len(parsed) == 1 else None
+    if tree is None:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
-    _check_nonassociative(sql, parsed[0], tokens)
+    _check_nonassociative(sql, tree, tokens)
     _check_pattern_operators(sql, tokens)
-    return parsed[0]
+    return tree
 
 
 # gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax
@@ -187,7 +188,7 @@ _OPENS = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE}
 _CLOSES = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.END}
 
 
-def _pattern_word(tok) -> str | None:  # noqa: ANN001
+def _pattern_word(tok: Token) -> str | None:
     word = tok.text.split()[0].upper() if tok.text.strip() else ""
     return word if word in _PATTERN_WORDS and tok.token_type != TokenType.VAR else None
 
@@ -423,12 +424,12 @@ class _Analyzer:
             return T.UNKNOWN
         text = node.this
         if all(c.isdigit() for c in text):
-            value = int(text)
-            self.constants[id(node)] = value
-            return T.integer_literal_type(value)
-        value = decimal.Decimal(text)
-        self.constants[id(node)] = value
-        return _decimal_type(value)
+            integer = int(text)
+            self.constants[id(node)] = integer
+            return T.integer_literal_type(integer)
+        number = decimal.Decimal(text)
+        self.constants[id(node)] = number
+        return _decimal_type(number)
 
     def _a_ByteString(self, node: exp.Expr) -> PgType:
         """``E'…'``: an unknown-type literal; core/pg_lexer.py decoded its escapes as PostgreSQL does."""
@@ -691,7 +692,9 @@ class _Analyzer:
         # a typed constant such as '-32768'::smallint, is negated by the type's operator when the
         # filter runs (int2um raises "smallint out of range" there).
         if isinstance(node.this, exp.Literal) and not node.this.is_string:
-            value = -self.constants[id(node.this)]  # type: ignore[operator]
+            constant = self.constants[id(node.this)]
+            assert isinstance(constant, (int, decimal.Decimal)), constant  # what _a_Literal keeps of a number
+            value = -constant
             self.constants[id(node)] = value
             if isinstance(value, int):
                 return T.integer_literal_type(value)
@@ -1017,7 +1020,7 @@ class _Analyzer:
         return types[0]
 
     def _f_mod(self, node, args, types) -> PgType:
-        return self._arith(node, "%")  # type: ignore[arg-type]
+        return self._arith(node, "%")
 
     def _f_starts_with(self, node, args, types) -> PgType:
         self._expect(node, args, types, 2, "starts_with")
@@ -1040,13 +1043,13 @@ class _Analyzer:
         if t.name != "numeric":
             raise self.error(f"function round({', '.join(map(str, types))}) does not exist", node)
         if len(args) == 2:
-            if id(args[1]) not in self.constants or not isinstance(self.constants[id(args[1])], int):
+            digits = self.constants.get(id(args[1]))
+            if not isinstance(digits, int):
                 raise self.untranslatable("round() with a non-constant number of digits", node,
                                           "use a constant, e.g. round(amount, 2)")
-            digits = self.constants[id(args[1])]
             if t.precision is None:
                 raise self.untranslatable("numeric without a precision", node, "declare numeric(p,s)")
-            return PgType("numeric", min(t.precision + 1, T.SPARK_MAX_DECIMAL_PRECISION), max(digits, 0))  # type: ignore[arg-type]
+            return PgType("numeric", min(t.precision + 1, T.SPARK_MAX_DECIMAL_PRECISION), max(digits, 0))
         if t.precision is None:
             raise self.untranslatable("numeric without a precision", node, "declare numeric(p,s)")
         return PgType("numeric", min(t.precision - (t.scale or 0) + 1, T.SPARK_MAX_DECIMAL_PRECISION), 0)

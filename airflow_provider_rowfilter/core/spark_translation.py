@@ -101,25 +101,30 @@ class _Translator:
         if t.is_text_family or t.name == "uuid":
             return exp.Literal.string(str(value))
         if t.is_integer:
-            literal = exp.Literal.number(int(value))  # type: ignore[call-overload]
+            assert isinstance(value, (int, decimal.Decimal)), value
+            literal = exp.Literal.number(int(value))
             return literal if t.name == "int4" else _cast(literal, t)
         if t.name == "numeric":
             d = decimal.Decimal(str(value))
             if t.precision is None:
                 digits = d.as_tuple()
-                scale = max(-digits.exponent, 0) if isinstance(digits.exponent, int) else 0
-                t = PgType("numeric", max(len(digits.digits), scale + 1) + max(digits.exponent, 0), scale)  # type: ignore[operator]
+                exponent = digits.exponent if isinstance(digits.exponent, int) else 0
+                scale = max(-exponent, 0)
+                t = PgType("numeric", max(len(digits.digits), scale + 1) + max(exponent, 0), scale)
             return _cast(exp.Literal.string(format(d, "f")), t)
         if t.name in ("float4", "float8"):
-            f = float(value)  # type: ignore[arg-type]
+            assert isinstance(value, (int, float, decimal.Decimal)), value
+            f = float(value)
             text = "NaN" if f != f else ("Infinity" if f == float("inf") else
                                          "-Infinity" if f == float("-inf") else repr(f))
             return _cast(exp.Literal.string(text), t)
         if t.name == "date":
-            return _cast(exp.Literal.string(value.isoformat()), t)  # type: ignore[attr-defined]
+            assert isinstance(value, datetime.date), value
+            return _cast(exp.Literal.string(value.isoformat()), t)
         if t.name == "timestamp":
             if not isinstance(value, datetime.datetime):  # a date constant compared with a timestamp
-                value = datetime.datetime.combine(value, datetime.time())  # type: ignore[arg-type]
+                assert isinstance(value, datetime.date), value
+                value = datetime.datetime.combine(value, datetime.time())
             return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)
         if t.name == "timestamptz":
             assert isinstance(value, datetime.datetime)
@@ -158,7 +163,7 @@ class _Translator:
         if isinstance(node.expression, exp.Boolean):
             # IS [NOT] TRUE/FALSE never yield NULL
             truth = bool(node.expression.this)
-            test = exp.Coalesce(this=inner if truth else exp.Not(this=exp.Paren(this=inner)),
+            test: exp.Expr = exp.Coalesce(this=inner if truth else exp.Not(this=exp.Paren(this=inner)),
                                 expressions=[exp.false()])
             return exp.Not(this=exp.Paren(this=test)) if negate else test
         test = exp.Is(this=_operand(inner), expression=exp.Null())  # Spark cannot parse x LIKE y IS NULL
@@ -261,6 +266,7 @@ class _Translator:
     def _t_Like(self, node, t, *, escape: str | None = None, fold: bool = False):
         subject = self.value(node.left)
         pattern_node = node.right
+        pattern: exp.Expr
         if id(pattern_node) in self.rf.constants and self.rf.constants[id(pattern_node)] is not None:
             pattern = exp.Literal.string(_like_pattern(str(self.rf.constants[id(pattern_node)]), escape))
         elif escape in (None, "\\"):
@@ -399,6 +405,7 @@ def _checked_float(cls, left: exp.Expr, right: exp.Expr, result: exp.Expr,
     def no(cond: exp.Expr) -> exp.Expr:
         return exp.Not(this=exp.Paren(this=cond))
 
+    underflow: exp.Expr | None
     if cls is exp.Div:
         overflow = all_of(is_inf(result), no(is_inf(left)))
         underflow = all_of(is_zero(result), no(is_zero(left)), no(is_inf(right)))

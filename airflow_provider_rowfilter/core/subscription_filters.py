@@ -170,10 +170,10 @@ def _action_filters(publish_as: Relation, pubs: list[Publication], catalog: Publ
         for action in DML_ACTIONS:
             if not pub.publishes(action):
                 continue
-            if unfiltered:
+            if row_filter is None:  # unfiltered
                 no_filter.add(action)
             else:
-                collected.setdefault(action, []).append(row_filter)  # type: ignore[arg-type]
+                collected.setdefault(action, []).append(row_filter)
     result: dict[PublishAction, tuple[RowFilter, ...] | None] = {}
     for action in DML_ACTIONS:
         if action in no_filter:
@@ -342,7 +342,7 @@ def filters_document(filters: SubscriptionFilters, subscription: str) -> dict:
             "actions": sorted(a.value for a in t.actions),
             "filters": {a.value: t.filter_sql(a) for a in DML_ACTIONS if a in t.actions},
             "spark_filters": {
-                a.value: (" OR ".join(f"({to_spark_sql(f)})" for f in t.filters[a]) if t.filters.get(a) else None)
+                a.value: (" OR ".join(f"({to_spark_sql(f)})" for f in ored) if (ored := t.filters.get(a)) else None)
                 for a in DML_ACTIONS if a in t.actions
             },
             "copy_filter": t.copy_filter_sql,
