@@ -518,7 +518,7 @@ class LocalPostgres:
             cwd="/",
             # Its own session: a Ctrl-C to our process group must not kill it before it acts.
             start_new_session=True,
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
 
     def _query_version_num(self) -> int:

@@ -26,6 +26,7 @@ not re-encoded into the columnar cache). Only the staging write passes rows to P
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -400,7 +401,7 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
         _text(exp.Array(expressions=[exp.cast(_fn("array_position", _col("column_names"), _lit(n)), "int")
                                      for n in names.names]), "_p"))
 
-    def realigned(build) -> exp.Expression:  # noqa: ANN001
+    def realigned(build: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
         cells = []
         for i in positions:
             p = _fn("element_at", _col("_p"), _lit(i))
