@@ -154,7 +154,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
 
 
 def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
-    """Print the per-table sync state and the slot's WAL (``status --json``: the contract of design.md §6).
+    """Print the per-table sync state and the slot's WAL (``status --json``: docs/operations.md).
 
     Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
     """

@@ -1,6 +1,6 @@
 """DAGs from subscription spec files: a team adds a subscription by adding a YAML file.
 
-Each spec file (the YAML the ``rowfilter`` command reads, design §6) becomes three DAGs:
+Each spec file (the YAML the ``rowfilter`` command reads, README "Use") becomes three DAGs:
 
 - ``<prefix>_initial_sync`` (manual): refresh, one snapshot task per table waiting for its copy
   (dynamic task mapping, bounded by a pool), apply, then wait until every table is ``r``;

@@ -236,11 +236,11 @@ class PhaseTimer:
         self.current: dict[str, float] = defaultdict(float)
         self._undo: list = []
 
-    def _wrap(self, owner, attr: str, step: str) -> None:  # noqa: ANN001
+    def _wrap(self, owner, attr: str, step: str) -> None:
         original = getattr(owner, attr)
 
         @functools.wraps(original)
-        def timed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        def timed(*args, **kwargs):
             began = time.monotonic()
             try:
                 return original(*args, **kwargs)
@@ -257,7 +257,7 @@ class PhaseTimer:
         self._wrap(apply_job, "capture", "capture")
         self._wrap(apply_frames, "decide", "decide")  # imported by name inside _apply_locked: looked up per call
         self._wrap(apply_frames.DecidedBatch, "facts", "facts")  # first action: read, judge, persist, count
-        self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + JDBC append to apply_stage
+        self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
         self._wrap(apply_job.StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
         return self
 
@@ -272,7 +272,7 @@ class PhaseTimer:
 
 
 # --- the measurements ---------------------------------------------------------------------------------
-def apply_until_done(spec: SubscriptionSpec, spark, max_changes: int, timer: PhaseTimer | None = None,  # noqa: ANN001
+def apply_until_done(spec: SubscriptionSpec, spark, max_changes: int, timer: PhaseTimer | None = None,
                      verbose: bool = False) -> tuple[float, list[dict]]:
     from airflow_provider_rowfilter.jobs.apply import apply
 
@@ -309,7 +309,7 @@ def phase_breakdown(batches: list[dict], total: float) -> dict[str, float]:
     return dict(sums)
 
 
-def empty_batches(spec: SubscriptionSpec, spark, repeat: int) -> list[float]:  # noqa: ANN001
+def empty_batches(spec: SubscriptionSpec, spark, repeat: int) -> list[float]:
     from airflow_provider_rowfilter.jobs.apply import apply
 
     times = []
@@ -399,7 +399,7 @@ def run_job(module: str, spec_file: Path, *extra: str) -> dict:
 
 
 # --- main ---------------------------------------------------------------------------------------------
-def build_spark(master: str):  # noqa: ANN201
+def build_spark(master: str):
     from airflow_provider_rowfilter.spark.session import build_session
 
     began = time.monotonic()
@@ -408,7 +408,7 @@ def build_spark(master: str):  # noqa: ANN201
     return spark, time.monotonic() - began
 
 
-def setup_ours(pub: str, target: str, name: str, change_log: Path, master: str, spark) -> SubscriptionSpec:  # noqa: ANN001
+def setup_ours(pub: str, target: str, name: str, change_log: Path, master: str, spark) -> SubscriptionSpec:
     spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=("bench",),
                             change_log=str(change_log), spark_master=master, spark_conf=dict(SPARK_CONF))
     refresh(spec)
@@ -430,7 +430,7 @@ def compare(native_db: str, ours_db: str) -> dict[str, int]:
     return rows
 
 
-def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN001
+def throughput(args, admin: str, base: str, workdir: Path) -> dict:
     pub, native_db, ours_db = f"{base}/bench_pub", f"{base}/bench_native", f"{base}/bench_ours"
     for name in ("bench_pub", "bench_native", "bench_ours"):
         create_database(admin, name)
@@ -535,7 +535,7 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN
             "cpus": os.cpu_count()}
 
 
-def memory(args, admin: str, base: str, workdir: Path) -> dict:  # noqa: ANN001
+def memory(args, admin: str, base: str, workdir: Path) -> dict:
     pub, ours_db = f"{base}/bench_pub", f"{base}/bench_ours"
     for name in ("bench_pub", "bench_ours"):
         create_database(admin, name)

@@ -1,6 +1,6 @@
 """Initial sync of a subscription: refresh -> one copy per table (mapped, pooled) -> apply -> wait for ``r``.
 
-The design's initial-sync pipeline (design.md section 3):
+The initial-sync pipeline (docs/initial-sync.md, docs/operators.md):
 
 1. ``refresh`` (RefreshPublicationOperator): reconcile ``rowfilter.subscription_rel`` with the
    publications, like ``ALTER SUBSCRIPTION … REFRESH PUBLICATION``; a newly published table gets

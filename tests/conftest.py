@@ -77,7 +77,7 @@ def fresh_db(local_pg: LocalPostgres, request: pytest.FixtureRequest) -> Iterato
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """Return the run's one SparkSession: local[2], 2 shuffle partitions, UI off, UTC, JDBC jar."""
+    """Return the run's one SparkSession: local[2], 2 shuffle partitions, UI off, UTC."""
     # Imported here so that runs without Spark tests never start a JVM.
     from airflow_provider_rowfilter.spark.session import build_session
 

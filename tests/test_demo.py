@@ -9,13 +9,13 @@ from airflow_provider_rowfilter.tooling.demo.run import TABLES, run_demo
 
 
 @pytest.fixture
-def demo_databases(local_pg):  # noqa: ANN001, ANN201
+def demo_databases(local_pg):
     yield
     for name in ("demo_native", "demo_sub", "demo_pub"):  # with the demo's slot: no WAL kept for the run
         local_pg.drop_database(name)
 
 
-def test_the_demo_ends_identical_to_native_logical_replication(local_pg, demo_databases, tmp_path, capsys) -> None:  # noqa: ANN001
+def test_the_demo_ends_identical_to_native_logical_replication(local_pg, demo_databases, tmp_path, capsys) -> None:
     assert run_demo(str(tmp_path), batches=1, pg=local_pg) == 0
     out = capsys.readouterr().out
     assert "dag.test() rowfilter_initial_sync: success" in out

@@ -32,7 +32,7 @@ LAYER_OF = {
     "subscriber": "io",
     "change_log": "io",
     "spark": "spark",
-    # The console command runs the Spark jobs in process; Airflow stays out of it.
+    # The console command runs the Spark jobs (README "Use"); Airflow stays out of it.
     "cli": "spark",
     # Thin entry points of the Spark jobs (submitted by the operators, run by the CLI).
     "jobs": "spark",

@@ -36,7 +36,6 @@ from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.pgoutput import TupleData
 from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, ImageCells
 
 FORMAT_VERSION = 1  # of a segment
@@ -369,36 +368,6 @@ class ChangeLog:
             fsync_directory(created.parent)
 
 
-class _TupleImages:
-    """The new (or old) row images of changes given one by one (decoded :class:`TupleData`, not the
-    buffer cells of publisher/pgoutput_columns.py): flat values and flags, and where each image ends."""
-
-    def __init__(self) -> None:
-        self.values: list[str | bytes | None] = []
-        self.unchanged: list[bool] = []
-        self.ends: list[int] = [0]
-        self.absent: list[bool] = []
-
-    def add(self, image: TupleData | None) -> None:
-        if image is not None:
-            self.values.extend(image.values)
-            self.unchanged.extend(image.unchanged)
-        self.ends.append(len(self.values))
-        self.absent.append(image is None)
-
-    def arrays(self) -> tuple[pa.Array, pa.Array]:
-        """``list<string>`` values and ``list<bool>`` flags, NULL where a change has no such image.
-
-        Text arrives as str or as the publisher's UTF-8 bytes (decode_message ``raw_text``); Arrow
-        checks the bytes are valid UTF-8 for the whole row group at once.
-        """
-        offsets = pa.array(self.ends, pa.int32())
-        mask = pa.array(self.absent, pa.bool_())
-        texts = _texts(pa.array(self.values, pa.binary()), "utf-8")
-        return (pa.ListArray.from_arrays(offsets, texts, type=_TEXTS, mask=mask),
-                pa.ListArray.from_arrays(offsets, pa.array(self.unchanged, pa.bool_()), type=_FLAGS, mask=mask))
-
-
 @dataclass(frozen=True)
 class ChangeRows:
     """Changes as columns, ready to become a piece of a segment (:meth:`SegmentWriter.append`).
@@ -536,9 +505,9 @@ def image_arrays(buffer: np.ndarray, images: ImageCells, encoding: str = "utf-8"
 class SegmentWriter:
     """Write one segment, a row group every ``row_group_rows`` changes so memory stays flat.
 
-    Changes come in two ways, kept in order: many at once as :class:`ChangeRows` (:meth:`append`,
-    what the capture does with each fetch), or one by one between :meth:`begin` and :meth:`commit`
-    (:meth:`change`: tests and tools). Both end as the same columns (:meth:`ChangeRows.table`).
+    Changes come as :class:`ChangeRows` of whole fetches, in slot order (:meth:`append`); the
+    capture counts the transactions they complete (:meth:`end_transactions`) and checks that the
+    slot's output ends at a commit (publisher/capture.py ``_read_slot``).
     """
 
     def __init__(self, log: ChangeLog, start_lsn: int, *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
@@ -556,66 +525,9 @@ class SegmentWriter:
         self._pending: list[pa.Table] = []  # changes not yet written, in order
         self._pending_rows = 0
         self._spans: dict[tuple, RelationSpan] = {}  # the relations the segment holds (its metadata)
-        self._transaction: tuple[int, int, int, str | None] | None = None
-        self._changes_in_transaction = 0
-        self._reset()
-
-    def _reset(self) -> None:
-        self._txns: list[tuple[int, int, int, str | None]] = []
-        self._relations: list[LoggedRelation] = []
-        self._relation_index: dict[int, int] = {}
-        # Per change: txn index, relation index, seq, lsn, kind, old kind, truncate options; the new
-        # and old row images as flat value and flag lists with list offsets (built into Arrow list
-        # arrays in one step when the row group is flushed, not converted tuple by tuple).
-        self._scalars: list[tuple] = []
-        self._new = _TupleImages()
-        self._old = _TupleImages()
-        if self._transaction is not None:
-            self._txns.append(self._transaction)
-
-    def begin(self, commit_lsn: int, commit_ts_us: int, xid: int, origin: str | None) -> None:
-        """Start a transaction: its changes follow, until :meth:`commit`."""
-        self._transaction = (commit_lsn, commit_ts_us, xid, origin)
-        self._txns.append(self._transaction)
-        self._changes_in_transaction = 0
-
-    def origin(self, name: str) -> None:
-        """Set the replication origin of the current transaction (pgoutput's Origin message)."""
-        if self._transaction is None:
-            raise ChangeLogError(f"origin {name!r} outside a transaction")
-        self._transaction = (*self._transaction[:3], name)
-        self._txns[-1] = self._transaction
-
-    def commit(self) -> None:
-        if self._changes_in_transaction:
-            self.transactions += 1
-        self._transaction = None
-
-    def change(self, seq: int, lsn: int, kind: int, relation: LoggedRelation, new: TupleData | None,
-               old_kind: int | None, old: TupleData | None, truncate_options: int | None = None) -> None:
-        """Append one change of the current transaction.
-
-        Text values are str, or UTF-8 bytes as decode_message's ``raw_text`` leaves them.
-        """
-        if self._transaction is None:
-            raise ChangeLogError(f"change at LSN {format_lsn(lsn)} outside a transaction")
-        index = self._relation_index.get(id(relation))
-        if index is None:
-            index = self._relation_index[id(relation)] = len(self._relations)
-            self._relations.append(relation)
-        self._scalars.append((len(self._txns) - 1, index, seq, lsn, kind, old_kind, truncate_options))
-        self._new.add(new)
-        self._old.add(old)
-        self.rows += 1
-        self._changes_in_transaction += 1
-        if len(self._scalars) + self._pending_rows >= self.row_group_rows:
-            self._flush()
 
     def append(self, rows: ChangeRows) -> None:
-        """Append many changes of whole transactions at once (the capture's path; see :class:`ChangeRows`)."""
-        if self._transaction is not None:
-            raise ChangeLogError("changes appended while a transaction of change() is open")
-        self._move_scalars()
+        """Append a fetch's changes (see :class:`ChangeRows`); full row groups are written at once."""
         self._pending.append(rows.table())
         self._note_relations(rows)
         self._pending_rows += rows.count
@@ -627,30 +539,12 @@ class SegmentWriter:
         """Count ``count`` more whole transactions among the appended changes (those with any change)."""
         self.transactions += count
 
-    def _move_scalars(self) -> None:
-        """Turn the changes given one by one into a table waiting to be written."""
-        if not self._scalars:
-            return
-        txn, rel, seq, lsn, kind, old_kind, truncate = zip(*self._scalars, strict=True)
-        rows = ChangeRows(
-            list(zip(*self._txns, strict=True)), txn, self._relations, rel, seq, lsn, kind,
-            [-1 if k is None else k for k in old_kind], [-1 if t is None else t for t in truncate],
-            self._new.arrays(), self._old.arrays())
-        self._pending.append(rows.table())
-        self._note_relations(rows)
-        self._pending_rows += len(self._scalars)
-        self._reset()
-
     def _note_relations(self, rows: ChangeRows) -> None:
         """Merge the relations of ``rows`` into the segment's (one entry per distinct definition)."""
         for span in rows.spans():
             key = span.definition
             known = self._spans.get(key)
             self._spans[key] = span if known is None else known.merged(span)
-
-    def _flush(self) -> None:
-        self._move_scalars()
-        self._write(final=False)
 
     def _write(self, *, final: bool) -> None:
         """Write full row groups of what is waiting (and, when ``final``, the rest)."""
@@ -673,16 +567,12 @@ class SegmentWriter:
         A range with no change of ours still gets its segment (no row group, the metadata's counts 0):
         the log's names then prove it continuous (:meth:`ChangeLog.continuous`).
         """
-        if self._transaction is not None:
-            raise ChangeLogError("a segment must end at a transaction commit",
-                                 detail=f"transaction {self._transaction[2]} is still open")
         if end_lsn <= self.start_lsn:
             if self.rows:
                 raise ChangeLogError(f"a segment of {self.rows} changes cannot end at {format_lsn(end_lsn)}, "
                                      f"at or before its start {format_lsn(self.start_lsn)}")
             self.abort()
             return None
-        self._move_scalars()
         self._write(final=True)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)

@@ -2,7 +2,8 @@
 
 A refresh records the effective definitions with the position from which they hold
 (``rowfilter.refresh_history``); a change is judged by the definitions of the latest refresh at or
-before its ``commit_lsn`` (R2.9), so an epoch is the LSN range between two refreshes. The filters
+before its ``commit_lsn`` (pgoutput.c reads the publications in the decoding's historic snapshot
+and rebuilds ``get_rel_sync_entry``'s entry on ``publication_invalidation_cb``), so an epoch is the LSN range between two refreshes. The filters
 come as the Spark expression trees the refresh translated (``spark_filter_trees``, loaded with
 ``sqlglot.serde``; documents recorded before the trees give the Spark SQL text ``spark_filters``,
 parsed once here); :func:`filter_expression` rewrites each column reference into a typed read of the
@@ -36,7 +37,7 @@ class EpochRules:
     """One table's definitions in one epoch: what is published and with which filters and columns."""
 
     actions: frozenset[str]  # insert, update, delete, truncate
-    filters: dict[str, exp.Expression | None]  # DML action -> Spark filter tree (None: unfiltered)
+    filters: dict[str, exp.Expr | None]  # DML action -> Spark filter tree (None: unfiltered)
     columns: tuple[str, ...] | None  # the column list, None when there is none
     column_types: dict[str, str]  # format_type() of the columns the filters read
 
@@ -53,12 +54,16 @@ class EpochRules:
         return self.columns is None or name in self.columns
 
 
-def _filter_tree(entry: dict, action: str) -> exp.Expression | None:
+def _filter_tree(entry: dict, action: str) -> exp.Expr | None:
     """An action's Spark filter tree as the refresh recorded it; from its Spark SQL text in older documents."""
     trees = entry.get("spark_filter_trees")
     if trees is not None:
         dumped = trees.get(action)
-        return None if dumped is None else serde.load(dumped)
+        if dumped is None:
+            return None
+        loaded = serde.load(dumped)
+        assert isinstance(loaded, exp.Expr), f"a recorded filter tree loads as {type(loaded).__name__}"
+        return loaded
     text = entry["spark_filters"].get(action)
     return None if text is None else sqlglot.parse_one(text, dialect="spark")
 
@@ -117,15 +122,15 @@ def epochs_from_history(history: Sequence[tuple[str, dict]], since: int) -> Epoc
     return Epochs(tuple(lsn for lsn, _ in kept), tuple(doc for _, doc in kept))
 
 
-def filter_expression(tree: exp.Expression, column_types: dict[str, str],
-                      read: Callable[[str], exp.Expression]) -> exp.Expression:
+def filter_expression(tree: exp.Expr, column_types: dict[str, str],
+                      read: Callable[[str], exp.Expr]) -> exp.Expr:
     """The filter with each column reference replaced by ``read(name)`` cast to the column's Spark type.
 
     ``CAST(<read('a')> AS INT)``: the value's PostgreSQL text form, converted the way the
     differential tests check; a column the change does not carry reads as NULL. ``tree`` is not changed.
     """
 
-    def typed(node: exp.Expression) -> exp.Expression:
+    def typed(node: exp.Expr) -> exp.Expr:
         if not isinstance(node, exp.Column):
             return node
         name = node.name
@@ -140,8 +145,8 @@ def filter_expression(tree: exp.Expression, column_types: dict[str, str],
     return tree.transform(typed)
 
 
-def case_over(branches: Iterable[tuple[exp.Expression, exp.Expression]], default: exp.Expression | None = None
-              ) -> exp.Expression:
+def case_over(branches: Iterable[tuple[exp.Expr, exp.Expr]], default: exp.Expr | None = None
+              ) -> exp.Expr:
     """``CASE WHEN cond THEN value … [ELSE default] END`` (a bare default when there is no branch)."""
     case = exp.Case()
     any_branch = False
@@ -246,7 +251,7 @@ def check_relations(plan: ApplyPlan, epochs: Epochs, spans: Sequence[RelationSpa
     for span in spans:
         target = target_of.get(span.name)
         due = None if target is None else span.due_from(target.position)
-        if due is None:
+        if target is None or due is None:
             continue
         for epoch, rules in enumerate(target.rules):
             if rules is None or not _overlaps(epochs.starts, epoch, due, span.last_commit_lsn):
@@ -255,6 +260,7 @@ def check_relations(plan: ApplyPlan, epochs: Epochs, spans: Sequence[RelationSpa
             lost = [c for c in needed if c not in span.column_names]
             if lost:
                 at = span.due_from(max(due, epochs.starts[epoch]) if epoch else due)
+                assert at is not None  # _overlaps: the epoch starts at or before the span's last commit
                 problems.append((at, _lost_column_error(span, target, lost[0], rules, at)))
                 break
     if problems:

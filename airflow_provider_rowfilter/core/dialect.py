@@ -7,6 +7,8 @@ filters come out as real syntax trees with token positions, and nothing is parse
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import ParseError, TokenError
@@ -49,24 +51,22 @@ class DropPublication(exp.Expression):
     arg_types = {"expressions": True, "exists": False}
 
 
-PublicationStatement = CreatePublication | AlterPublication | DropPublication
-
-
 class RowFilterPostgres(Postgres):
     """PostgreSQL as sqlglot reads it, plus publication DDL."""
 
-    class Parser(Postgres.Parser):
-        def _parse_create(self):  # type: ignore[override]
+    # sqlglot declares Dialect.Parser as a class variable, which mypy will not take as a base class.
+    class Parser(Postgres.Parser):  # type: ignore[misc, valid-type]
+        def _parse_create(self):
             if self._match_text_seq("PUBLICATION"):
                 return self._parse_create_publication()
             return super()._parse_create()
 
-        def _parse_alter(self):  # type: ignore[override]
+        def _parse_alter(self):
             if self._match_text_seq("PUBLICATION"):
                 return self._parse_alter_publication()
             return super()._parse_alter()
 
-        def _parse_drop(self, exists: bool = False, **kwargs):  # type: ignore[override]
+        def _parse_drop(self, exists: bool = False, **kwargs):
             if self._match_text_seq("PUBLICATION"):
                 if_exists = bool(self._match_text_seq("IF", "EXISTS"))
                 names = self._parse_csv(self._parse_id_var)
@@ -80,7 +80,7 @@ class RowFilterPostgres(Postgres):
             name = self._parse_id_var(any_token=False)
             self._publication = name.name if name is not None else None
             all_tables = False
-            objects: list[exp.Expression] = []
+            objects: list[exp.Expr] = []
             if self._match(TokenType.FOR):
                 if self._match_text_seq("ALL", "TABLES"):
                     all_tables = True
@@ -118,8 +118,8 @@ class RowFilterPostgres(Postgres):
             objects = self._parse_publication_objects()
             return self.expression(AlterPublication(this=name, action=action, objects=objects))
 
-        def _parse_publication_objects(self) -> list[exp.Expression]:
-            objects: list[exp.Expression] = []
+        def _parse_publication_objects(self) -> list[exp.Expr]:
+            objects: list[exp.Expr] = []
             kind = None
             while True:
                 continuation = True
@@ -223,7 +223,7 @@ class RowFilterPostgres(Postgres):
             raise_pg_syntax_error(self.sql, token)
 
 
-def identifier_name(node: exp.Expression | None) -> str:
+def identifier_name(node: exp.Expr | None) -> str:
     """PostgreSQL folds unquoted identifiers to lower case."""
     if node is None:
         return ""
@@ -232,7 +232,7 @@ def identifier_name(node: exp.Expression | None) -> str:
     return node.name.lower()
 
 
-def raise_pg_syntax_error(sql: str, token: Token | None) -> None:
+def raise_pg_syntax_error(sql: str, token: Token | None) -> NoReturn:
     """Raise PostgreSQL's ``syntax error at or near "…"`` for ``token``."""
     if token is None or token.token_type == TokenType.SEMICOLON and not token.text:
         raise PublicationSyntaxError("syntax error at end of input", source=sql, position=len(sql) + 1)
@@ -254,7 +254,7 @@ def pg_tokenize(dialect: RowFilterPostgres, sql: str, *, server_version_num: int
     return reconcile(sql, pg, tokens)
 
 
-def parse_statements(sql: str, *, server_version_num: int = 180000) -> list[exp.Expression]:
+def parse_statements(sql: str, *, server_version_num: int = 180000) -> list[exp.Expr]:
     """Parse a script of SQL statements with the publication-aware PostgreSQL dialect."""
     dialect = RowFilterPostgres()
     try:

@@ -79,7 +79,7 @@ class FilterContext:
 
 
 
-def analyze(sql: str, tree: exp.Expression, relation: Relation, context: FilterContext) -> _Analyzer:
+def analyze(sql: str, tree: exp.Expr, relation: Relation, context: FilterContext) -> _Analyzer:
     """Type ``tree`` (the parsed ``sql``) as a filter of ``relation``; raise the error PostgreSQL would.
 
     Analysis reads a copy of ``tree`` in PostgreSQL's own form (``= ANY (ARRAY[…])`` → IN): the
@@ -130,33 +130,33 @@ class _Analyzer:
         self.collations: dict[int, str | None] = {}
         self.constants: dict[int, object] = {}
         self.columns: set[str] = set()
-        self.violation: tuple[str, exp.Expression] | None = None
-        self.tree: exp.Expression | None = None  # the analysed tree (set by analyze())
+        self.violation: tuple[str, exp.Expr] | None = None
+        self.tree: exp.Expr | None = None  # the analysed tree (set by analyze())
         self._violation_rank = 1 << 60
 
     # --- errors -----------------------------------------------------------------------------------
-    def error(self, message: str, node: exp.Expression, *, hint: str | None = None) -> PublicationError:
+    def error(self, message: str, node: exp.Expr, *, hint: str | None = None) -> PublicationError:
         return InvalidRowFilterError(message, source=self.sql, position=node_position(node), hint=hint)
 
-    def walker_violation(self, detail: str, node: exp.Expression) -> None:
+    def walker_violation(self, detail: str, node: exp.Expr) -> None:
         rank = _prefix_rank(node)
         if rank < self._violation_rank:
             self._violation_rank = rank
             self.violation = (detail, node)
 
-    def untranslatable(self, what: str, node: exp.Expression, fix: str) -> UntranslatableFilterError:
+    def untranslatable(self, what: str, node: exp.Expr, fix: str) -> UntranslatableFilterError:
         return UntranslatableFilterError(
             f"{what} cannot be evaluated by Spark with exactly PostgreSQL's meaning",
             hint=fix, source=self.sql, position=node_position(node),
         )
 
     # --- entry ------------------------------------------------------------------------------------
-    def analyze(self, node: exp.Expression) -> PgType:
+    def analyze(self, node: exp.Expr) -> PgType:
         t = self._analyze(node)
         self.types[id(node)] = t
         return t
 
-    def coerce(self, node: exp.Expression, actual: PgType, wanted: PgType) -> None:
+    def coerce(self, node: exp.Expr, actual: PgType, wanted: PgType) -> None:
         """Record that ``node`` (of type ``actual``) is converted to ``wanted`` by its parent."""
         if actual != wanted:
             self.targets[id(node)] = wanted
@@ -166,7 +166,7 @@ class _Analyzer:
             bare = PgType(wanted.name) if wanted.is_text_family else wanted
             self.constants[id(node)] = self.literal_value(node, self.constants[id(node)], bare)
 
-    def _analyze(self, node: exp.Expression) -> PgType:
+    def _analyze(self, node: exp.Expr) -> PgType:
         handler = getattr(self, f"_a_{type(node).__name__}", None)
         if handler is not None:
             return handler(node)
@@ -191,7 +191,7 @@ class _Analyzer:
             self.constants[id(node)] = self.constants[id(node.this)]
         return t
 
-    def _inherit(self, node: exp.Expression, child: exp.Expression) -> None:
+    def _inherit(self, node: exp.Expr, child: exp.Expr) -> None:
         # Only the collation: lower('AB'), replace('ab', …) or NULLIF('', …) are not the constant 'AB'.
         self.collations[id(node)] = self.collations.get(id(child))
 
@@ -228,16 +228,16 @@ class _Analyzer:
             value = int(text)
             self.constants[id(node)] = value
             return T.integer_literal_type(value)
-        value = decimal.Decimal(text)
-        self.constants[id(node)] = value
-        return decimal_type(value)
+        number = decimal.Decimal(text)
+        self.constants[id(node)] = number
+        return decimal_type(number)
 
-    def _a_ByteString(self, node: exp.Expression) -> PgType:
+    def _a_ByteString(self, node: exp.Expr) -> PgType:
         """``E'…'``: an unknown-type literal; core/pg_lexer.py decoded its escapes as PostgreSQL does."""
         self.constants[id(node)] = node.this
         return T.UNKNOWN
 
-    def _a_RawString(self, node: exp.Expression) -> PgType:
+    def _a_RawString(self, node: exp.Expr) -> PgType:
         """``$$…$$`` / ``$tag$…$tag$``: an unknown-type literal whose body is taken as written (scan.l xdolq)."""
         self.constants[id(node)] = node.this
         return T.UNKNOWN
@@ -251,7 +251,7 @@ class _Analyzer:
         return T.UNKNOWN
 
     # --- boolean logic ----------------------------------------------------------------------------
-    def _bool_arg(self, node: exp.Expression, child: exp.Expression, op: str) -> None:
+    def _bool_arg(self, node: exp.Expr, child: exp.Expr, op: str) -> None:
         t = self.analyze(child)
         if t.name != "bool" and not t.is_unknown and t != ANY:
             raise self.error(f"argument of {op} must be type boolean, not type {t}", child)
@@ -286,7 +286,7 @@ class _Analyzer:
         return T.BOOL
 
     # --- comparisons and operators ----------------------------------------------------------------
-    def _operands(self, node: exp.Expression, left: exp.Expression, right: exp.Expression, op: str) -> PgType:
+    def _operands(self, node: exp.Expr, left: exp.Expr, right: exp.Expr, op: str) -> PgType:
         """Resolve a binary operator's input type the way PostgreSQL's operator lookup would."""
         lt, rt = self.analyze(left), self.analyze(right)
         common = self.common_type(lt, rt, op, node)
@@ -294,7 +294,7 @@ class _Analyzer:
         self.coerce(right, rt, common)
         return common
 
-    def common_type(self, lt: PgType, rt: PgType, op: str, node: exp.Expression) -> PgType:
+    def common_type(self, lt: PgType, rt: PgType, op: str, node: exp.Expr) -> PgType:
         if ANY in (lt, rt):  # already rejected by the walker; PostgreSQL resolves these operators
             return ANY
         if lt.is_unknown and rt.is_unknown:
@@ -350,7 +350,7 @@ class _Analyzer:
         self._check_comparable(common, node, op, node.left, node.right)
         return T.BOOL
 
-    def _check_comparable(self, common: PgType, node: exp.Expression, op: str, *operands: exp.Expression) -> None:
+    def _check_comparable(self, common: PgType, node: exp.Expr, op: str, *operands: exp.Expr) -> None:
         if common.name == "bool" and op not in ("=", "<>"):
             return
         if common.is_text_family and op not in ("=", "<>"):
@@ -363,7 +363,7 @@ class _Analyzer:
                         '(name COLLATE "C" < \'m\')')
         self._require_spark_type(common, node)
 
-    def _require_spark_type(self, t: PgType, node: exp.Expression) -> None:
+    def _require_spark_type(self, t: PgType, node: exp.Expr) -> None:
         if t.name in ("unknown", "bool", "any") or t.is_text_family:
             return
         if t.name == "numeric" and (t.precision is None or t.precision > T.SPARK_MAX_DECIMAL_PRECISION):
@@ -451,7 +451,7 @@ class _Analyzer:
         self.coerce(node.right, rt, common if common.name != "numeric" else rt_)
         return common
 
-    def _numeric_arith(self, lt: PgType, rt: PgType, op: str, node: exp.Expression) -> PgType:
+    def _numeric_arith(self, lt: PgType, rt: PgType, op: str, node: exp.Expr) -> PgType:
         if op == "/":
             raise self.untranslatable(
                 "numeric division", node,
@@ -493,7 +493,9 @@ class _Analyzer:
         # a typed constant such as '-32768'::smallint, is negated by the type's operator when the
         # filter runs (int2um raises "smallint out of range" there).
         if isinstance(node.this, exp.Literal) and not node.this.is_string:
-            value = -self.constants[id(node.this)]  # type: ignore[operator]
+            constant = self.constants[id(node.this)]
+            assert isinstance(constant, (int, decimal.Decimal)), constant  # what _a_Literal keeps of a number
+            value = -constant
             self.constants[id(node)] = value
             if isinstance(value, int):
                 return T.integer_literal_type(value)
@@ -541,7 +543,7 @@ class _Analyzer:
             raise self.untranslatable("SIMILAR TO", node, "use LIKE patterns or equality")
         return T.BOOL
 
-    def _require_binary_collation(self, node: exp.Expression, what: str, *operands: exp.Expression) -> None:
+    def _require_binary_collation(self, node: exp.Expr, what: str, *operands: exp.Expr) -> None:
         for o in operands:
             coll = self.collations.get(id(o))
             if coll is not None and coll not in T.BINARY_ORDER_COLLATIONS:
@@ -568,7 +570,7 @@ class _Analyzer:
         return t
 
     # --- conditional expressions ------------------------------------------------------------------
-    def _common_of(self, node: exp.Expression, parts: list[exp.Expression], construct: str) -> PgType:
+    def _common_of(self, node: exp.Expr, parts: list[exp.Expr], construct: str) -> PgType:
         types = [self.analyze(p) for p in parts]
         common = T.UNKNOWN
         for t in types:
@@ -685,7 +687,7 @@ class _Analyzer:
             raise self.error(f"cannot cast type {source} to {target}", node)
         return target
 
-    def literal_value(self, node: exp.Expression, value: object, target: PgType) -> object:
+    def literal_value(self, node: exp.Expr, value: object, target: PgType) -> object:
         """Convert a constant to ``target`` as PostgreSQL's input function would, or raise its error."""
         try:
             return constant_value(value, target, self.context.timezone)
@@ -760,7 +762,7 @@ class _Analyzer:
         return types[0]
 
     def _f_mod(self, node, args, types) -> PgType:
-        return self._arith(node, "%")  # type: ignore[arg-type]
+        return self._arith(node, "%")
 
     def _f_starts_with(self, node, args, types) -> PgType:
         self._expect(node, args, types, 2, "starts_with")
@@ -783,13 +785,13 @@ class _Analyzer:
         if t.name != "numeric":
             raise self.error(f"function round({', '.join(map(str, types))}) does not exist", node)
         if len(args) == 2:
-            if id(args[1]) not in self.constants or not isinstance(self.constants[id(args[1])], int):
+            digits = self.constants.get(id(args[1]))
+            if not isinstance(digits, int):
                 raise self.untranslatable("round() with a non-constant number of digits", node,
                                           "use a constant, e.g. round(amount, 2)")
-            digits = self.constants[id(args[1])]
             if t.precision is None:
                 raise self.untranslatable("numeric without a precision", node, "declare numeric(p,s)")
-            return PgType("numeric", min(t.precision + 1, T.SPARK_MAX_DECIMAL_PRECISION), max(digits, 0))  # type: ignore[arg-type]
+            return PgType("numeric", min(t.precision + 1, T.SPARK_MAX_DECIMAL_PRECISION), max(digits, 0))
         if t.precision is None:
             raise self.untranslatable("numeric without a precision", node, "declare numeric(p,s)")
         return PgType("numeric", min(t.precision - (t.scale or 0) + 1, T.SPARK_MAX_DECIMAL_PRECISION), 0)
@@ -807,7 +809,7 @@ class _Analyzer:
         raise self.untranslatable("= ANY (array)", node, "write the values as IN (…)")
 
 
-def in_list_groups(node: exp.In) -> tuple[list[exp.Expression], list[exp.Expression]]:
+def in_list_groups(node: exp.In) -> tuple[list[exp.Expr], list[exp.Expr]]:
     """Split ``x IN (…)`` the way PostgreSQL's transformAExprIn does.
 
     With more than one item that references no column, those items become one
@@ -823,7 +825,7 @@ def in_list_groups(node: exp.In) -> tuple[list[exp.Expression], list[exp.Express
     return [], items
 
 
-def _prefix_rank(node: exp.Expression) -> int:
+def _prefix_rank(node: exp.Expr) -> int:
     """Position of ``node`` in a prefix walk of its whole tree (PostgreSQL's walker order)."""
     root = node
     while root.parent is not None:

@@ -30,7 +30,7 @@ BUILTIN_OPERATORS = frozenset({
 _OPERATOR_CHARS = set("+-*/<>=~!@#%^&|`?")
 
 
-def parse_row_filter(sql: str) -> exp.Expression:
+def parse_row_filter(sql: str) -> exp.Expr:
     """Parse a row-filter expression (the text inside ``WHERE ( … )``)."""
     dialect = RowFilterPostgres()
     tokens = pg_tokenize(dialect, sql)
@@ -58,7 +58,7 @@ _RESETS_IS = {TokenType.AND, TokenType.OR, TokenType.COMMA, TokenType.THEN, Toke
               TokenType.END, TokenType.CASE}
 
 
-def _check_nonassociative(sql: str, tree: exp.Expression, tokens: list) -> None:
+def _check_nonassociative(sql: str, tree: exp.Expr, tokens: list) -> None:
     for node in tree.walk():
         if isinstance(node, _COMPARISONS) and isinstance(node.this, _COMPARISONS):
             word = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}[type(node)]
@@ -98,7 +98,7 @@ _OPENS = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.CASE}
 _CLOSES = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.END}
 
 
-def _pattern_word(tok) -> str | None:  # noqa: ANN001
+def _pattern_word(tok) -> str | None:
     word = tok.text.split()[0].upper() if tok.text.strip() else ""
     return word if word in _PATTERN_WORDS and tok.token_type != TokenType.VAR else None
 
@@ -139,7 +139,7 @@ def _check_pattern_operators(sql: str, tokens: list) -> None:
             level["seen"] = False
 
 
-def any_array_as_in(node: exp.Expression) -> exp.Expression:
+def any_array_as_in(node: exp.Expr) -> exp.Expr:
     """``x = ANY (ARRAY[a, b])`` is what PostgreSQL makes of ``x IN (a, b)`` (and what pg_get_expr shows)."""
     if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
         array = node.expression.this
@@ -177,7 +177,7 @@ def _check_operators(sql: str, tokens: list) -> None:
 
 
 
-def node_position(node: exp.Expression) -> int | None:
+def node_position(node: exp.Expr) -> int | None:
     for n in node.walk(bfs=False):
         meta = n.meta if hasattr(n, "meta") else {}
         if isinstance(meta, dict) and "start" in meta:

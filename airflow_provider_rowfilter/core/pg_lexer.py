@@ -120,6 +120,7 @@ def scan(sql: str, *, server_version_num: int = 180000) -> list[PgToken]:
             i = m.end()
         elif c.isdigit() and c.isascii() or (c == "." and sql[i + 1 : i + 2].isdigit()):
             m = number.match(sql, i)
+            assert m is not None  # a digit, or a point and a digit, always starts a number
             junk = _IDENT.match(sql, m.end())
             if junk:
                 raise PublicationSyntaxError(
@@ -213,8 +214,7 @@ def _e_body(sql: str, start: int, i: int) -> tuple[int, str]:
             code, esc_end = int(digits, 16), i + 2 + width
             if 0xD800 <= code <= 0xDBFF:  # a high surrogate must be followed by \u of a low one
                 low = re.compile(r"\\u([0-9A-Fa-f]{4})").match(sql, esc_end)
-                low_code = int(low.group(1), 16) if low else None
-                if low_code is None or not 0xDC00 <= low_code <= 0xDFFF:
+                if low is None or not 0xDC00 <= (low_code := int(low.group(1), 16)) <= 0xDFFF:
                     raise PublicationSyntaxError(
                         f'invalid Unicode surrogate pair at or near "{sql[esc_end : esc_end + 1]}"', source=sql,
                         position=esc_end + 1, hint=_SURROGATE)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -233,8 +234,9 @@ def decode_message(data: bytes, lsn: int | None = None, *, encoding: str = "utf-
     if decoder is None:
         raise _refusal(data[0], lsn)
     try:
-        if raw_text and decoder in _TUPLE_DECODERS:
-            return decoder(data, None)
+        tuple_decoder = _TUPLE_DECODERS.get(data[0]) if raw_text else None
+        if tuple_decoder is not None:
+            return tuple_decoder(data, None)
         return decoder(data, encoding)
     except _BinaryValue as e:
         kind = chr(data[0])
@@ -422,16 +424,19 @@ def _message(data: bytes, encoding: str) -> Message:
     return Message(bool(flags & MESSAGE_TRANSACTIONAL), lsn, prefix, content)
 
 
-_TUPLE_DECODERS = (_insert, _update, _delete)
-_DECODERS = {
+#: The decoders of the messages that carry tuples: given no encoding, they keep text values as bytes.
+_TUPLE_DECODERS: dict[int, Callable[[bytes, str | None], PgOutputMessage]] = {
+    ord("I"): _insert,
+    ord("U"): _update,
+    ord("D"): _delete,
+}
+_DECODERS: dict[int, Callable[[bytes, str], PgOutputMessage]] = {
     ord("B"): _begin,
     ord("C"): _commit,
     ord("O"): _origin,
     ord("R"): _relation,
     ord("Y"): _type,
-    ord("I"): _insert,
-    ord("U"): _update,
-    ord("D"): _delete,
+    **_TUPLE_DECODERS,
     ord("T"): _truncate,
     ord("M"): _message,
 }

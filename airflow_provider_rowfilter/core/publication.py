@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_rowfilter.core.relation import TableName
 
@@ -40,11 +40,6 @@ class PublishedTable:
     columns: tuple[str, ...] | None = None
     filter: RowFilter | None = field(default=None, compare=False, repr=False)
 
-    def same_definition(self, other: PublishedTable) -> bool:
-        return self.row_filter == other.row_filter and (
-            None if self.columns is None else sorted(self.columns)
-        ) == (None if other.columns is None else sorted(other.columns))
-
 
 @dataclass(frozen=True)
 class Publication:
@@ -67,8 +62,8 @@ class Publication:
     def publishes(self, action: PublishAction) -> bool:
         return action in self.actions
 
-    def with_changes(self, **changes: object) -> Publication:
-        return replace(self, **changes)  # type: ignore[arg-type]
+    def with_changes(self, **changes: Any) -> Publication:
+        return replace(self, **changes)
 
 
 @dataclass

@@ -89,7 +89,7 @@ def _options(options: list[PublicationOption], current: Publication) -> dict[str
     return changes
 
 
-def _option_text(value: exp.Expression | None) -> str | None:
+def _option_text(value: exp.Expr | None) -> str | None:
     if value is None:
         return None
     if isinstance(value, exp.Boolean):
@@ -112,7 +112,7 @@ def _boolean(key: str, value: str | None) -> bool:
 
 # --- objects ----------------------------------------------------------------------------------------
 def _table_entries(
-    specs: list[exp.Expression], pub: Publication, catalog: PublisherCatalog, *, dropping: bool = False
+    specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog, *, dropping: bool = False
 ) -> list[PublishedTable]:
     """publicationcmds.c ``OpenTableList`` + ``TransformPubWhereClauses`` + ``CheckPubRelationColumnList``."""
     entries: dict[TableName, PublishedTable] = {}
@@ -205,7 +205,7 @@ def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCata
     return entry
 
 
-def _schemas(specs: list[exp.Expression], pub: Publication, catalog: PublisherCatalog) -> list[str]:
+def _schemas(specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog) -> list[str]:
     names: list[str] = []
     for spec in specs:
         if not isinstance(spec, PublicationSchemaSpec):
@@ -300,13 +300,13 @@ def _alter(stmt: AlterPublication, pubs: PublicationSet, catalog: PublisherCatal
                                    detail="Schemas cannot be added if any tables that specify a column list are "
                                    "already part of the publication.", publication=name)
         updated = pub.with_changes(schemas=pub.schemas + tuple(schemas))
-    else:  # SET replaces both the table list and the schema list (R9.7)
+    else:  # SET replaces both the table list and the schema list (publicationcmds.c AlterPublicationTables/AlterPublicationSchemas, AP_SetObjects)
         updated = pub.with_changes(schemas=tuple(schemas))
     checked = _check_publication(updated.with_changes(tables=tuple(entries)), catalog).tables
     pubs.publications[name] = updated.with_changes(tables=(pub.tables if action == "ADD" else ()) + checked)
 
 
-def _alter_drop(pub: Publication, specs: list[exp.Expression], pubs: PublicationSet, catalog: PublisherCatalog) -> None:
+def _alter_drop(pub: Publication, specs: list[exp.Expr], pubs: PublicationSet, catalog: PublisherCatalog) -> None:
     entries = _table_entries(specs, pub, catalog, dropping=True)
     schemas = _schemas(specs, pub, catalog)
     tables = list(pub.tables)

@@ -24,7 +24,7 @@ class RowFilter:
     """A validated row filter of one table, with the PostgreSQL type of every node."""
 
     sql: str
-    tree: exp.Expression
+    tree: exp.Expr
     relation: Relation
     context: FilterContext
     types: dict[int, PgType]
@@ -33,7 +33,7 @@ class RowFilter:
     constants: dict[int, object]  # id(node) -> Python value of a typed constant
     columns: frozenset[str]
 
-    def type_of(self, node: exp.Expression) -> PgType:
+    def type_of(self, node: exp.Expr) -> PgType:
         return self.types[id(node)]
 
 
@@ -42,11 +42,12 @@ def validate_row_filter(
     relation: Relation,
     context: FilterContext | None = None,
     *,
-    tree: exp.Expression | None = None,
+    tree: exp.Expr | None = None,
 ) -> RowFilter:
     """Parse (unless ``tree`` is the parse of ``sql``), type and check a filter; raise the error PostgreSQL would."""
     context = context or FilterContext()
     analysis = analyze(sql, tree if tree is not None else parse_row_filter(sql), relation, context)
+    assert analysis.tree is not None  # analyze() sets it
     return RowFilter(
         sql=sql, tree=analysis.tree, relation=relation, context=context, types=analysis.types,
         targets=analysis.targets, collations=analysis.collations, constants=analysis.constants,

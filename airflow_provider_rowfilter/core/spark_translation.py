@@ -33,17 +33,17 @@ def to_spark_sql(row_filter: RowFilter) -> str:
     return to_spark_text(to_spark_expression(row_filter))
 
 
-def to_spark_expression(row_filter: RowFilter) -> exp.Expression:
+def to_spark_expression(row_filter: RowFilter) -> exp.Expr:
     """Return the Spark-dialect sqlglot expression of ``row_filter``."""
     return _Translator(row_filter).value(row_filter.tree)
 
 
-def spark_or(filters: Sequence[RowFilter]) -> exp.Expression:
+def spark_or(filters: Sequence[RowFilter]) -> exp.Expr:
     """The OR of ``filters`` (each parenthesised) as one Spark expression tree: what one action publishes."""
     return exp.or_(*(exp.Paren(this=to_spark_expression(f)) for f in filters))
 
 
-def to_spark_text(tree: exp.Expression) -> str:
+def to_spark_text(tree: exp.Expr) -> str:
     """A translated tree as Spark SQL text (for people: the apply renders its own projections)."""
     return tree.sql(dialect="spark")
 
@@ -55,18 +55,18 @@ def _dtype(t: PgType) -> exp.DataType:
     return exp.DataType.build(spark, dialect="spark")
 
 
-def _cast(node: exp.Expression, t: PgType) -> exp.Expression:
+def _cast(node: exp.Expr, t: PgType) -> exp.Expr:
     return exp.Cast(this=node, to=_dtype(t))
 
 
-def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+def _fn(name: str, *args: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
 _ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case)
 
 
-def _operand(e: exp.Expression) -> exp.Expression:
+def _operand(e: exp.Expr) -> exp.Expr:
     """Parenthesise a compound operand: ``b = (x <> y)`` must not come out as ``b = x <> y``."""
     return e if isinstance(e, _ATOMS) else exp.Paren(this=e)
 
@@ -76,7 +76,7 @@ class _Translator:
         self.rf = rf
 
     # A node's Spark expression, converted to the type its parent wants.
-    def value(self, node: exp.Expression) -> exp.Expression:
+    def value(self, node: exp.Expr) -> exp.Expr:
         own = self.rf.types[id(node)]
         target = self.rf.targets.get(id(node), own)
         if id(node) in self.rf.constants:
@@ -84,7 +84,7 @@ class _Translator:
         built = self.build(node, own)
         return self.convert(built, own, target)
 
-    def convert(self, built: exp.Expression, own: PgType, target: PgType) -> exp.Expression:
+    def convert(self, built: exp.Expr, own: PgType, target: PgType) -> exp.Expr:
         if own == target or own.is_unknown:
             return built
         if own.name == "bpchar" and target.name != "bpchar":
@@ -100,7 +100,7 @@ class _Translator:
             return exp.NEQ(this=built, expression=exp.Literal.number(0))
         return _cast(built, target)
 
-    def constant(self, value: object, t: PgType) -> exp.Expression:
+    def constant(self, value: object, t: PgType) -> exp.Expr:
         if t.is_unknown:
             t = T.TEXT
         if value is None:
@@ -110,32 +110,37 @@ class _Translator:
         if t.is_text_family or t.name == "uuid":
             return exp.Literal.string(str(value))
         if t.is_integer:
-            literal = exp.Literal.number(int(value))  # type: ignore[call-overload]
+            assert isinstance(value, (int, decimal.Decimal)), value
+            literal = exp.Literal.number(int(value))
             return literal if t.name == "int4" else _cast(literal, t)
         if t.name == "numeric":
             d = decimal.Decimal(str(value))
             if t.precision is None:
                 digits = d.as_tuple()
-                scale = max(-digits.exponent, 0) if isinstance(digits.exponent, int) else 0
-                t = PgType("numeric", max(len(digits.digits), scale + 1) + max(digits.exponent, 0), scale)  # type: ignore[operator]
+                exponent = digits.exponent if isinstance(digits.exponent, int) else 0
+                scale = max(-exponent, 0)
+                t = PgType("numeric", max(len(digits.digits), scale + 1) + max(exponent, 0), scale)
             return _cast(exp.Literal.string(format(d, "f")), t)
         if t.name in ("float4", "float8"):
-            f = float(value)  # type: ignore[arg-type]
+            assert isinstance(value, (int, float, decimal.Decimal)), value
+            f = float(value)
             text = "NaN" if f != f else ("Infinity" if f == float("inf") else
                                          "-Infinity" if f == float("-inf") else repr(f))
             return _cast(exp.Literal.string(text), t)
         if t.name == "date":
-            return _cast(exp.Literal.string(value.isoformat()), t)  # type: ignore[attr-defined]
+            assert isinstance(value, datetime.date), value
+            return _cast(exp.Literal.string(value.isoformat()), t)
         if t.name == "timestamp":
             if not isinstance(value, datetime.datetime):  # a date constant compared with a timestamp
-                value = datetime.datetime.combine(value, datetime.time())  # type: ignore[arg-type]
+                assert isinstance(value, datetime.date), value
+                value = datetime.datetime.combine(value, datetime.time())
             return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)
         if t.name == "timestamptz":
             assert isinstance(value, datetime.datetime)
             return _cast(exp.Literal.string(value.isoformat(sep=" ")), t)
         raise UntranslatableFilterError(f"a constant of type {t}")
 
-    def build(self, node: exp.Expression, t: PgType) -> exp.Expression:
+    def build(self, node: exp.Expr, t: PgType) -> exp.Expr:
         handler = getattr(self, f"_t_{type(node).__name__}", None)
         if handler is None:
             name = function_name(node) if isinstance(node, exp.Func) else ""
@@ -166,14 +171,14 @@ class _Translator:
         if isinstance(node.expression, exp.Boolean):
             # IS [NOT] TRUE/FALSE never yield NULL
             truth = bool(node.expression.this)
-            test = exp.Coalesce(this=inner if truth else exp.Not(this=exp.Paren(this=inner)),
+            test: exp.Expr = exp.Coalesce(this=inner if truth else exp.Not(this=exp.Paren(this=inner)),
                                 expressions=[exp.false()])
             return exp.Not(this=exp.Paren(this=test)) if negate else test
         test = exp.Is(this=_operand(inner), expression=exp.Null())  # Spark cannot parse x LIKE y IS NULL
         return exp.Not(this=exp.Paren(this=test)) if negate else test
 
     # --- comparisons ------------------------------------------------------------------------------
-    def _compared(self, node: exp.Expression) -> exp.Expression:
+    def _compared(self, node: exp.Expr) -> exp.Expr:
         """An operand as a comparison sees it: character(n) compares without trailing spaces
         (bpchareq, bpcharlt … use bcTruelen), while its value keeps the padding PostgreSQL stores."""
         built = self.value(node)
@@ -216,7 +221,7 @@ class _Translator:
     def _t_In(self, node, t):
         # PostgreSQL's x = ANY (ARRAY[column-free items]) OR x = item … (see in_list_groups)
         array, pairwise = in_list_groups(node)
-        terms: list[exp.Expression] = []
+        terms: list[exp.Expr] = []
         if array:
             terms.append(exp.In(this=self._subject(node.this, array[0]),
                                 expressions=[self._compared(e) for e in array]))
@@ -224,7 +229,7 @@ class _Translator:
             terms.append(exp.EQ(this=self._subject(node.this, e), expression=self._compared(e)))
         return terms[0] if len(terms) == 1 else exp.Paren(this=exp.or_(*terms))
 
-    def _subject(self, subject: exp.Expression, item: exp.Expression) -> exp.Expression:
+    def _subject(self, subject: exp.Expr, item: exp.Expr) -> exp.Expr:
         """The left side of ``x IN (…)`` converted to the type it is compared with ``item`` in."""
         own = self.rf.types[id(subject)]
         common = self.rf.targets.get(id(item), self.rf.types[id(item)])
@@ -269,6 +274,7 @@ class _Translator:
     def _t_Like(self, node, t, *, escape: str | None = None, fold: bool = False):
         subject = self.value(node.left)
         pattern_node = node.right
+        pattern: exp.Expr
         if id(pattern_node) in self.rf.constants and self.rf.constants[id(pattern_node)] is not None:
             pattern = exp.Literal.string(_like_pattern(str(self.rf.constants[id(pattern_node)]), escape))
         elif escape in (None, "\\"):
@@ -290,7 +296,7 @@ class _Translator:
         return self._t_Like(node.this, t, escape=escape, fold=isinstance(node.this, exp.ILike))
 
     @staticmethod
-    def _ascii_lower(e: exp.Expression) -> exp.Expression:
+    def _ascii_lower(e: exp.Expr) -> exp.Expr:
         return _fn("translate", e, exp.Literal.string(_UPPER), exp.Literal.string(_LOWER))
 
     # --- conditionals -----------------------------------------------------------------------------
@@ -321,7 +327,7 @@ class _Translator:
                 right = self._compared(branch.this)
                 if common.name == "bpchar":
                     left = _fn("rtrim", left)
-                cond: exp.Expression = exp.EQ(this=left, expression=right)
+                cond: exp.Expr = exp.EQ(this=left, expression=right)
             else:
                 cond = self.value(branch.this)
             ifs.append(exp.If(this=cond, true=self.value(branch.args["true"])))
@@ -343,7 +349,7 @@ class _Translator:
         return built
 
     # --- functions --------------------------------------------------------------------------------
-    def _arg(self, node: exp.Expression, i: int) -> exp.Expression:
+    def _arg(self, node: exp.Expr, i: int) -> exp.Expr:
         return self.value(list(node.iter_expressions())[i])
 
     def _f_lower(self, node, t): return self._ascii_lower(self._arg(node, 0))
@@ -378,12 +384,12 @@ class _Translator:
         return _cast(_fn("round", self.value(args[0]), digits), t)
 
 
-def _raise(message: str) -> exp.Expression:
+def _raise(message: str) -> exp.Expr:
     return _fn("raise_error", exp.Literal.string(message))
 
 
-def _checked_float(cls, left: exp.Expression, right: exp.Expression, result: exp.Expression,
-                   t: PgType) -> exp.Expression:
+def _checked_float(cls, left: exp.Expr, right: exp.Expr, result: exp.Expr,
+                   t: PgType) -> exp.Expr:
     """PostgreSQL's float arithmetic with its errors (float.h); Spark yields Infinity or 0 instead.
 
     ``float8_pl``/``_mi``/``_mul``/``_div`` raise "value out of range: overflow" when the result
@@ -395,18 +401,19 @@ def _checked_float(cls, left: exp.Expression, right: exp.Expression, result: exp
     infinity = _cast(exp.Literal.string("Infinity"), t)
     zero = _cast(exp.Literal.number(0), t)
 
-    def is_inf(e: exp.Expression) -> exp.Expression:
+    def is_inf(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=_fn("abs", e.copy()), expression=infinity.copy())
 
-    def is_zero(e: exp.Expression) -> exp.Expression:
+    def is_zero(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=e.copy(), expression=zero.copy())
 
-    def all_of(*conds: exp.Expression) -> exp.Expression:
+    def all_of(*conds: exp.Expr) -> exp.Expr:
         return exp.and_(*(exp.Paren(this=c) for c in conds))
 
-    def no(cond: exp.Expression) -> exp.Expression:
+    def no(cond: exp.Expr) -> exp.Expr:
         return exp.Not(this=exp.Paren(this=cond))
 
+    underflow: exp.Expr | None
     if cls is exp.Div:
         overflow = all_of(is_inf(result), no(is_inf(left)))
         underflow = all_of(is_zero(result), no(is_zero(left)), no(is_inf(right)))
@@ -417,21 +424,21 @@ def _checked_float(cls, left: exp.Expression, right: exp.Expression, result: exp
     ifs = [exp.If(this=overflow, true=_raise("value out of range: overflow"))]
     if underflow is not None:
         ifs.append(exp.If(this=underflow, true=_raise("value out of range: underflow")))
-    checked: exp.Expression = exp.Case(ifs=ifs, default=result)
+    checked: exp.Expr = exp.Case(ifs=ifs, default=result)
     if cls is exp.Div:
         nan_by_zero = all_of(is_zero(right), _fn("isnan", left.copy()))
         checked = exp.Case(ifs=[exp.If(this=nan_by_zero, true=left.copy())], default=checked)
     return checked
 
 
-def _checked_float4(value: exp.Expression, result: exp.Expression) -> exp.Expression:
+def _checked_float4(value: exp.Expr, result: exp.Expr) -> exp.Expr:
     """float8 → real raises "value out of range: overflow/underflow" in PostgreSQL (float84)."""
     infinity = _cast(exp.Literal.string("Infinity"), PgType("float8"))
 
-    def is_inf(e: exp.Expression) -> exp.Expression:
+    def is_inf(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=_fn("abs", _cast(e.copy(), PgType("float8"))), expression=infinity.copy())
 
-    def is_zero(e: exp.Expression) -> exp.Expression:
+    def is_zero(e: exp.Expr) -> exp.Expr:
         return exp.EQ(this=e.copy(), expression=exp.Literal.number(0))
 
     overflow = exp.and_(exp.Paren(this=is_inf(result)), exp.Not(this=exp.Paren(this=is_inf(value))))
@@ -445,7 +452,7 @@ def _checked_float4(value: exp.Expression, result: exp.Expression) -> exp.Expres
 _MIN_UNIX_DATE, _MAX_UNIX_DATE = -2440588, 2145042905
 
 
-def _checked_date(result: exp.Expression) -> exp.Expression:
+def _checked_date(result: exp.Expr) -> exp.Expr:
     """date ± integer raises "date out of range" in PostgreSQL (date_pli); Spark's date_add does not."""
     days = _fn("unix_date", result)
     outside = exp.Not(this=exp.Paren(this=exp.Between(this=days, low=exp.Literal.number(_MIN_UNIX_DATE),

@@ -2,7 +2,8 @@
 
 This is pgoutput's ``get_rel_sync_entry``/``pgoutput_row_filter_init``/``pgoutput_column_list_init``
 and tablesync's ``fetch_remote_table_info``, computed once for a set of subscribed publications.
-Rule numbers (R2.4 …) refer to docs/reference/pg-rules.md.
+Each function names the PostgreSQL function it mirrors (src/backend/replication/pgoutput/pgoutput.c,
+src/backend/replication/logical/tablesync.c, src/backend/catalog/pg_publication.c).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class TableFilters:
     def copy_filter_sql(self) -> str | None:
         return _or_text(self.copy_filters)
 
-    def spark_filter(self, action: PublishAction) -> exp.Expression | None:
+    def spark_filter(self, action: PublishAction) -> exp.Expr | None:
         """The effective filter of an action as one Spark expression tree (the filters ORed as trees)."""
         filters = self.filters.get(action)
         return None if not filters else spark_or(filters)
@@ -120,7 +121,7 @@ def subscription_filters(
             table=table,
             leaves=tuple(sorted(e[0].name for e in entries)),
             actions=actions,
-            filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # R2.5: no filter if none applies
+            filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # no filter for an action not published
             copy_filters=_copy_filters(publish_as, rel_pubs, validated),
             columns=_column_list(publish_as, rel_pubs),
             publications=tuple(p.name for p in rel_pubs),
@@ -130,12 +131,13 @@ def subscription_filters(
 
 
 def _publishes(pub: Publication, rel: Relation) -> bool:
-    """R2.1 (a)-(c): does ``pub`` publish ``rel`` itself."""
+    """Does ``pub`` publish ``rel`` itself: FOR ALL TABLES, its schema, or the table (``get_rel_sync_entry``)."""
     return pub.all_tables or pub.table_entry(rel.name) is not None or rel.name.schema in pub.schemas
 
 
 def _leaf_entry(rel: Relation, pubs: list[Publication], catalog: PublisherCatalog):
-    """R2.1-R2.4 for one regular table: its publish-as relation and the publications at that level."""
+    """One regular table: its publish-as relation and the publications at that level (``get_rel_sync_entry``,
+    pg_publication.c ``GetTopMostAncestorInPublication``)."""
     levels: list[tuple[int, Relation, Publication]] = []
     publishing: list[Publication] = []
     for pub in pubs:
@@ -159,7 +161,7 @@ def _leaf_entry(rel: Relation, pubs: list[Publication], catalog: PublisherCatalo
 
 
 def _no_filter(pub: Publication, publish_as: Relation) -> bool:
-    """R4.1: FOR ALL TABLES, a schema covering the table, or no row / no WHERE means no filter."""
+    """FOR ALL TABLES, a schema covering the table, or no WHERE means no filter (``pgoutput_row_filter_init``)."""
     if pub.all_tables or publish_as.name.schema in pub.schemas:
         return True
     entry = pub.table_entry(publish_as.name)
@@ -193,7 +195,7 @@ class _Validated:
 
 
 def _action_filters(publish_as: Relation, pubs: list[Publication], validated: _Validated):
-    """R4.2-R4.4: per action, no filter if any publication publishing it has none, else the OR."""
+    """Per action, no filter if a publication publishing it has none, else the OR (``pgoutput_row_filter_init``)."""
     no_filter: set[PublishAction] = set()
     collected: dict[PublishAction, list[RowFilter]] = {}
     for pub in pubs:
@@ -202,10 +204,10 @@ def _action_filters(publish_as: Relation, pubs: list[Publication], validated: _V
         for action in DML_ACTIONS:
             if not pub.publishes(action):
                 continue
-            if unfiltered:
+            if row_filter is None:  # unfiltered
                 no_filter.add(action)
             else:
-                collected.setdefault(action, []).append(row_filter)  # type: ignore[arg-type]
+                collected.setdefault(action, []).append(row_filter)
     result: dict[PublishAction, tuple[RowFilter, ...] | None] = {}
     for action in DML_ACTIONS:
         if action in no_filter:
@@ -223,7 +225,10 @@ def _dedupe(filters: list[RowFilter]) -> tuple[RowFilter, ...]:
 
 
 def _copy_filters(publish_as: Relation, pubs: list[Publication], validated: _Validated):
-    """R11.3/R11.4: OR of every publication's filter regardless of ``publish``; any unfiltered one wins."""
+    """OR of every publication's filter regardless of ``publish``; any unfiltered one wins.
+
+    tablesync.c ``fetch_remote_table_info``.
+    """
     filters: list[RowFilter] = []
     for pub in pubs:
         if _no_filter(pub, publish_as):
@@ -233,7 +238,7 @@ def _copy_filters(publish_as: Relation, pubs: list[Publication], validated: _Val
 
 
 def _column_list(publish_as: Relation, pubs: list[Publication]) -> tuple[str, ...] | None:
-    """R6.1/R6.2: every publication must give the same column set; a full list equals no list."""
+    """Every publication must give the same column set; a full list equals none (``pgoutput_column_list_init``)."""
     all_columns = tuple(c.name for c in publish_as.columns if not c.generated)
     chosen: set[frozenset[str]] = set()
     for pub in pubs:
@@ -309,7 +314,9 @@ def _identity_error(verb: str, leaf: Relation, pub: Publication, detail: str, hi
 
 
 def _check_generated_identity(leaf: Relation, pub: Publication, entry, verb: str) -> None:
-    """R10.4 (PostgreSQL 18): the replica identity may not hold a generated column the publication leaves out."""
+    """PostgreSQL 18: the replica identity may not hold a generated column the publication leaves out
+    (publicationcmds.c ``pub_contains_invalid_column``; raised by execReplication.c
+    ``CheckCmdReplicaIdentity``)."""
     generated = {c.name: c.generated for c in leaf.columns if c.generated}
     if not generated:
         return
@@ -327,7 +334,8 @@ def _check_generated_identity(leaf: Relation, pub: Publication, entry, verb: str
 
 
 def _table_list(pubs: list[Publication], catalog: PublisherCatalog) -> list[TableName]:
-    """R2.7: the tables a subscriber lists (roots when published via root, else leaves)."""
+    """The tables a subscriber lists, roots when published via root, else leaves (pg_publication.c
+    ``pg_get_publication_tables``)."""
     names: list[TableName] = []
     for pub in pubs:
         candidates: list[Relation] = []
@@ -384,7 +392,7 @@ def filters_document(filters: SubscriptionFilters, subscription: str, *, with_tr
     return {"subscription": subscription, "publications": list(filters.publications), "tables": tables}
 
 
-def _maybe(render, tree: exp.Expression | None):  # noqa: ANN001, ANN202
+def _maybe(render, tree: exp.Expr | None):
     return None if tree is None else render(tree)
 
 

@@ -6,21 +6,20 @@ import enum
 
 
 class ChangeKind(str, enum.Enum):
-    """What a change is sent (and applied) as."""
+    """What an UPDATE is sent (and applied) as."""
 
     INSERT = "insert"
     UPDATE = "update"
     DELETE = "delete"
-    TRUNCATE = "truncate"
 
 
 def decide_update(old_match: bool | None, new_match: bool | None, *, old_row_present: bool = True) -> ChangeKind | None:
     """Return what an UPDATE is sent as, given the row filter's result on the old and the new row.
 
-    NULL counts as no match (R5.1). Without an old row (replica identity DEFAULT/INDEX and the key
-    unchanged) only the new row is evaluated and no transformation is possible (R5.3). Otherwise the
-    decision table of R5.4 applies: neither → dropped (``None``); new only → INSERT; old only →
-    DELETE; both → UPDATE.
+    NULL counts as no match (pgoutput.c ``pgoutput_row_filter_exec_expr``). Without an old row (replica
+    identity DEFAULT/INDEX and the key unchanged) only the new row is evaluated and no transformation
+    is possible; otherwise the decision table in ``pgoutput_row_filter``'s comment applies: neither →
+    dropped (``None``); new only → INSERT; old only → DELETE; both → UPDATE.
     """
     new = new_match is True
     if not old_row_present:

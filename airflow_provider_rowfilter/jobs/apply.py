@@ -17,9 +17,11 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
@@ -65,6 +67,9 @@ from airflow_provider_rowfilter.subscriber.state import (
     relation_exists,
 )
 
+if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to apply
+    from pyspark.sql import SparkSession
+
 log = logging.getLogger(__name__)
 
 
@@ -104,7 +109,7 @@ class ApplyResult:
         return {**asdict(self), "changed_tables": self.changed_tables}
 
 
-def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spark=None,  # noqa: ANN001
+def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spark: SparkSession | None = None,
           capture_first: bool = True) -> ApplyResult:
     """Capture one batch, then apply the change log to the subscriber in one transaction.
 
@@ -131,8 +136,8 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     return result
 
 
-def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark, capture_first: bool,  # noqa: ANN001
-         began: float) -> None:
+def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark: SparkSession | None,
+         capture_first: bool, began: float) -> None:
     change_log = ChangeLog(spec.change_log_dir())
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
@@ -153,7 +158,8 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark, c
 
 
 def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStore, subscription: dict,
-                  change_log: ChangeLog, result: ApplyResult, spark, began: float) -> None:  # noqa: ANN001
+                  change_log: ChangeLog, result: ApplyResult, spark: SparkSession | None,
+                  began: float) -> None:
     end = change_log.captured_through()
     rels = [r for r in store.tables() if r.state in APPLIED]
     result.states = {str(r.table): r.state.value for r in store.tables()}
@@ -431,7 +437,7 @@ def _primary(e: psycopg.Error) -> str:
     return (diag.message_primary if diag is not None and diag.message_primary else str(e)).strip()
 
 
-def _segment_counts(path) -> tuple[int, int]:  # noqa: ANN001
+def _segment_counts(path: Path) -> tuple[int, int]:
     """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
     import pyarrow.parquet as pq
 
@@ -465,7 +471,7 @@ def _apply_lock(conn: psycopg.Connection, subscription: str) -> AbstractContextM
 
 
 @contextmanager
-def _unlocking(conn: psycopg.Connection, lock: AbstractContextManager[None]):  # noqa: ANN202
+def _unlocking(conn: psycopg.Connection, lock: AbstractContextManager[None]) -> Iterator[None]:
     """``lock``, released unless the connection broke (the server ended the session, and its lock, already):
     releasing on a dead connection would replace the batch's error with "the connection is lost"."""
     lock.__enter__()

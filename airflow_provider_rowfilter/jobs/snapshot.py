@@ -341,7 +341,6 @@ def _applies_paused(conn: psycopg.Connection, subscription: str) -> AbstractCont
 _CAUSES = (
     re.compile(r"psycopg\.errors\.\w+: (.+)"),
     re.compile(r"psycopg\.\w*Error: (.+)"),
-    re.compile(r"org\.postgresql\.util\.PSQLException: (.+)"),
 )
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowFailException
 from airflow.sdk.log import mask_secret
@@ -31,9 +33,6 @@ if TYPE_CHECKING:
 
 JOBS_DIR = Path(airflow_provider_rowfilter.__file__).parent / "jobs"
 PYTHON_CONF = ("spark.pyspark.python", "spark.pyspark.driver.python")
-#: Where spark/session.py finds the PostgreSQL JDBC driver (named here too: this layer never imports pyspark).
-JDBC_JAR_ENV = "ROWFILTER_JDBC_JAR"
-DEBIAN_JDBC_JAR = "/usr/share/java/postgresql.jar"
 PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
 
 
@@ -62,10 +61,10 @@ class RowFilterJobOperator(SparkSubmitOperator):
     :param forward_passwords: hand the connections' passwords to the job as the environment
         variables ``ROWFILTER_PUBLISHER_PASSWORD``/``ROWFILTER_SUBSCRIBER_PASSWORD`` (default). Set
         False where the cluster provides them itself (a Kubernetes secret, a ``~/.pgpass``).
-    :param jdbc_jar: the PostgreSQL JDBC driver jar to put on the driver's class path
-        (``--driver-class-path``, client mode) and ship with ``--jars``. Default
-        ``$ROWFILTER_JDBC_JAR``, else ``/usr/share/java/postgresql.jar`` when it exists; ``""`` adds
-        none (when ``packages="org.postgresql:postgresql:…"`` or the cluster image brings it). (templated)
+    :param jdbc_jar: deprecated and ignored: no job uses JDBC (the copy and the apply talk to
+        PostgreSQL through psycopg), so no driver jar is shipped. Passing it warns
+        (``AirflowProviderDeprecationWarning``); it will be removed in 1.0. A jar your own Spark
+        settings need goes to ``jars``.
     :param conn_id: the Airflow ``spark`` connection (master, deploy mode); default ``spark_default``.
     :param kwargs: everything else ``SparkSubmitOperator`` takes (``conf``, ``py_files``, ``jars``,
         ``env_vars``, ``executor_memory``, …), except ``application`` and ``application_args``.
@@ -84,7 +83,6 @@ class RowFilterJobOperator(SparkSubmitOperator):
         "publisher_conn_id",
         "subscriber_conn_id",
         "publications_ddl",
-        "jdbc_jar",
     )
     ui_color = "#c8e6f5"
 
@@ -119,7 +117,14 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self.copy_data = copy_data
         self.spark_conf = spark_conf
         self.forward_passwords = forward_passwords
-        self.jdbc_jar = jdbc_jar
+        if jdbc_jar is not None:
+            warnings.warn(
+                f"{type(self).__name__}(jdbc_jar=...) is deprecated and ignored: no rowfilter job uses JDBC any "
+                "more, so no driver jar is shipped. Remove the argument (a jar your own settings need goes to "
+                "jars=...); it will be removed in 1.0.",
+                AirflowProviderDeprecationWarning,
+                stacklevel=2,
+            )
 
     # --- what the concrete operators add ------------------------------------------------------------
     def job_arguments(self) -> list[str]:
@@ -175,7 +180,6 @@ class RowFilterJobOperator(SparkSubmitOperator):
         except RowFilterError as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
-        self._add_jdbc_jar(deploy_mode)
         # The driver's JVM is started by spark-submit; an apply job's lives for one batch.
         self.conf = with_jvm_options(self.conf, short_batch=self.short_batch())
         env = dict(self.env_vars or {})
@@ -221,22 +225,6 @@ class RowFilterJobOperator(SparkSubmitOperator):
         except TypeError as e:  # a key of the wrong kind reached the spec dataclass
             raise AirflowFailException(f"{self.task_id}: invalid spec: {e}") from e
 
-    def _add_jdbc_jar(self, deploy_mode: str) -> None:
-        """Give the job the JDBC driver the way spark-submit needs it.
-
-        Under spark-submit the driver JVM is running before the job's Python builds its session, so
-        the job's own ``spark.driver.extraClassPath`` comes too late and ``java.sql.DriverManager``
-        would answer "No suitable driver": the jar must be on spark-submit's command line.
-        """
-        jar = self.jdbc_jar
-        if jar is None:
-            jar = os.environ.get(JDBC_JAR_ENV) or (DEBIAN_JDBC_JAR if os.path.isfile(DEBIAN_JDBC_JAR) else "")
-        if not jar:
-            return
-        self.jars = _join(self.jars, jar, ",")
-        if deploy_mode == "client":
-            self.driver_class_path = _join(self.driver_class_path, jar, os.pathsep)
-
     def _local_python_env(self, master: str, env: dict[str, Any]) -> dict[str, str]:
         """Run the job with this interpreter (which has the package) when the driver runs here.
 
@@ -265,8 +253,3 @@ class RowFilterJobOperator(SparkSubmitOperator):
         except (psycopg.Error, RowFilterError) as e:
             self.log.warning("Could not %s: %s", what, str(e).strip().splitlines()[0] if str(e).strip() else e)
             return None
-
-
-def _join(current: str | None, item: str, sep: str) -> str:
-    entries = [e for e in (current or "").split(sep) if e]
-    return sep.join(entries if item in entries else [*entries, item])

@@ -23,8 +23,8 @@ class SnapshotCopyOperator(RowFilterJobOperator):
         list or a comma-separated string; default all of the subscription's tables. (templated)
     :param resync: first empty the named ``tables`` in the subscriber and send them back to ``i``,
         then copy them: the backfill path (``--resync``; needs ``tables``).
-    :param max_partitions: most parallel readers per table (default twice Spark's parallelism).
-    :param fetch_size: rows per JDBC fetch of the readers.
+    :param max_partitions: most parallel copies per table (default twice Spark's parallelism).
+    :param fetch_size: rows handed from the publisher's ``COPY`` to the subscriber's per write.
 
     The other parameters are those of
     :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.

@@ -1,8 +1,9 @@
 """What the initial copy reads from the publisher: one table's published rows and columns, in ranges.
 
-This is tablesync.c ``copy_table`` (R11.5 in docs/reference/pg-rules.md) split so that many readers
+This is tablesync.c ``copy_table`` split so that many readers
 can share it: the rows satisfying ANY of the subscription's publications' filters (the ``publish``
-parameter ignored, R11.3/R11.4), only the published columns, ``FROM ONLY`` a regular table and
+parameter ignored: tablesync.c ``fetch_remote_table_info``), only the published columns, ``FROM
+ONLY`` a regular table and
 from a partitioned root without ``ONLY`` when it is published via root (all partitions' rows,
 filtered by the root's filter). The filter always runs on the publisher, inside the query: rows
 that do not qualify never leave it.
@@ -13,7 +14,8 @@ FROM STDIN`` on the subscriber, which converts it by its own column types. No va
 a driver's or Spark's type, and no row is decoded or re-encoded on the way (:func:`read_copy`).
 
 All readers see one snapshot, exported by a temporary logical slot (:func:`exported_snapshot`), the
-way the tablesync worker reads through its slot's snapshot (R11.1): a row that an UPDATE moves
+way the tablesync worker reads through its slot's snapshot (tablesync.c
+``LogicalRepSyncTableStart``): a row that an UPDATE moves
 between two ranges during the copy is read exactly once, and the slot's consistent point says
 exactly which changes the copy holds.
 """
@@ -70,7 +72,10 @@ class CopySource:
 
 
 def copy_source(filters: TableFilters, relation: Relation) -> CopySource:
-    """Describe the copy of one subscribed table from its effective filters (R11.2-R11.5)."""
+    """Describe the copy of one subscribed table from its effective filters.
+
+    tablesync.c ``fetch_remote_table_info`` and ``copy_table``.
+    """
     if relation.name != filters.table:
         raise ValueError(f"relation {relation.name} is not the publish-as table {filters.table}")
     if filters.columns is not None:
@@ -86,7 +91,7 @@ def copy_source(filters: TableFilters, relation: Relation) -> CopySource:
         table=filters.table,
         columns=tuple(columns),
         filter_sql=filters.copy_filter_sql,
-        # R11.5: ONLY for regular tables; a partitioned root published via root is read whole.
+        # tablesync.c copy_table: ONLY for regular tables; a root published via root is read whole.
         only=relation.relkind is RelKind.TABLE,
         key=key,
     )
@@ -243,7 +248,8 @@ class ExportedSnapshot:
 
     ``lsn`` is the consistent point of the temporary slot that exported the snapshot: a transaction
     whose commit record is before it is in the snapshot, one committing at or after it is not. It
-    splits the publisher's changes exactly, as the tablesync worker's slot does (R11.1).
+    splits the publisher's changes exactly, as the tablesync worker's slot does (tablesync.c
+    ``LogicalRepSyncTableStart``).
     """
 
     snapshot_id: str

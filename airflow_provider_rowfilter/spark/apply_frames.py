@@ -5,8 +5,9 @@
    the transaction being skipped.
 2. **Judge** (pgoutput_change, pgoutput_row_filter): the operation must be published; INSERT is
    filtered on the new row, DELETE on the old, UPDATE on the new alone without an old row and on
-   both otherwise, then turned into INSERT or DELETE by the decision table (R5.4). Unchanged TOASTed
-   values are taken from an old full row first (R5.5). TRUNCATE ignores filters (R8).
+   both otherwise, then turned into INSERT or DELETE by the decision table (pgoutput_row_filter).
+   Unchanged TOASTed values are taken from an old full row first (pgoutput_row_filter). TRUNCATE
+   ignores filters (pgoutput_truncate).
 3. **Project** each kept change on the subscriber's columns: value, "not carried" (a column outside
    the column list, one the publisher's table lacks, or an unchanged TOASTed value) — see
    subscriber/apply_target.py for what each flag means when written.
@@ -25,6 +26,7 @@ not re-encoded into the columnar cache). Only the staging write passes rows to P
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
@@ -44,7 +46,6 @@ from airflow_provider_rowfilter.subscriber.apply_target import copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
-STAGE_TABLE = "rowfilter.apply_stage"
 
 
 def _text(e: exp.Expression, alias: str | None = None) -> str:
@@ -242,7 +243,8 @@ class DecidedBatch:
         plan = self.plan
         kept = self.frame.where(F.col("_op").isin("I", "U", "D"))
         # One TRUNCATE statement lists every leaf it emptied; under publish_via_partition_root only the
-        # root's own TRUNCATE is sent (R8.2), i.e. a statement that emptied every leaf of the root.
+        # root's own TRUNCATE is sent (pgoutput.c pgoutput_truncate), i.e. a statement that emptied
+        # every leaf of the root.
         leaves = _sql(_per_target(plan, lambda t: _lit(len(t.leaves))))
         truncates = (self.frame.where(F.col("_op") == "T")
                      .groupBy("_tgt", "_epoch", "commit_lsn", "lsn")
@@ -340,7 +342,8 @@ def _folded(existed: bool, policy: str) -> Column:
     """The net effect of a key's changes, in commit order, from a start where the key existed or not.
 
     State: present, cells (value and flag per column; 2 = the subscriber's current value), the first
-    conflict (commit_lsn, xid), and the UPDATEs/DELETEs that found no row (R14.5: skipped, counted).
+    conflict (commit_lsn, xid), and the UPDATEs/DELETEs that found no row (skipped and counted, as
+    worker.c apply_handle_update_internal and apply_handle_delete_internal report them).
     """
     conflict = "s.present AND s.clsn IS NULL" if policy == "error" else "false"
     cells = "zip_with(o._vals, split(o._fl, ''), (v, f) -> named_struct('v', v, 'f', CAST(f AS INT)))"
@@ -402,7 +405,7 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
         _text(exp.Array(expressions=[exp.cast(_fn("array_position", _col("column_names"), _lit(n)), "int")
                                      for n in names.names]), "_p"))
 
-    def realigned(build) -> exp.Expression:  # noqa: ANN001
+    def realigned(build: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
         cells = []
         for i in positions:
             p = _fn("element_at", _col("_p"), _lit(i))
@@ -415,7 +418,8 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
     is_full = exp.EQ(this=_col("old_kind"), expression=_lit("O"))
     has_new = exp.Not(this=exp.Is(this=_col("new_values"), expression=exp.Null()))
     has_old = exp.Not(this=exp.Is(this=_col("old_values"), expression=exp.Null()))
-    # 2. the values realigned; R5.5: an unchanged TOASTed value is taken from the old full row when there is one
+    # 2. the values realigned; an unchanged TOASTed value is taken from the old full row when there is
+    # one (pgoutput.c pgoutput_row_filter)
     new_values = realigned(lambda p: exp.If(this=exp.and_(is_full.copy(), at("new_unchanged", p)),
                                             true=at("old_values", p), false=at("new_values", p)))
     frame = frame.selectExpr(

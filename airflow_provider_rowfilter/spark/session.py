@@ -1,4 +1,4 @@
-"""Build the SparkSession our PySpark jobs run in, with the PostgreSQL JDBC driver on the classpath."""
+"""Build the SparkSession our PySpark jobs run in: UTC, loopback for a local master, the JVM options."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -18,36 +17,8 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 logger = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
-#: Debian's libpostgresql-jdbc-java installs the driver here.
-DEBIAN_JDBC_JAR = Path("/usr/share/java/postgresql.jar")
-#: Environment variable naming another PostgreSQL JDBC jar (e.g. one downloaded from Maven Central).
-JDBC_JAR_ENV = "ROWFILTER_JDBC_JAR"
-JDBC_DRIVER_CLASS = "org.postgresql.Driver"
 #: HotSpot's ``HugeMethodLimit``: the largest method its JIT compilers take on by default.
 HUGE_METHOD_LIMIT = "8000"
-
-
-class JdbcDriverNotFoundError(RowFilterError):
-    """The PostgreSQL JDBC driver jar is not where Spark is told to load it from."""
-
-
-def jdbc_jar_path() -> Path:
-    """Return the PostgreSQL JDBC driver jar: ``$ROWFILTER_JDBC_JAR``, else Debian's package."""
-    configured = os.environ.get(JDBC_JAR_ENV)
-    if configured:
-        jar = Path(configured)
-        if not jar.is_file():
-            raise JdbcDriverNotFoundError(
-                f"{JDBC_JAR_ENV}={configured!r} is not a file",
-                hint=f"point {JDBC_JAR_ENV} at a postgresql-*.jar, or unset it to use {DEBIAN_JDBC_JAR}",
-            )
-        return jar
-    if DEBIAN_JDBC_JAR.is_file():
-        return DEBIAN_JDBC_JAR
-    raise JdbcDriverNotFoundError(
-        f"the PostgreSQL JDBC driver is not installed: {DEBIAN_JDBC_JAR} does not exist",
-        hint=f"apt-get install -y libpostgresql-jdbc-java (or set {JDBC_JAR_ENV} to a postgresql-*.jar)",
-    )
 
 
 def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None, *,
@@ -55,8 +26,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     """Return the Spark configuration :func:`build_session` applies, caller's ``conf`` last.
 
     :param master: Spark master URL; default ``local[*]``.
-    :param conf: extra settings, e.g. ``{"spark.ui.enabled": "false"}``; a ``spark.jars`` given
-        here is kept and the JDBC jar appended to it.
+    :param conf: extra settings, e.g. ``{"spark.ui.enabled": "false"}``.
     :param short_batch: the session runs one short apply batch (core/spark_settings.py ``SHORT_BATCH_JVM_OPTIONS``).
     """
     settings = {
@@ -77,30 +47,18 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(conf or {})
-    # The JVMs' own zone (the JDBC driver and java.time conversions read it) and the JIT for long
+    # The JVMs' own zone (java.time conversions read it) and the JIT for long
     # generated methods, added to the caller's Java options (core/spark_settings.py SPARK_JVM_OPTIONS).
     settings = with_jvm_options(settings, short_batch=short_batch)
-    jar = str(jdbc_jar_path())
-    jars = [j for j in settings.get("spark.jars", "").split(",") if j]
-    if jar not in jars:
-        jars.append(jar)
-    settings["spark.jars"] = ",".join(jars)
-    # spark.jars alone loads the driver in a child class loader that java.sql.DriverManager does not
-    # search, so a read without an explicit "driver" option fails with "No suitable driver".
-    for key in ("spark.driver.extraClassPath", "spark.executor.extraClassPath"):
-        entries = [e for e in settings.get(key, "").split(os.pathsep) if e]
-        if jar not in entries:
-            entries.append(jar)
-        settings[key] = os.pathsep.join(entries)
     return settings
 
 
 def build_session(
     app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None, *, short_batch: bool = False
 ) -> SparkSession:
-    """Build (or get) the SparkSession for a job: UTC, PostgreSQL JDBC driver on the classpath.
+    """Build (or get) the SparkSession for a job: UTC, with the settings of :func:`session_conf`.
 
-    Static settings (master, jars, JVM options) only take effect when no session is running
+    Static settings (master, JVM options) only take effect when no session is running
     in this process yet; :meth:`SparkSession.builder.getOrCreate` keeps the existing one.
 
     :param app_name: Spark application name.

@@ -14,8 +14,8 @@ A table's changes are cut into *phases* by the changes that cannot be reduced pe
 an UPDATE that changes the key): phase ``p``'s keys are applied, then barrier ``p`` as one
 statement, then phase ``p + 1``, so the order of the source transactions is kept exactly.
 
-Columns are matched by name (R14.1). Per column and outcome, a flag says where the value comes
-from: ``0`` the staged value (its text form, cast by the subscriber's column type), ``1`` the
+Columns are matched by name (relation.c ``logicalrep_rel_open``). Per column and outcome, a flag
+says where the value comes from: ``0`` the staged value (its text form, cast by the subscriber's column type), ``1`` the
 column's default (a column the change did not carry: an INSERT fills it as PostgreSQL's
 ``slot_fill_defaults`` does), ``2`` the subscriber's current value (an UPDATE that did not carry the
 column, or an unchanged TOASTed value: ``slot_modify_data`` keeps the local value).
@@ -38,7 +38,6 @@ from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES, ConflictPoli
 from airflow_provider_rowfilter.identifiers import table_sql
 
 STAGE = sql.SQL("rowfilter.apply_stage")
-KEY_ROW, BARRIER_ROW = "K", "B"
 
 
 class ApplyTargetError(RowFilterError):

@@ -518,7 +518,7 @@ class LocalPostgres:
             cwd="/",
             # Its own session: a Ctrl-C to our process group must not kill it before it acts.
             start_new_session=True,
-            **kwargs,  # type: ignore[arg-type]
+            **kwargs,
         )
 
     def _query_version_num(self) -> int:
@@ -539,10 +539,6 @@ class LocalPostgres:
     def dsn(self, dbname: str = "postgres") -> str:
         """Return a libpq URL for ``dbname`` as the superuser (no password: trust auth)."""
         return f"postgresql://{self.user}@{self.host}:{self.port}/{quote(dbname, safe='')}"
-
-    def jdbc_url(self, dbname: str = "postgres") -> str:
-        """Return the JDBC URL for ``dbname``; pass ``user`` as a separate JDBC property."""
-        return f"jdbc:postgresql://{self.host}:{self.port}/{quote(dbname, safe='')}"
 
     def create_database(self, name: str) -> str:
         """Create database ``name`` (dropping an existing one first) and return its DSN."""

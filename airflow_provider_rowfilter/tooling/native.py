@@ -1,7 +1,8 @@
 """PostgreSQL's own logical replication as the referee (tests, demo, bench): a native subscription between two databases.
 
 In one cluster, CREATE SUBSCRIPTION cannot create its slot (it would wait for its own transaction),
-so the slot is made first on the publisher and the subscription uses it (design.md §6b).
+so the slot is made first on the publisher and the subscription uses it (PostgreSQL documentation,
+CREATE SUBSCRIPTION, "Notes": create the slot separately and use ``create_slot = false``).
 """
 
 from __future__ import annotations

@@ -24,18 +24,18 @@ from tests.jobs.test_snapshot_differential import Databases, run_ours
 
 
 @pytest.fixture
-def dbs(fresh_db, tmp_path):  # noqa: ANN001, ANN201
+def dbs(fresh_db, tmp_path):
     databases = Databases(fresh_db(), fresh_db(), fresh_db(), change_logs=tmp_path)
     databases.create(publisher_sql(60, 90), SUBSCRIBER)
     return databases
 
 
-def poke(dbs: Databases, spec, airflow_conn) -> None:  # noqa: ANN001
+def poke(dbs: Databases, spec, airflow_conn) -> None:
     SubscriptionRelSensor(task_id="wait", subscription=spec.subscription,
                           subscriber_conn_id=airflow_conn(dbs.ours, "sub"), target_state="r").poke({})
 
 
-def run_main(path, capsys) -> tuple[int, str]:  # noqa: ANN001
+def run_main(path, capsys) -> tuple[int, str]:
     capsys.readouterr()
     code = apply_job.main(["--spec", str(path)])
     return code, " ".join(capsys.readouterr().err.split())

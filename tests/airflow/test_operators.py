@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG
 from airflow.sdk.exceptions import AirflowFailException
@@ -110,6 +111,20 @@ def test_constructor_stores_arguments_and_does_nothing_else() -> None:
         RefreshPublicationOperator(task_id="r", application_args=["--spec", "x"])
 
 
+def test_jdbc_jar_is_deprecated_and_ships_nothing(dbs: Databases) -> None:
+    # No job uses JDBC any more: the old keyword still constructs (a DAG written for the old release
+    # keeps parsing), warns as Airflow providers deprecate, and adds no jar to the command line.
+    with pytest.warns(AirflowProviderDeprecationWarning, match=r"jdbc_jar=\.\.\.\) is deprecated and ignored"):
+        op = SnapshotCopyOperator(task_id="s", subscription="s1", publications=["p1"], jdbc_jar="/opt/pg.jar",
+                                  publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                                  conn_id=dbs.spark_conn)
+    assert "jdbc_jar" not in op.template_fields
+    op.prepare_submit()
+    command = _command(op)
+    assert "/opt/pg.jar" not in " ".join(command)
+    assert "--jars" not in command and "--driver-class-path" not in command
+
+
 def test_refresh_operator_submits_the_packaged_job(dbs: Databases, caplog: pytest.LogCaptureFixture,
                                                    capfd: pytest.CaptureFixture[str]) -> None:
     caplog.set_level(logging.DEBUG)
@@ -199,9 +214,8 @@ def test_snapshot_command_from_a_templated_spec_file(dbs: Databases, tmp_path: P
         publications_ddl=str(tmp_path / "publications.sql"), spark_master="local[2]")
     # The file's other keys come through as SubscriptionSpec.load resolved them.
     assert spec.change_log == SubscriptionSpec.load(tmp_path / "s1.yaml").change_log
-    # The JDBC driver on spark-submit's command line: the job's session is built too late for it.
-    assert command[command.index("--jars") + 1] == "/usr/share/java/postgresql.jar"
-    assert command[command.index("--driver-class-path") + 1] == "/usr/share/java/postgresql.jar"
+    # No job reads over JDBC: no driver jar is shipped or put on the driver's class path.
+    assert "--jars" not in command and "--driver-class-path" not in command
     assert op.env_vars["TZ"] == "UTC"  # the user's env_vars are kept
     assert {k: op.env_vars[k] for k in op.env_vars if k.startswith("ROWFILTER")} == {
         "ROWFILTER_PUBLISHER_PASSWORD": PUB_PASSWORD, "ROWFILTER_SUBSCRIBER_PASSWORD": SUB_PASSWORD}

@@ -154,7 +154,7 @@ def pg_evaluate(conn: psycopg.Connection, filter_sql: str) -> Outcome:
     """``SELECT id, (<filter>) FROM t ORDER BY id`` in PostgreSQL (in a transaction rolled back)."""
     try:
         with conn.transaction(force_rollback=True):
-            rows = conn.execute(f"SELECT id, ({filter_sql}) FROM {TABLE} ORDER BY id").fetchall()  # type: ignore[arg-type]
+            rows = conn.execute(f"SELECT id, ({filter_sql}) FROM {TABLE} ORDER BY id").fetchall()
     except psycopg.Error as e:
         return Outcome(None, f"{e.sqlstate}: {str(e).splitlines()[0]}")
     return Outcome(tuple(r[1] for r in rows))
@@ -164,13 +164,13 @@ def pg_accepts_filter(conn: psycopg.Connection, filter_sql: str) -> str | None:
     """Ask PostgreSQL itself whether the filter is a valid publication row filter; None = accepted."""
     try:
         with conn.transaction(force_rollback=True):
-            conn.execute(f"CREATE PUBLICATION rowfilter_referee FOR TABLE {TABLE} WHERE ({filter_sql})")  # type: ignore[arg-type]
+            conn.execute(f"CREATE PUBLICATION rowfilter_referee FOR TABLE {TABLE} WHERE ({filter_sql})")
     except psycopg.Error as e:
         return f"{e.sqlstate}: {str(e).splitlines()[0]}"
     return None
 
 
-def spark_frame(spark, text_rows: Sequence[TextRow]):  # noqa: ANN001, ANN201 (pyspark is imported lazily)
+def spark_frame(spark, text_rows: Sequence[TextRow]):
     """The rows as a Spark DataFrame: PostgreSQL's text form cast to each column's Spark type."""
     schema = ", ".join(f"`{name}` STRING" for name, _, _ in COLUMNS)
     frame = spark.createDataFrame(list(text_rows), schema)
@@ -204,7 +204,7 @@ def apply_filter_text(rules: EpochRules) -> str:
     return _text(expression)
 
 
-def apply_frame(spark, text_rows: Sequence[TextRow]):  # noqa: ANN001, ANN201 (pyspark is imported lazily)
+def apply_frame(spark, text_rows: Sequence[TextRow]):
     """The rows as the apply reads a change: ``id`` (to order the results) and ``_nv``, the text values."""
     schema = ", ".join(f"`{name}` STRING" for name, _, _ in COLUMNS)
     values = ", ".join(f"`{name}`" for name, _, _ in COLUMNS)
@@ -212,7 +212,7 @@ def apply_frame(spark, text_rows: Sequence[TextRow]):  # noqa: ANN001, ANN201 (p
                                                                      f"array({values}) AS `_nv`")
 
 
-def spark_evaluate(frame, spark_sqls: Sequence[str]) -> list[Outcome]:  # noqa: ANN001
+def spark_evaluate(frame, spark_sqls: Sequence[str]) -> list[Outcome]:
     """Evaluate each Spark boolean expression over ``frame``; one Spark job when none fails.
 
     Analysis and parse errors (a translation Spark cannot even compile) are raised, never counted
@@ -233,7 +233,7 @@ def spark_evaluate(frame, spark_sqls: Sequence[str]) -> list[Outcome]:  # noqa: 
     return [spark_evaluate(frame, [s])[0] for s in spark_sqls]
 
 
-def _collect(frame, spark_sqls: Sequence[str]) -> list[Outcome]:  # noqa: ANN001
+def _collect(frame, spark_sqls: Sequence[str]) -> list[Outcome]:
     exprs = ["`id`", *(f"({s}) AS `r{i}`" for i, s in enumerate(spark_sqls))]
     rows = sorted(frame.selectExpr(*exprs).collect(), key=lambda r: r[0])
     return [Outcome(tuple(r[i + 1] for r in rows)) for i in range(len(spark_sqls))]

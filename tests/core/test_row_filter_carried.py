@@ -29,7 +29,7 @@ T1 = TableName("public", "t1")
 
 
 @pytest.fixture(scope="module")
-def catalog(local_pg):  # noqa: ANN001
+def catalog(local_pg):
     dsn = local_pg.create_database("rowfilter_carried")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t1 (a int PRIMARY KEY, b int, c text); ALTER TABLE t1 REPLICA IDENTITY FULL")
@@ -37,7 +37,7 @@ def catalog(local_pg):  # noqa: ANN001
     local_pg.drop_database("rowfilter_carried")
 
 
-def test_a_publications_file_keeps_the_validated_filter_and_the_subscription_uses_it(catalog) -> None:  # noqa: ANN001
+def test_a_publications_file_keeps_the_validated_filter_and_the_subscription_uses_it(catalog) -> None:
     pubs = publications_from_ddl("""
         CREATE PUBLICATION pa FOR TABLE t1 WHERE (a < 2);
         CREATE PUBLICATION pb FOR TABLE t1 WHERE (a > 10) WITH (publish = 'insert');
@@ -54,7 +54,7 @@ def test_a_publications_file_keeps_the_validated_filter_and_the_subscription_use
     assert table.copy_filters[0] is kept["pa"] and table.copy_filters[1] is kept["pb"]
 
 
-def test_a_publishers_filter_is_validated_once_for_every_use(catalog) -> None:  # noqa: ANN001
+def test_a_publishers_filter_is_validated_once_for_every_use(catalog) -> None:
     # read from pg_publication_rel, the filter arrives as text: validated when first needed, then reused
     # by the replica-identity check, every action and the initial copy
     pubs = PublicationSet({"p": Publication("p", tables=(PublishedTable(T1, "a > 1"),))})
@@ -65,7 +65,7 @@ def test_a_publishers_filter_is_validated_once_for_every_use(catalog) -> None:  
     assert table.copy_filters[0] is first
 
 
-def _document(catalog) -> dict:  # noqa: ANN001
+def _document(catalog) -> dict:
     pubs = publications_from_ddl("""
         CREATE PUBLICATION pa FOR TABLE t1 WHERE (a > 5 AND c = 'NSW');
         CREATE PUBLICATION pb FOR TABLE t1 WHERE (b IS NULL) WITH (publish = 'insert');
@@ -75,7 +75,7 @@ def _document(catalog) -> dict:  # noqa: ANN001
     return {"filters": filters, "entry": recorded["tables"][0]}
 
 
-def test_the_refresh_records_the_spark_tree_and_the_apply_evaluates_that_tree(catalog) -> None:  # noqa: ANN001
+def test_the_refresh_records_the_spark_tree_and_the_apply_evaluates_that_tree(catalog) -> None:
     d = _document(catalog)
     entry, table = d["entry"], d["filters"].tables[T1]
     assert entry["spark_filters"]["insert"] == "(`a` > 5 AND `c` = 'NSW') OR (`b` IS NULL)"  # for people
@@ -88,7 +88,7 @@ def test_the_refresh_records_the_spark_tree_and_the_apply_evaluates_that_tree(ca
     assert rules.filters["insert"].sql(dialect="spark") == "(`a` > 5 AND `c` = 'NSW') OR (`b` IS NULL)"
 
 
-def test_a_document_recorded_before_the_trees_is_read_from_its_spark_sql(catalog) -> None:  # noqa: ANN001
+def test_a_document_recorded_before_the_trees_is_read_from_its_spark_sql(catalog) -> None:
     entry = _document(catalog)["entry"]
     del entry["spark_filter_trees"]  # what this version recorded until now
     rules = EpochRules.from_document(entry)

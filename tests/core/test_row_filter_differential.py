@@ -414,7 +414,7 @@ FILTERS = st.lists(FILTER, min_size=FILTERS_PER_EXAMPLE, max_size=FILTERS_PER_EX
 # ---------------------------------------------------------------------------------------------
 
 
-def check_filters(conn: psycopg.Connection, frame_of, rows: list[ft.Row], filters: list[str]) -> tuple[list[str], int]:  # noqa: ANN001
+def check_filters(conn: psycopg.Connection, frame_of, rows: list[ft.Row], filters: list[str]) -> tuple[list[str], int]:
     """Evaluate ``filters`` on both sides over ``rows``; return each disagreement and the number compared."""
     problems: list[str] = []
     accepted: list[tuple[str, str]] = []  # (filter, spark sql)
@@ -468,7 +468,7 @@ def check_filters(conn: psycopg.Connection, frame_of, rows: list[ft.Row], filter
         if p.failed or q.failed or p.values != q.values:
             problems.append(describe(f, s, text_rows, p, q))
         else:
-            STATS["filters true on some row"] += any(p.values)  # type: ignore[arg-type]
+            STATS["filters true on some row"] += any(p.values)
     return problems, len(accepted)
 
 
@@ -500,7 +500,7 @@ def lazy_filter(filter_sql: str) -> str:
             parent, key, index = child.parent, child.arg_key, child.index
             new = rewrite(child)
             if new is not child:
-                parent.set(key, new, index)  # type: ignore[union-attr]
+                parent.set(key, new, index)
         if isinstance(node, (exp.NullSafeEQ, exp.NullSafeNEQ)) and node.left == node.right:
             return exp.Boolean(this=isinstance(node, exp.NullSafeEQ))
         if isinstance(node, exp.Case) and node.this is None and node.args.get("default") is not None:
@@ -532,8 +532,8 @@ def describe(f: str, spark_sql: str, text_rows: list[ft.TextRow], pg: ft.Outcome
         lines.append(f"  PostgreSQL: {pg.error or 'no error'}\n  Spark:      {spark.error or 'no error'}")
         shown = text_rows[:3]
     else:
-        shown = [r for r, a, b in zip(text_rows, pg.values, spark.values, strict=True) if a != b][:3]  # type: ignore[arg-type]
-        for r, a, b in zip(text_rows, pg.values, spark.values, strict=True):  # type: ignore[arg-type]
+        shown = [r for r, a, b in zip(text_rows, pg.values, spark.values, strict=True) if a != b][:3]
+        for r, a, b in zip(text_rows, pg.values, spark.values, strict=True):
             if a != b:
                 lines.append(f"  id {r[0]}: PostgreSQL {a}, Spark {b}")
     for r in shown:
@@ -548,7 +548,7 @@ DATABASE = "rowfilter_differential"
 
 
 @pytest.fixture(scope="module")
-def diff_conn(local_pg) -> Iterator[psycopg.Connection]:  # noqa: ANN001
+def diff_conn(local_pg) -> Iterator[psycopg.Connection]:
     """One C-collation database holding the table, and an autocommit connection to it."""
     dsn = local_pg.create_database(DATABASE)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -566,12 +566,12 @@ def diff_conn(local_pg) -> Iterator[psycopg.Connection]:  # noqa: ANN001
 
 
 @pytest.fixture(scope="module")
-def frame_of(spark) -> Iterator[object]:  # noqa: ANN001
+def frame_of(spark) -> Iterator[object]:
     """Build the Spark DataFrame of a batch of PostgreSQL text rows.
 
     The shared session keeps its settings, except that Spark must not fold our small local
     frames into constants on the driver: the filter then runs in the executor code paths a
-    JDBC or file scan uses (and the batches run faster).
+    Parquet scan of the change log uses (and the batches run faster).
     """
     key = "spark.sql.optimizer.excludedRules"
     previous = spark.conf.get(key, None)
@@ -610,7 +610,7 @@ def report(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @settings(settings.get_profile("rowfilter-differential"))
 @given(rows=ROWS, filters=FILTERS)
-def test_postgres_and_spark_agree(diff_conn, frame_of, rows, filters) -> None:  # noqa: ANN001
+def test_postgres_and_spark_agree(diff_conn, frame_of, rows, filters) -> None:
     problems, compared = check_filters(diff_conn, frame_of, rows, filters)
     assert not problems, "\n\n".join(problems)
     assume(compared > 0)  # every filter of this example was untranslatable (counted above)

@@ -159,7 +159,7 @@ def _text_rows(rows: tuple[dict[str, str], ...]) -> list[ft.TextRow]:
 
 
 @pytest.fixture(scope="module")
-def cases_conn(local_pg) -> Iterator[psycopg.Connection]:  # noqa: ANN001
+def cases_conn(local_pg) -> Iterator[psycopg.Connection]:
     dsn = local_pg.create_database("rowfilter_translation_cases")
     with psycopg.connect(dsn, autocommit=True) as conn:
         ft.create_table(conn)
@@ -180,7 +180,7 @@ def test_postgres_gives_the_expected_result(cases_conn: psycopg.Connection, case
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_spark_translation_gives_the_postgres_result(spark, case: Case) -> None:  # noqa: ANN001
+def test_spark_translation_gives_the_postgres_result(spark, case: Case) -> None:
     spark_sql = to_spark_sql(validate_row_filter(case.filter, ft.RELATION))
     outcome = ft.spark_evaluate(ft.spark_frame(spark, _text_rows(case.rows)), [spark_sql])[0]
     if case.expected == ERROR:
@@ -205,5 +205,5 @@ def test_validator_agrees_with_postgres_on_validity(
         assert pg_error is not None
         with pytest.raises(PublicationError) as raised:
             validate_row_filter(filter_sql, ft.RELATION)
-        assert isinstance(raised.value, verdict)  # type: ignore[arg-type]
+        assert isinstance(raised.value, verdict)
         assert pg_error.split(": ", 1)[1] == raised.value.message

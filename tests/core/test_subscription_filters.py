@@ -1,4 +1,5 @@
-"""Combination rules of several publications (pg-rules.md §2, §4, §6, §11), against a real catalog."""
+"""Combination rules of several publications (pgoutput.c get_rel_sync_entry, pgoutput_row_filter_init,
+pgoutput_column_list_init; tablesync.c fetch_remote_table_info), against a real catalog."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ T1 = TableName("public", "t1")
 
 
 def test_filters_are_ored_per_action_and_publish_splits_them(catalog):
-    # R4.4's example: pubA publishes insert with b < 2, pubB publishes update with a > 1
+    # Filters are per action (pgoutput.c pgoutput_row_filter_init): pubA publishes insert with b < 2,
+    # pubB publishes update with a > 1
     f = resolve(catalog, """
         CREATE PUBLICATION pa FOR TABLE t1 WHERE (b < 2) WITH (publish = 'insert');
         CREATE PUBLICATION pb FOR TABLE t1 WHERE (a > 1) WITH (publish = 'update');
@@ -103,7 +105,7 @@ def test_filter_on_non_identity_column_is_rejected_when_updates_are_published(ca
         resolve(catalog, "CREATE PUBLICATION p FOR TABLE t1 WHERE (b > 1)", ["p"])
     assert (e.value.message, e.value.detail) == (
         'cannot update table "t1"', "Column used in the publication WHERE expression is not part of the replica identity.")
-    # insert-only publications may filter on any column (R10.7)
+    # insert-only publications may filter on any column (CheckCmdReplicaIdentity checks UPDATE/DELETE only)
     assert resolve(catalog, "CREATE PUBLICATION p FOR TABLE t1 WHERE (b > 1) WITH (publish = 'insert')", ["p"])
 
 

@@ -75,7 +75,7 @@ COMBINATION_BATCHES = [
     [
         "INSERT INTO t1 VALUES (21, 'ins'), (3, 'dup key? no: 3 exists') ON CONFLICT DO NOTHING",
         "UPDATE t1 SET b = 'upd ' || a WHERE a IN (2, 12)",          # only a > 10 is sent (pub2)
-        "UPDATE t1 SET a = 30 WHERE a = 5",                          # key change, old out, new in: INSERT (R5.6)
+        "UPDATE t1 SET a = 30 WHERE a = 5",                          # key change, old out, new in: INSERT
         "UPDATE t1 SET a = 31 WHERE a = 13",                         # key change, both in: UPDATE of the key
         "DELETE FROM t1 WHERE a IN (1, 14)",
         "BEGIN; INSERT INTO t2 VALUES (22, 'even'), (23, NULL); UPDATE t2 SET d = NULL WHERE c = 4; "

@@ -5,11 +5,12 @@ subscription (in its own database) also replicates, so that PostgreSQL is the re
 can be: where we deliberately differ from it (a skipped transaction, last-writer-wins), the expected
 rows are derived from the native subscriber's rows with the exact difference spelled out.
 
-- ``rowfilter skip --lsn`` (ALTER SUBSCRIPTION … SKIP, pg-rules R14.8): the conflicting remote
-  transaction is dropped whole, later ones are applied, the skip LSN is cleared; an LSN below the
+- ``rowfilter skip --lsn`` (ALTER SUBSCRIPTION … SKIP, worker.c maybe_start_skipping_changes): the
+  conflicting remote transaction is dropped whole, later ones are applied, the skip LSN is cleared; an LSN below the
   applied position is refused; an LSN no transaction finishes at is cleared without skipping.
 - ``conflict_policy``: ``error`` stops at a duplicate key (test_apply_faults covers that end to end)
-  and skips UPDATE/DELETE of a missing row, counted (R14.5, as native); ``upsert`` overwrites the
+  and skips UPDATE/DELETE of a missing row, counted (worker.c
+  apply_handle_update_internal); ``upsert`` overwrites the
   subscriber's row, inserts the row an UPDATE did not find, and still skips and counts DELETEs.
 - A column added on the publisher (no column list): replicated when the subscriber has it; refused,
   naming table and column, with nothing applied when it does not; applied once it is added.

@@ -35,7 +35,7 @@ from tests.jobs.test_apply_faults import (
 TABLES = [TableName("public", "t"), TableName("public", "u")]
 
 
-def run(capsys, spec_path) -> tuple[int, str]:  # noqa: ANN001
+def run(capsys, spec_path) -> tuple[int, str]:
     """The apply job's entry point in this process: its exit status and its ERROR text (or summary line)."""
     capsys.readouterr()
     code = apply_job.main(["--spec", str(spec_path)])
@@ -43,24 +43,24 @@ def run(capsys, spec_path) -> tuple[int, str]:  # noqa: ANN001
     return code, err[err.index("ERROR: "):] if code else out
 
 
-def conflict(job) -> None:  # noqa: ANN001
+def conflict(job) -> None:
     """Our subscriber holds key 5001, which the publisher then inserts: every apply stops until it is gone."""
     with psycopg.connect(job.dbs.ours, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (5001, 0, 'local row')")
     publish(job.dbs.publisher, ["INSERT INTO t VALUES (5001, 1, 'remote row')"])
 
 
-def fix_conflict(job) -> None:  # noqa: ANN001
+def fix_conflict(job) -> None:
     with psycopg.connect(job.dbs.ours, autocommit=True) as conn:
         conn.execute("DELETE FROM t WHERE id = 5001")
 
 
-def snapshot_of(job) -> tuple:  # noqa: ANN001
+def snapshot_of(job) -> tuple:
     """What must not move when a run is refused: our tables, their states and positions, the slot."""
     return job.ours(), job.positions(), job.slot_position()
 
 
-def stopped_on_conflict(job, capsys) -> tuple:  # noqa: ANN001
+def stopped_on_conflict(job, capsys) -> tuple:
     code, error = run(capsys, job.spec_path)
     assert code == 1 and "conflict=insert_exists" in error, error
     return snapshot_of(job)

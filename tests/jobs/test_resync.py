@@ -21,13 +21,13 @@ from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.test_snapshot import T1, T2, execute, published, setup  # noqa: F401  (setup is a fixture)
 
 
-def rel_rows(spec) -> list[tuple]:  # noqa: ANN001
+def rel_rows(spec) -> list[tuple]:
     with psycopg.connect(spec.subscriber, autocommit=True) as conn:
         return conn.execute("SELECT * FROM rowfilter.subscription_rel WHERE subscription = %s ORDER BY 2, 3",
                             (spec.subscription,)).fetchall()
 
 
-def copied(spec, spark, path: str, **extra) -> tuple[str, list[tuple], list[str]]:  # noqa: ANN001
+def copied(spec, spark, path: str, **extra) -> tuple[str, list[tuple], list[str]]:
     """t1 and t2 copied, a stray row in t1; the spec file rewritten with ``extra``; what must not change."""
     execute(spec.subscriber, T1 + T2)
     refresh(spec)
@@ -38,7 +38,7 @@ def copied(spec, spark, path: str, **extra) -> tuple[str, list[tuple], list[str]
     return path, rel_rows(spec), table_rows(spec.subscriber, "t1")
 
 
-def unchanged(spec, rels: list[tuple], rows: list[str]) -> None:  # noqa: ANN001
+def unchanged(spec, rels: list[tuple], rows: list[str]) -> None:
     assert table_rows(spec.subscriber, "t1") == rows
     assert rel_rows(spec) == rels
 

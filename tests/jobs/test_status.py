@@ -22,7 +22,7 @@ from tests.jobs.test_snapshot import T1, T2, execute, setup  # noqa: F401  (setu
 from tests.jobs.test_snapshot_differential import run_ours
 
 
-def status(path: str, capsys, *args: str) -> tuple[int, str, str]:  # noqa: ANN001
+def status(path: str, capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(["status", "--spec", path, *args])
     out = capsys.readouterr()
     return code, out.out, out.err
@@ -34,7 +34,7 @@ def rewrite(path: str, **extra) -> str:
     return path
 
 
-def copied(spec: SubscriptionSpec, spark) -> None:  # noqa: ANN001
+def copied(spec: SubscriptionSpec, spark) -> None:
     execute(spec.subscriber, T1 + T2)
     run_ours(spec, spark)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 from datetime import datetime, timezone
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -17,6 +19,7 @@ from airflow_provider_rowfilter.change_log.log import (
     UPDATE,
     ChangeLog,
     ChangeLogError,
+    ChangeRows,
     LoggedRelation,
     LogIdentity,
     LogNeeds,
@@ -26,7 +29,6 @@ from airflow_provider_rowfilter.change_log.log import (
     read_segments,
     segment_name,
 )
-from airflow_provider_rowfilter.core.pgoutput import TupleData
 from airflow_provider_rowfilter.publisher.pgoutput_columns import decode_changes, message_buffer
 
 T1 = LoggedRelation(16400, "public", "t1", "d", ("a", "b"), ("integer", "text"), (23, 25), (-1, -1), (True, False))
@@ -36,8 +38,55 @@ TS = datetime(2024, 5, 17, 12, 30, 1, 123456, tzinfo=timezone.utc)
 TS_US = 1715949001123456
 
 
-def new(*values, unchanged=()):
-    return TupleData(values, tuple(i in unchanged for i in range(len(values))))
+def tup(*values, unchanged=()):
+    """A pgoutput TupleData: ``t`` text (str, or the publisher's bytes), ``n`` NULL, ``u`` unchanged TOAST."""
+    out = struct.pack("!h", len(values))
+    for i, value in enumerate(values):
+        if i in unchanged:
+            out += b"u"
+        elif value is None:
+            out += b"n"
+        else:
+            data = value.encode() if isinstance(value, str) else value
+            out += b"t" + struct.pack("!i", len(data)) + data
+    return out
+
+
+def insert(new):
+    return b"I" + struct.pack("!I", 16400) + b"N" + new
+
+
+def update(new, old_kind=None, old=None):
+    return b"U" + struct.pack("!I", 16400) + (old_kind.encode() + old if old_kind else b"") + b"N" + new
+
+
+def delete(old_kind, old):
+    return b"D" + struct.pack("!I", 16400) + old_kind.encode() + old
+
+
+KIND_OF_MESSAGE = {ord("I"): INSERT, ord("U"): UPDATE, ord("D"): DELETE}
+
+
+def fetch(txns, changes, where=None):
+    """:class:`ChangeRows` of one fetch, built as the capture builds them (publisher/capture.py ``_Reader._write``).
+
+    ``changes``: ``(txn index, seq, lsn, relation, message)`` in slot order; a message is an encoded
+    INSERT/UPDATE/DELETE, or the options of a TRUNCATE of ``relation``. The images go the capture's
+    way: one buffer, decoded together (publisher/pgoutput_columns.py), gathered by :func:`image_arrays`.
+    """
+    relations = list(dict.fromkeys(c[3] for c in changes))
+    positions = np.array([i for i, c in enumerate(changes) if isinstance(c[4], bytes)], np.int64)
+    buffer, starts, ends = message_buffer([c[4] for c in changes if isinstance(c[4], bytes)])
+    decoded = decode_changes(buffer, starts, ends)
+    old_kind = np.full(len(changes), -1, np.int8)
+    old_kind[positions] = decoded.old_kind
+    return ChangeRows(
+        list(zip(*txns, strict=True)), [c[0] for c in changes], relations,
+        [relations.index(c[3]) for c in changes], [c[1] for c in changes], [c[2] for c in changes],
+        [KIND_OF_MESSAGE[c[4][0]] if isinstance(c[4], bytes) else TRUNCATE for c in changes], old_kind,
+        [-1 if isinstance(c[4], bytes) else c[4] for c in changes],
+        image_arrays(buffer, decoded.new.placed(positions, len(changes)), "utf-8", where),
+        image_arrays(buffer, decoded.old.placed(positions, len(changes)), "utf-8", where))
 
 
 def test_segment_names_sort_in_lsn_order_and_parse_back():
@@ -50,20 +99,20 @@ def test_segment_names_sort_in_lsn_order_and_parse_back():
     assert parse_segment_name("_position.json") is None
 
 
-def test_rows_of_a_transaction_span_row_groups_with_their_transaction_and_relation(tmp_path):
+def test_rows_of_a_transaction_span_row_groups_and_fetches_with_their_transaction_and_relation(tmp_path):
     log = ChangeLog(tmp_path / "log")
+    first, second = (200, TS_US, 7, "upstream"), (300, TS_US + 1, 8, None)
     with log.locked():
         writer = SegmentWriter(log, 100, row_group_rows=2, metadata={"slot": "s"})
-        writer.begin(200, TS_US, 7, None)
-        writer.origin("upstream")
-        writer.change(0, 150, INSERT, T1, new("1", "x"), None, None)
-        writer.change(1, 151, UPDATE, T1, new("1", None, unchanged={1}), 0, new("0", None))
-        writer.change(2, 152, UPDATE, T1_V2, new("1", "y", "5"), 1, new("1", "x", None))  # after ADD COLUMN
-        writer.commit()
-        writer.begin(300, TS_US + 1, 8, None)
-        writer.change(0, 250, DELETE, T1_V2, None, 0, new("1", None, None))
-        writer.change(1, 260, TRUNCATE, T1_V2, None, None, None, 3)
-        writer.commit()
+        # Transaction 7 (with its origin) spans two fetches; the second fetch starts with it.
+        writer.append(fetch([first], [
+            (0, 0, 150, T1, insert(tup("1", "x"))),
+            (0, 1, 151, T1, update(tup("1", None, unchanged={1}), "K", tup("0", None)))]))
+        writer.append(fetch([first, second], [
+            (0, 2, 152, T1_V2, update(tup("1", "y", "5"), "O", tup("1", "x", None))),  # after ADD COLUMN
+            (1, 0, 250, T1_V2, delete("K", tup("1", None, None))),
+            (1, 1, 260, T1_V2, 3)]))  # TRUNCATE … RESTART IDENTITY CASCADE
+        writer.end_transactions(2)
         segment = writer.finish(400)
     assert segment.path.name == segment_name(100, 400) and (segment.start_lsn, segment.end_lsn) == (100, 400)
     assert pq.ParquetFile(segment.path).metadata.num_row_groups == 3
@@ -91,8 +140,7 @@ def test_rows_of_a_transaction_span_row_groups_with_their_transaction_and_relati
 def test_an_empty_range_gets_an_empty_segment_and_no_range_gets_none(tmp_path):
     log = ChangeLog(tmp_path)
     writer = SegmentWriter(log, 100, metadata={"subscription": "s1"})
-    writer.begin(200, TS_US, 7, None)
-    writer.commit()
+    writer.end_transactions(0)  # the capture read a transaction with no change of ours
     segment = writer.finish(300)  # a heartbeat: the slot moves, nothing was ours
     assert log.segments() == [segment] and (segment.start_lsn, segment.end_lsn) == (100, 300)
     footer = pq.read_metadata(segment.path)
@@ -182,14 +230,13 @@ def test_a_gap_in_another_directory_than_the_recorded_one_names_the_recorded_one
     assert "missing the changes from 0/64 to 0/12C" in text, text
 
 
-def test_a_segment_ends_at_a_commit(tmp_path):
+def test_a_segment_of_changes_cannot_end_at_or_before_its_start(tmp_path):
     writer = SegmentWriter(ChangeLog(tmp_path), 100)
-    writer.begin(200, TS_US, 7, None)
-    writer.change(0, 150, INSERT, T1, new("1", "x"), None, None)
-    with pytest.raises(ChangeLogError, match="a segment must end at a transaction commit"):
-        writer.finish(300)
-    with pytest.raises(ChangeLogError, match="outside a transaction"):
-        SegmentWriter(ChangeLog(tmp_path), 100).change(0, 150, INSERT, T1, new("1", "x"), None, None)
+    writer.append(fetch([(200, TS_US, 7, None)], [(0, 0, 150, T1, insert(tup("1", "x")))]))
+    with pytest.raises(ChangeLogError, match="a segment of 1 changes cannot end at 0/64"):
+        writer.finish(100)
+    writer.abort()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_position_is_the_furthest_of_the_position_file_and_the_segments(tmp_path):
@@ -215,25 +262,22 @@ def test_one_writer_at_a_time_and_leftovers_are_removed(tmp_path):
         assert [p.name for p in log.directory.iterdir()] == [".lock"]
 
 
-def test_text_values_may_arrive_as_the_publishers_utf8_bytes_and_are_checked(tmp_path):
+def test_text_values_are_the_publishers_utf8_bytes_checked_before_a_segment_is_written(tmp_path):
     log = ChangeLog(tmp_path / "log")
     with log.locked():
         writer = SegmentWriter(log, 100)
-        writer.begin(200, TS_US, 7, None)
-        writer.change(0, 150, INSERT, T1, new(b"1", "é✓".encode()), None, None)
-        writer.change(1, 151, UPDATE, T1, new("2", b""), 0, new(b"1", None))
-        writer.commit()
+        writer.append(fetch([(200, TS_US, 7, None)], [
+            (0, 0, 150, T1, insert(tup("1", "é✓"))),
+            (0, 1, 151, T1, update(tup("2", ""), "K", tup("1", None)))]))
+        writer.end_transactions(1)
         table = read_segments([writer.finish(300)])
     assert table.column("new_values").to_pylist() == [["1", "é✓"], ["2", ""]]
     assert table.column("old_values").to_pylist() == [None, ["1", None]]
 
     with log.locked():
         writer = SegmentWriter(log, 300)
-        writer.begin(400, TS_US, 8, None)
-        writer.change(0, 350, INSERT, T1, new(b"1", b"\xff"), None, None)
-        writer.commit()
         with pytest.raises(ChangeLogError, match=r"a text value is not valid UTF-8"):
-            writer.finish(500)
+            writer.append(fetch([(400, TS_US, 8, None)], [(0, 0, 350, T1, insert(tup("1", b"\xff")))]))
         writer.abort()
     assert [s.end_lsn for s in log.segments()] == [300]
 

@@ -150,7 +150,7 @@ def test_pgoutput_slot_is_created_read_and_dropped(fresh_db: Callable[..., str])
 def test_native_subscription_between_databases_of_the_cluster(
     local_pg: LocalPostgres, fresh_db: Callable[..., str]
 ) -> None:
-    """The referee setup of design §6b works: slot first, then CREATE SUBSCRIPTION with create_slot=false."""
+    """The referee setup of tooling/native.py works: slot first, then CREATE SUBSCRIPTION with create_slot=false."""
     pub = fresh_db()
     sub = fresh_db()
     pub_name = psycopg.conninfo.conninfo_to_dict(pub)["dbname"]

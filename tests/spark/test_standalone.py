@@ -177,7 +177,7 @@ def run_job(job: str, spec: Path) -> dict:
 # p1: t1 WHERE (a > 5 AND c = 'NSW'); p3: t2 WHERE (d = 10), t3 WHERE (g = 10). (p2 would publish t1 unfiltered.)
 PUBLICATIONS = ("p1", "p3")
 TABLES = ("t1", "t2", "t3")
-# One publisher transaction per inner list; every row-filter transformation of an UPDATE (R5.4) occurs.
+# One publisher transaction per inner list; every UPDATE transformation (pgoutput_row_filter) occurs.
 CHANGES = [
     ["UPDATE t1 SET b = 999 WHERE a = 6"],               # old and new match: UPDATE
     ["UPDATE t1 SET a = 555 WHERE a = 2"],               # only the new row matches: INSERT

@@ -131,14 +131,14 @@ def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | 
         timer = threading.Timer(timeout, process.kill)
         timer.start()
         try:
-            for line in process.stdout:  # type: ignore[union-attr]
+            for line in process.stdout or ():
                 lines.append(line)
                 if on_line is not None:
                     on_line(line)
                 if barrier is not None and line.startswith(RESULT_PREFIX):
                     done += 1
                     if done < len(runs):
-                        between(json.loads(line[len(RESULT_PREFIX):]))  # type: ignore[misc]
+                        between(json.loads(line[len(RESULT_PREFIX):]))
                         Path(barrier, f"go-{done}").touch()
         finally:
             timer.cancel()

@@ -20,6 +20,7 @@ import json
 import random
 import tempfile
 import time
+from collections.abc import Sized
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -33,7 +34,7 @@ from rich.text import Text
 from airflow_provider_rowfilter.cli import console, print_filters, say, status
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.publisher.definitions import load_definitions
+from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.demo.dag_runner import (
     EXAMPLE_DAGS,
@@ -135,11 +136,11 @@ def _validate(publisher: str, workdir: Path) -> bool:
     return same
 
 
-def _comparable(definitions) -> list[tuple]:  # noqa: ANN001
+def _comparable(definitions: Definitions) -> list[tuple]:
     """What both sources must agree on, per table: the catalog gives pg_get_expr text (explicit
     casts), the file the user's text, so the filters are compared by presence and count here, and by
     the rows they select when the two subscribers are compared."""
-    def count(filters):  # noqa: ANN001, ANN202
+    def count(filters: Sized | None) -> int | None:
         return None if filters is None else len(filters)
 
     return [
