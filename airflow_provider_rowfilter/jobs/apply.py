@@ -40,6 +40,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
+from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.pg.apply_target import (
     STAGE,
     ApplyTarget,
@@ -73,6 +74,8 @@ class ApplyError(RowFilterError):
 
 class ApplyBusyError(ApplyError):
     """Another apply of the subscription holds its lock (not recorded as the subscription's error)."""
+
+    transient = True
 
 
 @dataclass
@@ -502,16 +505,16 @@ def apply_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the batch summary as JSON."""
+    """Entry point for spark-submit and ``python -m``: prints the batch summary as JSON (exit status: jobs/exit_status.py)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args, spec = parse(apply_parser(), argv)
-    try:
+
+    def body() -> int:
+        args, spec = parse(apply_parser(), argv)
         result = apply(spec, max_changes=args.max_changes)
-    except RowFilterError as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(result.summary()))
-    return 0
+        print(json.dumps(result.summary()))
+        return 0
+
+    return run_job(body)
 
 
 if __name__ == "__main__":
