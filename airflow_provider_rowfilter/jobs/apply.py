@@ -39,7 +39,7 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SHORT_BATCH_CHANGES, SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.pg.apply_target import (
     STAGE,
@@ -506,7 +506,7 @@ def apply_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for spark-submit and ``python -m``: prints the batch summary as JSON (exit status: jobs/exit_status.py)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
 
     def body() -> int:
         args, spec = parse(apply_parser(), argv)

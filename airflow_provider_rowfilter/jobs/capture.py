@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.pg.capture import (
     DEFAULT_FETCH_ROWS,
@@ -44,7 +43,7 @@ def capture_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for spark-submit and ``python -m``: prints the capture summary as JSON (exit status:
     jobs/exit_status.py)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
 
     def body() -> int:
         args, spec = parse(capture_parser(), argv)

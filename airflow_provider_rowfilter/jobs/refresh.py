@@ -29,7 +29,7 @@ from airflow_provider_rowfilter.core.subscription_filters import (
     subscribed_tables,
 )
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.pg.change_log import ChangeLog
 from airflow_provider_rowfilter.pg.definitions import connect, load_definitions
@@ -146,7 +146,7 @@ def _resync(spec: SubscriptionSpec, tables: list) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for spark-submit and ``python -m``: prints the result as JSON (exit status: jobs/exit_status.py)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--recreate-slot", action="store_true",
                    help="the slot is gone: create a new one and send the tables it positioned back to i")

@@ -32,7 +32,7 @@ from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
 from airflow_provider_rowfilter.pg.copy_source import (
     DEFAULT_BLOCK_ROWS,
@@ -398,7 +398,7 @@ def snapshot_parser():
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point for spark-submit and ``python -m``: prints the result as JSON; non-zero on failure
     (exit status: jobs/exit_status.py)."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    setup_logging()
 
     def body() -> int:
         args, spec = parse(snapshot_parser(), argv)

@@ -149,3 +149,9 @@ def test_jar_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         jdbc_jar_path()
     jar.write_bytes(b"")
     assert jdbc_jar_path() == jar
+
+
+def test_spark_logs_warnings_only_unless_told_otherwise() -> None:
+    """Issue 18 item 5: under spark-submit Spark's default is INFO (hundreds of lines in a task's log)."""
+    assert session_conf(None)["spark.log.level"] == "WARN"
+    assert session_conf(None, {"spark.log.level": "INFO"})["spark.log.level"] == "INFO"
