@@ -6,6 +6,7 @@ become are run with ``dag.test()`` against the embedded PostgreSQL and a local S
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -18,7 +19,12 @@ import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.dag_factory import AirflowSettings, build_dags, dags_from_folder
+from airflow_provider_rowfilter.dag_factory import (
+    AirflowSettings,
+    SpecFileWarning,
+    build_dags,
+    dags_from_folder,
+)
 from airflow_provider_rowfilter.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, Cluster
 from tests.airflow.conftest import REPO
@@ -164,7 +170,8 @@ def test_a_bad_file_is_refused_naming_it(tmp_path: Path, text: str, expected: st
         build_dags(path)
     assert expected in str(e.value)
     # In a folder the file stands alone: a placeholder DAG whose task fails with the same error.
-    [placeholder] = {dag.description for dag in dags_from_folder(tmp_path).values()}
+    with pytest.warns(SpecFileWarning, match=re.escape(expected)):
+        [placeholder] = {dag.description for dag in dags_from_folder(tmp_path).values()}
     assert placeholder.startswith("INVALID SPEC FILE bad.yaml: ") and str(path) in placeholder
 
 
@@ -185,7 +192,8 @@ def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     # A second file of the same subscription is refused (one slot, two change logs would lose changes);
     # it becomes a placeholder under its file name, and team_a keeps its DAGs.
     (tmp_path / "team_a_again.yaml").write_text(MINIMAL.format(name="team_a"))
-    again = dags_from_folder(tmp_path)
+    with pytest.warns(SpecFileWarning, match="subscription 'team_a' is also defined in"):
+        again = dags_from_folder(tmp_path)
     assert set(again) == {*dags, "rowfilter_invalid_team_a_again.yaml"}
     assert "subscription 'team_a' is also defined in" in again["rowfilter_invalid_team_a_again.yaml"].description
 
