@@ -16,7 +16,9 @@ See docs/dag-factory.md.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -41,6 +43,7 @@ DEFAULT_POOL = "rowfilter_copies"
 WAITING_FOR_COPY = (SyncState.INIT, SyncState.DATA_COPY)
 SPEC_PATTERNS = ("*.yaml", "*.yml")
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -283,9 +286,12 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
 def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS) -> dict[str, DAG]:
     """The DAGs of every spec file in ``folder`` (not recursive), by DAG id.
 
-    A file that is not a valid spec fails the whole import with an error naming the file, so that a
-    mistake shows as a DAG import error instead of a subscription silently not running. Two files of
-    the same subscription are refused: they would share one slot with two change logs.
+    Each file stands alone: one that is not a valid spec (or repeats another file's subscription or
+    DAG ids) does not stop the others. It becomes a placeholder DAG (:func:`invalid_spec_dag`) whose
+    only task fails with the error naming the file, under the file's own DAG ids when its
+    ``subscription`` (and ``airflow.dag_id_prefix``) can be read, so that the subscription stays in
+    the UI and a run in flight fails with the reason instead of "Dag not found". The error is also
+    issued as a warning (Airflow records it against the loader file) and logged.
     """
     folder = Path(folder)
     files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
@@ -294,18 +300,57 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
     for path in files:
         try:
             source = SubscriptionFile.load(path)
-        except RowFilterError as e:
-            if str(path.resolve()) in str(e) or str(path) in str(e):
-                raise
-            raise SpecError(f"{path}: {e}") from e
-        name = source.spec.subscription
-        if name in seen:
-            raise SpecError(f"{path}: subscription {name!r} is also defined in {seen[name]}",
-                            hint="one spec file per subscription")
-        seen[name] = path
-        for dag_id, dag in build_dags(path).items():
-            if dag_id in dags:
-                raise SpecError(f"{path}: DAG id {dag_id!r} is already built from another file",
+            name = source.spec.subscription
+            if name in seen:
+                raise SpecError(f"subscription {name!r} is also defined in {seen[name]}",
+                                hint="one spec file per subscription")
+            built = build_dags(path)
+            taken = sorted(set(built) & set(dags))
+            if taken:
+                raise SpecError(f"DAG id {taken[0]!r} is already built from another file",
                                 hint="set airflow: dag_id_prefix: to tell them apart")
-            dags[dag_id] = dag
+        except Exception as e:  # noqa: BLE001 - whatever breaks one file (a bad cron too) must not hide the others
+            error = e if str(path.resolve()) in str(e) or str(path) in str(e) else SpecError(f"{path}: {e}")
+            log.error("%s", error)
+            warnings.warn(str(error), SpecFileWarning, stacklevel=2)
+            for dag_id in _placeholder_ids(path, taken=set(dags)):
+                dags[dag_id] = invalid_spec_dag(dag_id, path, error)
+            continue
+        seen[name] = path
+        dags.update(built)
     return dags
+
+
+class SpecFileWarning(UserWarning):
+    """A spec file of the DAG factory's folder is invalid (its placeholder DAG's task says why)."""
+
+
+def invalid_spec_dag(dag_id: str, path: Path, error: Exception) -> DAG:
+    """A manual DAG standing for an invalid spec file: its one task fails, without retry, with ``error``."""
+
+    def fail() -> None:
+        raise AirflowFailException(str(error))
+
+    with DAG(dag_id=dag_id, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False,
+             tags=["rowfilter", "invalid-spec"],
+             description=f"INVALID SPEC FILE {path.name}: {str(error).splitlines()[0]}"[:500],
+             doc_md=f"The spec file `{path}` is invalid; fix it and the subscription's DAGs come back.\n\n"
+                    f"```\n{error}\n```") as dag:
+        task(task_id="invalid_spec", retries=0)(fail)()
+    return dag
+
+
+def _placeholder_ids(path: Path, taken: set[str]) -> list[str]:
+    """The DAG ids an invalid file stands under: its three own ones when they can be read and are free,
+    else ``rowfilter_invalid_<file name>``."""
+    try:
+        raw = yaml.safe_load(path.read_text())
+        name = raw.get("subscription")
+        prefix = (raw.get("airflow") or {}).get("dag_id_prefix") or f"rowfilter_{name}"
+        if isinstance(name, str) and isinstance(prefix, str) and _DAG_ID.match(prefix):
+            ids = [f"{prefix}_{kind}" for kind in ("initial_sync", "incremental_sync", "refresh")]
+            if not taken & set(ids):
+                return ids
+    except (OSError, yaml.YAMLError, AttributeError):
+        pass
+    return [f"rowfilter_invalid_{re.sub(r'[^A-Za-z0-9_.-]', '_', path.name)}"]

@@ -2,7 +2,8 @@
 
 Every ``*.yaml``/``*.yml`` in ``$ROWFILTER_SUBSCRIPTIONS_DIR`` (default: ``subscriptions/`` beside
 this file) is a subscription: a team adds one by adding a file. A file that is not a valid spec
-fails this module's import, naming the file (an import error in the UI). See docs/dag-factory.md.
+becomes a placeholder DAG whose task fails with the error naming the file; the other files' DAGs
+load as usual. See docs/dag-factory.md.
 """
 
 from __future__ import annotations

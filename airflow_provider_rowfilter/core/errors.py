@@ -11,6 +11,9 @@ from __future__ import annotations
 class RowFilterError(Exception):
     """Root of every error raised by airflow-provider-rowfilter."""
 
+    #: A later run may succeed with nothing changed (another job holds a lock): jobs/exit_status.py.
+    transient: bool = False
+
     def __init__(
         self,
         message: str,

@@ -44,7 +44,8 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, setup_logging
+from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, capture
 from airflow_provider_rowfilter.subscriber.apply_target import (
     STAGE,
@@ -79,6 +80,8 @@ class ApplyError(RowFilterError):
 
 class ApplyBusyError(ApplyError):
     """Another apply of the subscription holds its lock (not recorded as the subscription's error)."""
+
+    transient = True
 
 
 @dataclass
@@ -492,16 +495,16 @@ def apply_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the batch summary as JSON."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args, spec = parse(apply_parser(), argv)
-    try:
+    """Entry point for spark-submit and ``python -m``: prints the batch summary as JSON (exit status: jobs/exit_status.py)."""
+    setup_logging()
+
+    def body() -> int:
+        args, spec = parse(apply_parser(), argv)
         result = apply(spec, max_changes=args.max_changes)
-    except RowFilterError as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(result.summary()))
-    return 0
+        print(json.dumps(result.summary()))
+        return 0
+
+    return run_job(body)
 
 
 if __name__ == "__main__":

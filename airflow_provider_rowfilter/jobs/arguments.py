@@ -1,11 +1,24 @@
-"""Command line shared by every job: the spec comes as a file or as the versioned JSON document."""
+"""Command line and log set-up shared by every job: the spec comes as a file or as the versioned JSON document."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import warnings
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+
+#: PySpark 4.0's FutureWarning about pandas 3, issued on every run: about PySpark's version support, nothing
+#: a user of a job can act on.
+PANDAS_WARNING = "PySpark does not yet fully support pandas"
+
+
+def setup_logging() -> None:
+    """The jobs' log: our lines at their level on stderr (``LEVEL logger: message``, which the operators
+    read back at that level: operators/job_output.py), without PySpark's pandas-version warning."""
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
 
 
 def parser(description: str) -> argparse.ArgumentParser:

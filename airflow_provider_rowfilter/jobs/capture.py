@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, setup_logging
+from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture import (
     DEFAULT_FETCH_ROWS,
     DEFAULT_MAX_CHANGES,
@@ -41,14 +41,19 @@ def capture_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the capture summary as JSON."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args, spec = parse(capture_parser(), argv)
-    result = capture(spec, max_changes=args.max_changes, upto_lsn=args.upto_lsn,
-                     row_group_rows=args.row_group_rows, fetch_rows=args.fetch_rows,
-                     needs=subscriber_needs(spec) if spec.subscriber else None)
-    print(json.dumps(result.summary()))
-    return 0
+    """Entry point for spark-submit and ``python -m``: prints the capture summary as JSON (exit status:
+    jobs/exit_status.py)."""
+    setup_logging()
+
+    def body() -> int:
+        args, spec = parse(capture_parser(), argv)
+        result = capture(spec, max_changes=args.max_changes, upto_lsn=args.upto_lsn,
+                         row_group_rows=args.row_group_rows, fetch_rows=args.fetch_rows,
+                         needs=subscriber_needs(spec) if spec.subscriber else None)
+        print(json.dumps(result.summary()))
+        return 0
+
+    return run_job(body)
 
 
 if __name__ == "__main__":

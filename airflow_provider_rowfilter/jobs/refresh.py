@@ -31,7 +31,8 @@ from airflow_provider_rowfilter.core.subscription_filters import (
     subscribed_tables,
 )
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
+from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_names,
     current_lsn,
@@ -145,16 +146,19 @@ def _resync(spec: SubscriptionSpec, tables: list) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the result as JSON."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    """Entry point for spark-submit and ``python -m``: prints the result as JSON (exit status: jobs/exit_status.py)."""
+    setup_logging()
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--recreate-slot", action="store_true",
                    help="the slot is gone: create a new one and send the tables it positioned back to i")
-    args, spec = parse(p, argv)
-    result = refresh(spec, recreate_slot=args.recreate_slot)
-    print(json.dumps({**result.__dict__, "changed": result.changed}))
-    return 0
 
+    def body() -> int:
+        args, spec = parse(p, argv)
+        result = refresh(spec, recreate_slot=args.recreate_slot)
+        print(json.dumps({**result.__dict__, "changed": result.changed}))
+        return 0
+
+    return run_job(body)
 
 
 if __name__ == "__main__":

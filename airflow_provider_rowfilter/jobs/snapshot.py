@@ -36,7 +36,8 @@ from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
+from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
 from airflow_provider_rowfilter.publisher.copy_source import (
     DEFAULT_BLOCK_ROWS,
     PartitionOptions,
@@ -378,24 +379,22 @@ def snapshot_parser():
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the result as JSON; non-zero on failure."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    args, spec = parse(snapshot_parser(), argv)
-    tables = [TableName.parse(t) for t in args.table] or None
-    options = CopyOptions(max_partitions=args.max_partitions, fetch_size=args.fetch_size)
-    try:
+    """Entry point for spark-submit and ``python -m``: prints the result as JSON; non-zero on failure
+    (exit status: jobs/exit_status.py)."""
+    setup_logging()
+
+    def body() -> int:
+        args, spec = parse(snapshot_parser(), argv)
+        tables = [TableName.parse(t) for t in args.table] or None
+        options = CopyOptions(max_partitions=args.max_partitions, fetch_size=args.fetch_size)
         if args.resync:
             result = resync(spec, tables or [], copy=True, options=options)
         else:
             result = initial_copy(spec, tables, options=options)
-    except RowFilterError as e:
-        print(f"ERROR: {e}", file=sys.stderr)
-        return 1
-    print(json.dumps(result.summary()))
-    if not result.ok:
-        print(f"ERROR: {result.error()}", file=sys.stderr)
-        return 1
-    return 0
+        print(json.dumps(result.summary()))
+        return 0 if result.ok else fail(result.error())
+
+    return run_job(body)
 
 
 if __name__ == "__main__":

@@ -19,14 +19,16 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from airflow.exceptions import AirflowProviderDeprecationWarning
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
+from airflow_provider_rowfilter.operators.job_output import JobOutput, job_failure, returncode_of, watched
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -125,6 +127,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
                 AirflowProviderDeprecationWarning,
                 stacklevel=2,
             )
+        self._output: JobOutput | None = None
 
     # --- what the concrete operators add ------------------------------------------------------------
     def job_arguments(self) -> list[str]:
@@ -143,7 +146,22 @@ class RowFilterJobOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         resolved = self.prepare_submit()
         before = self._best_effort("read the subscriber's state before the job", self.before_submit, resolved)
-        super().execute(context)
+        self._output = None
+        # spark-submit's output folds away in the UI's log view (Airflow's ::group:: markers); what the
+        # job did, or why it failed, comes after it.
+        self.log.info("::group::spark-submit output of the %s job", self.job)
+        try:
+            super().execute(context)
+        except AirflowException as e:
+            self.log.info("::endgroup::")
+            failure = job_failure(self._output, returncode_of(self._hook), e)
+            if failure is e:
+                raise
+            self.log.error("The %s job failed (%s): %s", self.job,
+                           "no retry" if isinstance(failure, AirflowFailException) else "a retry may pass",
+                           failure)
+            raise failure from None
+        self.log.info("::endgroup::")
         result = self._best_effort("read the subscriber's state after the job", self.summary, resolved, before)
         return result if result is not None else {"subscription": resolved.spec.subscription}
 
@@ -196,6 +214,11 @@ class RowFilterJobOperator(SparkSubmitOperator):
                           " and ".join(sorted(r for r, e in resolved.endpoints.items() if e.password)),
                           ", ".join(sorted(secrets)))
         return resolved
+
+    def _get_hook(self) -> SparkSubmitHook:
+        hook = super()._get_hook()
+        self._output = watched(hook)  # each output line at its level; the job's error kept
+        return hook
 
     def short_batch(self) -> bool:
         """Whether the submitted job runs one short batch and exits (its JVMs then compile for a short life)."""

@@ -6,6 +6,7 @@ become are run with ``dag.test()`` against the embedded PostgreSQL and a local S
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -18,7 +19,12 @@ import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.dag_factory import AirflowSettings, build_dags, dags_from_folder
+from airflow_provider_rowfilter.dag_factory import (
+    AirflowSettings,
+    SpecFileWarning,
+    build_dags,
+    dags_from_folder,
+)
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, Cluster
 from tests.airflow.conftest import REPO
@@ -163,9 +169,10 @@ def test_a_bad_file_is_refused_naming_it(tmp_path: Path, text: str, expected: st
     with pytest.raises(SpecError) as e:
         build_dags(path)
     assert expected in str(e.value)
-    with pytest.raises(SpecError) as e:
-        dags_from_folder(tmp_path)
-    assert expected in str(e.value) and str(path) in str(e.value)
+    # In a folder the file stands alone: a placeholder DAG whose task fails with the same error.
+    with pytest.warns(SpecFileWarning, match=re.escape(expected)):
+        [placeholder] = {dag.description for dag in dags_from_folder(tmp_path).values()}
+    assert placeholder.startswith("INVALID SPEC FILE bad.yaml: ") and str(path) in placeholder
 
 
 def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,15 +189,44 @@ def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     bag = DagBag(dag_folder=DAGS / "rowfilter_subscriptions.py")
     assert bag.import_errors == {}
     assert sorted(bag.dags) == sorted(dags)
-    # A second file of the same subscription is refused: one slot, two change logs would lose changes.
+    # A second file of the same subscription is refused (one slot, two change logs would lose changes);
+    # it becomes a placeholder under its file name, and team_a keeps its DAGs.
     (tmp_path / "team_a_again.yaml").write_text(MINIMAL.format(name="team_a"))
-    with pytest.raises(SpecError, match="subscription 'team_a' is also defined in"):
-        dags_from_folder(tmp_path)
-    # A bad file shows as an import error of the loader, naming the file.
-    (tmp_path / "team_a_again.yaml").write_text(MINIMAL.format(name="team_c") + "airflow:\n  pool: 7\n")
-    bag = DagBag(dag_folder=DAGS / "rowfilter_subscriptions.py")
-    [error] = bag.import_errors.values()
-    assert "team_a_again.yaml" in error and "pool=7 is not a non-empty string" in error
+    with pytest.warns(SpecFileWarning, match="subscription 'team_a' is also defined in"):
+        again = dags_from_folder(tmp_path)
+    assert set(again) == {*dags, "rowfilter_invalid_team_a_again.yaml"}
+    assert "subscription 'team_a' is also defined in" in again["rowfilter_invalid_team_a_again.yaml"].description
+
+
+def test_one_bad_spec_file_does_not_hide_the_others(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    airflow_db: dict[str, str]) -> None:
+    """Issue 18 item 2: a typo key in one file; the other file's DAGs load, the bad one says why."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    _write(tmp_path, "team_a", MINIMAL)
+    bad = _write(tmp_path, "team_b", MINIMAL + "airflow:\n  shedule: '@daily'\n")
+    monkeypatch.setenv("ROWFILTER_SUBSCRIPTIONS_DIR", str(tmp_path))
+    loader = DAGS / "rowfilter_subscriptions.py"
+    bag = DagBag(dag_folder=loader)
+    assert bag.import_errors == {}
+    kinds = ("initial_sync", "incremental_sync", "refresh")
+    assert sorted(bag.dags) == sorted(f"rowfilter_{t}_{k}" for t in ("team_a", "team_b") for k in kinds)
+    good = bag.dags["rowfilter_team_a_incremental_sync"]
+    assert [t.task_id for t in good.tasks] == ["apply"]
+    # The bad file's DAGs keep their ids (a run in flight finds its DAG) and carry the reason ...
+    placeholder = bag.dags["rowfilter_team_b_incremental_sync"]
+    assert [t.task_id for t in placeholder.tasks] == ["invalid_spec"]
+    assert "team_b.yaml" in placeholder.description and "unknown key 'shedule'" in placeholder.description
+    # ... Airflow records the error as a warning of the loader file, naming the spec file and the key ...
+    [warned] = [w for w in bag.captured_warnings[str(loader)] if "SpecFileWarning" in w]
+    assert str(bad) in warned and "unknown key 'shedule' in airflow:" in warned
+    # ... and a run fails at once (no retry) with it; the good subscription's DAG is there beside it.
+    [result] = run_dags(airflow_db, [("rowfilter_team_b_incremental_sync", None)], dags_folder=DAGS,
+                        env={"ROWFILTER_SUBSCRIPTIONS_DIR": str(tmp_path)})
+    assert (result["state"], result["tasks"]) == ("failed", {"invalid_spec": "failed"}), result["output"][-3000:]
+    failure = result["output"].split("Task failed with exception", 1)[-1]
+    assert f"AirflowFailException: {bad}: unknown key 'shedule' in airflow:" in failure, result["output"][-3000:]
+    assert "up_for_retry" not in result["output"].lower()
 
 
 def test_the_example_spec_file_in_dags(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -175,20 +176,38 @@ def test_refresh_operator_submits_the_packaged_job(dbs: Databases, caplog: pytes
     assert second["tables"] == result["tables"]
 
 
-def test_a_failing_job_fails_the_task_with_retries_and_no_password(dbs: Databases,
-                                                                  capfd: pytest.CaptureFixture[str]) -> None:
-    from airflow.sdk.exceptions import AirflowException
-
+def test_a_configuration_error_fails_the_task_at_once_with_postgresql_s_message(
+        dbs: Databases, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 18 item 3: a missing publication is no reason to retry; the task's exception is the cause."""
     op = RefreshPublicationOperator(task_id="refresh", subscription="s1", publications=["p_missing"],
                                     publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
                                     conn_id=dbs.spark_conn, conf={"spark.ui.enabled": "false"})
-    with pytest.raises(AirflowException) as e:
+    with pytest.raises(AirflowFailException) as e:  # no retry
         op.execute({})
-    assert not isinstance(e.value, AirflowFailException)  # the job's failure: Airflow's retries apply
-    assert "p_missing" in str(e.value)  # the job's own error, from the spark-submit output tail
+    assert str(e.value).startswith("""publication 'p_missing': publication "p_missing" does not exist\nHINT:  """), \
+        str(e.value)
+    assert "spark-submit" not in str(e.value) and "Traceback" not in str(e.value)
     out, err = capfd.readouterr()
     for secret in (PUB_PASSWORD, SUB_PASSWORD):
         assert secret not in str(e.value) and secret not in out + err
+
+
+def test_a_refused_connection_is_retried(dbs: Databases, airflow_conn: Callable[..., str]) -> None:
+    """Issue 18 item 3: a publisher that refuses connections may be back for the next try (exit 75)."""
+    from airflow.sdk.exceptions import AirflowException
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    refused = airflow_conn({**_conn(dbs.pub, None), "host": "127.0.0.1", "port": port}, "refused")
+    op = RefreshPublicationOperator(task_id="refresh", subscription="s1", publications=["p1"],
+                                    publisher_conn_id=refused, subscriber_conn_id=dbs.sub_conn,
+                                    conn_id=dbs.spark_conn, conf={"spark.ui.enabled": "false"})
+    with pytest.raises(AirflowException) as e:
+        op.execute({})
+    assert not isinstance(e.value, AirflowFailException)  # Airflow's retries apply
+    assert str(e.value).startswith("cannot connect to the publisher of subscription 's1' at host 127.0.0.1")
+    assert "Connection refused" in str(e.value) or "connection refused" in str(e.value).lower()
 
 
 def test_snapshot_command_from_a_templated_spec_file(dbs: Databases, tmp_path: Path) -> None:
@@ -524,7 +543,6 @@ def test_apply_bad_spec_fails_without_retry(dbs: Databases, kwargs: dict[str, An
 def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_path: Path) -> None:
     """Refresh, copy, change the publisher, apply: the XCom, the asset events, the lineage; then a conflict."""
     from airflow.sdk import AssetAlias
-    from airflow.sdk.exceptions import AirflowException
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
     from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
@@ -577,13 +595,57 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
         lineage = op.get_openlineage_facets_on_complete(None)
         assert [d.name for d in lineage.outputs] == [f"{info['dbname']}.public.t1", f"{info['dbname']}.public.t2"]
 
-    # A conflict (the key already in the subscriber) fails the job: retries apply, nothing is applied.
+    # A conflict (the key already in the subscriber) fails the job without retry (a new run would meet it
+    # again until somebody acts), with PostgreSQL's message; nothing is applied.
     with psycopg.connect(dbs.sub, autocommit=True) as conn:
         conn.execute("INSERT INTO t1 VALUES (8, 'already here')")
     with psycopg.connect(dbs.pub, autocommit=True) as conn:
         conn.execute("INSERT INTO t1 VALUES (8, 'b8'), (9, 'b9')")
-    with pytest.raises(AirflowException) as e:
+    with pytest.raises(AirflowFailException) as e:
         op.execute({"outlet_events": OutletEventAccessors()})
-    assert not isinstance(e.value, AirflowFailException)
+    assert str(e.value).startswith('table public.t1: conflict detected on relation "public.t1": conflict=insert_exists'), \
+        str(e.value)
+    assert "HINT:" in str(e.value) and "rowfilter skip --lsn" in str(e.value)
     with psycopg.connect(dbs.sub) as conn:
         assert conn.execute("SELECT a, b FROM t1 WHERE a >= 8 ORDER BY a").fetchall() == [(8, "already here")]
+
+
+def test_the_job_s_lines_keep_their_level_and_its_error_is_kept() -> None:
+    """Issue 18 item 5: lines as spark-submit printed them in a real conflict run; SparkSubmitHook logs
+    each with ``log.info(line)``, and the JobOutput it is given logs it at the level it was written with."""
+    from airflow_provider_rowfilter.operators.job_output import JobOutput, job_failure
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.records: list[tuple[str, str]] = []
+
+        def __getattr__(self, level: str) -> Callable[..., None]:
+            return lambda msg, *args: self.records.append((level, msg % args if args else msg))
+
+    lines = [
+        ("info", "Using Spark's default log4j profile: org/apache/spark/log4j2-defaults.properties"),
+        ("warning", "26/11/24 23:33:56 WARN Utils: Set SPARK_LOCAL_IP if you need to bind to another address"),
+        ("info", "26/11/24 23:34:17 INFO SparkContext: Running Spark version 4.2.0"),
+        ("info", "INFO airflow_provider_rowfilter.publisher.capture: captured 2 changes in 1 transactions"),
+        ("warning", "WARNING airflow_provider_rowfilter.jobs.apply: cannot set session_replication_role = replica"),
+        ("warning", "/x/pyspark/sql/pandas/functions.py:777: FutureWarning: PySpark does not yet fully support pandas"),
+        ("info", 'Setting Spark log level to "WARN".'),
+        ("error", 'ERROR: table public.t1: conflict detected on relation "public.t1": conflict=insert_exists'),
+        ("error", "DETAIL:  Key (a)=(8) already exists in the subscriber; remote transaction 783 finished at 0/2F75C98."),
+        ("error", "HINT:  remove or change the subscriber's row and run again"),
+        ("info", "INFO py4j.clientserver: Closing down clientserver connection"),
+    ]
+    recorder = Recorder()
+    output = JobOutput(recorder)
+    for _, line in lines:
+        output.info(line)  # what SparkSubmitHook._process_spark_submit_log calls
+    output.info("Identified spark driver id: %s", "driver-1")  # the hook's own messages pass through
+    assert recorder.records == [*lines, ("info", "Identified spark driver id: driver-1")]
+    assert output.error_text == ('table public.t1: conflict detected on relation "public.t1": conflict=insert_exists\n'
+                                 "DETAIL:  Key (a)=(8) already exists in the subscriber; remote transaction 783 "
+                                 "finished at 0/2F75C98.\nHINT:  remove or change the subscriber's row and run again")
+    hooks_own = RuntimeError("Cannot execute: spark-submit --master local[2] … Error code is: 1.")
+    assert isinstance(job_failure(output, 1, hooks_own), AirflowFailException)
+    retried = job_failure(output, 75, hooks_own)
+    assert not isinstance(retried, AirflowFailException) and str(retried) == output.error_text
+    assert job_failure(JobOutput(recorder), 1, hooks_own) is hooks_own  # a crash without our ERROR: retries

@@ -44,3 +44,32 @@ def test_classes_are_where_the_docs_say() -> None:
     assert issubclass(SubscriptionRelSensor, BaseSensorOperator)
     assert issubclass(SubscriptionRelTrigger, BaseTrigger)
     assert issubclass(RowFilterHook, BaseHook) and issubclass(SubscriptionRelHook, RowFilterHook)
+
+
+def test_a_postgres_connection_made_with_the_airflow_command(tmp_path, state_db) -> None:  # noqa: ANN001
+    """Issue 18 item 1: `airflow connections add … --conn-type postgres` (docs/getting-started.md) keeps
+    the type (the postgres provider is a dependency), and a task resolves the connection through it."""
+    import subprocess
+    import sys
+
+    import psycopg
+
+    from airflow_provider_rowfilter.tooling.demo.dag_runner import airflow_home, run_dags
+    from tests.airflow.test_dags import TEST_DAGS
+
+    env = airflow_home(tmp_path / "home", TEST_DAGS)
+    info = psycopg.conninfo.conninfo_to_dict(state_db.dsn)
+    added = subprocess.run(
+        [sys.executable, "-m", "airflow", "connections", "add", "rowfilter_subscriber", "--conn-type", "postgres",
+         "--conn-host", str(info["host"]), "--conn-port", str(info["port"]), "--conn-login", str(info["user"]),
+         "--conn-schema", str(info["dbname"])],
+        env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert "overriding with generic" not in added.stdout + added.stderr
+    shown = subprocess.run([sys.executable, "-m", "airflow", "connections", "get", "rowfilter_subscriber", "-o",
+                            "json"], env=env, capture_output=True, text=True, timeout=300, check=True)
+    assert '"conn_type": "postgres"' in shown.stdout, shown.stdout
+    # A task of a real DAG run reads the subscriber through that connection (the metadata database's).
+    state_db.set_states(**{"public.t1": "r", "public.t2": "r", "sales.t3": "r"})
+    [result] = run_dags(env, [("rowfilter_sensor_reschedule", {"subscription": "s1", "tables": None})])
+    assert (result["state"], result["tasks"]) == ("success", {"wait": "success"}), result["output"][-3000:]

@@ -75,3 +75,9 @@ def test_a_session_needs_no_jdbc_driver(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert "spark.jars" not in conf
     assert "spark.driver.extraClassPath" not in conf
     assert "spark.executor.extraClassPath" not in conf
+
+
+def test_spark_logs_warnings_only_unless_told_otherwise() -> None:
+    """Issue 18 item 5: under spark-submit Spark's default is INFO (hundreds of lines in a task's log)."""
+    assert session_conf(None)["spark.log.level"] == "WARN"
+    assert session_conf(None, {"spark.log.level": "INFO"})["spark.log.level"] == "INFO"
