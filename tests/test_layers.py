@@ -111,6 +111,12 @@ def test_every_top_level_name_has_a_layer() -> None:
     assert unclassified == [], f"add these to LAYER_OF in {__file__}: {unclassified}"
 
 
+def test_every_layered_name_exists() -> None:
+    """LAYER_OF names only what the package holds (a stale name would hide a missing layer)."""
+    present = {"__init__"} | {info.name for info in pkgutil.iter_modules(airflow_provider_rowfilter.__path__)}
+    assert sorted(set(LAYER_OF) - present) == []
+
+
 @pytest.mark.parametrize("layer", sorted(FORBIDDEN))
 def test_layer_imports_without_forbidden_packages(layer: str) -> None:
     modules = _modules()[layer]

@@ -372,14 +372,18 @@ def _folded(existed: bool, policy: str) -> Column:
 
 
 def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBatch:
-    """Read the segments and judge every change of the subscribed tables (checkpointed locally on first use).
+    """Read the segments and judge every change of the subscribed tables (checkpointed locally on first use)."""
+    return decide_frame(spark.read.parquet(*paths), plan)
+
+
+def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
+    """Judge every change of ``raw`` (rows of the change log's schema) for the subscribed tables.
 
     Built from projections Spark compiles whole (no maps, no lambdas): route, realign the values to
     the batch's columns, judge (each filter once per row), decide, then key, values and flags. Each
     projection is one ``selectExpr`` of SQL text generated from sqlglot trees: a few Py4J calls per
     batch rather than one per expression node (thousands, seconds in a cold JVM).
     """
-    raw = spark.read.parquet(*paths)
     # Route each leaf to its target by a broadcast join with a table built in the JVM (not from Python
     # rows, which would start Python workers to read them back). The positions stay out of the big
     # judging projection: Spark inlines a number literal into its generated code, so a literal that
@@ -387,7 +391,7 @@ def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBat
     routes = [_fn("named_struct", _lit("_leaf_schema"), _lit(leaf.schema), _lit("_leaf_table"), _lit(leaf.name),
                   _lit("_tgt"), _lit(t.index), _lit("_position"), exp.cast(_lit(t.position), "bigint"))
               for t in plan.targets for leaf in t.leaves]
-    table = spark.range(1).selectExpr(_text(_fn("inline", exp.Array(expressions=routes))))
+    table = raw.sparkSession.range(1).selectExpr(_text(_fn("inline", exp.Array(expressions=routes))))
     frame = (raw.join(F.broadcast(table), (raw["schema"] == table["_leaf_schema"])
                       & (raw["table"] == table["_leaf_table"]))
              .where(F.col("commit_lsn") >= F.col("_position")))

@@ -17,10 +17,18 @@ from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs.apply import ApplyError, apply
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_apply_faults import SUBSCRIBER, publisher_sql
-from tests.jobs.test_apply_options import publish, subscription, wal_lsn, write_spec
-from tests.jobs.test_apply_relations import expected, frozen, table_error
-from tests.jobs.test_snapshot_differential import Databases, run_ours
+from tests.jobs.apply_scenario import (
+    SUBSCRIBER,
+    expected,
+    frozen,
+    publish,
+    publisher_sql,
+    subscription,
+    table_error,
+    wal_lsn,
+    write_spec,
+)
+from tests.jobs.databases import Databases, run_ours
 
 
 @pytest.fixture

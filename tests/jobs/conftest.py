@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.jobs.test_snapshot_differential import Databases
+from tests.jobs.apply_scenario import PUBLICATIONS, PUBLISHER, SUBSCRIBER, Job
+from tests.jobs.databases import Databases, run_ours
+from tests.jobs.snapshot_scenario import make_setup
 
 
 @pytest.fixture
@@ -15,3 +17,21 @@ def dbs(fresh_db, tmp_path):
     yield databases
     for native in databases.natives:
         native.drop()
+
+
+@pytest.fixture
+def job(dbs, spark, tmp_path):  # noqa: ANN001, ANN201
+    """The apply scenario: refresh and initial copy done in this process, a native subscription beside it."""
+    dbs.create(PUBLISHER, SUBSCRIBER)
+    native = dbs.subscribe_native(PUBLICATIONS)
+    ours = Job(dbs, tmp_path)
+    run_ours(ours.spec, spark)  # refresh + initial copy, in this process
+    ours.initial_slot = ours.slot_position()
+    ours.native = native
+    return ours
+
+
+@pytest.fixture
+def setup(fresh_db, tmp_path):  # noqa: ANN001, ANN201
+    """The snapshot scenario (tests/jobs/snapshot_scenario.py): spec and spec file of a fresh subscription."""
+    return make_setup(fresh_db, tmp_path)

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.jobs.apply import apply
-from tests.jobs.test_snapshot_differential import _names, run_ours
+from tests.jobs.databases import names, run_ours
 
 # The documentation's UPDATE-transformation example (logical-replication.sgml, "Row Filters"):
 # t1 published WHERE (a > 5 AND c = 'NSW'); the primary key includes c so UPDATEs may filter on it.
@@ -41,7 +41,7 @@ def publish(dsn: str, statements) -> None:
 def test_update_transformation_example_step_by_step(dbs, spark):
     dbs.create(DOC_PUBLISHER, DOC_TABLES)
     native = dbs.subscribe_native(("p1",))
-    spec = dbs.spec(("p1",), f"ours_{next(_names)}")
+    spec = dbs.spec(("p1",), f"ours_{next(names)}")
     run_ours(spec, spark)
     for step in DOC_STEPS:
         publish(dbs.publisher, [step])
@@ -169,7 +169,7 @@ def test_apply_matches_native_logical_replication(dbs, spark, case):
     publisher, subscriber, publications, tables, batches = case
     dbs.create(publisher, subscriber)
     native = dbs.subscribe_native(publications)
-    spec = dbs.spec(publications, f"ours_{next(_names)}")
+    spec = dbs.spec(publications, f"ours_{next(names)}")
     run_ours(spec, spark)
     for batch in batches:
         publish(dbs.publisher, batch)

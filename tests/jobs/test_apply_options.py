@@ -18,11 +18,8 @@ rows are derived from the native subscriber's rows with the exact difference spe
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import psycopg
 import pytest
-import yaml
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
@@ -30,31 +27,20 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError, ConflictError
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_apply_faults import PUBLICATIONS, SUBSCRIBER, TABLES, publisher_sql
-from tests.jobs.test_snapshot_differential import Databases, _names, run_ours
+from tests.jobs.apply_scenario import (
+    PUBLICATIONS,
+    SUBSCRIBER,
+    TABLES,
+    positions,
+    publish,
+    publisher_sql,
+    subscription,
+    wal_lsn,
+    write_spec,
+)
+from tests.jobs.databases import Databases, run_ours
 
 PUBLISHER = publisher_sql(60, 90)
-
-
-def publish(dsn: str, statements: list[str]) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for s in statements:
-            conn.execute(s)
-
-
-def wal_lsn(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return parse_lsn(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])
-
-
-def write_spec(dbs: Databases, tmp_path: Path, **extra) -> tuple[Path, SubscriptionSpec]:
-    """A spec file (the command line reads it) and the spec it loads to (what apply() gets)."""
-    name = f"opt_{next(_names)}"
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "subscription": name, "publisher": dbs.publisher, "subscriber": dbs.ours,
-        "publications": list(PUBLICATIONS), "change_log": str(tmp_path / name / "changes"), **extra}))
-    return path, SubscriptionSpec.load(path)
 
 
 def ours(dbs: Databases) -> dict[str, list[str]]:
@@ -63,19 +49,6 @@ def ours(dbs: Databases) -> dict[str, list[str]]:
 
 def native_rows(dbs: Databases) -> dict[str, list[str]]:
     return {t: table_rows(dbs.native, t) for t in TABLES}
-
-
-def positions(dbs: Databases, spec: SubscriptionSpec) -> list[tuple]:
-    with psycopg.connect(dbs.ours, autocommit=True) as conn:
-        return conn.execute("SELECT schema_name, table_name, state, lsn::text FROM rowfilter.subscription_rel "
-                            "WHERE subscription = %s ORDER BY 1, 2", (spec.subscription,)).fetchall()
-
-
-def subscription(dbs: Databases, spec: SubscriptionSpec) -> dict:
-    with psycopg.connect(dbs.ours, autocommit=True) as conn:
-        row = conn.execute("SELECT skip_lsn::text, applied_lsn::text, last_error FROM rowfilter.subscription "
-                           "WHERE name = %s", (spec.subscription,)).fetchone()
-    return dict(zip(("skip_lsn", "applied_lsn", "last_error"), row, strict=True))
 
 
 def last_batch(dbs: Databases, spec: SubscriptionSpec) -> tuple:

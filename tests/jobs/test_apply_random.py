@@ -30,7 +30,7 @@ from airflow_provider_rowfilter.jobs.apply import ApplyResult, apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_snapshot_differential import _names
+from tests.jobs.databases import names
 
 TABLES = ("ta", "tb", "tc")
 SUBSCRIBER = """
@@ -264,7 +264,7 @@ def catch_up(spec, spark, counts: Counter) -> list[ApplyResult]:
 def test_random_workload_matches_native(dbs, spark, monkeypatch, seed):
     dbs.create(PUBLISHER, SUBSCRIBER)
     native = dbs.subscribe_native(PUBLICATIONS)
-    spec = dbs.spec(PUBLICATIONS, f"rand_{next(_names)}")
+    spec = dbs.spec(PUBLICATIONS, f"rand_{next(names)}")
     work = Workload(seed)
 
     refresh(spec)  # the slot exists from here on: everything after it is captured

@@ -11,7 +11,6 @@ included). Native replication stops too here, so the referee is the publisher's 
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_relations
@@ -23,37 +22,21 @@ from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy, resync
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_apply_faults import SUBSCRIBER, publisher_sql
-from tests.jobs.test_apply_options import positions, publish, subscription, wal_lsn, write_spec
-from tests.jobs.test_snapshot_differential import run_ours
+from tests.jobs.apply_scenario import (
+    SUBSCRIBER,
+    expected,
+    frozen,
+    positions,
+    publish,
+    publisher_sql,
+    subscription,
+    table_error,
+    wal_lsn,
+    write_spec,
+)
+from tests.jobs.databases import run_ours
 
 PUBLISHER = publisher_sql(60, 90)
-FILTERS = {"t": "id % 4 <> 0", "u": "n > 50 AND s <> 'c'"}
-
-
-def expected(dbs, table: str, name: str | None = None) -> list[str]:
-    """The publisher's rows of ``table`` (now called ``name``) that its filter keeps: what the subscriber must hold."""
-    with psycopg.connect(dbs.publisher, autocommit=True) as conn:
-        rows = conn.execute(f"SELECT x::text FROM {name or table} x WHERE {FILTERS[table]}").fetchall()
-    return sorted(r[0] for r in rows)
-
-
-def frozen(dbs, spec) -> tuple:
-    """Everything a stopped batch must leave as it was: both tables, subscription_rel whole, batch_history."""
-    with psycopg.connect(dbs.ours, autocommit=True) as conn:
-        rel = conn.execute("SELECT schema_name, table_name, state, lsn::text FROM rowfilter.subscription_rel "
-                           "WHERE subscription = %s ORDER BY 1, 2", (spec.subscription,)).fetchall()
-        batches = conn.execute("SELECT count(*) FROM rowfilter.batch_history WHERE subscription = %s",
-                               (spec.subscription,)).fetchone()[0]
-    return table_rows(dbs.ours, "t"), table_rows(dbs.ours, "u"), rel, batches
-
-
-def table_error(dbs, spec, table: str) -> str | None:
-    with psycopg.connect(dbs.ours, autocommit=True) as conn:
-        return conn.execute("SELECT last_error FROM rowfilter.subscription_rel WHERE subscription = %s AND "
-                            "schema_name || '.' || table_name = %s", (spec.subscription, table)).fetchone()[0]
-
-
 def test_table_renamed_on_the_publisher_stops_until_renamed_back_and_resynced(dbs, spark, tmp_path):
     dbs.create(PUBLISHER, SUBSCRIBER)
     _, spec = write_spec(dbs, tmp_path)

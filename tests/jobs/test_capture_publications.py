@@ -21,7 +21,7 @@ from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_snapshot_differential import _names
+from tests.jobs.databases import names
 
 TABLES = """
 CREATE TABLE h (a int, v text);                 -- no primary key, no replica identity
@@ -67,7 +67,7 @@ def setup(dbs):
 
 def test_capture_publications_publish_per_table_only_what_the_subscription_publishes(setup, tmp_path):
     dbs = setup
-    name = f"ours_{next(_names)}"
+    name = f"ours_{next(names)}"
     spec = dbs.spec(("ph", "pk", "pt"), name)
     execute(dbs.publisher, "INSERT INTO h VALUES (1, 'a')", "UPDATE h SET v = 'b'", "DELETE FROM h")  # before
     refresh(spec)
@@ -128,7 +128,7 @@ def test_keyless_insert_only_table_stays_writable_with_the_workload_running(setu
     dbs = setup
     execute(dbs.publisher, "INSERT INTO h SELECT g, 'old' FROM generate_series(1, 50) g")
     native = dbs.subscribe_native(("ph",))
-    spec = dbs.spec(("ph",), f"ours_{next(_names)}")
+    spec = dbs.spec(("ph",), f"ours_{next(names)}")
     workload = Workload(dbs.publisher)
     workload.start()
     try:
@@ -162,7 +162,7 @@ def rows(dsn: str) -> dict[int, str]:
 
 def test_a_slot_dropped_outside_the_tool_is_refused_then_recopied_on_request(setup, spark):
     dbs = setup
-    spec = dbs.spec(("pk", "pt"), f"ours_{next(_names)}")
+    spec = dbs.spec(("pk", "pt"), f"ours_{next(names)}")
     execute(dbs.publisher, "INSERT INTO k VALUES (1, 'a')", "INSERT INTO t VALUES (1, 'a')")
     refresh(spec)
     assert initial_copy(spec, spark=spark).ok

@@ -25,12 +25,7 @@ from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs.refresh import SlotLostError, refresh
 from airflow_provider_rowfilter.jobs.snapshot import resync
 from airflow_provider_rowfilter.publisher.capture import capture
-from tests.jobs.test_apply_faults import (
-    assert_same_as_native,
-    changes,
-    job,  # noqa: F401 (the fixture: refresh, initial copy, a native subscription)
-    publish,
-)
+from tests.jobs.apply_scenario import assert_same_as_native, changes, publish
 
 TABLES = [TableName("public", "t"), TableName("public", "u")]
 

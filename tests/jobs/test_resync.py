@@ -18,7 +18,7 @@ from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_snapshot import T1, T2, execute, published, setup  # noqa: F401  (setup is a fixture)
+from tests.jobs.snapshot_scenario import T1, T2, execute
 
 
 def rel_rows(spec) -> list[tuple]:

@@ -7,39 +7,16 @@ same target tables; then every table is compared whole, row for row, in its text
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, InitialCopyResult, initial_copy
-from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
-
-_names = itertools.count(1)
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions
+from airflow_provider_rowfilter.tooling.native import table_rows
+from tests.jobs.databases import ROW_FILTER_PUBLISHER, ROW_FILTER_TABLES, names, run_ours
 
 # --- the documentation's examples (logical-replication.sgml), with a few more rows -----------------
-ROW_FILTER_TABLES = """
-CREATE TABLE t1(a int, b int, c text, PRIMARY KEY(a,c));
-CREATE TABLE t2(d int, e int, f int, PRIMARY KEY(d));
-CREATE TABLE t3(g int, h int, i int, PRIMARY KEY(g));
-"""
-ROW_FILTER_PUBLISHER = ROW_FILTER_TABLES + """
--- p2 filters t2 on e, outside t2's key: PostgreSQL accepts that and fails the first UPDATE of t2;
--- we refuse it up front, so the referee's table gets the identity that makes it valid.
-ALTER TABLE t2 REPLICA IDENTITY FULL;
-INSERT INTO t1 VALUES (2, 102, 'NSW'), (3, 103, 'QLD'), (4, 104, 'VIC'), (5, 105, 'ACT'), (6, 106, 'NSW'),
-                      (7, 107, 'NT'), (8, 108, 'QLD'), (9, 109, 'NSW'), (10, NULL, 'NSW'), (11, 111, 'nsw');
-INSERT INTO t2 VALUES (1, 99, 1), (2, 98, 2), (10, 1, 3), (11, NULL, 4), (12, 99, NULL);
-INSERT INTO t3 VALUES (1, 1, 1), (10, 10, 10), (11, NULL, NULL);
-CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 5 AND c = 'NSW');
-CREATE PUBLICATION p2 FOR TABLE t1, t2 WHERE (e = 99);
-CREATE PUBLICATION p3 FOR TABLE t2 WHERE (d = 10), t3 WHERE (g = 10);
-"""
-
 COLUMN_LIST_PUBLISHER = r"""
 CREATE TABLE t1(id int, a text, b text, c text, d text, e text, PRIMARY KEY(id));
 INSERT INTO t1 VALUES (1, 'a-1', 'b-1', 'c-1', 'd-1', 'e-1'), (2, 'a-2', 'b-2', 'c-2', 'd-2', 'e-2'),
@@ -153,47 +130,11 @@ CASES = {
 }
 
 
-@dataclass
-class Databases:
-    publisher: str
-    native: str
-    ours: str
-    natives: list[NativeSubscription] = field(default_factory=list)
-
-    def create(self, publisher_sql: str, subscriber_sql: str) -> None:
-        for dsn, text in ((self.publisher, publisher_sql), (self.native, subscriber_sql), (self.ours, subscriber_sql)):
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(text)
-
-    def subscribe_native(self, publications: tuple[str, ...]) -> NativeSubscription:
-        native = NativeSubscription(self.publisher, self.native, f"nat_{next(_names)}", publications)
-        self.natives.append(native)
-        return native.create()
-
-    change_logs: Path | None = None
-
-    def spec(self, publications: tuple[str, ...], name: str) -> SubscriptionSpec:
-        change_log = None if self.change_logs is None else str(self.change_logs / name)
-        return SubscriptionSpec(subscription=name, publisher=self.publisher, subscriber=self.ours,
-                                publications=publications, change_log=change_log)
-
-    def assert_same(self, tables: tuple[str, ...]) -> None:
-        for table in tables:
-            assert table_rows(self.ours, table) == table_rows(self.native, table), f"table {table} differs"
-
-
-def run_ours(spec: SubscriptionSpec, spark, options: CopyOptions | None = None) -> InitialCopyResult:
-    refresh(spec)
-    result = initial_copy(spec, spark=spark, options=options)
-    assert result.ok, result.summary()
-    return result
-
-
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_initial_copy_matches_native_table_sync(dbs, spark, case: Case):
     dbs.create(case.publisher, case.subscriber)
     native = dbs.subscribe_native(case.publications)
-    result = run_ours(dbs.spec(case.publications, f"ours_{next(_names)}"), spark, case.options)
+    result = run_ours(dbs.spec(case.publications, f"ours_{next(names)}"), spark, case.options)
 
     # The same tables were subscribed, and every one of them reached f with its position and count.
     assert sorted(t.table for t in result.tables) == sorted(native.tables())
@@ -213,7 +154,7 @@ def test_refresh_follows_alter_publication_like_refresh_publication(dbs, spark):
     rows = "\n".join(f"INSERT INTO t{i} SELECT g, 't{i}-' || g FROM generate_series(1, 10) g;" for i in (1, 2, 3))
     dbs.create(tables + rows + "CREATE PUBLICATION pa FOR TABLE t1 WHERE (id > 2);", tables)
     native = dbs.subscribe_native(("pa",))
-    spec = dbs.spec(("pa",), f"ours_{next(_names)}")
+    spec = dbs.spec(("pa",), f"ours_{next(names)}")
     run_ours(spec, spark)
 
     def ours_tables() -> list[str]:

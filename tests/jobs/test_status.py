@@ -18,8 +18,8 @@ import yaml
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from tests.jobs.test_snapshot import T1, T2, execute, setup  # noqa: F401  (setup is a fixture)
-from tests.jobs.test_snapshot_differential import run_ours
+from tests.jobs.databases import run_ours
+from tests.jobs.snapshot_scenario import T1, T2, execute
 
 
 def status(path: str, capsys, *args: str) -> tuple[int, str, str]:

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_snapshot_differential import ROW_FILTER_PUBLISHER, ROW_FILTER_TABLES, Databases
+from tests.jobs.databases import ROW_FILTER_PUBLISHER, ROW_FILTER_TABLES, Databases
 
 # Not through the session-wide `spark` fixture, but Spark all the same: `-m "not spark"` leaves it out.
 pytestmark = pytest.mark.spark

@@ -1,0 +1,132 @@
+"""What one apply batch evaluates (core/apply_plan.py): epochs, rules, filter expressions, relation checks."""
+
+from __future__ import annotations
+
+import pytest
+from sqlglot import exp
+
+from airflow_provider_rowfilter.core.apply_plan import (
+    ApplyPlan,
+    EpochRules,
+    RelationChangedError,
+    RelationSpan,
+    TargetPlan,
+    check_relations,
+    epochs_from_history,
+    filter_expression,
+)
+from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+from airflow_provider_rowfilter.core.relation import TableName
+
+T = TableName("public", "t")
+
+
+def document(filter_: str | None = "n > 10", *, columns=None, table: str = "public.t", leaves=("public.t",),
+             actions=("insert", "update", "delete", "truncate")) -> dict:  # noqa: ANN001
+    """A refresh_history document for one table."""
+    return {"tables": [{"table": table, "leaves": list(leaves), "actions": list(actions), "columns": columns,
+                        "spark_filters": dict.fromkeys(("insert", "update", "delete"), filter_),
+                        "filter_column_types": {"n": "integer"} if filter_ else {}}]}
+
+
+@pytest.mark.parametrize(("since", "starts"), [(0x05, (0x10, 0x20, 0x30)), (0x10, (0x10, 0x20, 0x30)),
+                                               (0x25, (0x20, 0x30)), (0x30, (0x30,)), (0x40, (0x30,))],
+                         ids=["before-all", "at-first", "inside-second", "at-last", "after-all"])
+def test_epochs_keep_the_refresh_in_force_at_since_and_every_later_one(since, starts):
+    history = [("0/30", {"at": 3}), ("0/10", {"at": 1}), ("0/20", {"at": 2})]  # any order
+    epochs = epochs_from_history(history, since)
+    assert epochs.starts == starts
+    assert [d["at"] for d in epochs.documents] == [s >> 4 for s in starts]
+
+
+def test_no_history_no_epochs():
+    epochs = epochs_from_history([], 0)
+    assert (epochs.starts, epochs.documents) == ((), ())
+
+
+def test_rules_per_epoch_none_where_not_subscribed():
+    epochs = epochs_from_history([("0/10", document()), ("0/20", document(table="public.other")),
+                                  ("0/30", document(None, columns=["id", "n"], actions=("insert",)))], 0)
+    first, second, third = epochs.rules(T)
+    assert first == EpochRules(frozenset({"insert", "update", "delete", "truncate"}),
+                               dict.fromkeys(("insert", "update", "delete"), "n > 10"), None, {"n": "integer"})
+    assert second is None
+    assert third == EpochRules(frozenset({"insert"}), {"insert": None}, ("id", "n"), {})
+    assert first.publishes_column("anything") and third.publishes_column("n") and not third.publishes_column("a")
+
+
+def test_leaves_from_the_newest_epoch_that_publishes_the_table():
+    epochs = epochs_from_history([("0/10", document(leaves=("public.t_1", "public.t_2"))),
+                                  ("0/20", document(leaves=("public.t_1",))),
+                                  ("0/30", document(table="public.other"))], 0)
+    assert epochs.leaves(T) == (TableName("public", "t_1"),)
+    assert epochs.leaves(TableName("public", "nowhere")) == (TableName("public", "nowhere"),)
+
+
+def test_filter_expression_reads_each_column_cast_to_its_type():
+    tree = filter_expression("n > 10 AND m IS NULL", {"n": "integer", "m": "numeric(10,2)"},
+                             lambda name: exp.column(f"v_{name}"))
+    assert tree.sql(dialect="spark") == "CAST(v_n AS INT) > 10 AND CAST(v_m AS DECIMAL(10, 2)) IS NULL"
+
+
+def test_filter_expression_refuses_a_column_without_a_recorded_type():
+    with pytest.raises(UntranslatableFilterError, match='the filter column "m" has no recorded type') as raised:
+        filter_expression("m > 1", {"n": "integer"}, exp.column)
+    assert "rowfilter refresh" in raised.value.hint
+
+
+# ---- check_relations ----------------------------------------------------------------------------------
+
+def span(table: str = "t", columns=("id", "n"), first: int = 0x100, last: int = 0x200, oid: int = 1) -> RelationSpan:  # noqa: ANN001
+    return RelationSpan(oid, "public", table, tuple(columns), ("integer",) * len(columns), first, last, first - 8)
+
+
+def plan_and_epochs(position: int = 0, filter_: str | None = "n > 10"):  # noqa: ANN201
+    epochs = epochs_from_history([("0/10", document(filter_))], 0)
+    target = TargetPlan(0, T, (T,), position, ("id", "n"), ("id",), epochs.rules(T))
+    return ApplyPlan(epochs.starts, (target,)), epochs
+
+
+def no_names(oids):  # noqa: ANN001, ANN201
+    raise AssertionError(f"the publisher was asked for {oids}")
+
+
+def test_relations_as_defined_pass():
+    plan, epochs = plan_and_epochs()
+    check_relations(plan, epochs, [span()], 0, no_names)
+
+
+def test_a_renamed_table_stops_the_batch_naming_both_names():
+    plan, epochs = plan_and_epochs()
+    with pytest.raises(RelationChangedError, match='target relation "public.t2" does not exist') as raised:
+        check_relations(plan, epochs, [span(last=0x150), span("t2", first=0x180, last=0x200)], 0, no_names)
+    assert raised.value.lsn == 0x180
+    assert "renamed to public.t2 (OID 1)" in raised.value.hint
+
+
+def test_a_renamed_table_is_named_by_the_publisher_when_the_batch_does_not_know_its_oid():
+    plan, epochs = plan_and_epochs()
+    asked = []
+
+    def names(oids):  # noqa: ANN001, ANN202
+        asked.append(list(oids))
+        return {1: T}
+    with pytest.raises(RelationChangedError, match='"public.t2" does not exist'):
+        check_relations(plan, epochs, [span("t2")], 0, names)
+    assert asked == [[1]]
+
+
+def test_changes_before_the_position_are_not_due():
+    plan, epochs = plan_and_epochs(position=0x300)
+    check_relations(plan, epochs, [span("t2"), span(columns=("id",))], 0x300, no_names)
+
+
+def test_a_filter_column_lost_on_the_publisher_stops_the_batch():
+    plan, epochs = plan_and_epochs()
+    with pytest.raises(RelationChangedError, match='missing column "n" read by the subscription\'s row filter'):
+        check_relations(plan, epochs, [span(columns=("id", "m"))], 0, no_names)
+
+
+def test_an_unfiltered_table_does_not_need_the_column():
+    plan, epochs = plan_and_epochs(filter_=None)
+    check_relations(plan, epochs, [span(columns=("id", "m"))], 0, no_names)

@@ -1,0 +1,69 @@
+"""The row-filter analyser (core/row_filter.py) on inline cases: what it accepts, with which types, and
+what it refuses with PostgreSQL's message.
+
+Through the public functions only (``parse_row_filter``, ``validate_row_filter``). The messages are
+PostgreSQL's (``check_simple_rowfilter_expr_walker`` and ``transformPubWhereClauses`` in
+src/backend/commands/publicationcmds.c, ``transformColumnRef`` in parse_relation.c); the
+differential tests (test_row_filter_differential.py) hold the analyser against a live server.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlglot import exp
+
+from airflow_provider_rowfilter.core.errors import InvalidRowFilterError, PublicationSyntaxError
+from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.row_filter import parse_row_filter, validate_row_filter
+
+RELATION = Relation(TableName("public", "t"), 16384, RelKind.TABLE,
+                    (Column("id", 1, "integer", 23), Column("b", 2, "text", 25, collation="default"),
+                     Column("n", 3, "numeric(10,2)", 1700)), identity_columns=("id",))
+
+# filter -> (the type of each node kind in the tree, the columns it reads)
+ACCEPTED = {
+    "id > 1": ({"GT": "boolean", "Column": "integer", "Literal": "integer"}, ["id"]),
+    "b || 'x' = 'yx'": ({"EQ": "boolean", "DPipe": "text", "Column": "text", "Literal": "unknown"}, ["b"]),
+    "n > 1.5": ({"GT": "boolean", "Column": "numeric", "Literal": "numeric"}, ["n"]),
+    "id + 1 > 2": ({"GT": "boolean", "Add": "integer", "Column": "integer", "Literal": "integer"}, ["id"]),
+    "b IS NULL": ({"Is": "boolean", "Column": "text"}, ["b"]),
+    "id IN (1, 2)": ({"In": "boolean", "Column": "integer", "Literal": "integer"}, ["id"]),
+}
+
+
+@pytest.mark.parametrize(("sql", "types", "columns"), [(k, *v) for k, v in ACCEPTED.items()], ids=ACCEPTED.keys())
+def test_accepted_filters_are_typed(sql, types, columns):
+    result = validate_row_filter(sql, RELATION)
+    assert str(result.type_of(result.tree)) == "boolean"
+    typed = {type(node).__name__: str(result.type_of(node)) for node in result.tree.walk() if id(node) in result.types}
+    assert typed == types
+    assert sorted(result.columns) == columns
+
+
+REFUSED = {
+    "mutable-function": ("random() > 0.5", "invalid publication WHERE expression",
+                         "User-defined or built-in mutable functions are not allowed."),
+    "not-boolean": ("id", "argument of PUBLICATION WHERE must be type boolean, not type integer", None),
+    "unknown-column": ("nosuch > 1", 'column "nosuch" does not exist', None),
+    "system-column": ("ctid = '(0,1)'", "invalid publication WHERE expression", "System columns are not allowed."),
+}
+
+
+@pytest.mark.parametrize(("sql", "message", "detail"), REFUSED.values(), ids=REFUSED.keys())
+def test_refused_filters_raise_postgresqls_error(sql, message, detail):
+    with pytest.raises(InvalidRowFilterError) as raised:
+        validate_row_filter(sql, RELATION)
+    assert str(raised.value).splitlines()[0] == message
+    assert raised.value.detail == detail
+
+
+@pytest.mark.parametrize("sql", ["id = 1 = true", "id >", "id > 1 )"], ids=["nonassociative", "cut", "stray"])
+def test_syntax_errors(sql):
+    with pytest.raises(PublicationSyntaxError, match="^syntax error"):
+        parse_row_filter(sql)
+
+
+def test_parse_gives_one_tree_and_validate_reuses_it():
+    tree = parse_row_filter("id > 1 AND b <> 'x'")
+    assert isinstance(tree, exp.And)
+    assert validate_row_filter("id > 1 AND b <> 'x'", RELATION, tree=tree).columns == frozenset({"id", "b"})

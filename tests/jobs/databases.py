@@ -1,0 +1,76 @@
+"""The databases of the job tests: a publisher, our subscriber and a native subscriber, side by side.
+
+Shared by the job tests (and the Spark and Airflow tests that run the same scenarios); the ``dbs``
+fixture in tests/jobs/conftest.py makes one per test.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, InitialCopyResult, initial_copy
+from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
+
+names = itertools.count(1)  # unique subscription names within the run
+
+# --- the documentation's row-filter example (logical-replication.sgml), with a few more rows ------
+ROW_FILTER_TABLES = """
+CREATE TABLE t1(a int, b int, c text, PRIMARY KEY(a,c));
+CREATE TABLE t2(d int, e int, f int, PRIMARY KEY(d));
+CREATE TABLE t3(g int, h int, i int, PRIMARY KEY(g));
+"""
+ROW_FILTER_PUBLISHER = ROW_FILTER_TABLES + """
+-- p2 filters t2 on e, outside t2's key: PostgreSQL accepts that and fails the first UPDATE of t2;
+-- we refuse it up front, so the referee's table gets the identity that makes it valid.
+ALTER TABLE t2 REPLICA IDENTITY FULL;
+INSERT INTO t1 VALUES (2, 102, 'NSW'), (3, 103, 'QLD'), (4, 104, 'VIC'), (5, 105, 'ACT'), (6, 106, 'NSW'),
+                      (7, 107, 'NT'), (8, 108, 'QLD'), (9, 109, 'NSW'), (10, NULL, 'NSW'), (11, 111, 'nsw');
+INSERT INTO t2 VALUES (1, 99, 1), (2, 98, 2), (10, 1, 3), (11, NULL, 4), (12, 99, NULL);
+INSERT INTO t3 VALUES (1, 1, 1), (10, 10, 10), (11, NULL, NULL);
+CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 5 AND c = 'NSW');
+CREATE PUBLICATION p2 FOR TABLE t1, t2 WHERE (e = 99);
+CREATE PUBLICATION p3 FOR TABLE t2 WHERE (d = 10), t3 WHERE (g = 10);
+"""
+
+@dataclass
+class Databases:
+    publisher: str
+    native: str
+    ours: str
+    natives: list[NativeSubscription] = field(default_factory=list)
+
+    def create(self, publisher_sql: str, subscriber_sql: str) -> None:
+        for dsn, text in ((self.publisher, publisher_sql), (self.native, subscriber_sql), (self.ours, subscriber_sql)):
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(text)
+
+    def subscribe_native(self, publications: tuple[str, ...]) -> NativeSubscription:
+        native = NativeSubscription(self.publisher, self.native, f"nat_{next(names)}", publications)
+        self.natives.append(native)
+        return native.create()
+
+    change_logs: Path | None = None
+
+    def spec(self, publications: tuple[str, ...], name: str) -> SubscriptionSpec:
+        change_log = None if self.change_logs is None else str(self.change_logs / name)
+        return SubscriptionSpec(subscription=name, publisher=self.publisher, subscriber=self.ours,
+                                publications=publications, change_log=change_log)
+
+    def assert_same(self, tables: tuple[str, ...]) -> None:
+        for table in tables:
+            assert table_rows(self.ours, table) == table_rows(self.native, table), f"table {table} differs"
+
+
+def run_ours(spec: SubscriptionSpec, spark, options: CopyOptions | None = None) -> InitialCopyResult:
+    refresh(spec)
+    result = initial_copy(spec, spark=spark, options=options)
+    assert result.ok, result.summary()
+    return result
+
+
