@@ -10,7 +10,7 @@ The referee is the session's ``local_pg`` cluster (PostgreSQL 18 from the embedd
 To compare with another installed PostgreSQL, point ``PUBLICATION_CASES_PG_BIN_DIR`` at its server
 binaries; for PostgreSQL 15 the cases' ``pg15`` overrides are applied::
 
-    PUBLICATION_CASES_PG_BIN_DIR=/usr/lib/postgresql/15/bin pytest tests/pg/test_publication_cases_referee.py
+    PUBLICATION_CASES_PG_BIN_DIR=/usr/lib/postgresql/15/bin pytest tests/core/test_publication_cases_referee.py
 """
 
 from __future__ import annotations
