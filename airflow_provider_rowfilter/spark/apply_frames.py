@@ -44,7 +44,6 @@ from airflow_provider_rowfilter.pg.apply_target import copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
-STAGE_TABLE = "rowfilter.apply_stage"
 
 
 def _text(e: exp.Expression, alias: str | None = None) -> str:
