@@ -25,7 +25,7 @@ from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState, check_transition
 from airflow_provider_rowfilter.pg.change_log import LogIdentity, LogNeeds
-from airflow_provider_rowfilter.pg.state_migrations import SCHEMA, migrate, relation_exists
+from airflow_provider_rowfilter.pg.state_migrations import SCHEMA, migrate
 from airflow_provider_rowfilter.pg.state_reader import (
     AsyncStateReader,
     BatchRecord,
@@ -35,6 +35,7 @@ from airflow_provider_rowfilter.pg.state_reader import (
     StateReader,
     SubscriptionRow,
     SubscriptionSnapshot,
+    relation_exists,
 )
 
 __all__ = [

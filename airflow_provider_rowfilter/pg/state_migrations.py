@@ -138,7 +138,3 @@ def migrate(conn: psycopg.Connection) -> int:
             conn.execute(f"INSERT INTO {SCHEMA}.schema_version (version) VALUES (%s)", (version,))
     return max(v for v, _ in MIGRATIONS)
 
-
-def relation_exists(conn: psycopg.Connection, name: str) -> bool:
-    """Whether ``rowfilter.<name>`` exists yet (a subscriber that no refresh has migrated has none)."""
-    return conn.execute("SELECT to_regclass(%s)", (f"{SCHEMA}.{name}",)).fetchone()[0] is not None

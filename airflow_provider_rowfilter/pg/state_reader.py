@@ -169,6 +169,11 @@ def _copy_token(name: str, table: TableName, state: SyncState | None) -> Plan[st
     return rows[0][0] if rows else None
 
 
+def relation_exists(conn: psycopg.Connection, name: str) -> bool:
+    """Whether ``rowfilter.<name>`` exists yet (a subscriber that no refresh has migrated has none)."""
+    return run_plan(conn, _exists(name))
+
+
 def run_plan(conn: psycopg.Connection, plan: Plan[T]) -> T:
     """Run ``plan`` on a blocking connection, in its current transaction (or autocommit)."""
     rows: Any = None
