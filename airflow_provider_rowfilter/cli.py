@@ -159,38 +159,36 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
     """
     from airflow_provider_rowfilter.connection import connect
-    from airflow_provider_rowfilter.subscriber.state import StateStore
+    from airflow_provider_rowfilter.subscriber.state import StateReader
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
-        store = StateStore(conn, spec.subscription)
-        subscription = store.require_subscription()
-        tables = store.tables()
-        last = conn.execute(
-            """SELECT id, counts, end_lsn::text, lag_bytes, lag_seconds, finished_at FROM rowfilter.batch_history
-               WHERE subscription = %s ORDER BY id DESC LIMIT 1""", (spec.subscription,)).fetchone()
-    current, slot, unreachable = _publisher_view(spec, subscription["slot_name"])
+        reader = StateReader(conn, spec.subscription)
+        subscription = reader.require_subscription()
+        tables = reader.tables()
+        last = reader.last_batch()
+    current, slot, unreachable = _publisher_view(spec, subscription.slot_name)
     warnings, broken = _slot_findings(spec, slot, unreachable, tables)
     lag = {}
     for t in tables:
         if current is not None and t.lsn is not None and t.state.value in "fsr":
             lag[t.table] = max(current - parse_lsn(t.lsn), 0)
     batch = None if last is None else {
-        "id": last[0], "end_lsn": last[2], "lag_bytes": last[3], "lag_seconds": last[4],
-        "finished_at": last[5].isoformat()}
-    counts = {} if last is None else last[1]
+        "id": last.id, "end_lsn": last.end_lsn, "lag_bytes": last.lag_bytes, "lag_seconds": last.lag_seconds,
+        "finished_at": last.finished_at.isoformat()}
+    counts = {} if last is None else last.counts
     code = EXIT_BROKEN if broken else 0
     if as_json:
-        slot_doc = ({"name": subscription["slot_name"], "exists": None, "error": unreachable} if slot is None
+        slot_doc = ({"name": subscription.slot_name, "exists": None, "error": unreachable} if slot is None
                     else {**slot.as_dict(), "error": None})
         print(json.dumps({
             "subscription": spec.subscription,
-            "publications": subscription["publications"],
+            "publications": subscription.publications,
             "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
             "broken": broken,
             "warnings": warnings,
-            "applied_lsn": subscription["applied_lsn"],
-            "skip_lsn": subscription["skip_lsn"],
-            "last_error": subscription["last_error"],
+            "applied_lsn": subscription.applied_lsn,
+            "skip_lsn": subscription.skip_lsn,
+            "last_error": subscription.last_error,
             "last_batch": batch,
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
                         "lag_bytes": lag.get(t.table),
@@ -201,7 +199,7 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         for text in warnings:
             say(("WARNING:", "yellow"), " ", text, err=True)
         return code
-    title = f"subscription {spec.subscription} (publications {', '.join(subscription['publications'])})"
+    title = f"subscription {spec.subscription} (publications {', '.join(subscription.publications)})"
     if batch:
         title += f"\nlast batch {batch['finished_at'][:19]} through {batch['end_lsn']}"
     table = Table(title=title)
@@ -220,9 +218,9 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
                       " ".join(f"{k} {v:,}" for k, v in done.items()),
                       Text(t.last_error or "", style="red"))
     console.print(table)
-    say(_slot_line(subscription["slot_name"], slot))
-    if subscription["last_error"]:
-        say(("last error:", "red"), " ", subscription["last_error"], err=True)
+    say(_slot_line(subscription.slot_name, slot))
+    if subscription.last_error:
+        say(("last error:", "red"), " ", subscription.last_error, err=True)
     for text in warnings:
         say(("WARNING:", "yellow"), " ", text, err=True)
     if broken:
@@ -323,7 +321,7 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
     with connect(spec.subscriber, "subscriber", spec) as conn:
         store = StateStore(conn, spec.subscription)
         row = store.require_subscription()
-        applied = row["applied_lsn"]
+        applied = row.applied_lsn
         if value is not None and applied is not None and parse_lsn(value) < parse_lsn(applied):
             raise RowFilterError(f"skip WAL location (LSN {value}) must be greater than origin LSN {applied}",
                                  hint="name the LSN the conflict error gave (the transaction's finish LSN)")

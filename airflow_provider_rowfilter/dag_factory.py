@@ -207,7 +207,7 @@ def tables_waiting_for_copy(subscription: str, subscriber_conn_id: str,
     if not reading.exists:
         raise AirflowFailException(f"subscription {subscription!r} has no state in the subscriber; "
                                    "run its refresh first")
-    states = {t: state for t, state, _ in reading.tables}
+    states = {r.table: r.state for r in reading.tables}
     unknown = [str(t) for t in chosen or () if t not in states]
     if unknown:
         raise AirflowFailException(f"table(s) {', '.join(unknown)} not part of subscription {subscription!r} "

@@ -1,8 +1,9 @@
 """Read where a subscription's tables stand (``rowfilter.subscription_rel``), blocking or async.
 
 The sensor pokes with :meth:`SubscriptionRelHook.progress`, the trigger polls with
-:meth:`SubscriptionRelHook.aprogress`; both read the same rows and judge them with the same pure
-function, :func:`check_progress`.
+:meth:`SubscriptionRelHook.aprogress`; both read the same rows through the state module's reader
+(subscriber/state_reader.py: :class:`StateReader`, :class:`AsyncStateReader`) and judge them with the same
+pure function, :func:`check_progress`.
 """
 
 from __future__ import annotations
@@ -17,22 +18,11 @@ from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.sync_state import SyncState, at_least
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
-
-# One round trip: whether our schema exists, the subscription's own error, and its tables.
-_EXISTS = "SELECT to_regclass('rowfilter.subscription_rel') IS NOT NULL"
-_SUBSCRIPTION = "SELECT last_error FROM rowfilter.subscription WHERE name = %s"
-_TABLES = """SELECT schema_name, table_name, state, last_error FROM rowfilter.subscription_rel
-             WHERE subscription = %s ORDER BY schema_name, table_name"""
-
-
-@dataclass(frozen=True)
-class StateReading:
-    """What the subscriber says about one subscription at one moment."""
-
-    subscription: str
-    exists: bool  # the subscription has a row in rowfilter.subscription
-    last_error: str | None = None
-    tables: tuple[tuple[TableName, SyncState, str | None], ...] = ()  # (table, state, last_error)
+from airflow_provider_rowfilter.subscriber.state_reader import (
+    AsyncStateReader,
+    StateReader,
+    StateReading,
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +67,7 @@ def check_progress(reading: StateReading, tables: Iterable[TableName] | None, ta
         return Progress(False, error=f"subscription {name!r} has no state in the subscriber (no row in "
                         f"rowfilter.subscription); run RefreshPublicationOperator for it first, or check "
                         f"subscription= and subscriber_conn_id=")
-    by_table = {t: (state, err) for t, state, err in reading.tables}
+    by_table = {r.table: (r.state, r.last_error) for r in reading.tables}
     chosen = sorted(by_table) if tables is None else sorted(set(tables))
     unknown = [str(t) for t in chosen if t not in by_table]
     if unknown:
@@ -111,22 +101,14 @@ class SubscriptionRelHook(RowFilterHook):
         endpoint = self.endpoint(self.subscriber_conn_id, "subscriber")
         with psycopg.connect(endpoint.url, autocommit=True, application_name="rowfilter:sensor",
                              **endpoint.connect_kwargs()) as conn:
-            if not conn.execute(_EXISTS).fetchone()[0]:
-                return StateReading(self.subscription, exists=False)
-            row = conn.execute(_SUBSCRIPTION, (self.subscription,)).fetchone()
-            rows = conn.execute(_TABLES, (self.subscription,)).fetchall() if row else []
-        return _reading(self.subscription, row, rows)
+            return StateReader(conn, self.subscription).read_state()
 
     async def aread_state(self) -> StateReading:
         endpoint = await self.aendpoint(self.subscriber_conn_id, "subscriber")
         async with await psycopg.AsyncConnection.connect(endpoint.url, autocommit=True,
                                                          application_name="rowfilter:trigger",
                                                          **endpoint.connect_kwargs()) as conn:
-            if not (await (await conn.execute(_EXISTS)).fetchone())[0]:
-                return StateReading(self.subscription, exists=False)
-            row = await (await conn.execute(_SUBSCRIPTION, (self.subscription,))).fetchone()
-            rows = await (await conn.execute(_TABLES, (self.subscription,))).fetchall() if row else []
-        return _reading(self.subscription, row, rows)
+            return await AsyncStateReader(conn, self.subscription).read_state()
 
     def progress(self, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
         return check_progress(self.read_state(), tables, target)
@@ -134,9 +116,3 @@ class SubscriptionRelHook(RowFilterHook):
     async def aprogress(self, tables: Iterable[TableName] | None, target: SyncState) -> Progress:
         return check_progress(await self.aread_state(), tables, target)
 
-
-def _reading(subscription: str, row: tuple | None, rows: list[tuple]) -> StateReading:
-    if row is None:
-        return StateReading(subscription, exists=False)
-    return StateReading(subscription, True, row[0],
-                    tuple((TableName(s, t), SyncState(state), err) for s, t, state, err in rows))

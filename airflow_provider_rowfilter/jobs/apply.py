@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
-from psycopg import sql
-from psycopg.types.json import Jsonb
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment, segment_relations
 from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect
@@ -48,7 +46,6 @@ from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, s
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, capture
 from airflow_provider_rowfilter.subscriber.apply_target import (
-    STAGE,
     ApplyTarget,
     ConflictError,
     StagedTable,
@@ -56,6 +53,7 @@ from airflow_provider_rowfilter.subscriber.apply_target import (
     clear_stage,
     new_token,
     read_target,
+    rejected_column,
 )
 from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
 from airflow_provider_rowfilter.subscriber.state import (
@@ -63,6 +61,7 @@ from airflow_provider_rowfilter.subscriber.state import (
     APPLY_LOCK,
     RelState,
     StateStore,
+    SubscriptionRow,
     job_lock,
     migrate,
     relation_exists,
@@ -160,7 +159,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark: S
                 raise
 
 
-def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStore, subscription: dict,
+def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStore, subscription: SubscriptionRow,
                   change_log: ChangeLog, result: ApplyResult, spark: SparkSession | None,
                   began: float) -> None:
     end = change_log.captured_through()
@@ -174,7 +173,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     positions = {r.table: parse_lsn(r.lsn) for r in rels}
     since = min(positions.values())
     result.start_lsn, result.end_lsn = format_lsn(since), format_lsn(end)
-    skip_lsn = None if subscription["skip_lsn"] is None else parse_lsn(subscription["skip_lsn"])
+    skip_lsn = None if subscription.skip_lsn is None else parse_lsn(subscription.skip_lsn)
     clear_stage(sub, spec.subscription)
     token = new_token(spec.subscription)
     targets: dict[int, ApplyTarget] = {}
@@ -184,9 +183,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     segments = [s for s in segments if _segment_counts(s.path)[1]]
     spans: list[RelationSpan] = []
     if segments:
-        history = sub.execute("SELECT lsn::text, definitions FROM rowfilter.refresh_history WHERE subscription = %s",
-                              (spec.subscription,)).fetchall()
-        epochs = epochs_from_history(history, since)
+        epochs = epochs_from_history([(r.lsn, r.definitions) for r in store.refreshes()], since)
         plans = []
         for index, rel in enumerate(rels):
             targets[index] = read_target(sub, rel.table, index)
@@ -216,8 +213,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     faults.point("apply-after-stage")
     with sub.transaction():
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
-        sub.execute("SELECT 1 FROM rowfilter.subscription_rel WHERE subscription = %s FOR UPDATE",
-                    (spec.subscription,))
+        store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
         _replica_role(sub)
         conflicts: list[ConflictError] = []
@@ -257,14 +253,10 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
             store.set_skip_lsn(None)
         result.tables = {str(t): c.as_dict() for t, c in counts.items()}
         result.duration_ms = round((time.monotonic() - began) * 1000)
-        sub.execute("UPDATE rowfilter.subscription SET applied_lsn = %s, last_error = NULL, updated_at = now() "
-                    "WHERE name = %s", (format_lsn(end), spec.subscription))
-        result.batch_id = sub.execute(
-            """INSERT INTO rowfilter.batch_history (subscription, start_lsn, end_lsn, counts, duration_ms,
-                   transactions, changes, skipped_lsn, lag_bytes, lag_seconds)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
-            (spec.subscription, result.start_lsn, result.end_lsn, Jsonb(result.tables), result.duration_ms, result.transactions,
-             result.changes, result.skipped_lsn, result.lag_bytes, result.lag_seconds)).fetchone()[0]
+        result.batch_id = store.record_batch(
+            start_lsn=result.start_lsn, end_lsn=format_lsn(end), counts=result.tables, duration_ms=result.duration_ms,
+            transactions=result.transactions, changes=result.changes, skipped_lsn=result.skipped_lsn,
+            lag_bytes=result.lag_bytes, lag_seconds=result.lag_seconds)
         clear_stage(sub, spec.subscription)
     faults.point("apply-after-commit")
     result.states = {str(r.table): r.state.value for r in store.tables()}
@@ -347,17 +339,7 @@ def _value_error(sub: psycopg.Connection, token: str, target: ApplyTarget, plan:
     src/backend/replication/logical/worker.c: "processing remote data for replication target relation
     … column …"), found by casting the staged values of each column in turn.
     """
-    column = None
-    for i, c in enumerate(target.columns):
-        try:
-            with sub.transaction():
-                sub.execute(sql.SQL("SELECT count(({vals}::jsonb ->> {i})::{t}) FROM {stage} "
-                                    "WHERE token = %s AND target = %s AND vals IS NOT NULL").format(
-                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(c.type_sql), stage=STAGE),
-                    (token, target.index))
-        except psycopg.errors.DataError:
-            column = c
-            break
+    column = rejected_column(sub, token, target)
     since = publisher_type = None
     if column is not None:
         sent = [(s.due_from(plan.position), s.column_types[s.column_names.index(column.name)]) for s in spans

@@ -104,10 +104,8 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             store.ensure_subscription(spec.publications, slot, capture_names(spec.subscription)[1],
                                       {"copy_data": spec.copy_data})
             added, removed = store.reconcile(tables, copy_data=spec.copy_data, current_lsn=lsn)
-            last = sub.execute(
-                "SELECT definitions FROM rowfilter.refresh_history WHERE subscription = %s ORDER BY id DESC LIMIT 1",
-                (spec.subscription,)).fetchone()
-            result.definitions_changed = last is None or last[0] != document
+            last = store.last_refresh()
+            result.definitions_changed = last is None or last.definitions != document
             if added or removed or result.definitions_changed:
                 store.record_refresh(lsn, added, removed, document)
     result.added = [str(t) for t in added]

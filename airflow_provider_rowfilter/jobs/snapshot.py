@@ -287,7 +287,7 @@ class _CopyJob:
                     self.store.set_state(table, SyncState.DATA_COPY)
             started.append(True)
             fence = CopyFence(self.spec.subscription, table.schema, table.name,
-                              _token(sub, self.spec.subscription, table))
+                              self.store.copy_token(table))  # updated_at as set_state(d) wrote it
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
                      table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
@@ -302,13 +302,6 @@ class _CopyJob:
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
                  "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)
         return TableCopy(str(table), SyncState.FINISHED_COPY.value, rows, snap.lsn, plan.partitions, round(seconds, 3))
-
-
-def _token(conn: psycopg.Connection, subscription: str, table: TableName) -> str:
-    """The copy attempt's token: ``updated_at`` as set_state(d) wrote it."""
-    return conn.execute(
-        "SELECT updated_at::text FROM rowfilter.subscription_rel WHERE subscription = %s AND schema_name = %s "
-        "AND table_name = %s", (subscription, table.schema, table.name)).fetchone()[0]
 
 
 def _required(url: str | None, role: str, spec: SubscriptionSpec) -> str:

@@ -17,7 +17,7 @@ from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
-from airflow_provider_rowfilter.subscriber.state import StateStore, last_history_id
+from airflow_provider_rowfilter.subscriber.state import StateReader
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -27,9 +27,6 @@ COUNT_KEYS = ("insert", "update", "delete", "truncate", "filtered", "update_to_i
               "missing_update", "missing_delete")
 #: The operations that change a subscriber table: a table "changed" when one of them is > 0.
 CHANGING = ("insert", "update", "delete", "truncate")
-_BATCH = """SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms,
-                   skipped_lsn::text, counts, finished_at
-            FROM rowfilter.batch_history WHERE subscription = %s AND id > %s ORDER BY id DESC"""
 
 
 def default_asset_alias(subscription: Any) -> str | None:
@@ -153,13 +150,14 @@ class ApplyChangesOperator(RowFilterJobOperator):
     # --- what the task returns -----------------------------------------------------------------------
     def before_submit(self, resolved: ResolvedSpec) -> int:
         with resolved.connect("subscriber") as conn:
-            return last_history_id(conn, "batch_history", resolved.spec.subscription)
+            return StateReader(conn, resolved.spec.subscription).last_batch_id()
 
     def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
         name = resolved.spec.subscription
         with resolved.connect("subscriber") as conn:
-            rows = conn.execute(_BATCH, (name, before)).fetchall() if before is not None else []
-            tables = StateStore(conn, name).tables()
+            reader = StateReader(conn, name)
+            batches = reader.batches_after(before) if before is not None else []
+            tables = reader.tables()
         if before is None:
             self.log.warning("The batch of this run is unknown: the subscriber could not be read before the job")
         result: dict[str, Any] = {
@@ -167,14 +165,13 @@ class ApplyChangesOperator(RowFilterJobOperator):
             "changes": 0, "lag_bytes": None, "lag_seconds": None, "duration_ms": None, "skipped_lsn": None,
             "counts": {},
         }
-        if rows:
-            (batch_id, start, end, transactions, changes, lag_bytes, lag_seconds, duration_ms, skipped, counts,
-             _finished) = rows[0]
-            result.update(batch_id=batch_id, start_lsn=start, end_lsn=end, transactions=transactions or 0,
-                          changes=changes or 0, lag_bytes=lag_bytes, lag_seconds=lag_seconds,
-                          duration_ms=duration_ms, skipped_lsn=skipped, counts=_counts(counts))
-            if len(rows) > 1:
-                self.log.info("The job wrote %d batches; returning the newest", len(rows))
+        if batches:
+            b = batches[0]
+            result.update(batch_id=b.id, start_lsn=b.start_lsn, end_lsn=b.end_lsn, transactions=b.transactions or 0,
+                          changes=b.changes or 0, lag_bytes=b.lag_bytes, lag_seconds=b.lag_seconds,
+                          duration_ms=b.duration_ms, skipped_lsn=b.skipped_lsn, counts=_counts(b.counts))
+            if len(batches) > 1:
+                self.log.info("The job wrote %d batches; returning the newest", len(batches))
         counts = result["counts"]
         changed = sorted(t for t, c in counts.items() if sum(c.get(k, 0) for k in CHANGING) > 0)
         read = sorted(t for t, c in counts.items() if any(c.values()))

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
-from airflow_provider_rowfilter.subscriber.state import StateStore, last_history_id
+from airflow_provider_rowfilter.subscriber.state import StateReader
 
 
 class RefreshPublicationOperator(RowFilterJobOperator):
@@ -39,25 +39,24 @@ class RefreshPublicationOperator(RowFilterJobOperator):
 
     def before_submit(self, resolved: ResolvedSpec) -> int:
         with resolved.connect("subscriber") as conn:
-            return last_history_id(conn, "refresh_history", resolved.spec.subscription)
+            return StateReader(conn, resolved.spec.subscription).last_refresh_id()
 
     def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
         name = resolved.spec.subscription
         with resolved.connect("subscriber") as conn:
-            history = conn.execute(
-                "SELECT added, removed, lsn::text FROM rowfilter.refresh_history "
-                "WHERE subscription = %s AND id > %s ORDER BY id", (name, before or 0)).fetchall()
-            tables = StateStore(conn, name).tables()
+            reader = StateReader(conn, name)
+            history = reader.refreshes(after_id=before or 0)
+            tables = reader.tables()
         added: list[str] = []
         removed: list[str] = []
-        for a, r, _ in history:
-            added = [t for t in added if t not in r] + [t for t in a if t not in added]
-            removed = [t for t in removed if t not in a] + [t for t in r if t not in removed]
+        for h in history:
+            added = [t for t in added if t not in h.removed] + [t for t in h.added if t not in added]
+            removed = [t for t in removed if t not in h.added] + [t for t in h.removed if t not in removed]
         result = {
             "subscription": name,
             "added": sorted(added),
             "removed": sorted(removed),
-            "lsn": history[-1][2] if history else None,
+            "lsn": history[-1].lsn if history else None,
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn} for t in tables],
         }
         self.log.info("Refresh of %s: added %s, removed %s; %d table(s) subscribed", name,

@@ -19,12 +19,14 @@ from psycopg import sql
 from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.copy_source import (
     DEFAULT_BLOCK_ROWS,
     ExportedSnapshot,
     read_copy,
 )
+from airflow_provider_rowfilter.subscriber.state import StateReader
 
 
 class CopyTargetError(RowFilterError):
@@ -145,11 +147,9 @@ def write_copy(conninfo: dict[str, str], statement: str, blocks: Iterable[bytes]
     with psycopg.connect(**conninfo) as conn, conn.cursor() as cur:
         if fence is not None:
             cur.execute("SELECT pg_advisory_xact_lock_shared(hashtext(%s), hashtext(%s))", fence.lock_key)
-            row = cur.execute(
-                "SELECT updated_at::text FROM rowfilter.subscription_rel WHERE subscription = %s AND "
-                "schema_name = %s AND table_name = %s AND state = 'd'",
-                (fence.subscription, fence.schema, fence.table)).fetchone()
-            if row is None or row[0] != fence.token:
+            token = StateReader(conn, fence.subscription).copy_token(TableName(fence.schema, fence.table),
+                                                                     SyncState.DATA_COPY)
+            if token is None or token != fence.token:
                 raise CopySupersededError(f"copy of {fence.schema}.{fence.table} was superseded by a newer attempt")
         with cur.copy(statement) as copy:
             for block in blocks:

@@ -1,0 +1,140 @@
+"""Schema ``rowfilter`` in the subscriber: its versioned migrations, and :func:`migrate` that applies them.
+
+Part of the state module (subscriber/state.py): the tables described here are read and written only
+through subscriber/state.py and subscriber/state_reader.py, except ``apply_stage``, the apply's scratch table
+(subscriber/apply_target.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "rowfilter"
+_LOCK_KEY = 0x726F7766  # "rowf": serialises migrations of one subscriber database
+
+# Each migration runs once, in order, in its own transaction. Never edit a released one; add more.
+MIGRATIONS: list[tuple[int, str]] = [
+    (1, """
+    CREATE TABLE rowfilter.subscription (
+        name                 text PRIMARY KEY,
+        publications         text[] NOT NULL,
+        slot_name            text NOT NULL,
+        capture_publication  text NOT NULL,
+        options              jsonb NOT NULL DEFAULT '{}',
+        enabled              boolean NOT NULL DEFAULT true,
+        last_error           text,
+        created_at           timestamptz NOT NULL DEFAULT now(),
+        updated_at           timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE rowfilter.subscription_rel (
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        schema_name   text NOT NULL,
+        table_name    text NOT NULL,
+        state         "char" NOT NULL CHECK (state IN ('i', 'd', 'f', 's', 'r')),
+        lsn           pg_lsn,
+        rows_copied   bigint,
+        last_error    text,
+        updated_at    timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (subscription, schema_name, table_name)
+    );
+    CREATE TABLE rowfilter.refresh_history (
+        id            bigserial PRIMARY KEY,
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        lsn           pg_lsn NOT NULL,
+        added         text[] NOT NULL,
+        removed       text[] NOT NULL,
+        definitions   jsonb NOT NULL,
+        refreshed_at  timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE rowfilter.batch_history (
+        id            bigserial PRIMARY KEY,
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        start_lsn     pg_lsn,
+        end_lsn       pg_lsn,
+        counts        jsonb NOT NULL DEFAULT '{}',
+        duration_ms   bigint,
+        finished_at   timestamptz NOT NULL DEFAULT now()
+    );
+    """),
+    # ApplyChanges: the subscription's applied position, the one-shot skip (ALTER SUBSCRIPTION … SKIP),
+    # and what each batch moved and how far behind the publisher it was.
+    (2, """
+    ALTER TABLE rowfilter.subscription
+        ADD COLUMN applied_lsn pg_lsn,
+        ADD COLUMN skip_lsn pg_lsn;
+    ALTER TABLE rowfilter.batch_history
+        ADD COLUMN transactions bigint,
+        ADD COLUMN changes bigint,
+        ADD COLUMN skipped_lsn pg_lsn,
+        ADD COLUMN lag_bytes bigint,
+        ADD COLUMN lag_seconds double precision;
+    CREATE INDEX batch_history_subscription ON rowfilter.batch_history (subscription, id);
+    -- The net effect of a batch, written by the Spark executors, read by the one applying transaction
+    -- (subscriber/apply_target.py). Unlogged: it is rebuilt from the change log whenever it is lost.
+    CREATE UNLOGGED TABLE rowfilter.apply_stage (
+        token           text NOT NULL,
+        target          int NOT NULL,
+        phase           int NOT NULL,
+        row_kind        text NOT NULL,
+        op              text,
+        key             text,
+        commit_lsn      bigint,
+        xid             bigint,
+        restart_identity boolean,
+        n_insert        bigint,
+        n_update        bigint,
+        n_delete        bigint,
+        p_present       boolean,
+        p_vals          text,
+        p_flags         text,
+        p_conflict_lsn  bigint,
+        p_conflict_xid  bigint,
+        p_missing_update bigint,
+        p_missing_delete bigint,
+        a_present       boolean,
+        a_vals          text,
+        a_flags         text,
+        a_conflict_lsn  bigint,
+        a_conflict_xid  bigint,
+        a_missing_update bigint,
+        a_missing_delete bigint
+    );
+    CREATE INDEX apply_stage_token ON rowfilter.apply_stage (token, target, row_kind, phase);
+    """),
+    # One staged copy of a key's values: whenever both outcomes have a row, they agree on every value
+    # either one reads (spark/apply_frames.py), so staging them twice only doubled the batch's bytes.
+    (3, """
+    ALTER TABLE rowfilter.apply_stage RENAME COLUMN p_vals TO vals;
+    ALTER TABLE rowfilter.apply_stage DROP COLUMN a_vals;
+    """),
+    # The change log the subscription is fed from (change_log/log.py LogIdentity): its id and where it
+    # was read, so a run reading another log is told where the right one is (docs/change-log.md).
+    (4, """
+    ALTER TABLE rowfilter.subscription
+        ADD COLUMN change_log_id uuid,
+        ADD COLUMN change_log_host text,
+        ADD COLUMN change_log_path text;
+    """),
+]
+
+
+def migrate(conn: psycopg.Connection) -> int:
+    """Create or upgrade schema ``rowfilter``; return the schema version now in place."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        conn.execute(f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version (
+            version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())""")
+        done = {r[0] for r in conn.execute(f"SELECT version FROM {SCHEMA}.schema_version")}
+        for version, ddl in MIGRATIONS:
+            if version in done:
+                continue
+            log.info("migrating schema %s to version %d", SCHEMA, version)
+            conn.execute(ddl)
+            conn.execute(f"INSERT INTO {SCHEMA}.schema_version (version) VALUES (%s)", (version,))
+    return max(v for v, _ in MIGRATIONS)
+

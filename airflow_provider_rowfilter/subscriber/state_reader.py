@@ -1,0 +1,271 @@
+"""Read-only access to schema ``rowfilter``: where a subscription stands, as plain dataclasses.
+
+Each read is written once, as a *plan*: a generator that yields ``(statement, parameters)`` and is
+sent each statement's rows back, and returns the mapped result. :class:`StateReader` runs plans on a
+blocking ``psycopg.Connection`` (the jobs, the CLI, the hook, the operators' summaries);
+:class:`AsyncStateReader` runs the same plans on a ``psycopg.AsyncConnection`` (the trigger). Nothing
+here writes, so a role with ``SELECT`` on the schema is enough. Writers are in subscriber/state.py
+(:class:`~airflow_provider_rowfilter.subscriber.state.StateStore`, a reader that also writes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+import psycopg
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.subscriber.state_migrations import SCHEMA
+
+T = TypeVar("T")
+#: A read: yields (SQL, parameters), is sent back each statement's rows, returns the result.
+Plan = Generator[tuple[str, tuple], list[tuple], T]
+
+
+class StateError(RowFilterError):
+    """The subscriber's replication state is missing or inconsistent."""
+
+
+@dataclass(frozen=True)
+class RelState:
+    """One ``subscription_rel`` row."""
+
+    table: TableName
+    state: SyncState
+    lsn: str | None
+    rows_copied: int | None
+    last_error: str | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class SubscriptionRow:
+    """The ``subscription`` row (``applied_lsn``: where the last batch ended; ``skip_lsn``: ``rowfilter skip``)."""
+
+    name: str
+    publications: list[str]
+    slot_name: str
+    capture_publication: str
+    options: dict[str, Any]
+    enabled: bool
+    last_error: str | None
+    applied_lsn: str | None
+    skip_lsn: str | None
+
+
+@dataclass(frozen=True)
+class StateReading:
+    """What the subscriber says about one subscription at one moment (``row`` None: it has no state)."""
+
+    subscription: str
+    row: SubscriptionRow | None
+    tables: tuple[RelState, ...] = ()
+
+    @property
+    def exists(self) -> bool:
+        return self.row is not None
+
+    @property
+    def last_error(self) -> str | None:
+        return None if self.row is None else self.row.last_error
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One ``batch_history`` row: what an applied batch moved (``counts`` per table) and how far behind it was."""
+
+    id: int
+    start_lsn: str | None
+    end_lsn: str | None
+    transactions: int | None
+    changes: int | None
+    lag_bytes: int | None
+    lag_seconds: float | None
+    duration_ms: int | None
+    skipped_lsn: str | None
+    counts: dict[str, Any]
+    finished_at: datetime
+
+
+@dataclass(frozen=True)
+class RefreshRecord:
+    """One ``refresh_history`` row: the tables a refresh added and removed, and the definitions from ``lsn`` on."""
+
+    id: int
+    lsn: str
+    added: list[str]
+    removed: list[str]
+    definitions: dict[str, Any]
+
+
+# --- the plans: SQL and row mapping, once ------------------------------------------------------------
+_SUBSCRIPTION = (f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
+                 f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s")
+_TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at "
+           f"FROM {SCHEMA}.subscription_rel WHERE subscription = %s ORDER BY schema_name, table_name")
+_BATCHES = (f"SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms, "
+            f"skipped_lsn::text, counts, finished_at FROM {SCHEMA}.batch_history WHERE subscription = %s")
+_REFRESHES = (f"SELECT id, lsn::text, added, removed, definitions FROM {SCHEMA}.refresh_history "
+              f"WHERE subscription = %s")
+_HISTORIES = ("batch_history", "refresh_history")
+
+
+def _exists(relation: str) -> Plan[bool]:
+    """Whether ``rowfilter.<relation>`` exists (a subscriber that no refresh has migrated has none)."""
+    rows = yield "SELECT to_regclass(%s) IS NOT NULL", (f"{SCHEMA}.{relation}",)
+    return bool(rows[0][0])
+
+
+def _subscription(name: str) -> Plan[SubscriptionRow | None]:
+    if not (yield from _exists("subscription")):
+        return None  # a subscriber no refresh has reached yet: no schema, so no subscription either
+    rows = yield _SUBSCRIPTION, (name,)
+    return SubscriptionRow(*rows[0]) if rows else None
+
+
+def _tables(name: str) -> Plan[list[RelState]]:
+    rows = yield _TABLES, (name,)
+    return [RelState(TableName(s, t), SyncState(state), lsn, copied, err, ts)
+            for s, t, state, lsn, copied, err, ts in rows]
+
+
+def _reading(name: str) -> Plan[StateReading]:
+    row = yield from _subscription(name)
+    tables = (yield from _tables(name)) if row is not None else []
+    return StateReading(name, row, tuple(tables))
+
+
+def _last_id(history: str, name: str) -> Plan[int]:
+    if history not in _HISTORIES:
+        raise ValueError(f"not a history table: {history!r}")
+    if not (yield from _exists(history)):
+        return 0
+    rows = yield f"SELECT coalesce(max(id), 0) FROM {SCHEMA}.{history} WHERE subscription = %s", (name,)
+    return rows[0][0]
+
+
+def _batches(name: str, tail: str, params: tuple = ()) -> Plan[list[BatchRecord]]:
+    rows = yield f"{_BATCHES} {tail}", (name, *params)
+    return [BatchRecord(*row) for row in rows]
+
+
+def _refreshes(name: str, tail: str, params: tuple = ()) -> Plan[list[RefreshRecord]]:
+    rows = yield f"{_REFRESHES} {tail}", (name, *params)
+    return [RefreshRecord(*row) for row in rows]
+
+
+def _copy_token(name: str, table: TableName, state: SyncState | None) -> Plan[str | None]:
+    statement = (f"SELECT updated_at::text FROM {SCHEMA}.subscription_rel WHERE subscription = %s "
+                 f"AND schema_name = %s AND table_name = %s")
+    params: tuple = (name, table.schema, table.name)
+    if state is not None:
+        statement, params = statement + " AND state = %s", (*params, state.value)
+    rows = yield statement, params
+    return rows[0][0] if rows else None
+
+
+def relation_exists(conn: psycopg.Connection, name: str) -> bool:
+    """Whether ``rowfilter.<name>`` exists yet (a subscriber that no refresh has migrated has none)."""
+    return run_plan(conn, _exists(name))
+
+
+def run_plan(conn: psycopg.Connection, plan: Plan[T]) -> T:
+    """Run ``plan`` on a blocking connection, in its current transaction (or autocommit)."""
+    rows: Any = None
+    while True:
+        try:
+            statement, params = plan.send(rows)
+        except StopIteration as done:
+            return done.value
+        rows = conn.execute(statement, params).fetchall()
+
+
+async def arun_plan(conn: psycopg.AsyncConnection, plan: Plan[T]) -> T:
+    """Run ``plan`` on an asyncio connection: the same statements and mapping as :func:`run_plan`."""
+    rows: Any = None
+    while True:
+        try:
+            statement, params = plan.send(rows)
+        except StopIteration as done:
+            return done.value
+        rows = await (await conn.execute(statement, params)).fetchall()
+
+
+# --- the readers -------------------------------------------------------------------------------------
+class StateReader:
+    """Reads the replication state of one subscription (blocking; never writes)."""
+
+    def __init__(self, conn: psycopg.Connection, subscription: str) -> None:
+        self.conn = conn
+        self.subscription = subscription
+
+    def _read(self, plan: Plan[T]) -> T:
+        return run_plan(self.conn, plan)
+
+    def subscription_row(self) -> SubscriptionRow | None:
+        """The subscription's row; None when the subscriber has no state for it (or no schema yet)."""
+        return self._read(_subscription(self.subscription))
+
+    def require_subscription(self) -> SubscriptionRow:
+        row = self.subscription_row()
+        if row is None:
+            raise StateError(f"subscription {self.subscription!r} has no state in the subscriber",
+                             hint=f"run `rowfilter refresh` (RefreshPublicationOperator) for {self.subscription!r} first")
+        return row
+
+    def tables(self, tables: Iterable[TableName] | None = None) -> list[RelState]:
+        """The subscription's tables and their states, by name (only ``tables`` when given)."""
+        rels = self._read(_tables(self.subscription))
+        wanted = set(tables) if tables is not None else None
+        return [r for r in rels if wanted is None or r.table in wanted]
+
+    def read_state(self) -> StateReading:
+        """The subscription's row and its tables, read together (the sensor's and the DAG factory's view)."""
+        return self._read(_reading(self.subscription))
+
+    def copy_token(self, table: TableName, state: SyncState | None = None) -> str | None:
+        """The token of the table's copy attempt: its ``updated_at`` as ``set_state(d)`` wrote it (None: no such
+        row, or not in ``state``)."""
+        return self._read(_copy_token(self.subscription, table, state))
+
+    # --- history --------------------------------------------------------------------------------------
+    def last_batch_id(self) -> int:
+        """The newest ``batch_history`` id of the subscription (0: none, or no schema yet); rows above it
+        were written after this call."""
+        return self._read(_last_id("batch_history", self.subscription))
+
+    def last_refresh_id(self) -> int:
+        """The newest ``refresh_history`` id of the subscription, as :meth:`last_batch_id`."""
+        return self._read(_last_id("refresh_history", self.subscription))
+
+    def last_batch(self) -> BatchRecord | None:
+        batches = self._read(_batches(self.subscription, "ORDER BY id DESC LIMIT 1"))
+        return batches[0] if batches else None
+
+    def batches_after(self, after_id: int) -> list[BatchRecord]:
+        """The batches recorded after ``after_id``, newest first."""
+        return self._read(_batches(self.subscription, "AND id > %s ORDER BY id DESC", (after_id,)))
+
+    def refreshes(self, after_id: int = 0) -> list[RefreshRecord]:
+        """The refreshes recorded after ``after_id`` (every one by default), oldest first."""
+        return self._read(_refreshes(self.subscription, "AND id > %s ORDER BY id", (after_id,)))
+
+    def last_refresh(self) -> RefreshRecord | None:
+        refreshes = self._read(_refreshes(self.subscription, "ORDER BY id DESC LIMIT 1"))
+        return refreshes[0] if refreshes else None
+
+
+class AsyncStateReader:
+    """:class:`StateReader`'s reads on a ``psycopg.AsyncConnection`` (the triggerer's event loop)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection, subscription: str) -> None:
+        self.conn = conn
+        self.subscription = subscription
+
+    async def read_state(self) -> StateReading:
+        return await arun_plan(self.conn, _reading(self.subscription))
