@@ -46,7 +46,7 @@ def test_classes_are_where_the_docs_say() -> None:
     assert issubclass(RowFilterHook, BaseHook) and issubclass(SubscriptionRelHook, RowFilterHook)
 
 
-def test_a_postgres_connection_made_with_the_airflow_command(tmp_path, state_db) -> None:  # noqa: ANN001
+def test_a_postgres_connection_made_with_the_airflow_command(tmp_path, state_db) -> None:
     """Issue 18 item 1: `airflow connections add … --conn-type postgres` (docs/getting-started.md) keeps
     the type (the postgres provider is a dependency), and a task resolves the connection through it."""
     import subprocess

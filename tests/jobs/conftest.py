@@ -20,7 +20,7 @@ def dbs(fresh_db, tmp_path):
 
 
 @pytest.fixture
-def job(dbs, spark, tmp_path):  # noqa: ANN001, ANN201
+def job(dbs, spark, tmp_path):
     """The apply scenario: refresh and initial copy done in this process, a native subscription beside it."""
     dbs.create(PUBLISHER, SUBSCRIBER)
     native = dbs.subscribe_native(PUBLICATIONS)
@@ -32,6 +32,6 @@ def job(dbs, spark, tmp_path):  # noqa: ANN001, ANN201
 
 
 @pytest.fixture
-def setup(fresh_db, tmp_path):  # noqa: ANN001, ANN201
+def setup(fresh_db, tmp_path):
     """The snapshot scenario (tests/jobs/snapshot_scenario.py): spec and spec file of a fresh subscription."""
     return make_setup(fresh_db, tmp_path)

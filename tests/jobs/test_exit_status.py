@@ -35,7 +35,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_postgresql_errors_a_retry_cannot_fix(fresh_db) -> None:  # noqa: ANN001
+def test_postgresql_errors_a_retry_cannot_fix(fresh_db) -> None:
     dsn = fresh_db()
     identity = _raised(dsn, "CREATE TABLE t (a int); CREATE PUBLICATION p FOR TABLE t; INSERT INTO t VALUES (1);"
                             "UPDATE t SET a = 2")
@@ -49,7 +49,7 @@ def test_postgresql_errors_a_retry_cannot_fix(fresh_db) -> None:  # noqa: ANN001
     assert not is_transient(missing_db.value)
 
 
-def test_errors_that_may_pass(fresh_db) -> None:  # noqa: ANN001
+def test_errors_that_may_pass(fresh_db) -> None:
     dsn = fresh_db()
     serialization = _raised(dsn, "DO $$ BEGIN RAISE EXCEPTION 'could not serialize access' "
                                  "USING ERRCODE = 'serialization_failure'; END $$")

@@ -39,7 +39,7 @@ COLUMNS = ("id", "a", "n")
 ALL = frozenset({"insert", "update", "delete", "truncate"})
 
 
-def rules(actions=ALL, filter_: str | None = None, columns=None) -> EpochRules:  # noqa: ANN001
+def rules(actions=ALL, filter_: str | None = None, columns=None) -> EpochRules:
     """One epoch's rules for ``t``: the same filter (Spark SQL on ``n integer``) for every DML action."""
     return EpochRules(actions=frozenset(actions),
                       filters={a: filter_ for a in ("insert", "update", "delete") if a in actions},
@@ -47,7 +47,7 @@ def rules(actions=ALL, filter_: str | None = None, columns=None) -> EpochRules: 
 
 
 def plan(*epoch_rules: EpochRules | None, epochs: tuple[int, ...] = (), position: int = 0,
-         skip_lsn: int | None = None, policy: str = "error", leaves=(T,)) -> ApplyPlan:  # noqa: ANN001
+         skip_lsn: int | None = None, policy: str = "error", leaves=(T,)) -> ApplyPlan:
     return ApplyPlan(epochs, (TargetPlan(0, T, tuple(leaves), position, COLUMNS, ("id",), epoch_rules),),
                      skip_lsn, policy)
 
@@ -57,13 +57,13 @@ UNFILTERED = plan(rules())
 
 
 # Change-log rows. Each transaction's commit LSN is also its xid's tenfold, so a row reads easily.
-def ins(commit: int, seq: int, new: list, *, table: str = "t", names=COLUMNS, unchanged=None) -> tuple:  # noqa: ANN001
+def ins(commit: int, seq: int, new: list, *, table: str = "t", names=COLUMNS, unchanged=None) -> tuple:
     return (commit, seq, commit + seq, commit // 10, "insert", "public", table, list(names), new,
             unchanged or [False] * len(names), None, None, None)
 
 
 def upd(commit: int, seq: int, new: list, old: list | None = None, *, old_kind: str | None = "O",
-        unchanged=None, names=COLUMNS) -> tuple:  # noqa: ANN001
+        unchanged=None, names=COLUMNS) -> tuple:
     return (commit, seq, commit + seq, commit // 10, "update", "public", "t", list(names), new,
             unchanged or [False] * len(names), old_kind if old is not None else None, old, None)
 
@@ -79,7 +79,7 @@ def trunc(commit: int, seq: int, *, table: str = "t", restart: bool = False, lsn
             None, None, restart)
 
 
-def judged(spark, changes: list[tuple], the_plan: ApplyPlan):  # noqa: ANN001, ANN201
+def judged(spark, changes: list[tuple], the_plan: ApplyPlan):
     return decide_frame(spark.createDataFrame(changes, CHANGES), the_plan).frame.select(*JUDGED_COLUMNS)
 
 

@@ -111,7 +111,7 @@ def test_the_async_reader_returns_what_the_blocking_one_does(fresh_db: Callable[
     dsn = fresh_db()
     _state(dsn)
 
-    async def read(subscription: str):  # noqa: ANN202
+    async def read(subscription: str):
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True,
                                                          options="-c default_transaction_read_only=on") as conn:
             return await AsyncStateReader(conn, subscription).read_state()
