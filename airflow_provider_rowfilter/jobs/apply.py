@@ -203,6 +203,9 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
                 facts = decided.facts()
                 for index, published, first in facts.column_sets:
                     targets[index].check_published(published, first)
+                if facts.unkeyed:  # an UPDATE or DELETE for a table without a key: the first in commit order
+                    index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
+                    raise targets[index].not_updatable(kind, first)
                 extra, skipped, result.changes = facts.counts, facts.skipped, facts.changes
                 write_stage(decided.staged(token), executor_conninfo(
                     spec.subscriber, PASSWORD_ENV["subscriber"], f"rowfilter:{spec.subscription}:apply"))

@@ -15,7 +15,10 @@
    by table, phase and key and folded in commit order into the key's net effect, once as if the
    key existed before the batch and once as if not; the subscriber chooses. A key's only change
    (most keys of a batch) is turned into its effect by an expression; only keys with several
-   changes go through the fold, a higher-order function Spark interprets.
+   changes go through the fold, a higher-order function Spark interprets. A table without a key has
+   nothing to group by: each INSERT is its own "key" (``[commit_lsn, seq]``), each UPDATE or DELETE a
+   barrier found by its old row (REPLICA IDENTITY FULL) or, without FULL, op ``n``: the batch stops
+   (docs/apply.md, "Tables without a key").
 5. **Stage**: the result is COPYed into ``rowfilter.apply_stage`` from the executors.
 
 Judging and reducing run in the JVM as projections Spark compiles whole (docs/apply.md, "Speed"):
@@ -27,7 +30,7 @@ not re-encoded into the columnar cache). Only the staging write passes rows to P
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -191,6 +194,9 @@ class BatchFacts:
     barrier_targets: list[int]
     changes: int
     skipped: bool  # the batch holds the transaction being skipped
+    # per target without a key: (commit_lsn, kind) of its first UPDATE or DELETE the publisher sent without
+    # REPLICA IDENTITY FULL (worker.c check_relation_updatable refuses it)
+    unkeyed: dict[int, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -218,8 +224,11 @@ class DecidedBatch:
         counts: dict[int, dict[str, int]] = {}
         layouts: dict[tuple[int, tuple[str, ...]], int] = {}
         barriers: set[int] = set()
+        unkeyed: dict[int, tuple[int, str]] = {}
         for r in rows:
             tgt, op, n = r["_tgt"], r["_op"], r["n"]
+            if op == "n":
+                unkeyed[tgt] = min(unkeyed.get(tgt, (r["first"], r["kind"])), (r["first"], r["kind"]))
             c = counts.setdefault(tgt, {})
             name = names.get(op) or (("update_to_insert" if op == "I" else "update_to_delete")
                                      if r["kind"] == "update" and op in ("I", "D") else None)
@@ -235,7 +244,7 @@ class DecidedBatch:
         self._facts = BatchFacts(
             counts=counts, column_sets=[(t, cols, first) for (t, cols), first in layouts.items()],
             barrier_targets=sorted(barriers), changes=sum(r["n"] for r in rows),
-            skipped=any(r["_op"] == "s" for r in rows))
+            skipped=any(r["_op"] == "s" for r in rows), unkeyed=unkeyed)
         return self._facts
 
     def staged(self, token: str) -> DataFrame:
@@ -398,8 +407,9 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
     epoch: exp.Expression = _lit(0)
     for i, start in enumerate(plan.epochs[1:], start=1):
         epoch = exp.If(this=exp.GTE(this=_col("commit_lsn"), expression=_lit(start)), true=_lit(i), false=epoch)
+    keyless = [t for t in plan.targets if not t.key]
     base = ["commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "column_names", "old_kind",
-            "truncate_restart_identity", "_tgt", "_epoch"]
+            "truncate_restart_identity", *(["replica_identity"] if keyless else []), "_tgt", "_epoch"]
     kept = [_text(_col(c)) for c in base]
     names = BatchColumns(plan)
     positions = range(1, len(names.names) + 1)
@@ -445,7 +455,8 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
                           false=decision)
 
     def key(values: str) -> exp.Expression:
-        return _per_target(plan, lambda t: exp.Array(expressions=[names.read(values, k) for k in t.key]))
+        return _per_target(plan, lambda t: exp.Array(expressions=[names.read(values, k) for k in t.key])
+                           if t.key else _identity())
     frame = frame.selectExpr(*kept, "_nv", "_um", "_ov", "_p", _text(decision, "_op"), _text(key("_nv"), "_newkey"),
                              _text(key("_ov"), "_oldkey"))
     # 5. what is staged: the key the change is found by, its values and flags, whether it is a barrier
@@ -460,13 +471,32 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
     values = _per_target(plan, lambda t: exp.Array(expressions=[names.read("_nv", c) for c in t.columns]))
     key_changed = exp.and_(exp.EQ(this=op.copy(), expression=_lit("U")), has_old_row.copy(),
                            exp.not_(exp.NullSafeEQ(this=_col("_oldkey"), expression=_col("_newkey"))))
+    staged_op: exp.Expression = op.copy()
+    barrier = key_changed
+    if keyless:
+        # A table without a key (relation.c logicalrep_rel_mark_updatable): its INSERTs are found by
+        # their own identity (_identity, one row each); an UPDATE or DELETE needs the publisher's
+        # REPLICA IDENTITY FULL ('n' otherwise: the batch stops, worker.c check_relation_updatable),
+        # and then is found by its old row on every column, one statement each (a barrier).
+        unkeyed = exp.and_(exp.In(this=_col("_tgt"), expressions=[_lit(t.index) for t in keyless]),
+                           exp.In(this=op.copy(), expressions=[_lit("U"), _lit("D")]))
+        full = exp.EQ(this=_col("replica_identity"), expression=_lit("f"))
+        staged_op = exp.If(this=exp.and_(unkeyed.copy(), exp.not_(full.copy())), true=_lit("n"), false=op.copy())
+        old_row = _per_target(plan, lambda t: exp.Array(expressions=[names.read("_ov", c) for c in t.columns]))
+        found_by = exp.If(this=unkeyed.copy(), true=old_row, false=found_by)
+        barrier = exp.or_(unkeyed.copy(), key_changed)
     frame = frame.selectExpr(
         "_tgt", "_epoch", "commit_lsn", "seq", "lsn", "xid", "kind", "schema", "`table`", "column_names",
-        "truncate_restart_identity", "_op", _text(found_by, "_key"),
+        "truncate_restart_identity", _text(staged_op, "_op"), _text(found_by, "_key"),
         _text(exp.If(this=dml, true=values, false=exp.Null()), "_vals"),
         _text(exp.If(this=dml.copy(), true=_flags(plan, names), false=exp.Null()), "_fl"),
-        _text(key_changed, "_barrier"))
+        _text(barrier, "_barrier"))
     return DecidedBatch(frame.localCheckpoint(eager=False), plan)
+
+
+def _identity() -> exp.Expression:
+    """A change's own identity, ``[commit_lsn, seq]``: the "key" of a change to a table without one."""
+    return exp.Array(expressions=[exp.cast(_col("commit_lsn"), "string"), exp.cast(_col("seq"), "string")])
 
 
 def write_stage(frame: DataFrame, conninfo: dict[str, str]) -> int:

@@ -12,7 +12,9 @@ outcome says.
 
 A table's changes are cut into *phases* by the changes that cannot be reduced per key (TRUNCATE,
 an UPDATE that changes the key): phase ``p``'s keys are applied, then barrier ``p`` as one
-statement, then phase ``p + 1``, so the order of the source transactions is kept exactly.
+statement, then phase ``p + 1``, so the order of the source transactions is kept exactly. A table
+without a key gets its INSERTs as keys of their own (inserted, never looked up) and each UPDATE or
+DELETE (REPLICA IDENTITY FULL) as a barrier that finds one row equal to the old row.
 
 Columns are matched by name (relation.c ``logicalrep_rel_open``). Per column and outcome, a flag
 says where the value comes from: ``0`` the staged value (its text form, cast by the subscriber's column type), ``1`` the
@@ -110,13 +112,19 @@ class ApplyTarget:
                 f'"{generated[0]}"', table=str(self.table),
                 hint="make it a regular column in the subscriber, or leave it out of the publication's column list")
 
-    def require_key(self) -> None:
-        if not self.key:
-            raise ApplyTargetError(
-                f'logical replication target relation "{self.table}" has neither REPLICA IDENTITY index nor '
-                "PRIMARY KEY", table=str(self.table),
-                hint=f"add a primary key (or a REPLICA IDENTITY USING INDEX) to {self.table} in the subscriber; "
-                "the apply finds the rows to change through it")
+    def not_updatable(self, kind: str, commit_lsn: int) -> ApplyTargetError:
+        """An UPDATE or DELETE for this table, which has no key, from a publisher table without REPLICA IDENTITY
+        FULL: nothing to find the row by (worker.c check_relation_updatable, relation.c
+        logicalrep_rel_mark_updatable). INSERTs and TRUNCATEs need no key."""
+        lsn = format_lsn(commit_lsn)
+        return ApplyTargetError(
+            f'logical replication target relation "{self.table}" has neither REPLICA IDENTITY index nor PRIMARY '
+            "KEY and published relation does not have REPLICA IDENTITY FULL", table=str(self.table),
+            detail=f'the remote transaction finished at {lsn} sends it a message of type "{kind.upper()}". '
+            "Nothing of the batch was applied.",
+            hint=f"add a primary key (or a REPLICA IDENTITY USING INDEX) on the published key columns to {self.table} "
+            f"in the subscriber and run again; or skip the whole remote transaction with `rowfilter skip --lsn {lsn}` "
+            "(ALTER SUBSCRIPTION … SKIP). The change log keeps the batch")
 
 
 def read_target(conn: psycopg.Connection, table: TableName, index: int) -> ApplyTarget:
@@ -179,7 +187,6 @@ class StagedTable:
     def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error") -> None:
         if policy not in CONFLICT_POLICIES:
             raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(CONFLICT_POLICIES)}")
-        target.require_key()
         self.conn = conn
         self.token = token
         self.target = target
@@ -237,22 +244,28 @@ class StagedTable:
         return counts
 
     def _load_keys(self) -> None:
-        """The staged keys, one row each, typed; whether phase 0's keys exist is read here, in the same pass."""
-        key_columns = [sql.SQL("(key::jsonb ->> {})::{} AS {}").format(sql.Literal(i), sql.SQL(t),
-                                                                       sql.Identifier(f"_k{i}"))
+        """The staged keys, one row each, typed; whether phase 0's keys exist is read here, in the same pass.
+
+        A table without a key is staged one row per INSERT, by the change's own identity
+        (``[commit_lsn, seq]``): no such row exists before, and PostgreSQL inserts every one.
+        """
+        key_columns = [sql.SQL("(key::jsonb ->> {})::{} AS {}, ").format(sql.Literal(i), sql.SQL(t),
+                                                                         sql.Identifier(f"_k{i}"))
                        for i, t in enumerate(self.target.key_types())]
+        existed = (sql.SQL("CASE WHEN s.phase = 0 THEN EXISTS (SELECT 1 FROM {rel} t WHERE {match}) END").format(
+            rel=self.rel, match=self._key_match("t", "s")) if self.target.key else sql.SQL("false"))
         self.conn.execute(sql.SQL(
             """CREATE TEMP TABLE {keys} ON COMMIT DROP AS
-               SELECT s.*, CASE WHEN s.phase = 0 THEN EXISTS (SELECT 1 FROM {rel} t WHERE {match}) END AS existed
-               FROM (SELECT DISTINCT ON (phase, key) phase, key, {key_columns}, n_insert, n_update, n_delete,
+               SELECT s.*, {existed} AS existed
+               FROM (SELECT DISTINCT ON (phase, key) phase, key, {key_columns}n_insert, n_update, n_delete,
                             vals::jsonb AS vals, p_present, p_flags, p_conflict_lsn, p_conflict_xid,
                             p_missing_update, p_missing_delete,
                             a_present, a_flags, a_conflict_lsn, a_conflict_xid,
                             a_missing_update, a_missing_delete
                      FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'
                      ORDER BY phase, key) s""").format(
-            keys=self.keys, key_columns=sql.SQL(", ").join(key_columns), stage=STAGE, rel=self.rel,
-            match=self._key_match("t", "s")), (self.token, self.target.index))
+            keys=self.keys, key_columns=sql.Composed(key_columns), stage=STAGE, existed=existed),
+            (self.token, self.target.index))
         self.conn.execute(sql.SQL("CREATE INDEX ON {} (phase)").format(self.keys))
         # Statistics for the planner's joins and filters only: sampling the staged values (jsonb) cost more.
         self.conn.execute(sql.SQL("ANALYZE {} ({})").format(self.keys, sql.SQL(", ").join(
@@ -261,7 +274,7 @@ class StagedTable:
 
     def _apply_phase(self, phase: int, counts: TableCounts) -> None:
         q = {"keys": self.keys, "rel": self.rel, "match": self._key_match("t", "k")}
-        if phase > 0:  # after the barrier before it (phase 0 was looked up when the keys were loaded)
+        if phase > 0 and self.target.key:  # after the barrier before it (phase 0 was looked up when the keys were loaded)
             self.conn.execute(sql.SQL(
                 "UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = %s"
             ).format(**q), (phase,))
@@ -284,6 +297,14 @@ class StagedTable:
         counts.delete += deletes - missing_delete
         counts.missing_update += missing_update
         counts.missing_delete += missing_delete
+        if not self.target.key:  # only INSERTs are staged as keys (spark/apply_frames.py): nothing to find
+            self.conn.execute(sql.SQL(
+                "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
+                "WHERE k.phase = %s AND k.a_present "
+                "ORDER BY (k.key::jsonb ->> 0)::numeric, (k.key::jsonb ->> 1)::int"  # commit order
+            ).format(rel_name=table_sql(self.target.table), columns=self._column_list(),
+                     values=self._insert_values(sql.SQL("k.vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
+            return
         self.conn.execute(sql.SQL(
             "DELETE FROM {rel} t USING {keys} k WHERE k.phase = %s AND k.existed AND NOT k.p_present AND {match}"
         ).format(**q), (phase,))
@@ -309,7 +330,14 @@ class StagedTable:
                 self.rel, sql.SQL(" RESTART IDENTITY" if restart_identity else "")))
             counts.truncate += 1
             return
-        # An UPDATE that moves a row to another key: one statement, located by the old key.
+        if self.target.key:
+            # An UPDATE that moves a row to another key: one statement, located by the old key.
+            self._move_key(key, vals, flags, commit_lsn, xid, counts)
+        else:
+            self._change_one_row(op, key, vals, flags, counts)
+
+    def _move_key(self, key: str, vals: str, flags: str, commit_lsn: int, xid: int | None,
+                  counts: TableCounts) -> None:
         old_key = sql.SQL(" AND ").join(
             sql.SQL("t.{} = ({}::jsonb ->> {})::{}").format(sql.Identifier(k), sql.Literal(key), sql.Literal(i),
                                                              sql.SQL(t))
@@ -335,6 +363,35 @@ class StagedTable:
             self.conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {}").format(
                 table_sql(self.target.table), self._column_list(),
                 self._insert_values(vals_sql, sql.Literal(flags))))
+            counts.insert += 1
+        else:
+            counts.missing_update += 1
+
+    def _change_one_row(self, op: str, old: str, vals: str | None, flags: str | None, counts: TableCounts) -> None:
+        """An UPDATE or DELETE of a table without a key, from a publisher with REPLICA IDENTITY FULL: the first row
+        equal to the old row on every column, NULL equal to NULL (execReplication.c RelationFindReplTupleSeq,
+        tuples_equal); one row per change, whichever of identical rows."""
+        same = sql.SQL(" AND ").join(
+            sql.SQL("t.{} IS NOT DISTINCT FROM {}").format(sql.Identifier(c.name), self._value(
+                sql.SQL("{}::jsonb").format(sql.Literal(old)), i, c))
+            for i, c in enumerate(self.target.columns)) if self.target.columns else sql.SQL("true")
+        # One row, by its address (a TID scan); a partitioned table's rows are told apart by partition too.
+        address = sql.SQL("t.ctid" if self.target.relkind != "p" else "(t.tableoid, t.ctid)")
+        one = sql.SQL("{a} = (SELECT {a} FROM {rel} t WHERE {same} LIMIT 1)").format(a=address, rel=self.rel,
+                                                                                    same=same)
+        if op == "D":
+            if self.conn.execute(sql.SQL("DELETE FROM {} t WHERE {}").format(self.rel, one)).rowcount:
+                counts.delete += 1
+            else:
+                counts.missing_delete += 1
+            return
+        vals_sql = sql.SQL("{}::jsonb").format(sql.Literal(vals))
+        if self.conn.execute(sql.SQL("UPDATE {} t SET {} WHERE {}").format(
+                self.rel, self._update_set(vals_sql, sql.Literal(flags)), one)).rowcount:
+            counts.update += 1
+        elif self.policy == "upsert":
+            self.conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {}").format(
+                table_sql(self.target.table), self._column_list(), self._insert_values(vals_sql, sql.Literal(flags))))
             counts.insert += 1
         else:
             counts.missing_update += 1
