@@ -18,7 +18,7 @@ from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
 from airflow_provider_rowfilter.tooling.embedded import LOG_FILE
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.test_snapshot_differential import _names, run_ours
+from tests.jobs.databases import names, run_ours
 
 TABLES = ("h", "k")
 # The subscriber's h has no key in every test; the publisher's h has one only where the test says.
@@ -48,7 +48,7 @@ def test_keyless_table_published_insert_only_gets_every_insert_duplicates_includ
                   CREATE PUBLICATION ph FOR TABLE h WHERE (a > 2) WITH (publish = 'insert, truncate');
                   CREATE PUBLICATION pk FOR TABLE k;""", SUBSCRIBER)
     native = dbs.subscribe_native(("ph", "pk"))
-    spec = dbs.spec(("ph", "pk"), f"ours_{next(_names)}")
+    spec = dbs.spec(("ph", "pk"), f"ours_{next(names)}")
     run_ours(spec, spark)
     batches = [
         # duplicates, filtered rows, NULLs; the keyed table changes in the same transactions
@@ -91,7 +91,7 @@ def test_update_for_a_keyless_table_without_full_identity_stops_the_batch_as_nat
                   CREATE PUBLICATION p FOR TABLE h, k;""", SUBSCRIBER)
     log_offset = (local_pg.data_dir / LOG_FILE).stat().st_size
     native = dbs.subscribe_native(("p",))
-    spec = dbs.spec(("p",), f"ours_{next(_names)}")
+    spec = dbs.spec(("p",), f"ours_{next(names)}")
     run_ours(spec, spark)
     publish(dbs.publisher, "INSERT INTO h VALUES (3, 'three')", "INSERT INTO k VALUES (1, 'k')")
     apply(spec, spark=spark)  # inserts need no key
@@ -140,7 +140,7 @@ def test_keyless_table_with_replica_identity_full_matches_one_row_per_change(dbs
                   INSERT INTO h VALUES (1, 'a'), (1, 'a'), (1, 'a'), (2, NULL), (2, NULL), (3, 'c'), (10, 'x');
                   CREATE PUBLICATION p FOR TABLE h WHERE (a < 10), k;""", SUBSCRIBER)
     native = dbs.subscribe_native(("p",))
-    spec = dbs.spec(("p",), f"ours_{next(_names)}")
+    spec = dbs.spec(("p",), f"ours_{next(names)}")
     run_ours(spec, spark)
     one = "ctid = (SELECT ctid FROM h WHERE {} LIMIT 1)"
     batches = [
