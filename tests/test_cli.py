@@ -117,6 +117,8 @@ BAD_FILTERS = [
                  id="column-list-trailing-comma"),
     pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 ();", ['syntax error at or near ")"'],
                  id="column-list-empty"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 5) WHERE (a < 9);", ['syntax error at or near "WHERE"'],
+                 id="second-where"),
 ]
 
 
