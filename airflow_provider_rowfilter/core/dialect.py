@@ -7,7 +7,8 @@ filters come out as real syntax trees with token positions, and nothing is parse
 
 from __future__ import annotations
 
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 from sqlglot import exp
 from sqlglot.dialects.postgres import Postgres
