@@ -45,7 +45,9 @@ from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive
+from airflow_provider_rowfilter.jobs.refresh import slot_lost
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, capture
+from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.subscriber.apply_target import (
     STAGE,
     ApplyTarget,
@@ -147,7 +149,15 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark: S
             try:
                 if capture_first:
                     # Under the apply's lock, with what the tables need of the log (publisher/capture.py _check_log).
-                    captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
+                    try:
+                        captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
+                    except SlotMissingError as e:
+                        # Tables past i hold positions read from the lost slot: refresh alone refuses, the
+                        # fix is a new slot and a new copy of them (refresh --recreate-slot).
+                        stranded = [r for r in store.tables() if r.state is not SyncState.INIT]
+                        if stranded:
+                            raise slot_lost(spec, e.slot, stranded) from None
+                        raise
                     result.capture = captured.summary()
                     result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
                 _apply_locked(spec, sub, store, subscription, change_log, result, spark, began)
