@@ -79,6 +79,7 @@ def test_a_deleted_log_folder_is_refused_then_a_resync_recovers(job, capsys, spa
     assert f"the change log '{job.change_log}' is missing the changes from" in error, error
     assert f'replication slot "{job.slot}" is at {format_lsn(captured_through)}, past the end of this log (empty)' \
         in error, error
+    assert "or it was dropped and recreated. The log must be continuous from " in error, error  # one sentence each
     assert "The log at this path was replaced" in error and "public.t, public.u" in error, error
     assert "rowfilter resync --table T --copy" in error, error
     assert snapshot_of(job) == before
