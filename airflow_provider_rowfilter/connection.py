@@ -6,7 +6,7 @@ import os
 
 import psycopg
 
-from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_password, parse
+from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_password, parse, scrub
 from airflow_provider_rowfilter.core.errors import CatalogError, SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
@@ -32,11 +32,14 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
         return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}",
                                **extra, **params)
     except psycopg.OperationalError as e:
+        # libpq's and the server's texts quote values of the string: only host, port, user and dbname
+        # may show (core/conninfo.py, scrub); the traceback's chain would repeat the raw text
         host = next((p.value for p in parse(url) if p.key == "host"), "?")
+        text = scrub(str(e).strip(), url)
         raise CatalogError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",
-                           detail=str(e).strip().splitlines()[0] if str(e).strip() else None) from e
-    except psycopg.ProgrammingError as e:  # libpq refused a keyword or value (the string holds no secret)
-        raise SpecError(f"{what} is not a valid connection string: {str(e).strip()}") from None
+                           detail=text.splitlines()[0] if text else None) from None
+    except psycopg.ProgrammingError as e:  # libpq refused a keyword or value
+        raise SpecError(f"{what} is not a valid connection string: {scrub(str(e).strip(), url)}") from None
 
 
 def conninfo_params(url: str, what: str, role: str | None = None) -> dict[str, str]:
@@ -49,4 +52,4 @@ def conninfo_params(url: str, what: str, role: str | None = None) -> dict[str, s
     try:
         return {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(url).items()}
     except (psycopg.ProgrammingError, UnicodeDecodeError) as e:
-        raise SpecError(f"{what} is not a valid connection string: {str(e).strip()}") from None
+        raise SpecError(f"{what} is not a valid connection string: {scrub(str(e).strip(), url)}") from None

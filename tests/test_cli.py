@@ -107,6 +107,18 @@ BAD_FILTERS = [
     pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (c = 'Gen\xe8ve');",
                  ['invalid byte sequence for encoding "UTF8": 0xe8 at byte 50 (line 1)', "pubs.sql", "UTF-8"],
                  id="file-not-utf8"),
+    # PostgreSQL's grammar has no empty IN list, no empty or trailing-comma column list and no empty
+    # parenthesised expression: each is a syntax error at or near ")", never a filter or a list.
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a IN ());", ['syntax error at or near ")"'],
+                 id="where-empty-in-list"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (());", ['syntax error at or near ")"'],
+                 id="where-empty-parentheses"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 (a, ) WHERE (a > 5);", ['syntax error at or near ")"'],
+                 id="column-list-trailing-comma"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 ();", ['syntax error at or near ")"'],
+                 id="column-list-empty"),
+    pytest.param(b"CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 5) WHERE (a < 9);", ['syntax error at or near "WHERE"'],
+                 id="second-where"),
 ]
 
 

@@ -265,7 +265,7 @@ class ChangeLog:
     def _gap(self, since: int, end: int, gap_from: int, gap_to: int, needs: LogNeeds | None,
              found: str) -> ChangeLogError:
         where = str(self.directory)
-        detail = (f"the log must be continuous from {format_lsn(since)} to {format_lsn(end)}; {found}. Nothing was "
+        detail = (f"The log must be continuous from {format_lsn(since)} to {format_lsn(end)}; {found}. Nothing was "
                   "captured, applied or advanced")
         affected = [t for t, position in (needs.tables if needs else ()) if position < gap_to]
         resync = (f"resync the tables that need them ({', '.join(affected)}) with `rowfilter resync --table T --copy`"

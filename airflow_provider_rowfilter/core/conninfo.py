@@ -62,8 +62,40 @@ def parse(conninfo: str) -> list[Param]:
 
 
 def secrets(conninfo: str) -> list[Param]:
-    """The secret parameters (:data:`SECRET_KEYS`, in any letter case) that ``conninfo`` sets."""
-    return [p for p in parse(conninfo) if p.key.lower() in SECRET_KEYS]
+    """The parameters that carry a secret: a :data:`SECRET_KEYS` key (in any letter case), or any
+    other whose value hides one (``dbname=app#password=pw``, ``sslmode=disable%26password%3Dpw``).
+
+    libpq takes such a value whole and echoes it in its errors and the server's (``database
+    "app#password=pw" does not exist``, ``invalid sslmode value: "disable&password=pw"``).
+    """
+    return [p for p in parse(conninfo) if p.key.lower() in SECRET_KEYS or _hides_secret(p.value)]
+
+
+def _hides_secret(value: str) -> bool:
+    lowered = value.lower()
+    return any(f"{key}=" in lowered for key in SECRET_KEYS)
+
+
+#: The parameters a connection error may name: where the server is, who connects, to which database.
+SHOWN_KEYS = ("host", "hostaddr", "port", "user", "dbname")
+
+
+def scrub(message: str, conninfo: str) -> str:
+    """``message`` (libpq's or the server's error text) with every quoted value of ``conninfo``'s
+    parameters other than :data:`SHOWN_KEYS` replaced by ``********``.
+
+    libpq quotes a value it refuses (fe-connect.c: ``invalid sslmode value: "…"``) and the server a
+    name it cannot find (postinit.c: ``database "…" does not exist``); both quote with ``"``.
+    """
+    try:
+        params = parse(conninfo)
+    except ConninfoError:
+        return message
+    shown = {p.value for p in params if p.key.lower() in SHOWN_KEYS and not _hides_secret(p.value)}
+    for param in sorted(params, key=lambda p: len(p.value), reverse=True):
+        if param.value and param.value not in shown:
+            message = message.replace(f'"{param.value}"', f'"{MASK}"')
+    return message
 
 
 def check_no_password(conninfo: str, what: str, role: str | None = None) -> None:
@@ -79,11 +111,22 @@ def check_no_password(conninfo: str, what: str, role: str | None = None) -> None
         raise SpecError(f"{what} is not a valid connection string: {e}",
                         hint="write a libpq URL (postgresql://user@host:port/db) or key=value string; "
                         "it is not shown here because it may hold a password") from None
+    if conninfo.startswith(URI_PREFIXES) and "#" in conninfo:
+        # fe-connect.c, conninfo_uri_parse_options: a URL has no fragment; '#' and what follows are
+        # part of the database name or a query value, sent to the server and echoed in its errors.
+        raise SpecError(f"{what} has a '#' in its URL: libpq has no URL fragment and reads the '#' and what "
+                        f"follows as part of a value: {redact(conninfo)}",
+                        hint="remove the '#' part, or write a '#' that belongs to a name as %23")
     if not found:
         return
     param = found[0]
     form = {"user info": "user:password@ in the URL", "query parameter": f"the URL query parameter {param.key!r}",
-            "key=value": f"the key {param.key!r}"}[param.where]
+            "key=value": f"the key {param.key!r}", "path": "the database name of the URL",
+            "netloc": "the host or port of the URL"}[param.where]
+    if param.key.lower() not in SECRET_KEYS:
+        raise SpecError(f"{what} hides a password inside the value of {param.key} ({form}): {redact(conninfo)}",
+                        hint="remove it: libpq would send the value whole (and the server echo it in an error). "
+                        "Give the password by PGPASSWORD, ~/.pgpass or an Airflow connection's password")
     if param.key.lower() == "password":
         env = f"{PASSWORD_ENV[role]} (a job), " if role in PASSWORD_ENV else ""
         fix = (f"PGPASSWORD or ~/.pgpass (the rowfilter command), {env}or the password of an Airflow connection "
@@ -110,6 +153,8 @@ def redact(conninfo: str) -> str:
     for param in sorted(found, key=lambda p: p.span, reverse=True):
         start, end = param.span
         text = text[:start] + MASK + text[end:]
+    if text.startswith(URI_PREFIXES) and "#" in text:  # libpq reads on past a '#': hide what follows
+        text = text[: text.index("#")] + "#" + MASK
     return text
 
 

@@ -7,6 +7,7 @@ filters come out as real syntax trees with token positions, and nothing is parse
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NoReturn
 
 from sqlglot import exp
@@ -71,6 +72,7 @@ class RowFilterPostgres(Postgres):
                 if_exists = bool(self._match_text_seq("IF", "EXISTS"))
                 names = self._parse_csv(self._parse_id_var)
                 self._match_texts(("CASCADE", "RESTRICT"))
+                self._expect_statement_end()
                 return self.expression(DropPublication(expressions=names, exists=if_exists))
             return super()._parse_drop(exists=exists, **kwargs)
 
@@ -87,6 +89,7 @@ class RowFilterPostgres(Postgres):
                 else:
                     objects = self._parse_publication_objects()
             options = self._parse_publication_options() if self._match(TokenType.WITH) else []
+            self._expect_statement_end()
             return self.expression(
                 CreatePublication(this=name, all_tables=all_tables, objects=objects, options=options)
             )
@@ -94,6 +97,11 @@ class RowFilterPostgres(Postgres):
         def _parse_alter_publication(self) -> AlterPublication:
             name = self._parse_id_var(any_token=False)
             self._publication = name.name if name is not None else None
+            statement = self._parse_alter_publication_action(name)
+            self._expect_statement_end()
+            return statement
+
+        def _parse_alter_publication_action(self, name: exp.Expr | None) -> AlterPublication:
             if self._match_text_seq("RENAME", "TO"):
                 return self.expression(
                     AlterPublication(this=name, action="RENAME", new_name=self._parse_id_var())
@@ -102,8 +110,6 @@ class RowFilterPostgres(Postgres):
                 self._parse_id_var()
                 return self.expression(AlterPublication(this=name, action="OWNER"))
             if self._match(TokenType.SET) and self._curr and self._curr.token_type == TokenType.L_PAREN:
-                self._advance()
-                self._retreat(self._index - 1)
                 return self.expression(
                     AlterPublication(this=name, action="SET_OPTIONS", options=self._parse_publication_options())
                 )
@@ -171,7 +177,8 @@ class RowFilterPostgres(Postgres):
             self._match(TokenType.STAR)
             columns = None
             if self._curr and self._curr.token_type == TokenType.L_PAREN:
-                columns = self._parse_wrapped_csv(self._parse_id_var)
+                # gram.y: opt_column_list is '(' columnList ')', at least one ColId and no trailing comma
+                columns = self._parse_pg_list(lambda: self._parse_id_var(any_token=False))
             where = filter_sql = filter_offset = None
             if self._match(TokenType.WHERE):
                 if not self._curr or self._curr.token_type != TokenType.L_PAREN:
@@ -211,16 +218,43 @@ class RowFilterPostgres(Postgres):
         def _parse_publication_options(self) -> list[PublicationOption]:
             def option() -> PublicationOption:
                 key = self._parse_id_var(any_token=True)
+                if key is None:
+                    self._syntax_error()
                 value = None
                 if self._match(TokenType.EQ):
                     value = self._parse_primary() or self._parse_id_var(any_token=True)
                 return self.expression(PublicationOption(this=key, value=value))
 
-            return self._parse_wrapped_csv(option)
+            # gram.y: definition is '(' def_list ')', at least one def_elem and no trailing comma
+            return self._parse_pg_list(option)
 
-        def _syntax_error(self) -> None:
-            token = self._curr or self._prev
-            raise_pg_syntax_error(self.sql, token)
+        def _parse_pg_list(self, item: Callable[[], exp.Expr | None]) -> list:
+            """``'(' item [, item …] ')'`` as gram.y spells a list: neither empty nor ending in a comma.
+
+            (sqlglot's _parse_wrapped_csv takes both, reading ``(a, )`` as ``(a)``.)
+            """
+            if not self._match(TokenType.L_PAREN):
+                self._syntax_error()
+            items = []
+            while True:
+                parsed = item()
+                if parsed is None:
+                    self._syntax_error()
+                items.append(parsed)
+                if not self._match(TokenType.COMMA):
+                    break
+            if not self._match(TokenType.R_PAREN):
+                self._syntax_error()
+            return items
+
+        def _expect_statement_end(self) -> None:
+            """A publication statement ends at ``;`` or the end of the text; gram.y has nothing to
+            read a further token with (``… WHERE (a) WHERE (b)``), so the token is the syntax error."""
+            if self._curr.token_type not in (TokenType.SEMICOLON, TokenType.SENTINEL):
+                self._syntax_error()
+
+        def _syntax_error(self) -> NoReturn:
+            raise_pg_syntax_error(self.sql, self._curr)
 
 
 def identifier_name(node: exp.Expr | None) -> str:
@@ -234,7 +268,9 @@ def identifier_name(node: exp.Expr | None) -> str:
 
 def raise_pg_syntax_error(sql: str, token: Token | None) -> NoReturn:
     """Raise PostgreSQL's ``syntax error at or near "…"`` for ``token``."""
-    if token is None or token.token_type == TokenType.SEMICOLON and not token.text:
+    # sqlglot's parser stands on a SENTINEL token past the last one
+    if token is None or token.token_type == TokenType.SENTINEL or (
+            token.token_type == TokenType.SEMICOLON and not token.text):
         raise PublicationSyntaxError("syntax error at end of input", source=sql, position=len(sql) + 1)
     text = sql[token.start : token.end + 1] or token.text
     raise PublicationSyntaxError(f'syntax error at or near "{text}"', source=sql, position=token.start + 1)

@@ -35,6 +35,7 @@ def parse_row_filter(sql: str) -> exp.Expr:
     dialect = RowFilterPostgres()
     tokens = pg_tokenize(dialect, sql)
     _check_operators(sql, tokens)
+    _check_lists(sql, tokens)
     try:
         parsed = dialect.parser().parse(tokens, sql)
     except ParseError as e:
@@ -49,6 +50,35 @@ def parse_row_filter(sql: str) -> exp.Expr:
     _check_nonassociative(sql, parsed[0], tokens)
     _check_pattern_operators(sql, tokens)
     return parsed[0]
+
+
+# gram.y has no empty list and no empty parenthesis: expr_list, func_arg_list, in_expr's '(' expr_list
+# ')' and array_expr_list are one or more items separated by commas, '(' a_expr ')' needs the a_expr.
+# sqlglot takes `a IN ()`, `(())`, `a IN (1,)`, `coalesce(,a)` and `ARRAY[1,]`. Only a call (func_name
+# '(' ')', ROW '(' ')') has empty parentheses; a word that introduces an expression is no call.
+_OPENERS = {TokenType.L_PAREN, TokenType.L_BRACKET}
+_CLOSERS = {TokenType.R_PAREN, TokenType.R_BRACKET}
+_EXPRESSION_WORDS = {"IN", "ANY", "ALL", "SOME", "EXISTS", "ARRAY", "AND", "OR", "NOT", "CASE", "WHEN", "THEN",
+                     "ELSE", "END", "BETWEEN", "SYMMETRIC", "ASYMMETRIC", "LIKE", "ILIKE", "TO", "IS", "FROM",
+                     "ESCAPE", "AS", "COLLATE"}
+
+
+def _names_a_call(tok) -> bool:
+    if tok.token_type in (TokenType.VAR, TokenType.IDENTIFIER):
+        return tok.text.upper() not in _EXPRESSION_WORDS or tok.token_type == TokenType.IDENTIFIER
+    return tok.text.replace("_", "a").isalnum() and tok.text.upper() not in _EXPRESSION_WORDS
+
+
+def _check_lists(sql: str, tokens: list) -> None:
+    for i, tok in enumerate(tokens):
+        previous = tokens[i - 1] if i else None
+        kind, before = tok.token_type, previous.token_type if previous is not None else None
+        if kind == TokenType.COMMA and (before is None or before in _OPENERS or before == TokenType.COMMA):
+            raise_pg_syntax_error(sql, tok)
+        if kind in _CLOSERS and before == TokenType.COMMA:
+            raise_pg_syntax_error(sql, tok)
+        if kind == TokenType.R_PAREN and before == TokenType.L_PAREN and (i < 2 or not _names_a_call(tokens[i - 2])):
+            raise_pg_syntax_error(sql, tok)
 
 
 # gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax

@@ -44,7 +44,9 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
+from airflow_provider_rowfilter.jobs.refresh import slot_lost
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, capture
+from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
     ConflictError,
@@ -149,7 +151,15 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark: S
             try:
                 if capture_first:
                     # Under the apply's lock, with what the tables need of the log (publisher/capture.py _check_log).
-                    captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
+                    try:
+                        captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
+                    except SlotMissingError as e:
+                        # Tables past i hold positions read from the lost slot: refresh alone refuses, the
+                        # fix is a new slot and a new copy of them (refresh --recreate-slot).
+                        stranded = [r for r in store.tables() if r.state is not SyncState.INIT]
+                        if stranded:
+                            raise slot_lost(spec, e.slot, stranded) from None
+                        raise
                     result.capture = captured.summary()
                     result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
                 _apply_locked(spec, sub, store, subscription, change_log, result, spark, began)
@@ -172,6 +182,12 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         return
     positions = {r.table: parse_lsn(r.lsn) for r in rels}
     since = min(positions.values())
+    if end < since:
+        # The log ends behind every table (an older log switched to in the spec, proven to miss nothing
+        # they need): no change is due, and a batch ending before it starts would be recorded.
+        log.info("%s: nothing to apply (the change log ends at %s, behind the tables' lowest position %s)",
+                 spec.subscription, format_lsn(end), format_lsn(since))
+        return
     result.start_lsn, result.end_lsn = format_lsn(since), format_lsn(end)
     skip_lsn = None if subscription.skip_lsn is None else parse_lsn(subscription.skip_lsn)
     clear_stage(sub, spec.subscription)

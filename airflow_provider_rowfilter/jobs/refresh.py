@@ -81,7 +81,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
         if not had_slot:
             stranded = _positioned_tables(spec)
             if stranded and not recreate_slot:
-                raise _slot_lost(spec, slot, stranded)
+                raise slot_lost(spec, slot, stranded)
             if stranded:
                 _resync(spec, [r.table for r in stranded])
                 resynced = stranded
@@ -122,12 +122,15 @@ def _positioned_tables(spec: SubscriptionSpec) -> list[RelState]:
         return [r for r in StateStore(sub, spec.subscription).tables() if r.state is not SyncState.INIT]
 
 
-def _slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> SlotLostError:
+def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> SlotLostError:
+    """The subscription is broken: its slot is gone while ``stranded`` (tables past ``i``) hold
+    positions read from it (refresh refuses; the apply stops with this too)."""
     positions = [parse_lsn(r.lsn) for r in stranded if r.lsn is not None]
     since = f"after LSN {format_lsn(min(positions))}" if positions else "since the slot was dropped"
     listed = ", ".join(f"{r.table} ({r.state.value}{'' if r.lsn is None else ' at ' + r.lsn})" for r in stranded)
     return SlotLostError(
-        f'replication slot "{slot}" no longer exists on the publisher; changes {since} were never captured',
+        f"subscription {spec.subscription!r} is broken: replication slot \"{slot}\" no longer exists on the "
+        f"publisher; changes {since} were never captured",
         detail=f"tables whose position came from that slot: {listed}",
         hint="run `rowfilter refresh --recreate-slot` (RefreshPublicationOperator(recreate_slot=True)): it empties "
         "these tables in the subscriber, sends them back to state i for a new copy, and creates a new slot; "

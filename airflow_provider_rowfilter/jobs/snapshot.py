@@ -97,6 +97,7 @@ class TableCopy:
 class InitialCopyResult:
     subscription: str
     tables: list[TableCopy] = field(default_factory=list)
+    resync: bool = False  # `rowfilter resync --copy`: its own command is the one to run again
 
     @property
     def failed(self) -> list[TableCopy]:
@@ -116,8 +117,14 @@ class InitialCopyResult:
         return InitialCopyError(
             f"the initial copy of {len(lines)} table(s) of subscription {self.subscription!r} failed:\n  "
             + "\n  ".join(lines),
-            hint="fix the cause and run the snapshot again: a table left in state d is emptied and copied "
-            "again, one still in i is copied")
+            hint=(f"fix the cause and {resync_again([t.table for t in self.failed])}: a table whose copy did not "
+                  "start is as it was" if self.resync else "fix the cause and run the snapshot again: a table left "
+                  "in state d is emptied and copied again, one still in i is copied"))
+
+
+def resync_again(tables: Sequence[object]) -> str:
+    """The command that runs a failed ``resync --copy`` of ``tables`` again."""
+    return f"run `rowfilter resync {' '.join(f'--table {t}' for t in tables)} --copy` again"
 
 
 # --- the job ---------------------------------------------------------------------------------------
@@ -137,7 +144,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
     """The initial copy, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
     that concerns all tables (the definitions, the Spark session) runs before any table changes."""
     options = options or CopyOptions()
-    result = InitialCopyResult(spec.subscription)
+    result = InitialCopyResult(spec.subscription, resync=resync)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
@@ -260,7 +267,8 @@ class _CopyJob:
         source = copy_source(filters, self.definitions.catalog.relation(table))
         # Every check before any row moves: the table keeps its state when one fails.
         target = check_target(sub, table, source.columns,
-                              require_empty=rel.state is SyncState.INIT and not self.resync)
+                              require_empty=rel.state is SyncState.INIT and not self.resync,
+                              rerun=resync_again([table]) if self.resync else "run the snapshot again")
         began = time.monotonic()
         with connect(self.spec.publisher, "publisher", self.spec) as pub:
             plan = plan_partitions(pub, source, self.partitions)

@@ -71,6 +71,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher import pgoutput_columns
 from airflow_provider_rowfilter.publisher.capture_objects import (
     CaptureError,
+    SlotMissingError,
     capture_names,
     capture_publications,
 )
@@ -514,8 +515,7 @@ def _confirmed_position(pub: psycopg.Connection, slot: str) -> int:
     row = pub.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
                       "WHERE slot_name = %s", (slot,)).fetchone()
     if row is None:
-        raise CaptureError(f'replication slot "{slot}" does not exist on the publisher',
-                           hint="run refresh first: it creates the slot and the capture publication")
+        raise SlotMissingError(slot)
     plugin, database, confirmed = row
     if plugin != "pgoutput" or database != pub.info.dbname:
         raise CaptureError(f'replication slot "{slot}" uses plugin {plugin!r} in database {database!r}',

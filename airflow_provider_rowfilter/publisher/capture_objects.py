@@ -47,6 +47,19 @@ class CaptureError(RowFilterError):
     """The publisher's slot or capture publication cannot be created or used."""
 
 
+class SlotMissingError(CaptureError):
+    """The subscription's slot does not exist on the publisher (never created, or dropped outside the tool).
+
+    The hint here fits a subscription with no table past ``i``; with one, the slot was lost under it
+    and the job says so (jobs/refresh.py ``slot_lost``).
+    """
+
+    def __init__(self, slot: str) -> None:
+        super().__init__(f'replication slot "{slot}" does not exist on the publisher',
+                         hint="run `rowfilter refresh` first: it creates the slot and the capture publication")
+        self.slot = slot
+
+
 def capture_names(subscription: str) -> tuple[str, str]:
     """Slot and main capture publication names of a subscription."""
     name = f"rowfilter_{subscription}"

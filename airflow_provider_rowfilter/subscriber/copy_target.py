@@ -54,8 +54,11 @@ class CopyTarget:
 
 
 def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[str], *,
-                 require_empty: bool) -> CopyTarget:
-    """Check that the subscriber's ``table`` can take ``columns`` (and is empty when asked); raise why not."""
+                 require_empty: bool, rerun: str = "run the snapshot again") -> CopyTarget:
+    """Check that the subscriber's ``table`` can take ``columns`` (and is empty when asked); raise why not.
+
+    :param rerun: what the hints tell the user to run once the cause is fixed (a resync's own command).
+    """
     row = conn.execute(
         """SELECT c.oid, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
            WHERE n.nspname = %s AND c.relname = %s""", (table.schema, table.name)).fetchone()
@@ -63,7 +66,7 @@ def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[s
         raise CopyTargetError(
             f'logical replication target relation "{table}" does not exist', table=str(table),
             hint=f"create table {table} in the subscriber with at least the published columns "
-            f"({', '.join(columns)}), then run the snapshot again")
+            f"({', '.join(columns)}), then {rerun}")
     oid, relkind = row
     if relkind not in ("r", "p"):
         raise CopyTargetError(
@@ -80,7 +83,7 @@ def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[s
             f'logical replication target relation "{table}" is missing replicated column'
             f'{"s" if len(missing) > 1 else ""}: {listed}', table=str(table),
             hint=f"add the column{'s' if len(missing) > 1 else ''} to {table} in the subscriber "
-            f"(ALTER TABLE {table} ADD COLUMN …), then run the snapshot again")
+            f"(ALTER TABLE {table} ADD COLUMN …), then {rerun}")
     generated = [c for c in columns if present[c]]
     if generated:
         raise CopyTargetError(

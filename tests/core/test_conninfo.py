@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from airflow_provider_rowfilter.core.conninfo import ConninfoError, check_no_password, parse, redact
+from airflow_provider_rowfilter.core.conninfo import ConninfoError, check_no_password, parse, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError
 
 KEYWORDS = {o.keyword.decode() for o in pq.Conninfo.get_defaults()}
@@ -125,3 +125,51 @@ def test_redact(conninfo: str, redacted: str) -> None:
 def test_a_string_without_a_secret_passes() -> None:
     for conninfo in ("postgresql://u@h:5432/db?sslmode=require", "host=h user=u dbname=d", "", "postgresql://u:@h"):
         check_no_password(conninfo, "the publisher")
+
+
+# A password hidden inside another value: libpq sends the value whole and echoes it in its errors and
+# the server's (database "app#password=…" does not exist; invalid sslmode value: "disable&password=…").
+@pytest.mark.parametrize(("conninfo", "message"), [
+    pytest.param(f"postgresql://repl@127.0.0.1:55431/app#password={SECRET}", "has a '#' in its URL",
+                 id="url-hash-in-dbname"),
+    pytest.param(f"postgresql://repl@127.0.0.1:55431/app?sslmode=disable%26password%3D{SECRET}",
+                 "hides a password inside the value of sslmode (the URL query parameter 'sslmode')",
+                 id="url-encoded-ampersand"),
+    pytest.param(f"postgresql://repl@h/app?options=-c%20PassWord%3D{SECRET}",
+                 "hides a password inside the value of options", id="url-upper-case"),
+    pytest.param(f"postgresql://repl@h/app%3Fpassword={SECRET}", "hides a password inside the value of dbname "
+                 "(the database name of the URL)", id="url-dbname"),
+    pytest.param(f"host=h dbname='app password={SECRET}'", "hides a password inside the value of dbname "
+                 "(the key 'dbname')", id="key-value-quoted"),
+    pytest.param("postgresql://repl@h/app#section", "has a '#' in its URL", id="url-fragment"),
+])
+def test_a_password_hidden_in_another_value_is_refused(conninfo: str, message: str) -> None:
+    with pytest.raises(SpecError) as e:
+        check_no_password(conninfo, "the publisher", "publisher")
+    text = str(e.value)
+    assert f"the publisher {message}" in text, text
+    assert SECRET not in text and "section" not in text and "********" in text
+
+
+def test_a_hash_written_as_percent_23_passes() -> None:
+    check_no_password("postgresql://repl@h/app%23one", "the publisher")
+
+
+def test_scrub_keeps_host_port_user_and_dbname_only() -> None:
+    url = f"postgresql://repl@db.example:5433/app?sslmode={SECRET}&application_name=app"
+    assert scrub(f'invalid sslmode value: "{SECRET}"', url) == 'invalid sslmode value: "********"'
+    text = 'connection to server at "db.example", port 5433 failed: FATAL:  database "app" does not exist'
+    assert scrub(text, url) == text
+
+
+def test_a_connection_error_quotes_no_other_value(local_pg) -> None:
+    """libpq's own error quotes the refused value: the message printed shows it masked."""
+    from types import SimpleNamespace
+
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.core.errors import RowFilterError
+
+    url = f"{local_pg.dsn()}?sslmode={SECRET}"
+    with pytest.raises(RowFilterError) as e:
+        connect(url, "publisher", SimpleNamespace(subscription="s1"))  # type: ignore[arg-type]
+    assert SECRET not in str(e.value) and '"********"' in str(e.value), str(e.value)

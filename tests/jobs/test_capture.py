@@ -431,4 +431,4 @@ def test_a_missing_slot_says_to_run_refresh(fresh_db, tmp_path):
                             change_log=str(tmp_path / "log"))
     with pytest.raises(RowFilterError, match='replication slot "rowfilter_s9" does not exist') as caught:
         capture(spec)
-    assert "run refresh first" in str(caught.value)
+    assert "run `rowfilter refresh` first" in str(caught.value)

@@ -176,6 +176,15 @@ def test_a_slot_dropped_outside_the_tool_is_refused_then_recopied_on_request(set
     execute(dbs.publisher, f"SELECT pg_drop_replication_slot('{slot}')")
     execute(dbs.publisher, "INSERT INTO t VALUES (3, 'lost')", "UPDATE k SET v = 'lost' WHERE id = 1")
 
+    # The apply stops the same way, with the fix that works (plain refresh refuses), and records it.
+    with pytest.raises(SlotLostError, match=rf"subscription '{spec.subscription}' is broken: replication slot") as caught:
+        apply(spec, spark=spark)
+    assert "rowfilter refresh --recreate-slot" in caught.value.hint
+    with psycopg.connect(dbs.ours) as conn:
+        recorded = conn.execute("SELECT last_error FROM rowfilter.subscription WHERE name = %s",
+                                (spec.subscription,)).fetchone()[0]
+    assert "is broken" in recorded and "rowfilter refresh --recreate-slot" in recorded
+
     with pytest.raises(SlotLostError, match=rf'replication slot "{slot}" no longer exists on the publisher; '
                        r"changes after LSN \S+ were never captured") as caught:
         refresh(spec)

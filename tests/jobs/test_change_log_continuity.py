@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog
-from airflow_provider_rowfilter.core.lsn import format_lsn
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import apply as apply_job
@@ -74,6 +74,7 @@ def test_a_deleted_log_folder_is_refused_then_a_resync_recovers(job, capsys, spa
     assert f"the change log '{job.change_log}' is missing the changes from" in error, error
     assert f'replication slot "{job.slot}" is at {format_lsn(captured_through)}, past the end of this log (empty)' \
         in error, error
+    assert "or it was dropped and recreated. The log must be continuous from " in error, error  # one sentence each
     assert "The log at this path was replaced" in error and "public.t, public.u" in error, error
     assert "rowfilter resync --table T --copy" in error, error
     assert snapshot_of(job) == before
@@ -166,6 +167,32 @@ def test_a_slot_dropped_and_recreated_is_refused(job, capsys):
         conn.execute("SELECT pg_drop_replication_slot(%s)", (job.slot,))
     with pytest.raises(SlotLostError, match="were never captured"):
         refresh(SubscriptionSpec.load(job.spec_path))
-    code, error = run(capsys, job.spec_path)
-    assert code == 1 and f'replication slot "{job.slot}" does not exist' in error, error
+    code, error = run(capsys, job.spec_path)  # the apply names the same fix, never plain refresh
+    assert code == 1 and f"is broken: replication slot \"{job.slot}\" no longer exists" in error, error
+    assert "rowfilter refresh --recreate-slot" in error, error
     assert (job.ours(), job.positions()) == before[:2]
+
+
+def test_a_log_behind_the_tables_applies_nothing_and_records_no_batch(job, capsys, tmp_path, spark):
+    """A log whose end is behind every table's position (an older copy of it, switched to in the spec)
+    holds nothing to apply: no batch is recorded (none ending before it starts), nothing moves back."""
+    publish(job.dbs.publisher, changes(0))
+    assert run(capsys, job.spec_path)[0] == 0
+    older = tmp_path / "older"
+    shutil.copytree(job.change_log, older)
+    publish(job.dbs.publisher, changes(1))
+    assert run(capsys, job.spec_path)[0] == 0
+    assert ChangeLog(older).captured_through() < min(parse_lsn(lsn) for _, _, _, lsn in job.positions())
+    older_spec = tmp_path / "older.yaml"
+    older_spec.write_text(yaml.safe_dump({**yaml.safe_load(job.spec_path.read_text()), "change_log": str(older)}))
+
+    def recorded() -> tuple:
+        with psycopg.connect(job.dbs.ours) as conn:
+            return (conn.execute("SELECT count(*), bool_and(start_lsn <= end_lsn) FROM rowfilter.batch_history")
+                    .fetchone(), conn.execute("SELECT applied_lsn::text FROM rowfilter.subscription").fetchall())
+
+    before, history = snapshot_of(job), recorded()
+    result = apply_job.apply(SubscriptionSpec.load(older_spec), capture_first=False, spark=spark)
+    assert (result.changes, result.start_lsn, result.end_lsn, result.batch_id) == (0, None, None, None)
+    assert snapshot_of(job) == before and recorded() == history
+    assert history[0][1] is True

@@ -75,7 +75,12 @@ def test_a_target_missing_a_column_changes_nothing(setup, spark, capsys):  # noq
     execute(spec.subscriber, "ALTER TABLE t1 DROP COLUMN region")
     rels, rows = rel_rows(spec), table_rows(spec.subscriber, "t1")
     assert cli.main(["resync", "--spec", path, "--table", "public.t1", "--copy"]) == 1
-    assert 'is missing replicated column: "region"' in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert 'is missing replicated column: "region"' in err
+    # The fix is the resync's own command again, not "the snapshot" (which leaves a table in r alone).
+    assert "then run `rowfilter resync --table public.t1 --copy` again" in err, err
+    assert "HINT:  fix the cause and run `rowfilter resync --table public.t1 --copy` again" in err, err
+    assert "snapshot again" not in err
     unchanged(spec, rels, rows)
 
 
