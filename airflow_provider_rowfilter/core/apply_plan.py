@@ -3,7 +3,8 @@
 A refresh records the effective definitions with the position from which they hold
 (``rowfilter.refresh_history``); a change is judged by the definitions of the latest refresh at or
 before its ``commit_lsn`` (pgoutput.c reads the publications in the decoding's historic snapshot
-and rebuilds ``get_rel_sync_entry``'s entry on ``publication_invalidation_cb``), so an epoch is the LSN range between two refreshes. The filters
+and rebuilds ``get_rel_sync_entry``'s entry on ``publication_invalidation_cb``), so an epoch is the
+LSN range between two refreshes. The filters
 come as the Spark expression trees the refresh translated (``spark_filter_trees``, loaded with
 ``sqlglot.serde``; documents recorded before the trees give the Spark SQL text ``spark_filters``,
 parsed once here); :func:`filter_expression` rewrites each column reference into a typed read of the

@@ -300,7 +300,8 @@ def _alter(stmt: AlterPublication, pubs: PublicationSet, catalog: PublisherCatal
                                    detail="Schemas cannot be added if any tables that specify a column list are "
                                    "already part of the publication.", publication=name)
         updated = pub.with_changes(schemas=pub.schemas + tuple(schemas))
-    else:  # SET replaces both the table list and the schema list (publicationcmds.c AlterPublicationTables/AlterPublicationSchemas, AP_SetObjects)
+    else:  # SET replaces both the table list and the schema list
+        # (publicationcmds.c AlterPublicationTables/AlterPublicationSchemas, AP_SetObjects)
         updated = pub.with_changes(schemas=tuple(schemas))
     checked = _check_publication(updated.with_changes(tables=tuple(entries)), catalog).tables
     pubs.publications[name] = updated.with_changes(tables=(pub.tables if action == "ADD" else ()) + checked)

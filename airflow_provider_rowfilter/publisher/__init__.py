@@ -1,1 +1,2 @@
-"""The publisher side, over psycopg: its catalog and publications, our slot and capture publications, the capture, the copy's source."""
+"""The publisher side, over psycopg: its catalog and publications, our slot and capture publications, the capture,
+the copy's source."""

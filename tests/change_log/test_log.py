@@ -226,7 +226,8 @@ def test_a_gap_in_another_directory_than_the_recorded_one_names_the_recorded_one
         log.continuous(100, 400, LogNeeds("s1", 100, (("public.t", 100),), recorded))
     text = str(refused.value)
     assert text.startswith("subscription s1's change log is at airflow-worker:/data/s1/changes (id "
-                           f"{recorded.id}); this run reads {socket.gethostname()}:{tmp_path}: set change_log in the spec to that directory")
+                           f"{recorded.id}); this run reads {socket.gethostname()}:{tmp_path}: set change_log in the spec "
+                           "to that directory")
     assert "missing the changes from 0/64 to 0/12C" in text, text
 
 

@@ -75,7 +75,8 @@ def dele(commit: int, seq: int, old: list, *, old_kind: str = "O") -> tuple:
 
 def trunc(commit: int, seq: int, *, table: str = "t", restart: bool = False, lsn: int | None = None) -> tuple:
     """A TRUNCATE row; one statement's rows (one per leaf) share its message's ``lsn``."""
-    return (commit, seq, commit + seq if lsn is None else lsn, commit // 10, "truncate", "public", table, list(COLUMNS), None, None,
+    return (commit, seq, commit + seq if lsn is None else lsn, commit // 10, "truncate", "public", table, list(COLUMNS),
+            None, None,
             None, None, restart)
 
 
