@@ -31,6 +31,7 @@ def get_provider_info() -> dict:
                 "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_provider_rowfilter.operators.apply_changes",
+                    "airflow_provider_rowfilter.operators.job_output",
                     "airflow_provider_rowfilter.operators.refresh_publication",
                     "airflow_provider_rowfilter.operators.rowfilter_job",
                     "airflow_provider_rowfilter.operators.snapshot_copy",
