@@ -16,6 +16,7 @@ src/backend/replication/logical/worker.c (a missing row is skipped, counted) and
 from __future__ import annotations
 
 import pytest
+import sqlglot
 
 from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan
 from airflow_provider_rowfilter.core.relation import TableName
@@ -41,8 +42,9 @@ ALL = frozenset({"insert", "update", "delete", "truncate"})
 
 def rules(actions=ALL, filter_: str | None = None, columns=None) -> EpochRules:
     """One epoch's rules for ``t``: the same filter (Spark SQL on ``n integer``) for every DML action."""
+    tree = None if filter_ is None else sqlglot.parse_one(filter_, dialect="spark")
     return EpochRules(actions=frozenset(actions),
-                      filters={a: filter_ for a in ("insert", "update", "delete") if a in actions},
+                      filters={a: tree for a in ("insert", "update", "delete") if a in actions},
                       columns=columns, column_types={"n": "integer"} if filter_ else {})
 
 

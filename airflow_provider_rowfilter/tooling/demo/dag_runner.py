@@ -20,7 +20,7 @@ from typing import Any
 
 RESULT_PREFIX = "DAG-TEST-RESULT "
 #: The example DAGs of a source checkout (the demo runs them as they are).
-EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "dags"
+EXAMPLE_DAGS = Path(__file__).resolve().parents[3] / "dags"  # the checkout's dags/, beside the package
 
 
 class DagRunError(RuntimeError):
