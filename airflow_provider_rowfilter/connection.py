@@ -53,3 +53,9 @@ def conninfo_params(url: str, what: str, role: str | None = None) -> dict[str, s
         return {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(url).items()}
     except (psycopg.ProgrammingError, UnicodeDecodeError) as e:
         raise SpecError(f"{what} is not a valid connection string: {scrub(str(e).strip(), url)}") from None
+
+
+def primary_message(e: psycopg.Error) -> str:
+    """PostgreSQL's primary message of ``e`` (without libpq's DETAIL and CONTEXT lines); else its text."""
+    diag = getattr(e, "diag", None)
+    return (diag.message_primary if diag is not None and diag.message_primary else str(e)).strip()

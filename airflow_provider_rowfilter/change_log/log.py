@@ -597,6 +597,14 @@ class SegmentWriter:
             self.temp.unlink()
 
 
+def segment_counts(path: str | os.PathLike) -> tuple[int, int]:
+    """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
+    footer = pq.read_metadata(path)
+    raw = (footer.metadata or {}).get(METADATA_KEY.encode())
+    facts = json.loads(raw) if raw else {}
+    return int(facts.get("transactions", 0)), footer.num_rows
+
+
 def segment_relations(path: str | os.PathLike) -> list[RelationSpan]:
     """The relations a segment holds, each with where it first and last appears.
 

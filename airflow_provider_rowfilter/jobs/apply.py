@@ -20,13 +20,12 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import psycopg
 
-from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment, segment_relations
-from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect
+from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment, segment_counts, segment_relations
+from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect, primary_message
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import (
     ApplyPlan,
@@ -196,7 +195,8 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     extra: dict[int, dict[str, int]] = {}
     skipped = False
     # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
-    segments = [s for s in segments if _segment_counts(s.path)[1]]
+    counted = [(s, c) for s in segments if (c := segment_counts(s.path))[1]]
+    segments = [s for s, _ in counted]
     spans: list[RelationSpan] = []
     if segments:
         epochs = epochs_from_history([(r.lsn, r.definitions) for r in store.refreshes()], since)
@@ -207,7 +207,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
                                     targets[index].column_names, targets[index].key, epochs.rules(rel.table)))
         plan = ApplyPlan(epochs.starts, tuple(plans), skip_lsn, spec.conflict_policy)
         spans = _check_relations(spec, segments, plan, epochs, since)
-        logged = [_segment_counts(s.path) for s in segments]
+        logged = [c for _, c in counted]
         from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
         from airflow_provider_rowfilter.spark.session import job_session
 
@@ -371,7 +371,7 @@ def _value_error(sub: psycopg.Connection, token: str, target: ApplyTarget, plan:
         detail += (f": the publisher sends the column as {publisher_type}, the subscriber's column is "
                    f"{column.type_sql}, from the transaction finished at {format_lsn(since)} on")
     return ApplyError(
-        _primary(e), table=str(target.table), detail=detail + ". Nothing of the batch was applied.",
+        primary_message(e), table=str(target.table), detail=detail + ". Nothing of the batch was applied.",
         hint=(f"change the subscriber's column to a type that takes the publisher's values (ALTER TABLE "
               f"{target.table} ALTER COLUMN {column.name} TYPE …) and run again" if column else
               f"make {target.table} in the subscriber take the publisher's values and run again")
@@ -380,7 +380,7 @@ def _value_error(sub: psycopg.Connection, token: str, target: ApplyTarget, plan:
 
 def _table_error(target: ApplyTarget, result: ApplyResult, e: psycopg.Error) -> ApplyError:
     """A statement on a subscriber table failed (a constraint, a permission): PostgreSQL's message, with the table."""
-    return ApplyError(_primary(e), table=str(target.table),
+    return ApplyError(primary_message(e), table=str(target.table),
                       detail=f"While applying the batch's changes ({_batch_range(result)}) to {target.table}. "
                       "Nothing of the batch was applied.",
                       hint=f"make {target.table} in the subscriber accept the changes and run again; the change "
@@ -391,13 +391,13 @@ def _unexpected(e: BaseException, result: ApplyResult) -> ApplyError:
     """An error no layer below turned into ours: a readable ApplyError (the traceback goes to the task log)."""
     span = _batch_range(result)
     if isinstance(e, psycopg.OperationalError):
-        return ApplyError(f"lost the connection to the database: {_primary(e)}",
+        return ApplyError(f"lost the connection to the database: {primary_message(e)}",
                           detail=f"During the batch {span}. The subscriber rolls back a transaction whose session "
                           "ends, so nothing of the batch was applied.",
                           hint="check that the subscriber is up and reachable, then run again: the change log "
                           "keeps the batch")
     if isinstance(e, psycopg.Error):
-        return ApplyError(f"the subscriber refused the batch: {_primary(e)}",
+        return ApplyError(f"the subscriber refused the batch: {primary_message(e)}",
                           detail=f"During the batch {span}. Nothing of the batch was applied.",
                           hint="fix the cause in the subscriber and run again: the change log keeps the batch")
     if isinstance(e, OSError):
@@ -434,23 +434,6 @@ def _record_failure(spec: SubscriptionSpec, error: RowFilterError) -> None:
     except (RowFilterError, psycopg.Error) as e:
         log.error("could not record the error in the subscriber (%s); it is only in this log and the exit code",
                   e)
-
-
-def _primary(e: psycopg.Error) -> str:
-    diag = getattr(e, "diag", None)
-    return (diag.message_primary if diag is not None and diag.message_primary else str(e)).strip()
-
-
-def _segment_counts(path: Path) -> tuple[int, int]:
-    """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
-    import pyarrow.parquet as pq
-
-    from airflow_provider_rowfilter.change_log.log import METADATA_KEY
-
-    footer = pq.read_metadata(path)
-    raw = (footer.metadata or {}).get(METADATA_KEY.encode())
-    facts = json.loads(raw) if raw else {}
-    return int(facts.get("transactions", 0)), footer.num_rows
 
 
 def _prune(change_log: ChangeLog, store: StateStore) -> None:

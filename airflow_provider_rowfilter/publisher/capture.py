@@ -52,7 +52,7 @@ from airflow_provider_rowfilter.change_log.log import (
     SegmentWriter,
     image_arrays,
 )
-from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import (
@@ -255,7 +255,7 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
             while rows := cursor.fetchmany(fetch_rows):
                 reader.read(rows)
     except psycopg.Error as e:
-        raise CaptureError(f'cannot read replication slot "{slot}": {_primary(e)}',
+        raise CaptureError(f'cannot read replication slot "{slot}": {primary_message(e)}',
                            hint="run refresh to (re)create the slot and the capture publication; a slot is "
                            "read by one process at a time") from e
     if reader.txn is not None:
@@ -528,7 +528,7 @@ def _advance(pub: psycopg.Connection, slot: str, lsn: int) -> None:
     try:
         pub.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (slot, format_lsn(lsn)))
     except psycopg.Error as e:
-        raise CaptureError(f'cannot advance replication slot "{slot}" to {format_lsn(lsn)}: {_primary(e)}',
+        raise CaptureError(f'cannot advance replication slot "{slot}" to {format_lsn(lsn)}: {primary_message(e)}',
                            hint="the change log is durable; rerunning the capture finishes the advance") from e
 
 
@@ -545,7 +545,3 @@ def _python_encoding(pub: psycopg.Connection) -> str:
         raise CaptureError(f"the publisher's server_encoding {name!r} has no Python codec",
                            hint="use a UTF8 publisher database") from None
 
-
-def _primary(e: psycopg.Error) -> str:
-    diag = getattr(e, "diag", None)
-    return (diag.message_primary if diag is not None and diag.message_primary else str(e)).strip()
