@@ -29,12 +29,13 @@ from airflow.sdk import DAG, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec, parse_size
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook, parse_tables
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
+from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 
 #: The pool that bounds parallel initial copies unless a spec file names another.
@@ -76,6 +77,11 @@ class AirflowSettings:
     poke_interval: float = 60.0
     sensor_timeout: float = 6 * 3600.0
     deferrable: bool = False
+    #: A ``check_lag`` task after the incremental sync's apply fails (and alerts) when the slot holds back
+    #: more WAL than this (a size: ``'1GB'``) or the last batch is older than ``max_batch_age`` seconds;
+    #: neither set (default): no check task.
+    max_retained_wal: str | int | None = None
+    max_batch_age: float | None = None
     #: Name of the ApplyChanges operator's AssetAlias outlet; default ``rowfilter_<subscription>``.
     asset_alias: str | None = None
     tags: tuple[str, ...] = ()
@@ -116,6 +122,7 @@ _KINDS: dict[str, Any] = {
     "start_date": "date", "max_changes": "positive", "pool": str, "tables": "names", "retries": "count",
     "retry_delay": "seconds", "retry_exponential_backoff": "seconds", "max_retry_delay": "seconds",
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
+    "max_retained_wal": "size", "max_batch_age": "seconds",
     "tags": "names",
 }
 
@@ -151,6 +158,11 @@ def _check(source: str, key: str, value: Any, kind: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise bad("a number of seconds >= 0")
         return float(value)
+    elif kind == "size":
+        try:
+            parse_size(value, f"{source}: airflow: {key}")
+        except SpecError:
+            raise bad("a size such as '1GB' or a number of bytes") from None
     elif kind == "names":
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -270,7 +282,11 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
              description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
              **common) as dag:
-        ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias, **job)
+        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias, **job)
+        if s.max_retained_wal is not None or s.max_batch_age is not None:
+            apply >> SubscriptionLagCheckOperator(
+                task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
+                max_batch_age=s.max_batch_age, trigger_rule="all_done", retries=0, **who)
     dags[dag.dag_id] = dag
 
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,

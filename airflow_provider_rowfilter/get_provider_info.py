@@ -32,9 +32,11 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_provider_rowfilter.operators.apply_changes",
                     "airflow_provider_rowfilter.operators.job_output",
+                    "airflow_provider_rowfilter.operators.metrics",
                     "airflow_provider_rowfilter.operators.refresh_publication",
                     "airflow_provider_rowfilter.operators.rowfilter_job",
                     "airflow_provider_rowfilter.operators.snapshot_copy",
+                    "airflow_provider_rowfilter.operators.subscription_lag",
                 ],
             }
         ],

@@ -15,6 +15,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
+from airflow_provider_rowfilter.operators.metrics import apply_metrics
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.subscriber.state import StateReader
@@ -209,6 +210,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
         self._lineage = None
         result = super().execute(context)
         self._emit_asset_events(context, result)
+        apply_metrics(result)
         return result
 
     def _emit_asset_events(self, context: Context, result: Mapping[str, Any]) -> None:

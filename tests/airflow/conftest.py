@@ -124,3 +124,46 @@ def cluster(local_pg: LocalPostgres, request: pytest.FixtureRequest) -> Iterator
         yield made
     finally:
         made.teardown()
+
+
+@dataclass
+class StatsdReceiver:
+    """A UDP socket Airflow's StatsD logger sends to: the metrics as ``name: [value|type, …]``."""
+
+    sock: Any
+
+    def received(self) -> dict[str, list[str]]:
+        got: dict[str, list[str]] = {}
+        self.sock.settimeout(0.2)
+        while True:
+            try:
+                data = self.sock.recv(65536).decode()
+            except TimeoutError:
+                return got
+            for line in data.splitlines():
+                name, _, value = line.partition(":")
+                got.setdefault(name, []).append(value)
+
+
+@pytest.fixture
+def statsd(monkeypatch: pytest.MonkeyPatch) -> Iterator[StatsdReceiver]:
+    """Airflow's metrics on, through its own StatsD logger, to a socket of the test (as a task process
+    sets them up: task_runner.main calls ``stats.initialize`` with the configured factory)."""
+    import socket
+
+    from airflow.sdk.observability import stats
+    from airflow.sdk.observability.metrics import stats_utils
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_ON", "True")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_HOST", "127.0.0.1")
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PORT", str(sock.getsockname()[1]))
+    monkeypatch.setenv("AIRFLOW__METRICS__STATSD_PREFIX", "airflow")
+    stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
+    try:
+        yield StatsdReceiver(sock)
+    finally:
+        monkeypatch.undo()
+        stats.initialize(factory=stats_utils.get_stats_factory(), export_legacy_names=False)
+        sock.close()

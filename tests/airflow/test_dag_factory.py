@@ -122,6 +122,20 @@ def test_defaults_of_a_file_without_an_airflow_section(tmp_path: Path) -> None:
     assert (apply.retries, apply.retry_exponential_backoff, apply.max_changes) == (3, 2.0, None)
     assert apply._conn_id == "spark_default"
     assert dags["rowfilter_plain_initial_sync"].get_task("wait_for_ready").mode == "reschedule"
+    assert list(dags["rowfilter_plain_incremental_sync"].task_dict) == ["apply"]  # no lag check unless asked
+
+
+def test_lag_thresholds_add_a_check_after_the_apply(tmp_path: Path) -> None:
+    text = MINIMAL + "airflow:\n  max_retained_wal: 512MB\n  max_batch_age: 900\n"
+    incremental = build_dags(_write(tmp_path, "watched", text))["rowfilter_watched_incremental_sync"]
+    assert _edges(incremental) == {"apply": ["check_lag"], "check_lag": []}
+    check = incremental.get_task("check_lag")
+    assert type(check).__name__ == "SubscriptionLagCheckOperator"
+    assert (check.max_retained_wal, check.max_batch_age, check.trigger_rule, check.retries) == (
+        "512MB", 900.0, "all_done", 0)
+    assert (check.subscription, check.subscriber_conn_id) == ("watched", "rowfilter_subscriber")
+    with pytest.raises(SpecError, match=r"airflow: max_retained_wal='lots' is not a size such as '1GB'"):
+        build_dags(_write(tmp_path, "badsize", MINIMAL + "airflow:\n  max_retained_wal: lots\n"))
 
 
 def test_the_spec_file_stays_valid_for_the_rowfilter_command(fresh_db: Any, tmp_path: Path) -> None:

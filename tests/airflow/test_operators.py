@@ -27,6 +27,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
+from tests.airflow.conftest import StatsdReceiver
 
 PUB_PASSWORD = "pub-Pa55word-7Hq2x"
 SUB_PASSWORD = "sub-Pa55word-Lm4Zr"
@@ -542,8 +543,10 @@ def test_apply_bad_spec_fails_without_retry(dbs: Databases, kwargs: dict[str, An
     assert op.application_args is None  # nothing was submitted
 
 
-def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_path: Path) -> None:
-    """Refresh, copy, change the publisher, apply: the XCom, the asset events, the lineage; then a conflict."""
+def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_path: Path,
+                                                            statsd: StatsdReceiver) -> None:
+    """Refresh, copy, change the publisher, apply: the XCom, the asset events, the lineage, the metrics; then a
+    conflict."""
     from airflow.sdk import AssetAlias
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
@@ -575,6 +578,10 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
                               "WHERE subscription = 's_batch' ORDER BY id DESC LIMIT 1").fetchone()
     assert (result["batch_id"], result["end_lsn"], result["changes"]) == newest
     assert (tmp_path / "log").is_dir()  # the change log went where the operator said
+    sent = statsd.received()  # Airflow's metrics (operators/metrics.py)
+    assert sent["airflow.rowfilter.s_batch.apply.runs"] == ["1|c"]
+    assert sent["airflow.rowfilter.s_batch.apply.changes"] == [f"{result['changes']}|c"]
+    assert sent["airflow.rowfilter.s_batch.public.t1.insert"] == ["1|c"]
 
     # One asset event per changed subscriber table, on the subscription's AssetAlias.
     info = psycopg.conninfo.conninfo_to_dict(dbs.sub)

@@ -1,0 +1,64 @@
+"""Metrics of the subscriptions through Airflow's own metrics (StatsD or OpenTelemetry, as configured).
+
+Airflow's ``[metrics]`` section decides where they go (``statsd_on``, ``otel_on``); with neither, they
+are dropped, as Airflow's own are. Plain StatsD has no tags, so the subscription (and the table) is
+part of each name; the same values also carry ``subscription``/``table`` tags for backends that keep
+tags (DogStatsD, OpenTelemetry). Names are under ``rowfilter.`` (docs/operations.md lists them):
+
+- ``rowfilter.<subscription>.apply.runs`` / ``.changes`` / ``.transactions`` / ``.batches`` (counters),
+  ``.apply.duration`` (timing, ms);
+- ``rowfilter.<subscription>.lag_bytes`` / ``.lag_seconds`` (gauges: the WAL behind the publisher's
+  position and the commit-time lag at the end of the last batch);
+- ``rowfilter.<subscription>.<schema>.<table>.<operation>`` (counters: ``insert``, ``update``, …);
+- ``rowfilter.<subscription>.retained_wal_bytes`` and ``.batch_age_seconds`` (gauges, from
+  :class:`~airflow_provider_rowfilter.operators.subscription_lag.SubscriptionLagCheckOperator`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.sdk.observability import stats
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def _part(name: str) -> str:
+    """One dot-separated part of a metric name: StatsD's safe characters only (a table may be ``"Order Items"``)."""
+    return _UNSAFE.sub("_", name) or "_"
+
+
+def metric(subscription: str, *parts: str) -> str:
+    return ".".join(["rowfilter", _part(subscription), *parts])
+
+
+def apply_metrics(result: Mapping[str, Any]) -> None:
+    """What one ApplyChanges run did (its XCom summary)."""
+    name = str(result["subscription"])
+    tags = {"subscription": name}
+    stats.incr(metric(name, "apply", "runs"), tags=tags)
+    for key in ("changes", "transactions", "batches"):
+        if result.get(key):
+            stats.incr(metric(name, "apply", key), int(result[key]), tags=tags)
+    if result.get("duration_ms") is not None:
+        stats.timing(metric(name, "apply", "duration"), float(result["duration_ms"]), tags=tags)
+    for key in ("lag_bytes", "lag_seconds"):
+        if result.get(key) is not None:
+            stats.gauge(metric(name, key), float(result[key]), tags=tags)
+    for table, counts in (result.get("counts") or {}).items():
+        schema, _, relname = str(table).partition(".")
+        for operation, n in counts.items():
+            if n:
+                stats.incr(metric(name, _part(schema), _part(relname), _part(operation)), int(n),
+                           tags={**tags, "table": str(table), "operation": operation})
+
+
+def lag_metrics(subscription: str, retained_wal_bytes: int | None, batch_age_seconds: float | None) -> None:
+    """What the lag check measured."""
+    tags = {"subscription": subscription}
+    if retained_wal_bytes is not None:
+        stats.gauge(metric(subscription, "retained_wal_bytes"), float(retained_wal_bytes), tags=tags)
+    if batch_age_seconds is not None:
+        stats.gauge(metric(subscription, "batch_age_seconds"), float(batch_age_seconds), tags=tags)

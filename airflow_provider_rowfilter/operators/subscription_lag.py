@@ -1,0 +1,166 @@
+"""SubscriptionLagCheckOperator: fail when a subscription falls behind, so that Airflow alerts on it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.spec import parse_size
+from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
+from airflow_provider_rowfilter.operators.metrics import lag_metrics
+from airflow_provider_rowfilter.publisher.slot_health import read_slot
+from airflow_provider_rowfilter.subscriber.state_reader import StateReader
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+@dataclass(frozen=True)
+class Lag:
+    """How far behind a subscription is, measured now (the XCom of the check)."""
+
+    subscription: str
+    measured_at: str
+    retained_wal_bytes: int | None  # WAL the slot holds back on the publisher (pg_current_wal_lsn - restart_lsn)
+    wal_status: str | None
+    last_batch_at: str | None  # when the newest applied batch committed
+    batch_age_seconds: float | None  # now - last_batch_at
+    last_batch_lag_seconds: float | None  # the commit-time lag that batch had when it ran
+    last_error: str | None
+    problems: tuple[str, ...] = ()
+
+
+class SubscriptionLagCheckOperator(BaseOperator):
+    """Measure how far a subscription is behind and fail (no retry) when it is past a threshold.
+
+    Two measures, both read now: the WAL the subscription's slot holds back on the publisher
+    (``pg_replication_slots``; the publisher's disk fills with it), and the time since the newest
+    batch the subscriber applied (``rowfilter.batch_history``). A slot that is gone or lost fails the
+    check too. Each measure is also sent as a gauge through Airflow's metrics
+    (``rowfilter.<subscription>.retained_wal_bytes``, ``….batch_age_seconds``), so a StatsD or
+    OpenTelemetry backend can chart and alert on them. Put it after the ApplyChanges task with
+    ``trigger_rule="all_done"`` (the DAG factory does, with ``airflow: max_retained_wal`` or
+    ``max_batch_age`` set), and let the task's failure alert (``email``, ``on_failure_callback``).
+
+    :param subscription: the subscription's name. (templated)
+    :param subscriber_conn_id: the subscriber's Airflow ``postgres`` connection. (templated)
+    :param publisher_conn_id: the publisher's; without it the retained WAL is not measured. (templated)
+    :param max_retained_wal: a size (``'1GB'``, ``'512MB'``, or bytes); None: not checked. (templated)
+    :param max_batch_age: the longest time since the last applied batch (``timedelta`` or seconds);
+        None: not checked.
+
+    Returns (XCom) the measures: ``{"subscription": "s1", "retained_wal_bytes": 16777216, "wal_status":
+    "reserved", "batch_age_seconds": 42.0, "last_batch_lag_seconds": 0.8, "problems": [], …}``.
+    """
+
+    template_fields: Sequence[str] = ("subscription", "subscriber_conn_id", "publisher_conn_id", "max_retained_wal")
+    ui_color = "#f6e0c0"
+
+    def __init__(self, *, subscription: str, subscriber_conn_id: str, publisher_conn_id: str | None = None,
+                 max_retained_wal: str | int | None = "1GB", max_batch_age: dt.timedelta | float | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.subscription = subscription
+        self.subscriber_conn_id = subscriber_conn_id
+        self.publisher_conn_id = publisher_conn_id
+        self.max_retained_wal = max_retained_wal
+        self.max_batch_age = max_batch_age
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            limit = None if self.max_retained_wal in (None, "") else parse_size(
+                self.max_retained_wal, f"{self.task_id}: max_retained_wal")
+            lag = measure(self.subscription, self.subscriber_conn_id, self.publisher_conn_id, limit,
+                          _seconds(self.max_batch_age))
+        except (RowFilterError, psycopg.Error) as e:
+            raise AirflowFailException(f"{self.task_id}: cannot measure the lag of {self.subscription!r}: "
+                                       f"{str(e).strip()}") from e
+        lag_metrics(lag.subscription, lag.retained_wal_bytes, lag.batch_age_seconds)
+        self.log.info("Subscription %s: %s", lag.subscription, describe(lag))
+        if lag.problems:
+            raise AirflowFailException(f"subscription {lag.subscription!r} is behind: " + "; ".join(lag.problems))
+        return asdict(lag)
+
+
+def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str | None,
+            max_retained_wal: int | None, max_batch_age: float | None) -> Lag:
+    """The subscription's lag now, and what is past the thresholds (``problems``)."""
+    sub = RowFilterHook.endpoint(subscriber_conn_id, "subscriber")
+    with psycopg.connect(sub.url, autocommit=True, **sub.connect_kwargs()) as conn:
+        reader = StateReader(conn, subscription)
+        row = reader.require_subscription()
+        batch = reader.last_batch()
+        now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+    problems: list[str] = []
+    retained = status = None
+    if publisher_conn_id:
+        pub = RowFilterHook.endpoint(publisher_conn_id, "publisher")
+        with psycopg.connect(pub.url, autocommit=True, **pub.connect_kwargs()) as conn:
+            _, slot = read_slot(conn, row.slot_name)
+        if not slot.exists:
+            problems.append(f'its replication slot "{row.slot_name}" does not exist on the publisher '
+                            "(see `rowfilter refresh --recreate-slot`)")
+        elif slot.lost:
+            problems.append(f'its replication slot "{row.slot_name}" is lost (wal_status lost): the WAL it needed '
+                            "was removed")
+        retained, status = slot.retained_bytes, slot.wal_status
+        if max_retained_wal is not None and retained is not None and retained > max_retained_wal:
+            problems.append(f'its slot "{row.slot_name}" holds back {_size(retained)} of WAL on the publisher, '
+                            f"more than max_retained_wal ({_size(max_retained_wal)})")
+    age = None if batch is None else max((now - batch.finished_at).total_seconds(), 0.0)
+    if max_batch_age is not None:
+        if batch is None:
+            problems.append("no batch has been applied yet")
+        elif age is not None and age > max_batch_age:
+            problems.append(f"its last batch was applied {_duration(age)} ago (at {batch.finished_at.isoformat()}), "
+                            f"more than max_batch_age ({_duration(max_batch_age)})")
+    return Lag(subscription, now.isoformat(), retained, status,
+               None if batch is None else batch.finished_at.isoformat(), None if age is None else round(age, 3),
+               None if batch is None else batch.lag_seconds, row.last_error, tuple(problems))
+
+
+def describe(lag: Lag) -> str:
+    parts = []
+    if lag.retained_wal_bytes is not None:
+        parts.append(f"slot retains {_size(lag.retained_wal_bytes)} of WAL ({lag.wal_status or 'no wal_status'}) now")
+    if lag.batch_age_seconds is None:
+        parts.append("no batch applied yet")
+    else:
+        then = "" if lag.last_batch_lag_seconds is None else f", {lag.last_batch_lag_seconds:.1f} s behind then"
+        parts.append(f"last batch applied {_duration(lag.batch_age_seconds)} ago{then}")
+    if lag.last_error:
+        parts.append(f"last error: {lag.last_error.splitlines()[0]}")
+    return "; ".join(parts)
+
+
+def _seconds(value: dt.timedelta | float | None) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise AirflowFailException(f"max_batch_age={value!r} is not a positive number of seconds or a timedelta")
+    return float(value)
+
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "kB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
