@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import (
@@ -317,15 +317,8 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.subscriber.state import StateStore
 
-    value = None if lsn.upper() == "NONE" else format_lsn(parse_lsn(lsn))
     with connect(spec.subscriber, "subscriber", spec) as conn:
-        store = StateStore(conn, spec.subscription)
-        row = store.require_subscription()
-        applied = row.applied_lsn
-        if value is not None and applied is not None and parse_lsn(value) < parse_lsn(applied):
-            raise RowFilterError(f"skip WAL location (LSN {value}) must be greater than origin LSN {applied}",
-                                 hint="name the LSN the conflict error gave (the transaction's finish LSN)")
-        store.set_skip_lsn(value)
+        value = StateStore(conn, spec.subscription).skip_transaction(lsn)
     say(f"subscription {spec.subscription}: " + (
         f"the remote transaction finished at {value} will be skipped by the next apply" if value
         else "skip-LSN cleared"))

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from airflow.sdk import DAG, task
+from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
@@ -36,6 +36,7 @@ from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOpera
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
+from airflow_provider_rowfilter.operators.subscription_ops import DropSubscriptionOperator, SkipTransactionOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 
 #: The pool that bounds parallel initial copies unless a spec file names another.
@@ -43,6 +44,10 @@ DEFAULT_POOL = "rowfilter_copies"
 #: The states a table waits for its initial copy in (``d``: a copy that did not finish).
 WAITING_FOR_COPY = (SyncState.INIT, SyncState.DATA_COPY)
 SPEC_PATTERNS = ("*.yaml", "*.yml")
+#: The DAGs of one spec file: the three that replicate, then the operations, run by hand with parameters.
+DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription")
+#: An LSN as PostgreSQL writes it, or NONE (the skip DAG's parameter).
+_LSN_PARAM = r"^([0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|NONE|none)$"
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 log = logging.getLogger(__name__)
 
@@ -201,7 +206,7 @@ class SubscriptionFile:
 
     @property
     def dag_ids(self) -> dict[str, str]:
-        return {kind: f"{self.prefix}_{kind}" for kind in ("initial_sync", "incremental_sync", "refresh")}
+        return {kind: f"{self.prefix}_{kind}" for kind in DAG_KINDS}
 
 
 def tables_waiting_for_copy(subscription: str, subscriber_conn_id: str,
@@ -296,6 +301,40 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
         listed, _ = copy_tasks(pool=s.pool, tables=None, **who, **job)
         refresh >> listed
     dags[dag.dag_id] = dag
+    dags.update(operations_dags(source, job, common))
+    return dags
+
+
+def operations_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[str, Any]) -> dict[str, DAG]:
+    """The subscription's operations as DAGs run by hand, each with its parameters (Trigger DAG's form):
+    what ``rowfilter skip``, ``resync`` and ``drop`` do, through the file's Airflow connections."""
+    spec, ids = source.spec, source.dag_ids
+    manual = {**common, "schedule": None, "default_args": {"retries": 0}}
+    dags: dict[str, DAG] = {}
+    with DAG(dag_id=ids["skip_transaction"], description=f"Skip one remote transaction of {spec.subscription} "
+             "(ALTER SUBSCRIPTION … SKIP): the finish LSN a conflict error names",
+             params={"lsn": Param(type="string", pattern=_LSN_PARAM, title="Finish LSN of the transaction",
+                                  description="as the conflict error gives it (0/1A2B3C8); NONE clears a pending skip")},
+             **manual) as dag:
+        SkipTransactionOperator(task_id="skip", spec=job["spec"], lsn="{{ params.lsn }}")
+    dags[dag.dag_id] = dag
+    with DAG(dag_id=ids["resync_tables"], description=f"Copy tables of {spec.subscription} again: empty them in the "
+             "subscriber, back to i, then the initial copy (the incremental sync catches them up)",
+             params={"tables": Param([], type="array", items={"type": "string"}, minItems=1, title="Tables",
+                                     description="schema.table names of the subscription")},
+             **manual) as dag:
+        SnapshotCopyOperator(task_id="resync", resync=True, tables="{{ params.tables | join(',') }}", **job)
+    dags[dag.dag_id] = dag
+    with DAG(dag_id=ids["drop_subscription"], description=f"Drop subscription {spec.subscription} (DROP "
+             "SUBSCRIPTION): its slot, its state and its change log; the subscriber's tables stay",
+             params={"confirm": Param(type="string", title="Type the subscription's name to drop it",
+                                      description=f"{spec.subscription}"),
+                     "keep_slot": Param(False, type="boolean", title="Leave the publisher alone",
+                                        description="its slot keeps retaining WAL until dropped")},
+             render_template_as_native_obj=True, **manual) as dag:
+        DropSubscriptionOperator(task_id="drop", spec=job["spec"], confirm="{{ params.confirm }}",
+                                 keep_slot="{{ params.keep_slot }}")
+    dags[dag.dag_id] = dag
     return dags
 
 
@@ -357,14 +396,14 @@ def invalid_spec_dag(dag_id: str, path: Path, error: Exception) -> DAG:
 
 
 def _placeholder_ids(path: Path, taken: set[str]) -> list[str]:
-    """The DAG ids an invalid file stands under: its three own ones when they can be read and are free,
+    """The DAG ids an invalid file stands under: its own ones when they can be read and are free,
     else ``rowfilter_invalid_<file name>``."""
     try:
         raw = yaml.safe_load(path.read_text())
         name = raw.get("subscription")
         prefix = (raw.get("airflow") or {}).get("dag_id_prefix") or f"rowfilter_{name}"
         if isinstance(name, str) and isinstance(prefix, str) and _DAG_ID.match(prefix):
-            ids = [f"{prefix}_{kind}" for kind in ("initial_sync", "incremental_sync", "refresh")]
+            ids = [f"{prefix}_{kind}" for kind in DAG_KINDS]
             if not taken & set(ids):
                 return ids
     except (OSError, yaml.YAMLError, AttributeError):

@@ -37,6 +37,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_rowfilter.operators.rowfilter_job",
                     "airflow_provider_rowfilter.operators.snapshot_copy",
                     "airflow_provider_rowfilter.operators.subscription_lag",
+                    "airflow_provider_rowfilter.operators.subscription_ops",
                 ],
             }
         ],

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from airflow_provider_rowfilter.change_log.log import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.lsn import parse_lsn
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState, check_transition
 from airflow_provider_rowfilter.subscriber.state_migrations import SCHEMA, migrate
@@ -159,6 +159,21 @@ class StateStore(StateReader):
                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
             (self.subscription, start_lsn, end_lsn, Jsonb(counts), duration_ms, transactions, changes, skipped_lsn,
              lag_bytes, lag_seconds)).fetchone()[0]
+
+    def skip_transaction(self, lsn: str) -> str | None:
+        """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the next apply drops the remote transaction finished at ``lsn``
+        (``NONE`` clears it). Returns the LSN set, None when cleared.
+
+        :raises RowFilterError: as PostgreSQL's ``AlterSubscription`` (subscriptioncmds.c), for an LSN not past
+            the subscription's applied position; nothing is changed.
+        """
+        value = None if lsn.strip().upper() == "NONE" else format_lsn(parse_lsn(lsn.strip()))
+        applied = self.require_subscription().applied_lsn
+        if value is not None and applied is not None and parse_lsn(value) < parse_lsn(applied):
+            raise RowFilterError(f"skip WAL location (LSN {value}) must be greater than origin LSN {applied}",
+                                 hint="name the LSN the conflict error gave (the transaction's finish LSN)")
+        self.set_skip_lsn(value)
+        return value
 
     def set_skip_lsn(self, lsn: str | None) -> None:
         """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the remote transaction finishing at ``lsn`` is skipped once."""

@@ -20,6 +20,7 @@ import pytest
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.dag_factory import (
+    DAG_KINDS,
     AirflowSettings,
     SpecFileWarning,
     build_dags,
@@ -76,8 +77,7 @@ def _edges(dag: Any) -> dict[str, list[str]]:
 def test_a_spec_file_becomes_three_dags(tmp_path: Path) -> None:
     path = _write(tmp_path, "team_a", FULL)
     dags = build_dags(path)
-    assert sorted(dags) == ["rowfilter_team_a_incremental_sync", "rowfilter_team_a_initial_sync",
-                            "rowfilter_team_a_refresh"]
+    assert sorted(dags) == sorted(f"rowfilter_team_a_{kind}" for kind in DAG_KINDS)
     for dag in dags.values():
         assert (dag.max_active_runs, dag.catchup) == (1, False)
         assert {"rowfilter", "subscription:team_a", "team_a"} <= set(dag.tags)
@@ -196,8 +196,7 @@ def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     (tmp_path / "team_b.yml").write_text(MINIMAL.format(name="team_b"))
     (tmp_path / "notes.txt").write_text("not a spec")
     dags = dags_from_folder(tmp_path)
-    assert sorted(dags) == sorted(f"rowfilter_{team}_{kind}" for team in ("team_a", "team_b")
-                                  for kind in ("initial_sync", "incremental_sync", "refresh"))
+    assert sorted(dags) == sorted(f"rowfilter_{team}_{kind}" for team in ("team_a", "team_b") for kind in DAG_KINDS)
     # The dags/ file loads the folder named by ROWFILTER_SUBSCRIPTIONS_DIR.
     monkeypatch.setenv("ROWFILTER_SUBSCRIPTIONS_DIR", str(tmp_path))
     bag = DagBag(dag_folder=DAGS / "rowfilter_subscriptions.py")
@@ -223,8 +222,7 @@ def test_one_bad_spec_file_does_not_hide_the_others(tmp_path: Path, monkeypatch:
     loader = DAGS / "rowfilter_subscriptions.py"
     bag = DagBag(dag_folder=loader)
     assert bag.import_errors == {}
-    kinds = ("initial_sync", "incremental_sync", "refresh")
-    assert sorted(bag.dags) == sorted(f"rowfilter_{t}_{k}" for t in ("team_a", "team_b") for k in kinds)
+    assert sorted(bag.dags) == sorted(f"rowfilter_{t}_{k}" for t in ("team_a", "team_b") for k in DAG_KINDS)
     good = bag.dags["rowfilter_team_a_incremental_sync"]
     assert [t.task_id for t in good.tasks] == ["apply"]
     # The bad file's DAGs keep their ids (a run in flight finds its DAG) and carry the reason ...
@@ -245,8 +243,7 @@ def test_one_bad_spec_file_does_not_hide_the_others(tmp_path: Path, monkeypatch:
 
 def test_the_example_spec_file_in_dags(monkeypatch: pytest.MonkeyPatch) -> None:
     dags = dags_from_folder(DAGS / "subscriptions")
-    assert sorted(dags) == ["rowfilter_demo_orders_incremental_sync", "rowfilter_demo_orders_initial_sync",
-                            "rowfilter_demo_orders_refresh"]
+    assert sorted(dags) == sorted(f"rowfilter_demo_orders_{kind}" for kind in DAG_KINDS)
     assert SubscriptionSpec.load(DAGS / "subscriptions" / "demo_orders.yaml").publications == ("p_orders",)
 
 
@@ -318,3 +315,33 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
         ours, native = cluster.rows(cluster.sub_db, table), cluster.rows(cluster.ref_db, table)
         assert ours == native, f"{table}: ours {ours} != native {native}"
     assert elapsed < 600, f"the DAG runs took {elapsed:.0f} s"
+
+    # The operations DAGs, with their parameters as the Trigger form sends them (issue 18 item 12).
+    applied = batch["end_lsn"]
+    runs = run_dags(
+        airflow_db,
+        [("rowfilter_dagfactory_skip_transaction", {"lsn": "0/10"}),
+         ("rowfilter_dagfactory_skip_transaction", {"lsn": "FFFF/0"}),
+         ("rowfilter_dagfactory_resync_tables", {"tables": ["public.t1"]}),
+         ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactry", "keep_slot": False}),
+         ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactory", "keep_slot": False})],
+        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder)}, timeout=600)
+    too_early, skip, resync, wrong_name, dropped = runs
+    output = runs[-1]["output"]
+    assert too_early["state"] == "failed", output[-5000:]
+    assert f"skip WAL location (LSN 0/10) must be greater than origin LSN {applied}" in output
+    assert skip["state"] == "success" and skip["xcoms"]["skip"] == {"subscription": "dagfactory",
+                                                                      "skip_lsn": "FFFF/0"}, output[-5000:]
+    assert resync["state"] == "success", output[-5000:]
+    assert resync["rendered"]["resync"]["tables"] == "public.t1"
+    assert cluster.rows(cluster.sub_db, "t1") == cluster.rows(cluster.ref_db, "t1")  # copied again, the same rows
+    assert wrong_name["state"] == "failed"
+    assert "confirm='dagfactry' is not the subscription's name; nothing was dropped" in output
+    assert dropped["state"] == "success", output[-5000:]
+    assert dropped["xcoms"]["drop"]["state_dropped"] and dropped["xcoms"]["drop"]["slot_dropped"]
+    with psycopg.connect(cluster.pg.dsn(cluster.pub_db)) as conn:
+        assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_name = 'rowfilter_dagfactory'"
+                            ).fetchone() == (0,)
+    assert cluster.rows(cluster.sub_db, "t2") == cluster.rows(cluster.ref_db, "t2")  # the tables stay
+    for secret in (cluster.pub_password, cluster.sub_password):
+        assert secret not in output

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.dag_factory import DAG_KINDS
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, PUBLICATIONS, TABLES, Cluster
 from tests.airflow.conftest import REPO, StateDb
@@ -28,8 +29,7 @@ SPARK = json.dumps({"conn_type": "spark", "host": "local[2]"})
 
 EXAMPLE_DAGS = ["rowfilter_incremental_sync", "rowfilter_initial_sync", "rowfilter_refresh"]
 # Built by dags/rowfilter_subscriptions.py from dags/subscriptions/demo_orders.yaml.
-FACTORY_DAGS = ["rowfilter_demo_orders_incremental_sync", "rowfilter_demo_orders_initial_sync",
-                "rowfilter_demo_orders_refresh"]
+FACTORY_DAGS = [f"rowfilter_demo_orders_{kind}" for kind in DAG_KINDS]
 
 
 def _bag(monkeypatch: pytest.MonkeyPatch) -> Any:

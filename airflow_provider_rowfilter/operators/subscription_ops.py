@@ -1,0 +1,144 @@
+"""The operations of a subscription as Airflow tasks: skip a remote transaction, drop the subscription.
+
+What ``rowfilter skip`` and ``rowfilter drop`` do, with Airflow connections instead of URLs, so that
+nobody writes a second spec at 3 a.m.; the DAG factory makes a parameterised DAG of each (and one
+that resyncs tables with :class:`~airflow_provider_rowfilter.operators.snapshot_copy.SnapshotCopyOperator`).
+Neither needs Spark: they run in the task's own process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class _SubscriptionOperator(BaseOperator):
+    """A task on one subscription, given by a spec file and/or its fields (as the job operators take them)."""
+
+    template_fields: Sequence[str] = ("spec", "subscription", "publisher_conn_id", "subscriber_conn_id")
+    roles: tuple[str, ...] = ("subscriber",)
+
+    def __init__(self, *, spec: str | None = None, subscription: str | None = None,
+                 publisher_conn_id: str | None = None, subscriber_conn_id: str | None = None,
+                 change_log: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.subscription = subscription
+        self.publisher_conn_id = publisher_conn_id
+        self.subscriber_conn_id = subscriber_conn_id
+        self.change_log = change_log
+
+    def resolve(self) -> ResolvedSpec:
+        fields = {"subscription": self.subscription, "publisher_conn_id": self.publisher_conn_id,
+                  "subscriber_conn_id": self.subscriber_conn_id, "change_log": self.change_log}
+        base_dir = self.dag.folder if self.has_dag() else None
+        try:
+            return RowFilterHook().resolve_spec(spec=self.spec, fields=fields, base_dir=base_dir, require=self.roles)
+        except RowFilterError as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+
+
+@contextmanager
+def _passwords(resolved: ResolvedSpec) -> Iterator[None]:
+    """The connections' passwords where the jobs read them (connection.py ``PASSWORD_ENV``), for this task only."""
+    added = {k: v for k, v in resolved.password_env().items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+class SkipTransactionOperator(_SubscriptionOperator):
+    """``ALTER SUBSCRIPTION … SKIP (lsn = …)`` (``rowfilter skip``): the next apply drops the remote
+    transaction that finished at ``lsn`` (the LSN a conflict error names); ``"NONE"`` clears it.
+
+    :param lsn: the finish LSN of the transaction to skip, or ``NONE``. (templated)
+
+    Fails without retry for an LSN that is not past the subscription's applied position (PostgreSQL's
+    rule and message). Returns (XCom) ``{"subscription", "skip_lsn"}``.
+    """
+
+    template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "lsn")
+
+    def __init__(self, *, lsn: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lsn = lsn
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_rowfilter.subscriber.state import StateStore
+
+        resolved = self.resolve()
+        try:
+            with resolved.connect("subscriber") as conn:
+                value = StateStore(conn, resolved.spec.subscription).skip_transaction(str(self.lsn))
+        except (RowFilterError, ValueError) as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        self.log.info("Subscription %s: %s", resolved.spec.subscription,
+                      f"the remote transaction finished at {value} will be skipped by the next apply" if value
+                      else "skip-LSN cleared")
+        return {"subscription": resolved.spec.subscription, "skip_lsn": value}
+
+
+class DropSubscriptionOperator(_SubscriptionOperator):
+    """``DROP SUBSCRIPTION`` (``rowfilter drop``): the slot and our publications on the publisher, the
+    subscription's state in the subscriber, the change log moved aside; the subscriber's tables stay.
+
+    :param confirm: must be the subscription's name, so that a run started by mistake drops nothing.
+        (templated)
+    :param keep_slot: leave the publisher alone (``SET (slot_name = NONE)`` first); its slot keeps WAL.
+        (templated: ``true``/``false`` as rendered text are read as such)
+
+    Refuses, dropping nothing, while an apply, snapshot or resync of the subscription runs. Returns (XCom)
+    what was dropped (jobs/drop.py ``DropResult``).
+    """
+
+    template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "confirm", "keep_slot")
+    roles = ("publisher", "subscriber")
+
+    def __init__(self, *, confirm: str, keep_slot: bool | str = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.confirm = confirm
+        self.keep_slot = keep_slot
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_rowfilter.jobs.drop import drop
+
+        resolved = self.resolve()
+        name = resolved.spec.subscription
+        if str(self.confirm).strip() != name:
+            raise AirflowFailException(f"{self.task_id}: confirm={self.confirm!r} is not the subscription's name; "
+                                       f"nothing was dropped (pass confirm={name!r} to drop subscription {name!r})")
+        keep_slot = _boolean(self.keep_slot, f"{self.task_id}: keep_slot")
+        try:
+            with _passwords(resolved):
+                result = drop(resolved.spec, keep_slot=keep_slot)
+        except (RowFilterError, psycopg.Error) as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        self.log.info("Subscription %s: %s", name, "dropped" if result.dropped else "nothing to drop")
+        return asdict(result)
+
+
+def _boolean(value: Any, what: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes"):
+        return True
+    if text in ("false", "0", "no", ""):
+        return False
+    raise AirflowFailException(f"{what}={value!r} is not true or false")

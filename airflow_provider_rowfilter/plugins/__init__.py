@@ -1,0 +1,1 @@
+"""Airflow plugins of the provider (the "Replication" page of the UI)."""
