@@ -40,6 +40,7 @@ LAYER_OF = {
     "operators": "airflow",
     "sensors": "airflow",
     "triggers": "airflow",
+    "plugins": "airflow",
     # Builds DAGs from spec files: Airflow's side of the boundary.
     "dag_factory": "airflow",
     # The local PostgreSQL, the native referee and the demo: they may use every layer, none uses them.
