@@ -14,11 +14,13 @@ import os
 import pty
 import re
 import select
+import shlex
 import shutil
 import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,10 @@ def exe() -> str:
 
 
 def in_terminal(args: list[str], columns: int) -> str:
-    """Run the command in a pseudo-terminal ``columns`` wide; what the terminal received, colours removed."""
+    """What a terminal ``columns`` wide shows of the command: a tmux pane's screen when tmux is installed
+    (how the issue was found), else what a pseudo-terminal of that size received, colours removed."""
+    if shutil.which("tmux"):
+        return in_tmux(args, columns)
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TERM")}
@@ -54,6 +59,29 @@ def in_terminal(args: list[str], columns: int) -> str:
     assert proc.wait(timeout=60) == 0, out
     os.close(leader)
     return re.sub(r"\x1b\[[0-9;]*m", "", out.decode()).replace("\r\n", "\n")
+
+
+def in_tmux(args: list[str], columns: int) -> str:
+    """The screen of a detached tmux session ``columns`` wide (a server of its own) once the command is done."""
+    socket = f"rowfilter-test-{os.getpid()}-{columns}"
+    tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
+    command = " ".join(shlex.quote(a) for a in [exe(), *args]) + "; echo __EXIT__$?; sleep 600"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TMUX")}
+    subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", "200", command], env=env, check=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-S", "-", "-E", "-"], capture_output=True,
+                                    text=True, check=True).stdout
+            if "__EXIT__" in screen:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"not done in 120 s: {screen}")
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
+    assert "__EXIT__0" in screen, screen
+    return screen.split("__EXIT__")[0].rstrip() + "\n"
 
 
 def piped(args: list[str], tmp_path: Path) -> str:
