@@ -158,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def validate(spec: SubscriptionSpec, *, fmt: str = "table") -> int:
+def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     """Validate the spec's publications against the publisher and print the effective filters."""
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.definitions import load_definitions
@@ -199,8 +199,9 @@ STATUS_COLUMNS = (Column("table", whole=True), Column("state"), Column("lsn", wh
                   Column("last error"))
 
 
-def status(spec: SubscriptionSpec, *, fmt: str = "table") -> int:
-    """Print the per-table sync state and the slot's WAL (``status --json``: docs/operations.md).
+def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
+    """Print the per-table sync state and the slot's WAL (``status --json``: docs/operations.md); ``fmt``
+    None: a table on a terminal, plain rows elsewhere (cli_output.py).
 
     Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
     """
@@ -215,6 +216,7 @@ def status(spec: SubscriptionSpec, *, fmt: str = "table") -> int:
         now = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # the clock finished_at was written by
     current, slot, unreachable = _publisher_view(spec, subscription.slot_name)
     warnings, broken = _slot_findings(spec, slot, unreachable, tables)
+    fmt = fmt or output_format(None, console)
     lag = {}
     for t in tables:
         if current is not None and t.lsn is not None and t.state.value in "fsr":
@@ -445,7 +447,7 @@ FILTER_COLUMNS = (Column("table", whole=True), Column("publishes"), Column("inse
                   Column("delete filter"), Column("initial copy"), Column("columns"))
 
 
-def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str, fmt: str = "table") -> None:
+def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str, fmt: str | None = None) -> None:
     title = [Text.assemble(("subscription", "bold"), f" {spec.subscription}: publications "
                            f"{', '.join(spec.publications)} (", (source, "italic"), ") — valid")]
 
@@ -463,7 +465,7 @@ def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: 
             Text(t.copy_filter_sql or "all rows", style="" if t.copy_filter_sql else "green"),
             Text(", ".join(t.columns) if t.columns is not None else "all", style="" if t.columns is not None else "green"),
         ])
-    print_table(console, FILTER_COLUMNS, rows, fmt=fmt, title=title, show_lines=True)
+    print_table(console, FILTER_COLUMNS, rows, fmt=fmt or output_format(None, console), title=title, show_lines=True)
 
 
 if __name__ == "__main__":
