@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -57,13 +58,14 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
             console.print(line, highlight=False)
     if fmt == "plain":
         lines = [[c.name for c in columns], *([" ".join(_plain(cell).split("\n")) for cell in row] for row in rows)]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(columns))]
+        widths = [max(cell_len(line[i]) for line in lines) for i in range(len(columns))]  # a CJK character is 2
         for line in lines:
-            console.file.write("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() + "\n")
+            console.file.write("  ".join(v + " " * (w - cell_len(v)) for v, w in zip(line, widths, strict=True))
+                               .rstrip() + "\n")
         return
     table = Table(box=box.SIMPLE_HEAD, show_lines=show_lines, pad_edge=False)
     for i, c in enumerate(columns):
-        longest = max((len(_plain(row[i])) for row in rows), default=0)
+        longest = max((cell_len(_plain(row[i])) for row in rows), default=0)
         table.add_column(c.name, no_wrap=c.whole, overflow="ignore" if c.whole else "fold",
                          min_width=None if c.whole else min(longest, READABLE))
     for row in rows:

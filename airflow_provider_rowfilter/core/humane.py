@@ -53,7 +53,6 @@ def counts_text(counts: Mapping[str, int]) -> str:
 
 def batch_lag(lag_bytes: int | None, lag_seconds: float | None) -> str:
     """How far behind the publisher a batch was when it was captured (not now): ``lag then: 1.2 MB, 11.9 s``."""
-    said = [size(lag_bytes) if lag_bytes is not None else None,
-            duration(lag_seconds) if lag_seconds is not None else None]
-    said = [s for s in said if s]
+    said = ([size(lag_bytes)] if lag_bytes is not None else []) + \
+        ([duration(lag_seconds)] if lag_seconds is not None else [])
     return "lag when captured: " + (", ".join(said) if said else "not measured (no transaction captured)")
