@@ -10,14 +10,17 @@ import argparse
 import json
 import logging
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from airflow_provider_rowfilter import __version__
+from airflow_provider_rowfilter.cli_output import FORMATS, Column, output_format, print_table
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.humane import ago, counts_text, duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -30,7 +33,7 @@ from airflow_provider_rowfilter.jobs.arguments import positive
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
-    from airflow_provider_rowfilter.subscriber.state import RelState
+    from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState
 
 # markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
 console = Console(markup=False, highlight=False)
@@ -45,50 +48,87 @@ def say(*parts: str | tuple[str, str], err: bool = False) -> None:
     (err_console if err else console).print(Text.assemble(*parts), soft_wrap=True)
 
 
+#: What ``rowfilter --help`` says first (plain text: argparse prints it as it is).
+DESCRIPTION = """\
+PostgreSQL logical replication (publications, row filters, column lists, per-table sync state) as
+micro-batches on Spark. Every command reads one subscription spec file (--spec s1.yaml); passwords
+come from PGPASSWORD, ROWFILTER_PUBLISHER_PASSWORD/ROWFILTER_SUBSCRIBER_PASSWORD or ~/.pgpass.
+
+Run `rowfilter COMMAND --help` for a command's options and an example."""
+
+#: name: (one line for the list of commands, what it does, an example). The examples are run by tests/test_cli.py.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "validate": ("check the publications and print each table's effective filters",
+                 "Read the publications (from publications_ddl, else the publisher's catalog), check them with "
+                 "PostgreSQL's rules and print, per table, the row filter of each operation, the initial copy's "
+                 "filter and the column list. Exit 1 with PostgreSQL's message when a definition is invalid.",
+                 "rowfilter validate --spec s1.yaml --format tsv"),
+    "refresh": ("reconcile the tables with the publications (ALTER SUBSCRIPTION ... REFRESH PUBLICATION)",
+                "Add newly published tables (state i, waiting for their copy), remove unpublished ones, and "
+                "create the replication slot and the capture publication on the publisher when missing.",
+                "rowfilter refresh --spec s1.yaml"),
+    "status": ("per-table state, position and lag, the last batch and the slot; exit 3 when broken",
+               "Print each table's state (like pg_subscription_rel), its LSN, how far it is behind the publisher "
+               "now, what the last batch did to it and its last error; then the slot's WAL on the publisher. "
+               "Exit 3 when the subscription is broken (its slot dropped or invalidated).",
+               "rowfilter status --spec s1.yaml --format json"),
+    "snapshot": ("copy the tables waiting for their initial copy (table sync)",
+                 "Copy every table in state i or d (or the --table ones) with its filters, then record the "
+                 "position its changes are applied from (state f).",
+                 "rowfilter snapshot --spec s1.yaml --table public.orders"),
+    "resync": ("empty a table and copy it again (backfill)",
+               "Truncate the table in the subscriber and send it back to state i; --copy copies it right away.",
+               "rowfilter resync --spec s1.yaml --table public.orders --copy"),
+    "apply": ("capture one batch from the slot and apply it (one micro-batch of the apply worker)",
+              "Read the slot's changes into the change log, then apply them to the subscriber in one "
+              "transaction with every table's new position.",
+              "rowfilter apply --spec s1.yaml --max-changes 50000"),
+    "skip": ("skip the remote transaction finishing at an LSN once (ALTER SUBSCRIPTION ... SKIP)",
+             "The next apply drops that one remote transaction (the LSN a conflict error names); --lsn NONE "
+             "clears a pending skip.",
+             "rowfilter skip --spec s1.yaml --lsn 0/14C0378"),
+    "drop": ("drop the subscription (DROP SUBSCRIPTION): slot, capture publication, state",
+             "Drop the slot and the capture publication on the publisher and the subscription's state in the "
+             "subscriber; its tables and their data stay.",
+             "rowfilter drop --spec s1.yaml"),
+}
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rowfilter", description=__doc__)
+    parser = argparse.ArgumentParser(prog="rowfilter", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO")
-    sub = parser.add_subparsers(dest="command", required=True)
-    validate = sub.add_parser("validate", help="check a subscription's publications and print its effective filters")
-    validate.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    validate.add_argument("--json", action="store_true", help="print the effective filters as JSON")
-    refresh = sub.add_parser("refresh", help="reconcile the subscription's tables with its publications "
-                             "(ALTER SUBSCRIPTION … REFRESH PUBLICATION)")
-    refresh.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    refresh.add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a new one and "
-                         "send every table it had positioned back to state i, emptied, for a new copy")
-    status = sub.add_parser("status", help="per-table sync state, like pg_subscription_rel, and the WAL the "
-                            "slot retains on the publisher; exit 3 when the subscription is broken (its slot "
-                            "dropped or invalidated)")
-    status.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    status.add_argument("--json", action="store_true", help="print the state as JSON")
-    snapshot = sub.add_parser("snapshot", help="copy the tables waiting for their initial copy (PostgreSQL's "
-                              "table sync), then record where their catch-up starts")
-    snapshot.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    snapshot.add_argument("--table", action="append", metavar="SCHEMA.TABLE",
-                          help="copy only this table (repeatable); default every table in state i or d")
-    resync = sub.add_parser("resync", help="empty a table in the subscriber and send it back to state i "
-                            "(backfill); --copy copies it right away")
-    resync.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    resync.add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
-                        help="the table to copy again (repeatable)")
-    resync.add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
-    apply = sub.add_parser("apply", help="capture one batch from the slot and apply it to the subscriber "
-                           "(the apply worker, one micro-batch)")
-    apply.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    apply.add_argument("--max-changes", type=positive, default=None, metavar="N",
-                       help="bound of the batch in slot rows, at least 1 (whole transactions; default 100000)")
-    apply.add_argument("--json", action="store_true", help="print the batch summary as JSON")
-    skip = sub.add_parser("skip", help="skip the remote transaction finishing at an LSN once "
-                          "(ALTER SUBSCRIPTION … SKIP); --lsn NONE clears it")
-    skip.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    skip.add_argument("--lsn", required=True, help="the finish LSN the conflict error names, e.g. 0/14C0378, or NONE")
-    drop = sub.add_parser("drop", help="drop the subscription (DROP SUBSCRIPTION): its slot and capture publication "
-                          "on the publisher, its state in the subscriber; its tables and their data stay")
-    drop.add_argument("--spec", required=True, help="subscription spec file (YAML)")
-    drop.add_argument("--keep-slot", action="store_true",
-                      help="drop the subscriber side only and leave the slot on the publisher, e.g. when it cannot "
-                      "be reached (ALTER SUBSCRIPTION … SET (slot_name = NONE)); the slot retains WAL until dropped")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = {}
+    for name, (summary, description, example) in COMMANDS.items():
+        commands[name] = sub.add_parser(name, help=summary, description=textwrap.fill(description, 100),
+                                        epilog=f"example:\n  {example}",
+                                        formatter_class=argparse.RawDescriptionHelpFormatter)
+        commands[name].add_argument("--spec", required=True, help="subscription spec file (YAML)")
+    for name in ("validate", "status"):
+        shape = commands[name].add_mutually_exclusive_group()
+        shape.add_argument("--format", choices=FORMATS, default=None,
+                           help="table (default on a terminal), tsv, or json; piped, the default is plain rows")
+        shape.add_argument("--json", action="store_true", help="the same as --format json")
+    commands["refresh"].add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a "
+                                     "new one and send every table it had positioned back to state i, emptied, "
+                                     "for a new copy")
+    commands["snapshot"].add_argument("--table", action="append", metavar="SCHEMA.TABLE",
+                                      help="copy only this table (repeatable); default every table in state i or d")
+    commands["resync"].add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
+                                    help="the table to copy again (repeatable)")
+    commands["resync"].add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
+    commands["apply"].add_argument("--max-changes", type=positive, default=None, metavar="N",
+                                   help="bound of the batch in slot rows, at least 1 (whole transactions; "
+                                   "default 100000)")
+    commands["apply"].add_argument("--json", action="store_true", help="print the batch summary as JSON")
+    commands["skip"].add_argument("--lsn", required=True,
+                                  help="the finish LSN the conflict error names, e.g. 0/14C0378, or NONE")
+    commands["drop"].add_argument("--keep-slot", action="store_true",
+                                  help="drop the subscriber side only and leave the slot on the publisher, e.g. when "
+                                  "it cannot be reached (ALTER SUBSCRIPTION ... SET (slot_name = NONE)); the slot "
+                                  "retains WAL until dropped")
     return parser
 
 
@@ -99,11 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "validate":
-            return validate(SubscriptionSpec.load(args.spec), as_json=args.json)
+            return validate(SubscriptionSpec.load(args.spec), fmt=output_format(args.format, console, as_json=args.json))
         if args.command == "refresh":
             return refresh(SubscriptionSpec.load(args.spec), recreate_slot=args.recreate_slot)
         if args.command == "status":
-            return status(SubscriptionSpec.load(args.spec), as_json=args.json)
+            return status(SubscriptionSpec.load(args.spec), fmt=output_format(args.format, console, as_json=args.json))
         if args.command in ("snapshot", "resync"):
             return initial_copy(SubscriptionSpec.load(args.spec), args)
         if args.command == "apply":
@@ -118,17 +158,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def validate(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
+def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     """Validate the spec's publications against the publisher and print the effective filters."""
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.definitions import load_definitions
 
     with connect(spec.publisher, "publisher", spec) as conn:
         definitions = load_definitions(spec, conn)
-    if as_json:
+    if fmt == "json":
         print(json.dumps(filters_document(definitions.filters, spec.subscription), indent=2))
     else:
-        print_filters(spec, definitions.filters, definitions.source)
+        print_filters(spec, definitions.filters, definitions.source, fmt)
     return 0
 
 
@@ -153,8 +193,15 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
     return 0
 
 
-def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
-    """Print the per-table sync state and the slot's WAL (``status --json``: docs/operations.md).
+#: The columns of ``rowfilter status`` (a column is added here and in :func:`_status_row`).
+STATUS_COLUMNS = (Column("table", whole=True), Column("state"), Column("lsn", whole=True),
+                  Column("behind now", whole=True), Column("rows copied", whole=True), Column("last batch"),
+                  Column("last error"))
+
+
+def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
+    """Print the per-table sync state and the slot's WAL (``status --json``: docs/operations.md); ``fmt``
+    None: a table on a terminal, plain rows elsewhere (cli_output.py).
 
     Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
     """
@@ -166,23 +213,25 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         subscription = reader.require_subscription()
         tables = reader.tables()
         last = reader.last_batch()
+        now = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # the clock finished_at was written by
     current, slot, unreachable = _publisher_view(spec, subscription.slot_name)
     warnings, broken = _slot_findings(spec, slot, unreachable, tables)
+    fmt = fmt or output_format(None, console)
     lag = {}
     for t in tables:
         if current is not None and t.lsn is not None and t.state.value in "fsr":
             lag[t.table] = max(current - parse_lsn(t.lsn), 0)
     batch = None if last is None else {
         "id": last.id, "end_lsn": last.end_lsn, "lag_bytes": last.lag_bytes, "lag_seconds": last.lag_seconds,
-        "finished_at": last.finished_at.isoformat()}
-    counts = {} if last is None else last.counts
+        "finished_at": last.finished_at.isoformat(), "age_seconds": round((now - last.finished_at).total_seconds(), 3)}
     code = EXIT_BROKEN if broken else 0
-    if as_json:
+    if fmt == "json":
         slot_doc = ({"name": subscription.slot_name, "exists": None, "error": unreachable} if slot is None
                     else {**slot.as_dict(), "error": None})
         print(json.dumps({
             "subscription": spec.subscription,
             "publications": subscription.publications,
+            "measured_at": now.isoformat(),
             "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
             "broken": broken,
             "warnings": warnings,
@@ -192,33 +241,21 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
             "last_batch": batch,
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
                         "lag_bytes": lag.get(t.table),
-                        "lag_seconds": batch["lag_seconds"] if batch and t.state.value == "r" else None,
-                        "rows_copied": t.rows_copied, "last_batch": counts.get(str(t.table), {}),
+                        "lag_seconds": last.lag_seconds if _in_last_batch(t, last) else None,
+                        "rows_copied": t.rows_copied,
+                        "last_batch": last.counts.get(str(t.table), {}) if _in_last_batch(t, last) else {},
                         "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
         }))
         for text in warnings:
             say(("WARNING:", "yellow"), " ", text, err=True)
         return code
-    title = f"subscription {spec.subscription} (publications {', '.join(subscription.publications)})"
-    if batch:
-        title += f"\nlast batch {batch['finished_at'][:19]} through {batch['end_lsn']}"
-    table = Table(title=title)
-    for col in ("table", "state", "lsn", "lag", "rows copied", "last batch", "last error"):
-        table.add_column(col, overflow="fold")
-    for t in tables:
-        colour = "green" if t.state.value == "r" else "yellow"
-        lag_text = ""
-        if t.table in lag:
-            lag_text = _size(lag[t.table])
-            if batch and batch["lag_seconds"] is not None and t.state.value == "r":
-                lag_text += f", {batch['lag_seconds']:.1f} s"
-        done = counts.get(str(t.table), {})
-        table.add_row(str(t.table), Text.assemble((t.state.value, colour), " ", t.state.label), t.lsn or "",
-                      lag_text, "" if t.rows_copied is None else f"{t.rows_copied:,}",
-                      " ".join(f"{k} {v:,}" for k, v in done.items()),
-                      Text(t.last_error or "", style="red"))
-    console.print(table)
-    say(_slot_line(subscription.slot_name, slot))
+    title = [Text(f"subscription {spec.subscription} (publications {', '.join(subscription.publications)})")]
+    if last is not None:
+        title.append(Text(_batch_line(last, now)))
+    rows = [_status_row(t, lag.get(t.table), last) for t in tables]
+    print_table(console, STATUS_COLUMNS, rows, fmt=fmt, title=[] if fmt == "tsv" else title)
+    if fmt != "tsv":
+        say(_slot_line(subscription.slot_name, slot))
     if subscription.last_error:
         say(("last error:", "red"), " ", subscription.last_error, err=True)
     for text in warnings:
@@ -226,6 +263,30 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     if broken:
         say(("BROKEN:", "bold red"), " ", broken, err=True)
     return code
+
+
+def _in_last_batch(t: RelState, last: BatchRecord | None) -> bool:
+    """Whether the table is where the last batch left it (``r`` at its end): else the batch's counts and lag
+    are another life of the table's (it was reset to ``i`` or copied again since)."""
+    return (last is not None and last.end_lsn is not None and t.state.value == "r" and t.lsn is not None
+            and parse_lsn(t.lsn) == parse_lsn(last.end_lsn))
+
+
+def _batch_line(last: BatchRecord, now: object) -> str:
+    """When the last batch was applied, how far it reached, and how late it was then (not now)."""
+    line = (f"last batch {last.id} applied {ago(last.finished_at, now)} ({last.finished_at:%Y-%m-%d %H:%M:%S %Z}), "
+            f"through {last.end_lsn}")
+    if last.lag_seconds is not None:
+        line += f": it was {duration(last.lag_seconds)} behind the publisher then"
+    return line
+
+
+def _status_row(t: RelState, behind: int | None, last: BatchRecord | None) -> list[str | Text]:
+    colour = "green" if t.state.value == "r" else "yellow"
+    counts = last.counts.get(str(t.table), {}) if last is not None and _in_last_batch(t, last) else {}
+    return [str(t.table), Text.assemble((t.state.value, colour), " ", t.state.label), t.lsn or "",
+            "" if behind is None else size(behind), "" if t.rows_copied is None else f"{t.rows_copied:,}",
+            counts_text(counts) if counts else "", Text(t.last_error or "", style="red")]
 
 
 def _publisher_view(spec: SubscriptionSpec, slot_name: str) -> tuple[int | None, SlotHealth | None, str | None]:
@@ -267,8 +328,8 @@ def _slot_findings(spec: SubscriptionSpec, slot: SlotHealth | None, unreachable:
                         "now, or raise max_slot_wal_keep_size")
     threshold = spec.retained_wal_warning_bytes
     if slot.retained_bytes is not None and slot.retained_bytes > threshold:
-        warnings.append(f"{name} retains {_size(slot.retained_bytes)} of WAL on the publisher, more than "
-                        f"retained_wal_warning ({_size(threshold)}): is the subscription's apply running? "
+        warnings.append(f"{name} retains {size(slot.retained_bytes)} of WAL on the publisher, more than "
+                        f"retained_wal_warning ({size(threshold)}): is the subscription's apply running? "
                         "A subscription you no longer need: `rowfilter drop`")
     return warnings, None
 
@@ -279,19 +340,11 @@ def _slot_line(name: str, slot: SlotHealth | None) -> str:
     if not slot.exists:
         return f"slot {name}: missing on the publisher"
     parts = [f"wal_status {slot.wal_status or 'n/a'}",
-             "retains " + ("nothing" if slot.retained_bytes is None else _size(slot.retained_bytes)) + " of WAL",
+             "retains " + ("nothing" if slot.retained_bytes is None else size(slot.retained_bytes)) + " of WAL now",
              "active" if slot.active else "inactive"]
     if slot.safe_wal_size is not None:
-        parts.append(f"{_size(max(slot.safe_wal_size, 0))} more before max_slot_wal_keep_size")
+        parts.append(f"{size(max(slot.safe_wal_size, 0))} more before max_slot_wal_keep_size")
     return f"slot {name}: " + ", ".join(parts)
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "kB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: bool) -> int:
@@ -304,9 +357,9 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: boo
         print(json.dumps(result.summary()))
         return 0
     say(f"subscription {spec.subscription}: applied {result.changes:,} changes through "
-        f"{result.end_lsn or '-'} in {result.duration_ms / 1000:.1f} s")
+        f"{result.end_lsn or '-'} in {duration(result.duration_ms / 1000)}")
     for name, counts in sorted(result.tables.items()):
-        say(f"  {name}: " + (", ".join(f"{k} {v:,}" for k, v in counts.items()) or "nothing"))
+        say(f"  {name}: {counts_text(counts)}")
     if result.skipped_lsn:
         say(f"  skipped the remote transaction finished at {result.skipped_lsn}")
     return 0
@@ -335,7 +388,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
     else:
         say(f"subscription {spec.subscription}: dropped")
     if result.slot_dropped:
-        held = "" if result.slot_retained_bytes is None else f" (it retained {_size(result.slot_retained_bytes)} of WAL)"
+        held = "" if result.slot_retained_bytes is None else f" (it retained {size(result.slot_retained_bytes)} of WAL)"
         say("  ", (f"- replication slot {result.slot}", "red"), f" on the publisher{held}")
     if result.publication_dropped:
         say("  ", (f"- publication {result.publication}", "red"), " on the publisher")
@@ -382,26 +435,30 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     return 0
 
 
-def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str) -> None:
-    say(("subscription", "bold"), f" {spec.subscription}: publications {', '.join(spec.publications)} (",
-        (source, "italic"), ") — valid")
-    table = Table(show_lines=True)
-    for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns"):
-        table.add_column(col, overflow="fold")
+#: The columns of ``rowfilter validate`` (a column is added here and in :func:`print_filters`).
+FILTER_COLUMNS = (Column("table", whole=True), Column("publishes"), Column("insert filter"), Column("update filter"),
+                  Column("delete filter"), Column("initial copy"), Column("columns"))
+
+
+def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str, fmt: str | None = None) -> None:
+    title = [Text.assemble(("subscription", "bold"), f" {spec.subscription}: publications "
+                           f"{', '.join(spec.publications)} (", (source, "italic"), ") — valid")]
+
     def cell(t: TableFilters, action: PublishAction) -> Text:
         if action not in t.actions:
             return Text("not published", style="dim")
         return Text(t.filter_sql(action) or "all rows", style="" if t.filter_sql(action) else "green")
 
+    rows = []
     for name, t in filters.tables.items():
-        table.add_row(
+        rows.append([
             Text.assemble(str(name), ("" if t.leaves == (name,) else (f"\nvia {', '.join(map(str, t.leaves))}", "dim"))),
             ", ".join(a.value for a in PublishAction if a in t.actions),
             cell(t, PublishAction.INSERT), cell(t, PublishAction.UPDATE), cell(t, PublishAction.DELETE),
             Text(t.copy_filter_sql or "all rows", style="" if t.copy_filter_sql else "green"),
             Text(", ".join(t.columns) if t.columns is not None else "all", style="" if t.columns is not None else "green"),
-        )
-    console.print(table)
+        ])
+    print_table(console, FILTER_COLUMNS, rows, fmt=fmt or output_format(None, console), title=title, show_lines=True)
 
 
 if __name__ == "__main__":

@@ -16,10 +16,11 @@ See docs/dag-factory.md.
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import logging
 import re
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,17 @@ class AirflowSettings:
     #: Name of the ApplyChanges operator's AssetAlias outlet; default ``rowfilter_<subscription>``.
     asset_alias: str | None = None
     tags: tuple[str, ...] = ()
+    #: The tasks' owner (Airflow's default ``airflow`` when None), and who is emailed when a task fails (by
+    #: the smtp provider's ``SmtpNotifier``, through the ``smtp_default`` connection).
+    owner: str | None = None
+    email: tuple[str, ...] | None = None
+    #: ``package.module.function`` called with the context when a task fails (imported at parse time).
+    on_failure_callback: str | None = None
+    #: Seconds an apply or refresh task may run before Airflow stops it (and retries it): a hung apply
+    #: would otherwise hold the incremental sync's only run slot for ever. None: no limit.
+    execution_timeout: float | None = 3600.0
+    #: The same for each snapshot copy; None (default): a copy runs as long as its table needs.
+    copy_execution_timeout: float | None = None
 
     @classmethod
     def from_mapping(cls, data: Any, source: str) -> AirflowSettings:
@@ -107,9 +119,15 @@ class AirflowSettings:
         for key, kind in _KINDS.items():
             if key in values and values[key] is not None:
                 values[key] = _check(source, key, values[key], kind)
-        for key in ("tables", "tags"):
+        for key in ("tables", "tags", "email"):
             if values.get(key) is not None:
                 values[key] = tuple(values[key])
+        for address in values.get("email") or ():
+            if "@" not in address:
+                raise SpecError(f"{source}: airflow: email={address!r} is not an email address",
+                                hint="email: [team@example.com] (Airflow's SMTP settings send it)")
+        if values.get("on_failure_callback") is not None:
+            callback_from(values["on_failure_callback"], source)
         settings = cls(**values)
         if settings.dag_id_prefix is not None and not _DAG_ID.match(settings.dag_id_prefix):
             raise SpecError(f"{source}: airflow: dag_id_prefix={settings.dag_id_prefix!r} is not a DAG id",
@@ -128,8 +146,34 @@ _KINDS: dict[str, Any] = {
     "retry_delay": "seconds", "retry_exponential_backoff": "seconds", "max_retry_delay": "seconds",
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
     "max_retained_wal": "size", "max_batch_age": "seconds",
-    "tags": "names",
+    "tags": "names", "owner": str, "email": "names", "on_failure_callback": str, "execution_timeout": "timeout",
+    "copy_execution_timeout": "timeout",
 }
+
+
+def _email_notifier(email: Sequence[str], source: str) -> Callable[..., Any]:
+    """Airflow 3's way of emailing a failure (a task's ``email`` is deprecated): the smtp provider's notifier."""
+    try:
+        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+    except ImportError:
+        raise SpecError(f"{source}: airflow: email needs the smtp provider, which is not installed",
+                        hint="pip install apache-airflow-providers-smtp, and define the smtp_default connection") from None
+    return SmtpNotifier(to=list(email))
+
+
+def callback_from(path: str, source: str) -> Callable[..., Any]:
+    """The function ``package.module.function`` (or ``package.module:function``) names; refused naming the key."""
+    module_name, _, name = path.replace(":", ".").rpartition(".")
+    try:
+        found = getattr(importlib.import_module(module_name), name) if module_name else None
+    except (ImportError, AttributeError) as e:
+        raise SpecError(f"{source}: airflow: on_failure_callback={path!r} cannot be imported: {e}",
+                        hint="name a function importable where the DAGs are parsed and run, "
+                        "e.g. on_failure_callback: my_alerts.page_on_call") from None
+    if not callable(found):
+        raise SpecError(f"{source}: airflow: on_failure_callback={path!r} is not a function",
+                        hint="e.g. on_failure_callback: my_alerts.page_on_call")
+    return found
 
 
 def _check(source: str, key: str, value: Any, kind: Any) -> Any:
@@ -168,6 +212,10 @@ def _check(source: str, key: str, value: Any, kind: Any) -> Any:
             parse_size(value, f"{source}: airflow: {key}")
         except SpecError:
             raise bad("a size such as '1GB' or a number of bytes") from None
+    elif kind == "timeout":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise bad("a number of seconds > 0 (null: no limit)")
+        return float(value)
     elif kind == "names":
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -256,12 +304,21 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     job = {"spec": str(source.path), "conn_id": s.spark_conn_id, "conf": dict(s.conf)}
     who = {"subscription": spec.subscription, "subscriber_conn_id": spec.subscriber_conn_id}
     alias = s.asset_alias or f"rowfilter_{spec.subscription}"
-    default_args = {
+    default_args: dict[str, Any] = {
         "retries": s.retries,
         "retry_delay": dt.timedelta(seconds=s.retry_delay),
         "retry_exponential_backoff": s.retry_exponential_backoff,
         "max_retry_delay": dt.timedelta(seconds=s.max_retry_delay),
     }
+    if s.owner:
+        default_args["owner"] = s.owner
+    callbacks = [_email_notifier(s.email, str(source.path))] if s.email else []
+    if s.on_failure_callback:
+        callbacks.append(callback_from(s.on_failure_callback, str(source.path)))
+    if callbacks:
+        default_args["on_failure_callback"] = callbacks
+    bounded = {"execution_timeout": None if s.execution_timeout is None else dt.timedelta(seconds=s.execution_timeout)}
+    copy_bound = None if s.copy_execution_timeout is None else dt.timedelta(seconds=s.copy_execution_timeout)
     common = {
         "start_date": s.start_date, "catchup": False, "max_active_runs": 1, "default_args": default_args,
         "tags": ["rowfilter", f"subscription:{spec.subscription}", *s.tags],
@@ -273,10 +330,10 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
 
     with DAG(dag_id=ids["initial_sync"], schedule=None,
              description=f"Initial sync of {spec.subscription}: refresh, copy, apply, wait for r", **common) as dag:
-        refresh = RefreshPublicationOperator(task_id="refresh", **job)
-        listed, snapshot = copy_tasks(pool=s.pool, tables=tables, **who, **job)
+        refresh = RefreshPublicationOperator(task_id="refresh", **bounded, **job)
+        listed, snapshot = copy_tasks(pool=s.pool, tables=tables, execution_timeout=copy_bound, **who, **job)
         apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias,
-                                     trigger_rule="none_failed", **job)
+                                     trigger_rule="none_failed", **bounded, **job)
         ready = SubscriptionRelSensor(task_id="wait_for_ready", tables=tables, target_state="r",
                                       mode="poke" if s.deferrable else "reschedule", deferrable=s.deferrable,
                                       poke_interval=s.poke_interval, timeout=s.sensor_timeout, **who)
@@ -287,7 +344,7 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
              description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
              **common) as dag:
-        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias, **job)
+        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias, **bounded, **job)
         if s.max_retained_wal is not None or s.max_batch_age is not None:
             apply >> SubscriptionLagCheckOperator(
                 task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
@@ -297,8 +354,8 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
              description=f"Refresh publication of {spec.subscription}, then copy the tables it added",
              **common) as dag:
-        refresh = RefreshPublicationOperator(task_id="refresh", **job)
-        listed, _ = copy_tasks(pool=s.pool, tables=None, **who, **job)
+        refresh = RefreshPublicationOperator(task_id="refresh", **bounded, **job)
+        listed, _ = copy_tasks(pool=s.pool, tables=None, execution_timeout=copy_bound, **who, **job)
         refresh >> listed
     dags[dag.dag_id] = dag
     dags.update(operations_dags(source, job, common))
@@ -309,7 +366,7 @@ def operations_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[
     """The subscription's operations as DAGs run by hand, each with its parameters (Trigger DAG's form):
     what ``rowfilter skip``, ``resync`` and ``drop`` do, through the file's Airflow connections."""
     spec, ids = source.spec, source.dag_ids
-    manual = {**common, "schedule": None, "default_args": {"retries": 0}}
+    manual = {**common, "schedule": None, "default_args": {**common["default_args"], "retries": 0}}
     dags: dict[str, DAG] = {}
     with DAG(dag_id=ids["skip_transaction"], description=f"Skip one remote transaction of {spec.subscription} "
              "(ALTER SUBSCRIPTION … SKIP): the finish LSN a conflict error names",

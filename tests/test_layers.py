@@ -34,6 +34,8 @@ LAYER_OF = {
     "spark": "spark",
     # The console command runs the Spark jobs (README "Use"); Airflow stays out of it.
     "cli": "spark",
+    # How the console command prints a table (Rich only): the terminal is its I/O.
+    "cli_output": "io",
     # Thin entry points of the Spark jobs (submitted by the operators, run by the CLI).
     "jobs": "spark",
     "hooks": "airflow",

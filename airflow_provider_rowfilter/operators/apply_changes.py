@@ -11,6 +11,7 @@ from airflow.sdk import Asset, AssetAlias
 
 from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.humane import batch_lag, counts_text, duration
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
@@ -193,13 +194,13 @@ class ApplyChangesOperator(RowFilterJobOperator):
         if result["batch_id"] is None:
             self.log.info("Subscription %s: no batch applied by this run", name)
         else:
-            self.log.info("Subscription %s: batch %s applied %s change(s) in %s transaction(s), %s -> %s, "
-                          "%s ms; lag %s bytes, %s s%s", name, result["batch_id"], result["changes"],
-                          result["transactions"], result["start_lsn"], result["end_lsn"], result["duration_ms"],
-                          result["lag_bytes"], result["lag_seconds"],
+            self.log.info("Subscription %s: batch %s applied %s change(s) in %s transaction(s), %s -> %s, in %s; %s%s",
+                          name, result["batch_id"], result["changes"], result["transactions"], result["start_lsn"],
+                          result["end_lsn"], "?" if result["duration_ms"] is None else duration(result["duration_ms"] / 1000),
+                          batch_lag(result["lag_bytes"], result["lag_seconds"]),
                           f"; skipped the transaction at {result['skipped_lsn']}" if result["skipped_lsn"] else "")
         for table, c in sorted(result["counts"].items()):
-            self.log.info("%s: %s", table, ", ".join(f"{k} {c[k]}" for k in COUNT_KEYS if c.get(k)) or "nothing")
+            self.log.info("%s: %s", table, counts_text(c))
         waiting = [f"{t['table']} ({t['state']})" for t in result["tables"] if t["state"] != "r"]
         if waiting:
             self.log.info("Not ready yet: %s", ", ".join(waiting))

@@ -12,6 +12,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.humane import duration, size
 from airflow_provider_rowfilter.core.spec import parse_size
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.operators.metrics import lag_metrics
@@ -112,15 +113,15 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
                             "was removed")
         retained, status = slot.retained_bytes, slot.wal_status
         if max_retained_wal is not None and retained is not None and retained > max_retained_wal:
-            problems.append(f'its slot "{row.slot_name}" holds back {_size(retained)} of WAL on the publisher, '
-                            f"more than max_retained_wal ({_size(max_retained_wal)})")
+            problems.append(f'its slot "{row.slot_name}" holds back {size(retained)} of WAL on the publisher, '
+                            f"more than max_retained_wal ({size(max_retained_wal)})")
     age = None if batch is None else max((now - batch.finished_at).total_seconds(), 0.0)
     if max_batch_age is not None:
         if batch is None:
             problems.append("no batch has been applied yet")
         elif age is not None and age > max_batch_age:
-            problems.append(f"its last batch was applied {_duration(age)} ago (at {batch.finished_at.isoformat()}), "
-                            f"more than max_batch_age ({_duration(max_batch_age)})")
+            problems.append(f"its last batch was applied {duration(age)} ago (at {batch.finished_at.isoformat()}), "
+                            f"more than max_batch_age ({duration(max_batch_age)})")
     return Lag(subscription, now.isoformat(), retained, status,
                None if batch is None else batch.finished_at.isoformat(), None if age is None else round(age, 3),
                None if batch is None else batch.lag_seconds, row.last_error, tuple(problems))
@@ -129,12 +130,12 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
 def describe(lag: Lag) -> str:
     parts = []
     if lag.retained_wal_bytes is not None:
-        parts.append(f"slot retains {_size(lag.retained_wal_bytes)} of WAL ({lag.wal_status or 'no wal_status'}) now")
+        parts.append(f"slot retains {size(lag.retained_wal_bytes)} of WAL ({lag.wal_status or 'no wal_status'}) now")
     if lag.batch_age_seconds is None:
         parts.append("no batch applied yet")
     else:
         then = "" if lag.last_batch_lag_seconds is None else f", {lag.last_batch_lag_seconds:.1f} s behind then"
-        parts.append(f"last batch applied {_duration(lag.batch_age_seconds)} ago{then}")
+        parts.append(f"last batch applied {duration(lag.batch_age_seconds)} ago{then}")
     if lag.last_error:
         parts.append(f"last error: {lag.last_error.splitlines()[0]}")
     return "; ".join(parts)
@@ -148,19 +149,3 @@ def _seconds(value: dt.timedelta | float | None) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise AirflowFailException(f"max_batch_age={value!r} is not a positive number of seconds or a timedelta")
     return float(value)
-
-
-def _size(n: float) -> str:
-    for unit in ("bytes", "kB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TB"  # pragma: no cover
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -30,6 +30,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.humane import duration, size
 from airflow_provider_rowfilter.dag_factory import SPEC_PATTERNS, SubscriptionFile
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.publisher.slot_health import read_slot
@@ -138,7 +139,7 @@ def render(views: list[SubscriptionView], folder: Path) -> str:
             slot = v.slot
             parts.append(f"<p>slot <code>{e(slot['name'])}</code>: " + (
                 "<span class=error>does not exist on the publisher</span>" if not slot["exists"] else
-                f"{e(str(slot['wal_status'] or ''))}, retains {_size(slot['retained_bytes'])} of WAL now, "
+                f"{e(str(slot['wal_status'] or ''))}, retains {_retained(slot['retained_bytes'])} of WAL now, "
                 f"{'read by a session' if slot['active'] else 'not read now'}") + "</p>")
         if v.tables:
             parts.append(_table(["table", "state", "lsn", "rows copied", "updated", "last error"], [
@@ -148,8 +149,8 @@ def render(views: list[SubscriptionView], folder: Path) -> str:
             parts.append("<h3>Last batches</h3>" + _table(
                 ["batch", "finished", "end lsn", "changes", "transactions", "lag then", "took"],
                 [[str(b["id"]), b["finished_at"], b["end_lsn"] or "", _count(b["changes"]), _count(b["transactions"]),
-                  "" if b["lag_seconds"] is None else f"{b['lag_seconds']:.1f} s",
-                  "" if b["duration_ms"] is None else f"{b['duration_ms'] / 1000:.1f} s"] for b in v.batches]))
+                  "" if b["lag_seconds"] is None else duration(b["lag_seconds"]),
+                  "" if b["duration_ms"] is None else duration(b["duration_ms"] / 1000)] for b in v.batches]))
         parts.append("</section>")
     return "".join(parts) + "</body></html>"
 
@@ -161,19 +162,12 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _retained(n: int | None) -> str:
+    return "an unknown amount" if n is None else size(n)
+
+
 def _count(n: int | None) -> str:
     return "" if n is None else f"{n:,}"
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "an unknown amount"
-    value, unit = float(n), "bytes"
-    for unit in ("bytes", "kB", "MB", "GB", "TB"):
-        if value < 1024 or unit == "TB":
-            break
-        value /= 1024
-    return f"{value:.0f} {unit}" if unit == "bytes" else f"{value:.1f} {unit}"
 
 
 _HEAD = ("<!doctype html><html><head><meta charset=utf-8><title>Replication</title><style>"

@@ -71,8 +71,8 @@ def test_an_old_last_batch_fails_and_a_recent_one_passes(state_db: StateDb, stat
     record_batch(state_db, dt.timedelta(hours=1))
     with pytest.raises(AirflowFailException) as e:
         check(state_db, max_batch_age=dt.timedelta(minutes=10)).execute({})
-    assert "its last batch was applied 1.0 h ago" in str(e.value), str(e.value)
-    assert "more than max_batch_age (10.0 min)" in str(e.value)
+    assert "its last batch was applied 1 h ago" in str(e.value), str(e.value)
+    assert "more than max_batch_age (10 min)" in str(e.value)
     result = check(state_db, max_batch_age=7200).execute({})
     assert 3590 < result["batch_age_seconds"] < 3700 and result["last_batch_lag_seconds"] == 0.7
     ages = [float(v.split("|")[0]) for v in statsd.received()["airflow.rowfilter.s1.batch_age_seconds"]]

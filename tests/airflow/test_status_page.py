@@ -68,7 +68,7 @@ def test_the_page_shows_states_errors_batches_and_the_slot_to_signed_in_users(
     # An error is shown as text, never as markup.
     assert "&lt;b&gt;duplicate key value violates unique constraint &quot;t3_pkey&quot;&lt;/b&gt;" in page
     assert "<b>duplicate" not in page
-    assert "<td>1,234</td><td>56</td><td>0.8 s</td><td>2.5 s</td>" in page
+    assert "<td>1,234</td><td>56</td><td>800 ms</td><td>2.5 s</td>" in page
     assert "slot <code>rowfilter_s1</code>: reserved, retains" in page
     assert "invalid spec file" in page and "typo_key" in page  # the broken file is named, the others still shown
 

@@ -1,0 +1,58 @@
+"""Sizes, durations, ages and per-table counts as a person reads them (the CLI and the task logs).
+
+Never ``None``: a value that is unknown is said to be (the caller picks the words).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+#: The order the counts of one table are said in (``rowfilter.batch_history.counts``); others follow, sorted.
+COUNT_ORDER = ("insert", "update", "delete", "truncate", "skipped", "filtered", "unpublished", "update_to_insert",
+               "update_to_delete", "missing_update", "missing_delete")
+
+
+def size(n: int | float) -> str:
+    """``1,023 B``, ``64.0 kB``, ``776.7 MB``: units of 1024 with PostgreSQL's names (as pg_size_pretty)."""
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{int(n):,} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover - the loop returns at GB
+
+
+def duration(seconds: float) -> str:
+    """``850 ms``, ``11.9 s``, ``3 min 12 s``, ``2 h 5 min``, ``3 d 4 h``: two units at most."""
+    seconds = max(float(seconds), 0.0)
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    for big, big_name, small, small_name in ((86400, "d", 3600, "h"), (3600, "h", 60, "min"), (60, "min", 1, "s")):
+        if whole >= big:
+            major, rest = divmod(whole, big)
+            minor = rest // small
+            return f"{major} {big_name}" + (f" {minor} {small_name}" if minor else "")
+    return f"{whole} s"  # pragma: no cover - seconds >= 60 took a branch
+
+
+def ago(then: dt.datetime, now: dt.datetime) -> str:
+    """``20 min ago``; ``just now`` under a second (a clock a little ahead is not "in the future")."""
+    seconds = (now - then).total_seconds()
+    return "just now" if seconds < 1 else f"{duration(seconds)} ago"
+
+
+def counts_text(counts: Mapping[str, int]) -> str:
+    """``insert 3, update 1, skipped 2``: every non-zero count of one table in one batch; ``no changes`` for none."""
+    keys = [k for k in COUNT_ORDER if k in counts] + sorted(k for k in counts if k not in COUNT_ORDER)
+    said = [f"{k} {counts[k]:,}" for k in keys if counts[k]]
+    return ", ".join(said) or "no changes"
+
+
+def batch_lag(lag_bytes: int | None, lag_seconds: float | None) -> str:
+    """How far behind the publisher a batch was when it was captured (not now): ``lag then: 1.2 MB, 11.9 s``."""
+    said = ([size(lag_bytes)] if lag_bytes is not None else []) + \
+        ([duration(lag_seconds)] if lag_seconds is not None else [])
+    return "lag when captured: " + (", ".join(said) if said else "not measured (no transaction captured)")
