@@ -24,8 +24,8 @@ Spark settings can be changed with ``--conf KEY=VALUE``. Not part of the test su
     python bench/apply.py                          # 1M changes
     python bench/apply.py --changes 200000         # smaller
     python bench/apply.py --memory --memory-sizes 1000000,5000000
-        # peak RSS of a `python -m …jobs.apply` subprocess (Python driver and its JVM) applying a
-        # backlog of each size (one batch unless --memory-max-changes)
+        # peak RSS of the `rowfilter apply` processes (Python driver and its JVM) draining a backlog
+        # of each size in batches of --memory-max-changes (default 100,000) slot rows
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ import psycopg
 import yaml
 from psycopg import sql
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
@@ -360,13 +361,21 @@ def _hwm(pid: int) -> tuple[str, int] | None:
         return None
 
 
-def run_job(module: str, spec_file: Path, *extra: str) -> dict:
-    """Run ``python -m module --spec …`` and watch its process tree's peak RSS (VmHWM per process)."""
-    command = [sys.executable, "-m", module, "--spec", str(spec_file), *extra]
+CLI = "airflow_provider_rowfilter.cli"  # `rowfilter`: one process per scheduled run, as a task runs it
+
+
+def run_job(args: list[str], cwd: Path) -> dict:
+    """Run ``python -m <args>`` (this checkout first on its path) and watch its process tree's peak RSS.
+
+    Peak RSS per process name (VmHWM from /proc, every 0.2 s): the Python driver and the JVM pyspark
+    starts under it. The process must print its summary as the last line of its stdout (``--json``).
+    """
+    command = [sys.executable, "-m", *args]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))}
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     began = time.monotonic()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=str(spec_file.parent))
+                            cwd=str(cwd), env=env)
     peaks: dict[int, tuple[str, int]] = {}
     stop = threading.Event()
 
@@ -398,6 +407,53 @@ def run_job(module: str, spec_file: Path, *extra: str) -> dict:
             "rusage_children_maxrss_kb": after if after > before else None}
 
 
+def current_lsn(pub: str) -> str:
+    with psycopg.connect(pub, autocommit=True) as conn:
+        return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+
+
+def slot_behind(pub: str, slot: str, target: str | None = None) -> int:
+    """Bytes from ``slot``'s confirmed_flush_lsn to ``target`` (default the publisher's current position)."""
+    with psycopg.connect(pub, autocommit=True) as conn:
+        row = conn.execute("SELECT coalesce(%s::pg_lsn, pg_current_wal_lsn()) - confirmed_flush_lsn "
+                           "FROM pg_replication_slots WHERE slot_name = %s", (target, slot)).fetchone()
+    if row is None:
+        raise SystemExit(f"slot {slot} does not exist on the publisher")
+    return int(row[0])
+
+
+def drain_processes(spec_file: Path, pub: str, slot: str, target: str, extra: tuple[str, ...] | list[str] = (),
+                    verbose: bool = False, limit: int = 10_000) -> list[dict]:
+    """``rowfilter apply --spec … --json`` processes back to back until ``slot`` confirmed ``target``.
+
+    One process per run, as a scheduler runs them. Works whether a run applies one batch (it stops at
+    its ``--max-changes`` bound) or drains in consecutive batches (``batches``, ``drained``,
+    ``budget_exhausted`` in its summary, read with .get()): the loop only asks the slot. A run that
+    moves neither the slot nor any change while the slot is short of ``target`` stops the benchmark.
+    """
+    runs: list[dict] = []
+    while slot_behind(pub, slot, target) > 0:
+        if len(runs) >= limit:
+            raise SystemExit(f"slot {slot} still short of {target} after {limit} runs")
+        before = slot_behind(pub, slot, target)
+        job = run_job([CLI, "apply", "--spec", str(spec_file), "--json", *extra], spec_file.parent)
+        s = job["summary"]
+        run = {"wall": job["wall"], "peak_kb_by_process": job["peak_kb_by_process"],
+               "changes": s.get("changes", 0), "transactions": s.get("transactions", 0),
+               "captured": (s.get("capture") or {}).get("changes"), "batches": s.get("batches", 1),
+               "drained": s.get("drained"), "budget_exhausted": s.get("budget_exhausted"),
+               "more": (s.get("capture") or {}).get("more"), "end_lsn": s.get("end_lsn"),
+               "lag_bytes": s.get("lag_bytes"), "lag_seconds": s.get("lag_seconds"),
+               "duration_ms": s.get("duration_ms")}
+        runs.append(run)
+        if verbose:
+            print(f"  run {len(runs)}: {run['changes']:,} changes in {run['transactions']:,} txns, "
+                  f"{run['batches']} batch(es), {run['wall']:.1f} s", flush=True)
+        if not run["changes"] and slot_behind(pub, slot, target) >= before:
+            raise SystemExit(f"run {len(runs)} neither applied a change nor moved slot {slot}: {s}")
+    return runs
+
+
 # --- main ---------------------------------------------------------------------------------------------
 def build_spark(master: str):
     from airflow_provider_rowfilter.spark.session import build_session
@@ -418,9 +474,10 @@ def setup_ours(pub: str, target: str, name: str, change_log: Path, master: str, 
     return spec
 
 
-def compare(native_db: str, ours_db: str) -> dict[str, int]:
+def compare(native_db: str, ours_db: str, tables: tuple[str, ...] = TABLE_NAMES) -> dict[str, int]:
+    """Every row of each table, native's against ours (tooling/native.table_rows); stop on a difference."""
     rows = {}
-    for table in TABLE_NAMES:
+    for table in tables:
         theirs, ours = table_rows(native_db, table), table_rows(ours_db, table)
         if theirs != ours:
             missing, extra = len(set(theirs) - set(ours)), len(set(ours) - set(theirs))
@@ -509,7 +566,7 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:
         # (b) the fixed cost of an empty batch
         empty = empty_batches(spec, spark, 5)
         spec_file = write_spec(spec, workdir)
-        job = run_job("airflow_provider_rowfilter.jobs.apply", spec_file)
+        job = run_job(["airflow_provider_rowfilter.jobs.apply", "--spec", str(spec_file)], workdir)
         if job["summary"].get("capture", {}).get("changes"):
             raise SystemExit(f"the subprocess batch was not empty: {job['summary']}")
         print(f"empty batch: in process median {statistics.median(empty) * 1000:.0f} ms "
@@ -536,6 +593,12 @@ def throughput(args, admin: str, base: str, workdir: Path) -> dict:
 
 
 def memory(args, admin: str, base: str, workdir: Path) -> dict:
+    """Peak RSS of the ``rowfilter apply`` processes draining a backlog of each size, batch by batch.
+
+    Each backlog is drained by :func:`drain_processes` with ``--max-changes`` bounding the batch: one
+    process when a run drains in consecutive batches, one process per batch when a run applies one.
+    Either way the peak is the largest any process reached, per process name (Python, JVM).
+    """
     pub, ours_db = f"{base}/bench_pub", f"{base}/bench_ours"
     for name in ("bench_pub", "bench_ours"):
         create_database(admin, name)
@@ -546,34 +609,27 @@ def memory(args, admin: str, base: str, workdir: Path) -> dict:
     apply_until_done(spec, spark, args.max_changes)  # f → r
     spark.stop()
     spec_file = write_spec(spec, workdir)
+    slot = capture_names(spec.subscription)[0]
+    bound = args.memory_max_changes
     results = []
     for size in args.memory_sizes:
         done, txns, generated = workload(pub, size, args.txn_size)
-        bound = args.memory_max_changes or 3 * size + 1000  # one batch holds the whole backlog
-        print(f"memory: {done:,} changes in {txns:,} transactions made in {generated:.1f} s; applying with "
+        target = current_lsn(pub)
+        print(f"memory: {done:,} changes in {txns:,} transactions made in {generated:.1f} s; draining with "
               f"--max-changes {bound:,}; load average {load_average()}", flush=True)
-        runs = []
-        while True:
-            job = run_job("airflow_provider_rowfilter.jobs.apply", spec_file, "--max-changes", str(bound))
-            runs.append(job)
-            if not job["summary"]["capture"]["more"]:
-                break
+        runs = drain_processes(spec_file, pub, slot, target, ["--max-changes", str(bound)], verbose=True)
         peak: dict[str, int] = {}
-        for job in runs:
-            for name, kb in job["peak_kb_by_process"].items():
+        for run in runs:
+            for name, kb in run["peak_kb_by_process"].items():
                 peak[name] = max(peak.get(name, 0), kb)
-        rusage = max((j["rusage_children_maxrss_kb"] or 0) for j in runs)
-        captured = sum(j["summary"]["capture"]["changes"] for j in runs)
-        wall = sum(j["wall"] for j in runs)
-        print(f"  {captured:,} changes in {len(runs)} run(s), {wall:.1f} s; peak RSS: "
-              + ", ".join(f"{n} {kb / 1024:,.0f} MiB" for n, kb in sorted(peak.items()))
-              + f"; getrusage(RUSAGE_CHILDREN) maxrss {rusage / 1024:,.0f} MiB", flush=True)
-        results.append({"changes": done, "captured": captured, "runs": len(runs), "seconds": wall,
-                        "max_changes": bound, "peak_kb_by_process": peak, "rusage_children_maxrss_kb": rusage,
-                        "load_average": load_average(),
-                        "batch_summaries": [{k: j["summary"].get(k) for k in ("changes", "duration_ms", "tables")}
-                                            | {"capture_seconds": j["summary"]["capture"]["seconds"]}
-                                            for j in runs]})
+        applied = sum(r["changes"] for r in runs)
+        wall = sum(r["wall"] for r in runs)
+        print(f"  {applied:,} changes applied by {len(runs)} process(es) in {sum(r['batches'] for r in runs)} "
+              f"batches, {wall:.1f} s; peak RSS: "
+              + ", ".join(f"{n} {kb / 1024:,.0f} MiB" for n, kb in sorted(peak.items())), flush=True)
+        results.append({"changes": done, "applied": applied, "runs": len(runs),
+                        "batches": sum(r["batches"] for r in runs), "seconds": wall, "max_changes": bound,
+                        "peak_kb_by_process": peak, "load_average": load_average(), "processes": runs})
     return {"memory": results}
 
 
@@ -591,8 +647,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory", action="store_true", help="measure the peak RSS of apply subprocesses instead")
     p.add_argument("--memory-sizes", type=_sizes, default=[1_000_000, 5_000_000],
                    help="backlog sizes for --memory, comma separated (default 1000000,5000000)")
-    p.add_argument("--memory-max-changes", type=int,
-                   help="slot rows per batch in --memory (default: the whole backlog in one batch)")
+    p.add_argument("--memory-max-changes", type=int, default=100_000,
+                   help="slot rows per batch in --memory (default 100,000: memory bounded by the batch)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for our side (repeatable), e.g. to compare settings in one harness")
@@ -635,9 +691,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{f['empty_subprocess_seconds']:.2f} s as a subprocess")
     else:
         print()
-        print(f"{'changes':>12}{'runs':>6}{'seconds':>10}  peak RSS (MiB) by process")
+        print(f"{'changes':>12}{'runs':>6}{'batches':>9}{'seconds':>10}  peak RSS (MiB) by process")
         for m in figures["memory"]:
-            print(f"{m['changes']:>12,}{m['runs']:>6}{m['seconds']:>10.1f}  "
+            print(f"{m['changes']:>12,}{m['runs']:>6}{m['batches']:>9}{m['seconds']:>10.1f}  "
                   + ", ".join(f"{n} {kb / 1024:,.0f}" for n, kb in sorted(m["peak_kb_by_process"].items())))
     if args.json:
         print(json.dumps(figures))

@@ -3,9 +3,12 @@
     python bench/snapshot_copy.py --json | tail -1 > snapshot.json
     python bench/apply.py --json | tail -1 > apply.json
     python bench/chart.py snapshot.json apply.json > docs/benchmarks.svg
+    python bench/chart.py --keepup docs/bench/keepup.json > docs/benchmarks-keepup.svg
 
 Plain SVG, no plotting library: two panels (initial copy in rows/s, apply in changes/s), each with
-native and ours as bars on a linear scale, and the ratio.
+native and ours as bars on a linear scale, and the ratio. ``--keepup`` draws bench/keepup.py's
+result instead: the lag in seconds and in MiB at the end of each scheduled run, over time, with the
+two-interval line.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 WIDTH, PANEL, HEIGHT, BAR = 720, 340, 300, 90
+KEEPUP_PANEL = 240  # the height of one lag panel
 COLOURS = {"native": "#4c72b0", "ours": "#dd8452"}
 
 
@@ -33,11 +37,69 @@ def panel(x0: int, title: str, unit: str, native: float, ours: float) -> list[st
     return out
 
 
+def lag_panel(y0: int, title: str, points: list[tuple[float, float]], x_max: float, limit: float | None,
+              unit: str, stop: float | None = None) -> list[str]:
+    """One line chart: ``points`` (seconds since pgbench started, value), a dashed ``limit`` line, a dotted
+    line where pgbench stopped (``stop``)."""
+    left, right, top, bottom = 70, WIDTH - 20, y0 + 30, y0 + KEEPUP_PANEL - 30
+    y_max = max([v for _, v in points] + [limit or 0, 1e-9]) * 1.1
+
+    def xy(t: float, v: float) -> str:
+        return f"{left + t / x_max * (right - left):.1f},{bottom - v / y_max * (bottom - top):.1f}"
+    out = [f'<text x="{WIDTH / 2}" y="{y0 + 18}" text-anchor="middle" font-weight="bold">{escape(title)}</text>',
+           f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}" stroke="#333"/>',
+           f'<line x1="{left}" y1="{top}" x2="{left}" y2="{bottom}" stroke="#333"/>',
+           f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">{y_max:,.1f} {unit}</text>',
+           f'<text x="{left - 6}" y="{bottom + 4}" text-anchor="end">0</text>',
+           f'<text x="{left}" y="{bottom + 18}">0 s: pgbench starts</text>',
+           f'<text x="{right}" y="{bottom + 18}" text-anchor="end">{x_max:,.0f} s</text>']
+    if stop is not None and stop < x_max:  # pgbench stopped: the runs after it only drain
+        x = left + stop / x_max * (right - left)
+        out += [f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" stroke="#999" stroke-dasharray="2,3"/>',
+                f'<text x="{x:.1f}" y="{bottom + 18}" text-anchor="middle" fill="#666">{stop:,.0f} s: pgbench stops</text>']
+    if limit is not None:
+        out += [f'<polyline points="{xy(0, limit)} {xy(x_max, limit)}" stroke="#c44e52" stroke-dasharray="6,4" '
+                'fill="none"/>',
+                f'<text x="{right}" y="{bottom - limit / y_max * (bottom - top) - 6:.1f}" text-anchor="end" '
+                f'fill="#c44e52">two intervals, {limit:,.0f} {unit}</text>']
+    if points:
+        out.append(f'<polyline points="{" ".join(xy(t, v) for t, v in points)}" stroke="{COLOURS["ours"]}" '
+                   'stroke-width="2" fill="none"/>')
+        out += [f'<circle cx="{xy(t, v).split(",")[0]}" cy="{xy(t, v).split(",")[1]}" r="3" '
+                f'fill="{COLOURS["ours"]}"/>' for t, v in points]
+    return out
+
+
+
+def keepup_chart(result: dict) -> list[str]:
+    """Lag at the end of each scheduled run of bench/keepup.py: seconds (with the goal) and MiB of WAL."""
+    runs = result["runs"]
+    x_max = max([result["seconds"]] + [r["end"] for r in runs])
+    head = (f"keep-up: pgbench {result['pgbench_tps']:,.0f} tps for {result['seconds']} s, "
+            f"rowfilter apply every {result['interval']:.0f} s")
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{2 * KEEPUP_PANEL + 30}" '
+             'font-family="sans-serif" font-size="13">', '<rect width="100%" height="100%" fill="white"/>',
+             f'<text x="{WIDTH / 2}" y="20" text-anchor="middle">{escape(head)}</text>']
+    parts += lag_panel(30, "lag at the end of each run, seconds behind the publisher's last commit",
+                       [(r["end"], r["lag_seconds"]) for r in runs if r["lag_seconds"] is not None], x_max,
+                       2 * result["interval"], "s", result["seconds"])
+    parts += lag_panel(30 + KEEPUP_PANEL, "lag at the end of each run, WAL behind (pg_current_wal_lsn - slot)",
+                       [(r["end"], r["lag_bytes"] / 2**20) for r in runs], x_max, None, "MiB", result["seconds"])
+    parts.append("</svg>")
+    return parts
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("snapshot", type=Path, help="the JSON line of bench/snapshot_copy.py --json")
-    p.add_argument("apply", type=Path, help="the JSON line of bench/apply.py --json")
+    p.add_argument("snapshot", type=Path, nargs="?", help="the JSON line of bench/snapshot_copy.py --json")
+    p.add_argument("apply", type=Path, nargs="?", help="the JSON line of bench/apply.py --json")
+    p.add_argument("--keepup", type=Path, help="draw bench/keepup.py's JSON result instead")
     args = p.parse_args(argv)
+    if args.keepup:
+        print("\n".join(keepup_chart(json.loads(args.keepup.read_text()))))
+        return 0
+    if not (args.snapshot and args.apply):
+        p.error("give the snapshot and apply JSON files, or --keepup FILE")
     snap, apply = (json.loads(path.read_text().strip().splitlines()[-1]) for path in (args.snapshot, args.apply))
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
              'font-family="sans-serif" font-size="13">', '<rect width="100%" height="100%" fill="white"/>']

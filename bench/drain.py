@@ -1,0 +1,270 @@
+"""Draining a pgbench backlog: native catch-up against `rowfilter apply` processes run back to back.
+
+PostgreSQL's own pgbench (``pgbench -i -s --scale``) fills the publisher database of a throwaway
+cluster (tooling/embedded.py). Published, as in :data:`PUBLICATIONS`:
+- ``pgbench_accounts WHERE (aid % 10 < 5)`` and ``pgbench_tellers WHERE (tid % 2 = 0)`` (filters
+  on the key, the replica identity, so UPDATEs are published), ``pgbench_branches`` unfiltered;
+- ``pgbench_history`` (no key) ``WHERE (aid % 10 < 5) WITH (publish = 'insert')``: the history of the
+  published accounts (a filter on ``bid`` would keep nothing at scale 1, one branch).
+Subscribed natively (tooling/native.NativeSubscription, database ``bench_native``) and by us
+(``rowfilter refresh``, ``snapshot``, ``apply`` processes, database ``bench_ours``), both copies
+done and caught up. Then, with the native subscription DISABLED, ``pgbench -n -c --clients -j
+--threads -T --seconds`` writes (the TPC-B-like script: three UPDATEs and one INSERT per
+transaction). The publisher's WAL position at its end is the target; timed apart, one after the other:
+- native: ``ALTER SUBSCRIPTION … ENABLE`` until its slot's confirmed_flush_lsn reaches the target;
+- ours: ``rowfilter apply --spec … --json`` processes, one per run as a scheduler starts them, back to
+  back until our slot's confirmed_flush_lsn reaches the target (a run that drains the whole backlog in
+  consecutive batches is one process; a run of one bounded batch is one process per batch).
+Then every published table is compared whole, native's against ours, and the result is written as
+JSON (``--out``). Not part of the test suite.
+
+    python bench/drain.py                              # scale 10, 60 s of pgbench (about 10 minutes)
+    python bench/drain.py --scale 1 --seconds 10       # smoke run
+    python bench/drain.py --time-budget 50             # passed to every `rowfilter apply` run
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from apply import (  # noqa: E402  (bench/apply.py: the shared helpers; puts this checkout on the path)
+    CLI,
+    ROOT,
+    CpuMeter,
+    compare,
+    create_database,
+    current_lsn,
+    drain_processes,
+    load_average,
+    run_job,
+    set_native,
+    slot_behind,
+    write_spec,
+)
+
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.publisher.capture_objects import capture_names  # noqa: E402
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
+from airflow_provider_rowfilter.tooling.native import NativeSubscription  # noqa: E402
+
+PGBENCH = os.environ.get("PGBENCH", "/usr/bin/pgbench")
+ACCOUNTS_FILTER = "aid % 10 < 5"
+TELLERS_FILTER = "tid % 2 = 0"
+HISTORY_FILTER = "aid % 10 < 5"  # the history of the published accounts, at any scale
+PUBLICATIONS = {
+    "bench": f"CREATE PUBLICATION bench FOR TABLE pgbench_accounts WHERE ({ACCOUNTS_FILTER}), "
+             f"pgbench_tellers WHERE ({TELLERS_FILTER}), pgbench_branches",
+    "bench_history": f"CREATE PUBLICATION bench_history FOR TABLE pgbench_history WHERE ({HISTORY_FILTER}) "
+                     "WITH (publish = 'insert')",
+}
+TABLES = ("public.pgbench_accounts", "public.pgbench_tellers", "public.pgbench_branches", "public.pgbench_history")
+SPARK_CONF = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"}
+
+
+# --- pgbench ------------------------------------------------------------------------------------------
+def pgbench_env(cluster: LocalPostgres, database: str) -> dict[str, str]:
+    """pgbench's connection in libpq's environment variables, never on its command line; timestamps in UTC."""
+    return {**os.environ, "PGHOST": cluster.host, "PGPORT": str(cluster.port), "PGUSER": cluster.user,
+            "PGDATABASE": database, "PGTZ": "UTC"}
+
+
+def pgbench(cluster: LocalPostgres, database: str, *args: str) -> str:
+    """Run pgbench to the end; its whole output (it reports on stdout and progress on stderr)."""
+    done = subprocess.run([PGBENCH, *args], env=pgbench_env(cluster, database), capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"pgbench {' '.join(args)} on {database} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done.stdout + done.stderr
+
+
+def pgbench_figures(output: str) -> dict:
+    """Transactions and tps from pgbench's report, and its ``-P`` progress lines."""
+    txns = re.search(r"number of transactions actually processed: (\d+)", output)
+    tps = re.search(r"tps = ([\d.]+)", output)
+    progress = [{"second": float(s), "tps": float(t)}
+                for s, t in re.findall(r"progress: ([\d.]+) s, ([\d.]+) tps", output)]
+    return {"transactions": int(txns.group(1)) if txns else None, "tps": float(tps.group(1)) if tps else None,
+            "progress": progress}
+
+
+def server_version(cluster: LocalPostgres) -> str:
+    return f"{cluster.version_num // 10000}.{cluster.version_num % 10000}"
+
+
+def publisher_setup(cluster: LocalPostgres, database: str, scale: int) -> float:
+    """``pgbench -i`` (tables, data, VACUUM, primary keys) and the publications; returns seconds."""
+    began = time.monotonic()
+    pgbench(cluster, database, "-i", "-q", "-s", str(scale))
+    with psycopg.connect(cluster.dsn(database), autocommit=True) as conn:
+        for statement in PUBLICATIONS.values():
+            conn.execute(statement)
+    return time.monotonic() - began
+
+
+def subscriber_setup(cluster: LocalPostgres, database: str) -> None:
+    """The same tables and primary keys (pgbench's own DDL: ``-I dtp``), empty."""
+    pgbench(cluster, database, "-i", "-q", "-I", "dtp")
+
+
+# --- the two sides ------------------------------------------------------------------------------------
+def cli(spec_file: Path, command: str, *extra: str) -> float:
+    """One ``rowfilter <command> --spec …`` process; returns its wall time."""
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", CLI, command, "--spec", str(spec_file), *extra],
+                          cwd=str(spec_file.parent), capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                              filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))})
+    if done.returncode:
+        raise SystemExit(f"rowfilter {command} failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-4000:]}")
+    return time.monotonic() - began
+
+
+def setup_ours(pub: str, target: str, name: str, workdir: Path, conf: dict[str, str]) -> tuple[Path, str, float]:
+    """refresh, snapshot, then apply runs until caught up (tables in r); returns (spec file, slot, seconds)."""
+    spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=tuple(PUBLICATIONS),
+                            change_log=str(workdir / "changes"), spark_conf={**SPARK_CONF, **conf})
+    spec_file = write_spec(spec, workdir)
+    slot = capture_names(name)[0]
+    began = time.monotonic()
+    cli(spec_file, "refresh")
+    cli(spec_file, "snapshot")
+    drain_processes(spec_file, pub, slot, current_lsn(pub))
+    return spec_file, slot, time.monotonic() - began
+
+
+def native_catch_up(native: NativeSubscription, target: str, timeout: float = 7200) -> float:
+    """ENABLE the native subscription; seconds until its slot's confirmed_flush_lsn reaches ``target``."""
+    began = time.monotonic()
+    set_native(native, True)
+    deadline = began + timeout
+    while slot_behind(native.publisher, native.name, target) > 0:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"native subscription {native.name} has not confirmed {target} after {timeout} s")
+        time.sleep(0.02)
+    return time.monotonic() - began
+
+
+# --- main ---------------------------------------------------------------------------------------------
+def run(args, cluster: LocalPostgres, workdir: Path) -> dict:
+    admin = cluster.dsn()
+    pub, native_db, ours_db = (cluster.dsn(n) for n in ("bench_pub", "bench_native", "bench_ours"))
+    for name in ("bench_pub", "bench_native", "bench_ours"):
+        create_database(admin, name)
+    init_s = publisher_setup(cluster, "bench_pub", args.scale)
+    subscriber_setup(cluster, "bench_native")
+    subscriber_setup(cluster, "bench_ours")
+    print(f"publisher: pgbench -i -s {args.scale} in {init_s:.1f} s; load average {load_average()}", flush=True)
+
+    began = time.monotonic()
+    native = NativeSubscription(pub, native_db, "bench_native", tuple(PUBLICATIONS)).create(timeout=3600)
+    native_copy = time.monotonic() - began
+    spec_file, slot, our_copy = setup_ours(pub, ours_db, "bench_ours", workdir, args.conf)
+    native.wait_caught_up(timeout=600)
+    print(f"initial copies: native {native_copy:.1f} s, ours {our_copy:.1f} s (refresh, snapshot, apply processes)",
+          flush=True)
+    try:
+        set_native(native, False)
+        bench_args = ["-n", "-P", "10", "-c", str(args.clients), "-j", str(args.threads), "-T", str(args.seconds)]
+        began = time.monotonic()
+        output = pgbench(cluster, "bench_pub", *bench_args)
+        written = time.monotonic() - began
+        bench = pgbench_figures(output)
+        target = current_lsn(pub)
+        backlog = slot_behind(pub, native.name, target)
+        print(f"pgbench {' '.join(bench_args)}: {bench['transactions']:,} transactions ({bench['tps']:,.0f} tps) in "
+              f"{written:.1f} s; {backlog / 2**20:,.0f} MiB of WAL behind, target {target}", flush=True)
+
+        load_native = load_average()
+        with CpuMeter() as native_cpu:
+            native_s = native_catch_up(native, target)
+        print(f"native catch-up: {native_s:.2f} s, {native_cpu.seconds:.1f} core-seconds busy; "
+              f"load average {load_native}", flush=True)
+
+        extra = [*(["--max-changes", str(args.max_changes)] if args.max_changes else []),
+                 *(["--time-budget", str(args.time_budget)] if args.time_budget else [])]
+        load_ours = load_average()
+        began = time.monotonic()
+        with CpuMeter() as our_cpu:
+            runs = drain_processes(spec_file, pub, slot, target, extra, verbose=True)
+        our_s = time.monotonic() - began
+        changes, txns = sum(r["changes"] for r in runs), sum(r["transactions"] for r in runs)
+        print(f"ours: {our_s:.2f} s in {len(runs)} rowfilter apply processes ({changes:,} changes in {txns:,} "
+              f"transactions in their summaries), {our_cpu.seconds:.1f} core-seconds busy; load average {load_ours}", flush=True)
+
+        native.wait_caught_up(timeout=600)
+        rows = compare(native_db, ours_db, TABLES)
+        print("subscribers equal: " + ", ".join(f"{t} {n:,} rows" for t, n in rows.items()), flush=True)
+        empty = run_job([CLI, "apply", "--spec", str(spec_file), "--json"], workdir)["wall"]
+    finally:
+        with contextlib.suppress(Exception):
+            native.drop()
+
+    return {"scale": args.scale, "clients": args.clients, "threads": args.threads, "seconds": args.seconds,
+            "max_changes": args.max_changes, "time_budget": args.time_budget, "spark_conf": args.conf,
+            "pgbench_transactions": bench["transactions"], "pgbench_tps": bench["tps"],
+            "pgbench_progress": bench["progress"], "backlog_wal_bytes": backlog, "target_lsn": target,
+            "native_seconds": native_s, "ours_seconds": our_s, "ratio": native_s / our_s,
+            "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
+            "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
+            "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
+            "tables_equal": True, "table_rows": rows, "load_average_native": load_native,
+            "load_average_ours": load_ours, "cpus": os.cpu_count(), "postgres": server_version(cluster),
+            "date": time.strftime("%Y-%m-%d %H:%M")}
+
+
+def _conf(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE")
+    return key, value
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scale", type=int, default=10, help="pgbench -i -s (default 10: 1,000,000 accounts)")
+    p.add_argument("--clients", type=int, default=4, help="pgbench -c (default 4)")
+    p.add_argument("--threads", type=int, default=2, help="pgbench -j (default 2)")
+    p.add_argument("--seconds", type=int, default=60, help="pgbench -T: how long it writes (default 60)")
+    p.add_argument("--max-changes", type=int, help="rowfilter apply --max-changes (default: the CLI's)")
+    p.add_argument("--time-budget", type=float, help="rowfilter apply --time-budget (draining runs only)")
+    p.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting in our spec's spark_conf (repeatable)")
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "drain.json", help="JSON result file")
+    args = p.parse_args(argv)
+    args.conf = dict(args.conf)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(LocalPostgres.start())
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-drain-")))
+        print(f"PostgreSQL {server_version(cluster)}; {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
+        f = run(args, cluster, workdir)
+
+    args.out.write_text(json.dumps(f, indent=1) + "\n")
+    print()
+    print(f"{'':34}{'seconds':>10}")
+    print(f"{'native catch-up':34}{f['native_seconds']:>10.2f}")
+    print(f"{'rowfilter apply, ' + str(f['processes']) + ' processes':34}{f['ours_seconds']:>10.2f}")
+    print(f"ratio native/ours: {f['ratio']:.3f}  (goal >= 1.0); {f['pgbench_transactions']:,} pgbench transactions, "
+          f"{f['applied_changes']:,} changes in {f['applied_transactions']:,} transactions in our runs' summaries; "
+          f"tables identical")
+    print("per process: " + ", ".join(f"{r['wall']:.1f} s" for r in f["runs"]))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
