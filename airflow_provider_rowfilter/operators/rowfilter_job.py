@@ -244,16 +244,17 @@ class RowFilterJobOperator(SparkSubmitOperator):
     def prepare_connect(self) -> tuple[ResolvedSpec, list[str], dict[str, str]]:
         """The spec with ``spark_remote`` set to the connection's server, the job's command and its environment.
 
-        :raises AirflowFailException: on a bad spec, and on spark-submit settings (``conf``), which a
-            Spark Connect client cannot give its server.
+        :raises AirflowFailException: on a bad spec. spark-submit settings (``conf``) are not used (a warning
+            names them): a Spark Connect client cannot give its server JVM or cluster settings.
         """
         resolved = self.resolve_spec()
         if self.conf:
-            raise AirflowFailException(
-                f"{self.task_id}: conf={sorted(self.conf)} are spark-submit settings, but conn_id={self._conn_id!r} is "
-                "a spark_connect connection: the job is a client of a running Spark Connect server, whose JVM and "
-                "cluster settings are its own. Move SQL settings to spark_conf, the others to the server's "
-                "configuration (`rowfilter spark-server start --conf`), or use a spark connection.")
+            # A DAG keeps working when its connection is switched between spark and spark_connect: the
+            # server's JVM and cluster settings are its own, so spark-submit's settings have nothing to act on.
+            self.log.warning("conf=%s: spark-submit settings, not used: conn_id=%r is a spark_connect connection, the "
+                             "job is a client of a running Spark Connect server whose settings are its own (SQL "
+                             "settings go to spark_conf, the others to the server: `rowfilter spark-server start "
+                             "--conf`)", sorted(self.conf), self._conn_id)
         url, token = connect_url(SparkConnectHook(self._conn_id).get_connection_url())
         try:
             spec = replace(resolved.spec, spark_remote=url)

@@ -12,7 +12,6 @@ from urllib.parse import urlparse
 
 import psycopg
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
@@ -72,10 +71,13 @@ def test_the_token_goes_by_environment_only(dbs: Databases, airflow_conn: Callab
         assert secret not in " ".join(command)
 
 
-def test_spark_submit_settings_with_a_connect_connection_are_refused(dbs: Databases,  # noqa: F811
-                                                                     airflow_conn: Callable[..., str]) -> None:
+def test_spark_submit_settings_with_a_connect_connection_are_named_and_not_used(
+        dbs: Databases, airflow_conn: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    # The example DAGs pass conf={"spark.ui.enabled": "false"}: switching spark_default to a spark_connect
+    # connection must keep them running, and say that the setting does nothing there.
     conn_id = _connect_conn(airflow_conn, "sc://127.0.0.1:15002")
     op = SnapshotCopyOperator(task_id="copy", subscription="s1", publications=["p1"], publisher_conn_id=dbs.pub_conn,
                               subscriber_conn_id=dbs.sub_conn, conn_id=conn_id, conf={"spark.executor.memory": "2g"})
-    with pytest.raises(AirflowFailException, match=r"conf=\['spark.executor.memory'\] are spark-submit settings"):
-        op.execute({})
+    _, command, _ = op.prepare_connect()
+    assert "spark.executor.memory" not in " ".join(command)
+    assert "conf=['spark.executor.memory']: spark-submit settings, not used" in caplog.text
