@@ -110,6 +110,15 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None) -> Spark
     :raises SparkUnavailableError: nothing listens at ``remote`` (transient: a later run may find it up).
     :raises SpecError: the server refuses one of the settings (named, with the fix).
     """
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        # pyspark runs one mode per process: a Connect session marks the whole process as Connect
+        # (SPARK_CONNECT_MODE_ENABLED), after which the classic session's functions build Connect columns.
+        raise SpecError(f"this process already runs a classic Spark session; it cannot attach to spark_remote {remote!r} "
+                        "too (pyspark runs one mode per process)",
+                        hint="run the job in a process of its own (`python -m airflow_provider_rowfilter.jobs.<job>`, "
+                        "as the operators do), or leave spark_remote out of the spec")
     host, port = _remote_address(remote)
     try:  # pyspark's client retries an unreachable server for minutes: say so at once instead
         socket.create_connection((host, port), timeout=5).close()
