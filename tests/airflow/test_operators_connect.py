@@ -72,7 +72,9 @@ def test_the_token_goes_by_environment_only(dbs: Databases, airflow_conn: Callab
 
 
 def test_spark_submit_settings_with_a_connect_connection_are_named_and_not_used(
-        dbs: Databases, airflow_conn: Callable[..., str], caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+        dbs: Databases, airflow_conn: Callable[..., str], caplog: pytest.LogCaptureFixture,  # noqa: F811
+        capfd: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.DEBUG)
     # The example DAGs pass conf={"spark.ui.enabled": "false"}: switching spark_default to a spark_connect
     # connection must keep them running, and say that the setting does nothing there.
     conn_id = _connect_conn(airflow_conn, "sc://127.0.0.1:15002")
@@ -80,4 +82,6 @@ def test_spark_submit_settings_with_a_connect_connection_are_named_and_not_used(
                               subscriber_conn_id=dbs.sub_conn, conn_id=conn_id, conf={"spark.executor.memory": "2g"})
     _, command, _ = op.prepare_connect()
     assert "spark.executor.memory" not in " ".join(command)
-    assert "conf=['spark.executor.memory']: spark-submit settings, not used" in caplog.text
+    out, err = capfd.readouterr()
+    logs = "\n".join(r.getMessage() for r in caplog.records) + out + err
+    assert "conf=['spark.executor.memory']: spark-submit settings, not used" in logs

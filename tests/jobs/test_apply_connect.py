@@ -21,7 +21,7 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.jobs.databases import names
-from tests.jobs.test_apply_differential import DOC_PUBLISHER, DOC_STEPS, DOC_TABLES, publish
+from tests.jobs.test_apply_differential import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES, publish
 
 JOB_TIMEOUT = 300
 SCRAM_PASSWORD = "connect-Xr83bQm-subscriber"
@@ -80,7 +80,25 @@ def test_update_transformation_example_through_connect(dbs, spark_connect_url, t
         result = run_job("apply", spec, tmp_path)
         native.wait_caught_up()
         dbs.assert_same(("t1",))
-    assert {t["table"]: t["state"] for t in result["tables"]} == {"public.t1": "r"}, result
+    assert result["states"] == {"public.t1": "r"}, result
+
+
+# Representative cases of test_apply_differential.py: OR-ed filters across publish lists, a column list.
+THROUGH_CONNECT = ("combination-publish-lists", "column-list")
+
+
+@pytest.mark.parametrize("name", THROUGH_CONNECT)
+def test_apply_through_connect_matches_native_logical_replication(dbs, spark_connect_url, tmp_path, name):
+    publisher, subscriber, publications, tables, batches = CASES[name]
+    dbs.create(publisher, subscriber)
+    native = dbs.subscribe_native(publications)
+    spec = connect_spec(dbs, publications, spark_connect_url)
+    run_ours_through_connect(spec, tmp_path)
+    for batch in batches:
+        publish(dbs.publisher, batch)
+        run_job("apply", spec, tmp_path)
+        native.wait_caught_up()
+        dbs.assert_same(tables)
 
 
 def _descendants(pid: int) -> list[tuple[int, str]]:
@@ -157,7 +175,7 @@ def test_a_setting_the_server_owns_is_refused_naming_it(dbs, spark_connect_url, 
     assert "rowfilter spark-server start --conf" in done.stderr
     with psycopg.connect(dbs.ours) as conn:  # nothing copied, the table still waits in i
         assert conn.execute("SELECT count(*) FROM t1").fetchone() == (0,)
-        assert conn.execute("SELECT srsubstate FROM rowfilter.subscription_rel").fetchall() == [("i",)]
+        assert conn.execute("SELECT state FROM rowfilter.subscription_rel").fetchall() == [("i",)]
 
 
 def test_a_classic_session_in_the_process_is_not_mixed_with_connect(dbs, spark, spark_connect_url):
