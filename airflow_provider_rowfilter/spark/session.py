@@ -160,7 +160,7 @@ def job_session(spec: SubscriptionSpec, job: str, spark: SparkSession | None = N
     :param short_batch: a session of our own runs one short apply batch (see :func:`build_session`).
     :raises SpecError: Spark cannot start with the spec's settings (raised before the job changed anything).
     """
-    # A spec naming a Connect server runs there, even in a process that has a classic session of its own.
+    # A spec naming a Connect server never runs on this process's classic session (connect_session refuses the mix).
     existing = spark or (None if spec.spark_remote else SparkSession.getActiveSession())
     if existing is not None:
         yield existing
