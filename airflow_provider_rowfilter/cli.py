@@ -129,6 +129,15 @@ def _parser() -> argparse.ArgumentParser:
                                   help="drop the subscriber side only and leave the slot on the publisher, e.g. when "
                                   "it cannot be reached (ALTER SUBSCRIPTION ... SET (slot_name = NONE)); the slot "
                                   "retains WAL until dropped")
+    server = sub.add_parser("spark-server", help="start, stop or show the local Spark Connect server the specs' "
+                            "spark_remote can point at (127.0.0.1 only)")
+    server.add_argument("action", choices=("start", "stop", "status"))
+    server.add_argument("--state-dir", help="where its process id and log are kept "
+                        "(default $XDG_STATE_HOME/rowfilter/spark-server)")
+    server.add_argument("--port", type=positive, default=15002, help="its port on 127.0.0.1 (default 15002)")
+    server.add_argument("--master", default="local[*]", help="its Spark master (default local[*])")
+    server.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting of the server (repeatable), e.g. spark.driver.memory=4g")
     return parser
 
 
@@ -152,10 +161,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             return skip(SubscriptionSpec.load(args.spec), args.lsn)
         if args.command == "drop":
             return drop(SubscriptionSpec.load(args.spec), keep_slot=args.keep_slot)
+        if args.command == "spark-server":
+            return spark_server(args)
     except RowFilterError as e:
         say(("ERROR:", "bold red"), " ", str(e), err=True)
         return 1
     return 2
+
+
+def spark_server(args: argparse.Namespace) -> int:
+    """``rowfilter spark-server start|stop|status``: the local Spark Connect server (spark/connect_server.py).
+
+    ``status`` exits 3 when no server of this state directory runs.
+    """
+    from pathlib import Path
+
+    from airflow_provider_rowfilter.core.errors import SpecError
+    from airflow_provider_rowfilter.spark import connect_server
+
+    state = Path(args.state_dir) if args.state_dir else None
+    if args.action == "start":
+        conf = {}
+        for item in args.conf:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise SpecError(f"--conf {item!r} is not KEY=VALUE", hint="write --conf spark.driver.memory=4g")
+            conf[key.strip()] = value
+        info = connect_server.start(state, port=args.port, master=args.master, conf=conf)
+        say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log})")
+        return 0
+    if args.action == "stop":
+        info = connect_server.stop(state)
+        say(f"stopped the Spark Connect server (pid {info.pid})" if info else "no Spark Connect server was running")
+        return 0
+    info = connect_server.status(state)
+    if info is None:
+        say("no Spark Connect server is running")
+        return EXIT_BROKEN
+    say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log})")
+    return 0
 
 
 def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -91,3 +92,19 @@ def spark() -> Iterator[SparkSession]:
     # run in process (logging.basicConfig at INFO) has left the root logger writing to pytest's
     # closed capture stream, which prints a "--- Logging error ---" traceback after the summary.
     logging.getLogger("py4j").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Return the ``sc://`` URL of the run's one local Spark Connect server (started only when a test asks)."""
+    from airflow_provider_rowfilter.spark import connect_server
+
+    with socket.socket() as probe:  # a free port on loopback
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    state = tmp_path_factory.mktemp("spark-connect")
+    began = time.monotonic()
+    info = connect_server.start(state, port=port, master="local[2]", conf=SPARK_TEST_CONF)
+    _timings["Spark Connect server"] = time.monotonic() - began
+    yield info.url
+    connect_server.stop(state)

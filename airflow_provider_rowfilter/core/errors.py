@@ -98,3 +98,9 @@ class UntranslatableFilterError(PublicationError):
 
 class CatalogError(RowFilterError):
     """The publisher's catalog could not be read, or lacks what a definition refers to."""
+
+
+class SparkUnavailableError(RowFilterError):
+    """The Spark Connect server of ``spark_remote`` cannot be reached; a later run may find it up."""
+
+    transient = True

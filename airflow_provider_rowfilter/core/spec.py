@@ -39,7 +39,10 @@ _EXPECTED = {
     "spec_version": (f"is not supported (expected {SPEC_VERSION})", f"write spec_version: {SPEC_VERSION} or leave it out"),
     "publisher": ("is not a connection string", "write publisher: postgresql://user@host:port/db"),
     "subscriber": ("is not a connection string", "write subscriber: postgresql://user@host:port/db"),
+    "spark_remote": ("is not a Spark Connect URL", "write spark_remote: sc://host:15002 or leave it out"),
 }
+#: The environment variable pyspark's Spark Connect client reads its bearer token from (never the spec).
+SPARK_CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 _SCHEMA = ConfigDict(strict=True, extra="forbid")
 
 
@@ -57,7 +60,9 @@ class SubscriptionSpec:
     its key in the subscriber: ``error`` stops the batch as PostgreSQL does, ``upsert`` overwrites (and
     an UPDATE that finds no row inserts it). ``retained_wal_warning`` is how much WAL the
     subscription's slot may hold back on the publisher before ``status`` warns (a size such as
-    ``'1GB'``, or bytes).
+    ``'1GB'``, or bytes). ``spark_remote`` (``sc://host:port``) runs the job's Spark work as a Spark
+    Connect client of that server instead of in a Spark driver of its own (``spark_master`` is then
+    the server's business); it holds no token (docs/apply.md, "Spark Connect").
 
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
@@ -76,6 +81,7 @@ class SubscriptionSpec:
     conflict_policy: ConflictPolicy = "error"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
+    spark_remote: str | None = None
     retained_wal_warning: str | int = "1GB"
     spec_version: int = SPEC_VERSION
 
@@ -111,6 +117,8 @@ class SubscriptionSpec:
         for key in _CONNINFO_KEYS:
             if getattr(self, key):
                 check_no_password(getattr(self, key), f"the {key} of subscription {self.subscription!r}", key)
+        if self.spark_remote is not None:
+            check_spark_remote(self.spark_remote, f"spark_remote of subscription {self.subscription!r}")
         self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
 
     @classmethod
@@ -196,6 +204,22 @@ class SubscriptionSpec:
                 f"(line {line})",
                 hint="save the file as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 (name the encoding it was written in)",
             ) from None
+
+
+def check_spark_remote(url: str, what: str) -> None:
+    """Refuse a ``spark_remote`` that is not a Spark Connect URL or that carries a secret.
+
+    pyspark's ChannelBuilder reads ``sc://host:port/;param=value;…``; its ``token`` parameter is a
+    bearer token, which must not travel in the spec (the spec crosses process boundaries as JSON on
+    a command line): the client reads it from :data:`SPARK_CONNECT_TOKEN_ENV` instead.
+    """
+    if not url.startswith("sc://") or len(url) == len("sc://"):
+        raise SpecError(f"{what} = {url!r} {_EXPECTED['spark_remote'][0]}", hint=_EXPECTED["spark_remote"][1])
+    params = url.partition(";")[2]
+    if any(p.partition("=")[0].strip().lower() == "token" for p in params.split(";")):
+        raise SpecError(f"{what} carries a token (the URL is not shown: it holds a secret)",
+                        hint=f"remove ;token=… and give the token in the environment variable {SPARK_CONNECT_TOKEN_ENV} "
+                        "(in Airflow: the Token of the spark_connect connection)")
 
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(B|kB|MB|GB|TB)?\s*$")

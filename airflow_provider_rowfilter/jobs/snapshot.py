@@ -47,7 +47,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     plan_partitions,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
-from airflow_provider_rowfilter.spark.copy_frames import run_partitions
+from airflow_provider_rowfilter.spark.copy_frames import default_parallelism, run_partitions, speculation
 from airflow_provider_rowfilter.spark.session import job_session
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -233,7 +233,7 @@ class _CopyJob:
                                                  PASSWORD_ENV["publisher"], app)
         self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec),
                                                  PASSWORD_ENV["subscriber"], app)
-        parallelism = spark.sparkContext.defaultParallelism
+        parallelism = default_parallelism(spark)
         self.partitions = PartitionOptions(options.max_partitions or 2 * parallelism, options.min_pages)
 
     def copy(self, rel: RelState) -> TableCopy:
@@ -299,11 +299,9 @@ class _CopyJob:
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
                      table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
-            counter = self.spark.sparkContext.accumulator(0)
-            run_partitions(self.spark, copy_out_statements(source, plan), partial(
-                copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(), counter,
+            rows = run_partitions(self.spark, copy_out_statements(source, plan), partial(
+                copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
                 fence=fence, block_rows=self.options.fetch_size))
-            rows = int(counter.value)
         with sub.transaction():
             self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
         seconds = time.monotonic() - began
@@ -321,7 +319,7 @@ def _required(url: str | None, role: str, spec: SubscriptionSpec) -> str:
 
 def _refuse_speculation(spark: SparkSession) -> None:
     # A speculative copy of a partition would commit the same rows twice.
-    if spark.sparkContext.getConf().get("spark.speculation", "false").lower() == "true":
+    if speculation(spark):
         raise SpecError("spark.speculation=true would copy some partitions twice",
                         hint="set spark.speculation=false for the snapshot job (spark_conf in the spec)")
 

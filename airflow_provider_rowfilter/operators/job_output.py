@@ -13,6 +13,7 @@ import json
 import os
 import re
 from typing import Any
+from urllib.parse import unquote
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -109,3 +110,20 @@ def watched(hook: Any) -> JobOutput:
     output = JobOutput(hook.log)
     hook._log = output
     return output
+
+
+def connect_url(url: str) -> tuple[str, str | None]:
+    """``SparkConnectHook.get_connection_url()`` split into the URL without its ``token`` and the token.
+
+    The URL goes into the spec (on the job's command line); the token only into the job's environment
+    (``SPARK_CONNECT_AUTHENTICATE_TOKEN``, which pyspark's client reads).
+    """
+    base, _, params = url.partition(";")
+    kept, token = [], None
+    for param in params.split(";") if params else ():
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "token":
+            token = unquote(value)
+        else:
+            kept.append(param)
+    return ";".join([base, *kept]), token

@@ -5,30 +5,44 @@ shipped inside this package (``airflow_provider_rowfilter/jobs/<job>.py``). The 
 marshals: it renders its arguments, builds and validates the spec, puts it on the command line as
 JSON (``--spec-json``; it holds no password), hands the passwords to the job as environment
 variables, and lets ``SparkSubmitOperator`` do the submitting.
+
+With a ``spark_connect`` connection (Airflow's Spark provider) as ``conn_id`` there is no
+spark-submit: the job runs as a plain Python process (``python -m airflow_provider_rowfilter.jobs.<job>``)
+that attaches to that Spark Connect server (the spec's ``spark_remote``); no JVM starts in the task.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import warnings
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from airflow.exceptions import AirflowProviderDeprecationWarning
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
+from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
-from airflow_provider_rowfilter.operators.job_output import JobOutput, job_failure, returncode_of, watched
+from airflow_provider_rowfilter.operators.job_output import (
+    JobOutput,
+    connect_url,
+    job_failure,
+    returncode_of,
+    watched,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -67,7 +81,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
         PostgreSQL through psycopg), so no driver jar is shipped. Passing it warns
         (``AirflowProviderDeprecationWarning``); it will be removed in 1.0. A jar your own Spark
         settings need goes to ``jars``.
-    :param conn_id: the Airflow ``spark`` connection (master, deploy mode); default ``spark_default``.
+    :param conn_id: the Airflow ``spark`` connection (master, deploy mode); default ``spark_default``. A
+        ``spark_connect`` connection (host and port of a Spark Connect server; its Token, if any, reaches
+        the job by environment) runs the job as a Spark Connect client instead of through spark-submit.
     :param kwargs: everything else ``SparkSubmitOperator`` takes (``conf``, ``py_files``, ``jars``,
         ``env_vars``, ``executor_memory``, …), except ``application`` and ``application_args``.
     """
@@ -144,6 +160,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
 
     # --- execution -----------------------------------------------------------------------------------
     def execute(self, context: Context) -> dict[str, Any]:
+        if self._is_connect():
+            return self._execute_connect()
         resolved = self.prepare_submit()
         before = self._best_effort("read the subscriber's state before the job", self.before_submit, resolved)
         self._output = None
@@ -214,6 +232,67 @@ class RowFilterJobOperator(SparkSubmitOperator):
                           " and ".join(sorted(r for r, e in resolved.endpoints.items() if e.password)),
                           ", ".join(sorted(secrets)))
         return resolved
+
+    # --- Spark Connect: the job as a plain Python process ---------------------------------------------
+    def _is_connect(self) -> bool:
+        try:
+            conn = SparkConnectHook.get_connection(self._conn_id)
+        except AirflowNotFoundException:  # SparkSubmitHook's own default (yarn) applies
+            return False
+        return conn.conn_type == SparkConnectHook.conn_type
+
+    def prepare_connect(self) -> tuple[ResolvedSpec, list[str], dict[str, str]]:
+        """The spec with ``spark_remote`` set to the connection's server, the job's command and its environment.
+
+        :raises AirflowFailException: on a bad spec. spark-submit settings (``conf``) are not used (a warning
+            names them): a Spark Connect client cannot give its server JVM or cluster settings.
+        """
+        resolved = self.resolve_spec()
+        if self.conf:
+            # A DAG keeps working when its connection is switched between spark and spark_connect: the
+            # server's JVM and cluster settings are its own, so spark-submit's settings have nothing to act on.
+            self.log.warning("conf=%s: spark-submit settings, not used: conn_id=%r is a spark_connect connection, the "
+                             "job is a client of a running Spark Connect server whose settings are its own (SQL "
+                             "settings go to spark_conf, the others to the server: `rowfilter spark-server start "
+                             "--conf`)", sorted(self.conf), self._conn_id)
+        url, token = connect_url(SparkConnectHook(self._conn_id).get_connection_url())
+        try:
+            spec = replace(resolved.spec, spark_remote=url)
+        except RowFilterError as e:
+            raise AirflowFailException(f"{self.task_id}: conn_id={self._conn_id!r}: {e}") from e
+        resolved = replace(resolved, spec=spec)
+        secrets = resolved.password_env() if self.forward_passwords else {}
+        if token:
+            secrets[SPARK_CONNECT_TOKEN_ENV] = token
+        for value in secrets.values():
+            mask_secret(value)
+        try:
+            arguments = self.job_arguments()
+        except RowFilterError as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        command = [sys.executable, "-m", f"airflow_provider_rowfilter.jobs.{self.job}",
+                   "--spec-json", spec.to_json(), *arguments]
+        env = {**os.environ, **{k: str(v) for k, v in (self.env_vars or {}).items()}, **secrets}
+        return resolved, command, env
+
+    def _execute_connect(self) -> dict[str, Any]:
+        resolved, command, env = self.prepare_connect()
+        before = self._best_effort("read the subscriber's state before the job", self.before_submit, resolved)
+        self.log.info("Running the %s job of subscription %s as a Spark Connect client of %s",
+                      self.job, resolved.spec.subscription, resolved.spec.spark_remote)
+        self._output = output = JobOutput(self.log)
+        self.log.info("::group::output of the %s job", self.job)
+        with subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, errors="replace") as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                output.line(line.rstrip("\n"))
+        self.log.info("::endgroup::")
+        if process.returncode:
+            error = AirflowException(f"the {self.job} job (Spark Connect client) exited with status {process.returncode}")
+            raise job_failure(output, process.returncode, error) from None
+        result = self._best_effort("read the subscriber's state after the job", self.summary, resolved, before)
+        return result if result is not None else {"subscription": resolved.spec.subscription}
 
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()

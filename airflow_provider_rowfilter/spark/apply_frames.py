@@ -209,6 +209,12 @@ class DecidedBatch:
 
     def release(self) -> None:
         """Drop the checkpointed rows now, rather than when the JVM's garbage collector finds them."""
+        cached = getattr(self.frame, "_plan", None)
+        if getattr(cached, "_relation_id", None) is not None:  # Spark Connect: a checkpoint the server keeps
+            # Send now the RemoveRemoteCachedRelation its finalizer would send (pyspark.sql.connect.plan).
+            cached.__del__()
+            cached._relation_id = None
+            return
         checkpointed = self.frame._jdf.queryExecution().analyzed()  # a LogicalRDD over the checkpoint
         if checkpointed.getClass().getSimpleName() == "LogicalRDD":
             checkpointed.rdd().unpersist(False)

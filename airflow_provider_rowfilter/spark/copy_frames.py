@@ -8,21 +8,67 @@ STDIN`` on the subscriber (:func:`airflow_provider_rowfilter.subscriber.copy_tar
 An earlier version read the rows over JDBC and built the COPY lines with Spark SQL expressions;
 decoding every value in the JVM and handing the lines to Python cost more CPU than both
 PostgreSQL backends together (docs/initial-sync.md, "Speed").
+
+Only the DataFrame API is used (no SparkContext, no RDD, no accumulator), so the copy runs the same
+in a classic session and as a Spark Connect client (spark/session.py): each task reports its rows as
+its one output row, and the driver sums them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 
-def run_partitions(spark: SparkSession, reads: Sequence[str], task: Callable[[Iterable[str]], None]) -> None:
-    """Run ``task`` on Spark's executors with one partition (one task) per element of ``reads``.
+class RowCount:
+    """A task's own count of the rows it wrote (what ``copy_partition`` adds to, as to an accumulator)."""
 
-    ``task`` is a ``foreachPartition`` body: it receives the partition's reads (exactly one).
-    Failed tasks are retried by Spark as any other; the job fails when a task fails for good.
+    def __init__(self) -> None:
+        self.value = 0
+
+    def add(self, rows: int) -> None:
+        self.value += rows
+
+
+def run_partitions(spark: SparkSession, reads: Sequence[str],
+                   task: Callable[[RowCount, Iterable[str]], None]) -> int:
+    """Run ``task(counter, reads)`` on Spark's executors, one partition (one task) per element of ``reads``.
+
+    ``task`` receives its partition's reads (exactly one) and adds the rows it wrote to ``counter``.
+    Returns the rows of all tasks. Failed tasks are retried by Spark as any other (a failed attempt's
+    count is not returned: only a finished task's output row is); the job fails when a task fails for good.
     """
     if not reads:
-        return
-    spark.sparkContext.parallelize(list(reads), len(reads)).foreachPartition(task)
+        return 0
+    reads = list(reads)
+
+    def body(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa  # on the executor
+
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                counter = RowCount()
+                task(counter, [reads[index]])
+                yield pa.RecordBatch.from_pydict({"rows": [counter.value]}, schema=pa.schema([("rows", pa.int64())]))
+
+    # spark.range with as many partitions as elements puts exactly one index in each partition.
+    written = spark.range(0, len(reads), 1, len(reads)).mapInArrow(body, "rows long")
+    return int(written.agg(F.sum("rows")).collect()[0][0] or 0)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """The cluster's default parallelism (``SparkContext.defaultParallelism``), also through Spark Connect.
+
+    A ``spark.range`` without a partition count gets ``spark.sql.leafNodeDefaultParallelism``, which
+    defaults to the context's default parallelism: its last partition id + 1 is that number.
+    """
+    rows = spark.range(0, 1 << 16).select(F.spark_partition_id().alias("p")).agg(F.max("p")).collect()
+    return int(rows[0][0]) + 1
+
+
+def speculation(spark: SparkSession) -> bool:
+    """Whether Spark runs speculative copies of slow tasks (``spark.speculation``): a copy task must run once."""
+    return str(spark.conf.get("spark.speculation", "false")).strip().lower() == "true"

@@ -1,16 +1,23 @@
-"""Build the SparkSession our PySpark jobs run in: UTC, loopback for a local master, the JVM options."""
+"""Build the SparkSession our PySpark jobs run in: UTC, loopback for a local master, the JVM options.
+
+With the spec's ``spark_remote`` (``sc://host:port``) the session is a Spark Connect client of a
+running server instead: no JVM in this process, the server's warm JIT and caches reused from run to
+run. Only SQL settings reach a Connect session; the JVM options and Spark core settings are the
+server's (``rowfilter spark-server start``, spark/connect_server.py).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
 from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
@@ -86,19 +93,84 @@ def build_session(
     return session
 
 
+def remote_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings a Spark Connect session of a job gets: :func:`session_conf`'s SQL settings, caller's last.
+
+    The master, the driver's addresses, the log level and the JVM options belong to the server's JVM
+    and cannot be set by a client (Spark refuses them: ``CANNOT_MODIFY_CONFIG``).
+    """
+    settings = {k: v for k, v in session_conf().items() if k.startswith("spark.sql.")}
+    settings.update(conf or {})
+    return settings
+
+
+def connect_session(remote: str, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A new Spark Connect session on the server at ``remote`` (``sc://host:port``), with :func:`remote_conf`.
+
+    :raises SparkUnavailableError: nothing listens at ``remote`` (transient: a later run may find it up).
+    :raises SpecError: the server refuses one of the settings (named, with the fix).
+    """
+    from pyspark import SparkContext
+
+    if SparkContext._active_spark_context is not None:
+        # pyspark runs one mode per process: a Connect session marks the whole process as Connect
+        # (SPARK_CONNECT_MODE_ENABLED), after which the classic session's functions build Connect columns.
+        raise SpecError(f"this process already runs a classic Spark session; it cannot attach to spark_remote {remote!r} "
+                        "too (pyspark runs one mode per process)",
+                        hint="run the job in a process of its own (`python -m airflow_provider_rowfilter.jobs.<job>`, "
+                        "as the operators do), or leave spark_remote out of the spec")
+    host, port = _remote_address(remote)
+    try:  # pyspark's client retries an unreachable server for minutes: say so at once instead
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as e:
+        raise SparkUnavailableError(f"no Spark Connect server answers at spark_remote {remote!r}: {e.strerror or e}",
+                                    hint="start it (`rowfilter spark-server start` for the local one) or fix "
+                                    "spark_remote in the spec") from None
+    session = SparkSession.builder.remote(remote).create()
+    for key, value in remote_conf(conf).items():
+        try:
+            session.conf.set(key, value)
+        except Exception as e:  # AnalysisException CANNOT_MODIFY_CONFIG / CANNOT_MODIFY_STATIC_CONFIG, …
+            session.stop()
+            first = next((line for line in str(e).splitlines() if line.strip()), type(e).__name__)
+            raise SpecError(f"spark_conf {key}={value!r} cannot be set by a Spark Connect client of {remote!r}: "
+                            f"{first.strip()[:300]}",
+                            hint="set it on the server instead (`rowfilter spark-server start --conf KEY=VALUE`, or the "
+                            "cluster's Spark Connect configuration) and remove it from spark_conf") from None
+    logger.info("Spark Connect session on %s (Spark %s)", remote.partition(";")[0], session.version)
+    return session
+
+
+def _remote_address(remote: str) -> tuple[str, int]:
+    """``(host, port)`` of ``sc://host:port/;…`` as pyspark's ChannelBuilder reads it (default port 15002)."""
+    netloc = remote.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+    host, _, port = netloc.rpartition(":") if netloc.rfind(":") > netloc.rfind("]") else (netloc, "", "")
+    return host.strip("[]"), int(port) if port.isdigit() else 15002
+
+
 @contextmanager
 def job_session(spec: SubscriptionSpec, job: str, spark: SparkSession | None = None, *,
                 short_batch: bool = False) -> Iterator[SparkSession]:
-    """The session a job runs in: ``spark``, else the active one (either left running), else one built
+    """The session a job runs in: ``spark``, else the active one (either left running; not with
+    ``spark_remote``), else one built
     from the spec's ``spark_master`` and ``spark_conf``, named ``rowfilter-<job>-<subscription>``,
-    and stopped when the job is done.
+    and stopped when the job is done; with the spec's ``spark_remote``, a Spark Connect session on that
+    server (:func:`connect_session`), closed when the job is done (the server keeps running).
 
     :param short_batch: a session of our own runs one short apply batch (see :func:`build_session`).
     :raises SpecError: Spark cannot start with the spec's settings (raised before the job changed anything).
     """
-    existing = spark or SparkSession.getActiveSession()
+    # A spec naming a Connect server never runs on this process's classic session (connect_session refuses the mix).
+    existing = spark or (None if spec.spark_remote else SparkSession.getActiveSession())
     if existing is not None:
         yield existing
+        return
+    if spec.spark_remote:
+        session = connect_session(spec.spark_remote, spec.spark_conf)
+        try:
+            yield session
+        finally:
+            session.stop()
         return
     try:
         session = build_session(f"rowfilter-{job}-{spec.subscription}", spec.spark_master, spec.spark_conf,

@@ -167,7 +167,7 @@ def copy_partition(source: dict[str, str], snapshot: ExportedSnapshot | None, ta
 
     The publisher's COPY output (read in ``snapshot`` with ``source``) goes to the subscriber's
     ``COPY … FROM STDIN`` (``target``) block by block, as bytes: one subscriber transaction per
-    read. The rows written are added to ``counter`` (an accumulator).
+    read. The rows written are added to ``counter`` (spark/copy_frames.py ``RowCount``).
     """
     for read in reads:
         with closing(read_copy(source, read, snapshot, block_rows=block_rows)) as blocks:

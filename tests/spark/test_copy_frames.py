@@ -31,11 +31,9 @@ def dbs(fresh_db):
 
 
 def copy(spark, publisher, subscriber, source, plan, snapshot=None, **kwargs) -> int:
-    counter = spark.sparkContext.accumulator(0)
-    run_partitions(spark, copy_out_statements(source, plan), partial(
+    return run_partitions(spark, copy_out_statements(source, plan), partial(
         copy_partition, {"conninfo": publisher}, snapshot, {"conninfo": subscriber},
-        "COPY t (id, v) FROM STDIN", counter, **kwargs))
-    return counter.value
+        "COPY t (id, v) FROM STDIN", **kwargs))
 
 
 def rows(dsn) -> list[tuple]:

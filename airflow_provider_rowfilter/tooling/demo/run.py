@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import tempfile
 import time
 from collections.abc import Sized
@@ -35,6 +36,7 @@ from airflow_provider_rowfilter.cli import console, print_filters, say, status
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
+from airflow_provider_rowfilter.spark import connect_server
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.demo.dag_runner import (
     EXAMPLE_DAGS,
@@ -56,12 +58,15 @@ def _asset(name: str) -> str:
     return resources.files("airflow_provider_rowfilter.tooling.demo").joinpath(name).read_text()
 
 
-def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg: LocalPostgres | None = None) -> int:
+def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg: LocalPostgres | None = None,
+             spark_connect: bool = False) -> int:
     """Run the demo end to end; return 0 when our subscriber ended identical to the native one.
 
     :param keep: a directory for the cluster and the files, left running and in place afterwards.
     :param batches: incremental-sync runs after the initial sync.
     :param pg: a running cluster to use instead of starting one (the tests' own); it is not stopped.
+    :param spark_connect: run the jobs as Spark Connect clients of a local server started for the demo
+        (spark/connect_server.py) instead of through spark-submit.
     """
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="rowfilter-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -88,7 +93,7 @@ def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg:
         say(("4.", "bold"), " the referee: PostgreSQL's own subscription of the same publications "
             "in database demo_native, replicating from now on")
         try:
-            ran = _run_dags(pg, publisher, ours, workdir, batches)
+            ran = _run_dags(pg, publisher, ours, workdir, batches, spark_connect=spark_connect)
             native.wait_caught_up()
             spec = replace(SubscriptionSpec.load(workdir / "subscription_ddl.yaml"), subscription=SUBSCRIPTION,
                            subscriber=ours)
@@ -151,16 +156,38 @@ def _comparable(definitions: Definitions) -> list[tuple]:
 
 
 # --- the example DAGs under dag.test() ------------------------------------------------------------
-def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batches: int) -> bool:
+def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batches: int, *,
+              spark_connect: bool = False) -> bool:
     with console.status("preparing Airflow: airflow db migrate…"):
         env = airflow_home(workdir / "airflow")
+    spark = {"conn_type": "spark", "host": "local[2]"}
+    server_dir = workdir / "spark-server"
+    if spark_connect:
+        with console.status("starting a local Spark Connect server (rowfilter spark-server start)…"):
+            server = connect_server.start(server_dir, port=_free_port(), master="local[2]")
+        spark = {"conn_type": "spark_connect", "host": "127.0.0.1", "port": int(server.url.rsplit(":", 1)[1])}
+        say(f"   Spark Connect server {server.url} (pid {server.pid}, log {server.log}): the jobs attach to it")
     say("\n", ("5.", "bold"), f" Airflow home {workdir / 'airflow'} (sqlite); connections rowfilter_publisher, "
-        "rowfilter_subscriber (postgres) and spark_default (local[2]) as AIRFLOW_CONN_* variables")
+        f"rowfilter_subscriber (postgres) and spark_default ({spark['conn_type']}) as AIRFLOW_CONN_* variables")
     connections = {
         "AIRFLOW_CONN_ROWFILTER_PUBLISHER": publisher,
         "AIRFLOW_CONN_ROWFILTER_SUBSCRIBER": ours,
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark),
     }
+    try:
+        return _run_all(env, connections, publisher, batches)
+    finally:
+        if spark_connect:
+            connect_server.stop(server_dir)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _run_all(env: dict[str, str], connections: dict[str, str], publisher: str, batches: int) -> bool:
     params = {"subscription": SUBSCRIPTION, "publications": PUBLICATIONS}
     runs: list[tuple[str, dict[str, Any] | None]] = [("rowfilter_initial_sync", {**params, "tables": None})]
     runs += [("rowfilter_incremental_sync", {**params, "max_changes": 100_000})] * batches
