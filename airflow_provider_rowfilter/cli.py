@@ -26,7 +26,7 @@ from airflow_provider_rowfilter.core.subscription_filters import (
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.jobs.arguments import positive
+from airflow_provider_rowfilter.jobs.arguments import positive, seconds
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
@@ -73,12 +73,16 @@ def _parser() -> argparse.ArgumentParser:
     resync.add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
                         help="the table to copy again (repeatable)")
     resync.add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
-    apply = sub.add_parser("apply", help="capture one batch from the slot and apply it to the subscriber "
-                           "(the apply worker, one micro-batch)")
+    apply = sub.add_parser("apply", help="drain the slot to the subscriber in bounded batches, each applied "
+                           "exactly once in its own transaction, up to what the publisher had committed when "
+                           "the run started (the apply worker, as micro-batches)")
     apply.add_argument("--spec", required=True, help="subscription spec file (YAML)")
     apply.add_argument("--max-changes", type=positive, default=None, metavar="N",
-                       help="bound of the batch in slot rows, at least 1 (whole transactions; default 100000)")
-    apply.add_argument("--json", action="store_true", help="print the batch summary as JSON")
+                       help="bound of each batch in slot rows, at least 1 (whole transactions; default 100000)")
+    apply.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
+                       help="start no further batch after this many seconds (a batch is never cut; 0: one batch); "
+                       "default: no budget")
+    apply.add_argument("--json", action="store_true", help="print the run's summary as JSON")
     skip = sub.add_parser("skip", help="skip the remote transaction finishing at an LSN once "
                           "(ALTER SUBSCRIPTION … SKIP); --lsn NONE clears it")
     skip.add_argument("--spec", required=True, help="subscription spec file (YAML)")
@@ -107,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("snapshot", "resync"):
             return initial_copy(SubscriptionSpec.load(args.spec), args)
         if args.command == "apply":
-            return apply_batch(SubscriptionSpec.load(args.spec), max_changes=args.max_changes, as_json=args.json)
+            return apply_batch(SubscriptionSpec.load(args.spec), max_changes=args.max_changes,
+                               time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
             return skip(SubscriptionSpec.load(args.spec), args.lsn)
         if args.command == "drop":
@@ -294,17 +299,23 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: bool) -> int:
-    """Run ApplyChanges in-process: one captured batch, applied in one subscriber transaction."""
+def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget: float | None = None,
+                as_json: bool) -> int:
+    """Run ApplyChanges in-process: batches until drained (or the budget is spent), each in one transaction."""
     from airflow_provider_rowfilter.jobs.apply import apply
     from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 
-    result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes)
+    result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
+                   time_budget=time_budget)
     if as_json:
         print(json.dumps(result.summary()))
         return 0
-    say(f"subscription {spec.subscription}: applied {result.changes:,} changes through "
-        f"{result.end_lsn or '-'} in {result.duration_ms / 1000:.1f} s")
+    say(f"subscription {spec.subscription}: applied {result.changes:,} changes in {result.batches} "
+        f"batch{'es' if result.batches != 1 else ''} through {result.end_lsn or '-'} in "
+        f"{result.duration_ms / 1000:.1f} s; lag {result.lag_bytes if result.lag_bytes is not None else '-'} bytes")
+    if result.budget_exhausted:
+        say(f"  the time budget ({time_budget:g} s) stopped the run before {result.target_lsn}: the next run "
+            "goes on from there")
     for name, counts in sorted(result.tables.items()):
         say(f"  {name}: " + (", ".join(f"{k} {v:,}" for k, v in counts.items()) or "nothing"))
     if result.skipped_lsn:
