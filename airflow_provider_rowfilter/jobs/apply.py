@@ -209,8 +209,10 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                         captured = _capture(spec, store, max_changes, target)
                         batch.capture = captured.summary()
                         batch.lag_bytes, batch.lag_seconds = captured.lag_bytes, captured.lag_seconds
-                        # Not cut by the bound: the slot is past every transaction committed before the target.
-                        captured_all = not captured.more
+                        # Not cut by the bound, or the slot at the target: every transaction committed before
+                        # it is in the log (the slot returns them in commit order). The second half stops a run
+                        # whose bound is a transaction or two from chasing those committed after the target.
+                        captured_all = not captured.more or parse_lsn(captured.end_lsn) >= target
                     applied_all = _apply_locked(spec, sub, store, store.require_subscription(), change_log, batch,
                                                 session, batch_began, max_changes)
                     result.add(batch)
