@@ -85,6 +85,7 @@ def test_incremental_and_refresh_dags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert apply.retries == 4 and apply.retry_exponential_backoff == 2.0
     assert apply.retry_delay == timedelta(seconds=30) and apply.max_retry_delay == timedelta(minutes=15)
     assert apply.max_changes == "{{ params.max_changes }}"
+    assert apply.time_budget == "{{ params.time_budget }}" and incremental.params["time_budget"] == 240
     refresh = bag.dags["rowfilter_refresh"]
     assert _edges(refresh) == {"refresh": ["tables_to_copy"], "tables_to_copy": ["snapshot"], "snapshot": []}
     assert refresh.get_task("snapshot").pool == "rowfilter_copies"
