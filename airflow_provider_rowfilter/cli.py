@@ -20,7 +20,7 @@ from rich.text import Text
 from airflow_provider_rowfilter import __version__
 from airflow_provider_rowfilter.cli_output import FORMATS, Column, output_format, print_table
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.humane import ago, counts_text, duration, size
+from airflow_provider_rowfilter.core.humane import ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -29,7 +29,7 @@ from airflow_provider_rowfilter.core.subscription_filters import (
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.jobs.arguments import positive
+from airflow_provider_rowfilter.jobs.arguments import positive, seconds
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
@@ -79,10 +79,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "resync": ("empty a table and copy it again (backfill)",
                "Truncate the table in the subscriber and send it back to state i; --copy copies it right away.",
                "rowfilter resync --spec s1.yaml --table public.orders --copy"),
-    "apply": ("capture one batch from the slot and apply it (one micro-batch of the apply worker)",
-              "Read the slot's changes into the change log, then apply them to the subscriber in one "
-              "transaction with every table's new position.",
-              "rowfilter apply --spec s1.yaml --max-changes 50000"),
+    "apply": ("drain the slot to the subscriber in micro-batches (the apply worker)",
+              "Read the slot's changes into the change log and apply them to the subscriber in bounded batches, "
+              "each in one transaction with every table's new position, until everything the publisher had "
+              "committed when the run started is applied (or --time-budget is spent).",
+              "rowfilter apply --spec s1.yaml --max-changes 50000 --time-budget 240"),
     "skip": ("skip the remote transaction finishing at an LSN once (ALTER SUBSCRIPTION ... SKIP)",
              "The next apply drops that one remote transaction (the LSN a conflict error names); --lsn NONE "
              "clears a pending skip.",
@@ -120,9 +121,12 @@ def _parser() -> argparse.ArgumentParser:
                                     help="the table to copy again (repeatable)")
     commands["resync"].add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
     commands["apply"].add_argument("--max-changes", type=positive, default=None, metavar="N",
-                                   help="bound of the batch in slot rows, at least 1 (whole transactions; "
+                                   help="bound of each batch in slot rows, at least 1 (whole transactions; "
                                    "default 100000)")
-    commands["apply"].add_argument("--json", action="store_true", help="print the batch summary as JSON")
+    commands["apply"].add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
+                                   help="start no further batch after this many seconds (a batch is never cut; "
+                                   "0: one batch); default: no budget")
+    commands["apply"].add_argument("--json", action="store_true", help="print the run's summary as JSON")
     commands["skip"].add_argument("--lsn", required=True,
                                   help="the finish LSN the conflict error names, e.g. 0/14C0378, or NONE")
     commands["drop"].add_argument("--keep-slot", action="store_true",
@@ -156,7 +160,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("snapshot", "resync"):
             return initial_copy(SubscriptionSpec.load(args.spec), args)
         if args.command == "apply":
-            return apply_batch(SubscriptionSpec.load(args.spec), max_changes=args.max_changes, as_json=args.json)
+            return apply_batch(SubscriptionSpec.load(args.spec), max_changes=args.max_changes,
+                               time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
             return skip(SubscriptionSpec.load(args.spec), args.lsn)
         if args.command == "drop":
@@ -391,17 +396,23 @@ def _slot_line(name: str, slot: SlotHealth | None) -> str:
     return f"slot {name}: " + ", ".join(parts)
 
 
-def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, as_json: bool) -> int:
-    """Run ApplyChanges in-process: one captured batch, applied in one subscriber transaction."""
+def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget: float | None = None,
+                as_json: bool) -> int:
+    """Run ApplyChanges in-process: batches until drained (or the budget is spent), each in one transaction."""
     from airflow_provider_rowfilter.jobs.apply import apply
     from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 
-    result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes)
+    result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
+                   time_budget=time_budget)
     if as_json:
         print(json.dumps(result.summary()))
         return 0
-    say(f"subscription {spec.subscription}: applied {result.changes:,} changes through "
-        f"{result.end_lsn or '-'} in {duration(result.duration_ms / 1000)}")
+    say(f"subscription {spec.subscription}: applied {result.changes:,} changes in {result.batches} "
+        f"batch{'es' if result.batches != 1 else ''} through {result.end_lsn or '-'} in "
+        f"{duration(result.duration_ms / 1000)}; {batch_lag(result.lag_bytes, result.lag_seconds)}")
+    if result.budget_exhausted:
+        say(f"  the time budget ({duration(time_budget or 0)}) stopped the run before {result.target_lsn}: the next "
+            "run goes on from there")
     for name, counts in sorted(result.tables.items()):
         say(f"  {name}: {counts_text(counts)}")
     if result.skipped_lsn:

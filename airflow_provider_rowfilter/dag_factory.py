@@ -71,6 +71,9 @@ class AirflowSettings:
     start_date: dt.datetime = dt.datetime(2025, 1, 1)
     #: Most changes one incremental run captures (``--max-changes``); None for the job's default.
     max_changes: int | None = None
+    #: Seconds after which an incremental run starts no further batch (it drains otherwise); fits the
+    #: default schedule. None: no budget.
+    time_budget: float | None = 240.0
     #: Pool of the snapshot tasks: its slots bound how many tables are copied at once.
     pool: str = DEFAULT_POOL
     #: The tables the initial sync copies and waits for; None for all of the subscription's.
@@ -142,7 +145,7 @@ class AirflowSettings:
 
 _KINDS: dict[str, Any] = {
     "dag_id_prefix": str, "spark_conn_id": str, "conf": dict, "schedule": str, "refresh_schedule": str,
-    "start_date": "date", "max_changes": "positive", "pool": str, "tables": "names", "retries": "count",
+    "start_date": "date", "max_changes": "positive", "time_budget": "seconds", "pool": str, "tables": "names", "retries": "count",
     "retry_delay": "seconds", "retry_exponential_backoff": "seconds", "max_retry_delay": "seconds",
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
     "max_retained_wal": "size", "max_batch_age": "seconds",
@@ -344,7 +347,8 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
              description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
              **common) as dag:
-        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias, **bounded, **job)
+        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
+                                     asset_alias=alias, **bounded, **job)
         if s.max_retained_wal is not None or s.max_batch_age is not None:
             apply >> SubscriptionLagCheckOperator(
                 task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,

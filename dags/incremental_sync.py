@@ -1,11 +1,17 @@
-"""Incremental sync of a subscription: one ApplyChanges micro-batch every five minutes.
+"""Incremental sync of a subscription: every five minutes, an ApplyChanges run drains the slot.
 
-Each run captures up to ``max_changes`` changes from the subscription's slot into its change log and
-applies everything captured and not yet applied, in one subscriber transaction (PostgreSQL's apply
-worker, one batch at a time). Tables that finished their copy (``f``) catch up to ``r`` here too.
+Each run applies batches one after the other in one Spark application (PostgreSQL's apply worker, one
+micro-batch at a time): a batch captures up to ``max_changes`` changes from the subscription's slot
+into its change log and applies about that many, in a subscriber transaction of its own. The run
+stops once everything the publisher had committed when it started is applied, or when its
+``time_budget`` (default 240 s, so a run fits its five-minute interval) is spent; checked between
+batches, a batch is never cut, and the next run goes on where it stopped. Tables that finished their
+copy (``f``) catch up to ``r`` here too. The task's XCom says how many batches ran, whether the run
+drained, and the lag at its end.
 
-- ``max_active_runs=1``: batches of one subscription run one after the other;
-- ``catchup=False``: a batch takes everything pending, so missed intervals need no runs of their own;
+- ``max_active_runs=1``: runs of one subscription go one after the other;
+- ``catchup=False``: a run drains everything committed before it started, so missed intervals need no
+  runs of their own;
 - retries with exponential back-off (30 s, 1 min, 2 min, … at most 15 min): a publisher or subscriber
   that is briefly away is retried; a conflict (an INSERT of an existing key) keeps failing until it
   is resolved, as a native subscription keeps restarting its apply worker.
@@ -31,7 +37,7 @@ from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOpera
 
 with DAG(
     dag_id="rowfilter_incremental_sync",
-    description="Incremental sync of a rowfilter subscription: one ApplyChanges micro-batch per run",
+    description="Incremental sync of a rowfilter subscription: each run drains the slot in ApplyChanges micro-batches",
     schedule="*/5 * * * *",
     start_date=datetime(2025, 1, 1),
     catchup=False,
@@ -41,6 +47,7 @@ with DAG(
         "subscription": Param("demo", type="string", pattern=SUBSCRIPTION_NAME.pattern),
         "publications": Param(["p1", "p2", "p3", "p4"], type="array"),
         "max_changes": Param(100_000, type="integer", minimum=1),
+        "time_budget": Param(240, type=["null", "number"], minimum=0),
     },
     default_args={
         "retries": 4,
@@ -57,6 +64,7 @@ with DAG(
         publisher_conn_id="rowfilter_publisher",
         subscriber_conn_id="rowfilter_subscriber",
         max_changes="{{ params.max_changes }}",
+        time_budget="{{ params.time_budget }}",
         asset_alias="rowfilter_demo",
         conf={"spark.ui.enabled": "false"},
     )

@@ -13,8 +13,9 @@ The initial-sync pipeline (docs/initial-sync.md, docs/operators.md):
    to replay from; state ``f``. The tasks run in pool ``rowfilter_copies``, whose slots bound how
    many tables are copied at once. Create it once:
    ``airflow pools set rowfilter_copies 2 "rowfilter initial copies"``.
-4. ``apply`` (ApplyChangesOperator): one micro-batch that replays what changed since each copy and
-   brings the tables ``f`` -> ``s`` -> ``r``. It runs even when no table needed a copy.
+4. ``apply`` (ApplyChangesOperator): replays, in bounded batches, what changed since each copy up to
+   what the publisher had committed when it started, and brings the tables ``f`` -> ``s`` -> ``r``.
+   It runs even when no table needed a copy.
 5. ``wait_for_ready`` (SubscriptionRelSensor): until every chosen table is ``r``; fails at once on a
    recorded error. (The incremental-sync DAG's runs move tables that are still behind.)
 

@@ -154,3 +154,21 @@ def test_apply_refuses_a_bound_that_is_not_positive(value, capsys):
         main(["apply", "--spec", "unused.yaml", "--max-changes", value])
     assert exited.value.code == 2
     assert f"argument --max-changes: {value} is not a positive number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("-1", "-1 is not a number of seconds of 0 or more"),
+    ("nan", "nan is not a number of seconds of 0 or more"),
+    ("inf", "inf is not a number of seconds of 0 or more"),
+    ("4m", "'4m' is not a number of seconds"),
+])
+def test_apply_refuses_a_time_budget_that_is_not_seconds(value, message, capsys):
+    from airflow_provider_rowfilter.cli import main
+    from airflow_provider_rowfilter.jobs.apply import main as job_main
+
+    for run in (lambda: main(["apply", "--spec", "unused.yaml", "--time-budget", value]),
+                lambda: job_main(["--spec", "unused.yaml", "--time-budget", value])):
+        with pytest.raises(SystemExit) as exited:
+            run()
+        assert exited.value.code == 2
+        assert f"argument --time-budget: {message}" in capsys.readouterr().err

@@ -1,13 +1,18 @@
-"""ApplyChanges: one micro-batch from the slot to the subscriber, with PostgreSQL's row-filter semantics, exactly once.
+"""ApplyChanges: the slot drained to the subscriber in bounded batches, with PostgreSQL's row-filter semantics, exactly once.
 
-A run captures one bounded batch from the slot into the change log (publisher/capture.py), then applies
-everything the log holds past each table's position: Spark judges and reduces the changes
-(spark/apply_frames.py), the net effect is staged in the subscriber, and ONE subscriber transaction
-writes every table (subscriber/apply_target.py), moves every table's position and state (``f`` → ``s`` →
-``r``) and records the batch. Killed anywhere, a rerun starts from the positions that transaction
-committed and reads the same log again: nothing is lost or applied twice (docs/apply.md).
+A run first reads how far the publisher has flushed its WAL (its *target*), then repeats one bounded
+batch until everything committed before that point is applied, or until the run's time budget is
+spent (checked between batches; a batch is never cut). A batch captures at most ``max_changes`` slot
+rows into the change log (publisher/capture.py), then applies a slice of about ``max_changes``
+changes of what the log holds past each table's position (whole segments, so whole transactions):
+Spark judges and reduces the changes (spark/apply_frames.py), the net effect is staged in the
+subscriber, and ONE subscriber transaction writes every table (subscriber/apply_target.py), moves
+every table's position and state (``f`` → ``s`` → ``r``) and records the batch. Every batch of a run
+shares one Spark session, started by the first batch that has a change to judge. Killed anywhere, a
+rerun starts from the positions the last committed batch left and reads the same log again: nothing
+is lost or applied twice (docs/apply.md).
 
-Prints one JSON line: the batch summary (also kept in ``rowfilter.batch_history``).
+Prints one JSON line: the run's summary (each batch is also kept in ``rowfilter.batch_history``).
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import json
 import logging
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,10 +47,10 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, setup_logging
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.jobs.refresh import slot_lost
-from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, capture
+from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
@@ -86,7 +92,12 @@ class ApplyBusyError(ApplyError):
 
 @dataclass
 class ApplyResult:
-    """What one run did (the task's XCom, the JSON line, and ``rowfilter.batch_history``)."""
+    """What one batch did, or (:meth:`add`) what a run of batches did: the JSON line, the CLI's report.
+
+    For a run: ``start_lsn`` is its first batch's, ``end_lsn``, ``batch_id``, ``states``, the lag and
+    ``capture`` its last batch's; ``segments``, ``transactions``, ``changes`` and ``tables`` (per
+    table and count) are totals over its batches. ``batch_history`` keeps each batch's own.
+    """
 
     subscription: str
     start_lsn: str | None = None
@@ -97,11 +108,17 @@ class ApplyResult:
     tables: dict[str, dict[str, int]] = field(default_factory=dict)
     states: dict[str, str] = field(default_factory=dict)
     skipped_lsn: str | None = None
-    lag_bytes: int | None = None
-    lag_seconds: float | None = None
+    lag_bytes: int | None = None  # from the last capture: the publisher's WAL past what the slot confirmed
+    lag_seconds: float | None = None  # from the last capture: age of the last transaction captured
     duration_ms: int = 0
     batch_id: int | None = None
     capture: dict | None = None
+    batches: int = 0  # batches recorded in batch_history by this run
+    batch_ids: list[int] = field(default_factory=list)
+    target_lsn: str | None = None  # the publisher's WAL flush position when the run started: what it drains to
+    drained: bool = False  # everything committed before target_lsn (or, without a capture, logged) is applied
+    budget_exhausted: bool = False  # the time budget stopped the run before it drained
+    time_budget: float | None = None  # seconds
 
     @property
     def changed_tables(self) -> list[str]:
@@ -111,66 +128,167 @@ class ApplyResult:
     def summary(self) -> dict:
         return {**asdict(self), "changed_tables": self.changed_tables}
 
+    def add(self, batch: ApplyResult) -> None:
+        """Count ``batch`` (one of this run's) into the run's totals."""
+        if batch.capture is not None:
+            self.capture, self.lag_bytes, self.lag_seconds = batch.capture, batch.lag_bytes, batch.lag_seconds
+        if batch.states:
+            self.states = batch.states
+        if batch.batch_id is None:
+            return
+        self.batches += 1
+        self.batch_ids.append(batch.batch_id)
+        self.batch_id, self.end_lsn = batch.batch_id, batch.end_lsn
+        self.start_lsn = self.start_lsn or batch.start_lsn
+        self.segments += batch.segments
+        self.transactions += batch.transactions
+        self.changes += batch.changes
+        self.skipped_lsn = batch.skipped_lsn or self.skipped_lsn
+        for table, counts in batch.tables.items():
+            self.tables[table] = dict(Counter(self.tables.get(table, {})) + Counter(counts))
+
 
 def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spark: SparkSession | None = None,
-          capture_first: bool = True) -> ApplyResult:
-    """Capture one batch, then apply the change log to the subscriber in one transaction.
+          capture_first: bool = True, time_budget: float | None = None) -> ApplyResult:
+    """Apply the slot to the subscriber in batches, each in one transaction, until the run's target or budget.
 
-    :param max_changes: the capture's bound (publisher/capture.py; whole transactions).
+    :param max_changes: each batch's bound: the capture's (slot rows, whole transactions;
+        publisher/capture.py) and about that many changes of the log applied at once.
     :param spark: the session to run in; default the active one, else one built from the spec (and
-        stopped at the end). Not started at all when there is nothing to apply.
-    :param capture_first: read the slot first (the default); False applies what the log already holds.
-    :raises ConflictError: a change conflicts (the subscriber and the slot are as they were).
+        stopped at the end). Not started at all when no batch has a change to judge.
+    :param capture_first: read the slot (the default); False applies what the log already holds.
+    :param time_budget: seconds after which no further batch starts (checked between batches; a
+        batch is never cut); None: run until drained; 0: one batch.
+    :raises ConflictError: a change conflicts (that batch changed neither the subscriber nor the
+        slot; the run's earlier batches stay committed).
     """
     began = time.monotonic()
-    result = ApplyResult(spec.subscription)
+    result = ApplyResult(spec.subscription, time_budget=time_budget)
+    batches: list[ApplyResult] = []
     try:
-        _run(spec, result, max_changes, spark, capture_first, began)
+        _run(spec, result, batches, max_changes, spark, capture_first, began, time_budget)
     except ApplyBusyError:
         raise  # another apply runs: not a failure of the subscription
     except Exception as e:  # the job boundary: every failure is recorded, as a readable error
-        error = e if isinstance(e, RowFilterError) else _unexpected(e, result)
+        if result.batches:
+            log.warning("%s: this run committed %d batch(es) through %s before this failure (%s)",
+                        spec.subscription, result.batches, result.end_lsn, ", ".join(map(str, result.batch_ids)))
+        failed = batches[-1] if batches else result
+        error = e if isinstance(e, RowFilterError) else _unexpected(e, failed)
         _record_failure(spec, error)
         if error is e:
             raise
         raise error from e
     result.duration_ms = round((time.monotonic() - began) * 1000)
-    log.info("applied %s: %s", spec.subscription, json.dumps(result.tables))
+    log.info("applied %s: %d batch(es), %d changes in %d transactions (%s → %s) in %d ms; lag %s bytes, %s s; %s",
+             spec.subscription, result.batches, result.changes, result.transactions, result.start_lsn,
+             result.end_lsn, result.duration_ms, result.lag_bytes, result.lag_seconds,
+             "drained" if result.drained else "stopped by the time budget" if result.budget_exhausted
+             else "not drained")
     return result
 
 
-def _run(spec: SubscriptionSpec, result: ApplyResult, max_changes: int, spark: SparkSession | None,
-         capture_first: bool, began: float) -> None:
+def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult], max_changes: int,
+         spark: SparkSession | None, capture_first: bool, began: float, time_budget: float | None) -> None:
     change_log = ChangeLog(spec.change_log_dir())
-    with connect(spec.subscriber, "subscriber", spec) as sub:
+    with connect(spec.subscriber, "subscriber", spec) as sub, ExitStack() as stack:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
-        subscription = store.require_subscription()
+        store.require_subscription()
+        session = _Session(spec, spark, stack)
         with _apply_lock(sub, spec.subscription):
             try:
-                if capture_first:
-                    # Under the apply's lock, with what the tables need of the log (publisher/capture.py _check_log).
-                    try:
-                        captured = capture(spec, max_changes=max_changes, needs=store.log_needs())
-                    except SlotMissingError as e:
-                        # Tables past i hold positions read from the lost slot: refresh alone refuses, the
-                        # fix is a new slot and a new copy of them (refresh --recreate-slot).
-                        stranded = [r for r in store.tables() if r.state is not SyncState.INIT]
-                        if stranded:
-                            raise slot_lost(spec, e.slot, stranded) from None
-                        raise
-                    result.capture = captured.summary()
-                    result.lag_bytes, result.lag_seconds = captured.lag_bytes, captured.lag_seconds
-                _apply_locked(spec, sub, store, subscription, change_log, result, spark, began)
+                target = _flush_position(spec) if capture_first else None
+                result.target_lsn = None if target is None else format_lsn(target)
+                captured_all = not capture_first
+                while True:
+                    batch = ApplyResult(spec.subscription)
+                    batches.append(batch)
+                    batch_began = time.monotonic()
+                    if not captured_all:
+                        captured = _capture(spec, store, max_changes, target)
+                        batch.capture = captured.summary()
+                        batch.lag_bytes, batch.lag_seconds = captured.lag_bytes, captured.lag_seconds
+                        # Not cut by the bound, or the slot at the target: every transaction committed before
+                        # it is in the log (the slot returns them in commit order). The second half stops a run
+                        # whose bound is a transaction or two from chasing those committed after the target.
+                        captured_all = not captured.more or parse_lsn(captured.end_lsn) >= target
+                    applied_all = _apply_locked(spec, sub, store, store.require_subscription(), change_log, batch,
+                                                session, batch_began, max_changes)
+                    result.add(batch)
+                    if captured_all and applied_all:
+                        result.drained = True
+                        return
+                    if time_budget is not None and time.monotonic() - began >= time_budget:
+                        result.budget_exhausted = True
+                        log.info("%s: the time budget of %s s is spent after %d batch(es); the next run goes on "
+                                 "from %s", spec.subscription, time_budget, result.batches, result.end_lsn)
+                        return
             except BaseException:
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     sub.rollback()
                 raise
 
 
+def _flush_position(spec: SubscriptionSpec) -> int:
+    """The publisher's WAL flush position now: what the run drains to (every transaction committed before it)."""
+    with connect(spec.publisher, "publisher", spec) as pub:
+        return parse_lsn(pub.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+
+
+def _capture(spec: SubscriptionSpec, store: StateStore, max_changes: int, target: int | None) -> CaptureResult:
+    """One bounded capture, ending at the first commit at or past ``target`` (under the apply's lock, with
+    what the tables need of the log: publisher/capture.py ``_check_log``)."""
+    try:
+        return capture(spec, max_changes=max_changes, upto_lsn=None if target is None else format_lsn(target),
+                       needs=store.log_needs())
+    except SlotMissingError as e:
+        # Tables past i hold positions read from the lost slot: refresh alone refuses, the
+        # fix is a new slot and a new copy of them (refresh --recreate-slot).
+        stranded = [r for r in store.tables() if r.state is not SyncState.INIT]
+        if stranded:
+            raise slot_lost(spec, e.slot, stranded) from None
+        raise
+
+
+class _Session:
+    """The run's one Spark session: started by the first batch with a change to judge, kept for the others."""
+
+    def __init__(self, spec: SubscriptionSpec, spark: SparkSession | None, stack: ExitStack) -> None:
+        self.spec, self.spark, self.stack = spec, spark, stack
+        self.session: SparkSession | None = None
+
+    def get(self, *, short_batch: bool) -> SparkSession:
+        """The session; ``short_batch`` (its JVM compiles for a short life) counts only when it is started here."""
+        if self.session is None:
+            from airflow_provider_rowfilter.spark.session import job_session
+
+            self.session = self.stack.enter_context(job_session(self.spec, "apply", self.spark,
+                                                                short_batch=short_batch))
+        return self.session
+
+
+def _slice(counted: list[tuple[Segment, tuple[int, int]]], max_changes: int) -> int:
+    """How many of the due segments (with their counts) one batch applies: about ``max_changes`` changes.
+
+    Whole segments (whole transactions), at least one with changes; so a backlog already in the log
+    (captured by a run that stopped before applying it) is applied in bounded batches too.
+    """
+    changes = 0
+    for taken, (_, (_, n)) in enumerate(counted):
+        if n and changes and changes + n > max_changes:
+            return taken
+        changes += n
+    return len(counted)
+
+
 def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStore, subscription: SubscriptionRow,
-                  change_log: ChangeLog, result: ApplyResult, spark: SparkSession | None,
-                  began: float) -> None:
+                  change_log: ChangeLog, result: ApplyResult, session: _Session, began: float,
+                  max_changes: int) -> bool:
+    """One batch: a slice of the log past the tables' positions, applied in one subscriber transaction.
+
+    Returns whether the batch reached the log's end (False: more of the log is due).
+    """
     end = change_log.captured_through()
     rels = [r for r in store.tables() if r.state in APPLIED]
     result.states = {str(r.table): r.state.value for r in store.tables()}
@@ -178,7 +296,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     if end is None or not rels:
         log.info("%s: nothing to apply (%s)", spec.subscription,
                  "no table has finished its copy" if end is not None else "nothing captured yet")
-        return
+        return True
     positions = {r.table: parse_lsn(r.lsn) for r in rels}
     since = min(positions.values())
     if end < since:
@@ -186,7 +304,15 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         # they need): no change is due, and a batch ending before it starts would be recorded.
         log.info("%s: nothing to apply (the change log ends at %s, behind the tables' lowest position %s)",
                  spec.subscription, format_lsn(end), format_lsn(since))
-        return
+        return True
+    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
+    counted = [(s, segment_counts(s.path)) for s in segments]
+    taken = _slice(counted, max_changes)
+    whole = taken == len(counted)
+    if not whole:
+        counted = counted[:taken]
+        end = counted[-1][0].end_lsn
+    counted = [(s, c) for s, c in counted if c[1]]
     result.start_lsn, result.end_lsn = format_lsn(since), format_lsn(end)
     skip_lsn = None if subscription.skip_lsn is None else parse_lsn(subscription.skip_lsn)
     clear_stage(sub, spec.subscription)
@@ -194,8 +320,6 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     targets: dict[int, ApplyTarget] = {}
     extra: dict[int, dict[str, int]] = {}
     skipped = False
-    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
-    counted = [(s, c) for s in segments if (c := segment_counts(s.path))[1]]
     segments = [s for s, _ in counted]
     spans: list[RelationSpan] = []
     if segments:
@@ -209,24 +333,23 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         spans = _check_relations(spec, segments, plan, epochs, since)
         logged = [c for _, c in counted]
         from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
-        from airflow_provider_rowfilter.spark.session import job_session
 
-        # A JVM of our own lives for this one batch: a short one compiles for a short life (core/spark_settings.py).
-        short = sum(c for _, c in logged) <= SHORT_BATCH_CHANGES
-        with job_session(spec, "apply", spark, short_batch=short) as session:
-            decided = decide(session, [str(s.path) for s in segments], plan)
-            try:
-                facts = decided.facts()
-                for index, published, first in facts.column_sets:
-                    targets[index].check_published(published, first)
-                if facts.unkeyed:  # an UPDATE or DELETE for a table without a key: the first in commit order
-                    index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
-                    raise targets[index].not_updatable(kind, first)
-                extra, skipped, result.changes = facts.counts, facts.skipped, facts.changes
-                write_stage(decided.staged(token), executor_conninfo(
-                    spec.subscriber, PASSWORD_ENV["subscriber"], f"rowfilter:{spec.subscription}:apply"))
-            finally:
-                decided.release()
+        # A JVM of our own that lives for one short batch compiles for a short life (core/spark_settings.py).
+        short = whole and (result.capture is None or not result.capture["more"]) \
+            and sum(c for _, c in logged) <= SHORT_BATCH_CHANGES
+        decided = decide(session.get(short_batch=short), [str(s.path) for s in segments], plan)
+        try:
+            facts = decided.facts()
+            for index, published, first in facts.column_sets:
+                targets[index].check_published(published, first)
+            if facts.unkeyed:  # an UPDATE or DELETE for a table without a key: the first in commit order
+                index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
+                raise targets[index].not_updatable(kind, first)
+            extra, skipped, result.changes = facts.counts, facts.skipped, facts.changes
+            write_stage(decided.staged(token), executor_conninfo(
+                spec.subscriber, PASSWORD_ENV["subscriber"], f"rowfilter:{spec.subscription}:apply"))
+        finally:
+            decided.release()
         result.segments = len(segments)
         result.transactions = sum(t for t, _ in logged)
     faults.point("apply-after-stage")
@@ -280,6 +403,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     faults.point("apply-after-commit")
     result.states = {str(r.table): r.state.value for r in store.tables()}
     _prune(change_log, store)
+    return whole
 
 
 def _check_log(spec: SubscriptionSpec, store: StateStore, change_log: ChangeLog, end: int | None) -> list[Segment]:
@@ -492,17 +616,21 @@ def _unlocking(conn: psycopg.Connection, lock: AbstractContextManager[None]) -> 
 def apply_parser() -> argparse.ArgumentParser:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--max-changes", type=positive, default=DEFAULT_MAX_CHANGES,
-                   help=f"bound of the capture (slot rows; whole transactions; default {DEFAULT_MAX_CHANGES})")
+                   help=f"bound of each batch (slot rows captured, changes applied; whole transactions; "
+                   f"default {DEFAULT_MAX_CHANGES})")
+    p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
+                   help="start no further batch after this many seconds (a batch is never cut; 0: one batch); "
+                   "default: drain everything committed before the run started")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the batch summary as JSON (exit status: jobs/exit_status.py)."""
+    """Entry point for spark-submit and ``python -m``: prints the run's summary as JSON (exit status: jobs/exit_status.py)."""
     setup_logging()
 
     def body() -> int:
         args, spec = parse(apply_parser(), argv)
-        result = apply(spec, max_changes=args.max_changes)
+        result = apply(spec, max_changes=args.max_changes, time_budget=args.time_budget)
         print(json.dumps(result.summary()))
         return 0
 

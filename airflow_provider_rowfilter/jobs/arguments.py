@@ -44,3 +44,14 @@ def positive(text: str) -> int:
 def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[argparse.Namespace, SubscriptionSpec]:
     args = p.parse_args(argv)
     return args, load_spec(args)
+
+
+def seconds(text: str) -> float:
+    """An argparse ``type``: a number of seconds, 0 or more (a time budget; 0 means one batch)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value >= 0 or value == float("inf"):  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds of 0 or more")
+    return value

@@ -1,10 +1,12 @@
-"""ApplyChangesOperator: one micro-batch of PostgreSQL's apply worker, as an Airflow task."""
+"""ApplyChangesOperator: PostgreSQL's apply worker as micro-batches, one run draining the slot, as an Airflow task."""
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.sdk import Asset, AssetAlias
@@ -64,17 +66,22 @@ def _location(url: str) -> tuple[str, int, str]:
 
 
 class ApplyChangesOperator(RowFilterJobOperator):
-    """Capture one bounded batch of changes from the slot and apply it (the ``apply`` job).
+    """Drain the subscription's slot to the subscriber in bounded batches (the ``apply`` job).
 
-    One run is one micro-batch of PostgreSQL's apply worker: capture up to ``max_changes`` changes
-    from the subscription's slot into the durable change log, then apply everything captured and
-    not yet applied to the subscriber in one transaction, row filters evaluated on the old and new
-    row, UPDATEs transformed, tables moving ``f`` → ``s`` → ``r`` as the catch-up passes their
-    copy position. An empty batch succeeds. A conflict (an INSERT of an existing key) fails the job
-    with the table, key and LSN, and nothing of the batch is applied.
+    One run applies consecutive micro-batches of PostgreSQL's apply worker, in one Spark application,
+    until it has applied every transaction the publisher had committed (flushed) when the run started,
+    or until ``time_budget`` is spent. Each batch captures up to ``max_changes`` changes from the
+    slot into the durable change log, then applies about that many changes of the log to the
+    subscriber in one transaction of its own, row filters evaluated on the old and new row, UPDATEs
+    transformed, tables moving ``f`` → ``s`` → ``r`` as the catch-up passes their copy position. A
+    run with nothing to apply succeeds. A conflict (an INSERT of an existing key) fails the job with
+    the table, key and LSN: nothing of that batch is applied, the run's earlier batches stay.
 
-    :param max_changes: most changes to capture in this run (``--max-changes``); default the job's.
-        (templated)
+    :param max_changes: the bound of each batch (``--max-changes``): slot rows captured, about as many
+        changes applied at once; default the job's. (templated)
+    :param time_budget: start no further batch after this long (``--time-budget``): seconds, or a
+        ``timedelta``; checked between batches, so a run may last one batch longer. ``0`` makes the
+        run one batch. Default: no budget, the run drains. (templated)
     :param change_log: directory of the subscription's durable change log (spec key ``change_log``);
         relative to the DAG's folder. Default: the spec file's (beside the file), else
         ``$AIRFLOW_HOME/rowfilter/<subscription>/changes``. Every run of a subscription must use the
@@ -87,20 +94,26 @@ class ApplyChangesOperator(RowFilterJobOperator):
     The other parameters are those of
     :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
 
-    Returns (XCom) the batch written by this run, read from ``rowfilter.batch_history`` after the
-    job: ``{"subscription": "s1", "batch_id": 7, "start_lsn": "0/1A2B3C", "end_lsn": "0/1A9F00",
-    "transactions": 3, "changes": 12, "lag_bytes": 0, "lag_seconds": 0.4, "duration_ms": 850,
-    "skipped_lsn": None, "counts": {"public.t1": {"insert": 2, …}}, "changed_tables": ["public.t1"],
-    "tables": [{"table": "public.t1", "state": "r", "lsn": "0/1A9F00"}, …]}``; ``batch_id`` is None
-    (and the numbers 0) when the run applied nothing.
+    Returns (XCom) the batches written by this run, read from ``rowfilter.batch_history`` after the
+    job: ``{"subscription": "s1", "batches": 2, "batch_ids": [7, 8], "batch_id": 8, "start_lsn":
+    "0/1A2B3C", "end_lsn": "0/1A9F00", "transactions": 3, "changes": 12, "lag_bytes": 0,
+    "lag_seconds": 0.4, "duration_ms": 850, "skipped_lsn": None, "counts": {"public.t1": {"insert":
+    2, …}}, "changed_tables": ["public.t1"], "drained": True, "budget_exhausted": False, "tables":
+    [{"table": "public.t1", "state": "r", "lsn": "0/1A9F00"}, …]}``. ``batch_id`` is the newest
+    batch's, ``start_lsn`` the first's start, ``end_lsn``, the lag and the states the last's; the
+    counts, ``transactions``, ``changes`` and ``duration_ms`` are totals over the batches.
+    ``drained`` and ``budget_exhausted`` come from the job's summary line (None when it printed
+    none). ``batch_id`` is None (and the numbers 0) when the run applied nothing.
     """
 
     job: ClassVar[str] = "apply"
-    template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "change_log", "max_changes")
+    template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "change_log", "max_changes",
+                                      "time_budget")
     ui_color = "#b9e3cf"
 
     def __init__(self, *, max_changes: int | str | None = None, change_log: str | None = None,
-                 asset_alias: str | None = None, **kwargs: Any) -> None:
+                 asset_alias: str | None = None, time_budget: float | str | timedelta | None = None,
+                 **kwargs: Any) -> None:
         alias = default_asset_alias(kwargs.get("subscription")) if asset_alias is None else asset_alias
         if alias:
             outlets = kwargs.get("outlets") or []
@@ -110,6 +123,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
             kwargs["outlets"] = outlets
         super().__init__(**kwargs)
         self.max_changes = max_changes
+        self.time_budget = time_budget
         self.change_log = change_log
         self.asset_alias = alias or None
         self._lineage: dict[str, list[tuple[str, str]]] | None = None
@@ -130,8 +144,26 @@ class ApplyChangesOperator(RowFilterJobOperator):
         return resolved
 
     def job_arguments(self) -> list[str]:
-        bound = self._max_changes()
-        return [] if bound is None else ["--max-changes", str(bound)]
+        bound, budget = self._max_changes(), self._time_budget()
+        return ([] if bound is None else ["--max-changes", str(bound)]) + \
+            ([] if budget is None else ["--time-budget", f"{budget:g}"])
+
+    def _time_budget(self) -> float | None:
+        """The rendered ``time_budget`` in seconds (0 or more), or None for no budget."""
+        value = self.time_budget
+        if value is None or value == "":
+            return None
+        if isinstance(value, timedelta):
+            value = value.total_seconds()
+        elif isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                value = None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+            raise SpecError(f"time_budget={self.time_budget!r} is not a number of seconds of 0 or more",
+                            hint="pass time_budget=240 (seconds) or timedelta(minutes=4), or leave it out to drain")
+        return float(value)
 
     def _max_changes(self) -> int | None:
         """The rendered ``max_changes`` as a positive integer, or None for the job's default."""
@@ -167,13 +199,18 @@ class ApplyChangesOperator(RowFilterJobOperator):
             "changes": 0, "lag_bytes": None, "lag_seconds": None, "duration_ms": None, "skipped_lsn": None,
             "counts": {},
         }
-        if batches:
-            b = batches[0]
-            result.update(batch_id=b.id, start_lsn=b.start_lsn, end_lsn=b.end_lsn, transactions=b.transactions or 0,
-                          changes=b.changes or 0, lag_bytes=b.lag_bytes, lag_seconds=b.lag_seconds,
-                          duration_ms=b.duration_ms, skipped_lsn=b.skipped_lsn, counts=_counts(b.counts))
-            if len(batches) > 1:
-                self.log.info("The job wrote %d batches; returning the newest", len(batches))
+        if batches:  # newest first
+            last, first = batches[0], batches[-1]
+            result.update(batch_id=last.id, start_lsn=first.start_lsn, end_lsn=last.end_lsn,
+                          transactions=sum(b.transactions or 0 for b in batches),
+                          changes=sum(b.changes or 0 for b in batches), lag_bytes=last.lag_bytes,
+                          lag_seconds=last.lag_seconds, duration_ms=sum(b.duration_ms or 0 for b in batches),
+                          skipped_lsn=next((b.skipped_lsn for b in batches if b.skipped_lsn), None),
+                          counts=_summed(_counts(b.counts) for b in batches))
+        # What only the job knows (operators/job_output.py keeps its JSON line).
+        printed = self._output.result if self._output is not None and self._output.result else {}
+        result.update(batches=len(batches), batch_ids=[b.id for b in reversed(batches)],
+                      drained=printed.get("drained"), budget_exhausted=printed.get("budget_exhausted"))
         counts = result["counts"]
         changed = sorted(t for t, c in counts.items() if sum(c.get(k, 0) for k in CHANGING) > 0)
         read = sorted(t for t, c in counts.items() if any(c.values()))
@@ -194,11 +231,17 @@ class ApplyChangesOperator(RowFilterJobOperator):
         if result["batch_id"] is None:
             self.log.info("Subscription %s: no batch applied by this run", name)
         else:
-            self.log.info("Subscription %s: batch %s applied %s change(s) in %s transaction(s), %s -> %s, in %s; %s%s",
-                          name, result["batch_id"], result["changes"], result["transactions"], result["start_lsn"],
-                          result["end_lsn"], "?" if result["duration_ms"] is None else duration(result["duration_ms"] / 1000),
+            self.log.info("Subscription %s: %s batch(es) (%s) applied %s change(s) in %s transaction(s), %s -> %s, "
+                          "in %s; %s%s", name, result["batches"], ", ".join(map(str, result["batch_ids"])),
+                          result["changes"], result["transactions"], result["start_lsn"], result["end_lsn"],
+                          "?" if result["duration_ms"] is None else duration(result["duration_ms"] / 1000),
                           batch_lag(result["lag_bytes"], result["lag_seconds"]),
                           f"; skipped the transaction at {result['skipped_lsn']}" if result["skipped_lsn"] else "")
+        if result["budget_exhausted"]:
+            self.log.info("The time budget (%s) stopped the run before it drained: the next run goes on",
+                          self.time_budget)
+        elif result["drained"]:
+            self.log.info("Drained: every transaction the publisher had committed when the run started is applied")
         for table, c in sorted(result["counts"].items()):
             self.log.info("%s: %s", table, counts_text(c))
         waiting = [f"{t['table']} ({t['state']})" for t in result["tables"] if t["state"] != "r"]
@@ -250,6 +293,17 @@ class ApplyChangesOperator(RowFilterJobOperator):
             inputs=[Dataset(namespace=ns, name=name) for ns, name in datasets["inputs"]],
             outputs=[Dataset(namespace=ns, name=name) for ns, name in datasets["outputs"]],
         )
+
+
+def _summed(counts: Any) -> dict[str, dict[str, int]]:
+    """Per-table counts added up over batches."""
+    total: dict[str, dict[str, int]] = {}
+    for batch in counts:
+        for table, c in batch.items():
+            into = total.setdefault(table, {})
+            for k, v in c.items():
+                into[k] = into.get(k, 0) + v
+    return total
 
 
 def _counts(value: Any) -> dict[str, dict[str, int]]:

@@ -85,6 +85,7 @@ def test_incremental_and_refresh_dags(monkeypatch: pytest.MonkeyPatch) -> None:
     assert apply.retries == 4 and apply.retry_exponential_backoff == 2.0
     assert apply.retry_delay == timedelta(seconds=30) and apply.max_retry_delay == timedelta(minutes=15)
     assert apply.max_changes == "{{ params.max_changes }}"
+    assert apply.time_budget == "{{ params.time_budget }}" and incremental.params["time_budget"] == 240
     refresh = bag.dags["rowfilter_refresh"]
     assert _edges(refresh) == {"refresh": ["tables_to_copy"], "tables_to_copy": ["snapshot"], "snapshot": []}
     assert refresh.get_task("snapshot").pool == "rowfilter_copies"
@@ -188,9 +189,14 @@ def test_initial_then_incremental_sync_then_refresh(airflow_db: dict[str, str], 
     assert not any(counts.get("public.t3", {}).get(k) for k in ("insert", "update", "delete", "truncate"))
     assert batch["end_lsn"] and batch["start_lsn"]
     with psycopg.connect(cluster.pg.dsn(cluster.sub_db)) as conn:
-        newest = conn.execute("SELECT id, changes FROM rowfilter.batch_history WHERE subscription = 'dagtest' "
-                              "ORDER BY id DESC LIMIT 1").fetchone()
-    assert (batch["batch_id"], batch["changes"]) == newest
+        written = conn.execute("SELECT id, changes FROM rowfilter.batch_history WHERE subscription = 'dagtest' "
+                               "AND id = ANY(%s) ORDER BY id", (batch["batch_ids"],)).fetchall()
+        newest = conn.execute("SELECT max(id) FROM rowfilter.batch_history WHERE subscription = 'dagtest'").fetchone()
+    # The run drained (the DAG's time_budget reached the job, which had no need of it); its batches, totalled.
+    assert "--time-budget 240" in output
+    assert (batch["drained"], batch["budget_exhausted"], batch["batches"]) == (True, False, len(written)), batch
+    assert [i for i, _ in written] == batch["batch_ids"] and batch["batch_id"] == newest[0] == written[-1][0]
+    assert batch["changes"] == sum(c for _, c in written)
     # One asset event per changed subscriber table, through the task's AssetAlias outlet.
     where = f"postgres://{cluster.pg.host}:{cluster.pg.port}/{cluster.sub_db}/public"
     events = incremental["asset_events"]
@@ -198,7 +204,9 @@ def test_initial_then_incremental_sync_then_refresh(airflow_db: dict[str, str], 
     assert {e["task_id"] for e in events} == {"apply"}
     t2 = next(e for e in events if e["uri"].endswith("/t2"))
     assert t2["extra"]["update_to_insert"] == 1 and t2["extra"]["subscription"] == "dagtest"
-    assert f"Subscription dagtest: batch {batch['batch_id']} applied" in output
+    assert f"Subscription dagtest: {batch['batches']} batch(es) ({', '.join(map(str, batch['batch_ids']))}) applied" \
+        in output
+    assert "Drained: every transaction the publisher had committed when the run started is applied" in output
     # Without a spec file the change log lives under AIRFLOW_HOME, the same for every run.
     assert (Path(airflow_db["AIRFLOW_HOME"]) / "rowfilter" / "dagtest" / "changes").is_dir()
 

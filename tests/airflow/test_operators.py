@@ -12,6 +12,7 @@ import logging
 import socket
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -393,6 +394,40 @@ def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
         other.prepare_submit()
         assert other.conf["spark.driver.extraJavaOptions"] == (
             "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0")
+
+
+@pytest.mark.parametrize(("budget", "seconds"), [
+    pytest.param(None, None, id="none: the run drains"),
+    pytest.param(0, 0.0, id="zero: one batch"),
+    pytest.param("90", 90.0, id="string"),
+    pytest.param(timedelta(minutes=4), 240.0, id="timedelta"),
+    pytest.param("{{ params.budget }}", 150.5, id="template"),
+])
+def test_apply_time_budget_reaches_the_job(dbs: Databases, budget: Any, seconds: float | None) -> None:
+    """time_budget (seconds, a timedelta or a template) becomes the job's --time-budget, as the job parses it."""
+    from airflow_provider_rowfilter.jobs.apply import apply_parser
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    op = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"], time_budget=budget,
+                              publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                              conn_id=dbs.spark_conn)
+    assert "time_budget" in op.template_fields
+    _render(op, {"budget": "150.5"})
+    op.prepare_submit()
+    assert apply_parser().parse_args(op.application_args).time_budget == seconds
+    assert ("--time-budget" in _command(op)) is (seconds is not None)
+
+
+@pytest.mark.parametrize("budget", [-1, "-0.5", "soon", "nan", "inf", True, [60]])
+def test_apply_time_budget_that_is_not_seconds_fails_without_retry(dbs: Databases, budget: Any) -> None:
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    op = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"], time_budget=budget,
+                              publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+                              conn_id=dbs.spark_conn)
+    with pytest.raises(AirflowFailException, match=r"time_budget=.* is not a number of seconds of 0 or more"):
+        op.prepare_submit()
+    assert op.application_args is None  # nothing was submitted
 
 
 def test_spec_json_is_what_the_job_parses(dbs: Databases) -> None:

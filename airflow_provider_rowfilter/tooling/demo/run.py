@@ -232,8 +232,10 @@ def _report(number: int, result: dict[str, Any], seconds: float) -> None:
     say("   tasks: " + ", ".join(f"{t} {s}" for t, s in sorted(result["tasks"].items())))
     batch = result["xcoms"].get("apply")
     if batch and batch.get("batch_id") is not None:
-        say(f"   batch {batch['batch_id']}: {batch['changes']:,} changes in {batch['transactions']:,} "
-            f"transactions, {batch['start_lsn']} → {batch['end_lsn']}")
+        say(f"   {batch.get('batches', 1)} batch(es) through {batch['batch_id']}: {batch['changes']:,} changes in "
+            f"{batch['transactions']:,} transactions, {batch['start_lsn']} → {batch['end_lsn']}"
+            + (", drained" if batch.get("drained") else ", stopped by the time budget"
+               if batch.get("budget_exhausted") else ""))
         for table, counts in sorted(batch["counts"].items()):
             shown = ", ".join(f"{k} {v:,}" for k, v in counts.items() if v)
             say(f"     {table:15} {shown or 'nothing'}")
