@@ -36,8 +36,9 @@ LOCAL = "INSERT INTO t VALUES (1000, 'local', 0), (1001, 'local', 1);"  # the su
 def regional(first: int, region: str) -> str:
     """A regional publisher: ids first..first+99 of both regions, its publication keeps ``region``."""
     # REPLICA IDENTITY FULL: a filter on a non-key column, valid for UPDATE and DELETE too.
-    return (TABLE + f"ALTER TABLE t REPLICA IDENTITY FULL; INSERT INTO t SELECT g, (ARRAY['a', 'b'])[1 + g % 2], g FROM generate_series({first}, "
-            f"{first + 99}) g; CREATE PUBLICATION p{region} FOR TABLE t WHERE (region = '{region}');")
+    return (TABLE + "ALTER TABLE t REPLICA IDENTITY FULL; "
+            f"INSERT INTO t SELECT g, (ARRAY['a', 'b'])[1 + g % 2], g FROM generate_series({first}, {first + 99}) g; "
+            f"CREATE PUBLICATION p{region} FOR TABLE t WHERE (region = '{region}');")
 
 
 def spec_for(publisher: str, subscriber: str, region: str) -> SubscriptionSpec:
