@@ -16,6 +16,7 @@ from pydantic.dataclasses import dataclass
 
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.names import identifier, quote_identifier
 
 SPEC_VERSION = 1
 #: What ApplyChanges does when an INSERT finds its key in the subscriber (the spec's ``conflict_policy``).
@@ -62,6 +63,11 @@ class SubscriptionSpec:
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
     become the strings Spark reads (``2``, ``true``).
+
+    Publication names are read as PostgreSQL reads ``CREATE SUBSCRIPTION … PUBLICATION pA``
+    (core/names.py): unquoted folds to lower case, ``'"pA"'`` keeps its case. ``publications`` holds
+    them as SQL would write them (``pa``, ``"pA"``: reading the spec again gives the same), and
+    :attr:`publication_names` the names themselves, what the publisher's catalog holds.
     """
 
     subscription: str
@@ -86,6 +92,11 @@ class SubscriptionSpec:
             return (value,)
         return tuple(value) if isinstance(value, list) else value
 
+    @field_validator("publications")
+    @classmethod
+    def _as_sql_reads_them(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(quote_identifier(identifier(v, "publications")) for v in value)
+
     @field_validator("spark_conf", mode="before")
     @classmethod
     def _settings_as_strings(cls, value: Any) -> Any:
@@ -105,8 +116,9 @@ class SubscriptionSpec:
         if not self.publications:
             raise SpecError(f"subscription {self.subscription!r} names no publications",
                             hint="set publications: [p1, …]")
-        if len(set(self.publications)) != len(self.publications):
-            dup = next(p for p in self.publications if self.publications.count(p) > 1)
+        names = self.publication_names
+        if len(set(names)) != len(names):  # publicationListToArray in src/backend/commands/subscriptioncmds.c
+            dup = next(p for p in names if names.count(p) > 1)
             raise SpecError(f'publication name "{dup}" used more than once')
         for key in _CONNINFO_KEYS:
             if getattr(self, key):
@@ -166,6 +178,11 @@ class SubscriptionSpec:
         if not isinstance(data, dict):
             raise SpecError("the spec JSON must be an object (what SubscriptionSpec.to_json writes)")
         return cls.from_dict(data, source="spec JSON")
+
+    @property
+    def publication_names(self) -> tuple[str, ...]:
+        """The publications' names as the publisher's catalog holds them (``publications`` read as SQL)."""
+        return tuple(identifier(p, "publications") for p in self.publications)
 
     @property
     def retained_wal_warning_bytes(self) -> int:

@@ -75,7 +75,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
     resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
         definitions = load_definitions(spec, pub)
-        tables = subscribed_tables(definitions.publications, spec.publications, definitions.catalog)
+        tables = subscribed_tables(definitions.publications, spec.publication_names, definitions.catalog)
         actions = leaf_actions(definitions.filters, definitions.publications, definitions.catalog)
         had_slot = slot_exists(pub, slot)
         if not had_slot:
@@ -101,7 +101,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         with sub.transaction():
-            store.ensure_subscription(spec.publications, slot, capture_names(spec.subscription)[1],
+            store.ensure_subscription(spec.publication_names, slot, capture_names(spec.subscription)[1],
                                       {"copy_data": spec.copy_data})
             added, removed = store.reconcile(tables, copy_data=spec.copy_data, current_lsn=lsn)
             last = store.last_refresh()

@@ -128,9 +128,10 @@ class InitialCopyResult:
                   "in state d is copied again from nothing, one still in i is copied; their own rows stay"))
 
 
-def resync_again(tables: Sequence[object]) -> str:
+def resync_again(tables: Sequence[TableName | str]) -> str:
     """The command that runs a failed ``resync --copy`` of ``tables`` again."""
-    return f"run `rowfilter resync {' '.join(f'--table {t}' for t in tables)} --copy` again"
+    names = (t.as_sql() if isinstance(t, TableName) else t for t in tables)
+    return f"run `rowfilter resync {' '.join(f'--table {t}' for t in names)} --copy` again"
 
 
 # --- the job ---------------------------------------------------------------------------------------
@@ -409,7 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         args, spec = parse(snapshot_parser(), argv)
-        tables = [TableName.parse(t) for t in args.table] or None
+        tables = [TableName.from_sql(t, "--table") for t in args.table] or None
         options = CopyOptions(max_partitions=args.max_partitions, fetch_size=args.fetch_size)
         if args.resync:
             result = resync(spec, tables or [], copy=True, options=options)

@@ -34,5 +34,5 @@ def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> D
     else:
         publications = read_publications(publisher)
         source = "publisher catalog"
-    filters = subscription_filters(publications, spec.publications, catalog)
+    filters = subscription_filters(publications, spec.publication_names, catalog)
     return Definitions(catalog, publications, filters, source)
