@@ -22,6 +22,9 @@ SPEC_VERSION = 1
 #: What ApplyChanges does when an INSERT finds its key in the subscriber (the spec's ``conflict_policy``).
 ConflictPolicy = Literal["error", "upsert"]
 CONFLICT_POLICIES: tuple[str, ...] = get_args(ConflictPolicy)
+#: What refresh does with a table whose definition it refuses (the spec's ``on_invalid_table``).
+InvalidTablePolicy = Literal["refuse", "skip"]
+INVALID_TABLE_POLICIES: tuple[str, ...] = get_args(InvalidTablePolicy)
 #: A subscription name the spec accepts: it also names the slot and the capture publications.
 SUBSCRIPTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CONNINFO_KEYS = ("publisher", "subscriber")
@@ -33,6 +36,9 @@ _EXPECTED = {
     "copy_data": ("is not true or false", "write copy_data: true or copy_data: false, without quotes"),
     "conflict_policy": (f"is not one of {', '.join(CONFLICT_POLICIES)}",
                         "error (PostgreSQL's behaviour: stop at a duplicate key) or upsert (last writer wins)"),
+    "on_invalid_table": (f"is not one of {', '.join(INVALID_TABLE_POLICIES)}",
+                         "refuse (the whole subscription, PostgreSQL's all-or-nothing) or skip (the other tables "
+                         "replicate; the refused one waits in state i with the reason)"),
     "spark_conf": ("is not a mapping of Spark settings",
                    "write spark_conf: {spark.sql.shuffle.partitions: 8} (each value a string, number or true/false)"),
     "retained_wal_warning": ("is not a size", "write bytes (1073741824) or a size with one of PostgreSQL's units: "
@@ -58,7 +64,10 @@ class SubscriptionSpec:
     its key in the subscriber: ``error`` stops the batch as PostgreSQL does, ``upsert`` overwrites (and
     an UPDATE that finds no row inserts it). ``retained_wal_warning`` is how much WAL the
     subscription's slot may hold back on the publisher before ``status`` warns (a size such as
-    ``'1GB'``, or bytes).
+    ``'1GB'``, or bytes). ``on_invalid_table`` is what ``refresh`` does with a table whose definition it
+    refuses (a filter Spark cannot evaluate exactly, an invalid one, a replica identity that does not
+    cover it): ``refuse`` refuses the whole subscription; ``skip`` keeps the subscription for the other
+    tables and leaves that one in state ``i`` with the reason as its ``last_error`` (jobs/refresh.py).
 
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
@@ -80,6 +89,7 @@ class SubscriptionSpec:
     copy_data: bool = True
     change_log: str | None = None
     conflict_policy: ConflictPolicy = "error"
+    on_invalid_table: InvalidTablePolicy = "refuse"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     retained_wal_warning: str | int = "1GB"

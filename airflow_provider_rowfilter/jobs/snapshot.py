@@ -269,6 +269,10 @@ class _CopyJob:
         if rel.state not in COPYABLE and not self.resync:
             return TableCopy(str(table), rel.state.value, rel.rows_copied, rel.lsn,
                              note=f"copied meanwhile by another job (state {rel.state.value})")
+        refused = self.definitions.filters.refused.get(table)
+        if refused is not None:  # on_invalid_table: skip: not copied, and no failure (refresh recorded why)
+            log.warning("%s: not copied, its definition is refused (on_invalid_table: skip): %s", table, refused)
+            return TableCopy(str(table), rel.state.value, note=f"skipped, refused (on_invalid_table: skip): {refused}")
         filters = self.definitions.filters.tables.get(table)
         if filters is None:
             raise StateError(f"table {table} is in the subscription but none of its publications publishes it now",
