@@ -135,6 +135,12 @@ def drop_staging(conn: psycopg.Connection, target: CopyTarget) -> None:
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_sql(target.staging)))
 
 
+def drop_stagings(conn: psycopg.Connection, subscription: str, tables: Iterable[TableName]) -> None:
+    """Drop what killed copies of ``subscription`` left staged (``rowfilter drop``), in the caller's transaction."""
+    for table in tables:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_sql(staging_table(subscription, table))))
+
+
 def move_staged(conn: psycopg.Connection, target: CopyTarget) -> int:
     """Move the staged rows into the target and drop the staging table, in the caller's transaction;
     return the rows moved. A key already in the target fails with PostgreSQL's unique violation

@@ -20,9 +20,10 @@ import yaml
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.jobs.drop import drop
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
-from airflow_provider_rowfilter.subscriber.copy_target import staging_table
+from airflow_provider_rowfilter.subscriber.copy_target import check_target, create_staging, staging_table
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 from tests.jobs.apply_scenario import JOB_TIMEOUT, SPARK_CONF
@@ -157,3 +158,21 @@ def test_a_copy_killed_while_moving_its_rows_keeps_the_tables_rows_and_the_rerun
         published = sorted(r[0] for r in conn.execute("SELECT x::text FROM t x WHERE region = 'a'"))
     assert table_rows(ours, "t") == sorted(local + published)
     assert state(spec).rows_copied == 50
+
+
+def test_drop_removes_what_a_killed_copy_left_staged(fresh_db, tmp_path):
+    pub, ours = fresh_db(), fresh_db()
+    execute(pub, regional(1, "a"))
+    execute(ours, TABLE + LOCAL)
+    spec = spec_for(pub, ours, "a")
+    spec = SubscriptionSpec.from_dict({**vars(spec), "change_log": str(tmp_path / "changes")})
+    refresh(spec)
+    t = TableName("public", "t")
+    with psycopg.connect(ours, autocommit=True) as conn:  # what a copy killed in d leaves
+        StateStore(conn, spec.subscription).set_state(t, SyncState.DATA_COPY)
+        create_staging(conn, check_target(conn, spec.subscription, t, ("id", "region", "v")))
+    staging = str(staging_table(spec.subscription, t))
+    drop(spec)
+    with psycopg.connect(ours) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (staging,)).fetchone()[0] is None
+    assert len(table_rows(ours, "t")) == 2  # the table itself is the user's
