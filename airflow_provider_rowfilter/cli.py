@@ -203,7 +203,8 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     if batch:
         title += f"\nlast batch {batch['finished_at'][:19]} through {batch['end_lsn']}"
     table = Table(title=title)
-    for col in ("table", "state", "lsn", "lag", "rows copied", "last batch", "last error"):
+    table.add_column("table", no_wrap=True)  # a name is copied from here into --table: never folded
+    for col in ("state", "lsn", "lag", "rows copied", "last batch", "last error"):
         table.add_column(col, overflow="fold")
     for t in tables:
         colour = "green" if t.state.value == "r" else "yellow"
