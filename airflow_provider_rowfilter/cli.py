@@ -472,7 +472,7 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     from airflow_provider_rowfilter.jobs.snapshot import initial_copy
     from airflow_provider_rowfilter.jobs.snapshot import resync as run_resync
 
-    tables = [TableName.parse(t) for t in args.table] if args.table else None
+    tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
     if args.command == "resync":
         result = run_resync(spec, tables or [], copy=args.copy)
     else:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_rowfilter.core.relation import TableName
 
 if TYPE_CHECKING:
+    from airflow_provider_rowfilter.core.errors import RowFilterError
     from airflow_provider_rowfilter.core.row_filter import RowFilter
 
 
@@ -39,6 +40,9 @@ class PublishedTable:
     row_filter: str | None = None
     columns: tuple[str, ...] | None = None
     filter: RowFilter | None = field(default=None, compare=False, repr=False)
+    #: Why the file's filter was refused, kept for the subscription to raise for this table alone
+    #: (``on_invalid_table: skip``; core/publication_ddl.py, ``table_refusals``).
+    refusal: RowFilterError | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ pg_publication.c), so a file that PostgreSQL 18 would reject is rejected here wi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 
 from sqlglot import exp
@@ -31,6 +34,21 @@ from airflow_provider_rowfilter.core.publication import (
 )
 from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
 from airflow_provider_rowfilter.core.row_filter import validate_row_filter
+
+#: Set by :func:`table_refusals`: a table's refused row filter is kept on its entry instead of raised.
+_DEFER_FILTER_ERRORS: ContextVar[bool] = ContextVar("defer_filter_errors", default=False)
+
+
+@contextmanager
+def table_refusals() -> Iterator[None]:
+    """Within it, :func:`publications_from_ddl` keeps a table whose row filter it refuses (``entry.refusal``),
+    so that the subscription refuses that table alone (``on_invalid_table: skip``); every other error of
+    the file still refuses the file, as PostgreSQL refuses the statement."""
+    token = _DEFER_FILTER_ERRORS.set(True)
+    try:
+        yield
+    finally:
+        _DEFER_FILTER_ERRORS.reset(token)
 
 
 def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:
@@ -174,7 +192,10 @@ def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCata
         try:
             entry = replace(entry, filter=validate_row_filter(entry.row_filter, rel, catalog.filter_context))
         except RowFilterError as e:
-            raise e.with_context(publication=pub.name, table=str(rel.name)) from None
+            refused = e.with_context(publication=pub.name, table=str(rel.name))
+            if not _DEFER_FILTER_ERRORS.get():
+                raise refused from None
+            entry = replace(entry, refusal=refused)
     if entry.columns is not None:
         if pub.schemas:
             raise PublicationError(

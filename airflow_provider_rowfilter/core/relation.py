@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.names import quote_identifier, split_names
 
 # PostgreSQL's FirstNormalObjectId: objects with a lower OID are built in.
 FIRST_NORMAL_OBJECT_ID = 16384
@@ -27,6 +28,23 @@ class TableName:
         schema, _, name = text.rpartition(".")
         return cls(schema or default_schema, name)
 
+    @classmethod
+    def from_sql(cls, text: str, what: str = "table", default_schema: str = "public") -> TableName:
+        """A table name the user wrote (``--table``, ``tables=``), read as PostgreSQL reads SQL
+        (core/names.py): ``Sales.Orders`` is ``sales.orders``, ``"Sales"."Orders"`` keeps its case."""
+        try:
+            names = split_names(text, what)
+        except SpecError as e:
+            raise SpecError(f"{what}: {text!r} is not a table name", hint=e.hint) from None
+        if len(names) > 2:
+            raise SpecError(f"{what}: {text!r} is not a table name",
+                            hint="write schema.table, e.g. public.t1 (or t1 for public.t1)")
+        return cls(default_schema, names[0]) if len(names) == 1 else cls(*names)
+
+    def as_sql(self) -> str:
+        """The name as the user writes it (``--table``): what :meth:`from_sql` reads back unchanged."""
+        return f"{quote_identifier(self.schema)}.{quote_identifier(self.name)}"
+
     def __str__(self) -> str:
         return f"{self.schema}.{self.name}"
 
@@ -34,8 +52,9 @@ class TableName:
 def table_names(value: Sequence[str] | str | None, setting: str = "tables") -> list[TableName]:
     """Table names given as a list or a comma-separated string (what Jinja renders), sorted, each once.
 
-    ``schema.table``, or ``table`` for ``public.table``; blanks between commas are skipped. None or
-    nothing gives an empty list (the caller's "all of the subscription's tables").
+    ``schema.table``, or ``table`` for ``public.table``, read as SQL names (:meth:`TableName.from_sql`:
+    unquoted folds to lower case); blanks between commas are skipped. None or nothing gives an empty
+    list (the caller's "all of the subscription's tables").
 
     :raises SpecError: naming ``setting``, for a value that is not a list of names or a name that is
         not ``schema.table``.
@@ -48,11 +67,7 @@ def table_names(value: Sequence[str] | str | None, setting: str = "tables") -> l
                         hint=f"pass {setting}=['public.t1', 'sales.orders'] or 'public.t1,sales.orders'")
     names = set()
     for text in items:
-        table = TableName.parse(text.strip())
-        if not table.name or "." in table.schema:
-            raise SpecError(f"{setting}: {text!r} is not a table name",
-                            hint="write schema.table, e.g. 'public.t1' (or t1 for public.t1)")
-        names.add(table)
+        names.add(TableName.from_sql(text.strip(), setting))
     return sorted(names)
 
 

@@ -16,11 +16,15 @@ from pydantic.dataclasses import dataclass
 
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.names import identifier, quote_identifier
 
 SPEC_VERSION = 1
 #: What ApplyChanges does when an INSERT finds its key in the subscriber (the spec's ``conflict_policy``).
 ConflictPolicy = Literal["error", "upsert"]
 CONFLICT_POLICIES: tuple[str, ...] = get_args(ConflictPolicy)
+#: What refresh does with a table whose definition it refuses (the spec's ``on_invalid_table``).
+InvalidTablePolicy = Literal["refuse", "skip"]
+INVALID_TABLE_POLICIES: tuple[str, ...] = get_args(InvalidTablePolicy)
 #: A subscription name the spec accepts: it also names the slot and the capture publications.
 SUBSCRIPTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CONNINFO_KEYS = ("publisher", "subscriber")
@@ -32,6 +36,9 @@ _EXPECTED = {
     "copy_data": ("is not true or false", "write copy_data: true or copy_data: false, without quotes"),
     "conflict_policy": (f"is not one of {', '.join(CONFLICT_POLICIES)}",
                         "error (PostgreSQL's behaviour: stop at a duplicate key) or upsert (last writer wins)"),
+    "on_invalid_table": (f"is not one of {', '.join(INVALID_TABLE_POLICIES)}",
+                         "refuse (the whole subscription, PostgreSQL's all-or-nothing) or skip (the other tables "
+                         "replicate; the refused one waits in state i with the reason)"),
     "spark_conf": ("is not a mapping of Spark settings",
                    "write spark_conf: {spark.sql.shuffle.partitions: 8} (each value a string, number or true/false)"),
     "retained_wal_warning": ("is not a size", "write bytes (1073741824) or a size with one of PostgreSQL's units: "
@@ -63,10 +70,19 @@ class SubscriptionSpec:
     ``'1GB'``, or bytes). ``spark_remote`` (``sc://host:port``) runs the job's Spark work as a Spark
     Connect client of that server instead of in a Spark driver of its own (``spark_master`` is then
     the server's business); it holds no token (docs/apply.md, "Spark Connect").
+    ``on_invalid_table`` is what ``refresh`` does with a table whose definition it refuses (a filter
+    Spark cannot evaluate exactly, an invalid one, a replica identity that does not cover it):
+    ``refuse`` refuses the whole subscription; ``skip`` keeps the subscription for the other tables
+    and leaves that one in state ``i`` with the reason as its ``last_error`` (jobs/refresh.py).
 
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
     become the strings Spark reads (``2``, ``true``).
+
+    Publication names are read as PostgreSQL reads ``CREATE SUBSCRIPTION … PUBLICATION pA``
+    (core/names.py): unquoted folds to lower case, ``'"pA"'`` keeps its case. ``publications`` holds
+    them as SQL would write them (``pa``, ``"pA"``: reading the spec again gives the same), and
+    :attr:`publication_names` the names themselves, what the publisher's catalog holds.
     """
 
     subscription: str
@@ -79,6 +95,7 @@ class SubscriptionSpec:
     copy_data: bool = True
     change_log: str | None = None
     conflict_policy: ConflictPolicy = "error"
+    on_invalid_table: InvalidTablePolicy = "refuse"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None
@@ -91,6 +108,11 @@ class SubscriptionSpec:
         if isinstance(value, str):
             return (value,)
         return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("publications")
+    @classmethod
+    def _as_sql_reads_them(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(quote_identifier(identifier(v, "publications")) for v in value)
 
     @field_validator("spark_conf", mode="before")
     @classmethod
@@ -111,8 +133,9 @@ class SubscriptionSpec:
         if not self.publications:
             raise SpecError(f"subscription {self.subscription!r} names no publications",
                             hint="set publications: [p1, …]")
-        if len(set(self.publications)) != len(self.publications):
-            dup = next(p for p in self.publications if self.publications.count(p) > 1)
+        names = self.publication_names
+        if len(set(names)) != len(names):  # publicationListToArray in src/backend/commands/subscriptioncmds.c
+            dup = next(p for p in names if names.count(p) > 1)
             raise SpecError(f'publication name "{dup}" used more than once')
         for key in _CONNINFO_KEYS:
             if getattr(self, key):
@@ -174,6 +197,11 @@ class SubscriptionSpec:
         if not isinstance(data, dict):
             raise SpecError("the spec JSON must be an object (what SubscriptionSpec.to_json writes)")
         return cls.from_dict(data, source="spec JSON")
+
+    @property
+    def publication_names(self) -> tuple[str, ...]:
+        """The publications' names as the publisher's catalog holds them (``publications`` read as SQL)."""
+        return tuple(identifier(p, "publications") for p in self.publications)
 
     @property
     def retained_wal_warning_bytes(self) -> int:

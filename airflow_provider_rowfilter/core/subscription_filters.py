@@ -78,6 +78,8 @@ class SubscriptionFilters:
 
     publications: tuple[str, ...]
     tables: dict[TableName, TableFilters] = field(default_factory=dict)
+    #: Tables published but refused, with the reason (only with ``skip_invalid``; not in ``tables``).
+    refused: dict[TableName, str] = field(default_factory=dict)
 
 
 def subscription_filters(
@@ -86,11 +88,14 @@ def subscription_filters(
     catalog: PublisherCatalog,
     *,
     checked_actions: Iterable[PublishAction] = (PublishAction.UPDATE, PublishAction.DELETE),
+    skip_invalid: bool = False,
 ) -> SubscriptionFilters:
     """Resolve the effective filters of a subscription to publications ``names``; raise what PostgreSQL would.
 
     ``checked_actions`` are the operations whose replica-identity rules (which PostgreSQL applies
-    when a table is updated or deleted from) are enforced up front.
+    when a table is updated or deleted from) are enforced up front. With ``skip_invalid`` (the spec's
+    ``on_invalid_table: skip``) a table whose filter, column lists or replica identity is refused is
+    left out of ``tables`` and put in ``refused`` with the reason, instead of refusing the subscription.
     """
     checked = tuple(checked_actions)
     names = tuple(names)
@@ -104,30 +109,48 @@ def subscription_filters(
     per_leaf = [_leaf_entry(rel, pubs, catalog) for rel in catalog.all_publishable()
                 if rel.relkind is RelKind.TABLE]
     per_leaf = [e for e in per_leaf if e is not None]
-    for leaf, _, _, publishing in per_leaf:
-        _check_replica_identity(leaf, publishing, catalog, checked, validated)
+    refused: dict[TableName, RowFilterError] = {}
+    for leaf, publish_as, _, publishing in per_leaf:
+        try:
+            _check_replica_identity(leaf, publishing, catalog, checked, validated)
+        except RowFilterError as e:
+            if not skip_invalid:
+                raise
+            refused.setdefault(publish_as.name, e)
 
     grouped: dict[TableName, list[tuple[Relation, Relation, list[Publication], list[Publication]]]] = {}
     for entry in per_leaf:
         grouped.setdefault(entry[1].name, []).append(entry)
     result = SubscriptionFilters(publications=names)
     for table in sorted(grouped):
-        entries = grouped[table]
-        publish_as = entries[0][1]
-        rel_pubs = entries[0][2]
-        actions = frozenset(a for _, _, _, publishing in entries for p in publishing for a in p.actions)
-        filters = _action_filters(publish_as, rel_pubs, validated)
-        result.tables[table] = TableFilters(
-            table=table,
-            leaves=tuple(sorted(e[0].name for e in entries)),
-            actions=actions,
-            filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # no filter for an action not published
-            copy_filters=_copy_filters(publish_as, rel_pubs, validated),
-            columns=_column_list(publish_as, rel_pubs),
-            publications=tuple(p.name for p in rel_pubs),
-            copy_only=publish_as.relkind is RelKind.TABLE,
-        )
+        if table in refused:
+            continue
+        try:
+            result.tables[table] = _table_filters(table, grouped[table], validated)
+        except RowFilterError as e:
+            if not skip_invalid:
+                raise
+            refused[table] = e
+    result.refused.update({t: str(e) for t, e in sorted(refused.items())})
     return result
+
+
+def _table_filters(table: TableName, entries: list, validated: _Validated) -> TableFilters:
+    """What the subscription receives of one publish-as table (its leaves' ``entries``)."""
+    publish_as = entries[0][1]
+    rel_pubs = entries[0][2]
+    actions = frozenset(a for _, _, _, publishing in entries for p in publishing for a in p.actions)
+    filters = _action_filters(publish_as, rel_pubs, validated)
+    return TableFilters(
+        table=table,
+        leaves=tuple(sorted(e[0].name for e in entries)),
+        actions=actions,
+        filters={a: filters.get(a) for a in actions if a in DML_ACTIONS},  # no filter for an action not published
+        copy_filters=_copy_filters(publish_as, rel_pubs, validated),
+        columns=_column_list(publish_as, rel_pubs),
+        publications=tuple(p.name for p in rel_pubs),
+        copy_only=publish_as.relkind is RelKind.TABLE,
+    )
 
 
 def _publishes(pub: Publication, rel: Relation) -> bool:
@@ -184,6 +207,8 @@ class _Validated:
         if key not in self.done:
             entry = pub.table_entry(rel.name)
             assert entry is not None and entry.row_filter is not None
+            if entry.refusal is not None:  # refused by the publications file, raised for this table alone
+                raise entry.refusal
             if entry.filter is not None and entry.filter.relation == rel:
                 self.done[key] = entry.filter
             else:

@@ -34,6 +34,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     drop_capture_objects,
 )
 from airflow_provider_rowfilter.subscriber.apply_target import clear_stage
+from airflow_provider_rowfilter.subscriber.copy_target import drop_stagings
 from airflow_provider_rowfilter.subscriber.state import (
     APPLY_LOCK,
     StateStore,
@@ -92,6 +93,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
             with sub.transaction():
                 if relation_exists(sub, "apply_stage"):
                     clear_stage(sub, spec.subscription)
+                drop_stagings(sub, spec.subscription, [r.table for r in StateStore(sub, spec.subscription).tables()])
                 state = StateStore(sub, spec.subscription).drop()
             if state is not None:
                 result.state_dropped = True

@@ -10,6 +10,12 @@ A slot that is gone while tables hold positions read from it (``d``, ``f``, ``s`
 gap: the changes made while it was missing were never decoded. Refresh then refuses, changing
 nothing, unless ``recreate_slot``: every such table is emptied and sent back to ``i`` (the resync
 path, whatever ``copy_data``: only a new copy closes a gap), then the slot is created.
+
+With ``on_invalid_table: skip`` a table whose definition is refused does not refuse the subscription:
+it is subscribed in state ``i`` with the reason as its ``last_error`` (``status``, the sensor), left
+out of the capture publications, and neither copied nor applied until a refresh accepts it (the
+error is then cleared and the snapshot copies it). A table already past ``i`` is still refused with
+the subscription: leaving it out of the capture would lose its changes.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import (
     filters_document,
@@ -50,6 +57,10 @@ class SlotLostError(RowFilterError):
     """The subscription's slot is gone while tables hold positions read from it."""
 
 
+#: How a table refused under ``on_invalid_table: skip`` starts its ``last_error`` (cleared when accepted).
+REFUSED = "refused by refresh (on_invalid_table: skip): "
+
+
 @dataclass
 class RefreshResult:
     subscription: str
@@ -61,6 +72,7 @@ class RefreshResult:
     capture_publication_changed: bool = False
     definitions_changed: bool = False
     resynced: list[str] = field(default_factory=list)  # sent back to i because the slot had to be recreated
+    refused: dict[str, str] = field(default_factory=dict)  # on_invalid_table: skip: table -> why
 
     @property
     def changed(self) -> bool:
@@ -75,7 +87,8 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
     resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
         definitions = load_definitions(spec, pub)
-        tables = subscribed_tables(definitions.publications, spec.publications, definitions.catalog)
+        _refuse_positioned(spec, definitions.filters.refused)
+        tables = subscribed_tables(definitions.publications, spec.publication_names, definitions.catalog)
         actions = leaf_actions(definitions.filters, definitions.publications, definitions.catalog)
         had_slot = slot_exists(pub, slot)
         if not had_slot:
@@ -101,9 +114,10 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         with sub.transaction():
-            store.ensure_subscription(spec.publications, slot, capture_names(spec.subscription)[1],
+            store.ensure_subscription(spec.publication_names, slot, capture_names(spec.subscription)[1],
                                       {"copy_data": spec.copy_data})
             added, removed = store.reconcile(tables, copy_data=spec.copy_data, current_lsn=lsn)
+            result.refused = _record_refused(store, definitions.filters.refused)
             last = store.last_refresh()
             result.definitions_changed = last is None or last.definitions != document
             if added or removed or result.definitions_changed:
@@ -112,6 +126,35 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
     result.removed = [str(t) for t in removed]
     log.info("refresh of %s at %s: added %s, removed %s", spec.subscription, lsn, result.added, result.removed)
     return result
+
+
+def _refuse_positioned(spec: SubscriptionSpec, refused: dict[TableName, str]) -> None:
+    """``on_invalid_table: skip`` skips only tables not copied yet: refuse (changing nothing) when a refused
+    table already holds a position, as its changes would stop being captured."""
+    if not refused:
+        return
+    positioned = {r.table: r for r in _positioned_tables(spec)}
+    for table, reason in refused.items():
+        if table in positioned:
+            raise RowFilterError(
+                f"table {table} is refused and already replicated (state {positioned[table].state.value}): {reason}",
+                table=str(table), hint="fix the table's definition and run refresh again; on_invalid_table: skip "
+                "leaves out only tables not copied yet (to stop replicating it, remove it from the publications)")
+
+
+def _record_refused(store: StateStore, refused: dict[TableName, str]) -> dict[str, str]:
+    """In refresh's transaction: each refused table (in ``i``) gets the reason as its ``last_error``; a table
+    refused before and accepted now loses it. Returns the refused tables and reasons, for the job's output."""
+    for rel in store.tables():
+        reason = refused.get(rel.table)
+        if reason is not None and rel.last_error != REFUSED + reason:
+            store.record_error(rel.table, REFUSED + reason)
+        elif reason is None and (rel.last_error or "").startswith(REFUSED):
+            store.record_error(rel.table, None)
+    for table, reason in refused.items():
+        log.warning("%s: refused and skipped (on_invalid_table: skip); not copied or applied until a refresh "
+                    "accepts it: %s", table, reason)
+    return {str(t): r for t, r in refused.items()}
 
 
 def _positioned_tables(spec: SubscriptionSpec) -> list[RelState]:

@@ -7,9 +7,11 @@ For each chosen table in state ``i`` (or ``d``, a copy that did not finish): ``d
 that satisfy ANY of the subscription's publications' filters (``publish`` ignored), only the
 published columns, read in parallel Spark partitions from one publisher snapshot (exported by a
 temporary slot, as tablesync's) with ``COPY … TO STDOUT`` and streamed into ``COPY … FROM STDIN``
-on the subscriber; then ``f`` with the slot's consistent point (changes committed from there on
-are the catch-up's) and the rows copied. A table whose copy fails keeps its state and the error;
-a later run empties it and copies it again, as tablesync redoes an interrupted copy.
+of the attempt's staging table on the subscriber; then ONE transaction moves them into the table
+(which keeps the rows it had, as PostgreSQL's copy does; a duplicate key fails the move) and sets
+``f`` with the slot's consistent point (changes committed from there on are the catch-up's) and the
+rows copied. A table whose copy fails keeps its state, its rows and the error; a later run replaces
+the staging table and copies again, as tablesync redoes an interrupted copy.
 
 ``resync`` empties the named tables and sends them back to ``i`` (the backfill path); with
 ``copy`` it copies them at once instead, emptying each in the transaction that starts its copy,
@@ -51,11 +53,15 @@ from airflow_provider_rowfilter.spark.copy_frames import default_parallelism, ru
 from airflow_provider_rowfilter.spark.session import job_session
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
+    CopyTarget,
     check_target,
     copy_lock_key,
     copy_partition,
+    create_staging,
+    drop_staging,
     executor_conninfo,
     fence_copies,
+    move_staged,
     truncate,
 )
 from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
@@ -119,12 +125,13 @@ class InitialCopyResult:
             + "\n  ".join(lines),
             hint=(f"fix the cause and {resync_again([t.table for t in self.failed])}: a table whose copy did not "
                   "start is as it was" if self.resync else "fix the cause and run the snapshot again: a table left "
-                  "in state d is emptied and copied again, one still in i is copied"))
+                  "in state d is copied again from nothing, one still in i is copied; their own rows stay"))
 
 
-def resync_again(tables: Sequence[object]) -> str:
+def resync_again(tables: Sequence[TableName | str]) -> str:
     """The command that runs a failed ``resync --copy`` of ``tables`` again."""
-    return f"run `rowfilter resync {' '.join(f'--table {t}' for t in tables)} --copy` again"
+    names = (t.as_sql() if isinstance(t, TableName) else t for t in tables)
+    return f"run `rowfilter resync {' '.join(f'--table {t}' for t in names)} --copy` again"
 
 
 # --- the job ---------------------------------------------------------------------------------------
@@ -188,7 +195,7 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
         store.require_subscription()
         for rel in _chosen(store, tables):
             with _table_lock(sub, spec.subscription, rel.table):
-                target = check_target(sub, rel.table, (), require_empty=False)
+                target = check_target(sub, spec.subscription, rel.table, ())
                 try:
                     with sub.transaction():
                         fence_copies(sub, copy_lock_key(spec.subscription, rel.table))
@@ -239,7 +246,7 @@ class _CopyJob:
     def copy(self, rel: RelState) -> TableCopy:
         table = rel.table
         sub = self.store.conn
-        started: list[bool] = []  # set once the copy's first transaction has committed
+        started: list[CopyTarget] = []  # set once the copy's first transaction has committed
         try:
             with _table_lock(sub, self.spec.subscription, table):
                 return self._copy_locked(table, started)
@@ -249,35 +256,41 @@ class _CopyJob:
             log.debug("%s: the failure in full", table, exc_info=True)
             if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 sub.rollback()
+            if started:  # what the attempt staged goes; the table's own rows were never touched
+                _drop_staging_quietly(sub, started[0])
             if started or not self.resync:  # a resync that did not start leaves the table as it was
                 self.store.record_error(table, message)
             (now,) = self.store.tables([table])
             return TableCopy(str(table), now.state.value, error=message)
 
-    def _copy_locked(self, table: TableName, started: list[bool]) -> TableCopy:
+    def _copy_locked(self, table: TableName, started: list[CopyTarget]) -> TableCopy:
         sub = self.store.conn
         (rel,) = self.store.tables([table])  # again, under the lock
         if rel.state not in COPYABLE and not self.resync:
             return TableCopy(str(table), rel.state.value, rel.rows_copied, rel.lsn,
                              note=f"copied meanwhile by another job (state {rel.state.value})")
+        refused = self.definitions.filters.refused.get(table)
+        if refused is not None:  # on_invalid_table: skip: not copied, and no failure (refresh recorded why)
+            log.warning("%s: not copied, its definition is refused (on_invalid_table: skip): %s", table, refused)
+            return TableCopy(str(table), rel.state.value, note=f"skipped, refused (on_invalid_table: skip): {refused}")
         filters = self.definitions.filters.tables.get(table)
         if filters is None:
             raise StateError(f"table {table} is in the subscription but none of its publications publishes it now",
                              table=str(table), hint="run `rowfilter refresh` to reconcile the subscription's tables")
         source = copy_source(filters, self.definitions.catalog.relation(table))
         # Every check before any row moves: the table keeps its state when one fails.
-        target = check_target(sub, table, source.columns,
-                              require_empty=rel.state is SyncState.INIT and not self.resync,
+        target = check_target(sub, self.spec.subscription, table, source.columns,
                               rerun=resync_again([table]) if self.resync else "run the snapshot again")
         began = time.monotonic()
         with connect(self.spec.publisher, "publisher", self.spec) as pub:
             plan = plan_partitions(pub, source, self.partitions)
         with ExitStack() as held:
-            # The copy starts with the snapshot it reads, then ONE subscriber transaction: empty the
-            # table (a resync, or an interrupted copy redone from nothing, as tablesync does) and move
-            # it to d. A failure of either leaves the table as it was (the snapshot's slot goes with
-            # it). The snapshot comes first, while no subscriber transaction is open: creating a
-            # logical slot waits for every transaction of its cluster that has an xid
+            # The copy starts with the snapshot it reads, then ONE subscriber transaction: a new staging
+            # table (an interrupted attempt's is dropped with what it staged: the copy is redone from
+            # nothing, as tablesync redoes it), the table emptied if a resync, and the move to d. A
+            # failure of either leaves the table as it was (the snapshot's slot goes with it). The
+            # snapshot comes first, while no subscriber transaction is open: creating a logical slot
+            # waits for every transaction of its cluster that has an xid
             # (SnapBuildWaitSnapshot in src/backend/replication/logical/snapbuild.c), so with the
             # publisher and the subscriber in one cluster it would wait for our own transaction.
             # A table past its copy (a resync) holds the apply's lock from the snapshot to the move
@@ -288,12 +301,13 @@ class _CopyJob:
                     connect(self.spec.publisher, "publisher", self.spec, replication="database")))
                 with sub.transaction():
                     fence_copies(sub, copy_lock_key(self.spec.subscription, table))
-                    if self.resync or rel.state is SyncState.DATA_COPY:
+                    create_staging(sub, target)
+                    if self.resync:  # resync empties the table (docs/initial-sync.md); a first copy keeps its rows
                         truncate(sub, target)
                     if self.resync:
                         self.store.set_state(table, SyncState.INIT, resync=True)
                     self.store.set_state(table, SyncState.DATA_COPY)
-            started.append(True)
+            started.append(target)
             fence = CopyFence(self.spec.subscription, table.schema, table.name,
                               self.store.copy_token(table))  # updated_at as set_state(d) wrote it
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
@@ -302,7 +316,14 @@ class _CopyJob:
             rows = run_partitions(self.spark, copy_out_statements(source, plan), partial(
                 copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
                 fence=fence, block_rows=self.options.fetch_size))
-        with sub.transaction():
+            staged = rows
+        with sub.transaction():  # the rows and the state f, together
+            rows = move_staged(sub, target)
+            if rows != staged:  # a task committed twice (a lost executor) into a table without a key
+                raise InitialCopyError(
+                    f"the partitions staged {staged} rows but {rows} arrived", table=str(table),
+                    hint="a Spark task was retried after its COPY committed; run the snapshot again "
+                    "(spark.task.maxFailures=1 for the snapshot job avoids it)")
             self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
         seconds = time.monotonic() - began
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
@@ -315,6 +336,14 @@ def _required(url: str | None, role: str, spec: SubscriptionSpec) -> str:
         raise SpecError(f"subscription {spec.subscription!r} has no {role} URL",
                         hint=f"set {role}: postgresql://user@host:port/db in the spec")
     return url
+
+
+def _drop_staging_quietly(conn: psycopg.Connection, target: CopyTarget) -> None:
+    try:
+        with conn.transaction():
+            drop_staging(conn, target)
+    except psycopg.Error as e:  # the next attempt drops it anyway
+        log.warning("%s: could not drop the staging table %s: %s", target.table, target.staging, describe(e))
 
 
 def _refuse_speculation(spark: SparkSession) -> None:
@@ -384,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         args, spec = parse(snapshot_parser(), argv)
-        tables = [TableName.parse(t) for t in args.table] or None
+        tables = [TableName.from_sql(t, "--table") for t in args.table] or None
         options = CopyOptions(max_partitions=args.max_partitions, fetch_size=args.fetch_size)
         if args.resync:
             result = resync(spec, tables or [], copy=True, options=options)

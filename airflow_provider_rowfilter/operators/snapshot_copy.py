@@ -53,7 +53,7 @@ class SnapshotCopyOperator(RowFilterJobOperator):
         tables = self.chosen_tables()
         arguments: list[str] = []
         for table in tables:
-            arguments += ["--table", str(table)]
+            arguments += ["--table", table.as_sql()]
         if self.resync:
             if not tables:
                 raise SpecError("resync=True needs the tables to copy again",

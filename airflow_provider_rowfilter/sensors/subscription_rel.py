@@ -24,7 +24,9 @@ class SubscriptionRelSensor(BaseSensorOperator):
 
     States go i → d → f → s → r, so waiting for ``f`` is satisfied by ``s`` and ``r`` too. The sensor
     fails at once, without retry, when a chosen table (or the subscription) records an error, when a
-    named table is not part of the subscription, or when the subscription has no state at all.
+    named table is not part of the subscription, or when the subscription has no state at all. A table
+    refused under ``on_invalid_table: skip`` records why (``refused by refresh …``): waiting for it
+    fails with that reason; pass ``tables`` to wait for the others.
     Works in ``poke`` and ``reschedule`` modes, and deferred to the triggerer with
     ``deferrable=True``. Returns (XCom) the chosen tables' states, ``{"public.t1": "r", …}``.
 

@@ -1,13 +1,22 @@
-"""Where the initial copy writes: the subscriber's table of the same name, through COPY FROM STDIN.
+"""Where the initial copy writes: the subscriber's table of the same name, through a staging table.
 
 Columns are matched BY NAME, as PostgreSQL's apply and table sync do (logicalrep_rel_open): the
 subscriber's table may order its columns differently, may have more columns (they take their
 defaults), and may use other types as long as the publisher's text form converts. Every check runs
 before a row moves.
+
+The table may already have rows: PostgreSQL's tablesync copies into it and fails only on a real
+duplicate key (copy_table in src/backend/replication/logical/tablesync.c runs a plain COPY FROM).
+The partitions COPY FROM STDIN into a staging table of the attempt (``rowfilter.copy_<hash>``, the
+target's copied columns and types, unlogged, one per subscription and table), and ONE subscriber
+transaction moves the staged rows into the table together with the state ``f``. The table's own rows
+are never touched by a copy: an attempt that fails or is killed leaves only its staging table, which
+the next attempt replaces; a duplicate key fails the move with PostgreSQL's unique-violation message.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from contextlib import closing
@@ -26,7 +35,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     ExportedSnapshot,
     read_copy,
 )
-from airflow_provider_rowfilter.subscriber.state import StateReader
+from airflow_provider_rowfilter.subscriber.state import SCHEMA, StateReader
 
 
 class CopyTargetError(RowFilterError):
@@ -40,6 +49,7 @@ class CopyTarget:
     table: TableName
     relkind: str  # "r" regular, "p" partitioned
     columns: tuple[str, ...]
+    staging: TableName  # where the partitions write: staging_table(subscription, table)
 
     @property
     def only(self) -> sql.SQL:
@@ -47,15 +57,27 @@ class CopyTarget:
         # children's (they are tables of their own, copied or not on their own).
         return sql.SQL("" if self.relkind == "p" else "ONLY ")
 
+    @property
+    def column_list(self) -> sql.Composable:
+        return sql.SQL(", ").join(map(sql.Identifier, self.columns))
+
     def copy_sql(self) -> str:
-        """``COPY target (cols) FROM STDIN`` in text format: the subscriber converts by its own types."""
-        return sql.SQL("COPY {} ({}) FROM STDIN").format(
-            table_sql(self.table), sql.SQL(", ").join(map(sql.Identifier, self.columns))).as_string(None)
+        """``COPY staging (cols) FROM STDIN`` in text format: the subscriber converts by its own types
+        (the staging table has the target's)."""
+        return sql.SQL("COPY {} ({}) FROM STDIN").format(table_sql(self.staging), self.column_list).as_string(None)
 
 
-def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[str], *,
-                 require_empty: bool, rerun: str = "run the snapshot again") -> CopyTarget:
-    """Check that the subscriber's ``table`` can take ``columns`` (and is empty when asked); raise why not.
+def staging_table(subscription: str, table: TableName) -> TableName:
+    """The staging table of ``subscription``'s copy of ``table``: one name per pair (two subscriptions
+    consolidating into one table copy side by side), short enough for any table name."""
+    digest = hashlib.sha256(f"{subscription}\0{table}".encode()).hexdigest()[:24]
+    return TableName(SCHEMA, f"copy_{digest}")
+
+
+def check_target(conn: psycopg.Connection, subscription: str, table: TableName, columns: Sequence[str], *,
+                 rerun: str = "run the snapshot again") -> CopyTarget:
+    """Check that the subscriber's ``table`` can take ``columns``; raise why not. Rows already in it
+    stay (PostgreSQL's copy_table copies into a non-empty table too).
 
     :param rerun: what the hints tell the user to run once the cause is fixed (a resync's own command).
     """
@@ -91,20 +113,55 @@ def check_target(conn: psycopg.Connection, table: TableName, columns: Sequence[s
             f'{"s" if len(generated) > 1 else ""} {", ".join(generated)} that the publisher publishes',
             table=str(table), hint="make the subscriber's column an ordinary column, or leave it out of the "
             "publication's column list")
-    target = CopyTarget(table, relkind, tuple(columns))
-    if require_empty and conn.execute(
-            sql.SQL("SELECT EXISTS (SELECT FROM {}{})").format(target.only, table_sql(table))).fetchone()[0]:
-        raise CopyTargetError(
-            f'target table "{table}" is not empty; the initial copy starts from an empty table',
-            table=str(table),
-            hint=f"empty it (TRUNCATE {table} on the subscriber) and run the snapshot again, or run "
-            f"`rowfilter resync --table {table} --copy`, which truncates it and copies again")
-    return target
+    return CopyTarget(table, relkind, tuple(columns), staging_table(subscription, table))
 
 
 def truncate(conn: psycopg.Connection, target: CopyTarget) -> None:
-    """Empty the target (a copy redone from ``d``, or a resync) in the caller's transaction."""
+    """Empty the target (a resync) in the caller's transaction."""
     conn.execute(sql.SQL("TRUNCATE {}{}").format(target.only, table_sql(target.table)))
+
+
+def create_staging(conn: psycopg.Connection, target: CopyTarget) -> None:
+    """A new, empty staging table for an attempt, in the caller's transaction (a former attempt's,
+    killed or failed, is dropped with whatever it staged). Its columns are the copied ones, with the
+    target's types and none of its constraints: those apply when the rows move into the target."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_sql(target.staging)))
+    conn.execute(sql.SQL("CREATE UNLOGGED TABLE {} AS SELECT {} FROM ONLY {} WITH NO DATA").format(
+        table_sql(target.staging), target.column_list, table_sql(target.table)))
+
+
+def drop_staging(conn: psycopg.Connection, target: CopyTarget) -> None:
+    """Drop the attempt's staging table (autocommit, or in the caller's transaction)."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_sql(target.staging)))
+
+
+def drop_stagings(conn: psycopg.Connection, subscription: str, tables: Iterable[TableName]) -> None:
+    """Drop what killed copies of ``subscription`` left staged (``rowfilter drop``), in the caller's transaction."""
+    for table in tables:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_sql(staging_table(subscription, table))))
+
+
+def move_staged(conn: psycopg.Connection, target: CopyTarget) -> int:
+    """Move the staged rows into the target and drop the staging table, in the caller's transaction;
+    return the rows moved. A key already in the target fails with PostgreSQL's unique violation
+    (``duplicate key value violates unique constraint …``, ``Key (id)=(5) already exists.``), as
+    tablesync's COPY does; the caller's rollback leaves the target's rows as they were.
+
+    ``OVERRIDING SYSTEM VALUE`` lets the publisher's values into a ``GENERATED ALWAYS AS IDENTITY``
+    column, which COPY FROM (what tablesync runs) fills without complaint (CopyFrom in copyfrom.c
+    never checks identity columns).
+    """
+    try:
+        moved = conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM {}").format(
+            table_sql(target.table), target.column_list, target.column_list, table_sql(target.staging))).rowcount
+    except psycopg.errors.UniqueViolation as e:
+        raise CopyTargetError(
+            e.diag.message_primary or str(e), detail=e.diag.message_detail, table=str(target.table),
+            hint=f"the subscriber's table {target.table} already has a row with a key the copy brings (rows of its "
+            "own, or of another subscription): delete one of the two rows, then run the snapshot again; nothing "
+            "was copied into the table, and its rows are as they were") from e
+    drop_staging(conn, target)
+    return moved
 
 
 @dataclass(frozen=True)
@@ -122,7 +179,7 @@ class CopyFence:
 
 
 def copy_lock_key(subscription: str, table: TableName) -> tuple[str, str]:
-    """The advisory-lock key that orders a table's copy writers against a new attempt's TRUNCATE."""
+    """The advisory-lock key that orders a table's copy writers against a new attempt's staging table."""
     return f"rowfilter-copy:{subscription}", str(table)
 
 
@@ -133,8 +190,9 @@ class CopySupersededError(RowFilterError):
 def fence_copies(conn: psycopg.Connection, fence_key: tuple[str, str]) -> None:
     """In the caller's transaction, wait for every writer's COPY transaction of the table to end.
 
-    Taken before a TRUNCATE that starts a new attempt: a task of a failed attempt that Spark has
-    not stopped yet either committed before (and is truncated) or sees a new token and writes nothing.
+    Taken before a new attempt replaces the staging table (and a resync's TRUNCATE): a task of a failed
+    attempt that Spark has not stopped yet either committed before (and its rows go with the old staging
+    table) or sees a new token and writes nothing.
     """
     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", fence_key)
 

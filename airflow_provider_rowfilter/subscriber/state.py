@@ -180,8 +180,9 @@ class StateStore(StateReader):
         self.conn.execute(f"UPDATE {SCHEMA}.subscription SET skip_lsn = %s, updated_at = now() WHERE name = %s",
                           (lsn, self.subscription))
 
-    def record_error(self, table: TableName | None, error: str) -> None:
-        """Remember why the last attempt failed (for the sensor and ``status``); commits on its own."""
+    def record_error(self, table: TableName | None, error: str | None) -> None:
+        """Remember why the last attempt failed (for the sensor and ``status``; None clears it); commits on
+        its own, or with the caller's transaction."""
         with self.conn.transaction():
             if table is None:
                 self.conn.execute(f"UPDATE {SCHEMA}.subscription SET last_error = %s, updated_at = now() "

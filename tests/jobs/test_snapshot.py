@@ -14,6 +14,7 @@ from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.subscriber.copy_target import check_target, create_staging
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.snapshot_scenario import SPLIT, T1, T2, execute, published
@@ -30,8 +31,6 @@ def state(spec: SubscriptionSpec, table: str):
     pytest.param("CREATE TABLE t1 (id int PRIMARY KEY, v int);",
                  'logical replication target relation "public.t1" is missing replicated column: "region"', [],
                  id="column-missing"),
-    pytest.param(T1 + "INSERT INTO t1 VALUES (999, 'X', 1);",
-                 'target table "public.t1" is not empty', ["(999,X,1)"], id="not-empty"),
 ])
 def test_target_problems_fail_before_any_row_moves(setup, spark, capsys, target, message, rows_before):
     spec, path = setup
@@ -127,16 +126,22 @@ def test_a_failed_copy_stays_in_d_and_a_rerun_copies_again(setup, spark):
     assert table_rows(spec.subscriber, "t1") == published(spec, "t1")
 
 
-def test_a_copy_killed_in_d_is_redone_from_an_empty_table(setup, spark):
+def test_a_copy_killed_in_d_is_redone_and_the_tables_own_rows_stay(setup, spark):
     spec, _ = setup
-    execute(spec.subscriber, T1 + T2)
+    execute(spec.subscriber, T1 + T2 + "INSERT INTO t1 SELECT g, 'local', g FROM generate_series(1, 10) g")
     refresh(spec)
-    # What a job killed mid-copy leaves: state d and some of the rows.
+    # What a job killed mid-copy leaves: state d, some rows in its staging table, none in the table.
+    t1 = TableName("public", "t1")
     with psycopg.connect(spec.subscriber, autocommit=True) as conn:
-        StateStore(conn, spec.subscription).set_state(TableName("public", "t1"), SyncState.DATA_COPY)
-        conn.execute("INSERT INTO t1 SELECT g, 'NSW', g FROM generate_series(51, 120) g")
+        StateStore(conn, spec.subscription).set_state(t1, SyncState.DATA_COPY)
+        target = check_target(conn, spec.subscription, t1, ("id", "region", "v"))
+        create_staging(conn, target)
+        conn.execute(f"INSERT INTO {target.staging} SELECT g, 'NSW', g FROM generate_series(51, 120) g")
+    local = table_rows(spec.subscriber, "t1")
     result = initial_copy(spec, spark=spark, options=SPLIT)
     assert result.ok, result.summary()
     assert {t.table: t.partitions for t in result.tables}["public.t1"] == 3
-    assert state(spec, "t1").state is SyncState.FINISHED_COPY
-    assert table_rows(spec.subscriber, "t1") == published(spec, "t1")
+    assert state(spec, "t1").state is SyncState.FINISHED_COPY and state(spec, "t1").rows_copied == 950
+    assert table_rows(spec.subscriber, "t1") == sorted(local + published(spec, "t1"))
+    with psycopg.connect(spec.subscriber) as conn:  # the staging table went with the move
+        assert conn.execute("SELECT to_regclass(%s)", (str(target.staging),)).fetchone()[0] is None
