@@ -1,5 +1,8 @@
 """What one apply batch evaluates, per subscriber table and per definitions epoch (no Spark, no database).
 
+A batch captured with ``filtering: source`` evaluates nothing: every table takes :data:`PASS_THROUGH`.
+The rest of this text is about batches captured for Spark to judge (``filtering: spark``).
+
 A refresh records the effective definitions with the position from which they hold
 (``rowfilter.refresh_history``); a change is judged by the definitions of the latest refresh at or
 before its ``commit_lsn`` (pgoutput.c reads the publications in the decoding's historic snapshot
@@ -44,6 +47,17 @@ class EpochRules:
 
     @classmethod
     def from_document(cls, entry: dict) -> EpochRules:
+        if entry.get("spark_untranslatable"):
+            # Recorded for the publisher to evaluate (filtering: source); changes captured for Spark to judge
+            # in that epoch cannot be judged exactly.
+            raise UntranslatableFilterError(
+                f'the filters of table {entry["table"]} cannot be evaluated in Spark: {entry["spark_untranslatable"]}',
+                detail="the refresh recorded them for the publisher to evaluate (filtering: source), but the change "
+                "log holds changes of that table captured for Spark to judge (filtering: spark). Nothing was "
+                "applied",
+                hint="set filtering: auto (or source) in the spec and run `rowfilter refresh`; or rewrite the filter "
+                "on the publisher into one Spark evaluates exactly and run `rowfilter refresh`",
+                table=entry["table"])
         return cls(
             actions=frozenset(entry["actions"]),
             filters={a: _filter_tree(entry, a) for a in DML if a in entry["actions"]},
@@ -67,6 +81,16 @@ def _filter_tree(entry: dict, action: str) -> exp.Expr | None:
         return loaded
     text = entry["spark_filters"].get(action)
     return None if text is None else sqlglot.parse_one(text, dialect="spark")
+
+
+#: The rules of every table in a batch captured with ``filtering: source``: pgoutput has already applied
+#: the row filters, the publish lists, the column lists and the UPDATE transformation (pgoutput_change and
+#: pgoutput_row_filter in src/backend/replication/pgoutput/pgoutput.c), as of each change's position, so the
+#: apply takes each change as it arrived, as the apply worker does: every operation, no filter, the columns
+#: the change carries (its Relation message lists only the published ones). Relations arrive under the name
+#: they are published as (the root under publish_via_partition_root), so each table is its own only leaf.
+PASS_THROUGH = EpochRules(actions=frozenset({"insert", "update", "delete", "truncate"}),
+                          filters=dict.fromkeys(DML), columns=None, column_types={})
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from airflow_provider_rowfilter.core.errors import (
     PublicationError,
     ReplicaIdentityError,
     RowFilterError,
+    UntranslatableFilterError,
 )
 from airflow_provider_rowfilter.core.publication import (
     DML_ACTIONS,
@@ -364,17 +365,28 @@ def subscribed_tables(publications: PublicationSet, names: Iterable[str], catalo
     return _table_list([publications[n] for n in names], catalog)
 
 
-def filters_document(filters: SubscriptionFilters, subscription: str, *, with_trees: bool = False) -> dict:
+def filters_document(filters: SubscriptionFilters, subscription: str, *, with_trees: bool = False,
+                     untranslatable_ok: bool = False) -> dict:
     """The effective filters as a JSON-ready document.
 
     With ``with_trees`` it is what a refresh records in ``rowfilter.refresh_history`` for the apply:
     ``spark_filter_trees`` holds each action's Spark expression tree itself (``sqlglot.serde``), which
     the apply loads and evaluates (docs/adr/row-filter-across-processes.md); ``spark_filters`` is the
     same tree as Spark SQL text, for people (and the apply of documents recorded before the trees).
+
+    With ``untranslatable_ok`` (definitions the publisher evaluates itself, ``filtering: source``) a
+    table whose filters Spark cannot evaluate exactly is recorded without Spark filters, its reason in
+    ``spark_untranslatable``: an apply that would have to judge it in Spark refuses it then.
     """
     tables = []
     for name, t in filters.tables.items():
-        spark = {a: t.spark_filter(a) for a in DML_ACTIONS if a in t.actions}
+        try:
+            spark = {a: t.spark_filter(a) for a in DML_ACTIONS if a in t.actions}
+            untranslatable = None
+        except UntranslatableFilterError as e:
+            if not untranslatable_ok:
+                raise
+            spark, untranslatable = {}, str(e)
         tables.append({
             "table": str(name),
             "leaves": [str(leaf) for leaf in t.leaves],
@@ -389,6 +401,8 @@ def filters_document(filters: SubscriptionFilters, subscription: str, *, with_tr
         })
         if with_trees:
             tables[-1]["spark_filter_trees"] = {a.value: _maybe(serde.dump, spark[a]) for a in spark}
+        if untranslatable is not None:
+            tables[-1]["spark_untranslatable"] = untranslatable
     return {"subscription": subscription, "publications": list(filters.publications), "tables": tables}
 
 

@@ -24,10 +24,17 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment, segment_counts, segment_relations
+from airflow_provider_rowfilter.change_log.log import (
+    ChangeLog,
+    Segment,
+    segment_counts,
+    segment_filtering,
+    segment_relations,
+)
 from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect, primary_message
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import (
+    PASS_THROUGH,
     ApplyPlan,
     Epochs,
     RelationSpan,
@@ -181,6 +188,9 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         return
     positions = {r.table: parse_lsn(r.lsn) for r in rels}
     since = min(positions.values())
+    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
+    counted = [(s, c) for s in segments if (c := segment_counts(s.path))[1]]
+    counted, end, filtering = _one_filtering(counted, end)
     if end < since:
         # The log ends behind every table (an older log switched to in the spec, proven to miss nothing
         # they need): no change is due, and a batch ending before it starts would be recorded.
@@ -194,8 +204,6 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     targets: dict[int, ApplyTarget] = {}
     extra: dict[int, dict[str, int]] = {}
     skipped = False
-    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
-    counted = [(s, c) for s in segments if (c := segment_counts(s.path))[1]]
     segments = [s for s, _ in counted]
     spans: list[RelationSpan] = []
     if segments:
@@ -203,9 +211,14 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         plans = []
         for index, rel in enumerate(rels):
             targets[index] = read_target(sub, rel.table, index)
-            plans.append(TargetPlan(index, rel.table, epochs.leaves(rel.table), positions[rel.table],
-                                    targets[index].column_names, targets[index].key, epochs.rules(rel.table)))
-        plan = ApplyPlan(epochs.starts, tuple(plans), skip_lsn, spec.conflict_policy)
+            if filtering == "source":  # pgoutput judged: the changes pass through (core/apply_plan.py)
+                leaves, rules = (rel.table,), (PASS_THROUGH,)
+            else:
+                leaves, rules = epochs.leaves(rel.table), epochs.rules(rel.table)
+            plans.append(TargetPlan(index, rel.table, leaves, positions[rel.table], targets[index].column_names,
+                                    targets[index].key, rules))
+        plan = ApplyPlan((0,) if filtering == "source" else epochs.starts, tuple(plans), skip_lsn,
+                         spec.conflict_policy)
         spans = _check_relations(spec, segments, plan, epochs, since)
         logged = [c for _, c in counted]
         from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
@@ -280,6 +293,21 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     faults.point("apply-after-commit")
     result.states = {str(r.table): r.state.value for r in store.tables()}
     _prune(change_log, store)
+
+
+def _one_filtering(counted: list[tuple[Segment, tuple[int, int]]], end: int
+                   ) -> tuple[list[tuple[Segment, tuple[int, int]]], int, str]:
+    """The batch's segments up to the first captured in the other mode (change_log/log.py ``segment_filtering``),
+    the batch's end, and its mode: a batch is judged one way; the next batch takes the rest."""
+    if not counted:
+        return counted, end, "spark"
+    modes = [segment_filtering(s.path) for s, _ in counted]
+    cut = next((i for i, m in enumerate(modes) if m != modes[0]), None)
+    if cut is None:
+        return counted, end, modes[0]
+    log.info("the change log's filtering changes from %s to %s at %s: this batch ends there", modes[0], modes[cut],
+             format_lsn(counted[cut][0].start_lsn))
+    return counted[:cut], counted[cut][0].start_lsn, modes[0]
 
 
 def _check_log(spec: SubscriptionSpec, store: StateStore, change_log: ChangeLog, end: int | None) -> list[Segment]:
