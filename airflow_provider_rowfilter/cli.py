@@ -126,10 +126,21 @@ def validate(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     with connect(spec.publisher, "publisher", spec) as conn:
         definitions = load_definitions(spec, conn)
     if as_json:
-        print(json.dumps(filters_document(definitions.filters, spec.subscription), indent=2))
+        document = filters_document(definitions.filters, spec.subscription,
+                                    untranslatable_ok=definitions.filtering == "source")
+        for t in document["tables"]:
+            t["filtering"] = definitions.filtering
+        print(json.dumps({**document, "filtering": definitions.filtering, "warnings": list(definitions.warnings)},
+                         indent=2))
     else:
-        print_filters(spec, definitions.filters, definitions.source)
+        print_filters(spec, definitions.filters, definitions.source, definitions.filtering)
+    for text in definitions.warnings:
+        say(("WARNING:", "yellow"), " ", text, err=True)
     return 0
+
+
+#: How validate and status name each mode (core/spec.py ``filtering``).
+FILTERING_LABELS = {"source": "source (the publisher's pgoutput)", "spark": "spark (the apply judges)"}
 
 
 def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
@@ -166,7 +177,7 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         subscription = reader.require_subscription()
         tables = reader.tables()
         last = reader.last_batch()
-    current, slot, unreachable = _publisher_view(spec, subscription.slot_name)
+    current, slot, unreachable, filtering = _publisher_view(spec, subscription.slot_name)
     warnings, broken = _slot_findings(spec, slot, unreachable, tables)
     lag = {}
     for t in tables:
@@ -183,6 +194,7 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         print(json.dumps({
             "subscription": spec.subscription,
             "publications": subscription.publications,
+            "filtering": filtering,
             "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
             "broken": broken,
             "warnings": warnings,
@@ -193,6 +205,7 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
                         "lag_bytes": lag.get(t.table),
                         "lag_seconds": batch["lag_seconds"] if batch and t.state.value == "r" else None,
+                        "filtering": filtering,
                         "rows_copied": t.rows_copied, "last_batch": counts.get(str(t.table), {}),
                         "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
         }))
@@ -203,7 +216,7 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     if batch:
         title += f"\nlast batch {batch['finished_at'][:19]} through {batch['end_lsn']}"
     table = Table(title=title)
-    for col in ("table", "state", "lsn", "lag", "rows copied", "last batch", "last error"):
+    for col in ("table", "state", "lsn", "lag", "filtering", "rows copied", "last batch", "last error"):
         table.add_column(col, overflow="fold")
     for t in tables:
         colour = "green" if t.state.value == "r" else "yellow"
@@ -214,7 +227,7 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
                 lag_text += f", {batch['lag_seconds']:.1f} s"
         done = counts.get(str(t.table), {})
         table.add_row(str(t.table), Text.assemble((t.state.value, colour), " ", t.state.label), t.lsn or "",
-                      lag_text, "" if t.rows_copied is None else f"{t.rows_copied:,}",
+                      lag_text, filtering or "unknown", "" if t.rows_copied is None else f"{t.rows_copied:,}",
                       " ".join(f"{k} {v:,}" for k, v in done.items()),
                       Text(t.last_error or "", style="red"))
     console.print(table)
@@ -228,18 +241,25 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
     return code
 
 
-def _publisher_view(spec: SubscriptionSpec, slot_name: str) -> tuple[int | None, SlotHealth | None, str | None]:
-    """``(current WAL position, slot, None)``, or ``(None, None, why)`` when the publisher cannot be
-    reached: status still prints the subscriber's side."""
+def _publisher_view(spec: SubscriptionSpec, slot_name: str
+                    ) -> tuple[int | None, SlotHealth | None, str | None, str | None]:
+    """``(current WAL position, slot, None, filtering)``, or ``(None, None, why, None)`` when the publisher
+    cannot be reached: status still prints the subscriber's side. ``filtering`` is the mode the next
+    capture takes (core/spec.py), or why it refuses."""
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.slot_health import read_slot
 
     try:
         with connect(spec.publisher, "publisher", spec) as pub:
             current, slot = read_slot(pub, slot_name)
+            version = pub.info.server_version
     except RowFilterError as e:
-        return None, None, e.message + (f" ({e.detail})" if e.detail else "")
-    return parse_lsn(current), slot, None
+        return None, None, e.message + (f" ({e.detail})" if e.detail else ""), None
+    try:
+        filtering = spec.filtering_mode(version)
+    except RowFilterError as e:
+        filtering = f"refused: {e.message}"
+    return parse_lsn(current), slot, None, filtering
 
 
 def _slot_findings(spec: SubscriptionSpec, slot: SlotHealth | None, unreachable: str | None,
@@ -389,11 +409,12 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     return 0
 
 
-def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str) -> None:
+def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str, filtering: str = "spark") -> None:
     say(("subscription", "bold"), f" {spec.subscription}: publications {', '.join(spec.publications)} (",
-        (source, "italic"), ") — valid")
+        (source, "italic"), f") — valid; filtering: {FILTERING_LABELS[filtering]}")
     table = Table(show_lines=True)
-    for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns"):
+    for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns",
+                "filtering"):
         table.add_column(col, overflow="fold")
     def cell(t: TableFilters, action: PublishAction) -> Text:
         if action not in t.actions:
@@ -407,6 +428,7 @@ def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: 
             cell(t, PublishAction.INSERT), cell(t, PublishAction.UPDATE), cell(t, PublishAction.DELETE),
             Text(t.copy_filter_sql or "all rows", style="" if t.copy_filter_sql else "green"),
             Text(", ".join(t.columns) if t.columns is not None else "all", style="" if t.columns is not None else "green"),
+            filtering,
         )
     console.print(table)
 

@@ -28,7 +28,7 @@ from airflow_provider_rowfilter.core.publication import (
     PublishAction,
 )
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import RowFilter, validate_row_filter
+from airflow_provider_rowfilter.core.row_filter import RowFilter, evaluated_by_publisher, validate_row_filter
 from airflow_provider_rowfilter.core.spark_translation import spark_or, to_spark_text
 
 
@@ -66,6 +66,9 @@ class TableFilters:
     def spark_filter(self, action: PublishAction) -> exp.Expr | None:
         """The effective filter of an action as one Spark expression tree (the filters ORed as trees)."""
         filters = self.filters.get(action)
+        opaque = next((f for f in filters or () if f.untranslatable), None)
+        if opaque is not None:
+            raise UntranslatableFilterError(opaque.untranslatable, table=str(self.table))
         return None if not filters else spark_or(filters)
 
 
@@ -87,15 +90,18 @@ def subscription_filters(
     catalog: PublisherCatalog,
     *,
     checked_actions: Iterable[PublishAction] = (PublishAction.UPDATE, PublishAction.DELETE),
+    publisher_evaluates: bool = False,
 ) -> SubscriptionFilters:
     """Resolve the effective filters of a subscription to publications ``names``; raise what PostgreSQL would.
 
     ``checked_actions`` are the operations whose replica-identity rules (which PostgreSQL applies
-    when a table is updated or deleted from) are enforced up front.
+    when a table is updated or deleted from) are enforced up front. With ``publisher_evaluates``
+    (the publisher's own catalog, ``filtering: source``) a filter Spark cannot evaluate exactly is kept
+    for the publisher to evaluate (core/row_filter.py ``evaluated_by_publisher``), not refused.
     """
     checked = tuple(checked_actions)
     names = tuple(names)
-    validated = _Validated(catalog)
+    validated = _Validated(catalog, publisher_evaluates)
     missing = [n for n in names if n not in publications]
     if missing:
         raise PublicationError(f'publication "{missing[0]}" does not exist',
@@ -176,8 +182,9 @@ class _Validated:
     error the subscription meets stays the one PostgreSQL would raise first.
     """
 
-    def __init__(self, catalog: PublisherCatalog) -> None:
+    def __init__(self, catalog: PublisherCatalog, publisher_evaluates: bool = False) -> None:
         self.catalog = catalog
+        self.publisher_evaluates = publisher_evaluates
         self.done: dict[tuple[str, TableName], RowFilter] = {}
 
     def __call__(self, pub: Publication, rel: Relation) -> RowFilter:
@@ -190,6 +197,10 @@ class _Validated:
             else:
                 try:
                     self.done[key] = validate_row_filter(entry.row_filter, rel, self.catalog.filter_context)
+                except UntranslatableFilterError as e:
+                    if not self.publisher_evaluates:
+                        raise e.with_context(publication=pub.name, table=str(rel.name)) from None
+                    self.done[key] = evaluated_by_publisher(entry.row_filter, rel, e.message)
                 except RowFilterError as e:
                     raise e.with_context(publication=pub.name, table=str(rel.name)) from None
         return self.done[key]

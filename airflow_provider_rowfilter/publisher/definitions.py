@@ -46,10 +46,11 @@ def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> D
     # column list its replica identity does not cover makes PostgreSQL refuse the publisher's UPDATE or
     # DELETE of the table (CheckCmdReplicaIdentity in src/backend/executor/execReplication.c), not the
     # subscription; its INSERTs replicate. Said as a warning, PostgreSQL's message.
-    filters = subscription_filters(publications, spec.publications, catalog, checked_actions=())
+    filters = subscription_filters(publications, spec.publications, catalog, checked_actions=(),
+                                   publisher_evaluates=True)
     warnings = []
     try:
-        subscription_filters(publications, spec.publications, catalog)
+        subscription_filters(publications, spec.publications, catalog, publisher_evaluates=True)
     except ReplicaIdentityError as e:
         warnings.append(f"the publisher will refuse this when it happens (its INSERTs replicate): {e}")
     return Definitions(catalog, publications, filters, source, filtering, tuple(warnings))
