@@ -212,11 +212,12 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
         for text in warnings:
             say(("WARNING:", "yellow"), " ", text, err=True)
         return code
-    title = f"subscription {spec.subscription} (publications {', '.join(subscription.publications)})"
+    title = (f"subscription {spec.subscription} (publications {', '.join(subscription.publications)}), "
+             f"filtering under each table")
     if batch:
         title += f"\nlast batch {batch['finished_at'][:19]} through {batch['end_lsn']}"
     table = Table(title=title)
-    for col in ("table", "state", "lsn", "lag", "filtering", "rows copied", "last batch", "last error"):
+    for col in ("table", "state", "lsn", "lag", "rows copied", "last batch", "last error"):
         table.add_column(col, overflow="fold")
     for t in tables:
         colour = "green" if t.state.value == "r" else "yellow"
@@ -226,8 +227,9 @@ def status(spec: SubscriptionSpec, *, as_json: bool = False) -> int:
             if batch and batch["lag_seconds"] is not None and t.state.value == "r":
                 lag_text += f", {batch['lag_seconds']:.1f} s"
         done = counts.get(str(t.table), {})
-        table.add_row(str(t.table), Text.assemble((t.state.value, colour), " ", t.state.label), t.lsn or "",
-                      lag_text, filtering or "unknown", "" if t.rows_copied is None else f"{t.rows_copied:,}",
+        table.add_row(Text.assemble(str(t.table), (f"\n{filtering or 'filtering unknown'}", "dim")),
+                      Text.assemble((t.state.value, colour), " ", t.state.label), t.lsn or "",
+                      lag_text, "" if t.rows_copied is None else f"{t.rows_copied:,}",
                       " ".join(f"{k} {v:,}" for k, v in done.items()),
                       Text(t.last_error or "", style="red"))
     console.print(table)
@@ -413,8 +415,7 @@ def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: 
     say(("subscription", "bold"), f" {spec.subscription}: publications {', '.join(spec.publications)} (",
         (source, "italic"), f") — valid; filtering: {FILTERING_LABELS[filtering]}")
     table = Table(show_lines=True)
-    for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns",
-                "filtering"):
+    for col in ("table", "publishes", "insert filter", "update filter", "delete filter", "initial copy", "columns"):
         table.add_column(col, overflow="fold")
     def cell(t: TableFilters, action: PublishAction) -> Text:
         if action not in t.actions:
@@ -423,12 +424,12 @@ def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: 
 
     for name, t in filters.tables.items():
         table.add_row(
-            Text.assemble(str(name), ("" if t.leaves == (name,) else (f"\nvia {', '.join(map(str, t.leaves))}", "dim"))),
+            Text.assemble(str(name), ("" if t.leaves == (name,) else (f"\nvia {', '.join(map(str, t.leaves))}", "dim")),
+                          (f"\nfiltering: {filtering}", "dim")),
             ", ".join(a.value for a in PublishAction if a in t.actions),
             cell(t, PublishAction.INSERT), cell(t, PublishAction.UPDATE), cell(t, PublishAction.DELETE),
             Text(t.copy_filter_sql or "all rows", style="" if t.copy_filter_sql else "green"),
             Text(", ".join(t.columns) if t.columns is not None else "all", style="" if t.columns is not None else "green"),
-            filtering,
         )
     console.print(table)
 
