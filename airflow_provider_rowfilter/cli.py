@@ -215,10 +215,21 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     with connect(spec.publisher, "publisher", spec) as conn:
         definitions = load_definitions(spec, conn)
     if fmt == "json":
-        print(json.dumps(filters_document(definitions.filters, spec.subscription), indent=2))
+        document = filters_document(definitions.filters, spec.subscription,
+                                    untranslatable_ok=definitions.filtering == "source")
+        for t in document["tables"]:
+            t["filtering"] = definitions.filtering
+        print(json.dumps({**document, "filtering": definitions.filtering, "warnings": list(definitions.warnings)},
+                         indent=2))
     else:
-        print_filters(spec, definitions.filters, definitions.source, fmt)
+        print_filters(spec, definitions.filters, definitions.source, fmt, definitions.filtering)
+    for text in definitions.warnings:
+        say(("WARNING:", "yellow"), " ", text, err=True)
     return 0
+
+
+#: How validate and status name each mode (core/spec.py ``filtering``).
+FILTERING_LABELS = {"source": "source (the publisher's pgoutput)", "spark": "spark (the apply judges)"}
 
 
 def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
@@ -243,7 +254,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
 
 
 #: The columns of ``rowfilter status`` (a column is added here and in :func:`_status_row`).
-STATUS_COLUMNS = (Column("table", whole=True), Column("state"), Column("lsn", whole=True),
+STATUS_COLUMNS = (Column("table", whole=True), Column("filtering", whole=True), Column("state"), Column("lsn", whole=True),
                   Column("behind now", whole=True), Column("rows copied", whole=True), Column("last batch"),
                   Column("last error"))
 
@@ -263,7 +274,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         tables = reader.tables()
         last = reader.last_batch()
         now = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # the clock finished_at was written by
-    current, slot, unreachable = _publisher_view(spec, subscription.slot_name)
+    current, slot, unreachable, filtering = _publisher_view(spec, subscription.slot_name)
     warnings, broken = _slot_findings(spec, slot, unreachable, tables)
     fmt = fmt or output_format(None, console)
     lag = {}
@@ -281,6 +292,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "subscription": spec.subscription,
             "publications": subscription.publications,
             "measured_at": now.isoformat(),
+            "filtering": filtering,
             "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
             "broken": broken,
             "warnings": warnings,
@@ -291,6 +303,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
                         "lag_bytes": lag.get(t.table),
                         "lag_seconds": last.lag_seconds if _in_last_batch(t, last) else None,
+                        "filtering": filtering,
                         "rows_copied": t.rows_copied,
                         "last_batch": last.counts.get(str(t.table), {}) if _in_last_batch(t, last) else {},
                         "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
@@ -301,7 +314,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     title = [Text(f"subscription {spec.subscription} (publications {', '.join(subscription.publications)})")]
     if last is not None:
         title.append(Text(_batch_line(last, now)))
-    rows = [_status_row(t, lag.get(t.table), last) for t in tables]
+    rows = [_status_row(t, lag.get(t.table), last, filtering) for t in tables]
     print_table(console, STATUS_COLUMNS, rows, fmt=fmt, title=[] if fmt == "tsv" else title)
     if fmt != "tsv":
         say(_slot_line(subscription.slot_name, slot))
@@ -330,26 +343,34 @@ def _batch_line(last: BatchRecord, now: object) -> str:
     return line
 
 
-def _status_row(t: RelState, behind: int | None, last: BatchRecord | None) -> list[str | Text]:
+def _status_row(t: RelState, behind: int | None, last: BatchRecord | None, filtering: str | None) -> list[str | Text]:
     colour = "green" if t.state.value == "r" else "yellow"
     counts = last.counts.get(str(t.table), {}) if last is not None and _in_last_batch(t, last) else {}
-    return [str(t.table), Text.assemble((t.state.value, colour), " ", t.state.label), t.lsn or "",
+    return [str(t.table), filtering or "unknown", Text.assemble((t.state.value, colour), " ", t.state.label),
+            t.lsn or "",
             "" if behind is None else size(behind), "" if t.rows_copied is None else f"{t.rows_copied:,}",
             counts_text(counts) if counts else "", Text(t.last_error or "", style="red")]
 
 
-def _publisher_view(spec: SubscriptionSpec, slot_name: str) -> tuple[int | None, SlotHealth | None, str | None]:
-    """``(current WAL position, slot, None)``, or ``(None, None, why)`` when the publisher cannot be
-    reached: status still prints the subscriber's side."""
+def _publisher_view(spec: SubscriptionSpec, slot_name: str
+                    ) -> tuple[int | None, SlotHealth | None, str | None, str | None]:
+    """``(current WAL position, slot, None, filtering)``, or ``(None, None, why, None)`` when the publisher
+    cannot be reached: status still prints the subscriber's side. ``filtering`` is the mode the next
+    capture takes (core/spec.py), or why it refuses."""
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.slot_health import read_slot
 
     try:
         with connect(spec.publisher, "publisher", spec) as pub:
             current, slot = read_slot(pub, slot_name)
+            version = pub.info.server_version
     except RowFilterError as e:
-        return None, None, e.message + (f" ({e.detail})" if e.detail else "")
-    return parse_lsn(current), slot, None
+        return None, None, e.message + (f" ({e.detail})" if e.detail else ""), None
+    try:
+        filtering = spec.filtering_mode(version)
+    except RowFilterError as e:
+        filtering = f"refused: {e.message}"
+    return parse_lsn(current), slot, None, filtering
 
 
 def _slot_findings(spec: SubscriptionSpec, slot: SlotHealth | None, unreachable: str | None,
@@ -491,13 +512,16 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
 
 
 #: The columns of ``rowfilter validate`` (a column is added here and in :func:`print_filters`).
-FILTER_COLUMNS = (Column("table", whole=True), Column("publishes"), Column("insert filter"), Column("update filter"),
+FILTER_COLUMNS = (Column("table", whole=True), Column("filtering", whole=True), Column("publishes"),
+                  Column("insert filter"), Column("update filter"),
                   Column("delete filter"), Column("initial copy"), Column("columns"))
 
 
-def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str, fmt: str | None = None) -> None:
+def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: str, fmt: str | None = None,
+                  filtering: str = "spark") -> None:
     title = [Text.assemble(("subscription", "bold"), f" {spec.subscription}: publications "
-                           f"{', '.join(spec.publications)} (", (source, "italic"), ") — valid")]
+                           f"{', '.join(spec.publications)} (", (source, "italic"),
+                           f") — valid; filtering: {FILTERING_LABELS[filtering]}")]
 
     def cell(t: TableFilters, action: PublishAction) -> Text:
         if action not in t.actions:
@@ -508,6 +532,7 @@ def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: 
     for name, t in filters.tables.items():
         rows.append([
             Text.assemble(str(name), ("" if t.leaves == (name,) else (f"\nvia {', '.join(map(str, t.leaves))}", "dim"))),
+            filtering,
             ", ".join(a.value for a in PublishAction if a in t.actions),
             cell(t, PublishAction.INSERT), cell(t, PublishAction.UPDATE), cell(t, PublishAction.DELETE),
             Text(t.copy_filter_sql or "all rows", style="" if t.copy_filter_sql else "green"),

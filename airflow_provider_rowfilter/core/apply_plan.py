@@ -1,5 +1,8 @@
 """What one apply batch evaluates, per subscriber table and per definitions epoch (no Spark, no database).
 
+A batch captured with ``filtering: source`` evaluates nothing: every table takes :data:`PASS_THROUGH`.
+The rest of this text is about batches captured for Spark to judge (``filtering: spark``).
+
 A refresh records the effective definitions with the position from which they hold
 (``rowfilter.refresh_history``); a change is judged by the definitions of the latest refresh at or
 before its ``commit_lsn`` (pgoutput.c reads the publications in the decoding's historic snapshot
@@ -44,6 +47,17 @@ class EpochRules:
 
     @classmethod
     def from_document(cls, entry: dict) -> EpochRules:
+        if entry.get("spark_untranslatable"):
+            # Recorded for the publisher to evaluate (filtering: source); changes captured for Spark to judge
+            # in that epoch cannot be judged exactly.
+            raise UntranslatableFilterError(
+                f'the filters of table {entry["table"]} cannot be evaluated in Spark: {entry["spark_untranslatable"]}',
+                detail="the refresh recorded them for the publisher to evaluate (filtering: source), but the change "
+                "log holds changes of that table captured for Spark to judge (filtering: spark). Nothing was "
+                "applied",
+                hint="set filtering: auto (or source) in the spec and run `rowfilter refresh`; or rewrite the filter "
+                "on the publisher into one Spark evaluates exactly and run `rowfilter refresh`",
+                table=entry["table"])
         return cls(
             actions=frozenset(entry["actions"]),
             filters={a: _filter_tree(entry, a) for a in DML if a in entry["actions"]},
@@ -67,6 +81,16 @@ def _filter_tree(entry: dict, action: str) -> exp.Expr | None:
         return loaded
     text = entry["spark_filters"].get(action)
     return None if text is None else sqlglot.parse_one(text, dialect="spark")
+
+
+#: The rules of every table in a batch captured with ``filtering: source``: pgoutput has already applied
+#: the row filters, the publish lists, the column lists and the UPDATE transformation (pgoutput_change and
+#: pgoutput_row_filter in src/backend/replication/pgoutput/pgoutput.c), as of each change's position, so the
+#: apply takes each change as it arrived, as the apply worker does: every operation, no filter, the columns
+#: the change carries (its Relation message lists only the published ones). Relations arrive under the name
+#: they are published as (the root under publish_via_partition_root), so each table is its own only leaf.
+PASS_THROUGH = EpochRules(actions=frozenset({"insert", "update", "delete", "truncate"}),
+                          filters=dict.fromkeys(DML), columns=None, column_types={})
 
 
 @dataclass(frozen=True)
@@ -211,7 +235,8 @@ class RelationSpan:
 
 
 def check_relations(plan: ApplyPlan, epochs: Epochs, spans: Sequence[RelationSpan], since: int,
-                    current_names: Callable[[Sequence[int]], Mapping[int, TableName]]) -> None:
+                    current_names: Callable[[Sequence[int]], Mapping[int, TableName]],
+                    known_all_present: Callable[[], bool] | None = None) -> None:
     """Stop the batch when a change due in it carries a relation the definitions no longer describe.
 
     (a) A relation name that is no leaf of any table in any epoch of the batch: the table was renamed
@@ -222,6 +247,13 @@ def check_relations(plan: ApplyPlan, epochs: Epochs, spans: Sequence[RelationSpa
     (``current_names``, asked only then); the changes count when they are at or after that table's
     position, and when that is unknown, at or after the batch's lowest position ``since``. A table a
     refresh removed is a known name: its changes still in the log are simply not applied.
+
+    With ``known_all_present`` (the slot read through the subscription's own publications, which may
+    publish tables no refresh has added yet): a relation that is no known table's is a table added to a
+    publication since the last refresh when every known table still exists on the publisher under its
+    name (``known_all_present()``, asked once); its changes are not applied, as the apply worker
+    ignores a relation that is not in ``pg_subscription_rel`` (``should_apply_changes_for_rel`` in
+    src/backend/replication/logical/worker.c) until ``REFRESH PUBLICATION`` adds it.
 
     (b) A relation of a table applied in this batch lacks a column the definitions of a change's epoch
     read (a filter column, a column-list column): renamed on the publisher, it would read as NULL and
@@ -241,11 +273,17 @@ def check_relations(plan: ApplyPlan, epochs: Epochs, spans: Sequence[RelationSpa
         missing = sorted({s.oid for s in unknown} - set(by_oid))
         if missing:
             by_oid.update({oid: name for oid, name in current_names(missing).items() if name in known})
+        unrenamed: bool | None = None
         for span in unknown:
             was = by_oid.get(span.oid)
             target = target_of.get(was) if was is not None else None
             if was is not None and target is None:
                 continue  # a known table not applied in this batch (waiting for its copy): nothing due
+            if was is None and known_all_present is not None:
+                if unrenamed is None:
+                    unrenamed = known_all_present()
+                if unrenamed:
+                    continue  # a table published since the last refresh: not this subscription's yet
             due = span.due_from(since if target is None else target.position)
             if due is not None:
                 problems.append((due, _renamed_error(span, was, due)))

@@ -32,6 +32,8 @@ class RowFilter:
     collations: dict[int, str | None]
     constants: dict[int, object]  # id(node) -> Python value of a typed constant
     columns: frozenset[str]
+    #: why Spark cannot evaluate it (:func:`evaluated_by_publisher`): the publisher evaluates it, nobody else
+    untranslatable: str | None = None
 
     def type_of(self, node: exp.Expr) -> PgType:
         return self.types[id(node)]
@@ -53,3 +55,16 @@ def validate_row_filter(
         targets=analysis.targets, collations=analysis.collations, constants=analysis.constants,
         columns=frozenset(analysis.columns),
     )
+
+
+def evaluated_by_publisher(sql: str, relation: Relation, reason: str) -> RowFilter:
+    """A filter of the publisher's catalog that only the publisher evaluates (``filtering: source``).
+
+    The publisher accepted it (it is in pg_publication_rel) and its pgoutput evaluates it; here it is
+    read for its text (the initial copy pushes it down to the publisher) and the columns it reads (the
+    replica-identity warnings), never typed or translated (``reason``: why Spark could not).
+    """
+    tree = parse_row_filter(sql)
+    return RowFilter(sql=sql, tree=tree, relation=relation, context=FilterContext(), types={}, targets={},
+                     collations={}, constants={}, columns=frozenset(c.name for c in tree.find_all(exp.Column)),
+                     untranslatable=reason)

@@ -25,6 +25,14 @@ CONFLICT_POLICIES: tuple[str, ...] = get_args(ConflictPolicy)
 #: What refresh does with a table whose definition it refuses (the spec's ``on_invalid_table``).
 InvalidTablePolicy = Literal["refuse", "skip"]
 INVALID_TABLE_POLICIES: tuple[str, ...] = get_args(InvalidTablePolicy)
+#: Who evaluates the row filters, publish lists and column lists (the spec's ``filtering``): ``source``
+#: the publisher's own pgoutput, reading the slot through the subscription's publications; ``spark`` the
+#: apply, reading it through our unfiltered capture publications; ``auto`` source where it can.
+Filtering = Literal["auto", "source", "spark"]
+FILTERING_MODES: tuple[str, ...] = get_args(Filtering)
+#: pgoutput filters rows (and projects column lists) from PostgreSQL 15 (pgoutput_row_filter in
+#: src/backend/replication/pgoutput/pgoutput.c).
+SOURCE_FILTERING_VERSION = 150000
 #: A subscription name the spec accepts: it also names the slot and the capture publications.
 SUBSCRIPTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CONNINFO_KEYS = ("publisher", "subscriber")
@@ -39,6 +47,9 @@ _EXPECTED = {
     "on_invalid_table": (f"is not one of {', '.join(INVALID_TABLE_POLICIES)}",
                          "refuse (the whole subscription, PostgreSQL's all-or-nothing) or skip (the other tables "
                          "replicate; the refused one waits in state i with the reason)"),
+    "filtering": (f"is not one of {', '.join(FILTERING_MODES)}",
+                  "auto (the publisher filters when it is PostgreSQL 15+ and the definitions come from its catalog), "
+                  "source or spark"),
     "spark_conf": ("is not a mapping of Spark settings",
                    "write spark_conf: {spark.sql.shuffle.partitions: 8} (each value a string, number or true/false)"),
     "retained_wal_warning": ("is not a size", "write bytes (1073741824) or a size with one of PostgreSQL's units: "
@@ -74,6 +85,8 @@ class SubscriptionSpec:
     Spark cannot evaluate exactly, an invalid one, a replica identity that does not cover it):
     ``refuse`` refuses the whole subscription; ``skip`` keeps the subscription for the other tables
     and leaves that one in state ``i`` with the reason as its ``last_error`` (jobs/refresh.py).
+    ``filtering`` says who evaluates the publications' filters, publish lists and column lists
+    (:meth:`filtering_mode`; docs/change-log.md, "Two capture modes").
 
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
@@ -96,6 +109,7 @@ class SubscriptionSpec:
     change_log: str | None = None
     conflict_policy: ConflictPolicy = "error"
     on_invalid_table: InvalidTablePolicy = "refuse"
+    filtering: Filtering = "auto"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None
@@ -142,6 +156,8 @@ class SubscriptionSpec:
                 check_no_password(getattr(self, key), f"the {key} of subscription {self.subscription!r}", key)
         if self.spark_remote is not None:
             check_spark_remote(self.spark_remote, f"spark_remote of subscription {self.subscription!r}")
+        if self.filtering == "source" and self.publications_ddl:
+            self.filtering_mode(0)  # refused now: a publications file is never the publisher's
         self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
 
     @classmethod
@@ -207,6 +223,24 @@ class SubscriptionSpec:
     def retained_wal_warning_bytes(self) -> int:
         """``retained_wal_warning`` in bytes: past it, ``status`` warns that the slot holds back that much WAL."""
         return parse_size(self.retained_wal_warning, f"retained_wal_warning of subscription {self.subscription!r}")
+
+    def filtering_mode(self, server_version: int) -> str:
+        """``source`` or ``spark`` for a publisher of ``server_version`` (``server_version_num``).
+
+        ``source`` needs a publisher that filters itself (PostgreSQL 15+) and the definitions in its
+        catalog (a publications file is ours alone: the publisher knows nothing of it).
+        """
+        able = server_version >= SOURCE_FILTERING_VERSION and not self.publications_ddl
+        if self.filtering == "auto":
+            return "source" if able else "spark"
+        if self.filtering == "source" and not able:
+            why = (f"publications_ddl {self.publications_ddl!r} defines the publications, which the publisher does "
+                   "not know" if self.publications_ddl else
+                   f"the publisher is PostgreSQL {server_version // 10000}, whose pgoutput has no row filters "
+                   "or column lists (PostgreSQL 15+)")
+            raise SpecError(f"subscription {self.subscription!r}: filtering=source is not possible: {why}",
+                            hint="set filtering: auto (or spark): the apply then evaluates the definitions in Spark")
+        return self.filtering
 
     def change_log_dir(self) -> Path:
         """The change-log directory: ``change_log``, or the default under the working directory."""

@@ -19,6 +19,7 @@ from airflow_provider_rowfilter.core.errors import (
     PublicationError,
     ReplicaIdentityError,
     RowFilterError,
+    UntranslatableFilterError,
 )
 from airflow_provider_rowfilter.core.publication import (
     DML_ACTIONS,
@@ -27,7 +28,7 @@ from airflow_provider_rowfilter.core.publication import (
     PublishAction,
 )
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import RowFilter, validate_row_filter
+from airflow_provider_rowfilter.core.row_filter import RowFilter, evaluated_by_publisher, validate_row_filter
 from airflow_provider_rowfilter.core.spark_translation import spark_or, to_spark_text
 
 
@@ -65,6 +66,9 @@ class TableFilters:
     def spark_filter(self, action: PublishAction) -> exp.Expr | None:
         """The effective filter of an action as one Spark expression tree (the filters ORed as trees)."""
         filters = self.filters.get(action)
+        opaque = next((f for f in filters or () if f.untranslatable), None)
+        if opaque is not None:
+            raise UntranslatableFilterError(opaque.untranslatable, table=str(self.table))
         return None if not filters else spark_or(filters)
 
 
@@ -89,6 +93,7 @@ def subscription_filters(
     *,
     checked_actions: Iterable[PublishAction] = (PublishAction.UPDATE, PublishAction.DELETE),
     skip_invalid: bool = False,
+    publisher_evaluates: bool = False,
 ) -> SubscriptionFilters:
     """Resolve the effective filters of a subscription to publications ``names``; raise what PostgreSQL would.
 
@@ -96,10 +101,13 @@ def subscription_filters(
     when a table is updated or deleted from) are enforced up front. With ``skip_invalid`` (the spec's
     ``on_invalid_table: skip``) a table whose filter, column lists or replica identity is refused is
     left out of ``tables`` and put in ``refused`` with the reason, instead of refusing the subscription.
+    With ``publisher_evaluates``
+    (the publisher's own catalog, ``filtering: source``) a filter Spark cannot evaluate exactly is kept
+    for the publisher to evaluate (core/row_filter.py ``evaluated_by_publisher``), not refused.
     """
     checked = tuple(checked_actions)
     names = tuple(names)
-    validated = _Validated(catalog)
+    validated = _Validated(catalog, publisher_evaluates)
     missing = [n for n in names if n not in publications]
     if missing:
         raise PublicationError(f'publication "{missing[0]}" does not exist',
@@ -198,8 +206,9 @@ class _Validated:
     error the subscription meets stays the one PostgreSQL would raise first.
     """
 
-    def __init__(self, catalog: PublisherCatalog) -> None:
+    def __init__(self, catalog: PublisherCatalog, publisher_evaluates: bool = False) -> None:
         self.catalog = catalog
+        self.publisher_evaluates = publisher_evaluates
         self.done: dict[tuple[str, TableName], RowFilter] = {}
 
     def __call__(self, pub: Publication, rel: Relation) -> RowFilter:
@@ -214,6 +223,10 @@ class _Validated:
             else:
                 try:
                     self.done[key] = validate_row_filter(entry.row_filter, rel, self.catalog.filter_context)
+                except UntranslatableFilterError as e:
+                    if not self.publisher_evaluates:
+                        raise e.with_context(publication=pub.name, table=str(rel.name)) from None
+                    self.done[key] = evaluated_by_publisher(entry.row_filter, rel, e.message)
                 except RowFilterError as e:
                     raise e.with_context(publication=pub.name, table=str(rel.name)) from None
         return self.done[key]
@@ -389,17 +402,28 @@ def subscribed_tables(publications: PublicationSet, names: Iterable[str], catalo
     return _table_list([publications[n] for n in names], catalog)
 
 
-def filters_document(filters: SubscriptionFilters, subscription: str, *, with_trees: bool = False) -> dict:
+def filters_document(filters: SubscriptionFilters, subscription: str, *, with_trees: bool = False,
+                     untranslatable_ok: bool = False) -> dict:
     """The effective filters as a JSON-ready document.
 
     With ``with_trees`` it is what a refresh records in ``rowfilter.refresh_history`` for the apply:
     ``spark_filter_trees`` holds each action's Spark expression tree itself (``sqlglot.serde``), which
     the apply loads and evaluates (docs/adr/row-filter-across-processes.md); ``spark_filters`` is the
     same tree as Spark SQL text, for people (and the apply of documents recorded before the trees).
+
+    With ``untranslatable_ok`` (definitions the publisher evaluates itself, ``filtering: source``) a
+    table whose filters Spark cannot evaluate exactly is recorded without Spark filters, its reason in
+    ``spark_untranslatable``: an apply that would have to judge it in Spark refuses it then.
     """
     tables = []
     for name, t in filters.tables.items():
-        spark = {a: t.spark_filter(a) for a in DML_ACTIONS if a in t.actions}
+        try:
+            spark = {a: t.spark_filter(a) for a in DML_ACTIONS if a in t.actions}
+            untranslatable = None
+        except UntranslatableFilterError as e:
+            if not untranslatable_ok:
+                raise
+            spark, untranslatable = {}, str(e)
         tables.append({
             "table": str(name),
             "leaves": [str(leaf) for leaf in t.leaves],
@@ -414,6 +438,8 @@ def filters_document(filters: SubscriptionFilters, subscription: str, *, with_tr
         })
         if with_trees:
             tables[-1]["spark_filter_trees"] = {a.value: _maybe(serde.dump, spark[a]) for a in spark}
+        if untranslatable is not None:
+            tables[-1]["spark_untranslatable"] = untranslatable
     return {"subscription": subscription, "publications": list(filters.publications), "tables": tables}
 
 

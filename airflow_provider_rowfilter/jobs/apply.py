@@ -30,10 +30,17 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment, segment_counts, segment_relations
+from airflow_provider_rowfilter.change_log.log import (
+    ChangeLog,
+    Segment,
+    segment_counts,
+    segment_filtering,
+    segment_relations,
+)
 from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect, primary_message
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import (
+    PASS_THROUGH,
     ApplyPlan,
     Epochs,
     RelationSpan,
@@ -299,19 +306,21 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         return True
     positions = {r.table: parse_lsn(r.lsn) for r in rels}
     since = min(positions.values())
+    counted = [(s, segment_counts(s.path)) for s in segments]
+    log_end = end
+    counted, end, filtering = _one_filtering(counted, end)
     if end < since:
         # The log ends behind every table (an older log switched to in the spec, proven to miss nothing
         # they need): no change is due, and a batch ending before it starts would be recorded.
         log.info("%s: nothing to apply (the change log ends at %s, behind the tables' lowest position %s)",
                  spec.subscription, format_lsn(end), format_lsn(since))
         return True
-    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
-    counted = [(s, segment_counts(s.path)) for s in segments]
     taken = _slice(counted, max_changes)
-    whole = taken == len(counted)
-    if not whole:
+    whole = taken == len(counted) and end == log_end
+    if taken < len(counted):
         counted = counted[:taken]
         end = counted[-1][0].end_lsn
+    # A heartbeat's segment holds no change: Spark is not started for it (nor for nothing at all).
     counted = [(s, c) for s, c in counted if c[1]]
     result.start_lsn, result.end_lsn = format_lsn(since), format_lsn(end)
     skip_lsn = None if subscription.skip_lsn is None else parse_lsn(subscription.skip_lsn)
@@ -327,10 +336,15 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         plans = []
         for index, rel in enumerate(rels):
             targets[index] = read_target(sub, rel.table, index)
-            plans.append(TargetPlan(index, rel.table, epochs.leaves(rel.table), positions[rel.table],
-                                    targets[index].column_names, targets[index].key, epochs.rules(rel.table)))
-        plan = ApplyPlan(epochs.starts, tuple(plans), skip_lsn, spec.conflict_policy)
-        spans = _check_relations(spec, segments, plan, epochs, since)
+            if filtering == "source":  # pgoutput judged: the changes pass through (core/apply_plan.py)
+                leaves, rules = (rel.table,), (PASS_THROUGH,)
+            else:
+                leaves, rules = epochs.leaves(rel.table), epochs.rules(rel.table)
+            plans.append(TargetPlan(index, rel.table, leaves, positions[rel.table], targets[index].column_names,
+                                    targets[index].key, rules))
+        plan = ApplyPlan((0,) if filtering == "source" else epochs.starts, tuple(plans), skip_lsn,
+                         spec.conflict_policy)
+        spans = _check_relations(spec, segments, plan, epochs, since, filtering)
         logged = [c for _, c in counted]
         from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
 
@@ -406,6 +420,21 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     return whole
 
 
+def _one_filtering(counted: list[tuple[Segment, tuple[int, int]]], end: int
+                   ) -> tuple[list[tuple[Segment, tuple[int, int]]], int, str]:
+    """The batch's segments up to the first captured in the other mode (change_log/log.py ``segment_filtering``),
+    the batch's end, and its mode: a batch is judged one way; the next batch takes the rest."""
+    if not counted:
+        return counted, end, "spark"
+    modes = [segment_filtering(s.path) for s, _ in counted]
+    cut = next((i for i, m in enumerate(modes) if m != modes[0]), None)
+    if cut is None:
+        return counted, end, modes[0]
+    log.info("the change log's filtering changes from %s to %s at %s: this batch ends there", modes[0], modes[cut],
+             format_lsn(counted[cut][0].start_lsn))
+    return counted[:cut], counted[cut][0].start_lsn, modes[0]
+
+
 def _check_log(spec: SubscriptionSpec, store: StateStore, change_log: ChangeLog, end: int | None) -> list[Segment]:
     """The segments to apply, once the log is proven continuous from the tables' lowest position to its end.
 
@@ -470,14 +499,34 @@ def _replica_role(sub: psycopg.Connection) -> None:
 
 
 def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: ApplyPlan, epochs: Epochs,
-                     since: int) -> list[RelationSpan]:
+                     since: int, filtering: str) -> list[RelationSpan]:
     """The relations of the batch's segments (metadata only), held against the plan before any Spark work.
+
+    Read through the subscription's own publications (``filtering`` source), the slot also sends tables
+    added to them since the last refresh: those are told from renamed ones by the publisher's catalog.
 
     :raises RelationChangedError: a change due in this batch has a relation the definitions no longer describe.
     """
     spans = [span for segment in segments for span in segment_relations(segment.path)]
-    check_relations(plan, epochs, spans, since, lambda oids: _publisher_names(spec, oids))
+    known = sorted({TableName.parse(n) for doc in epochs.documents for e in doc["tables"]
+                    for n in (e["table"], *e["leaves"])}, key=str)
+    check_relations(plan, epochs, spans, since, lambda oids: _publisher_names(spec, oids),
+                    (lambda: _all_present(spec, known)) if filtering == "source" else None)
     return spans
+
+
+def _all_present(spec: SubscriptionSpec, names: Sequence[TableName]) -> bool:
+    """Whether every one of the tables ``names`` exists on the publisher under that name (False when unreadable)."""
+    try:
+        with connect(spec.publisher, "publisher", spec) as pub:
+            found = pub.execute("SELECT count(*) FROM unnest(%s::text[], %s::text[]) AS t(s, n) "
+                                "JOIN pg_namespace ns ON ns.nspname = t.s "
+                                "JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = t.n",
+                                ([t.schema for t in names], [t.name for t in names])).fetchone()[0]
+    except (RowFilterError, psycopg.Error) as e:
+        log.warning("cannot read the publisher's tables (%s): a relation no refresh added is taken as renamed", e)
+        return False
+    return found == len(names)
 
 
 def _publisher_names(spec: SubscriptionSpec, oids: Sequence[int]) -> dict[int, TableName]:

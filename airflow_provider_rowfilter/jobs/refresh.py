@@ -1,7 +1,9 @@
 """RefreshPublication: reconcile a subscription with its publications (``ALTER SUBSCRIPTION … REFRESH PUBLICATION``).
 
 Validate the definitions (and change nothing when they are invalid), make the capture publications
-publish each subscribed leaf for the actions its publications publish, create the slot if missing,
+publish each subscribed leaf for the actions its publications publish (``filtering: spark``; under
+``source`` the slot is read through the subscription's own publications and ours are dropped: no
+object of ours on the publisher can make its DML fail), create the slot if missing,
 then, in one subscriber transaction: a new table gets ``i`` (``r`` at the current position with
 ``copy_data: false``), a table no longer published is removed with its progress, and the definitions
 are recorded with the position from which they apply. Running it twice changes nothing the second time.
@@ -43,6 +45,7 @@ from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_names,
     current_lsn,
+    drop_capture_publications,
     ensure_capture_publications,
     ensure_slot,
     slot_exists,
@@ -73,6 +76,8 @@ class RefreshResult:
     definitions_changed: bool = False
     resynced: list[str] = field(default_factory=list)  # sent back to i because the slot had to be recreated
     refused: dict[str, str] = field(default_factory=dict)  # on_invalid_table: skip: table -> why
+    filtering: str = "spark"  # source or spark: who evaluates the definitions (core/spec.py)
+    warnings: list[str] = field(default_factory=list)  # what the publisher itself will refuse (filtering: source)
 
     @property
     def changed(self) -> bool:
@@ -98,18 +103,30 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             if stranded:
                 _resync(spec, [r.table for r in stranded])
                 resynced = stranded
-        # The publications first: pgoutput decodes each change with the catalog as of its position.
-        publication_changed = ensure_capture_publications(pub, spec.subscription, actions, slot_exists=had_slot)
+        if definitions.filtering == "source":
+            # Read through the subscription's own publications: none of ours is needed, and a stale one of an
+            # earlier spark mode could make the publisher's own UPDATE or DELETE fail (capture_objects.py).
+            dropped = drop_capture_publications(pub, spec.subscription)
+            publication_changed = bool(dropped)
+            if dropped:
+                log.info("filtering: source: dropped the capture publications %s", ", ".join(dropped))
+        else:
+            # The publications first: pgoutput decodes each change with the catalog as of its position.
+            publication_changed = ensure_capture_publications(pub, spec.subscription, actions, slot_exists=had_slot)
         slot_created = ensure_slot(pub, slot)
         lsn = current_lsn(pub)
     if slot_created:
         set_aside = ChangeLog(spec.change_log_dir()).set_aside()
         if set_aside is not None:
             log.warning("a new slot %s was created: the change log of the previous one was moved to %s", slot, set_aside)
-    document = filters_document(definitions.filters, spec.subscription, with_trees=True)
+    document = filters_document(definitions.filters, spec.subscription, with_trees=True,
+                                untranslatable_ok=definitions.filtering == "source")
     result = RefreshResult(spec.subscription, lsn, tables=[str(t) for t in tables], slot_created=slot_created,
                            capture_publication_changed=publication_changed,
-                           resynced=[str(r.table) for r in resynced])
+                           resynced=[str(r.table) for r in resynced], filtering=definitions.filtering,
+                           warnings=list(definitions.warnings))
+    for text in definitions.warnings:
+        log.warning("%s", text)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
         store = StateStore(sub, spec.subscription)

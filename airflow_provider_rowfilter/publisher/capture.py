@@ -1,8 +1,11 @@
 """Capture: read a subscription's slot, write one durable change-log segment, then advance the slot.
 
 The slot is read through the SQL interface (``pg_logical_slot_peek_binary_changes`` with the
-built-in pgoutput plugin and the unfiltered capture publication) with a server-side cursor, a
-fetch at a time: the INSERT, UPDATE and DELETE messages of a fetch are decoded together into
+built-in pgoutput plugin) with a server-side cursor, through the subscription's own publications
+(``filtering: source``: pgoutput filters, projects and transforms the changes exactly as for a native
+subscriber) or our unfiltered capture publications (``spark``: the apply judges); the segment's
+metadata records which (``filtering``), so the apply knows how its changes were captured. A fetch at a
+time, the INSERT, UPDATE and DELETE messages of a fetch are decoded together into
 columns (publisher/pgoutput_columns.py), the few others one by one, and the rows go to a
 :class:`~airflow_provider_rowfilter.change_log.log.SegmentWriter` that writes row groups as they
 fill: the driver holds one fetch and one row group, however large the backlog. The slot function
@@ -117,6 +120,7 @@ class CaptureResult:
     messages: int = 0  # rows read from the slot (changes plus Begin/Commit/Relation/… messages)
     more: bool = False  # the bound cut the batch: more changes may be waiting
     heartbeat: bool = False  # the slot moved on although nothing was for us
+    filtering: str | None = None  # source or spark: who evaluated the publications (core/spec.py)
     recovered_lsn: str | None = None  # an interrupted batch finished: the slot caught up with the log
     lag_bytes: int | None = None  # pg_current_wal_lsn() - end_lsn
     lag_seconds: float | None = None  # now - commit time of the last transaction captured
@@ -145,7 +149,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         raise CaptureError(f"max_changes={max_changes!r} must be at least 1")
     upto = None if upto_lsn is None else parse_lsn(upto_lsn)
     began = time.monotonic()
-    slot, publication = capture_names(spec.subscription)
+    slot = capture_names(spec.subscription)[0]
     change_log = ChangeLog(spec.change_log_dir())
     with change_log.locked(), connect(spec.publisher, "publisher", spec) as pub:
         pub.execute("; ".join(_SESSION))
@@ -161,15 +165,14 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
             confirmed = logged
             result.recovered_lsn = result.start_lsn = format_lsn(logged)
         flushed = parse_lsn(pub.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        mode = spec.filtering_mode(pub.info.server_version)
+        names = _publication_names(pub, spec, mode)
         writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
-            "subscription": spec.subscription, "slot": slot, "publication": publication})
+            "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode})
+        result.filtering = mode
         try:
-            # Through every capture publication of ours (pgoutput ORs their actions per table); the main
-            # one when none exists, so that the slot's error names it.
-            names = capture_publications(pub, spec.subscription) or [publication]
-            batch = _read_slot(pub, writer, slot, ",".join(f'"{n}"' for n in names), max_changes=max_changes,
-                               upto_lsn=upto,
-                               fetch_rows=fetch_rows)
+            batch = _read_slot(pub, writer, slot, ",".join(_quoted(n) for n in names), max_changes=max_changes,
+                               upto_lsn=upto, fetch_rows=fetch_rows, mode=mode)
             result.more = batch.messages >= max_changes
             target = max(batch.end_lsn or confirmed, confirmed)
             if not result.more:
@@ -204,6 +207,20 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
              result.changes, result.transactions, slot, result.start_lsn, result.end_lsn, result.segment,
              result.lag_bytes)
     return result
+
+
+def _publication_names(pub: psycopg.Connection, spec: SubscriptionSpec, mode: str) -> list[str]:
+    """What the slot is read through: the subscription's own publications (``source``: pgoutput filters,
+    projects and transforms as for a native subscriber), or every capture publication of ours (``spark``:
+    pgoutput ORs their actions per table; the main one when none exists, so that the slot's error names it)."""
+    if mode == "source":
+        return list(spec.publications)
+    return capture_publications(pub, spec.subscription) or [capture_names(spec.subscription)[1]]
+
+
+def _quoted(name: str) -> str:
+    """A name in ``publication_names``, which pgoutput splits as an identifier list (SplitIdentifierString)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def subscriber_needs(spec: SubscriptionSpec) -> LogNeeds:
@@ -245,7 +262,7 @@ class _Batch:
 
 
 def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication_names: str, *,
-               max_changes: int, upto_lsn: int | None, fetch_rows: int) -> _Batch:
+               max_changes: int, upto_lsn: int | None, fetch_rows: int, mode: str = "spark") -> _Batch:
     """Stream the slot's pending transactions into ``writer``, a fetch at a time."""
     reader = _Reader(writer, _TypeNames(pub), _python_encoding(pub))
     try:
@@ -255,6 +272,19 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
             while rows := cursor.fetchmany(fetch_rows):
                 reader.read(rows)
     except psycopg.Error as e:
+        if mode == "source":
+            # pgoutput reads each publication as of each change's position (LoadPublications in pgoutput.c):
+            # before PostgreSQL 18, one created after changes the slot still holds fails them, as it fails a
+            # native subscription's walsender.
+            raise CaptureError(
+                f'cannot read replication slot "{slot}" through publications {publication_names}: '
+                f"{primary_message(e)}",
+                detail="filtering: source reads the slot through the subscription's own publications, as of each "
+                "change's position; a publication created (or recreated) after changes the slot holds cannot "
+                "decode them before PostgreSQL 18, for a native subscription too",
+                hint="create the publication before the changes it must carry; to get past changes made before it, "
+                "apply until caught up otherwise (filtering: spark), or drop the slot and run `rowfilter refresh "
+                "--recreate-slot`; a slot is read by one process at a time") from e
         raise CaptureError(f'cannot read replication slot "{slot}": {primary_message(e)}',
                            hint="run refresh to (re)create the slot and the capture publication; a slot is "
                            "read by one process at a time") from e

@@ -1,5 +1,9 @@
 """The capture objects on the publisher: one logical slot (pgoutput) and the capture publications.
 
+Under ``filtering: source`` (core/spec.py) there are no capture publications: the slot is read
+through the subscription's own publications, and a refresh drops ours (:func:`drop_capture_publications`).
+What follows is about ``filtering: spark``.
+
 All are named after the subscription and belong to us alone: a publication of one of our names that
 we did not create (its comment is not our marker) is never altered. The filters stay ours to
 evaluate, so the capture publications have none; but they never publish an action the subscription's
@@ -255,12 +259,31 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
         except psycopg.Error as e:
             raise CaptureError(f'cannot drop replication slot "{slot}": {e.diag.message_primary}',
                                hint="the publisher role needs REPLICATION (docs/operators.md, Security)") from e
-    for name in ours:
+    _drop_publications(conn, ours)
+    return DroppedCapture(slot, tuple(ours), slot_dropped=slot_ours, retained_bytes=row[4] if slot_ours else None,
+                          left_alone=tuple(left_alone))
+
+
+def _drop_publications(conn: psycopg.Connection, names: Iterable[str]) -> None:
+    for name in names:
         try:
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(name)))
         except psycopg.Error as e:
             raise CaptureError(f'cannot drop publication "{name}": {e.diag.message_primary}',
                                hint="only its owner (the role that ran `rowfilter refresh`) or a superuser can "
                                "drop it") from e
-    return DroppedCapture(slot, tuple(ours), slot_dropped=slot_ours, retained_bytes=row[4] if slot_ours else None,
-                          left_alone=tuple(left_alone))
+
+
+def drop_capture_publications(conn: psycopg.Connection, subscription: str) -> list[str]:
+    """Drop the capture publications of ours (``filtering: source`` reads the slot through the subscription's
+    own publications); return their names.
+
+    Safe for the slot: a source-mode capture never reads through them, and changes captured through them
+    are in the change log already. Safe for the publisher: a publication gone never makes its DML fail,
+    while one kept and no longer reconciled could (CheckCmdReplicaIdentity in
+    src/backend/executor/execReplication.c). Ones of our names that are not ours stay.
+    """
+    ours = capture_publications(conn, subscription)
+    with conn.transaction():
+        _drop_publications(conn, ours)
+    return ours

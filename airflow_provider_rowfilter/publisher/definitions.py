@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import psycopg
 
 from airflow_provider_rowfilter.core.catalog import PublisherCatalog
+from airflow_provider_rowfilter.core.errors import ReplicaIdentityError, RowFilterError
 from airflow_provider_rowfilter.core.publication import PublicationSet
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl, table_refusals
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -23,6 +24,9 @@ class Definitions:
     publications: PublicationSet
     filters: SubscriptionFilters
     source: str  # "ddl file <path>" or "publisher catalog"
+    filtering: str = "spark"  # who evaluates them: source (the publisher's pgoutput) or spark (core/spec.py)
+    #: what PostgreSQL will refuse on the publisher itself (filtering: source only, where it is the publisher's to say)
+    warnings: tuple[str, ...] = ()
 
 
 def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> Definitions:
@@ -37,5 +41,23 @@ def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> D
     else:
         publications = read_publications(publisher)
         source = "publisher catalog"
-    filters = subscription_filters(publications, spec.publication_names, catalog, skip_invalid=skip)
-    return Definitions(catalog, publications, filters, source)
+    filtering = spec.filtering_mode(publisher.info.server_version)
+    if filtering == "spark":
+        filters = subscription_filters(publications, spec.publication_names, catalog, skip_invalid=skip)
+        return Definitions(catalog, publications, filters, source)
+    # The publisher's own definitions, evaluated by the publisher: what it accepts replicates. A filter or
+    # column list its replica identity does not cover makes PostgreSQL refuse the publisher's UPDATE or
+    # DELETE of the table (CheckCmdReplicaIdentity in src/backend/executor/execReplication.c), not the
+    # subscription; its INSERTs replicate. Said as a warning, PostgreSQL's message.
+    filters = subscription_filters(publications, spec.publication_names, catalog, checked_actions=(),
+                                   publisher_evaluates=True, skip_invalid=skip)
+    warnings = []
+    try:
+        subscription_filters(publications, spec.publication_names, catalog, publisher_evaluates=True)
+    except ReplicaIdentityError as e:
+        warnings.append(f"the publisher will refuse this when it happens (its INSERTs replicate): {e}")
+    except RowFilterError:
+        if not skip:
+            raise  # the first resolution raised it already; with skip, its table is in filters.refused
+
+    return Definitions(catalog, publications, filters, source, filtering, tuple(warnings))

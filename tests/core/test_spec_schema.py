@@ -131,3 +131,40 @@ def test_what_stays_accepted(tmp_path: Path) -> None:
                                "spark.memory.fraction": "0.5", "spark.app.name": "x"}
     assert spec.retained_wal_warning_bytes == 512 << 20
     assert SubscriptionSpec.from_json(spec.to_json()) == spec
+
+
+# --- filtering: who evaluates the publications (docs/change-log.md, "Two capture modes") -------------
+@pytest.mark.parametrize(("text", "expected"), [
+    pytest.param(BASE + "filtering: publisher\n", "filtering='publisher' is not one of auto, source, spark",
+                 id="filtering-unknown"),
+    pytest.param(BASE + "filtering: true\n", "filtering=True is not one of auto, source, spark", id="filtering-bool"),
+])
+def test_filtering_refuses_other_values(tmp_path, text, expected):
+    with pytest.raises(SpecError, match="filtering") as caught:
+        load(tmp_path, text)
+    assert expected in str(caught.value)
+
+
+def test_filtering_source_with_a_publications_file_is_refused_naming_the_setting(tmp_path):
+    (tmp_path / "pubs.sql").write_text("CREATE PUBLICATION p1 FOR TABLE t;")
+    with pytest.raises(SpecError) as caught:
+        load(tmp_path, BASE + "publications_ddl: pubs.sql\nfiltering: source\n")
+    text = str(caught.value)
+    assert "filtering=source is not possible" in text and "publications_ddl" in text and "filtering: auto" in text
+
+
+@pytest.mark.parametrize(("filtering", "ddl", "version", "mode"), [
+    ("auto", False, 180000, "source"), ("auto", False, 150000, "source"), ("auto", False, 140000, "spark"),
+    ("auto", True, 180000, "spark"), ("spark", False, 180000, "spark"), ("source", False, 150000, "source"),
+    ("spark", True, 100000, "spark"),
+])
+def test_filtering_mode(tmp_path, filtering, ddl, version, mode):
+    (tmp_path / "pubs.sql").write_text("")
+    spec = load(tmp_path, BASE + f"filtering: {filtering}\n" + ("publications_ddl: pubs.sql\n" if ddl else ""))
+    assert spec.filtering_mode(version) == mode
+
+
+def test_filtering_source_on_a_publisher_before_15_is_refused(tmp_path):
+    spec = load(tmp_path, BASE + "filtering: source\n")
+    with pytest.raises(SpecError, match=r"filtering=source is not possible: the publisher is PostgreSQL 14"):
+        spec.filtering_mode(140011)

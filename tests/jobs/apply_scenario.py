@@ -87,7 +87,7 @@ def publish(dsn: str, statements: list[str]) -> None:
 class Job:
     """One subscription of ours, driven through the job's command line."""
 
-    def __init__(self, dbs: Databases, tmp_path: Path) -> None:
+    def __init__(self, dbs: Databases, tmp_path: Path, filtering: str = "auto") -> None:
         self.dbs = dbs
         self.name = f"fault_{uuid.uuid4().hex[:10]}"
         self.change_log = tmp_path / "changes"
@@ -95,7 +95,7 @@ class Job:
         self.spec_path.write_text(yaml.safe_dump({
             "subscription": self.name, "publisher": dbs.publisher, "subscriber": dbs.ours,
             "publications": list(PUBLICATIONS), "change_log": str(self.change_log),
-            "spark_master": "local[2]", "spark_conf": SPARK_CONF}))
+            "spark_master": "local[2]", "spark_conf": SPARK_CONF, "filtering": filtering}))
         self.spec = SubscriptionSpec.load(self.spec_path)
         self.slot = capture_names(self.name)[0]
         self.workdir = tmp_path

@@ -20,11 +20,17 @@ def dbs(fresh_db, tmp_path):
 
 
 @pytest.fixture
-def job(dbs, spark, tmp_path):
+def filtering():
+    """Who evaluates the publications (core/spec.py): ``auto`` (source here); a test parametrizes it for both."""
+    return "auto"
+
+
+@pytest.fixture
+def job(dbs, spark, tmp_path, filtering):
     """The apply scenario: refresh and initial copy done in this process, a native subscription beside it."""
     dbs.create(PUBLISHER, SUBSCRIBER)
     native = dbs.subscribe_native(PUBLICATIONS)
-    ours = Job(dbs, tmp_path)
+    ours = Job(dbs, tmp_path, filtering)
     run_ours(ours.spec, spark)  # refresh + initial copy, in this process
     ours.initial_slot = ours.slot_position()
     ours.native = native

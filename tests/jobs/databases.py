@@ -18,6 +18,8 @@ from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, InitialCopyRes
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 
 names = itertools.count(1)  # unique subscription names within the run
+#: Who evaluates the publications (core/spec.py): the differential and fault tests run in both modes.
+FILTERING_MODES = ("source", "spark")
 
 # --- the documentation's row-filter example (logical-replication.sgml), with a few more rows ------
 ROW_FILTER_TABLES = """
@@ -57,10 +59,10 @@ class Databases:
 
     change_logs: Path | None = None
 
-    def spec(self, publications: tuple[str, ...], name: str) -> SubscriptionSpec:
+    def spec(self, publications: tuple[str, ...], name: str, filtering: str = "auto") -> SubscriptionSpec:
         change_log = None if self.change_logs is None else str(self.change_logs / name)
         return SubscriptionSpec(subscription=name, publisher=self.publisher, subscriber=self.ours,
-                                publications=publications, change_log=change_log)
+                                publications=publications, change_log=change_log, filtering=filtering)
 
     def assert_same(self, tables: tuple[str, ...]) -> None:
         for table in tables:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
 from airflow_provider_rowfilter.jobs.apply import apply
-from tests.jobs.databases import names, run_ours
+from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
+from tests.jobs.databases import FILTERING_MODES, names, run_ours
 
 # The documentation's UPDATE-transformation example (logical-replication.sgml, "Row Filters"):
 # t1 published WHERE (a > 5 AND c = 'NSW'); the primary key includes c so UPDATEs may filter on it.
@@ -32,16 +34,26 @@ DOC_STEPS = [
 ]
 
 
+def assert_captured_as(spec, filtering: str) -> None:
+    """Every segment of the change log was captured in ``filtering`` mode, and our capture publications exist
+    only where the slot is read through them (spark)."""
+    segments = ChangeLog(spec.change_log_dir()).segments()
+    assert segments and {segment_filtering(s.path) for s in segments} == {filtering}
+    with psycopg.connect(spec.publisher, autocommit=True) as conn:
+        assert bool(capture_publications(conn, spec.subscription)) == (filtering == "spark")
+
+
 def publish(dsn: str, statements) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for s in statements:
             conn.execute(s)
 
 
-def test_update_transformation_example_step_by_step(dbs, spark):
+@pytest.mark.parametrize("filtering", FILTERING_MODES)
+def test_update_transformation_example_step_by_step(dbs, spark, filtering):
     dbs.create(DOC_PUBLISHER, DOC_TABLES)
     native = dbs.subscribe_native(("p1",))
-    spec = dbs.spec(("p1",), f"ours_{next(names)}")
+    spec = dbs.spec(("p1",), f"ours_{next(names)}", filtering)
     run_ours(spec, spark)
     for step in DOC_STEPS:
         publish(dbs.publisher, [step])
@@ -51,6 +63,7 @@ def test_update_transformation_example_step_by_step(dbs, spark):
         # The batch's checkpointed rows are dropped when it ends, not left to the JVM's garbage collector.
         assert spark.sparkContext._jsc.sc().getPersistentRDDs().size() == 0
     assert result.states == {"public.t1": "r"}
+    assert_captured_as(spec, filtering)
 
 
 # --- more of PostgreSQL's rules, each case: (publisher DDL+rows, subscriber DDL, publications, batches of SQL)
@@ -164,15 +177,17 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("filtering", FILTERING_MODES)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_apply_matches_native_logical_replication(dbs, spark, case):
+def test_apply_matches_native_logical_replication(dbs, spark, case, filtering):
     publisher, subscriber, publications, tables, batches = case
     dbs.create(publisher, subscriber)
     native = dbs.subscribe_native(publications)
-    spec = dbs.spec(publications, f"ours_{next(names)}")
+    spec = dbs.spec(publications, f"ours_{next(names)}", filtering)
     run_ours(spec, spark)
     for batch in batches:
         publish(dbs.publisher, batch)
         apply(spec, spark=spark)
         native.wait_caught_up()
         dbs.assert_same(tables)
+    assert_captured_as(spec, filtering)

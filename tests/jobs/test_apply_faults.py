@@ -28,10 +28,12 @@ from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import assert_same_as_native, bulk, changes, publish
+from tests.jobs.databases import FILTERING_MODES
 
 
+@pytest.mark.parametrize("filtering", FILTERING_MODES)
 @pytest.mark.parametrize("point", faults.POINTS)
-def test_killed_at_fault_point_then_rerun_matches_native(job, point):
+def test_killed_at_fault_point_then_rerun_matches_native(job, point, filtering):
     publish(job.dbs.publisher, changes(0) + ([bulk(0)] if point == "capture-mid-read" else []))
     before_tables, before_positions = job.ours(), job.positions()
 
@@ -61,6 +63,7 @@ def test_killed_at_fault_point_then_rerun_matches_native(job, point):
     # More changes arrive before the rerun: it finishes the interrupted batch and takes them too.
     publish(job.dbs.publisher, changes(1))
     rerun = job.summary(job.run())
+    assert rerun["capture"]["filtering"] == filtering, rerun["capture"]
     if point == "capture-after-segment":
         assert rerun["capture"]["recovered_lsn"] is not None, rerun["capture"]
     assert_same_as_native(job)
@@ -70,7 +73,8 @@ def test_killed_at_fault_point_then_rerun_matches_native(job, point):
     assert rerun["end_lsn"] is None or job.slot_position() >= parse_lsn(rerun["end_lsn"])
 
 
-def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job, capsys):
+@pytest.mark.parametrize("filtering", FILTERING_MODES)
+def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job, capsys, filtering):
     # Our subscriber already holds key 5001, which the publisher then inserts (and the filter passes).
     with psycopg.connect(job.dbs.ours, autocommit=True) as conn:
         conn.execute("INSERT INTO t VALUES (5001, 0, 'local row')")

@@ -116,8 +116,10 @@ def test_table_renamed_then_followed_by_refresh_and_table_removed_by_refresh_is_
 
 
 def test_filter_column_renamed_on_the_publisher_stops_until_renamed_back_and_resynced(dbs, spark, tmp_path):
+    # Spark judging reads the filter's columns by name (filtering: source has pgoutput read them by number,
+    # and the renamed column is then a missing replicated column, as the next test shows).
     dbs.create(PUBLISHER, SUBSCRIBER)
-    _, spec = write_spec(dbs, tmp_path)
+    _, spec = write_spec(dbs, tmp_path, filtering="spark")
     run_ours(spec, spark)
     apply(spec, max_changes=1000, spark=spark)
     start = wal_lsn(dbs.publisher)

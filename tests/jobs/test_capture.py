@@ -30,6 +30,7 @@ from airflow_provider_rowfilter.jobs import capture as capture_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.publisher import capture as capture_module
 from airflow_provider_rowfilter.publisher.capture import capture
+from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
 
 BIG = "0123456789" * 1000  # 10 kB, stored out of line (STORAGE EXTERNAL)
 
@@ -74,8 +75,11 @@ def env(fresh_db, tmp_path):
     with psycopg.connect(pub, autocommit=True) as conn:
         conn.execute(SCHEMA)
     path = tmp_path / "s1.yaml"
+    # The capture's decoding of everything the tables publish: through the unfiltered capture publications
+    # (filtering: spark). filtering: source is the same decoding of what pgoutput lets through
+    # (tests/jobs/test_apply_source_filtering.py).
     path.write_text(yaml.safe_dump({"subscription": "s1", "publisher": pub, "subscriber": sub,
-                                    "publications": ["p1", "p2"]}))
+                                    "publications": ["p1", "p2"], "filtering": "spark"}))
     spec = SubscriptionSpec.load(path)
     refresh(spec)
     return pub, path, spec
@@ -189,13 +193,15 @@ def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot
         "subscription": "s1", "slot": "rowfilter_s1", "start_lsn": format_lsn(start), "end_lsn": format_lsn(end),
         "segment": str(segments[0].path), "transactions": 6, "changes": 20, "messages": summary["messages"],
         "changes_by_kind": {"insert": 8, "update": 5, "delete": 3, "truncate": 4}, "more": False,
-        "heartbeat": False, "recovered_lsn": None, "lag_bytes": 0, "lag_seconds": 0, "seconds": 0,
+        "heartbeat": False, "filtering": "spark", "recovered_lsn": None, "lag_bytes": 0, "lag_seconds": 0, "seconds": 0,
         "changes_per_second": 0}
     assert 0 <= summary["lag_seconds"] < 600 and summary["lag_bytes"] >= 0
     metadata = json.loads(pq.read_metadata(segments[0].path).metadata[b"rowfilter.change_log"])
     relations = metadata.pop("relations")
     assert metadata == {"format_version": 1, "subscription": "s1", "slot": "rowfilter_s1",
-                        "publication": "rowfilter_s1", "start_lsn": format_lsn(start), "end_lsn": format_lsn(end),
+                        "publication": ",".join(capture_publication_names("s1").values()), "filtering": "spark",
+                        "start_lsn": format_lsn(start),
+                        "end_lsn": format_lsn(end),
                         "transactions": 6, "changes": 20}
     # The relations the metadata lists are exactly those the rows carry, with where each first and last appears.
     recorded = segment_relations(segments[0].path)

@@ -65,7 +65,7 @@ def setup(dbs):
 def test_capture_publications_publish_per_table_only_what_the_subscription_publishes(setup, tmp_path):
     dbs = setup
     name = f"ours_{next(names)}"
-    spec = dbs.spec(("ph", "pk", "pt"), name)
+    spec = dbs.spec(("ph", "pk", "pt"), name, "spark")  # the capture publications are spark mode's
     execute(dbs.publisher, "INSERT INTO h VALUES (1, 'a')", "UPDATE h SET v = 'b'", "DELETE FROM h")  # before
     refresh(spec)
     assert members(dbs.publisher, name) == {

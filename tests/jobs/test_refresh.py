@@ -56,7 +56,7 @@ def capture(pub: str) -> tuple[list, list]:
 
 def test_refresh_adds_tables_in_init_and_creates_capture_objects(dbs):
     pub, sub = dbs
-    result = refresh(spec(pub, sub))
+    result = refresh(spec(pub, sub, filtering="spark"))
     assert result.added == ["public.parent", "public.t1", "public.t2"] and result.slot_created
     assert rel_states(sub) == {"public.parent": ("i", None), "public.t1": ("i", None), "public.t2": ("i", None)}
     slots, tables = capture(pub)
@@ -83,12 +83,12 @@ def test_without_copy_data_tables_start_ready_at_the_current_position(dbs):
 
 def test_tables_follow_alter_publication(dbs):
     pub, sub = dbs
-    refresh(spec(pub, sub))
+    refresh(spec(pub, sub, filtering="spark"))
     with psycopg.connect(pub, autocommit=True) as conn:
         conn.execute("ALTER PUBLICATION p1 DROP TABLE t2")
         conn.execute("CREATE TABLE t3 (id int PRIMARY KEY)")
         conn.execute("ALTER PUBLICATION p1 ADD TABLE t3")
-    result = refresh(spec(pub, sub))
+    result = refresh(spec(pub, sub, filtering="spark"))
     assert (result.added, result.removed) == (["public.t3"], ["public.t2"])
     assert sorted(rel_states(sub)) == ["public.parent", "public.t1", "public.t3"]
     assert capture(pub)[1] == ["public.parent_a", "public.parent_b", "public.t1", "public.t3"]
@@ -110,7 +110,7 @@ def test_a_publication_we_did_not_create_is_never_altered(dbs):
     with psycopg.connect(pub, autocommit=True) as conn:
         conn.execute("CREATE PUBLICATION rowfilter_s1 FOR TABLE t1")
     with pytest.raises(CaptureError, match='publication "rowfilter_s1" exists on the publisher and is not ours'):
-        refresh(spec(pub, sub))
+        refresh(spec(pub, sub, filtering="spark"))
     slots, tables = capture(pub)
     assert (slots, tables) == ([], ["public.t1"])
 
@@ -142,3 +142,18 @@ def test_status_before_any_refresh_says_to_run_refresh(dbs, tmp_path: Path, caps
     err = capsys.readouterr().err
     assert "subscription 's1' has no state in the subscriber" in err and "rowfilter refresh" in err
     assert "Traceback" not in err
+
+
+def test_source_filtering_keeps_no_capture_publication_and_drops_ours_left_from_spark(dbs):
+    pub, sub = dbs
+    refresh(spec(pub, sub, filtering="spark"))
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute("CREATE PUBLICATION rowfilter_s1_insert_x FOR TABLE t1")  # not ours: a name we never use
+        assert conn.execute("SELECT count(*) FROM pg_publication WHERE pubname LIKE 'rowfilter_s1%'").fetchone()[0] == 6
+    result = refresh(spec(pub, sub))  # auto: source on this PostgreSQL 18, the definitions in its catalog
+    assert result.filtering == "source" and result.capture_publication_changed and not result.slot_created
+    with psycopg.connect(pub, autocommit=True) as conn:
+        assert [n for (n,) in conn.execute("SELECT pubname FROM pg_publication WHERE pubname LIKE 'rowfilter_s1%'")] \
+            == ["rowfilter_s1_insert_x"]
+    assert capture(pub) == ([("rowfilter_s1", "pgoutput")], [])
+    assert not refresh(spec(pub, sub)).changed  # nothing more to drop, nothing created

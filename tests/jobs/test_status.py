@@ -141,3 +141,16 @@ def test_a_conflicting_key_with_markup_is_printed_as_it_is(fresh_db, spark, caps
     assert KEY in " ".join(err.split()) and "last error:" in err
     code, out, _ = status(str(path), capsys, "--json")
     assert KEY in json.loads(out)["last_error"]
+
+
+def test_status_shows_the_filtering_mode_per_table(setup, spark, capsys):
+    spec, path = setup
+    copied(spec, spark)
+    code, out, _ = status(path, capsys, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["filtering"] == "source"
+    assert {t["filtering"] for t in doc["tables"]} == {"source"}
+    code, out, _ = status(rewrite(path, filtering="spark"), capsys, "--json")
+    assert json.loads(out)["filtering"] == "spark"
+    code, out, _ = status(path, capsys)
+    assert code == 0 and "filtering under each table" in out and out.count("spark") == 2  # t1 and t2
