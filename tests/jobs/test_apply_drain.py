@@ -65,10 +65,13 @@ def history(dbs, spec) -> list[tuple]:
 
 @pytest.fixture
 def subscribed(dbs, spark, tmp_path):
-    """Publisher and subscriber with t and u, a native subscription, ours copied (tables in f)."""
+    """Publisher and subscriber with t and u, a native subscription, ours copied (tables in f).
+
+    Judged in Spark, so that every change of the backlog reaches the log and the batch counts below are
+    the backlog's (with filtering: source the publisher sends fewer; the drain is the same)."""
     dbs.create(PUBLISHER, SUBSCRIBER)
     native = dbs.subscribe_native(PUBLICATIONS)
-    path, spec = write_spec(dbs, tmp_path)
+    path, spec = write_spec(dbs, tmp_path, filtering="spark")
     run_ours(spec, spark)
     return native, path, spec
 

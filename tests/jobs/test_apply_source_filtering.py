@@ -149,10 +149,12 @@ def test_a_batch_never_mixes_modes_it_ends_where_the_capture_mode_changed(dbs, s
     second = capture(source)
     log = ChangeLog(source.change_log_dir())
     assert [segment_filtering(s.path) for s in log.segments()][-2:] == ["spark", "source"]
-    one = apply(source, spark=spark, capture_first=False)
-    assert one.end_lsn == first.end_lsn != second.end_lsn, (one.summary(), first, second)
-    two = apply(source, spark=spark, capture_first=False)
-    assert (two.start_lsn, two.end_lsn) == (first.end_lsn, second.end_lsn)
+    run = apply(source, spark=spark, capture_first=False)  # one run, two batches: one per mode
+    assert run.batches == 2 and run.drained and run.end_lsn == second.end_lsn, run.summary()
+    with psycopg.connect(dbs.ours) as conn:
+        ends = conn.execute("SELECT end_lsn::text FROM rowfilter.batch_history WHERE id = ANY(%s) ORDER BY id",
+                            (run.batch_ids,)).fetchall()
+    assert [e for e, in ends] == [first.end_lsn, second.end_lsn] and first.end_lsn != second.end_lsn
     native.wait_caught_up()
     dbs.assert_same(("t", "u", "d", "c"))
 
