@@ -209,6 +209,14 @@ class _Analyzer(TextAnalysis):
         if col.user_defined_type:
             self.walker_violation(USER_TYPE, node)
         t = T.parse_type(col.type_name)
+        if t.name == "numeric" and t.precision is None:
+            # Its values may hold up to 131072 digits; the apply reads each column as its Spark type,
+            # and DECIMAL holds 38: even numeric_col IS NULL or numeric_col::numeric(20,2) could not be read.
+            raise self.untranslatable(
+                f'the column "{name}" of type numeric without a precision', node,
+                f"declare it numeric(p,s) with p <= {T.SPARK_MAX_DECIMAL_PRECISION} on the publisher (ALTER TABLE … "
+                "ALTER COLUMN … TYPE numeric(20,2)), or publish from the catalog of a PostgreSQL 15+ publisher, "
+                "where PostgreSQL evaluates the filter itself")
         if t.is_text_family:
             coll = col.collation
             self.collations[id(node)] = self.context.default_collation if coll in (None, "default") else coll
@@ -370,8 +378,8 @@ class _Analyzer(TextAnalysis):
         if t.name == "numeric" and (t.precision is None or t.precision > T.SPARK_MAX_DECIMAL_PRECISION):
             raise self.untranslatable(
                 f"numeric without a precision of at most {T.SPARK_MAX_DECIMAL_PRECISION} digits", node,
-                "declare the column numeric(p,s) with p <= 38 on the publisher, or cast it in the filter "
-                "(e.g. amount::numeric(20,2) > 100)")
+                "declare the column numeric(p,s) with p <= 38 on the publisher, or cast the expression in the "
+                "filter (e.g. (a * b)::numeric(20,2) > 100)")
         if T.spark_type(t) is None:
             raise self.untranslatable(f"type {t}", node,
                                       "filter on columns of the types listed in docs/row-filters.md")
