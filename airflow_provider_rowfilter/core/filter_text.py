@@ -94,6 +94,37 @@ def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
         raise
 
 
+def folded_error(rf) -> str | None:
+    """The error PostgreSQL raises for every row because a call of constants fails when the planner folds it.
+
+    eval_const_expressions (clauses.c) runs a strict immutable function whose arguments are all
+    constants once, when the filter is prepared, in whatever branch it stands: ``substr('a', 1, -1)``,
+    ``split_part('a', ',', 0)``, ``repeat('ab', 1073741823)`` or ``'a' ~ 'a**'`` make every change of
+    the table fail on the publisher. Spark would only raise where the call is evaluated.
+    """
+    for node in rf.tree.walk():
+        args = list(node.iter_expressions())
+        if not args or not all(id(a) in rf.constants for a in args):
+            continue
+        values = [rf.constants[id(a)] for a in args]
+        if any(v is None for v in values):
+            continue  # strict: NULL in, NULL out, no error
+        if isinstance(node, exp.Substring) and len(values) == 3 and int(values[2]) < 0:
+            return "negative substring length not allowed"
+        if isinstance(node, exp.SplitPart) and int(values[2]) == 0:
+            return "field position must not be zero"
+        if isinstance(node, exp.Repeat) and len(str(values[0]).encode()) * max(int(values[1]), 0) + 4 > 1073741823:
+            return "requested length too large"
+        if isinstance(node, (exp.RegexpLike, exp.RegexpILike, exp.SimilarTo, exp.Escape)):
+            try:
+                error = regex_of(rf, node)[1]
+            except UnsupportedRegex:
+                continue
+            if error is not None:
+                return error
+    return None
+
+
 class TextAnalysis:
     """Handlers of core/filter_analysis.py's analyzer for the constructs of this module."""
 

@@ -19,7 +19,7 @@ from airflow_provider_rowfilter.core import pg_types as T
 from airflow_provider_rowfilter.core.dialect import identifier_name
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.filter_analysis import in_list_groups
-from airflow_provider_rowfilter.core.filter_text import quantified_array, regex_of, row_fields
+from airflow_provider_rowfilter.core.filter_text import folded_error, quantified_array, regex_of, row_fields
 from airflow_provider_rowfilter.core.functions import function_name
 from airflow_provider_rowfilter.core.pg_types import PgType
 from airflow_provider_rowfilter.core.row_filter import RowFilter
@@ -36,6 +36,9 @@ def to_spark_sql(row_filter: RowFilter) -> str:
 
 def to_spark_expression(row_filter: RowFilter) -> exp.Expr:
     """Return the Spark-dialect sqlglot expression of ``row_filter``."""
+    error = folded_error(row_filter)
+    if error is not None:  # PostgreSQL raises for every row, whichever branch the call stands in
+        return _raise(error)
     return _Translator(row_filter).value(row_filter.tree)
 
 
@@ -471,7 +474,10 @@ class _Translator:
     def _f_split_part(self, node, t):
         n = self._arg(node, 2)
         zero = exp.EQ(this=_operand(n), expression=exp.Literal.number(0))
-        result = exp.Case(ifs=[exp.If(this=zero, true=_raise("field position must not be zero"))],
+        # Spark's split_part negates the index and fails for INT_MIN; PostgreSQL finds no such field: ''
+        int_min = exp.EQ(this=_operand(n.copy()), expression=exp.Literal.number(-2147483648))
+        result = exp.Case(ifs=[exp.If(this=zero, true=_raise("field position must not be zero")),
+                               exp.If(this=int_min, true=exp.Literal.string(""))],
                           default=_fn("split_part", self._arg(node, 0), self._arg(node, 1), n.copy()))
         return self._strict(node, t, result)
 
