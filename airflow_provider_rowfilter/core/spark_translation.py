@@ -431,8 +431,8 @@ class _Translator:
         args = list(node.iter_expressions())
         s, start = self.value(args[0]), self.value(args[1])
         first = exp.Greatest(this=start, expressions=[exp.Literal.number(1)])
-        if len(args) == 2:  # text_substr_no_len: from max(start, 1) to the end
-            return _fn("substring", s, first)
+        if len(args) == 2:  # text_substr_no_len: from max(start, 1) to the end (greatest() skips a NULL)
+            return self._strict(node, t, _fn("substring", s, first))
         length = self.value(args[2])
         # text_substring: characters [max(S, 1), S + L), nothing when S + L <= 1, computed without overflow
         end = exp.Add(this=_cast(start.copy(), PgType("int8")), expression=_operand(length))

@@ -150,6 +150,8 @@ CASES = (
          (True, False), "positions count characters, not bytes"),
     Case("substring_without_length", "substring(t, i2) = 'c'", ({"t": "abc", "i2": "3"}, {"t": "abc", "i2": "-5"}),
          (True, False), "text_substr_no_len: from max(start, 1) to the end"),
+    Case("substr_of_a_null_start_is_null", "substr(t, i2) IS NULL", ({"t": "ab"},), (True,),
+         "Spark's greatest(NULL, 1) is 1, so the whole string came back (differential test)"),
     Case("left_negative", "left(t, i4) = 'ab'", ({"t": "abc", "i4": "-1"}, {"t": "abc", "i4": "2"},
                                                   {"t": "abc", "i4": "-9"}), (True, True, False),
          "left with n < 0 is all but the last |n| characters"),
