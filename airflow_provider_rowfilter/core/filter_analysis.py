@@ -30,7 +30,8 @@ from airflow_provider_rowfilter.core.filter_constants import (
     constant_value,
     decimal_type,
 )
-from airflow_provider_rowfilter.core.filter_grammar import INVALID, any_array_as_in, node_position
+from airflow_provider_rowfilter.core.filter_grammar import INVALID, ONLY_SIMPLE, node_position
+from airflow_provider_rowfilter.core.filter_text import TextAnalysis, quantified_array, row_fields
 from airflow_provider_rowfilter.core.functions import (
     AGGREGATES,
     SET_RETURNING,
@@ -41,10 +42,6 @@ from airflow_provider_rowfilter.core.functions import (
 from airflow_provider_rowfilter.core.pg_types import PgType
 from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, Relation
 
-ONLY_SIMPLE = (
-    "Only columns, constants, built-in operators, built-in data types, built-in collations, "
-    "and immutable built-in functions are allowed."
-)
 MUTABLE = "User-defined or built-in mutable functions are not allowed."
 USER_TYPE = "User-defined types are not allowed."
 USER_COLLATION = "User-defined collations are not allowed."
@@ -82,10 +79,8 @@ class FilterContext:
 def analyze(sql: str, tree: exp.Expr, relation: Relation, context: FilterContext) -> _Analyzer:
     """Type ``tree`` (the parsed ``sql``) as a filter of ``relation``; raise the error PostgreSQL would.
 
-    Analysis reads a copy of ``tree`` in PostgreSQL's own form (``= ANY (ARRAY[…])`` → IN): the
-    result's maps are keyed by ``id()`` of the nodes of its :attr:`_Analyzer.tree`.
+    The result's maps are keyed by ``id()`` of the nodes of its :attr:`_Analyzer.tree` (``tree``).
     """
-    tree = tree.transform(any_array_as_in)
     analyzer = _Analyzer(sql, relation, context)
     analyzer.tree = tree
     try:
@@ -118,7 +113,7 @@ def _odd_space_hint(name: str) -> str | None:
 
 
 
-class _Analyzer:
+class _Analyzer(TextAnalysis):
     """Parse analysis with PostgreSQL's errors; walker violations are remembered in prefix order."""
 
     def __init__(self, sql: str, relation: Relation, context: FilterContext) -> None:
@@ -214,6 +209,14 @@ class _Analyzer:
         if col.user_defined_type:
             self.walker_violation(USER_TYPE, node)
         t = T.parse_type(col.type_name)
+        if t.name == "numeric" and t.precision is None:
+            # Its values may hold up to 131072 digits; the apply reads each column as its Spark type,
+            # and DECIMAL holds 38: even numeric_col IS NULL or numeric_col::numeric(20,2) could not be read.
+            raise self.untranslatable(
+                f'the column "{name}" of type numeric without a precision', node,
+                f"declare it numeric(p,s) with p <= {T.SPARK_MAX_DECIMAL_PRECISION} on the publisher (ALTER TABLE … "
+                "ALTER COLUMN … TYPE numeric(20,2)), or publish from the catalog of a PostgreSQL 15+ publisher, "
+                "where PostgreSQL evaluates the filter itself")
         if t.is_text_family:
             coll = col.collation
             self.collations[id(node)] = self.context.default_collation if coll in (None, "default") else coll
@@ -275,6 +278,9 @@ class _Analyzer:
         return T.BOOL
 
     def _a_Is(self, node: exp.Is) -> PgType:
+        fields = row_fields(node.this)
+        if fields is not None:
+            return self.row_test(node, fields)
         t = self.analyze(node.this)
         if isinstance(node.expression, exp.Boolean):
             if t.name != "bool" and not t.is_unknown:
@@ -346,6 +352,9 @@ class _Analyzer:
         return PgType("numeric", max(li, ri) + scale, scale)
 
     def _comparison(self, node: exp.Binary, op: str) -> PgType:
+        quantified = quantified_array(node.expression)
+        if quantified is not None:
+            return self.quantified(node, op, *quantified)
         common = self._operands(node, node.left, node.right, op)
         self._check_comparable(common, node, op, node.left, node.right)
         return T.BOOL
@@ -369,8 +378,8 @@ class _Analyzer:
         if t.name == "numeric" and (t.precision is None or t.precision > T.SPARK_MAX_DECIMAL_PRECISION):
             raise self.untranslatable(
                 f"numeric without a precision of at most {T.SPARK_MAX_DECIMAL_PRECISION} digits", node,
-                "declare the column numeric(p,s) with p <= 38 on the publisher, or cast it in the filter "
-                "(e.g. amount::numeric(20,2) > 100)")
+                "declare the column numeric(p,s) with p <= 38 on the publisher, or cast the expression in the "
+                "filter (e.g. (a * b)::numeric(20,2) > 100)")
         if T.spark_type(t) is None:
             raise self.untranslatable(f"type {t}", node,
                                       "filter on columns of the types listed in docs/row-filters.md")
@@ -527,6 +536,8 @@ class _Analyzer:
         self.analyze(node.this)
         t = self.analyze(node.expression)
         self.coerce(node.expression, t, T.TEXT)
+        if isinstance(node.this, exp.SimilarTo):
+            self.check_regex(node)
         return T.BOOL
 
     def _pattern(self, node: exp.Binary, op: str) -> PgType:
@@ -539,8 +550,8 @@ class _Analyzer:
             self.coerce(child, t, T.TEXT)
         if op == "ILIKE":
             self._require_binary_collation(node, "ILIKE", node.left)
-        if op == "SIMILAR TO":
-            raise self.untranslatable("SIMILAR TO", node, "use LIKE patterns or equality")
+        if op == "SIMILAR TO" and not isinstance(node.parent, exp.Escape):
+            self.check_regex(node)  # with ESCAPE, _a_Escape checks it with its escape character
         return T.BOOL
 
     def _require_binary_collation(self, node: exp.Expr, what: str, *operands: exp.Expr) -> None:
@@ -699,6 +710,11 @@ class _Analyzer:
     # --- functions --------------------------------------------------------------------------------
     def _function(self, node: exp.Func) -> PgType:
         name = function_name(node)
+        if not name:  # an operator sqlglot represents as a function (a @> b, j -> 'k' …)
+            raise self.untranslatable(f"the operator in {node.sql(dialect='postgres')!r}", node,
+                                      "rewrite the filter with the operators listed in docs/row-filters.md")
+        if name == "row":
+            return self._a_Tuple(node)
         args = [a for a in node.iter_expressions()]
         if name in AGGREGATES:
             raise self.error("aggregate functions are not allowed in WHERE", node)
@@ -806,7 +822,8 @@ class _Analyzer:
         return T.TEXT
 
     def _a_Any(self, node: exp.Any) -> PgType:
-        raise self.untranslatable("= ANY (array)", node, "write the values as IN (…)")
+        raise self.untranslatable("ANY (…) outside a comparison with ARRAY[…]", node,
+                                  "compare with = ANY (ARRAY[…]) or write the values as IN (…)")
 
 
 def in_list_groups(node: exp.In) -> tuple[list[exp.Expr], list[exp.Expr]]:

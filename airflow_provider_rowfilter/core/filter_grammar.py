@@ -19,6 +19,10 @@ from airflow_provider_rowfilter.core.errors import InvalidRowFilterError, Public
 # The texts of PostgreSQL's row-filter errors (publicationcmds.c) that the syntax checks raise too.
 INVALID = "invalid publication WHERE expression"
 USER_OPERATOR = "User-defined operators are not allowed."
+ONLY_SIMPLE = (
+    "Only columns, constants, built-in operators, built-in data types, built-in collations, "
+    "and immutable built-in functions are allowed."
+)
 
 # Operators PostgreSQL ships (pg_operator, OID < 16384) that a filter may spell; anything else the
 # lexer yields is a user-defined operator or a typo.
@@ -168,16 +172,6 @@ def _check_pattern_operators(sql: str, tokens: list) -> None:
         elif kind in _ENDS_PATTERN:
             level["seen"] = False
 
-
-def any_array_as_in(node: exp.Expr) -> exp.Expr:
-    """``x = ANY (ARRAY[a, b])`` is what PostgreSQL makes of ``x IN (a, b)`` (and what pg_get_expr shows)."""
-    if isinstance(node, exp.EQ) and isinstance(node.expression, exp.Any):
-        array = node.expression.this
-        while isinstance(array, exp.Paren):
-            array = array.this
-        if isinstance(array, exp.Array):
-            return exp.In(this=node.this, expressions=list(array.expressions))
-    return node
 
 
 

@@ -8,6 +8,7 @@ even without a catalog.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -74,9 +75,35 @@ ALIASES = {"char_length": "length", "character_length": "length", "trim": "btrim
 
 
 def function_name(node: exp.Func) -> str:
-    """The PostgreSQL name of a function node (sqlglot renames some, e.g. random → Rand), aliases resolved."""
+    """The PostgreSQL name of a function node (sqlglot renames some, e.g. random → Rand), aliases resolved.
+
+    sqlglot also makes functions of some operators (``t ~ 'x'`` is RegexpLike, ``a @> b``
+    ArrayContainsAll): those have no name here (""), so that no one reports ``function t()`` or
+    ``function lower(text, unknown)`` for an operator.
+    """
     if isinstance(node, exp.Anonymous):
         name = node.name.lower()
     else:
-        name = node.sql(dialect="postgres").split("(", 1)[0].strip().lower()
+        rendered = node.sql(dialect="postgres")
+        bare = re.fullmatch(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*", rendered)  # CURRENT_TIMESTAMP, CURRENT_USER
+        match = bare or re.match(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\(", rendered)
+        if match is None or (bare is None and not _call_spans(rendered, match.end() - 1)):
+            return ""
+        name = match.group(1).lower()
     return ALIASES.get(name, name)
+
+
+def _call_spans(text: str, open_at: int) -> bool:
+    """Whether the parenthesis at ``open_at`` closes at the end of ``text`` (``f(a)``, not ``f(a) ~ b``)."""
+    depth, quoted = 0, False
+    for i in range(open_at, len(text)):
+        ch = text[i]
+        if ch == "'":
+            quoted = not quoted
+        elif not quoted and ch == "(":
+            depth += 1
+        elif not quoted and ch == ")":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 :].strip() == ""
+    return False

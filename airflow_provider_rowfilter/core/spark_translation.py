@@ -19,6 +19,7 @@ from airflow_provider_rowfilter.core import pg_types as T
 from airflow_provider_rowfilter.core.dialect import identifier_name
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.filter_analysis import in_list_groups
+from airflow_provider_rowfilter.core.filter_text import folded_error, quantified_array, regex_of, row_fields
 from airflow_provider_rowfilter.core.functions import function_name
 from airflow_provider_rowfilter.core.pg_types import PgType
 from airflow_provider_rowfilter.core.row_filter import RowFilter
@@ -35,6 +36,9 @@ def to_spark_sql(row_filter: RowFilter) -> str:
 
 def to_spark_expression(row_filter: RowFilter) -> exp.Expr:
     """Return the Spark-dialect sqlglot expression of ``row_filter``."""
+    error = folded_error(row_filter)
+    if error is not None:  # PostgreSQL raises for every row, whichever branch the call stands in
+        return _raise(error)
     return _Translator(row_filter).value(row_filter.tree)
 
 
@@ -166,8 +170,15 @@ class _Translator:
         return exp.Not(this=exp.Paren(this=self.value(node.this)))
 
     def _t_Is(self, node, t):
-        inner = self.value(node.this)
         negate = bool(node.args.get("negate"))
+        fields = row_fields(node.this)
+        if fields is not None:
+            # ExecEvalRowNull: IS NULL when every field is NULL, IS NOT NULL when none is
+            tests = [exp.Is(this=_operand(self.value(f)), expression=exp.Null()) for f in fields]
+            if negate:
+                tests = [exp.Not(this=exp.Paren(this=x)) for x in tests]
+            return exp.Paren(this=exp.and_(*tests)) if tests else exp.true()
+        inner = self.value(node.this)
         if isinstance(node.expression, exp.Boolean):
             # IS [NOT] TRUE/FALSE never yield NULL
             truth = bool(node.expression.this)
@@ -187,7 +198,24 @@ class _Translator:
         return _operand(built)
 
     def _cmp(self, cls, node):
+        quantified = quantified_array(node.right)
+        if quantified is not None:
+            return self._quantified(cls, node, *quantified)
         return cls(this=self._compared(node.left), expression=self._compared(node.right))
+
+    def _quantified(self, cls, node, kind: str, array: exp.Array) -> exp.Expr:
+        """x op ANY/ALL (ARRAY[…]): each element in the array's type, then in the operator's, ORed (ANY) or
+        ANDed (ALL); ScalarArrayOpExpr's NULL rules are those of OR and AND."""
+        element, common = self.rf.types[id(array)], self.rf.targets[id(array)]
+        left = self._compared(node.left)
+        terms = []
+        for e in array.expressions:
+            item = self.convert(self.value(e), element, common)
+            item = _fn("rtrim", item) if common.name == "bpchar" else _operand(item)
+            terms.append(cls(this=left.copy(), expression=item))
+        if cls is exp.EQ and kind == "any":  # what x IN (…) gives too: one Spark text for both spellings
+            return exp.In(this=left, expressions=[term.expression for term in terms])
+        return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
 
     def _t_EQ(self, node, t):  return self._cmp(exp.EQ, node)
     def _t_NEQ(self, node, t): return self._cmp(exp.NEQ, node)
@@ -289,7 +317,25 @@ class _Translator:
     def _t_ILike(self, node, t):
         return self._t_Like(node, t, fold=True)
 
+    # --- regular expressions (core/filter_regex.py) ------------------------------------------------
+    def _regex(self, node, t, test: exp.Expr) -> exp.Expr:
+        pattern, error = regex_of(self.rf, node)
+        subject = self.value(test.this)
+        if error is not None:  # PostgreSQL raises when it compiles the pattern, for a non-NULL subject
+            return exp.Case(ifs=[exp.If(this=exp.Is(this=_operand(subject), expression=exp.Null()),
+                                        true=_cast(exp.Null(), T.BOOL))], default=_raise(error))
+        if pattern is None:
+            return _cast(exp.Null(), T.BOOL)
+        like = exp.RegexpLike(this=subject, expression=exp.Literal.string(pattern))
+        return exp.Not(this=exp.Paren(this=like)) if test.args.get("negate") else like
+
+    def _t_RegexpLike(self, node, t): return self._regex(node, t, node)
+    def _t_RegexpILike(self, node, t): return self._regex(node, t, node)
+    def _t_SimilarTo(self, node, t): return self._regex(node, t, node)
+
     def _t_Escape(self, node, t):
+        if isinstance(node.this, exp.SimilarTo):
+            return self._regex(node, t, node.this)
         escape = self.rf.constants.get(id(node.expression))
         if not isinstance(escape, str) or len(escape) > 1:
             raise UntranslatableFilterError("LIKE … ESCAPE with a non-constant escape character")
@@ -372,6 +418,79 @@ class _Translator:
 
     def _f_mod(self, node, t):
         return _cast(exp.Mod(this=exp.Paren(this=self._arg(node, 0)), expression=exp.Paren(this=self._arg(node, 1))), t)
+
+    # substr/substring, left, right, strpos/position, split_part, repeat (varlena.c), with PostgreSQL's
+    # rules for zero, negative and NULL arguments; Spark's string functions count characters, as
+    # PostgreSQL's do.
+    def _strict(self, node, t, result: exp.Expr) -> exp.Expr:
+        """NULL when any argument is NULL (the functions are strict): Spark's greatest() skips NULLs."""
+        nulls = [exp.Is(this=_operand(self.value(a)), expression=exp.Null()) for a in node.iter_expressions()]
+        return exp.Case(ifs=[exp.If(this=exp.or_(*nulls), true=_cast(exp.Null(), t))], default=result)
+
+    def _f_substring(self, node, t):
+        args = list(node.iter_expressions())
+        s, start = self.value(args[0]), self.value(args[1])
+        first = exp.Greatest(this=start, expressions=[exp.Literal.number(1)])
+        if len(args) == 2:  # text_substr_no_len: from max(start, 1) to the end (greatest() skips a NULL)
+            return self._strict(node, t, _fn("substring", s, first))
+        length = self.value(args[2])
+        # text_substring: characters [max(S, 1), S + L), nothing when S + L <= 1, computed without overflow
+        end = exp.Add(this=_cast(start.copy(), PgType("int8")), expression=_operand(length))
+        count = exp.Least(this=exp.Greatest(this=exp.Sub(this=end, expression=first.copy()),
+                                            expressions=[exp.Literal.number(0)]),
+                          expressions=[exp.Literal.number(2147483647)])
+        negative = exp.LT(this=_operand(length.copy()), expression=exp.Literal.number(0))
+        result = exp.Case(ifs=[exp.If(this=negative, true=_raise("negative substring length not allowed"))],
+                          default=_fn("substring", s, first.copy(), _cast(count, T.INT4)))
+        return self._strict(node, t, result)
+
+    def _f_left(self, node, t):
+        s, n = self._arg(node, 0), self._arg(node, 1)
+        # text_left: the first n characters; n < 0: all but the last |n|
+        count = exp.Case(ifs=[exp.If(this=exp.GTE(this=_operand(n), expression=exp.Literal.number(0)), true=n.copy())],
+                         default=exp.Greatest(this=exp.Add(this=_fn("char_length", s), expression=_operand(n.copy())),
+                                              expressions=[exp.Literal.number(0)]))
+        return self._strict(node, t, _fn("substring", s.copy(), exp.Literal.number(1), count))
+
+    def _f_right(self, node, t):
+        s, n = self._arg(node, 0), self._arg(node, 1)
+        # text_right: the last n characters; n < 0: all but the first |n|. For n = INT_MIN, -n
+        # overflows back to INT_MIN and pg_mbcharcliplen keeps the whole string (as PostgreSQL 15 to 18 do).
+        length = _fn("char_length", s)
+        skipped = exp.Case(
+            ifs=[exp.If(this=exp.EQ(this=_operand(n), expression=exp.Literal.number(-2147483648)),
+                        true=exp.Literal.number(0)),
+                 exp.If(this=exp.GTE(this=_operand(n.copy()), expression=exp.Literal.number(0)),
+                        true=exp.Greatest(this=exp.Sub(this=length, expression=_operand(n.copy())),
+                                          expressions=[exp.Literal.number(0)]))],
+            default=exp.Least(this=exp.Neg(this=exp.Paren(this=n.copy())), expressions=[length.copy()]))
+        start = exp.Add(this=exp.Paren(this=skipped), expression=exp.Literal.number(1))
+        return self._strict(node, t, _fn("substring", s.copy(), start))
+
+    def _f_position(self, node, t):
+        # strpos(s, sub) / position(sub IN s): 1-based, 0 when absent, 1 for an empty sub (text_position)
+        return _fn("instr", self._arg(node, 0), self._arg(node, 1))
+
+    def _f_split_part(self, node, t):
+        n = self._arg(node, 2)
+        zero = exp.EQ(this=_operand(n), expression=exp.Literal.number(0))
+        # Spark's split_part negates the index and fails for INT_MIN; PostgreSQL finds no such field: ''
+        int_min = exp.EQ(this=_operand(n.copy()), expression=exp.Literal.number(-2147483648))
+        result = exp.Case(ifs=[exp.If(this=zero, true=_raise("field position must not be zero")),
+                               exp.If(this=int_min, true=exp.Literal.string(""))],
+                          default=_fn("split_part", self._arg(node, 0), self._arg(node, 1), n.copy()))
+        return self._strict(node, t, result)
+
+    def _f_repeat(self, node, t):
+        s, n = self._arg(node, 0), self._arg(node, 1)
+        # repeat: a negative count is 0; a result over MaxAllocSize (with its 4-byte header) is an error
+        size = exp.Add(this=exp.Mul(this=_cast(_fn("octet_length", s), PgType("int8")),
+                                    expression=exp.Greatest(this=n, expressions=[exp.Literal.number(0)])),
+                       expression=exp.Literal.number(4))
+        too_large = exp.GT(this=size, expression=exp.Literal.number(1073741823))
+        result = exp.Case(ifs=[exp.If(this=too_large, true=_raise("requested length too large"))],
+                          default=_fn("repeat", s.copy(), n.copy()))
+        return self._strict(node, t, result)
 
     def _f_starts_with(self, node, t): return _fn("startswith", self._arg(node, 0), self._arg(node, 1))
     def _f_replace(self, node, t): return _fn("replace", self._arg(node, 0), self._arg(node, 1), self._arg(node, 2))

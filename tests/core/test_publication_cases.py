@@ -30,8 +30,6 @@ from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, re
 # ("Known gaps"). strict: a case that starts to pass fails here until it is removed from the list.
 KNOWN_GAPS = frozenset({
     "rf-xmlexists",
-    "rf-array-contained-by",
-    "rf-row-is-null",
     "rf-user-defined-operator",
     "rf-system-column",
     "rf-exists-subquery",

@@ -67,3 +67,21 @@ def test_parse_gives_one_tree_and_validate_reuses_it():
     tree = parse_row_filter("id > 1 AND b <> 'x'")
     assert isinstance(tree, exp.And)
     assert validate_row_filter("id > 1 AND b <> 'x'", RELATION, tree=tree).columns == frozenset({"id", "b"})
+
+
+UNCONSTRAINED = Relation(TableName("public", "t"), 16384, RelKind.TABLE,
+                         (Column("id", 1, "integer", 23), Column("amount", 2, "numeric", 1700)), identity_columns=("id",))
+
+
+@pytest.mark.parametrize("sql", ["amount::numeric(20,2) > 100", "amount IS NULL", "amount > 1"])
+def test_numeric_column_without_precision_is_refused_at_validation(sql):
+    """The apply reads each filter column as its Spark type, and a numeric without a precision has none
+    (core/apply_plan.py ``filter_expression``): a filter the refresh accepted failed at the first apply."""
+    from airflow_provider_rowfilter.core.apply_plan import filter_expression
+    from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+
+    with pytest.raises(UntranslatableFilterError, match='the column "amount" of type numeric without a precision') as raised:
+        validate_row_filter(sql, UNCONSTRAINED)
+    assert "numeric(p,s)" in raised.value.hint
+    with pytest.raises(UntranslatableFilterError):  # why: the apply cannot read the column
+        filter_expression(exp.column("amount"), {"amount": "numeric"}, lambda name: exp.column(name))

@@ -137,6 +137,78 @@ CASES = (
          "PostgreSQL 16 on reads 0x1F as 31; sqlglot read a hexadecimal string"),
     Case("decimal_with_underscores", "i4 < 1_000", ({"i4": "999"}, {"i4": "1000"}), (True, False),
          "PostgreSQL 16 on reads 1_000 as 1000; sqlglot split it in two"),
+    # String functions (varlena.c): zero and negative positions and lengths, NULLs, multibyte text.
+    Case("substr_from_zero", "substr(t, 0, 2) = 'a'", ({"t": "abc"}, {"t": ""}, {}), (True, False, None),
+         "text_substring counts from max(start, 1) to start + length: substr('abc', 0, 2) is 'a'"),
+    Case("substr_negative_length_raises", "substr(t, 1, i4) = 'a'", ({"t": "abc", "i4": "-1"},), ERROR,
+         "'negative substring length not allowed', raised when the row is evaluated"),
+    Case("substr_negative_length_of_null_is_null", "substr(t, 1, i4) IS NULL", ({"i4": "-1"},), (True,),
+         "substr is strict: a NULL string gives NULL before the length is looked at"),
+    Case("substr_end_past_int_max", "substr(t, i4, 2147483647) = 'bc'", ({"t": "abc", "i4": "2"},), (True,),
+         "start + length overflows int4: PostgreSQL then takes the rest of the string"),
+    Case("substring_from_for_multibyte", "substring(t from 2 for 2) = 'é😀'", ({"t": "aé😀b"}, {"t": "ab"}),
+         (True, False), "positions count characters, not bytes"),
+    Case("substring_without_length", "substring(t, i2) = 'c'", ({"t": "abc", "i2": "3"}, {"t": "abc", "i2": "-5"}),
+         (True, False), "text_substr_no_len: from max(start, 1) to the end"),
+    Case("substr_of_a_null_start_is_null", "substr(t, i2) IS NULL", ({"t": "ab"},), (True,),
+         "Spark's greatest(NULL, 1) is 1, so the whole string came back (differential test)"),
+    Case("left_negative", "left(t, i4) = 'ab'", ({"t": "abc", "i4": "-1"}, {"t": "abc", "i4": "2"},
+                                                  {"t": "abc", "i4": "-9"}), (True, True, False),
+         "left with n < 0 is all but the last |n| characters"),
+    Case("right_negative", "right(t, i4) = 'bc'", ({"t": "abc", "i4": "-1"}, {"t": "abc", "i4": "2"},
+                                                    {"t": "abc", "i4": "-3"}), (True, True, False),
+         "right with n < 0 is all but the first |n| characters"),
+    Case("right_of_int_min_is_the_whole_string", "right(t, i4) = t", ({"t": "abc", "i4": "-2147483648"},
+                                                                      {"t": "abc", "i4": "-2147483647"}),
+         (True, False), "text_right negates n: -INT_MIN stays INT_MIN, and the whole string is kept"),
+    Case("strpos_and_position", "strpos(t, v) = position('é' in t)", ({"t": "aé", "v": "é"}, {"t": "", "v": ""},
+                                                                       {"t": "x", "v": ""}), (True, False, False),
+         "1-based character positions, 1 for an empty needle, 0 when absent"),
+    Case("split_part_from_the_end", "split_part(t, ',', i4) = 'c'", ({"t": "a,b,c", "i4": "-1"},
+                                                                     {"t": "a,b,c", "i4": "3"},
+                                                                     {"t": "a,b,c", "i4": "-4"}),
+         (True, True, False), "PostgreSQL 14 on counts a negative field from the end"),
+    Case("split_part_of_int_min_is_empty", "split_part(t, v, i4) = ''", ({"t": "_", "v": "", "i4": "-2147483648"},
+                                                                       {"t": "a,b", "v": ",", "i4": "-2147483648"}),
+         (True, True), "no such field in PostgreSQL; Spark's split_part failed negating INT_MIN (differential test)"),
+    Case("constant_call_raises_in_any_branch", "CASE WHEN i4 > 0 THEN substring('ab' FROM 0 FOR -1) = 'a' END",
+         ({"i4": "-1"},), ERROR,
+         "the planner folds a call of constants wherever it stands, and raises (differential test)"),
+    Case("split_part_field_zero_raises", "split_part(t, ',', i4) = 'a'", ({"t": "a", "i4": "0"},), ERROR,
+         "'field position must not be zero'"),
+    Case("repeat_negative_is_empty", "repeat(t, i4) = ''", ({"t": "ab", "i4": "-1"}, {"t": "ab", "i4": "1"}),
+         (True, False), "a negative count repeats nothing"),
+    Case("repeat_too_large_raises", "repeat(t, 1073741823) = ''", ({"t": "ab"},), ERROR,
+         "'requested length too large' past 1 GB"),
+    # x op ANY/ALL (ARRAY[…]) and row tests.
+    Case("any_array_compares_in_the_array_type", "i8 = ANY (ARRAY[f8, 9223372036854775806])",
+         ({"i8": "9223372036854775807", "f8": "0"},), (True,),
+         "the array is double precision[], so i8 is compared as double precision (unlike IN's pairwise items)"),
+    Case("all_array_with_null", "i4 <> ALL (ARRAY[1, NULL])", ({"i4": "2"}, {"i4": "1"}, {}), (None, False, None),
+         "ALL is false at the first false, else NULL when an element is NULL"),
+    Case("any_array_ordering", "i4 < ANY (ARRAY[i2, 5])", ({"i4": "4"}, {"i4": "7", "i2": "8"}, {"i4": "7"}),
+         (True, True, None), "each element compared with the operator, ORed"),
+    Case("row_is_null", "ROW(i4, t) IS NULL", ({}, {"i4": "1"}), (True, False),
+         "ROW IS NULL when every field is NULL"),
+    Case("row_is_not_null", "(i4, t) IS NOT NULL", ({"i4": "1", "t": "a"}, {"i4": "1"}, {}), (True, False, False),
+         "ROW IS NOT NULL when no field is NULL (so neither test holds for a half-NULL row)"),
+    # Regular expressions (core/filter_regex.py).
+    Case("lower_matches_a_regex", "lower(t) ~ '^z[a-z]+$'", ({"t": "Zab"}, {"t": "zab\n"}, {"t": "z"}, {}),
+         (True, False, False, None), "was refused as 'function lower(text, unknown) does not exist'; "
+         "Java's $ also matches before a final newline"),
+    Case("regex_dot_matches_newline", "t ~ 'a.b'", ({"t": "a\nb"}, {"t": "ab"}), (True, False),
+         "PostgreSQL's . matches a newline (no newline-sensitive flag); Java's needs DOTALL"),
+    Case("regex_case_insensitive_ascii_only", "t ~* 'éb'", ({"t": "ÉB"}, {"t": "éB"}), (False, True),
+         "~* under the C collation folds ASCII letters only, as Java's (?i) does"),
+    Case("regex_negated", "t !~ '[^,]+$'", ({"t": "a,"}, {"t": "a"}), (True, False), "!~ is NOT ~"),
+    Case("regex_invalid_raises_for_a_value", "t ~ 'a**'", ({"t": "a"},), ERROR,
+         "'invalid regular expression: quantifier operand invalid', raised when the pattern is compiled"),
+    Case("regex_invalid_is_null_for_null", "(t ~ 'a**') IS NULL", ({},), (True,),
+         "textregexeq is strict: the pattern is never compiled for a NULL value"),
+    Case("similar_to", "t SIMILAR TO 'a%' AND t NOT SIMILAR TO 'a.c'", ({"t": "abc"}, {"t": "a.c"}, {"t": "xa"}),
+         (True, False, False), "SIMILAR TO matches the whole value; . is a literal dot"),
+    Case("similar_to_with_escape", "t SIMILAR TO '#%_*' ESCAPE '#'", ({"t": "%x"}, {"t": "x%"}), (True, False),
+         "similar_escape: the escape character makes % literal"),
 )
 
 VALIDITY = (
@@ -151,6 +223,8 @@ VALIDITY = (
     ("timestamptz_literal_before_year_1_in_utc", "tz > '0001-01-01 00:00:00+02'::timestamptz",
      UntranslatableFilterError),
     ("float_constant_cast_to_integer", "'6.6e16'::real::integer = i4", "accepted"),
+    ("numeric_compared_with_an_integer_array", "n = ANY (ARRAY[1, 2])", InvalidRowFilterError),
+    ("varchar_compared_with_a_text_array", "v = ANY (ARRAY['a', 'b'])", "accepted"),
 )
 
 
@@ -207,3 +281,29 @@ def test_validator_agrees_with_postgres_on_validity(
             validate_row_filter(filter_sql, ft.RELATION)
         assert isinstance(raised.value, verdict)
         assert pg_error.split(": ", 1)[1] == raised.value.message
+
+
+# What we refuse although PostgreSQL accepts it must say why, name the construct and give a fix
+# (never "function lower(text, unknown) does not exist" for an operator).
+REFUSALS = (
+    ("t ~ '\\y'", "the escape \\y"),
+    ("lower(t) ~ 'a\\mb'", "the escape \\m"),
+    ("t ~ 'a(?=b)'", "lookaround constraints"),
+    ("t ~ '[[:alpha:]]'", "POSIX classes"),
+    ("t ~ '(a)\\1'", "the escape \\1"),
+    ("t ~ v", "a pattern that is not a constant"),
+    ("t ~* '[^a]'", "a negated bracket expression in a case-insensitive match"),
+    ("t SIMILAR TO '[[:digit:]]%'", "SIMILAR TO with POSIX classes"),
+    ("ROW(ROW(i4), t) IS NULL", "a row inside a row"),
+    ("(i4, t) = (1, 'a')", "a row constructor outside IS [NOT] NULL"),
+    ("i4 = ANY ('{1,2}')", "not ARRAY[…]"),
+)
+
+
+@pytest.mark.parametrize("filter_sql, reason", REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_refusal_names_the_reason(cases_conn: psycopg.Connection, filter_sql: str, reason: str) -> None:
+    assert ft.pg_accepts_filter(cases_conn, filter_sql) is None
+    with pytest.raises(UntranslatableFilterError) as raised:
+        validate_row_filter(filter_sql, ft.RELATION)
+    assert reason in raised.value.message, raised.value.message
+    assert raised.value.hint

@@ -1,0 +1,223 @@
+"""Row filters, semantics of the string functions, regular expressions, ANY/ALL and row tests.
+
+A mixin of core/filter_analysis.py's analyzer (same attributes: ``types``, ``targets``,
+``constants``, ``collations``, ``context``): it types ``substr``/``substring``, ``left``, ``right``,
+``strpos``/``position``, ``split_part``, ``repeat``, the pattern operators ``~ ~* !~ !~*`` and
+``SIMILAR TO``, ``x op ANY/ALL (ARRAY[…])`` and ``ROW(…) IS [NOT] NULL`` as PostgreSQL's parse
+analysis does (parse_func.c, parse_oper.c ``make_scalar_array_op``, parse_expr.c
+``transformArrayExpr``), and decides which regular expressions Spark can evaluate exactly
+(core/filter_regex.py). core/spark_translation.py renders them.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+from airflow_provider_rowfilter.core import pg_types as T
+from airflow_provider_rowfilter.core.filter_grammar import ONLY_SIMPLE
+from airflow_provider_rowfilter.core.filter_regex import UnsupportedRegex, java_regex, similar_to_regex
+from airflow_provider_rowfilter.core.pg_types import PgType
+
+# Collations whose regex classes and case mapping are ASCII's (regc_pg_locale.c, the C strategy).
+ASCII_CTYPE_COLLATIONS = frozenset({"C", "POSIX", "ucs_basic"})
+# Where PostgreSQL evaluates any filter itself: what a refusal of a regular expression suggests.
+SOURCE_SIDE_FIX = ("publish from the catalog of a PostgreSQL 15+ publisher (PostgreSQL then evaluates the filter "
+                   "itself), or rewrite the condition with LIKE, starts_with() or the constructs in "
+                   "docs/row-filters.md")
+
+# name -> argument kinds (t: text, i: integer), for each arity PostgreSQL ships (pg_proc)
+STRING_FUNCTIONS = {
+    "substring": ("ti", "tii"), "left": ("ti",), "right": ("ti",), "position": ("tt",),
+    "split_part": ("tti",), "repeat": ("ti",),
+}
+
+
+def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
+    """``ANY (…)``/``SOME (…)``/``ALL (…)`` on the right of a comparison: ("any" | "all", its operand)."""
+    if isinstance(node, exp.Any):
+        inner = node.this
+    elif isinstance(node, exp.Anonymous) and node.name.upper() in ("ALL", "SOME", "ANY") \
+            and len(node.expressions) == 1:
+        inner = node.expressions[0]
+    else:
+        return None
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    kind = "all" if isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" else "any"
+    return kind, inner
+
+
+def row_fields(node: exp.Expr) -> list[exp.Expr] | None:
+    """The fields of ``ROW(…)`` or ``(a, b, …)``; None when ``node`` is no row constructor."""
+    if isinstance(node, exp.Tuple):
+        return list(node.expressions)
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "ROW":
+        return list(node.expressions)
+    return None
+
+
+def _array_needs_coercion(element: PgType, common: PgType) -> bool:
+    """Whether ``x op ANY (array)`` converts the array itself (an ArrayCoerceExpr, which the row-filter
+    walker rejects) rather than using a cross-type operator (int48eq, float48eq, date_eq_timestamp …)."""
+    if element.name == common.name:
+        return False
+    if (element.is_integer and common.is_integer) or {element.name, common.name} <= {"float4", "float8"}:
+        return False
+    return {element.name, common.name} != {"date", "timestamp"}
+
+
+def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
+    """For a ``~``/``~*``/``SIMILAR TO`` node of an analysed filter: (Java pattern, None), or
+    (None, PostgreSQL's error) when PostgreSQL raises for every row with a non-NULL subject.
+    A NULL pattern gives (None, None). Raises UnsupportedRegex outside the exact subset."""
+    escape: str | None = "\\"
+    if isinstance(node, exp.Escape):
+        escape = rf.constants.get(id(node.expression))
+        if not isinstance(escape, str) or len(escape) > 1:
+            raise UnsupportedRegex("an ESCAPE that is not one constant character")
+        escape = escape or None
+        node = node.this
+    pattern = rf.constants.get(id(node.expression))
+    if id(node.expression) not in rf.constants:
+        raise UnsupportedRegex("a pattern that is not a constant")
+    if pattern is None:
+        return None, None
+    collation = (rf.collations.get(id(node.this)) or rf.collations.get(id(node.expression))
+                 or rf.context.default_collation)
+    icase = isinstance(node, exp.RegexpILike)
+    try:
+        text = similar_to_regex(str(pattern), escape) if isinstance(node, exp.SimilarTo) else str(pattern)
+        return java_regex(text, icase=icase, ascii_classes=collation in ASCII_CTYPE_COLLATIONS), None
+    except UnsupportedRegex as e:
+        if e.invalid:
+            return None, f"invalid regular expression: {e.reason}"
+        raise
+
+
+def folded_error(rf) -> str | None:
+    """The error PostgreSQL raises for every row because a call of constants fails when the planner folds it.
+
+    eval_const_expressions (clauses.c) runs a strict immutable function whose arguments are all
+    constants once, when the filter is prepared, in whatever branch it stands: ``substr('a', 1, -1)``,
+    ``split_part('a', ',', 0)``, ``repeat('ab', 1073741823)`` or ``'a' ~ 'a**'`` make every change of
+    the table fail on the publisher. Spark would only raise where the call is evaluated.
+    """
+    for node in rf.tree.walk():
+        args = list(node.iter_expressions())
+        if not args or not all(id(a) in rf.constants for a in args):
+            continue
+        values = [rf.constants[id(a)] for a in args]
+        if any(v is None for v in values):
+            continue  # strict: NULL in, NULL out, no error
+        if isinstance(node, exp.Substring) and len(values) == 3 and int(values[2]) < 0:
+            return "negative substring length not allowed"
+        if isinstance(node, exp.SplitPart) and int(values[2]) == 0:
+            return "field position must not be zero"
+        if isinstance(node, exp.Repeat) and len(str(values[0]).encode()) * max(int(values[1]), 0) + 4 > 1073741823:
+            return "requested length too large"
+        if isinstance(node, (exp.RegexpLike, exp.RegexpILike, exp.SimilarTo, exp.Escape)):
+            try:
+                error = regex_of(rf, node)[1]
+            except UnsupportedRegex:
+                continue
+            if error is not None:
+                return error
+    return None
+
+
+class TextAnalysis:
+    """Handlers of core/filter_analysis.py's analyzer for the constructs of this module."""
+
+    # --- string functions -------------------------------------------------------------------------
+    def _string_function(self, node, args, types, name: str) -> PgType:
+        signature = ", ".join(str(t) for t in types)
+        kinds = next((k for k in STRING_FUNCTIONS[name] if len(k) == len(args)), None)
+        if kinds is None:
+            raise self.error(f"function {name}({signature}) does not exist", node)
+        for arg, t, kind in zip(args, types, kinds, strict=True):
+            if kind == "t" and (t.is_text_family or t.is_unknown):
+                self.coerce(arg, t, T.TEXT)
+            elif kind == "i" and (t.name in ("int2", "int4")):
+                self.coerce(arg, t, T.INT4)
+            elif kind == "i" and t.is_unknown and name == "substring":
+                # substring(text, text) is the regular-expression form; sqlglot spells substr the same
+                raise self.untranslatable(
+                    "substring() with a string as its second argument", node,
+                    "PostgreSQL reads substring(text, text) as a regular-expression match; write the position as "
+                    "an integer, e.g. substr(code, 2)")
+            elif kind == "i" and t.is_unknown:
+                self.coerce(arg, t, T.INT4)
+            else:
+                raise self.error(f"function {name}({signature}) does not exist", node,
+                                 hint="No function matches the given name and argument types. "
+                                 "You might need to add explicit type casts.")
+        self._inherit(node, args[0])
+        return T.INT4 if name == "position" else T.TEXT
+
+    def _f_substring(self, node, args, types): return self._string_function(node, args, types, "substring")
+    def _f_left(self, node, args, types): return self._string_function(node, args, types, "left")
+    def _f_right(self, node, args, types): return self._string_function(node, args, types, "right")
+    def _f_position(self, node, args, types): return self._string_function(node, args, types, "position")
+    def _f_split_part(self, node, args, types): return self._string_function(node, args, types, "split_part")
+    def _f_repeat(self, node, args, types): return self._string_function(node, args, types, "repeat")
+
+    # --- regular expressions ----------------------------------------------------------------------
+    def _regex(self, node: exp.Expr, op: str) -> PgType:
+        lt, rt = self.analyze(node.this), self.analyze(node.expression)
+        for child, t in ((node.this, lt), (node.expression, rt)):
+            if not (t.is_text_family or t.is_unknown):
+                raise self.error(f"operator does not exist: {lt} {op} {rt}", node,
+                                 hint="No operator matches the given name and argument types. "
+                                 "You might need to add explicit type casts.")
+            if child is node.this and t.name == "bpchar":
+                continue  # bpcharregexeq matches the padded value, as bpcharlike does
+            self.coerce(child, t, T.TEXT)
+        self.check_regex(node)
+        return T.BOOL
+
+    def check_regex(self, node: exp.Expr) -> None:
+        try:
+            regex_of(self, node)
+        except UnsupportedRegex as e:
+            what = "SIMILAR TO" if isinstance(node, (exp.SimilarTo, exp.Escape)) else "a regular expression"
+            raise self.untranslatable(f"{what} with {e.reason}", node, SOURCE_SIDE_FIX) from None
+
+    def _a_RegexpLike(self, node): return self._regex(node, "~")
+    def _a_RegexpILike(self, node): return self._regex(node, "~*")
+
+    # --- x op ANY/ALL (ARRAY[…]) --------------------------------------------------------------------
+    def quantified(self, node: exp.Expr, op: str, kind: str, array: exp.Expr) -> PgType:
+        lt = self.analyze(node.this)
+        if not isinstance(array, exp.Array):
+            raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not ARRAY[…]", node,
+                                      "write the values as ARRAY[…] or as IN (…)")
+        if not array.expressions:
+            raise self.error("cannot determine type of empty array", array,
+                             hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
+        element = self._common_of(array, list(array.expressions), "ARRAY")
+        common = self.common_type(lt, element, op, node)
+        self.coerce(node.this, lt, common)
+        self.types[id(array)] = element
+        self.targets[id(array)] = common
+        if _array_needs_coercion(element, common):
+            self.walker_violation(ONLY_SIMPLE, node)
+        self._check_comparable(common, node, op, node.this, *array.expressions)
+        return T.BOOL
+
+    # --- ROW(…) IS [NOT] NULL -------------------------------------------------------------------------
+    def row_test(self, node: exp.Is, fields: list[exp.Expr]) -> PgType:
+        if not isinstance(node.expression, exp.Null):
+            truth = "TRUE" if node.expression.this else "FALSE"
+            raise self.error(f"argument of IS {truth} must be type boolean, not type record", node.this)
+        for f in fields:
+            if row_fields(f) is not None:
+                raise self.untranslatable("a row inside a row", f, "test the inner row's fields directly")
+            t = self.analyze(f)
+            if t.is_unknown:
+                self.coerce(f, t, T.TEXT)
+        self.types[id(node.this)] = PgType("record")
+        return T.BOOL
+
+    def _a_Tuple(self, node: exp.Tuple) -> PgType:
+        raise self.untranslatable("a row constructor outside IS [NOT] NULL", node,
+                                  "compare the fields one by one, e.g. (a = 1 AND b = 2)")
