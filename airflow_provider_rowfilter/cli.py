@@ -19,7 +19,7 @@ from rich.text import Text
 
 from airflow_provider_rowfilter import __version__
 from airflow_provider_rowfilter.cli_output import FORMATS, Column, output_format, print_table
-from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.humane import ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
@@ -152,26 +152,57 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "validate":
-            return validate(SubscriptionSpec.load(args.spec), fmt=output_format(args.format, console, as_json=args.json))
+            return validate(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
         if args.command == "refresh":
-            return refresh(SubscriptionSpec.load(args.spec), recreate_slot=args.recreate_slot)
+            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot)
         if args.command == "status":
-            return status(SubscriptionSpec.load(args.spec), fmt=output_format(args.format, console, as_json=args.json))
+            return status(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
         if args.command in ("snapshot", "resync"):
-            return initial_copy(SubscriptionSpec.load(args.spec), args)
+            return initial_copy(load_spec(args.spec), args)
         if args.command == "apply":
-            return apply_batch(SubscriptionSpec.load(args.spec), max_changes=args.max_changes,
+            return apply_batch(load_spec(args.spec), max_changes=args.max_changes,
                                time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
-            return skip(SubscriptionSpec.load(args.spec), args.lsn)
+            return skip(load_spec(args.spec), args.lsn)
         if args.command == "drop":
-            return drop(SubscriptionSpec.load(args.spec), keep_slot=args.keep_slot)
+            return drop(load_spec(args.spec), keep_slot=args.keep_slot)
         if args.command == "spark-server":
             return spark_server(args)
     except RowFilterError as e:
         say(("ERROR:", "bold red"), " ", str(e), err=True)
         return 1
     return 2
+
+
+def load_spec(path: str) -> SubscriptionSpec:
+    """The spec file as the jobs need it: a file of the DAG factory, which names Airflow connections
+    instead of URLs, is resolved through Airflow in a process of its own (hooks/spec_resolver.py: this
+    command never imports Airflow); the passwords come back by pipe and go to this process's
+    environment, where the jobs read them (connection.py ``PASSWORD_ENV``)."""
+    spec = SubscriptionSpec.load(path)
+    named = [r for r in ("publisher", "subscriber") if getattr(spec, f"{r}_conn_id") and not getattr(spec, r)]
+    if not named:
+        return spec
+    import importlib.util
+    import os
+    import subprocess
+
+    if importlib.util.find_spec("airflow") is None:
+        raise SpecError(f"spec file {path!r} names Airflow connections ({', '.join(f'{r}_conn_id' for r in named)}), "
+                        "and Airflow is not installed here",
+                        hint="run the command where Airflow and its connections are, or give "
+                        f"{' and '.join(named)} URLs in a spec file of their own")
+    done = subprocess.run([sys.executable, "-m", "airflow_provider_rowfilter.hooks.spec_resolver", path],
+                          capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    answer = json.loads(lines[-1]) if lines else {}
+    if "spec" not in answer:  # its stderr is not shown: Airflow's own output may quote a connection
+        raise SpecError(answer.get("error") or f"could not resolve the Airflow connections of {path!r} "
+                        f"(exit status {done.returncode})", hint=answer.get("hint") or "run python -m "
+                        f"airflow_provider_rowfilter.hooks.spec_resolver {path} to see Airflow's error")
+    for key, value in answer["passwords"].items():
+        os.environ.setdefault(key, value)
+    return SubscriptionSpec.from_json(answer["spec"])
 
 
 def spark_server(args: argparse.Namespace) -> int:

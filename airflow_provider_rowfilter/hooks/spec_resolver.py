@@ -1,0 +1,38 @@
+"""Resolve a spec file's Airflow connection ids for the ``rowfilter`` command, in a process of its own.
+
+A spec file of the DAG factory names ``publisher_conn_id``/``subscriber_conn_id`` instead of URLs.
+The console command stays free of Airflow (its layer never imports it), so when it meets such a file
+it runs ``python -m airflow_provider_rowfilter.hooks.spec_resolver`` with the file's path and reads
+back, on this process's stdout (a pipe, never a command line or a log), one JSON document:
+``{"spec": <the spec with URLs, as SubscriptionSpec.to_json>, "passwords": {"ROWFILTER_…_PASSWORD": …}}``.
+The connections are looked up as every Airflow task does (the metadata database, ``AIRFLOW_CONN_*``,
+a secrets backend), with :class:`~airflow_provider_rowfilter.hooks.rowfilter.RowFilterHook`.
+An error is one JSON document ``{"error": …, "hint": …}`` and exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.hooks.rowfilter import ROLES, RowFilterHook
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print(json.dumps({"error": "usage: python -m airflow_provider_rowfilter.hooks.spec_resolver SPEC_FILE"}))
+        return 2
+    try:
+        resolved = RowFilterHook().resolve_spec(spec=args[0], require=ROLES)
+    except RowFilterError as e:
+        print(json.dumps({"error": e.message, "hint": e.hint}))
+        return 1
+    print(json.dumps({"spec": resolved.spec.to_json(), "passwords": resolved.password_env()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
