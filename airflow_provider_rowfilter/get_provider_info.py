@@ -58,6 +58,7 @@ def get_provider_info() -> dict:
                 "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_provider_rowfilter.hooks.rowfilter",
+                    "airflow_provider_rowfilter.hooks.spec_resolver",
                     "airflow_provider_rowfilter.hooks.subscription_rel",
                 ],
             }
