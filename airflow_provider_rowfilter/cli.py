@@ -20,7 +20,7 @@ from rich.text import Text
 from airflow_provider_rowfilter import __version__
 from airflow_provider_rowfilter.cli_output import FORMATS, Column, output_format, print_table
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.humane import ago, batch_lag, counts_text, duration, size
+from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -150,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)  # a long copy or drain says how far it is
     try:
         if args.command == "validate":
             return validate(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))

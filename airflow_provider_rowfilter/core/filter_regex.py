@@ -66,7 +66,7 @@ class _Reader:
 
     def branch(self) -> str:
         out = []
-        while self.peek() is not None and self.peek() not in "|)":
+        while (c := self.peek()) is not None and c not in "|)":
             atom, quantifiable = self.atom()
             quantifier = self.quantifier()
             if quantifier and not quantifiable:

@@ -11,12 +11,19 @@ analysis does (parse_func.c, parse_oper.c ``make_scalar_array_op``, parse_expr.c
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core import pg_types as T
 from airflow_provider_rowfilter.core.filter_grammar import ONLY_SIMPLE
 from airflow_provider_rowfilter.core.filter_regex import UnsupportedRegex, java_regex, similar_to_regex
 from airflow_provider_rowfilter.core.pg_types import PgType
+
+if TYPE_CHECKING:  # the analyzer this mixin is part of (core/filter_analysis.py ``_Analyzer``)
+    _Analyzer = Any
+else:
+    _Analyzer = object
 
 # Collations whose regex classes and case mapping are ASCII's (regc_pg_locale.c, the C strategy).
 ASCII_CTYPE_COLLATIONS = frozenset({"C", "POSIX", "ucs_basic"})
@@ -125,8 +132,9 @@ def folded_error(rf) -> str | None:
     return None
 
 
-class TextAnalysis:
-    """Handlers of core/filter_analysis.py's analyzer for the constructs of this module."""
+class TextAnalysis(_Analyzer):
+    """Handlers of core/filter_analysis.py's analyzer for the constructs of this module (a mixin: ``self`` is
+    that analyzer, whose methods and tables these handlers use)."""
 
     # --- string functions -------------------------------------------------------------------------
     def _string_function(self, node, args, types, name: str) -> PgType:
@@ -218,6 +226,6 @@ class TextAnalysis:
         self.types[id(node.this)] = PgType("record")
         return T.BOOL
 
-    def _a_Tuple(self, node: exp.Tuple) -> PgType:
+    def _a_Tuple(self, node: exp.Expr) -> PgType:
         raise self.untranslatable("a row constructor outside IS [NOT] NULL", node,
                                   "compare the fields one by one, e.g. (a = 1 AND b = 2)")

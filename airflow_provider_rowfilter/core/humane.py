@@ -13,6 +13,10 @@ COUNT_ORDER = ("insert", "update", "delete", "truncate", "skipped", "filtered", 
                "update_to_delete", "missing_update", "missing_delete")
 
 
+#: The logger of progress lines (long copies, draining runs): shown by ``rowfilter`` without ``-v``.
+PROGRESS_LOGGER = "airflow_provider_rowfilter.progress"
+
+
 def size(n: int | float) -> str:
     """``1,023 B``, ``64.0 kB``, ``776.7 MB``: units of 1024 with PostgreSQL's names (as pg_size_pretty)."""
     for unit in ("B", "kB", "MB", "GB"):

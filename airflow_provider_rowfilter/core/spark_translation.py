@@ -174,7 +174,7 @@ class _Translator:
         fields = row_fields(node.this)
         if fields is not None:
             # ExecEvalRowNull: IS NULL when every field is NULL, IS NOT NULL when none is
-            tests = [exp.Is(this=_operand(self.value(f)), expression=exp.Null()) for f in fields]
+            tests: list[exp.Expr] = [exp.Is(this=_operand(self.value(f)), expression=exp.Null()) for f in fields]
             if negate:
                 tests = [exp.Not(this=exp.Paren(this=x)) for x in tests]
             return exp.Paren(this=exp.and_(*tests)) if tests else exp.true()
@@ -200,7 +200,9 @@ class _Translator:
     def _cmp(self, cls, node):
         quantified = quantified_array(node.right)
         if quantified is not None:
-            return self._quantified(cls, node, *quantified)
+            kind, array = quantified
+            assert isinstance(array, exp.Array), "the analysis refuses ANY/ALL over anything but ARRAY[…]"
+            return self._quantified(cls, node, kind, array)
         return cls(this=self._compared(node.left), expression=self._compared(node.right))
 
     def _quantified(self, cls, node, kind: str, array: exp.Array) -> exp.Expr:

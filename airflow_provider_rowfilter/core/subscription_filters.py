@@ -66,9 +66,9 @@ class TableFilters:
     def spark_filter(self, action: PublishAction) -> exp.Expr | None:
         """The effective filter of an action as one Spark expression tree (the filters ORed as trees)."""
         filters = self.filters.get(action)
-        opaque = next((f for f in filters or () if f.untranslatable), None)
+        opaque = next((f.untranslatable for f in filters or () if f.untranslatable), None)
         if opaque is not None:
-            raise UntranslatableFilterError(opaque.untranslatable, table=str(self.table))
+            raise UntranslatableFilterError(opaque, table=str(self.table))
         return None if not filters else spark_or(filters)
 
 

@@ -49,6 +49,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
     epochs_from_history,
 )
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, duration, size
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
@@ -85,6 +86,7 @@ if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to apply
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+PROGRESS = logging.getLogger(PROGRESS_LOGGER)
 
 
 class ApplyError(RowFilterError):
@@ -208,6 +210,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                 target = _flush_position(spec) if capture_first else None
                 result.target_lsn = None if target is None else format_lsn(target)
                 captured_all = not capture_first
+                first = None
                 while True:
                     batch = ApplyResult(spec.subscription)
                     batches.append(batch)
@@ -226,6 +229,9 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                     if captured_all and applied_all:
                         result.drained = True
                         return
+                    if first is None and batch.capture is not None:
+                        first = parse_lsn(batch.capture["start_lsn"])
+                    _log_progress(spec, result, first, target, time.monotonic() - began)
                     if time_budget is not None and time.monotonic() - began >= time_budget:
                         result.budget_exhausted = True
                         log.info("%s: the time budget of %s s is spent after %d batch(es); the next run goes on "
@@ -235,6 +241,19 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     sub.rollback()
                 raise
+
+
+def _log_progress(spec: SubscriptionSpec, result: ApplyResult, first: int | None, target: int | None,
+                  seconds: float) -> None:
+    """A draining run's progress after a batch that did not finish it: batches, changes, WAL left, ETA."""
+    line = (f"{spec.subscription}: drained {result.batches} batch(es), {result.changes:,} changes in "
+            f"{duration(seconds)}")
+    done = None if result.capture is None else parse_lsn(result.capture["end_lsn"])
+    if first is not None and target is not None and done is not None and target > first:
+        share = min(max((done - first) / (target - first), 0.0), 1.0)
+        line += f"; {size(max(target - done, 0))} of WAL to the run's target {format_lsn(target)} ({share:.0%} done"
+        line += f", about {duration(seconds * (1 - share) / share)} left)" if share > 0 else ")"
+    PROGRESS.info("%s", line)
 
 
 def _flush_position(spec: SubscriptionSpec) -> int:

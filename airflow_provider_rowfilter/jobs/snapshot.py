@@ -45,12 +45,14 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     PartitionOptions,
     copy_out_statements,
     copy_source,
+    estimated_rows,
     exported_snapshot,
     plan_partitions,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.spark.copy_frames import default_parallelism, run_partitions, speculation
 from airflow_provider_rowfilter.spark.session import job_session
+from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     CopyTarget,
@@ -78,11 +80,13 @@ class InitialCopyError(RowFilterError):
 @dataclass(frozen=True)
 class CopyOptions:
     """Tuning of the copy. ``max_partitions`` defaults to twice Spark's default parallelism;
-    ``fetch_size`` is the rows handed from the publisher's COPY to the subscriber's per write."""
+    ``fetch_size`` is the rows handed from the publisher's COPY to the subscriber's per write;
+    ``progress_interval`` the seconds between two progress lines (subscriber/copy_progress.py)."""
 
     max_partitions: int | None = None
     min_pages: int = PartitionOptions(1).min_pages
     fetch_size: int = DEFAULT_BLOCK_ROWS
+    progress_interval: float = DEFAULT_INTERVAL
 
 
 @dataclass
@@ -284,6 +288,7 @@ class _CopyJob:
         began = time.monotonic()
         with connect(self.spec.publisher, "publisher", self.spec) as pub:
             plan = plan_partitions(pub, source, self.partitions)
+            estimate = estimated_rows(pub, source)
         with ExitStack() as held:
             # The copy starts with the snapshot it reads, then ONE subscriber transaction: a new staging
             # table (an interrupted attempt's is dropped with what it staged: the copy is redone from
@@ -313,10 +318,11 @@ class _CopyJob:
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
                      table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
-            rows = run_partitions(self.spark, copy_out_statements(source, plan), partial(
-                copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
-                fence=fence, block_rows=self.options.fetch_size))
-            staged = rows
+            with copy_progress(lambda: connect(self.spec.subscriber, "subscriber", self.spec), table, target.staging,
+                               estimate, self.options.progress_interval):
+                staged = run_partitions(self.spark, copy_out_statements(source, plan), partial(
+                    copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
+                    fence=fence, block_rows=self.options.fetch_size))
         with sub.transaction():  # the rows and the state f, together
             rows = move_staged(sub, target)
             if rows != staged:  # a task committed twice (a lost executor) into a table without a key

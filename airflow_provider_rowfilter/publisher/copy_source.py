@@ -213,6 +213,20 @@ def table_pages(conn: psycopg.Connection, source: CopySource) -> int:
     return int(conn.execute(query, (table_sql(source.table).as_string(None),)).fetchone()[0])
 
 
+def estimated_rows(conn: psycopg.Connection, source: CopySource) -> int | None:
+    """The planner's estimate of the rows the copy reads (``pg_class.reltuples``, of every leaf for a root
+    read through its partitions); None with a filter (its selectivity is unknown) or never analysed."""
+    if source.filter_sql is not None:
+        return None
+    if source.only:
+        query = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
+    else:
+        query = """SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_partition_tree(%s::regclass) p
+                   JOIN pg_class c ON c.oid = p.relid WHERE p.isleaf"""
+    value = conn.execute(query, (table_sql(source.table).as_string(None),)).fetchone()[0]
+    return int(value) if value is not None and value > 0 else None
+
+
 def plan_partitions(conn: psycopg.Connection, source: CopySource, options: PartitionOptions) -> ReadPlan:
     """Choose how to split the read: block ranges (14+), else integer key ranges, else one reader.
 

@@ -15,11 +15,13 @@ changes make several batches:
 from __future__ import annotations
 
 import json
+import logging
 
 import psycopg
 import pytest
 
 from airflow_provider_rowfilter import cli
+from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs.apply import apply
@@ -76,8 +78,9 @@ def subscribed(dbs, spark, tmp_path):
     return native, path, spec
 
 
-def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscribed, monkeypatch):
+def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscribed, monkeypatch, caplog):
     native, _, spec = subscribed
+    caplog.set_level(logging.INFO, logger=PROGRESS_LOGGER)
     publish(dbs.publisher, backlog(24))  # 24 transactions, 240 changes of t and u
     started = []
     job_session = spark_session.job_session
@@ -109,6 +112,10 @@ def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscri
     assert result.lag_bytes is not None and parse_lsn(result.capture["end_lsn"]) >= parse_lsn(result.target_lsn)
     assert all(state == "r" for _, _, state, _ in positions(dbs, spec))
     assert len(started) == 1, started  # one Spark session for every batch of the run
+    # Between batches the run says how far it is toward its target (a long drain is not silent).
+    progress = [r.message for r in caplog.records if r.name == PROGRESS_LOGGER]
+    assert len(progress) == result.batches - 1 and "changes in" in progress[0], progress
+    assert f"of WAL to the run's target {result.target_lsn}" in progress[0] and "% done" in progress[0], progress
 
 
 def test_a_backlog_already_in_the_log_is_applied_in_slices(dbs, spark, subscribed):

@@ -7,11 +7,13 @@ same target tables; then every table is compared whole, row for row, in its text
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.jobs.snapshot import CopyOptions
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.databases import ROW_FILTER_PUBLISHER, ROW_FILTER_TABLES, names, run_ours
@@ -99,7 +101,7 @@ CREATE TABLE orders (note text, extra text DEFAULT 'from default', id bigint PRI
                      flag boolean, raw bytea);
 CREATE TABLE events (payload text, n bigint, kind text, seen date DEFAULT '2000-01-01');
 """
-FORCED_SPLIT = CopyOptions(max_partitions=4, min_pages=1)
+FORCED_SPLIT = CopyOptions(max_partitions=4, min_pages=1, progress_interval=0.02)  # progress lines while it copies
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,8 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_initial_copy_matches_native_table_sync(dbs, spark, case: Case):
+def test_initial_copy_matches_native_table_sync(dbs, spark, case: Case, caplog):
+    caplog.set_level(logging.INFO, logger=PROGRESS_LOGGER)
     dbs.create(case.publisher, case.subscriber)
     native = dbs.subscribe_native(case.publications)
     result = run_ours(dbs.spec(case.publications, f"ours_{next(names)}"), spark, case.options)
@@ -145,6 +148,9 @@ def test_initial_copy_matches_native_table_sync(dbs, spark, case: Case):
             assert copied.partitions == case.partitions, copied
     dbs.assert_same(case.tables)
     assert any(table_rows(dbs.native, t) for t in case.tables), "the case copies nothing: it proves nothing"
+    if case.options.progress_interval < 1:  # the copy said how far it was while it ran
+        progress = [r.message for r in caplog.records if r.name == PROGRESS_LOGGER]
+        assert any(" rows copied in " in line and "rows/s" in line for line in progress), progress
 
 
 def test_refresh_follows_alter_publication_like_refresh_publication(dbs, spark):

@@ -1,0 +1,38 @@
+"""The copy's progress, read from PostgreSQL's own counters while rows arrive (a real subscriber)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import psycopg
+
+from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.subscriber.copy_progress import copy_progress, progress_line
+
+
+def test_progress_line_says_rows_rate_share_and_time_left() -> None:
+    table = TableName("public", "t")
+    assert progress_line(table, 1_200_000, 30.0, 2_000_000) == (
+        "public.t: 1,200,000 rows copied in 30.0 s (40,000 rows/s), 60% of ~2,000,000, about 20.0 s left")
+    assert progress_line(table, 500, 2.0, None) == "public.t: 500 rows copied in 2.0 s (250 rows/s)"
+    assert progress_line(table, 0, 0.0, 10) == "public.t: 0 rows copied in 0 ms (0 rows/s), 0% of ~10"
+
+
+def test_progress_counts_the_rows_committed_into_the_staging_table(fresh_db, caplog) -> None:
+    dsn = fresh_db()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE staged (id int)")
+    caplog.set_level(logging.INFO, logger=PROGRESS_LOGGER)
+    with copy_progress(lambda: psycopg.connect(dsn, autocommit=True), TableName("public", "t"),
+                       TableName("public", "staged"), 4000, interval=0.2):
+        with psycopg.connect(dsn, autocommit=True) as writer:
+            with writer.cursor().copy("COPY staged (id) FROM STDIN") as copy:
+                for i in range(3000):
+                    copy.write_row((i,))
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not any("3,000 rows copied" in r.message for r in caplog.records):
+            time.sleep(0.2)
+    lines = [r.message for r in caplog.records if r.name == PROGRESS_LOGGER]
+    assert any(line.startswith("public.t: 3,000 rows copied in ") and "75% of ~4,000" in line for line in lines), lines
