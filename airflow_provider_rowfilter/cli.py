@@ -153,7 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)  # a long copy or drain says how far it is
     try:
         if args.command == "validate":
-            return validate(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
+            return validate(load_spec(args.spec, needs=("publisher",)),
+                            fmt=output_format(args.format, console, as_json=args.json))
         if args.command == "refresh":
             return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot)
         if args.command == "status":
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return apply_batch(load_spec(args.spec), max_changes=args.max_changes,
                                time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
-            return skip(load_spec(args.spec), args.lsn)
+            return skip(load_spec(args.spec, needs=("subscriber",)), args.lsn)
         if args.command == "drop":
             return drop(load_spec(args.spec), keep_slot=args.keep_slot)
         if args.command == "spark-server":
@@ -175,13 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def load_spec(path: str) -> SubscriptionSpec:
+def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> SubscriptionSpec:
     """The spec file as the jobs need it: a file of the DAG factory, which names Airflow connections
     instead of URLs, is resolved through Airflow in a process of its own (hooks/spec_resolver.py: this
     command never imports Airflow); the passwords come back by pipe and go to this process's
-    environment, where the jobs read them (connection.py ``PASSWORD_ENV``)."""
+    environment, where the jobs read them (connection.py ``PASSWORD_ENV``). Only when a role the command
+    ``needs`` has a connection id and no URL: ``validate`` reads the publisher alone."""
     spec = SubscriptionSpec.load(path)
-    named = [r for r in ("publisher", "subscriber") if getattr(spec, f"{r}_conn_id") and not getattr(spec, r)]
+    named = [r for r in needs if getattr(spec, f"{r}_conn_id") and not getattr(spec, r)]
     if not named:
         return spec
     import importlib.util
