@@ -136,10 +136,11 @@ def test_status_as_tsv_and_json(subscription, tmp_path):
     out = piped(["status", "--spec", path, "--format", "tsv"], tmp_path)
     header, *rows = out.splitlines()
     assert header.split("\t") == [c.name for c in cli.STATUS_COLUMNS]
-    by_table = {r.split("\t")[0]: r.split("\t") for r in rows}
-    assert by_table[f"public.{LONG}"][2] == lsn
-    assert by_table[f"public.{LONG}"][6] == ERROR.replace("\n", "\\n")  # one line, escaped as COPY does
-    assert by_table["public.t2"][1:3] == ["i init", ""]
+    by_table = {r.split("\t")[0]: dict(zip(header.split("\t"), r.split("\t"), strict=True)) for r in rows}
+    assert by_table[f"public.{LONG}"]["lsn"] == lsn
+    assert by_table[f"public.{LONG}"]["last error"] == ERROR.replace("\n", "\\n")  # one line, escaped as COPY does
+    assert (by_table["public.t2"]["state"], by_table["public.t2"]["lsn"]) == ("i init", "")
+    assert by_table["public.t2"]["filtering"] in ("source", "spark", "unknown")
 
     doc = json.loads(piped(["status", "--spec", path, "--format", "json"], tmp_path))
     same = json.loads(piped(["status", "--spec", path, "--json"], tmp_path))
