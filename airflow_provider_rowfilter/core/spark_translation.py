@@ -328,8 +328,10 @@ class _Translator:
                                         true=_cast(exp.Null(), T.BOOL))], default=_raise(error))
         if pattern is None:
             return _cast(exp.Null(), T.BOOL)
-        like = exp.RegexpLike(this=subject, expression=exp.Literal.string(pattern))
-        return exp.Not(this=exp.Paren(this=like)) if test.args.get("negate") else like
+        # Parenthesised: Spark's RLIKE binds looser than a comparison (``a RLIKE p <= b`` is ``a RLIKE (p <= b)``),
+        # PostgreSQL's ``~`` tighter (``(a ~ p) <= b``).
+        like = exp.Paren(this=exp.RegexpLike(this=subject, expression=exp.Literal.string(pattern)))
+        return exp.Not(this=like) if test.args.get("negate") else like
 
     def _t_RegexpLike(self, node, t): return self._regex(node, t, node)
     def _t_RegexpILike(self, node, t): return self._regex(node, t, node)

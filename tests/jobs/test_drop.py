@@ -45,8 +45,9 @@ def dbs(fresh_db):
 
 def spec_file(tmp_path: Path, pub: str, sub: str, name: str = SUB, file: str = "spec.yaml") -> Path:
     path = tmp_path / file
+    # Judged in Spark: our capture publications exist, and dropping them is part of what is tested.
     path.write_text(yaml.safe_dump({"subscription": name, "publisher": pub, "subscriber": sub,
-                                    "publications": ["p1"], "copy_data": False}))
+                                    "publications": ["p1"], "copy_data": False, "filtering": "spark"}))
     return path
 
 
