@@ -363,13 +363,8 @@ class _Analyzer(TextAnalysis):
         if common.name == "bool" and op not in ("=", "<>"):
             return
         if common.is_text_family and op not in ("=", "<>"):
-            for o in operands:
-                coll = self.collations.get(id(o))
-                if coll is not None and coll not in T.BINARY_ORDER_COLLATIONS:
-                    raise self.untranslatable(
-                        f'ordering text under collation "{coll}"', node,
-                        'compare with COLLATE "C" (code-point order, which Spark uses), e.g. '
-                        '(name COLLATE "C" < \'m\')')
+            self._require_binary_collation(node, "ordering text", *operands, fix=(
+                'compare with COLLATE "C" (code-point order, which Spark uses), e.g. (name COLLATE "C" < \'m\')'))
         self._require_spark_type(common, node)
 
     def _require_spark_type(self, t: PgType, node: exp.Expr) -> None:
@@ -554,14 +549,14 @@ class _Analyzer(TextAnalysis):
             self.check_regex(node)  # with ESCAPE, _a_Escape checks it with its escape character
         return T.BOOL
 
-    def _require_binary_collation(self, node: exp.Expr, what: str, *operands: exp.Expr) -> None:
+    def _require_binary_collation(self, node: exp.Expr, what: str, *operands: exp.Expr,
+                                  fix: str = 'case mapping depends on the collation; add COLLATE "C" (ASCII case '
+                                  'mapping, which is exact in Spark) to the column in the filter') -> None:
+        """Refuse ``what`` when an operand has a collation whose order or case mapping Spark does not share."""
         for o in operands:
             coll = self.collations.get(id(o))
             if coll is not None and coll not in T.BINARY_ORDER_COLLATIONS:
-                raise self.untranslatable(
-                    f'{what} under collation "{coll}"', node,
-                    'case mapping depends on the collation; add COLLATE "C" (ASCII case mapping, which is '
-                    "exact in Spark) to the column in the filter")
+                raise self.untranslatable(f'{what} under collation "{coll}"', node, fix)
 
     def _a_Collate(self, node: exp.Collate) -> PgType:
         t = self.analyze(node.this)
