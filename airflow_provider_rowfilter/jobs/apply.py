@@ -35,6 +35,7 @@ from airflow_provider_rowfilter.change_log.log import (
     Segment,
     segment_counts,
     segment_filtering,
+    segment_identities,
     segment_relations,
 )
 from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect, primary_message
@@ -45,6 +46,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
     Epochs,
     RelationSpan,
     TargetPlan,
+    check_identities,
     check_relations,
     epochs_from_history,
 )
@@ -368,6 +370,8 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         spans = _check_relations(spec, segments, plan, epochs, since, filtering)
         if filtering == "spark":
             _check_publications(spec, epochs, result)
+            if spec.publications_ddl:  # the publisher does not know them: it could not refuse what they forbid
+                check_identities(plan, epochs, [i for s in segments for i in segment_identities(s.path)])
         logged = [c for _, c in counted]
         from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
 

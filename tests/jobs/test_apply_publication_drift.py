@@ -11,9 +11,12 @@ switched, a column added) is followed where it happens, beside native, without a
 
 from __future__ import annotations
 
+import dataclasses
+
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.core.apply_plan import RelationChangedError
 from airflow_provider_rowfilter.core.publication_state import PublicationChangedError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.jobs.apply import apply
@@ -139,3 +142,41 @@ def test_a_replica_identity_switch_and_an_added_column_are_followed_where_they_h
     assert result.drained and result.changes, result.summary()
     native.wait_caught_up()
     dbs.assert_same(("f",))
+
+
+FILED = """
+CREATE TABLE g(id int PRIMARY KEY, v int, w text);
+ALTER TABLE g REPLICA IDENTITY FULL;
+INSERT INTO g SELECT i, i, 'w' FROM generate_series(1, 30) i;
+"""
+
+
+def test_a_replica_identity_switched_under_a_publications_file_stops_at_the_update_postgresql_refuses(
+        dbs, spark, tmp_path):
+    """A file's filter on a non-key column is valid under REPLICA IDENTITY FULL; switched to DEFAULT on the
+    publisher, which knows nothing of the file, its UPDATEs are logged without the old row the filter reads.
+    PostgreSQL refuses such an UPDATE; the apply stops at it (INSERTs still replicate), untouched."""
+    ddl = tmp_path / "publications.sql"
+    ddl.write_text("CREATE PUBLICATION pg FOR TABLE g WHERE (v > 10);\n")
+    dbs.create(FILED, "CREATE TABLE g(id int PRIMARY KEY, v int, w text);")
+    spec = dataclasses.replace(dbs.spec(("pg",), f"drift_{next(names)}"), publications_ddl=str(ddl))
+    run_ours(spec, spark)
+    publish(dbs.publisher, ["UPDATE g SET v = 50 WHERE id = 1", "ALTER TABLE g REPLICA IDENTITY DEFAULT",
+                            "INSERT INTO g VALUES (40, 40, 'in'), (41, 4, 'out')"])
+    apply(spec, spark=spark)  # the old full row before the switch, INSERTs after it: judged as PostgreSQL does
+    assert _rows(dbs.ours, "SELECT id, v FROM g WHERE id IN (1, 40, 41)") == [(1, 50), (40, 40)]
+
+    publish(dbs.publisher, ["UPDATE g SET v = 5 WHERE id = 20", "DELETE FROM g WHERE id = 21"])
+    untouched = table_rows(dbs.ours, "g")
+    with pytest.raises(RelationChangedError, match='cannot update table "g"') as raised:
+        apply(spec, spark=spark)
+    assert "Column used in the publication WHERE expression is not part of the replica identity" \
+        in str(raised.value) and "REPLICA IDENTITY DEFAULT (key: id)" in str(raised.value), str(raised.value)
+    assert table_rows(dbs.ours, "g") == untouched  # judged on the new row alone, id 20 would have stayed
+
+    publish(dbs.publisher, ["ALTER TABLE g REPLICA IDENTITY FULL"])
+    resync(spec, [TableName("public", "g")], copy=True, spark=spark)  # the fix the error names
+    publish(dbs.publisher, ["UPDATE g SET v = 6 WHERE id = 22"])
+    apply(spec, spark=spark)
+    with psycopg.connect(dbs.publisher) as conn:
+        assert table_rows(dbs.ours, "g") == sorted(r for r, in conn.execute("SELECT x::text FROM g x WHERE v > 10"))
