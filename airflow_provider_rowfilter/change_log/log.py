@@ -648,9 +648,9 @@ def segment_identities(path: str | os.PathLike) -> list[IdentitySpan]:
     """The replica identities the UPDATEs and DELETEs of a segment were logged under (core/apply_plan.py
     ``check_identities``): one entry per table, operation, identity and key, with where it first and last appears.
     Reads the few columns that say it, not the values."""
-    table = pq.read_table(path, columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",
-                                         "column_names", "key_columns"],
-                          filters=[("kind", "in", ["update", "delete"])])
+    table = pq.ParquetFile(path).read(columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",
+                                               "column_names", "key_columns"])
+    table = table.filter(pc.is_in(table["kind"], pa.array(["update", "delete"])))
     if not table.num_rows:
         return []
     flags, names = table["key_columns"].combine_chunks(), table["column_names"].combine_chunks()

@@ -371,7 +371,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         if filtering == "spark":
             _check_publications(spec, epochs, result)
             if spec.publications_ddl:  # the publisher does not know them: it could not refuse what they forbid
-                check_identities(plan, epochs, [i for s in segments for i in segment_identities(s.path)])
+                check_identities(plan, epochs, lambda: [i for s in segments for i in segment_identities(s.path)])
         logged = [c for _, c in counted]
         from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
 
