@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.core import faults
-from airflow_provider_rowfilter.core.apply_plan import RelationSpan
+from airflow_provider_rowfilter.core.apply_plan import IdentitySpan, RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, ImageCells
@@ -642,3 +642,25 @@ def read_segments(segments: Sequence[Segment]) -> pa.Table:
     if not segments:
         return SCHEMA.empty_table()
     return pa.concat_tables(pq.read_table(s.path, schema=SCHEMA) for s in segments)
+
+
+def segment_identities(path: str | os.PathLike) -> list[IdentitySpan]:
+    """The replica identities the UPDATEs and DELETEs of a segment were logged under (core/apply_plan.py
+    ``check_identities``): one entry per table, operation, identity and key, with where it first and last appears.
+    Reads the few columns that say it, not the values."""
+    table = pq.ParquetFile(path).read(columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",
+                                               "column_names", "key_columns"])
+    table = table.filter(pc.is_in(table["kind"], pa.array(["update", "delete"])))
+    if not table.num_rows:
+        return []
+    flags, names = table["key_columns"].combine_chunks(), table["column_names"].combine_chunks()
+    offsets = pc.subtract(flags.offsets, flags.offsets[0])
+    key_names = pa.ListArray.from_arrays(offsets, pc.if_else(flags.flatten(), names.flatten(), ""))
+    joined = pc.binary_join(key_names, "\x00")
+    grouped = table.select(["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity"]) \
+        .append_column("_key", joined).group_by(["schema", "table", "kind", "replica_identity", "_key"]).aggregate(
+            [("commit_lsn", "min"), ("commit_lsn", "max"), ("lsn", "min")])
+    return sorted((IdentitySpan(r["schema"], r["table"], r["kind"], r["replica_identity"],
+                                tuple(n for n in r["_key"].split("\x00") if n), r["commit_lsn_min"],
+                                r["commit_lsn_max"], r["lsn_min"]) for r in grouped.to_pylist()),
+                  key=lambda s: s.first_lsn)

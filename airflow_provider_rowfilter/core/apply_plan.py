@@ -351,3 +351,91 @@ def _lost_column_error(span: RelationSpan, target: TargetPlan, column: str, rule
         hint=f'make the definitions match the publisher: rename "{column}" back on the publisher, or run '
         f"`rowfilter refresh` so they read the new name; then run `rowfilter resync --table {target.table} --copy`: "
         "the changes logged in between reach the table through the copy, and the apply goes on after it")
+
+
+@dataclass(frozen=True)
+class IdentitySpan:
+    """UPDATEs or DELETEs of one table in a change-log segment, logged under one replica identity and key."""
+
+    schema: str
+    table: str
+    kind: str  # update or delete
+    replica_identity: str  # relreplident: d, n, f, i
+    key: tuple[str, ...]  # the columns pgoutput flagged as the identity's (every column under FULL)
+    first_commit_lsn: int
+    last_commit_lsn: int
+    first_lsn: int
+
+    def due_from(self, position: int) -> int | None:
+        """The commit LSN of a change of this span at or after ``position`` (the first when known), else None."""
+        if self.last_commit_lsn < position:
+            return None
+        return self.first_commit_lsn if self.first_commit_lsn >= position else self.last_commit_lsn
+
+
+_IDENTITY_NAMES = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
+
+
+def check_identities(plan: ApplyPlan, epochs: Epochs, read_spans: Callable[[], Sequence[IdentitySpan]]) -> None:
+    """Stop the batch at an UPDATE or DELETE PostgreSQL would have refused on the publisher.
+
+    For definitions the publisher does not know (a publications file), the publisher cannot run
+    ``CheckCmdReplicaIdentity`` (src/backend/executor/execReplication.c): a replica identity switched
+    after the refresh that no longer covers an action's row filter (``pub_rf_contains_invalid_column``)
+    or is not covered by its column list (``pub_contains_invalid_column``, src/backend/commands/
+    publicationcmds.c) lets UPDATEs and DELETEs through whose old row lacks what the filter reads:
+    judged anyway they would diverge silently. PostgreSQL refuses such a change where it is made;
+    the apply refuses it where it is judged, with PostgreSQL's message.
+
+    ``read_spans`` (the batch's UPDATEs and DELETEs by identity, change_log/log.py ``segment_identities``) is
+    called only when some table's definitions read an old row: an UPDATE or DELETE filter, or a column list.
+
+    :raises RelationChangedError: the first such change in commit order.
+    """
+    if not any(rules is not None and (rules.columns is not None or rules.filters.get("update") is not None
+                                      or rules.filters.get("delete") is not None)
+               for t in plan.targets for rules in t.rules):
+        return
+    target_of = {leaf: t for t in plan.targets for leaf in t.leaves}
+    problems: list[tuple[int, RelationChangedError]] = []
+    for span in read_spans():
+        target = target_of.get(TableName(span.schema, span.table))
+        due = None if target is None else span.due_from(target.position)
+        if target is None or due is None:
+            continue
+        for epoch, rules in enumerate(target.rules):
+            if rules is None or span.kind not in rules.actions or \
+                    not _overlaps(epochs.starts, epoch, due, span.last_commit_lsn):
+                continue
+            tree = rules.filters.get(span.kind)
+            read = sorted({c.name for c in tree.find_all(exp.Column)}) if tree is not None else []
+            key = set(span.key)
+            detail = None
+            if span.replica_identity != "f" and not key >= set(read):
+                detail = "Column used in the publication WHERE expression is not part of the replica identity."
+            elif rules.columns is not None and not set(rules.columns) >= key:
+                detail = "Column list used by the publication does not cover the replica identity."
+            if detail is not None:
+                at = span.due_from(max(due, epochs.starts[epoch]) if epoch else due)
+                assert at is not None
+                problems.append((at, _identity_error(span, target, detail, at)))
+                break
+    if problems:
+        raise min(problems, key=lambda p: p[0])[1]
+
+
+def _identity_error(span: IdentitySpan, target: TargetPlan, detail: str, at: int) -> RelationChangedError:
+    verb = "update" if span.kind == "update" else "delete from"
+    identity = _IDENTITY_NAMES.get(span.replica_identity, span.replica_identity)
+    first = (f"first at LSN {format_lsn(span.first_lsn)}, in the transaction finished at {format_lsn(at)}"
+             if at == span.first_commit_lsn else f"one in the transaction finished at {format_lsn(at)}")
+    return RelationChangedError(
+        f'cannot {verb} table "{span.table}"', lsn=at, table=str(target.table),
+        detail=f"{detail} The publisher logged {span.kind.upper()}s of {span.schema}.{span.table} ({first}) under "
+        f"REPLICA IDENTITY {identity} (key: {', '.join(span.key) or 'none'}): the publications file's definitions "
+        "are not known to the publisher, which could not refuse them as PostgreSQL does, and their old rows lack "
+        "what the definitions read. Nothing of the batch was applied.",
+        hint=f"set the replica identity back on the publisher (ALTER TABLE {span.schema}.{span.table} REPLICA "
+        "IDENTITY FULL), or make the file's filter and column list fit the new identity and run `rowfilter "
+        f"refresh`; then run `rowfilter resync --table {target.table} --copy`: the changes that cannot be judged "
+        "are replaced by a new copy, and the apply goes on after it")

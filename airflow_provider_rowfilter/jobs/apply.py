@@ -35,6 +35,7 @@ from airflow_provider_rowfilter.change_log.log import (
     Segment,
     segment_counts,
     segment_filtering,
+    segment_identities,
     segment_relations,
 )
 from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect, primary_message
@@ -45,12 +46,14 @@ from airflow_provider_rowfilter.core.apply_plan import (
     Epochs,
     RelationSpan,
     TargetPlan,
+    check_identities,
     check_relations,
     epochs_from_history,
 )
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, duration, size
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.publication_state import changes, drift_error
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -60,6 +63,7 @@ from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.jobs.refresh import slot_lost
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
+from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
     ConflictError,
@@ -364,6 +368,10 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         plan = ApplyPlan((0,) if filtering == "source" else epochs.starts, tuple(plans), skip_lsn,
                          spec.conflict_policy)
         spans = _check_relations(spec, segments, plan, epochs, since, filtering)
+        if filtering == "spark":
+            _check_publications(spec, epochs, result)
+            if spec.publications_ddl:  # the publisher does not know them: it could not refuse what they forbid
+                check_identities(plan, epochs, lambda: [i for s in segments for i in segment_identities(s.path)])
         logged = [c for _, c in counted]
         from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
 
@@ -532,6 +540,25 @@ def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: 
     check_relations(plan, epochs, spans, since, lambda oids: _publisher_names(spec, oids),
                     (lambda: _all_present(spec, known)) if filtering == "source" else None)
     return spans
+
+
+def _check_publications(spec: SubscriptionSpec, epochs: Epochs, result: ApplyResult) -> None:
+    """Judged in Spark, the definitions of the last refresh must still be the publisher's (core/publication_state.py).
+
+    One query on the publisher, after this batch's capture: when it still says what the refresh recorded,
+    every change captured so far was committed before any ALTER still to come, and is judged as pgoutput
+    would; when not, the batch stops untouched.
+
+    :raises PublicationChangedError: naming each publication and table and what changed.
+    """
+    recorded = epochs.documents[-1].get("publisher") if epochs.documents else None
+    if recorded is None:
+        return  # definitions from a publications file (the user's to change), or recorded before the check
+    tables = [TableName.parse(t) for t in recorded["present"]]
+    with connect(spec.publisher, "publisher", spec) as pub:
+        found = changes(recorded, read_publication_state(pub, spec.publication_names, tables))
+    if found:
+        raise drift_error(spec.subscription, format_lsn(epochs.starts[-1]), found, _batch_range(result))
 
 
 def _all_present(spec: SubscriptionSpec, names: Sequence[TableName]) -> bool:

@@ -28,6 +28,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import psycopg
+
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import RowFilterError
@@ -50,6 +52,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     ensure_slot,
     slot_exists,
 )
+from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
 from airflow_provider_rowfilter.publisher.definitions import load_definitions
 from airflow_provider_rowfilter.subscriber.state import RelState, StateStore, migrate, relation_exists
 
@@ -91,7 +94,15 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
     slot, _ = capture_names(spec.subscription)
     resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
-        definitions = load_definitions(spec, pub)
+        # The definitions and what the drift check holds the catalog against (core/publication_state.py), in one
+        # snapshot: an ALTER committed in between would otherwise hide behind a state read after it.
+        pub.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with pub.transaction():
+            definitions = load_definitions(spec, pub)
+            tracked = definitions.filtering == "spark" and spec.publications_ddl is None
+            state = read_publication_state(pub, spec.publication_names, _tracked_tables(definitions.filters)) \
+                if tracked else None
+        pub.isolation_level = None
         _refuse_positioned(spec, definitions.filters.refused)
         tables = subscribed_tables(definitions.publications, spec.publication_names, definitions.catalog)
         actions = leaf_actions(definitions.filters, definitions.publications, definitions.catalog)
@@ -121,6 +132,8 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             log.warning("a new slot %s was created: the change log of the previous one was moved to %s", slot, set_aside)
     document = filters_document(definitions.filters, spec.subscription, with_trees=True,
                                 untranslatable_ok=definitions.filtering == "source")
+    if state is not None:
+        document["publisher"] = state  # what each apply batch holds the publisher's catalog against
     result = RefreshResult(spec.subscription, lsn, tables=[str(t) for t in tables], slot_created=slot_created,
                            capture_publication_changed=publication_changed,
                            resynced=[str(r.table) for r in resynced], filtering=definitions.filtering,
@@ -143,6 +156,11 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
     result.removed = [str(t) for t in removed]
     log.info("refresh of %s at %s: added %s, removed %s", spec.subscription, lsn, result.added, result.removed)
     return result
+
+
+def _tracked_tables(filters) -> list[TableName]:
+    """The subscribed tables and their leaves: whose publication entries a drift check compares."""
+    return sorted({n for t in filters.tables.values() for n in (t.table, *t.leaves)}, key=str)
 
 
 def _refuse_positioned(spec: SubscriptionSpec, refused: dict[TableName, str]) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import psycopg
 
@@ -214,3 +215,63 @@ def _strip_parens(qual: str | None) -> str | None:
                 return qual
         return qual[1:-1]
     return qual
+
+
+_STATE = """
+WITH wanted AS (
+  SELECT c.oid, n.nspname || '.' || c.relname AS name FROM unnest(%(schemas)s::text[], %(names)s::text[]) AS t(s, r)
+  JOIN pg_namespace n ON n.nspname = t.s JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.r
+), lineage AS (
+  SELECT oid FROM wanted UNION SELECT a.relid FROM wanted w, {ancestors} AS a(relid)
+), pub AS (SELECT * FROM pg_publication WHERE pubname = ANY(%(pubs)s))
+SELECT jsonb_build_object(
+  'present', (SELECT coalesce(jsonb_agg(name ORDER BY name), '[]') FROM wanted),
+  'publications', (SELECT coalesce(jsonb_object_agg(p.pubname, jsonb_build_object(
+      'all_tables', p.puballtables,
+      'publish', to_jsonb(array_remove(ARRAY[CASE WHEN p.pubinsert THEN 'insert' END,
+          CASE WHEN p.pubupdate THEN 'update' END, CASE WHEN p.pubdelete THEN 'delete' END,
+          CASE WHEN p.pubtruncate THEN 'truncate' END], NULL)),
+      'publish_via_partition_root', {viaroot}, 'publish_generated_columns', {gencols})), '{{}}') FROM pub p),
+  'members', (SELECT coalesce(jsonb_object_agg(pubname, tables), '{{}}') FROM (
+      SELECT p.pubname, jsonb_object_agg(n.nspname || '.' || c.relname, jsonb_build_array({qual}, {attrs})) AS tables
+      FROM pg_publication_rel pr JOIN pub p ON p.oid = pr.prpubid JOIN lineage l ON l.oid = pr.prrelid
+      JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+      GROUP BY p.pubname) m),
+  'schemas', {schemas},
+  'partitions', (SELECT coalesce(jsonb_object_agg(w.name, k.children), '{{}}') FROM wanted w CROSS JOIN LATERAL (
+      SELECT jsonb_agg(n.nspname || '.' || c.relname ORDER BY n.nspname, c.relname) AS children
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE i.inhparent = w.oid) k WHERE k.children IS NOT NULL),
+  'generated', (SELECT coalesce(jsonb_object_agg(w.name, g.columns), '{{}}') FROM wanted w CROSS JOIN LATERAL (
+      SELECT jsonb_agg(a.attname::text ORDER BY a.attnum) AS columns FROM pg_attribute a
+      WHERE a.attrelid = w.oid AND a.attnum > 0 AND NOT a.attisdropped AND {generated}) g
+      WHERE g.columns IS NOT NULL))
+"""
+_STATE_SCHEMAS = """(SELECT coalesce(jsonb_object_agg(pubname, schemas), '{}') FROM (
+      SELECT p.pubname, jsonb_agg(n.nspname::text ORDER BY n.nspname) AS schemas FROM pg_publication_namespace pn
+      JOIN pub p ON p.oid = pn.pnpubid JOIN pg_namespace n ON n.oid = pn.pnnspid
+      WHERE n.nspname = ANY(%(schemas)s) GROUP BY p.pubname) s)"""
+
+
+def read_publication_state(conn: psycopg.Connection, publications: Sequence[str],
+                           tables: Sequence[TableName]) -> dict:
+    """What the catalog says now of ``publications`` for the subscribed ``tables`` (core/publication_state.py),
+    in one query: what a refresh records and each apply batch of ``filtering: spark`` holds against it."""
+    version = conn.info.server_version
+    query = _STATE.format(
+        ancestors="pg_partition_ancestors(w.oid)" if version >= 120000 else "(SELECT w.oid)",
+        viaroot="p.pubviaroot" if version >= 130000 else "false",
+        gencols="p.pubgencols::text" if version >= 180000 else "'n'",
+        qual="pg_get_expr(pr.prqual, pr.prrelid)" if version >= 150000 else "NULL::text",
+        attrs=("(SELECT jsonb_agg(a.attname::text ORDER BY a.attnum) FROM pg_attribute a "
+               "WHERE a.attrelid = pr.prrelid AND a.attnum = ANY(pr.prattrs))") if version >= 150000 else "NULL::jsonb",
+        schemas=_STATE_SCHEMAS if version >= 150000 else "'{}'::jsonb",
+        generated="a.attgenerated <> ''" if version >= 120000 else "false",
+    )
+    try:
+        with conn.cursor() as cur:
+            return cur.execute(query, {"schemas": [t.schema for t in tables], "names": [t.name for t in tables],
+                                       "pubs": list(publications)}).fetchone()[0]
+    except psycopg.Error as e:
+        raise CatalogError(f"could not read the publisher's publications: {e}",
+                           hint="the publisher role needs SELECT on pg_catalog") from e

@@ -9,9 +9,11 @@ from sqlglot import exp
 from airflow_provider_rowfilter.core.apply_plan import (
     ApplyPlan,
     EpochRules,
+    IdentitySpan,
     RelationChangedError,
     RelationSpan,
     TargetPlan,
+    check_identities,
     check_relations,
     epochs_from_history,
     filter_expression,
@@ -133,3 +135,24 @@ def test_a_filter_column_lost_on_the_publisher_stops_the_batch():
 def test_an_unfiltered_table_does_not_need_the_column():
     plan, epochs = plan_and_epochs(filter_=None)
     check_relations(plan, epochs, [span(columns=("id", "m"))], 0, no_names)
+
+
+def identity(kind: str = "update", ri: str = "d", key=("id",), first: int = 0x100) -> IdentitySpan:
+    return IdentitySpan("public", "t", kind, ri, tuple(key), first, first + 0x100, first - 8)
+
+
+def test_an_update_whose_identity_does_not_cover_the_filter_stops_with_postgresql_s_error():
+    plan, epochs = plan_and_epochs()
+    check_identities(plan, epochs, lambda: [identity(ri="f", key=("id", "n")), identity(key=("id", "n"))])
+    with pytest.raises(RelationChangedError, match='cannot delete from table "t"') as raised:
+        check_identities(plan, epochs, lambda: [identity("update", first=0x300), identity("delete", first=0x100)])
+    assert "not part of the replica identity" in raised.value.detail and raised.value.lsn == 0x100
+
+
+def test_a_column_list_that_does_not_cover_the_identity_stops_and_nothing_is_read_without_old_rows():
+    epochs = epochs_from_history([("0/10", document(None, columns=["id", "n"]))], 0)
+    plan = ApplyPlan(epochs.starts, (TargetPlan(0, T, (T,), 0, ("id", "n"), ("id",), epochs.rules(T)),))
+    with pytest.raises(RelationChangedError, match="Column list used by the publication does not cover"):
+        check_identities(plan, epochs, lambda: [identity(ri="f", key=("id", "n", "w"))])
+    plan, epochs = plan_and_epochs(filter_=None)
+    check_identities(plan, epochs, lambda: no_names([]))  # no filter, no list: the log is not read
