@@ -52,7 +52,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.spark.copy_frames import default_parallelism, run_partitions, speculation
 from airflow_provider_rowfilter.spark.session import job_session
-from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_progress
+from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     CopyTarget,
@@ -334,6 +334,7 @@ class _CopyJob:
         seconds = time.monotonic() - began
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
                  "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)
+        copy_done(table, rows, seconds)
         return TableCopy(str(table), SyncState.FINISHED_COPY.value, rows, snap.lsn, plan.partitions, round(seconds, 3))
 
 

@@ -1,0 +1,114 @@
+"""A long copy as a person sees it (issue 18, item 8): a live bar in a terminal, the same lines as before when piped.
+
+Tested as it was found: the installed ``rowfilter snapshot`` in a tmux pane, read while it copies a table
+large enough for several reports, and ``rowfilter resync --copy`` with its stderr in a file.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import psycopg
+import pytest
+import yaml
+
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs.refresh import refresh
+from tests.terminal import exe, tmux_screens
+
+ROWS = 600_000
+PUBLISHER = f"""
+CREATE TABLE big (id int PRIMARY KEY, v text);
+INSERT INTO big SELECT g, repeat('x', 40) FROM generate_series(1, {ROWS}) g;
+ANALYZE big;
+CREATE PUBLICATION pbig FOR TABLE big;
+"""
+#: The bar of the copy: its name, the bar itself (Rich's), the share, and what the report says beside it.
+BAR = re.compile(r"^public\.big +━+\S* +(\d+)% +([\d,]+) (?:of ~([\d,]+) )?rows, [\d,]+ rows/s", re.M)
+
+
+@pytest.fixture
+def big(fresh_db, tmp_path) -> str:
+    """A subscription of one unfiltered table of ``ROWS`` rows (the publisher's estimate is known), refreshed."""
+    pub, sub = fresh_db(), fresh_db()
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute(PUBLISHER)
+    with psycopg.connect(sub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE big (id int PRIMARY KEY, v text)")
+    doc = {"subscription": "bars", "publisher": pub, "subscriber": sub, "publications": ["pbig"],
+           "change_log": str(tmp_path / "log"), "spark_master": "local[2]"}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    refresh(SubscriptionSpec.load(str(path)))
+    return str(path)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_copy_in_a_terminal_shows_a_live_bar_that_ends_complete(big):
+    screens = tmux_screens(["snapshot", "--spec", big, "--progress-interval", "0.05"], 120, timeout=180, every=0.1)
+
+    final = screens[-1]
+    # While it copied, the bar moved: at least two readings short of the end, each of the estimate.
+    moving = {m.groups() for screen in screens[:-1] for m in BAR.finditer(screen) if m.group(3)}
+    assert len({done for share, done, _ in moving if int(share) < 100}) >= 2, screens
+    assert {total for _, _, total in moving} == {f"{ROWS:,}"}, moving  # of the publisher's estimate
+    # It ends complete: the whole bar, every row, and the command's own summary after it.
+    (end,) = BAR.findall(final)  # one bar, redrawn in place
+    assert end[:2] == ("100", f"{ROWS:,}") and "done in" in final, final
+    assert f"public.big: state f ({ROWS:,} rows, consistent with" in final, final
+    # The bar replaces the lines: none of them in the terminal.
+    assert "rows copied in" not in final and "airflow_provider_rowfilter.progress" not in final, final
+
+
+def test_a_piped_copy_logs_lines_as_before(big, tmp_path):
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as f:
+        done = subprocess.run([exe(), "resync", "--spec", big, "--table", "public.big", "--copy",
+                               "--progress-interval", "0.05"], stdout=subprocess.PIPE, stderr=f, text=True,
+                              timeout=180, check=False)
+    text = err.read_text()
+    assert done.returncode == 0, text
+    lines = re.findall(r"^INFO airflow_provider_rowfilter\.progress: public\.big: ([\d,]+) rows copied in .*$",
+                       text, re.M)
+    assert len(lines) >= 2, text  # one line a report, as in a task log
+    assert "━" not in text and "done in" not in text and "\x1b[" not in text, text  # no bar, no final report
+    assert f"public.big: state f ({ROWS:,} rows" in done.stdout, done.stdout
+
+
+@pytest.fixture
+def backlog(fresh_db, tmp_path) -> str:
+    """A subscription without a copy (its table ready at once) and a backlog of 60 transactions behind it."""
+    pub, sub = fresh_db(), fresh_db()
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text); CREATE PUBLICATION pt FOR TABLE t")
+    with psycopg.connect(sub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+    doc = {"subscription": "drain", "publisher": pub, "subscriber": sub, "publications": ["pt"], "copy_data": False,
+           "change_log": str(tmp_path / "log"), "spark_master": "local[2]"}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    refresh(SubscriptionSpec.load(str(path)))
+    with psycopg.connect(pub, autocommit=True) as conn:
+        for n in range(60):
+            conn.execute("INSERT INTO t SELECT g, 'v' FROM generate_series(%s::int, %s::int) g", (n * 10, n * 10 + 9))
+    return str(path)
+
+
+#: The bar of a drain: the subscription, the bar, the share of the WAL to the run's target, the batches so far.
+DRAIN = re.compile(r"^drain +━+\S* +(\d+)% +(\d+) batch\(es\), ([\d,]+) changes", re.M)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_drain_in_a_terminal_shows_the_wal_left_and_ends_complete(backlog):
+    screens = tmux_screens(["apply", "--spec", backlog, "--max-changes", "60"], 160, timeout=240, every=0.1)
+
+    final = screens[-1]
+    moving = {m.groups() for screen in screens[:-1] for m in DRAIN.finditer(screen)}
+    assert len({batches for share, batches, _ in moving if int(share) < 100}) >= 2, screens
+    assert any("of WAL to the run's target" in screen and " left" in screen for screen in screens[:-1]), screens
+    (end,) = DRAIN.findall(final)  # one bar, redrawn in place: Spark's lines are printed above it
+    assert end[0] == "100" and "drained in" in final, final
+    assert "applied 600 changes in" in final and "public.t: insert 600" in final, final
+    assert "airflow_provider_rowfilter.progress" not in final, final
