@@ -7,6 +7,7 @@ do not read Rich markup, and styles are given as :class:`rich.text.Text` styles 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -462,8 +463,9 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
     from airflow_provider_rowfilter.jobs.apply import apply
     from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 
-    with progress_bars(wants_bars(err_console)):
-        result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
+    bars = wants_bars(err_console)
+    with progress_bars(bars):
+        result = apply(_one_bar(spec, bars), max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
                        time_budget=time_budget)
     if as_json:
         print(json.dumps(result.summary()))
@@ -479,6 +481,15 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
     if result.skipped_lsn:
         say(f"  skipped the remote transaction finished at {result.skipped_lsn}")
     return 0
+
+
+def _one_bar(spec: SubscriptionSpec, bars: bool) -> SubscriptionSpec:
+    """With our bars on the terminal, Spark's own console progress bar (``[Stage 5:> (0 + 1) / 1]``, drawn by
+    a Spark driver of this process) is turned off, unless the spec's spark_conf sets it. A Spark Connect
+    server draws its own in its log: a client may not set it."""
+    if not bars or spec.spark_remote or "spark.ui.showConsoleProgress" in spec.spark_conf:
+        return spec
+    return dataclasses.replace(spec, spark_conf={**spec.spark_conf, "spark.ui.showConsoleProgress": "false"})
 
 
 def skip(spec: SubscriptionSpec, lsn: str) -> int:
@@ -539,9 +550,9 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     options = CopyOptions() if every is None else CopyOptions(progress_interval=every)
     with progress_bars(bars):
         if args.command == "resync":
-            result = run_resync(spec, tables or [], copy=args.copy, options=options)
+            result = run_resync(_one_bar(spec, bars), tables or [], copy=args.copy, options=options)
         else:
-            result = initial_copy(spec, tables, options=options)
+            result = initial_copy(_one_bar(spec, bars), tables, options=options)
     if not result.tables:
         say(f"subscription {spec.subscription}: no table waits for its initial copy")
     for t in result.tables:

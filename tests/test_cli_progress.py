@@ -14,6 +14,7 @@ import psycopg
 import pytest
 import yaml
 
+from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.terminal import exe, tmux_screens
@@ -29,20 +30,25 @@ CREATE PUBLICATION pbig FOR TABLE big;
 BAR = re.compile(r"^public\.big +━+\S* +(\d+)% +([\d,]+) (?:of ~([\d,]+) )?rows, [\d,]+ rows/s", re.M)
 
 
+def subscribed(fresh_db, tmp_path, publisher: str, table: str, **spec) -> tuple[str, str]:
+    """A publisher built by ``publisher``, the subscriber's ``table``, a spec file and a refresh; (spec file, publisher)."""
+    pub, sub = fresh_db(), fresh_db()
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute(publisher)
+    with psycopg.connect(sub, autocommit=True) as conn:
+        conn.execute(table)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"publisher": pub, "subscriber": sub, "change_log": str(tmp_path / "log"),
+                                    "spark_master": "local[2]", **spec}))
+    refresh(SubscriptionSpec.load(str(path)))
+    return str(path), pub
+
+
 @pytest.fixture
 def big(fresh_db, tmp_path) -> str:
     """A subscription of one unfiltered table of ``ROWS`` rows (the publisher's estimate is known), refreshed."""
-    pub, sub = fresh_db(), fresh_db()
-    with psycopg.connect(pub, autocommit=True) as conn:
-        conn.execute(PUBLISHER)
-    with psycopg.connect(sub, autocommit=True) as conn:
-        conn.execute("CREATE TABLE big (id int PRIMARY KEY, v text)")
-    doc = {"subscription": "bars", "publisher": pub, "subscriber": sub, "publications": ["pbig"],
-           "change_log": str(tmp_path / "log"), "spark_master": "local[2]"}
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    refresh(SubscriptionSpec.load(str(path)))
-    return str(path)
+    return subscribed(fresh_db, tmp_path, PUBLISHER, "CREATE TABLE big (id int PRIMARY KEY, v text)",
+                      subscription="bars", publications=["pbig"])[0]
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -60,6 +66,7 @@ def test_a_copy_in_a_terminal_shows_a_live_bar_that_ends_complete(big):
     assert f"public.big: state f ({ROWS:,} rows, consistent with" in final, final
     # The bar replaces the lines: none of them in the terminal.
     assert "rows copied in" not in final and "airflow_provider_rowfilter.progress" not in final, final
+    assert "[Stage " not in final, final  # nor Spark's own console progress bar beside ours
 
 
 def test_a_piped_copy_logs_lines_as_before(big, tmp_path):
@@ -80,20 +87,13 @@ def test_a_piped_copy_logs_lines_as_before(big, tmp_path):
 @pytest.fixture
 def backlog(fresh_db, tmp_path) -> str:
     """A subscription without a copy (its table ready at once) and a backlog of 60 transactions behind it."""
-    pub, sub = fresh_db(), fresh_db()
-    with psycopg.connect(pub, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text); CREATE PUBLICATION pt FOR TABLE t")
-    with psycopg.connect(sub, autocommit=True) as conn:
-        conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
-    doc = {"subscription": "drain", "publisher": pub, "subscriber": sub, "publications": ["pt"], "copy_data": False,
-           "change_log": str(tmp_path / "log"), "spark_master": "local[2]"}
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    refresh(SubscriptionSpec.load(str(path)))
+    path, pub = subscribed(fresh_db, tmp_path, "CREATE TABLE t (id int PRIMARY KEY, v text); CREATE PUBLICATION pt "
+                           "FOR TABLE t", "CREATE TABLE t (id int PRIMARY KEY, v text)", subscription="drain",
+                           publications=["pt"], copy_data=False)
     with psycopg.connect(pub, autocommit=True) as conn:
         for n in range(60):
             conn.execute("INSERT INTO t SELECT g, 'v' FROM generate_series(%s::int, %s::int) g", (n * 10, n * 10 + 9))
-    return str(path)
+    return path
 
 
 #: The bar of a drain: the subscription, the bar, the share of the WAL to the run's target, the batches so far.
@@ -112,3 +112,12 @@ def test_a_drain_in_a_terminal_shows_the_wal_left_and_ends_complete(backlog):
     assert end[0] == "100" and "drained in" in final, final
     assert "applied 600 changes in" in final and "public.t: insert 600" in final, final
     assert "airflow_provider_rowfilter.progress" not in final, final
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan"])
+def test_a_progress_interval_that_is_not_a_positive_number_is_refused(value, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["snapshot", "--spec", "s1.yaml", "--progress-interval", value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--progress-interval" in err and "is not a number of seconds" in err, err
