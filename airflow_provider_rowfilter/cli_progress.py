@@ -30,7 +30,7 @@ def wants_bars(console: Console) -> bool:
     return console.is_terminal and not console.is_dumb_terminal
 
 
-class _Bars(logging.Handler):
+class BarHandler(logging.Handler):
     """A handler of ``PROGRESS_LOGGER`` drawing its reports as bars; any other record of it as its line."""
 
     def __init__(self, progress: Progress) -> None:
@@ -50,7 +50,14 @@ class _Bars(logging.Handler):
                 return
             task = self.tasks[report.key] = self.progress.add_task(report.label, total=report.total,
                                                                    detail=report.detail)
-        self.progress.update(task, completed=report.done, total=report.total, detail=report.detail)
+        self.progress.update(task, completed=report.done, total=report.total, detail=report.detail)  # None: kept
+
+
+def bar_display(console: Console) -> Progress:
+    """The bars: a name, the bar, the share, what the report says. Names and reports are text, never Rich
+    markup (a table named ``"t[/x]"`` is printed as it is)."""
+    return Progress(TextColumn("{task.description}", markup=False), BarColumn(), TaskProgressColumn(),
+                    TextColumn("{task.fields[detail]}", markup=False), console=console, redirect_stderr=False)
 
 
 @contextmanager
@@ -68,9 +75,7 @@ def progress_bars(enabled: bool) -> Iterator[None]:
         return
     terminal = os.dup(2)
     out = os.fdopen(terminal, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
-                        TextColumn("{task.fields[detail]}"),
-                        console=Console(file=out, markup=False, highlight=False), redirect_stderr=False)
+    progress = bar_display(Console(file=out, markup=False, highlight=False))
     showing = threading.Event()
     reading, writing = os.pipe()
 
@@ -84,7 +89,7 @@ def progress_bars(enabled: bool) -> Iterator[None]:
                     out.write(line)
 
     logger = logging.getLogger(PROGRESS_LOGGER)
-    bars = _Bars(progress)
+    bars = BarHandler(progress)
     saved = logger.level, logger.propagate
     sys.stderr.flush()
     os.dup2(writing, 2)

@@ -15,10 +15,11 @@ def exe() -> str:
     return shutil.which("rowfilter") or str(Path(sys.executable).parent / "rowfilter")
 
 
-def tmux_screens(args: list[str], columns: int, *, timeout: float = 120, every: float = 0.5) -> list[str]:
+def tmux_screens(args: list[str], columns: int, *, timeout: float = 120, every: float = 0.5,
+                 status: int = 0) -> list[str]:
     """The screens of a detached tmux session ``columns`` wide (a server of its own) running the command,
     read every ``every`` seconds while it runs (each different one once); the last is the screen once it is
-    done, up to its exit status. Fails unless it exits 0."""
+    done, up to its exit status. Fails unless it exits with ``status``."""
     socket = f"rowfilter-test-{os.getpid()}-{columns}"
     tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
     command = " ".join(shlex.quote(a) for a in [exe(), *args]) + "; echo __EXIT__$?; sleep 600"
@@ -39,7 +40,7 @@ def tmux_screens(args: list[str], columns: int, *, timeout: float = 120, every: 
             raise AssertionError(f"not done in {timeout} s: {screens[-1]}")
     finally:
         subprocess.run([*tmux, "kill-server"], check=False)
-    assert "__EXIT__0" in screens[-1], screens[-1]
+    assert f"__EXIT__{status}\n" in screens[-1], screens[-1]
     screens[-1] = screens[-1].split("__EXIT__")[0].rstrip() + "\n"
     return screens
 

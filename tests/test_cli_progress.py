@@ -6,6 +6,8 @@ large enough for several reports, and ``rowfilter resync --copy`` with its stder
 
 from __future__ import annotations
 
+import io
+import logging
 import re
 import shutil
 import subprocess
@@ -13,8 +15,11 @@ import subprocess
 import psycopg
 import pytest
 import yaml
+from rich.console import Console
 
 from airflow_provider_rowfilter import cli
+from airflow_provider_rowfilter.cli_progress import BarHandler, bar_display
+from airflow_provider_rowfilter.core.humane import PROGRESS_ATTR, ProgressReport
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.terminal import exe, tmux_screens
@@ -69,6 +74,20 @@ def test_a_copy_in_a_terminal_shows_a_live_bar_that_ends_complete(big):
     assert "[Stage " not in final, final  # nor Spark's own console progress bar beside ours
 
 
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_copy_that_fails_in_a_terminal_ends_its_bar_as_failed(fresh_db, tmp_path):
+    """The rows arrive, then one breaks a CHECK of the subscriber's table: the bar, full of rows since rolled
+    back, says the copy failed, above the error and its HINT."""
+    path, _ = subscribed(fresh_db, tmp_path, PUBLISHER + "UPDATE big SET v = 'x' WHERE id = 550000;",
+                         "CREATE TABLE big (id int PRIMARY KEY, v text CHECK (v <> 'x'))",
+                         subscription="bars", publications=["pbig"])
+    screens = tmux_screens(["snapshot", "--spec", path, "--progress-interval", "0.05"], 120, timeout=180, every=0.1,
+                           status=1)
+    final = screens[-1]
+    assert re.search(r"^public\.big +━+\S* +\d+% failed$", final, re.M), final
+    assert 'violates check constraint "big_v_check"' in final and "HINT:" in final, final
+
+
 def test_a_piped_copy_logs_lines_as_before(big, tmp_path):
     err = tmp_path / "stderr.txt"
     with err.open("w") as f:
@@ -121,3 +140,21 @@ def test_a_progress_interval_that_is_not_a_positive_number_is_refused(value, cap
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert "--progress-interval" in err and "is not a number of seconds" in err, err
+
+
+def test_bars_draw_names_and_reports_as_text_and_end_as_the_job_ended():
+    """The handler on its own, drawn by Rich to a file: a name with Rich's markup characters, a copy that
+    failed after its first report, and one that ended before its first (no bar)."""
+    out = io.StringIO()
+    progress = bar_display(Console(file=out, width=160, color_system=None, markup=False))
+    bars = BarHandler(progress)
+    name = 'public."t[/x] [bold]"'
+    for report in (
+        ProgressReport(f"copy {name}", name, 50, 100, "50 of ~100 rows, 10 rows/s [red]", "line"),
+        ProgressReport(f"copy {name}", name, None, None, "failed", "line", final=True),
+        ProgressReport("copy public.short", "public.short", 3, 3, "3 rows, done", "line", final=True),
+    ):
+        bars.handle(logging.makeLogRecord({"msg": report.line, "levelno": logging.INFO, PROGRESS_ATTR: report}))
+    progress.console.print(progress.get_renderable())
+    (line,) = out.getvalue().strip().splitlines()
+    assert line.startswith(f"{name} ") and re.search(r" 50% failed$", line), line  # its last reading, then failed

@@ -28,13 +28,14 @@ class ProgressReport:
     ``rowfilter`` piped), and the numbers a terminal's progress bar draws (cli_progress.py).
 
     ``key`` names one bar (``copy public.t``, ``drain s1``); ``done`` of ``total`` (None: unknown) in the
-    job's own unit; ``detail`` what the bar says beside it (rate, what is left, the time left). ``final``:
-    the last report, logged at DEBUG (a log's lines stay as they were; a bar shows its end).
+    job's own unit (``done`` None: as the last report said); ``detail`` what the bar says beside it (rate,
+    what is left, the time left). ``final``: the last report, logged at DEBUG (a log's lines stay as they
+    were; a bar shows its end, or ``failed``).
     """
 
     key: str
     label: str
-    done: float
+    done: float | None
     total: float | None
     detail: str
     line: str

@@ -52,7 +52,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.spark.copy_frames import default_parallelism, run_partitions, speculation
 from airflow_provider_rowfilter.spark.session import job_session
-from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_progress
+from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     CopyTarget,
@@ -257,6 +257,7 @@ class _CopyJob:
         except Exception as e:  # every failure is recorded on the table; the other tables go on
             message = describe(e)
             log.error("%s: initial copy failed: %s", table, message)
+            copy_failed(table)
             log.debug("%s: the failure in full", table, exc_info=True)
             if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 sub.rollback()

@@ -64,6 +64,13 @@ def copy_done(table: TableName, rows: int, seconds: float) -> None:
     report_progress(copy_report(table, rows, seconds, None, final=True))
 
 
+def copy_failed(table: TableName) -> None:
+    """Report that the copy of ``table`` failed (at DEBUG: its bar says so, at its last reading, which counted
+    rows since rolled back; a log has the error already)."""
+    report_progress(ProgressReport(f"copy {table}", str(table), None, None, "failed", f"{table}: the copy failed",
+                                   final=True))
+
+
 @contextmanager
 def copy_progress(connect: Callable[[], psycopg.Connection], table: TableName, staging: TableName,
                   estimate: int | None, interval: float = DEFAULT_INTERVAL) -> Iterator[None]:
