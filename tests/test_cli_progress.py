@@ -103,16 +103,21 @@ def test_a_piped_copy_logs_lines_as_before(big, tmp_path):
     assert f"public.big: state f ({ROWS:,} rows" in done.stdout, done.stdout
 
 
-@pytest.fixture
-def backlog(fresh_db, tmp_path) -> str:
-    """A subscription without a copy (its table ready at once) and a backlog of 60 transactions behind it."""
+def with_backlog(fresh_db, tmp_path, subscriber_table: str = "CREATE TABLE t (id int PRIMARY KEY, v text)") -> str:
+    """A subscription without a copy (its table ready at once) and a backlog of 60 transactions behind it,
+    of 10 rows each; the 40th writes ``v = 'bad'``."""
     path, pub = subscribed(fresh_db, tmp_path, "CREATE TABLE t (id int PRIMARY KEY, v text); CREATE PUBLICATION pt "
-                           "FOR TABLE t", "CREATE TABLE t (id int PRIMARY KEY, v text)", subscription="drain",
-                           publications=["pt"], copy_data=False)
+                           "FOR TABLE t", subscriber_table, subscription="drain", publications=["pt"], copy_data=False)
     with psycopg.connect(pub, autocommit=True) as conn:
         for n in range(60):
-            conn.execute("INSERT INTO t SELECT g, 'v' FROM generate_series(%s::int, %s::int) g", (n * 10, n * 10 + 9))
+            conn.execute("INSERT INTO t SELECT g, %s FROM generate_series(%s::int, %s::int) g",
+                         ("bad" if n == 40 else "v", n * 10, n * 10 + 9))
     return path
+
+
+@pytest.fixture
+def backlog(fresh_db, tmp_path) -> str:
+    return with_backlog(fresh_db, tmp_path)
 
 
 #: The bar of a drain: the subscription, the bar, the share of the WAL to the run's target, the batches so far.
@@ -158,3 +163,15 @@ def test_bars_draw_names_and_reports_as_text_and_end_as_the_job_ended():
     progress.console.print(progress.get_renderable())
     (line,) = out.getvalue().strip().splitlines()
     assert line.startswith(f"{name} ") and re.search(r" 50% failed$", line), line  # its last reading, then failed
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+def test_a_drain_that_fails_in_a_terminal_ends_its_bar_as_failed(fresh_db, tmp_path):
+    """Batches apply, then one holds a row the subscriber's CHECK refuses: the bar stops where the run did
+    and says it failed, above the error."""
+    path = with_backlog(fresh_db, tmp_path, "CREATE TABLE t (id int PRIMARY KEY, v text CHECK (v <> 'bad'))")
+    screens = tmux_screens(["apply", "--spec", path, "--max-changes", "60"], 160, timeout=240, every=0.1, status=1)
+    final = screens[-1]
+    assert any(DRAIN.search(screen) for screen in screens[:-1]), screens  # it reported before it failed
+    assert re.search(r"^drain +━+\S* +\d+% failed$", final, re.M), final
+    assert 'violates check constraint "t_v_check"' in final, final

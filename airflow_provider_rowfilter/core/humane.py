@@ -41,6 +41,11 @@ class ProgressReport:
     line: str
     final: bool = False
 
+    @classmethod
+    def failed(cls, key: str, label: str) -> ProgressReport:
+        """The last report of a job that failed: its bar keeps its last reading and says ``failed``."""
+        return cls(key, label, None, None, "failed", f"{label}: failed", final=True)
+
 
 def report_progress(report: ProgressReport) -> None:
     """Log ``report`` on :data:`PROGRESS_LOGGER`: its line as the message, itself as :data:`PROGRESS_ATTR`."""

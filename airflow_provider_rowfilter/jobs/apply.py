@@ -240,6 +240,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                                  "from %s", spec.subscription, time_budget, result.batches, result.end_lsn)
                         return
             except BaseException:
+                report_progress(ProgressReport.failed(f"drain {spec.subscription}", spec.subscription))
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     sub.rollback()
                 raise

@@ -67,8 +67,7 @@ def copy_done(table: TableName, rows: int, seconds: float) -> None:
 def copy_failed(table: TableName) -> None:
     """Report that the copy of ``table`` failed (at DEBUG: its bar says so, at its last reading, which counted
     rows since rolled back; a log has the error already)."""
-    report_progress(ProgressReport(f"copy {table}", str(table), None, None, "failed", f"{table}: the copy failed",
-                                   final=True))
+    report_progress(ProgressReport.failed(f"copy {table}", str(table)))
 
 
 @contextmanager
