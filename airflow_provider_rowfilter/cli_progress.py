@@ -26,8 +26,14 @@ from airflow_provider_rowfilter.core.humane import PROGRESS_ATTR, PROGRESS_LOGGE
 
 
 def wants_bars(console: Console) -> bool:
-    """Whether ``console`` (stderr's) is a terminal that can redraw a bar in place."""
-    return console.is_terminal and not console.is_dumb_terminal
+    """Whether ``console`` (stderr's) writes to a terminal that can redraw a bar in place: a real one
+    (FORCE_COLOR, which CI sets for colours in a log, does not make a pipe one), not ``TERM=dumb``, and
+    not turned off by ``TTY_INTERACTIVE=0``."""
+    try:
+        real = console.file.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return real and console.is_interactive and not console.is_dumb_terminal
 
 
 class BarHandler(logging.Handler):

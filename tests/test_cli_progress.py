@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -93,7 +94,7 @@ def test_a_piped_copy_logs_lines_as_before(big, tmp_path):
     with err.open("w") as f:
         done = subprocess.run([exe(), "resync", "--spec", big, "--table", "public.big", "--copy",
                                "--progress-interval", "0.05"], stdout=subprocess.PIPE, stderr=f, text=True,
-                              timeout=180, check=False)
+                              timeout=180, check=False, env={**os.environ, "FORCE_COLOR": "1"})  # as CI sets it
     text = err.read_text()
     assert done.returncode == 0, text
     lines = re.findall(r"^INFO airflow_provider_rowfilter\.progress: public\.big: ([\d,]+) rows copied in .*$",
