@@ -7,6 +7,7 @@ do not read Rich markup, and styles are given as :class:`rich.text.Text` styles 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -19,6 +20,7 @@ from rich.text import Text
 
 from airflow_provider_rowfilter import __version__
 from airflow_provider_rowfilter.cli_output import FORMATS, Column, output_format, print_table
+from airflow_provider_rowfilter.cli_progress import progress_bars, wants_bars
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
@@ -29,7 +31,7 @@ from airflow_provider_rowfilter.core.subscription_filters import (
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.jobs.arguments import positive, seconds
+from airflow_provider_rowfilter.jobs.arguments import interval, positive, seconds
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
@@ -120,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     commands["resync"].add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
                                     help="the table to copy again (repeatable)")
     commands["resync"].add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
+    for name in ("snapshot", "resync"):
+        commands[name].add_argument("--progress-interval", type=interval, default=None, metavar="SECONDS",
+                                    help="seconds between two reports of a copy's progress (default 1 on a "
+                                    "terminal, where a bar shows them; else 10, one line each)")
     commands["apply"].add_argument("--max-changes", type=positive, default=None, metavar="N",
                                    help="bound of each batch in slot rows, at least 1 (whole transactions; "
                                    "default 100000)")
@@ -457,8 +463,10 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
     from airflow_provider_rowfilter.jobs.apply import apply
     from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 
-    result = apply(spec, max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
-                   time_budget=time_budget)
+    bars = wants_bars(err_console)
+    with progress_bars(bars):
+        result = apply(_one_bar(spec, bars), max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
+                       time_budget=time_budget)
     if as_json:
         print(json.dumps(result.summary()))
         return 0
@@ -473,6 +481,15 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
     if result.skipped_lsn:
         say(f"  skipped the remote transaction finished at {result.skipped_lsn}")
     return 0
+
+
+def _one_bar(spec: SubscriptionSpec, bars: bool) -> SubscriptionSpec:
+    """With our bars on the terminal, Spark's own console progress bar (``[Stage 5:> (0 + 1) / 1]``, drawn by
+    a Spark driver of this process) is turned off, unless the spec's spark_conf sets it. A Spark Connect
+    server draws its own in its log: a client may not set it."""
+    if not bars or spec.spark_remote or "spark.ui.showConsoleProgress" in spec.spark_conf:
+        return spec
+    return dataclasses.replace(spec, spark_conf={**spec.spark_conf, "spark.ui.showConsoleProgress": "false"})
 
 
 def skip(spec: SubscriptionSpec, lsn: str) -> int:
@@ -524,14 +541,18 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
 def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run the SnapshotCopy job in-process (``snapshot``, or ``resync`` first); say what each table got."""
     from airflow_provider_rowfilter.core.relation import TableName
-    from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+    from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy
     from airflow_provider_rowfilter.jobs.snapshot import resync as run_resync
 
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
-    if args.command == "resync":
-        result = run_resync(spec, tables or [], copy=args.copy)
-    else:
-        result = initial_copy(spec, tables)
+    bars = wants_bars(err_console)
+    every = args.progress_interval if args.progress_interval is not None else 1.0 if bars else None
+    options = CopyOptions() if every is None else CopyOptions(progress_interval=every)
+    with progress_bars(bars):
+        if args.command == "resync":
+            result = run_resync(_one_bar(spec, bars), tables or [], copy=args.copy, options=options)
+        else:
+            result = initial_copy(_one_bar(spec, bars), tables, options=options)
     if not result.tables:
         say(f"subscription {spec.subscription}: no table waits for its initial copy")
     for t in result.tables:

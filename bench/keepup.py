@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import logging
 import math
 import os
 import subprocess
@@ -43,7 +42,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from apply import (  # noqa: E402  (bench/apply.py: the shared helpers; puts this checkout on the path)
     CLI,
-    ROOT,
     create_database,
     current_lsn,
     drain_processes,
@@ -51,12 +49,15 @@ from apply import (  # noqa: E402  (bench/apply.py: the shared helpers; puts thi
     run_job,
     slot_behind,
 )
-from drain import (  # noqa: E402
+from pgbench_common import (  # noqa: E402  (the pgbench scenario, shared with bench/drain.py)
     ACCOUNTS_FILTER,
     HISTORY_FILTER,
     PGBENCH,
     TELLERS_FILTER,
-    _conf,
+    apply_arguments,
+    apply_flags,
+    parse,
+    pgbench_arguments,
     pgbench_env,
     pgbench_figures,
     publisher_setup,
@@ -147,8 +148,7 @@ def run(args, pub_cluster: LocalPostgres, sub_cluster: LocalPostgres, workdir: P
 
     bench_args = ["-n", "-P", "10", "-c", str(args.clients), "-j", str(args.threads), "-T", str(args.seconds),
                   *(["-R", str(args.rate)] if args.rate else [])]
-    extra = [*(["--max-changes", str(args.max_changes)] if args.max_changes else []),
-             *(["--time-budget", str(args.time_budget)] if args.time_budget else [])]
+    extra = apply_flags(args)
     out = workdir / "pgbench.out"
     with out.open("w") as sink:
         began, began_epoch = time.monotonic(), time.time()
@@ -185,22 +185,14 @@ def run(args, pub_cluster: LocalPostgres, sub_cluster: LocalPostgres, workdir: P
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--scale", type=int, default=10, help="pgbench -i -s (default 10)")
-    p.add_argument("--clients", type=int, default=4, help="pgbench -c (default 4)")
-    p.add_argument("--threads", type=int, default=2, help="pgbench -j (default 2)")
+    pgbench_arguments(p)
     p.add_argument("--rate", type=float, help="pgbench -R: transactions/s (default: unthrottled, the fastest)")
     p.add_argument("--seconds", type=int, default=600, help="how long pgbench writes (default 600)")
     p.add_argument("--interval", type=float, default=60, help="the DAG's schedule in seconds (default 60)")
-    p.add_argument("--max-changes", type=int, help="rowfilter apply --max-changes (default: the CLI's)")
-    p.add_argument("--time-budget", type=float, help="rowfilter apply --time-budget (draining runs only)")
     p.add_argument("--no-compare", dest="compare", action="store_false",
                    help="skip the last drain and the comparison (a backlog left behind can take long to drain)")
-    p.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
-                   help="a Spark setting in our spec's spark_conf (repeatable)")
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "keepup.json", help="JSON result file")
-    args = p.parse_args(argv)
-    args.conf = dict(args.conf)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    apply_arguments(p, "keepup.json")
+    args = parse(p, argv)
 
     with contextlib.ExitStack() as stack:
         pub_cluster = stack.enter_context(LocalPostgres.start())

@@ -14,23 +14,17 @@ import os
 import pty
 import re
 import select
-import shlex
 import shutil
 import struct
 import subprocess
-import sys
 import termios
-import time
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_rowfilter import __version__, cli
 from tests.status_scenario import ERROR, LONG, status_scenario
-
-
-def exe() -> str:
-    return shutil.which("rowfilter") or str(Path(sys.executable).parent / "rowfilter")
+from tests.terminal import exe, in_tmux
 
 
 def in_terminal(args: list[str], columns: int) -> str:
@@ -59,29 +53,6 @@ def in_terminal(args: list[str], columns: int) -> str:
     assert proc.wait(timeout=60) == 0, out
     os.close(leader)
     return re.sub(r"\x1b\[[0-9;]*m", "", out.decode()).replace("\r\n", "\n")
-
-
-def in_tmux(args: list[str], columns: int) -> str:
-    """The screen of a detached tmux session ``columns`` wide (a server of its own) once the command is done."""
-    socket = f"rowfilter-test-{os.getpid()}-{columns}"
-    tmux = ["tmux", "-L", socket, "-f", "/dev/null"]
-    command = " ".join(shlex.quote(a) for a in [exe(), *args]) + "; echo __EXIT__$?; sleep 600"
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "NO_COLOR", "TMUX")}
-    subprocess.run([*tmux, "new-session", "-d", "-x", str(columns), "-y", "200", command], env=env, check=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            screen = subprocess.run([*tmux, "capture-pane", "-p", "-S", "-", "-E", "-"], capture_output=True,
-                                    text=True, check=True).stdout
-            if "__EXIT__" in screen:
-                break
-            time.sleep(0.5)
-        else:
-            raise AssertionError(f"not done in 120 s: {screen}")
-    finally:
-        subprocess.run([*tmux, "kill-server"], check=False)
-    assert "__EXIT__0" in screen, screen
-    return screen.split("__EXIT__")[0].rstrip() + "\n"
 
 
 def piped(args: list[str], tmp_path: Path) -> str:

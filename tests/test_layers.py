@@ -36,6 +36,8 @@ LAYER_OF = {
     "cli": "spark",
     # How the console command prints a table (Rich only): the terminal is its I/O.
     "cli_output": "io",
+    # How it shows a long copy or drain on a terminal (Rich only).
+    "cli_progress": "io",
     # Thin entry points of the Spark jobs (submitted by the operators, run by the CLI).
     "jobs": "spark",
     "hooks": "airflow",

@@ -6,7 +6,9 @@ Never ``None``: a value that is unknown is said to be (the caller picks the word
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 #: The order the counts of one table are said in (``rowfilter.batch_history.counts``); others follow, sorted.
 COUNT_ORDER = ("insert", "update", "delete", "truncate", "skipped", "filtered", "unpublished", "update_to_insert",
@@ -15,6 +17,40 @@ COUNT_ORDER = ("insert", "update", "delete", "truncate", "skipped", "filtered", 
 
 #: The logger of progress lines (long copies, draining runs): shown by ``rowfilter`` without ``-v``.
 PROGRESS_LOGGER = "airflow_provider_rowfilter.progress"
+
+#: The attribute of a progress line's log record that holds its :class:`ProgressReport`.
+PROGRESS_ATTR = "rowfilter_progress"
+
+
+@dataclass(frozen=True)
+class ProgressReport:
+    """How far a long copy or drain is, made once by the job: the ``line`` a log gets (Airflow's task log,
+    ``rowfilter`` piped), and the numbers a terminal's progress bar draws (cli_progress.py).
+
+    ``key`` names one bar (``copy public.t``, ``drain s1``); ``done`` of ``total`` (None: unknown) in the
+    job's own unit (``done`` None: as the last report said); ``detail`` what the bar says beside it (rate,
+    what is left, the time left). ``final``: the last report, logged at DEBUG (a log's lines stay as they
+    were; a bar shows its end, or ``failed``).
+    """
+
+    key: str
+    label: str
+    done: float | None
+    total: float | None
+    detail: str
+    line: str
+    final: bool = False
+
+    @classmethod
+    def failed(cls, key: str, label: str) -> ProgressReport:
+        """The last report of a job that failed: its bar keeps its last reading and says ``failed``."""
+        return cls(key, label, None, None, "failed", f"{label}: failed", final=True)
+
+
+def report_progress(report: ProgressReport) -> None:
+    """Log ``report`` on :data:`PROGRESS_LOGGER`: its line as the message, itself as :data:`PROGRESS_ATTR`."""
+    logging.getLogger(PROGRESS_LOGGER).log(logging.DEBUG if report.final else logging.INFO, "%s", report.line,
+                                           extra={PROGRESS_ATTR: report})
 
 
 def size(n: int | float) -> str:

@@ -49,6 +49,10 @@ class Endpoint:
         """Keyword arguments for ``psycopg.connect(url, **kwargs)``."""
         return {"password": self.password} if self.password else {}
 
+    def connect(self, **params: Any) -> psycopg.Connection:
+        """An autocommit connection (for reading state); ``params`` more libpq parameters (``connect_timeout``)."""
+        return psycopg.connect(self.url, autocommit=True, **params, **self.connect_kwargs())
+
 
 @dataclass(frozen=True)
 class ResolvedSpec:
@@ -61,7 +65,7 @@ class ResolvedSpec:
         """Open an autocommit connection to the publisher or subscriber (for reading its state)."""
         endpoint = self.endpoints.get(role)
         if endpoint is not None:
-            return psycopg.connect(endpoint.url, autocommit=True, **endpoint.connect_kwargs())
+            return endpoint.connect()
         # A URL from a spec file: libpq's own PGPASSWORD / ~/.pgpass, as for the rowfilter command.
         return psycopg.connect(getattr(self.spec, role), autocommit=True)
 

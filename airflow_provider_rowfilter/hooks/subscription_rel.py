@@ -98,9 +98,7 @@ class SubscriptionRelHook(RowFilterHook):
         self.subscription = subscription
 
     def read_state(self) -> StateReading:
-        endpoint = self.endpoint(self.subscriber_conn_id, "subscriber")
-        with psycopg.connect(endpoint.url, autocommit=True, application_name="rowfilter:sensor",
-                             **endpoint.connect_kwargs()) as conn:
+        with self.endpoint(self.subscriber_conn_id, "subscriber").connect(application_name="rowfilter:sensor") as conn:
             return StateReader(conn, self.subscription).read_state()
 
     async def aread_state(self) -> StateReading:

@@ -51,7 +51,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
     epochs_from_history,
 )
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, duration, size
+from airflow_provider_rowfilter.core.humane import ProgressReport, duration, report_progress, size
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.publication_state import changes, drift_error
 from airflow_provider_rowfilter.core.relation import TableName
@@ -90,7 +90,6 @@ if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to apply
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-PROGRESS = logging.getLogger(PROGRESS_LOGGER)
 
 
 class ApplyError(RowFilterError):
@@ -232,32 +231,52 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                     result.add(batch)
                     if captured_all and applied_all:
                         result.drained = True
+                        if first is not None:  # it reported progress: its bar completes
+                            report_progress(_drain_report(spec, result, first, target, time.monotonic() - began,
+                                                          final=True))
                         return
                     if first is None and batch.capture is not None:
                         first = parse_lsn(batch.capture["start_lsn"])
-                    _log_progress(spec, result, first, target, time.monotonic() - began)
+                    report_progress(_drain_report(spec, result, first, target, time.monotonic() - began))
                     if time_budget is not None and time.monotonic() - began >= time_budget:
                         result.budget_exhausted = True
                         log.info("%s: the time budget of %s s is spent after %d batch(es); the next run goes on "
                                  "from %s", spec.subscription, time_budget, result.batches, result.end_lsn)
                         return
             except BaseException:
+                report_progress(ProgressReport.failed(f"drain {spec.subscription}", spec.subscription))
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     sub.rollback()
                 raise
 
 
-def _log_progress(spec: SubscriptionSpec, result: ApplyResult, first: int | None, target: int | None,
-                  seconds: float) -> None:
-    """A draining run's progress after a batch that did not finish it: batches, changes, WAL left, ETA."""
+def _drain_report(spec: SubscriptionSpec, result: ApplyResult, first: int | None, target: int | None,
+                  seconds: float, *, final: bool = False) -> ProgressReport:
+    """A draining run's progress after a batch that did not finish it (``final``: after the one that did):
+    batches, changes, WAL left to the run's target and the time left; its bar is the WAL from the first
+    batch's start to the target."""
     line = (f"{spec.subscription}: drained {result.batches} batch(es), {result.changes:,} changes in "
             f"{duration(seconds)}")
+    detail = f"{result.batches} batch(es), {result.changes:,} changes"
     done = None if result.capture is None else parse_lsn(result.capture["end_lsn"])
-    if first is not None and target is not None and done is not None and target > first:
-        share = min(max((done - first) / (target - first), 0.0), 1.0)
-        line += f"; {size(max(target - done, 0))} of WAL to the run's target {format_lsn(target)} ({share:.0%} done"
-        line += f", about {duration(seconds * (1 - share) / share)} left)" if share > 0 else ")"
-    PROGRESS.info("%s", line)
+    if first is None or target is None or done is None or target <= first:
+        return ProgressReport(f"drain {spec.subscription}", spec.subscription, result.batches, None,
+                              detail, line, final=final)
+    if final:
+        done = max(done, target)
+    share = min(max((done - first) / (target - first), 0.0), 1.0)
+    left = f"{size(max(target - done, 0))} of WAL to the run's target {format_lsn(target)}"
+    line += f"; {left} ({share:.0%} done"
+    detail += f"; {left}"
+    if share > 0 and not final:
+        eta = f"about {duration(seconds * (1 - share) / share)} left"
+        line, detail = f"{line}, {eta})", f"{detail}, {eta}"
+    else:
+        line += ")"
+    if final:
+        detail = f"{result.batches} batch(es), {result.changes:,} changes, drained in {duration(seconds)}"
+    return ProgressReport(f"drain {spec.subscription}", spec.subscription, min(max(done - first, 0), target - first),
+                          target - first, detail, line, final=final)
 
 
 def _flush_position(spec: SubscriptionSpec) -> int:

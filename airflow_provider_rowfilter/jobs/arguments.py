@@ -55,3 +55,11 @@ def seconds(text: str) -> float:
     if not value >= 0 or value == float("inf"):  # also refuses nan
         raise argparse.ArgumentTypeError(f"{text} is not a number of seconds of 0 or more")
     return value
+
+
+def interval(text: str) -> float:
+    """An argparse ``type``: a number of seconds above 0 (between two readings: 0 would never rest)."""
+    value = seconds(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number of seconds above 0")
+    return value

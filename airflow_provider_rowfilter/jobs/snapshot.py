@@ -52,7 +52,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.spark.copy_frames import default_parallelism, run_partitions, speculation
 from airflow_provider_rowfilter.spark.session import job_session
-from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_progress
+from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     CopyTarget,
@@ -257,6 +257,7 @@ class _CopyJob:
         except Exception as e:  # every failure is recorded on the table; the other tables go on
             message = describe(e)
             log.error("%s: initial copy failed: %s", table, message)
+            copy_failed(table)
             log.debug("%s: the failure in full", table, exc_info=True)
             if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 sub.rollback()
@@ -334,6 +335,7 @@ class _CopyJob:
         seconds = time.monotonic() - began
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
                  "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)
+        copy_done(table, rows, seconds)
         return TableCopy(str(table), SyncState.FINISHED_COPY.value, rows, snap.lsn, plan.partitions, round(seconds, 3))
 
 

@@ -93,8 +93,7 @@ class SubscriptionLagCheckOperator(BaseOperator):
 def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str | None,
             max_retained_wal: int | None, max_batch_age: float | None) -> Lag:
     """The subscription's lag now, and what is past the thresholds (``problems``)."""
-    sub = RowFilterHook.endpoint(subscriber_conn_id, "subscriber")
-    with psycopg.connect(sub.url, autocommit=True, **sub.connect_kwargs()) as conn:
+    with RowFilterHook.endpoint(subscriber_conn_id, "subscriber").connect() as conn:
         reader = StateReader(conn, subscription)
         row = reader.require_subscription()
         batch = reader.last_batch()
@@ -102,8 +101,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
     problems: list[str] = []
     retained = status = None
     if publisher_conn_id:
-        pub = RowFilterHook.endpoint(publisher_conn_id, "publisher")
-        with psycopg.connect(pub.url, autocommit=True, **pub.connect_kwargs()) as conn:
+        with RowFilterHook.endpoint(publisher_conn_id, "publisher").connect() as conn:
             _, slot = read_slot(conn, row.slot_name)
         if not slot.exists:
             problems.append(f'its replication slot "{row.slot_name}" does not exist on the publisher '

@@ -64,8 +64,7 @@ def read_view(source: SubscriptionFile) -> SubscriptionView:
     spec = source.spec
     view = SubscriptionView(spec.subscription, str(source.path), source.dag_ids["incremental_sync"])
     try:
-        sub = RowFilterHook.endpoint(spec.subscriber_conn_id or "", "subscriber")
-        with psycopg.connect(sub.url, autocommit=True, connect_timeout=5, **sub.connect_kwargs()) as conn:
+        with RowFilterHook.endpoint(spec.subscriber_conn_id or "", "subscriber").connect(connect_timeout=5) as conn:
             reader = StateReader(conn, spec.subscription)
             row = reader.subscription_row()
             if row is None:
@@ -81,8 +80,7 @@ def read_view(source: SubscriptionFile) -> SubscriptionView:
                              "duration_ms": b.duration_ms}
                             for b in reversed(reader.batches_after(max(last - BATCHES_SHOWN, 0)))]
         if spec.publisher_conn_id:
-            pub = RowFilterHook.endpoint(spec.publisher_conn_id, "publisher")
-            with psycopg.connect(pub.url, autocommit=True, connect_timeout=5, **pub.connect_kwargs()) as conn:
+            with RowFilterHook.endpoint(spec.publisher_conn_id, "publisher").connect(connect_timeout=5) as conn:
                 _, slot = read_slot(conn, row.slot_name)
             view.slot = slot.as_dict()
     except (RowFilterError, psycopg.Error) as e:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.processes import alive
 from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -135,32 +136,15 @@ def _terminate(pid: int, timeout: float = 60.0) -> None:
     except ProcessLookupError:
         return
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
         time.sleep(0.2)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is gone
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def _is_server(pid: int) -> bool:
     """``pid`` is alive and is a Spark Connect server (not a process that reused the id)."""
-    if not _alive(pid):
+    if not alive(pid):
         return False
     try:
         return SERVER_CLASS.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()

@@ -20,11 +20,10 @@ from contextlib import contextmanager
 
 import psycopg
 
-from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, duration
+from airflow_provider_rowfilter.core.humane import ProgressReport, duration, report_progress
 from airflow_provider_rowfilter.core.relation import TableName
 
 log = logging.getLogger(__name__)
-PROGRESS = logging.getLogger(PROGRESS_LOGGER)
 
 #: Seconds between two progress lines (the first after one interval: a short copy says nothing).
 DEFAULT_INTERVAL = 10.0
@@ -36,14 +35,39 @@ _ROWS = """SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE reli
 
 def progress_line(table: TableName, rows: int, seconds: float, estimate: int | None) -> str:
     """``public.t: 1,200,000 rows copied in 30.0 s (40,000 rows/s), 60% of ~2,000,000, about 20.0 s left``."""
+    return copy_report(table, rows, seconds, estimate).line
+
+
+def copy_report(table: TableName, rows: int, seconds: float, estimate: int | None, *,
+                final: bool = False) -> ProgressReport:
+    """The copy of ``table`` after ``seconds``: its log line, and its bar (``rows`` of the estimate, when known).
+    ``final``: the copy is done and ``rows`` is what it copied (the bar completes)."""
     rate = rows / seconds if seconds > 0 else 0.0
     line = f"{table}: {rows:,} rows copied in {duration(seconds)} ({rate:,.0f} rows/s)"
+    detail = f"{rows:,} rows, {rate:,.0f} rows/s"
+    if final:
+        return ProgressReport(f"copy {table}", str(table), rows, rows, f"{detail}, done in {duration(seconds)}",
+                              line, final=True)
     if estimate and estimate > 0:
         share = min(rows / estimate, 1.0)
         line += f", {share:.0%} of ~{estimate:,}"
+        detail = f"{rows:,} of ~{estimate:,} rows, {rate:,.0f} rows/s"
         if rate > 0 and rows < estimate:
-            line += f", about {duration((estimate - rows) / rate)} left"
-    return line
+            left = f"about {duration((estimate - rows) / rate)} left"
+            line, detail = f"{line}, {left}", f"{detail}, {left}"
+    return ProgressReport(f"copy {table}", str(table), rows, estimate if estimate and estimate > 0 else None,
+                          detail, line)
+
+
+def copy_done(table: TableName, rows: int, seconds: float) -> None:
+    """Report the end of the copy of ``table`` (at DEBUG: a bar completes, a log says nothing more)."""
+    report_progress(copy_report(table, rows, seconds, None, final=True))
+
+
+def copy_failed(table: TableName) -> None:
+    """Report that the copy of ``table`` failed (at DEBUG: its bar says so, at its last reading, which counted
+    rows since rolled back; a log has the error already)."""
+    report_progress(ProgressReport.failed(f"copy {table}", str(table)))
 
 
 @contextmanager
@@ -65,7 +89,7 @@ def copy_progress(connect: Callable[[], psycopg.Connection], table: TableName, s
                         log.debug("progress of %s not read: %s", table, e)
                         continue
                     if row is not None:
-                        PROGRESS.info("%s", progress_line(table, int(row[0]), time.monotonic() - began, estimate))
+                        report_progress(copy_report(table, int(row[0]), time.monotonic() - began, estimate))
         except Exception as e:  # noqa: BLE001 - progress is an extra: it never fails the copy
             log.debug("progress of %s not reported: %s", table, e)
 

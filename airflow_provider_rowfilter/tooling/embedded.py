@@ -46,6 +46,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.processes import alive
 
 logger = logging.getLogger(__name__)
 
@@ -421,7 +422,7 @@ class LocalPostgres:
         except (OSError, IndexError, ValueError):
             return None
         # postmaster.pid: pid, data dir, start time, port, socket dir, listen address, shmem, status.
-        if len(lines) < 8 or lines[7].strip() != "ready" or not _pid_alive(int(lines[0])):
+        if len(lines) < 8 or lines[7].strip() != "ready" or not alive(int(lines[0])):
             return None
         owner = pwd.getpwuid(data.stat().st_uid)
         return cls(data_dir=data, port=int(lines[3]), bin_dir=binary.parent, os_user=_OsUser(owner))
@@ -534,7 +535,7 @@ class LocalPostgres:
             pid = int((self.data_dir / "postmaster.pid").read_text().splitlines()[0])
         except (OSError, IndexError, ValueError):
             return None
-        return pid if _pid_alive(pid) else None
+        return pid if alive(pid) else None
 
     def dsn(self, dbname: str = "postgres") -> str:
         """Return a libpq URL for ``dbname`` as the superuser (no password: trust auth)."""
@@ -614,16 +615,6 @@ class LocalPostgres:
 
     def __repr__(self) -> str:
         return f"LocalPostgres(port={self.port}, data_dir={str(self.data_dir)!r}, version_num={self.version_num})"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _check_major_version(data: Path, bin_dir: Path) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.core.processes import alive
 from airflow_provider_rowfilter.tooling.embedded import (
     DEFAULT_OS_USER,
     LocalPostgres,
@@ -43,18 +44,6 @@ def _process_uids(pid: int) -> dict[int, int]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie has exited; only its parent has not reaped it yet.
-    try:
-        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _port_listening(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(2)
@@ -71,7 +60,7 @@ def _wait_until(condition: Callable[[], bool], seconds: float = 15) -> bool:
 
 
 def _assert_gone(pids: dict[int, int], port: int) -> None:
-    assert [pid for pid in pids if _alive(pid)] == []
+    assert [pid for pid in pids if alive(pid)] == []
     assert not _port_listening(port)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -268,7 +257,7 @@ def test_cluster_does_not_outlive_its_process(ending: str) -> None:
     child = _run_child(CHILD_START + "    " + ending + "\n")
     pid, port, data_dir = int(child["pid"]), int(child["port"]), Path(str(child["data_dir"]))
     # After os._exit or SIGKILL the watchdog acts asynchronously; give it a moment.
-    assert _wait_until(lambda: not _alive(pid) and not data_dir.exists())
+    assert _wait_until(lambda: not alive(pid) and not data_dir.exists())
     _assert_gone({pid: 0}, port)
 
 
