@@ -27,6 +27,10 @@ SPARK_JVM_OPTIONS = ("-Duser.timezone=UTC", "-XX:-DontCompileHugeMethods", "-XX:
 #: (docs/apply.md, "Speed").
 SHORT_BATCH_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 SHORT_BATCH_CHANGES = 300_000
+#: A batch of at most this many changes (the log's count) is summarised and staged in one Spark
+#: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,
+#: so no Python worker starts (docs/apply.md, "Small batches").
+COLLECTED_BATCH_CHANGES = 50_000
 
 
 def with_jvm_options(conf: Mapping[str, str] | None, *, short_batch: bool = False) -> dict[str, str]:

@@ -55,7 +55,7 @@ from airflow_provider_rowfilter.core.humane import ProgressReport, duration, rep
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.publication_state import changes, drift_error
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
+from airflow_provider_rowfilter.core.spark_settings import COLLECTED_BATCH_CHANGES, SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
@@ -392,22 +392,29 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
             if spec.publications_ddl:  # the publisher does not know them: it could not refuse what they forbid
                 check_identities(plan, epochs, lambda: [i for s in segments for i in segment_identities(s.path)])
         logged = [c for _, c in counted]
-        from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
+        from airflow_provider_rowfilter.spark.apply_frames import decide, stage_collected, write_stage
 
+        logged_changes = sum(c for _, c in logged)
         # A JVM of our own that lives for one short batch compiles for a short life (core/spark_settings.py).
         short = whole and (result.capture is None or not result.capture["more"]) \
-            and sum(c for _, c in logged) <= SHORT_BATCH_CHANGES
+            and logged_changes <= SHORT_BATCH_CHANGES
+        # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
+        small = logged_changes <= COLLECTED_BATCH_CHANGES
         decided = decide(session.get(short_batch=short), [str(s.path) for s in segments], plan)
         try:
-            facts = decided.facts()
+            facts, collected = decided.collected(token) if small else (decided.facts(), None)
             for index, published, first in facts.column_sets:
                 targets[index].check_published(published, first)
             if facts.unkeyed:  # an UPDATE or DELETE for a table without a key: the first in commit order
                 index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
                 raise targets[index].not_updatable(kind, first)
             extra, skipped, result.changes = facts.counts, facts.skipped, facts.changes
-            write_stage(decided.staged(token), executor_conninfo(
-                spec.subscriber, PASSWORD_ENV["subscriber"], f"rowfilter:{spec.subscription}:apply"))
+            conninfo = executor_conninfo(spec.subscriber, PASSWORD_ENV["subscriber"],
+                                         f"rowfilter:{spec.subscription}:apply")
+            if collected is None:
+                write_stage(decided.staged(token), conninfo)
+            else:
+                stage_collected(collected, conninfo)
         finally:
             decided.release()
         result.segments = len(segments)

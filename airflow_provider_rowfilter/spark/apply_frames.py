@@ -19,7 +19,8 @@
    nothing to group by: each INSERT is its own "key" (``[commit_lsn, seq]``), each UPDATE or DELETE a
    barrier found by its old row (REPLICA IDENTITY FULL) or, without FULL, op ``n``: the batch stops
    (docs/apply.md, "Tables without a key").
-5. **Stage**: the result is COPYed into ``rowfilter.apply_stage`` from the executors.
+5. **Stage**: the result is COPYed into ``rowfilter.apply_stage`` from the executors; a small batch's
+   facts and rows come to the driver in one action and are COPYed from there.
 
 Judging and reducing run in the JVM as projections Spark compiles whole (docs/apply.md, "Speed"):
 the values are realigned once to the batch's columns so each read is positional, each filter is
@@ -29,10 +30,14 @@ not re-encoded into the columnar cache). Only the staging write passes rows to P
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from sqlglot import exp
@@ -220,11 +225,16 @@ class DecidedBatch:
             checkpointed.rdd().unpersist(False)
 
     def facts(self) -> BatchFacts:
-        if self._facts is not None:
-            return self._facts
+        if self._facts is None:
+            self._facts = self._read_facts(self._facts_frame().collect())
+        return self._facts
+
+    def _facts_frame(self) -> DataFrame:
         layout = F.when(F.col("_op").isin("I", "U"), F.col("column_names"))
-        rows = (self.frame.groupBy("_tgt", "_epoch", "kind", "_op", "_barrier", layout.alias("layout"))
-                .agg(F.count(F.lit(1)).alias("n"), F.min("commit_lsn").alias("first")).collect())
+        return (self.frame.groupBy("_tgt", "_epoch", "kind", "_op", "_barrier", layout.alias("layout"))
+                .agg(F.count(F.lit(1)).alias("n"), F.min("commit_lsn").alias("first")))
+
+    def _read_facts(self, rows: Sequence[Any]) -> BatchFacts:
         names = {"x": "filtered", "u": "unpublished", "s": "skipped"}
         by_index = {t.index: t for t in self.plan.targets}
         counts: dict[int, dict[str, int]] = {}
@@ -247,14 +257,36 @@ class DecidedBatch:
                 published = tuple(col for col in r["layout"] if rules is not None and rules.publishes_column(col))
                 key = (tgt, published)
                 layouts[key] = min(layouts.get(key, r["first"]), r["first"])
-        self._facts = BatchFacts(
-            counts=counts, column_sets=[(t, cols, first) for (t, cols), first in layouts.items()],
+        return BatchFacts(
+            counts=counts, column_sets=sorted((t, cols, first) for (t, cols), first in layouts.items()),
             barrier_targets=sorted(barriers), changes=sum(r["n"] for r in rows),
             skipped=any(r["_op"] == "s" for r in rows), unkeyed=unkeyed)
-        return self._facts
 
-    def staged(self, token: str) -> DataFrame:
-        """The rows for ``rowfilter.apply_stage``: net effect per key ('K'), and the barriers ('B')."""
+    def collected(self, token: str) -> tuple[BatchFacts, pa.Table]:
+        """The facts and the staged rows of a small batch, from ONE Spark action, as Arrow in this process.
+
+        For a batch of a few thousand changes Spark's fixed costs dominate: each action is a round of
+        planning, scheduling (and, through Spark Connect, a round trip). So the facts and the staged
+        rows are two branches of one query over the checkpointed changes, and the phases of every
+        table are computed (a table without a barrier gets phase 0 all the same).
+        """
+        facts = self._facts_frame()
+        staged = self.staged(token, barrier_targets=sorted(t.index for t in self.plan.targets))
+        both = (staged.select(F.lit("S").alias("_part"), *staged.columns, F.lit(None).cast("string").alias("_facts"))
+                .unionByName(facts.select(F.lit("F").alias("_part"), F.to_json(F.struct(*facts.columns)).alias("_facts")),
+                             allowMissingColumns=True))
+        table = both.toArrow()
+        part = table.column("_part")
+        facts_rows = [json.loads(f) for f in table.filter(pc.equal(part, "F")).column("_facts").to_pylist()]
+        self._facts = self._read_facts([{**dict.fromkeys(("layout", "_barrier")), **r} for r in facts_rows])
+        return self._facts, table.filter(pc.equal(part, "S")).select(staged.columns)
+
+    def staged(self, token: str, *, barrier_targets: Sequence[int] | None = None) -> DataFrame:
+        """The rows for ``rowfilter.apply_stage``: net effect per key ('K'), and the barriers ('B').
+
+        Changes are cut into phases for ``barrier_targets`` (default: the targets the facts found a
+        barrier for).
+        """
         plan = self.plan
         kept = self.frame.where(F.col("_op").isin("I", "U", "D"))
         # One TRUNCATE statement lists every leaf it emptied; under publish_via_partition_root only the
@@ -273,7 +305,7 @@ class DecidedBatch:
                              F.lit(None).cast("string").alias("_fl"), F.lit(True).alias("_barrier")))
         ops = kept.select("_tgt", "commit_lsn", "seq", "xid", "truncate_restart_identity", "_op", "_key", "_vals",
                           "_fl", "_barrier").unionByName(truncates)
-        with_barriers = self.facts().barrier_targets
+        with_barriers = self.facts().barrier_targets if barrier_targets is None else list(barrier_targets)
         if with_barriers:
             order = (Window.partitionBy("_tgt").orderBy("commit_lsn", "seq")
                      .rowsBetween(Window.unboundedPreceding, Window.currentRow))
@@ -497,6 +529,9 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
         _text(exp.If(this=dml, true=values, false=exp.Null()), "_vals"),
         _text(exp.If(this=dml.copy(), true=_flags(plan, names), false=exp.Null()), "_fl"),
         _text(barrier, "_barrier"))
+    # The checkpoint is also a barrier for the optimiser: without it, the stage's projections are
+    # collapsed into the judging ones and Spark generates their code with every judging expression
+    # inlined again for each use (a random 500-change batch ran the JVM out of heap generating it).
     return DecidedBatch(frame.localCheckpoint(eager=False), plan)
 
 
@@ -510,7 +545,15 @@ def write_stage(frame: DataFrame, conninfo: dict[str, str]) -> int:
 
     Arrow batches go to a Python task that streams them as CSV into ``COPY … FROM STDIN``
     (subscriber/apply_target.copy_stage): one subscriber transaction per task; reruns are told apart by token.
+    A small batch's rows, collected to the driver (:meth:`DecidedBatch.collected`), are COPYed from
+    there by :func:`stage_collected` instead: no Python worker starts for them (on a Spark Connect
+    server a new client's workers cost seconds before their first row).
     """
     columns = frame.columns
     written = frame.mapInArrow(partial(copy_stage, conninfo, columns), "rows long")
     return int(written.agg(F.sum("rows")).collect()[0][0] or 0)
+
+
+def stage_collected(rows: pa.Table, conninfo: dict[str, str]) -> int:
+    """COPY staged rows collected to this process (:meth:`DecidedBatch.collected`) into ``rowfilter.apply_stage``."""
+    return sum(b["rows"][0].as_py() for b in copy_stage(conninfo, rows.column_names, rows.to_batches()))

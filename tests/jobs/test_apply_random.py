@@ -25,10 +25,12 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.lsn import parse_lsn
+from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.apply import ApplyResult, apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.spark.apply_frames import DecidedBatch
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.databases import names
 
@@ -247,6 +249,14 @@ class Workload:
                         conn.execute(text, params)
 
 
+def counting(method, calls: Counter, name: str):
+    """``method``, counting its calls in ``calls[name]``."""
+    def counted(self, *args, **kwargs):
+        calls[name] += 1
+        return method(self, *args, **kwargs)
+    return counted
+
+
 def catch_up(spec, spark, counts: Counter) -> list[ApplyResult]:
     """Apply bounded batches until the capture says the slot holds nothing more."""
     batches = []
@@ -292,6 +302,12 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed):
     work.commit(dbs.publisher, AFTER_COPY)  # after the copy, before the first apply
     work.neutral = False
 
+    # Batches of up to MAX_CHANGES changes: the smaller ones are judged and staged in one action and
+    # COPYed from the driver, the others checkpointed and staged from the executors. Both must agree with native.
+    monkeypatch.setattr(apply_job, "COLLECTED_BATCH_CHANGES", MAX_CHANGES // 2)
+    paths: Counter = Counter()
+    for name in ("collected", "staged"):
+        monkeypatch.setattr(DecidedBatch, name, counting(getattr(DecidedBatch, name), paths, name))
     counts: Counter = Counter()
     batches = catch_up(spec, spark, counts)
     native.wait_caught_up()
@@ -305,6 +321,7 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed):
         dbs.assert_same(TABLES)
         assert all(state == "r" for state in batches[-1].states.values()), batches[-1].states
 
+    assert paths["collected"] >= 1 and paths["staged"] > paths["collected"], paths  # collected() calls staged()
     assert work.statements >= 3000 and work.truncates == 1 and work.reused > 100, (work.statements, work.truncates, work.reused)
     # The workload reached every rule it is meant to exercise (else equality would prove little).
     for kind in ("insert", "update", "delete", "truncate", "filtered", "update_to_insert", "update_to_delete",

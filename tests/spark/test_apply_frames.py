@@ -266,8 +266,14 @@ FOLD_CASES = {
 
 @pytest.mark.parametrize(("changes", "the_plan", "expected"), FOLD_CASES.values(), ids=FOLD_CASES.keys())
 def test_fold(spark, changes, the_plan, expected):
-    staged = decide_frame(spark.createDataFrame(changes, CHANGES), the_plan).staged("tok")
+    checkpointed = decide_frame(spark.createDataFrame(changes, CHANGES), the_plan)
+    staged = checkpointed.staged("tok")
     assert_dataframe_equal(staged, spark.createDataFrame(expected, STAGED))
+    # A small batch's one action (facts and staged rows together) gives the same facts and rows.
+    facts, rows = decide_frame(spark.createDataFrame(changes, CHANGES), the_plan).collected("tok")
+    assert facts == checkpointed.facts()
+    assert rows.column_names == staged.columns
+    assert sorted(map(repr, rows.to_pylist())) == sorted(repr(r.asDict()) for r in staged.collect())
 
 
 def test_fold_keeps_keys_apart(spark):

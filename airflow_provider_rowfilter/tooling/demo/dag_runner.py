@@ -80,10 +80,11 @@ for number, (dag_id, run_conf) in enumerate(runs):
         events = [{"uri": e.uri, "task_id": e.source_task_id, "map_index": e.source_map_index, "extra": e.extra}
                   for e in session.query(AssetEvent).filter_by(source_dag_id=dag_id, source_run_id=dr.run_id)
                   .order_by(AssetEvent.id)]
-        tasks, xcoms, rendered = {}, {}, {}
+        tasks, xcoms, rendered, durations = {}, {}, {}, {}
         for ti in dr.get_task_instances(session=session):
             key = ti.task_id if ti.map_index < 0 else f"{ti.task_id}[{ti.map_index}]"
             tasks[key] = str(getattr(ti.state, "value", ti.state))
+            durations[key] = ti.duration
             row = session.query(XComModel).filter_by(dag_id=ti.dag_id, run_id=ti.run_id, task_id=ti.task_id,
                                                      map_index=ti.map_index, key="return_value").one_or_none()
             if row is not None:
@@ -94,7 +95,7 @@ for number, (dag_id, run_conf) in enumerate(runs):
                 rendered[key] = fields.rendered_fields
     state = str(getattr(dr.state, "value", dr.state))
     print(prefix + json.dumps({"dag_id": dag_id, "state": state, "tasks": tasks, "xcoms": xcoms,
-                                   "rendered": rendered, "asset_events": events}, default=str),
+                               "rendered": rendered, "durations": durations, "asset_events": events}, default=str),
           flush=True)
 """
 
@@ -107,10 +108,11 @@ def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | 
     """Run ``dag.test()`` for each ``(dag_id, run_conf)`` in one interpreter, in order.
 
     Returns one ``{"dag_id", "state", "tasks": {task_id: state}, "xcoms": {task_id: value}, "rendered":
-    {task_id: rendered template fields as stored}, "asset_events": [{"uri", "task_id", "map_index",
-    "extra"}]}`` per run; each also carries the whole ``output`` of the interpreter. Mapped task
-    instances are keyed ``task_id[map_index]``. A failed DAG run is a result (its ``state`` says so);
-    an interpreter that could not run them all raises :class:`DagRunError`.
+    {task_id: rendered template fields as stored}, "durations": {task_id: seconds the task ran},
+    "asset_events": [{"uri", "task_id", "map_index", "extra"}]}`` per run; each also carries the whole
+    ``output`` of the interpreter. Mapped task instances are keyed ``task_id[map_index]``. A failed DAG
+    run is a result (its ``state`` says so); an interpreter that could not run them all raises
+    :class:`DagRunError`.
 
     :param on_line: called with each line of output as it comes (to act on what a task logs).
     :param pools: Airflow pools (name -> slots) to create before the runs.
