@@ -20,6 +20,12 @@ The task emits an Airflow Asset event for each subscriber table the batch change
 (``postgres://host:port/database/schema/table``) through its AssetAlias outlet ``rowfilter_demo``:
 schedule a downstream DAG on such an Asset to run after new data landed.
 
+Every minute instead (``schedule="* * * * *"``, ``time_budget`` about 50 s): with ``spark_default`` a
+``spark_connect`` connection to a warm Spark Connect server (``rowfilter spark-server start``), a run
+with a few hundred changes takes seconds, not the JVM start and cold planning of a spark-submit run;
+the demo (``--spark-connect``) shows each run's duration against both schedules (docs/apply.md,
+"Spark Connect").
+
 Run the initial sync first (``rowfilter_initial_sync``); then, on the embedded PostgreSQL of the
 "Try it" section of docs/operators.md::
 
