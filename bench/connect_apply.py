@@ -14,7 +14,9 @@ applies them; then one run with nothing to apply. Modes:
 Phases (wall seconds, measured inside the job process by wrapping the package's functions): ``start``
 (interpreter and imports until the job's Spark session is asked for), ``session`` (the session: JVM
 start for ``cold``), ``plan`` (``apply_frames.decide``), ``judge`` (the first action: the batch's
-facts), ``write`` (``write_stage``), ``rest`` (capture, checks, the subscriber transaction), ``total``.
+facts; for a small batch the one action that also collects its staged rows, ``collected``), ``write``
+(``write_stage``, or ``stage_collected``: the COPY from the job's process), ``rest`` (capture,
+checks, the subscriber transaction), ``total``.
 
     python bench/connect_apply.py [--runs 5] [--changes 100]
 """
@@ -68,7 +70,9 @@ def job_session(*a, **k):
 S.job_session = job_session
 A.decide = timed("plan", A.decide)
 A.DecidedBatch.facts = timed("judge", A.DecidedBatch.facts)
+A.DecidedBatch.collected = timed("judge", A.DecidedBatch.collected)
 A.write_stage = timed("write", A.write_stage)
+A.stage_collected = timed("write", A.stage_collected)
 from airflow_provider_rowfilter.jobs import apply
 code = apply.main(sys.argv[2:])
 marks["total"] = time.time() - began
