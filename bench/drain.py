@@ -21,6 +21,7 @@ JSON (``--out``). Not part of the test suite.
     python bench/drain.py                              # scale 10, 60 s of pgbench (about 10 minutes)
     python bench/drain.py --scale 1 --seconds 10       # smoke run
     python bench/drain.py --time-budget 50             # passed to every `rowfilter apply` run
+    python bench/drain.py --spark-connect              # our processes as clients of a local Connect server
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from pgbench_common import (  # noqa: E402  (the pgbench scenario, shared with b
     publisher_setup,
     server_version,
     setup_ours,
+    spark_server,
     subscriber_setup,
 )
 
@@ -81,7 +83,7 @@ def native_catch_up(native: NativeSubscription, target: str, timeout: float = 72
 
 
 # --- main ---------------------------------------------------------------------------------------------
-def run(args, cluster: LocalPostgres, workdir: Path) -> dict:
+def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) -> dict:
     admin = cluster.dsn()
     pub, native_db, ours_db = (cluster.dsn(n) for n in ("bench_pub", "bench_native", "bench_ours"))
     for name in ("bench_pub", "bench_native", "bench_ours"):
@@ -94,7 +96,7 @@ def run(args, cluster: LocalPostgres, workdir: Path) -> dict:
     began = time.monotonic()
     native = NativeSubscription(pub, native_db, "bench_native", tuple(PUBLICATIONS)).create(timeout=3600)
     native_copy = time.monotonic() - began
-    spec_file, slot, our_copy = setup_ours(pub, ours_db, "bench_ours", workdir, args.conf)
+    spec_file, slot, our_copy = setup_ours(pub, ours_db, "bench_ours", workdir, args.conf, remote)
     native.wait_caught_up(timeout=600)
     print(f"initial copies: native {native_copy:.1f} s, ours {our_copy:.1f} s (refresh, snapshot, apply processes)",
           flush=True)
@@ -136,6 +138,7 @@ def run(args, cluster: LocalPostgres, workdir: Path) -> dict:
 
     return {"scale": args.scale, "clients": args.clients, "threads": args.threads, "seconds": args.seconds,
             "max_changes": args.max_changes, "time_budget": args.time_budget, "spark_conf": args.conf,
+            "spark_connect": bool(remote),
             "pgbench_transactions": bench["transactions"], "pgbench_tps": bench["tps"],
             "pgbench_progress": bench["progress"], "backlog_wal_bytes": backlog, "target_lsn": target,
             "native_seconds": native_s, "ours_seconds": our_s, "ratio": native_s / our_s,
@@ -158,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = stack.enter_context(LocalPostgres.start())
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-drain-")))
         print(f"PostgreSQL {server_version(cluster)}; {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
-        f = run(args, cluster, workdir)
+        f = run(args, cluster, workdir, stack.enter_context(spark_server(args.spark_connect, workdir)))
 
     args.out.write_text(json.dumps(f, indent=1) + "\n")
     print()

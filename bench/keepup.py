@@ -63,6 +63,7 @@ from pgbench_common import (  # noqa: E402  (the pgbench scenario, shared with b
     publisher_setup,
     server_version,
     setup_ours,
+    spark_server,
     subscriber_setup,
 )
 
@@ -136,13 +137,14 @@ def scheduled_runs(spec_file: Path, pub: str, sub: str, slot: str, interval: flo
     return runs
 
 
-def run(args, pub_cluster: LocalPostgres, sub_cluster: LocalPostgres, workdir: Path) -> dict:
+def run(args, pub_cluster: LocalPostgres, sub_cluster: LocalPostgres, workdir: Path,
+        remote: str | None = None) -> dict:
     create_database(pub_cluster.dsn(), "bench_pub")
     create_database(sub_cluster.dsn(), "bench_ours")
     pub, sub = pub_cluster.dsn("bench_pub"), sub_cluster.dsn("bench_ours")
     init_s = publisher_setup(pub_cluster, "bench_pub", args.scale)
     subscriber_setup(sub_cluster, "bench_ours")
-    spec_file, slot, copy_s = setup_ours(pub, sub, "bench_keepup", workdir, args.conf)
+    spec_file, slot, copy_s = setup_ours(pub, sub, "bench_keepup", workdir, args.conf, remote)
     print(f"publisher: pgbench -i -s {args.scale} in {init_s:.1f} s; our copy and catch-up {copy_s:.1f} s",
           flush=True)
 
@@ -172,7 +174,7 @@ def run(args, pub_cluster: LocalPostgres, sub_cluster: LocalPostgres, workdir: P
     lags = [r["lag_seconds"] for r in runs if r["lag_seconds"] is not None]
     return {"scale": args.scale, "clients": args.clients, "threads": args.threads, "rate": args.rate,
             "seconds": args.seconds, "interval": args.interval, "max_changes": args.max_changes,
-            "time_budget": args.time_budget, "spark_conf": args.conf,
+            "time_budget": args.time_budget, "spark_conf": args.conf, "spark_connect": bool(remote),
             "pgbench_transactions": bench["transactions"], "pgbench_tps": bench["tps"],
             "pgbench_progress": bench["progress"], "runs": runs,
             "max_lag_seconds": max(lags, default=None), "max_lag_bytes": max((r["lag_bytes"] for r in runs), default=None),
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-keepup-")))
         print(f"PostgreSQL {server_version(pub_cluster)} (publisher and subscriber clusters); {os.cpu_count()} CPUs; "
               f"load average {load_average()}", flush=True)
-        f = run(args, pub_cluster, sub_cluster, workdir)
+        f = run(args, pub_cluster, sub_cluster, workdir,
+                stack.enter_context(spark_server(args.spark_connect, workdir)))
 
     args.out.write_text(json.dumps(f, indent=1) + "\n")
     print()

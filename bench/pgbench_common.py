@@ -5,12 +5,14 @@ and caught up by ``rowfilter`` processes, and the options both benchmarks take."
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -28,6 +30,7 @@ from apply import (  # noqa: E402  (bench/apply.py: the shared helpers; puts thi
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.publisher.capture_objects import capture_names  # noqa: E402
+from airflow_provider_rowfilter.spark import connect_server  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
 PGBENCH = os.environ.get("PGBENCH", "/usr/bin/pgbench")
@@ -99,10 +102,17 @@ def cli(spec_file: Path, command: str, *extra: str) -> float:
     return time.monotonic() - began
 
 
-def setup_ours(pub: str, target: str, name: str, workdir: Path, conf: dict[str, str]) -> tuple[Path, str, float]:
-    """refresh, snapshot, then apply runs until caught up (tables in r); returns (spec file, slot, seconds)."""
+def setup_ours(pub: str, target: str, name: str, workdir: Path, conf: dict[str, str],
+               remote: str | None = None) -> tuple[Path, str, float]:
+    """refresh, snapshot, then apply runs until caught up (tables in r); returns (spec file, slot, seconds).
+
+    ``remote``: the jobs are clients of this Spark Connect server (only SQL settings are a client's).
+    """
+    spark_conf = {**SPARK_CONF, **conf}
+    if remote:
+        spark_conf = {k: v for k, v in spark_conf.items() if k.startswith("spark.sql.")}
     spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=tuple(PUBLICATIONS),
-                            change_log=str(workdir / "changes"), spark_conf={**SPARK_CONF, **conf})
+                            change_log=str(workdir / "changes"), spark_conf=spark_conf, spark_remote=remote)
     spec_file = write_spec(spec, workdir)
     slot = capture_names(name)[0]
     began = time.monotonic()
@@ -126,6 +136,8 @@ def apply_arguments(p: argparse.ArgumentParser, out: str) -> None:
     p.add_argument("--time-budget", type=float, help="rowfilter apply --time-budget (draining runs only)")
     p.add_argument("--conf", type=_conf, action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting in our spec's spark_conf (repeatable)")
+    p.add_argument("--spark-connect", action="store_true",
+                   help="our jobs as clients of a local Spark Connect server started for the run (local[2])")
     p.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / out, help="JSON result file")
 
 
@@ -141,6 +153,22 @@ def apply_flags(args: argparse.Namespace) -> list[str]:
     """``--max-changes`` and ``--time-budget`` of every ``rowfilter apply`` run, when given."""
     return [*(["--max-changes", str(args.max_changes)] if args.max_changes else []),
             *(["--time-budget", str(args.time_budget)] if args.time_budget else [])]
+
+
+@contextlib.contextmanager
+def spark_server(enabled: bool, workdir: Path) -> Iterator[str | None]:
+    """A local Spark Connect server for our jobs (``--spark-connect``), its URL; None without it."""
+    if not enabled:
+        yield None
+        return
+    state = workdir / "spark-server"
+    began = time.monotonic()
+    server = connect_server.start(state, port=15436, master="local[2]", conf=SPARK_CONF)
+    print(f"Spark Connect server {server.url} started in {time.monotonic() - began:.1f} s", flush=True)
+    try:
+        yield server.url
+    finally:
+        connect_server.stop(state)
 
 
 def _conf(text: str) -> tuple[str, str]:
