@@ -328,6 +328,9 @@ def write_spec(spec: SubscriptionSpec, directory: Path) -> Path:
     data = {"subscription": spec.subscription, "publications": list(spec.publications),
             "publisher": spec.publisher, "subscriber": spec.subscriber, "change_log": spec.change_log,
             "spark_master": spec.spark_master, "spark_conf": dict(spec.spark_conf)}
+    if spec.spark_remote:  # a Spark Connect client: the server has the master
+        data["spark_remote"] = spec.spark_remote
+        del data["spark_master"]
     path.write_text(yaml.safe_dump(data))
     return path
 
