@@ -12,6 +12,8 @@ the ratio ours / native (design goal: >= 1.0). Not part of the test suite.
     python bench/snapshot_copy.py                    # 5M rows, a throwaway local PostgreSQL
     python bench/snapshot_copy.py --rows 100000      # smoke run
     python bench/snapshot_copy.py --identity full    # REPLICA IDENTITY FULL: no key, block ranges
+    python bench/snapshot_copy.py --rows 8000000 --filter "region = 'NSW'" --repeat 3 --process connect
+                                                     # 2M of 8M rows, `rowfilter snapshot` processes
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +33,7 @@ import psycopg
 from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
@@ -41,7 +45,7 @@ TABLE = "CREATE TABLE big (id bigint PRIMARY KEY, region text NOT NULL, amount n
 FILTER = "region = 'NSW' OR region = 'VIC'"  # keeps half of the rows
 
 
-def publisher_setup(dsn: str, rows: int, identity: str) -> None:
+def publisher_setup(dsn: str, rows: int, identity: str, row_filter: str = FILTER) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(TABLE)
         conn.execute("""INSERT INTO big SELECT g, (ARRAY['NSW', 'VIC', 'QLD', 'WA'])[1 + g %% 4],
@@ -51,10 +55,10 @@ def publisher_setup(dsn: str, rows: int, identity: str) -> None:
         if identity == "full":
             # Every action published: the filter's column must be in the replica identity.
             conn.execute("ALTER TABLE big REPLICA IDENTITY FULL")
-            conn.execute(f"CREATE PUBLICATION bench FOR TABLE big WHERE ({FILTER})")
+            conn.execute(f"CREATE PUBLICATION bench FOR TABLE big WHERE ({row_filter})")
         else:
             # The key stays the replica identity; a filter on region is valid for inserts only.
-            conn.execute(f"CREATE PUBLICATION bench FOR TABLE big WHERE ({FILTER}) WITH (publish = 'insert')")
+            conn.execute(f"CREATE PUBLICATION bench FOR TABLE big WHERE ({row_filter}) WITH (publish = 'insert')")
 
 
 def create_database(admin: str, name: str) -> None:
@@ -104,6 +108,27 @@ def our_copy(pub: str, target: str, name: str, spark, options: CopyOptions) -> t
     return seconds, result.tables[0].__dict__
 
 
+def our_copy_process(pub: str, target: str, name: str, workdir: Path, remote: str | None,
+                     master: str) -> float:
+    """``rowfilter refresh`` then a timed ``rowfilter snapshot`` process, as Airflow runs them (a process per run)."""
+    from apply import write_spec
+    from pgbench_common import cli
+
+    with psycopg.connect(target, autocommit=True) as conn:
+        conn.execute(TABLE)
+    spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=("bench",),
+                            change_log=str(workdir / name), spark_master=None if remote else master,
+                            spark_conf={} if remote else {"spark.ui.enabled": "false",
+                                                          "spark.ui.showConsoleProgress": "false"},
+                            spark_remote=remote)
+    spec_file = write_spec(spec, workdir)
+    cli(spec_file, "refresh")
+    seconds = cli(spec_file, "snapshot")
+    with psycopg.connect(pub, autocommit=True) as conn:
+        drop_capture_objects(conn, name)
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=5_000_000, help="rows in the published table (half are copied)")
@@ -114,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: start a throwaway local one)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--max-partitions", type=int, help="readers per table (default twice Spark's parallelism)")
+    p.add_argument("--filter", default=FILTER, help=f"the publication's row filter (default {FILTER!r}: half)")
+    p.add_argument("--process", choices=("spark-submit", "connect"),
+                   help="our copy as `rowfilter refresh` + a timed `rowfilter snapshot` process per run, as Airflow "
+                   "runs it: with its own JVM (--master), or as a client of a local Spark Connect server "
+                   "started once (warm after the first run); default: in this process, a warm session")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -127,10 +157,12 @@ def main(argv: list[str] | None = None) -> int:
         pub = f"{base}/bench_pub"
         create_database(admin, "bench_pub")
         began = time.monotonic()
-        publisher_setup(pub, args.rows, args.identity)
-        print(f"publisher: {args.rows:,} rows loaded in {time.monotonic() - began:.1f} s; filter ({FILTER}); "
+        publisher_setup(pub, args.rows, args.identity, args.filter)
+        print(f"publisher: {args.rows:,} rows loaded in {time.monotonic() - began:.1f} s; filter ({args.filter}); "
               f"identity {args.identity}")
 
+        if args.process:
+            return copy_processes(args, admin, base, pub, stack)
         from airflow_provider_rowfilter.spark.session import build_session
 
         began = time.monotonic()
@@ -168,6 +200,36 @@ def main(argv: list[str] | None = None) -> int:
                           "native_rows_per_s": native_rate, "ours_rows_per_s": our_rate,
                           "ratio": our_rate / native_rate, "partitions": copied["partitions"],
                           "identity": args.identity, "spark_startup_seconds": startup}))
+    return 0
+
+
+def copy_processes(args, admin: str, base: str, pub: str, stack: contextlib.ExitStack) -> int:
+    """``--process``: native's table sync against ``rowfilter snapshot`` processes, medians of ``--repeat``."""
+    from pgbench_common import spark_server
+
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-copy-")))
+    remote = stack.enter_context(spark_server(args.process == "connect", workdir))
+    native_times, our_times = [], []
+    for run in range(1, args.repeat + 1):
+        create_database(admin, "bench_native")
+        create_database(admin, "bench_ours")
+        native_times.append(native_copy(pub, f"{base}/bench_native", f"bench_native_{run}"))
+        seconds = our_copy_process(pub, f"{base}/bench_ours", f"bench_ours_{run}", workdir, remote, args.master)
+        our_times.append(seconds)
+        native_digest, our_digest = digest(f"{base}/bench_native"), digest(f"{base}/bench_ours")
+        if native_digest != our_digest:
+            raise SystemExit(f"the copies differ: native {native_digest}, ours {our_digest}")
+        rows = native_digest[0]
+        print(f"run {run}: {rows:,} rows copied; native {native_times[-1]:.2f} s, `rowfilter snapshot` "
+              f"({args.process}) {seconds:.2f} s; targets identical", flush=True)
+    native_s, our_s = statistics.median(native_times), statistics.median(our_times)
+    print(f"native table sync: {rows / native_s:,.0f} rows/s ({native_s:.2f} s)")
+    print(f"rowfilter snapshot process ({args.process}): {rows / our_s:,.0f} rows/s ({our_s:.2f} s)")
+    print(f"ratio ours/native: {native_s / our_s:.2f}")
+    if args.json:
+        print(json.dumps({"rows_copied": rows, "native_seconds": native_times, "ours_seconds": our_times,
+                          "ratio": native_s / our_s, "process": args.process, "rows": args.rows,
+                          "filter": args.filter}))
     return 0
 
 
