@@ -117,7 +117,7 @@ def our_copy_process(pub: str, target: str, name: str, workdir: Path, remote: st
     with psycopg.connect(target, autocommit=True) as conn:
         conn.execute(TABLE)
     spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=("bench",),
-                            change_log=str(workdir / name), spark_master=None if remote else master,
+                            change_log=str(workdir / name), spark_master=master,
                             spark_conf={} if remote else {"spark.ui.enabled": "false",
                                                           "spark.ui.showConsoleProgress": "false"},
                             spark_remote=remote)
