@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -129,9 +130,31 @@ def our_copy_process(pub: str, target: str, name: str, workdir: Path, remote: st
     return seconds
 
 
+def compare_runs(admin: str, base: str, pub: str, repeat: int,
+                 ours: Callable[[str, str], tuple[float, str]]) -> tuple[list[float], list[float], int]:
+    """``repeat`` runs, each a native copy then ours (``ours(target, name)`` -> seconds, what to print) into
+    fresh databases, both targets compared whole; returns both kinds' times and the rows copied."""
+    native_times: list[float] = []
+    our_times: list[float] = []
+    rows = 0
+    for run in range(1, repeat + 1):
+        create_database(admin, "bench_native")
+        create_database(admin, "bench_ours")
+        native_times.append(native_copy(pub, f"{base}/bench_native", f"bench_native_{run}"))
+        seconds, said = ours(f"{base}/bench_ours", f"bench_ours_{run}")
+        our_times.append(seconds)
+        native_digest, our_digest = digest(f"{base}/bench_native"), digest(f"{base}/bench_ours")
+        if native_digest != our_digest:
+            raise SystemExit(f"the copies differ: native {native_digest}, ours {our_digest}")
+        rows = native_digest[0]
+        print(f"run {run}: {rows:,} rows copied; native {native_times[-1]:.2f} s, {said}; targets identical",
+              flush=True)
+    return native_times, our_times, rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rows", type=int, default=5_000_000, help="rows in the published table (half are copied)")
+    p.add_argument("--rows", type=int, default=5_000_000, help="rows in the published table (the default --filter copies half)")
     p.add_argument("--repeat", type=int, default=1, help="copies of each kind, alternating; medians reported")
     p.add_argument("--identity", choices=("key", "full"), default="key",
                    help="key: PK replica identity (integer key ranges); full: REPLICA IDENTITY FULL (block ranges)")
@@ -174,20 +197,13 @@ def main(argv: list[str] | None = None) -> int:
               f"(not counted), {os.cpu_count()} CPUs")
         options = CopyOptions(max_partitions=args.max_partitions)
 
-        native_times, our_times = [], []
-        copied = None
-        for run in range(1, args.repeat + 1):
-            create_database(admin, "bench_native")
-            create_database(admin, "bench_ours")
-            native_times.append(native_copy(pub, f"{base}/bench_native", f"bench_native_{run}"))
-            seconds, copied = our_copy(pub, f"{base}/bench_ours", f"bench_ours_{run}", spark, options)
-            our_times.append(seconds)
-            native_digest, our_digest = digest(f"{base}/bench_native"), digest(f"{base}/bench_ours")
-            if native_digest != our_digest:
-                raise SystemExit(f"the copies differ: native {native_digest}, ours {our_digest}")
-            rows = native_digest[0]
-            print(f"run {run}: {rows:,} rows copied; native {native_times[-1]:.2f} s, ours {seconds:.2f} s "
-                  f"({copied['partitions']} partitions); targets identical")
+        copied: dict = {}
+
+        def ours(target: str, name: str) -> tuple[float, str]:
+            seconds, copied["table"] = our_copy(pub, target, name, spark, options)
+            return seconds, f"ours {seconds:.2f} s ({copied['table']['partitions']} partitions)"
+
+        native_times, our_times, rows = compare_runs(admin, base, pub, args.repeat, ours)
         spark.stop()
 
     native_s, our_s = statistics.median(native_times), statistics.median(our_times)
@@ -198,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"rows_copied": rows, "native_seconds": native_s, "ours_seconds": our_s,
                           "native_rows_per_s": native_rate, "ours_rows_per_s": our_rate,
-                          "ratio": our_rate / native_rate, "partitions": copied["partitions"],
+                          "ratio": our_rate / native_rate, "partitions": copied["table"]["partitions"],
                           "identity": args.identity, "spark_startup_seconds": startup}))
     return 0
 
@@ -209,19 +225,12 @@ def copy_processes(args, admin: str, base: str, pub: str, stack: contextlib.Exit
 
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-copy-")))
     remote = stack.enter_context(spark_server(args.process == "connect", workdir))
-    native_times, our_times = [], []
-    for run in range(1, args.repeat + 1):
-        create_database(admin, "bench_native")
-        create_database(admin, "bench_ours")
-        native_times.append(native_copy(pub, f"{base}/bench_native", f"bench_native_{run}"))
-        seconds = our_copy_process(pub, f"{base}/bench_ours", f"bench_ours_{run}", workdir, remote, args.master)
-        our_times.append(seconds)
-        native_digest, our_digest = digest(f"{base}/bench_native"), digest(f"{base}/bench_ours")
-        if native_digest != our_digest:
-            raise SystemExit(f"the copies differ: native {native_digest}, ours {our_digest}")
-        rows = native_digest[0]
-        print(f"run {run}: {rows:,} rows copied; native {native_times[-1]:.2f} s, `rowfilter snapshot` "
-              f"({args.process}) {seconds:.2f} s; targets identical", flush=True)
+
+    def ours(target: str, name: str) -> tuple[float, str]:
+        seconds = our_copy_process(pub, target, name, workdir, remote, args.master)
+        return seconds, f"`rowfilter snapshot` ({args.process}) {seconds:.2f} s"
+
+    native_times, our_times, rows = compare_runs(admin, base, pub, args.repeat, ours)
     native_s, our_s = statistics.median(native_times), statistics.median(our_times)
     print(f"native table sync: {rows / native_s:,.0f} rows/s ({native_s:.2f} s)")
     print(f"rowfilter snapshot process ({args.process}): {rows / our_s:,.0f} rows/s ({our_s:.2f} s)")
