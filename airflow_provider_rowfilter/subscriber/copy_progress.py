@@ -33,15 +33,11 @@ _ROWS = """SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE reli
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s"""
 
 
-def progress_line(table: TableName, rows: int, seconds: float, estimate: int | None) -> str:
-    """``public.t: 1,200,000 rows copied in 30.0 s (40,000 rows/s), 60% of ~2,000,000, about 20.0 s left``."""
-    return copy_report(table, rows, seconds, estimate).line
-
-
 def copy_report(table: TableName, rows: int, seconds: float, estimate: int | None, *,
                 final: bool = False) -> ProgressReport:
-    """The copy of ``table`` after ``seconds``: its log line, and its bar (``rows`` of the estimate, when known).
-    ``final``: the copy is done and ``rows`` is what it copied (the bar completes)."""
+    """The copy of ``table`` after ``seconds``: its log line (``public.t: 1,200,000 rows copied in 30.0 s
+    (40,000 rows/s), 60% of ~2,000,000, about 20.0 s left``), and its bar (``rows`` of the estimate, when
+    known). ``final``: the copy is done and ``rows`` is what it copied (the bar completes)."""
     rate = rows / seconds if seconds > 0 else 0.0
     line = f"{table}: {rows:,} rows copied in {duration(seconds)} ({rate:,.0f} rows/s)"
     detail = f"{rows:,} rows, {rate:,.0f} rows/s"

@@ -9,15 +9,15 @@ import psycopg
 
 from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.subscriber.copy_progress import copy_progress, progress_line
+from airflow_provider_rowfilter.subscriber.copy_progress import copy_progress, copy_report
 
 
-def test_progress_line_says_rows_rate_share_and_time_left() -> None:
+def test_a_copy_report_line_says_rows_rate_share_and_time_left() -> None:
     table = TableName("public", "t")
-    assert progress_line(table, 1_200_000, 30.0, 2_000_000) == (
+    assert copy_report(table, 1_200_000, 30.0, 2_000_000).line == (
         "public.t: 1,200,000 rows copied in 30.0 s (40,000 rows/s), 60% of ~2,000,000, about 20.0 s left")
-    assert progress_line(table, 500, 2.0, None) == "public.t: 500 rows copied in 2.0 s (250 rows/s)"
-    assert progress_line(table, 0, 0.0, 10) == "public.t: 0 rows copied in 0 ms (0 rows/s), 0% of ~10"
+    assert copy_report(table, 500, 2.0, None).line == "public.t: 500 rows copied in 2.0 s (250 rows/s)"
+    assert copy_report(table, 0, 0.0, 10).line == "public.t: 0 rows copied in 0 ms (0 rows/s), 0% of ~10"
 
 
 def test_progress_counts_the_rows_committed_into_the_staging_table(fresh_db, caplog) -> None:
