@@ -156,9 +156,9 @@ def test_bars_draw_names_and_reports_as_text_and_end_as_the_job_ended():
     bars = BarHandler(progress)
     name = 'public."t[/x] [bold]"'
     for report in (
-        ProgressReport(f"copy {name}", name, 50, 100, "50 of ~100 rows, 10 rows/s [red]", "line"),
-        ProgressReport(f"copy {name}", name, None, None, "failed", "line", final=True),
-        ProgressReport("copy public.short", "public.short", 3, 3, "3 rows, done", "line", final=True),
+        ProgressReport("copy", name, 50, 100, "50 of ~100 rows, 10 rows/s [red]", "line"),
+        ProgressReport("copy", name, None, None, "failed", "line", final=True),
+        ProgressReport("copy", "public.short", 3, 3, "3 rows, done", "line", final=True),
     ):
         bars.handle(logging.makeLogRecord({"msg": report.line, "levelno": logging.INFO, PROGRESS_ATTR: report}))
     progress.console.print(progress.get_renderable())

@@ -27,13 +27,13 @@ class ProgressReport:
     """How far a long copy or drain is, made once by the job: the ``line`` a log gets (Airflow's task log,
     ``rowfilter`` piped), and the numbers a terminal's progress bar draws (cli_progress.py).
 
-    ``key`` names one bar (``copy public.t``, ``drain s1``); ``done`` of ``total`` (None: unknown) in the
-    job's own unit (``done`` None: as the last report said); ``detail`` what the bar says beside it (rate,
-    what is left, the time left). ``final``: the last report, logged at DEBUG (a log's lines stay as they
-    were; a bar shows its end, or ``failed``).
+    ``kind`` (``copy``, ``drain``) and ``label`` (the table, the subscription) name one bar, its :attr:`key`;
+    ``done`` of ``total`` (None: unknown) in the job's own unit (``done`` None: as the last report said);
+    ``detail`` what the bar says beside it (rate, what is left, the time left). ``final``: the last report,
+    logged at DEBUG (a log's lines stay as they were; a bar shows its end, or ``failed``).
     """
 
-    key: str
+    kind: str
     label: str
     done: float | None
     total: float | None
@@ -41,10 +41,15 @@ class ProgressReport:
     line: str
     final: bool = False
 
+    @property
+    def key(self) -> str:
+        """The bar this report moves: ``copy public.t``, ``drain s1``."""
+        return f"{self.kind} {self.label}"
+
     @classmethod
-    def failed(cls, key: str, label: str) -> ProgressReport:
+    def failed(cls, kind: str, label: str) -> ProgressReport:
         """The last report of a job that failed: its bar keeps its last reading and says ``failed``."""
-        return cls(key, label, None, None, "failed", f"{label}: failed", final=True)
+        return cls(kind, label, None, None, "failed", f"{label}: failed", final=True)
 
 
 def report_progress(report: ProgressReport) -> None:

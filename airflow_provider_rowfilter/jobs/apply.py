@@ -244,7 +244,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                                  "from %s", spec.subscription, time_budget, result.batches, result.end_lsn)
                         return
             except BaseException:
-                report_progress(ProgressReport.failed(f"drain {spec.subscription}", spec.subscription))
+                report_progress(ProgressReport.failed("drain", spec.subscription))
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     sub.rollback()
                 raise
@@ -260,7 +260,7 @@ def _drain_report(spec: SubscriptionSpec, result: ApplyResult, first: int | None
     detail = f"{result.batches} batch(es), {result.changes:,} changes"
     done = None if result.capture is None else parse_lsn(result.capture["end_lsn"])
     if first is None or target is None or done is None or target <= first:
-        return ProgressReport(f"drain {spec.subscription}", spec.subscription, result.batches, None,
+        return ProgressReport("drain", spec.subscription, result.batches, None,
                               detail, line, final=final)
     if final:
         done = max(done, target)
@@ -275,7 +275,7 @@ def _drain_report(spec: SubscriptionSpec, result: ApplyResult, first: int | None
         line += ")"
     if final:
         detail = f"{result.batches} batch(es), {result.changes:,} changes, drained in {duration(seconds)}"
-    return ProgressReport(f"drain {spec.subscription}", spec.subscription, min(max(done - first, 0), target - first),
+    return ProgressReport("drain", spec.subscription, min(max(done - first, 0), target - first),
                           target - first, detail, line, final=final)
 
 

@@ -42,7 +42,7 @@ def copy_report(table: TableName, rows: int, seconds: float, estimate: int | Non
     line = f"{table}: {rows:,} rows copied in {duration(seconds)} ({rate:,.0f} rows/s)"
     detail = f"{rows:,} rows, {rate:,.0f} rows/s"
     if final:
-        return ProgressReport(f"copy {table}", str(table), rows, rows, f"{detail}, done in {duration(seconds)}",
+        return ProgressReport("copy", str(table), rows, rows, f"{detail}, done in {duration(seconds)}",
                               line, final=True)
     if estimate and estimate > 0:
         share = min(rows / estimate, 1.0)
@@ -51,7 +51,7 @@ def copy_report(table: TableName, rows: int, seconds: float, estimate: int | Non
         if rate > 0 and rows < estimate:
             left = f"about {duration((estimate - rows) / rate)} left"
             line, detail = f"{line}, {left}", f"{detail}, {left}"
-    return ProgressReport(f"copy {table}", str(table), rows, estimate if estimate and estimate > 0 else None,
+    return ProgressReport("copy", str(table), rows, estimate if estimate and estimate > 0 else None,
                           detail, line)
 
 
@@ -63,7 +63,7 @@ def copy_done(table: TableName, rows: int, seconds: float) -> None:
 def copy_failed(table: TableName) -> None:
     """Report that the copy of ``table`` failed (at DEBUG: its bar says so, at its last reading, which counted
     rows since rolled back; a log has the error already)."""
-    report_progress(ProgressReport.failed(f"copy {table}", str(table)))
+    report_progress(ProgressReport.failed("copy", str(table)))
 
 
 @contextmanager
