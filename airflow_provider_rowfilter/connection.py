@@ -3,22 +3,43 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import psycopg
 
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_password, parse, scrub
-from airflow_provider_rowfilter.core.errors import CatalogError, SpecError
+from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
-__all__ = ["PASSWORD_ENV", "connect", "conninfo_params"]
+__all__ = ["PASSWORD_ENV", "connect", "conninfo_params", "passwords"]
+
+#: Passwords handed to a job run inside this process (:func:`passwords`), by role; they win over the environment.
+_PASSWORDS: ContextVar[Mapping[str, str] | None] = ContextVar("rowfilter_passwords", default=None)
+
+
+@contextmanager
+def passwords(by_role: Mapping[str, str]) -> Iterator[None]:
+    """Within the block, :func:`connect` uses these passwords (``{"publisher": …}``) before the environment's.
+
+    For a job's code run inside another process (an operator's task), which must neither put the
+    passwords in its own environment, where every child process would inherit them, nor anywhere else.
+    """
+    token = _PASSWORDS.set(dict(by_role))
+    try:
+        yield
+    finally:
+        _PASSWORDS.reset(token)
 
 
 def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -> psycopg.Connection:
     """Open a connection to the publisher or subscriber (``role``).
 
-    The password never travels in the spec: it comes from ``ROWFILTER_PUBLISHER_PASSWORD`` /
-    ``ROWFILTER_SUBSCRIBER_PASSWORD`` (what the Airflow operators set from their connections) or
-    from libpq's own ``PGPASSWORD`` / ``~/.pgpass``. ``params`` are further libpq parameters, e.g.
+    The password never travels in the spec: it comes from :func:`passwords` (a job run in an operator's
+    task), ``ROWFILTER_PUBLISHER_PASSWORD`` / ``ROWFILTER_SUBSCRIBER_PASSWORD`` (what the Airflow
+    operators set from their connections for a job process) or from libpq's own ``PGPASSWORD`` /
+    ``~/.pgpass``. ``params`` are further libpq parameters, e.g.
     ``replication="database"``.
     """
     if not url:
@@ -28,7 +49,8 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
     what = f"the {role} of subscription {spec.subscription!r}"
     check_no_password(url, what, role)
     try:
-        extra = {"password": os.environ[PASSWORD_ENV[role]]} if os.environ.get(PASSWORD_ENV[role]) else {}
+        password = (_PASSWORDS.get() or {}).get(role) or os.environ.get(PASSWORD_ENV[role])
+        extra = {"password": password} if password else {}
         return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}",
                                **extra, **params)
     except psycopg.OperationalError as e:
@@ -36,8 +58,8 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
         # may show (core/conninfo.py, scrub); the traceback's chain would repeat the raw text
         host = next((p.value for p in parse(url) if p.key == "host"), "?")
         text = scrub(str(e).strip(), url)
-        raise CatalogError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",
-                           detail=text.splitlines()[0] if text else None) from None
+        raise UnreachableError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",
+                               detail=text.splitlines()[0] if text else None) from None
     except psycopg.ProgrammingError as e:  # libpq refused a keyword or value
         raise SpecError(f"{what} is not a valid connection string: {scrub(str(e).strip(), url)}") from None
 

@@ -9,7 +9,9 @@ nothing to apply. One table ``t (id bigint PK, region text, n int)`` published `
 on a throwaway local PostgreSQL. Modes, each with its own subscription and subscriber database:
 
 - ``spark-submit``: ``spark_default`` is a ``spark`` connection, ``local[2]``: each task runs spark-submit
-  (a JVM per run, the operator's path for clusters without Connect);
+  (a JVM per run, the operator's path for clusters without Connect), its driver mapping the class
+  archive the first job of its kind made (core/class_archive.py; a directory of this run's own);
+- ``spark-submit, no class archive``: the same with ``ROWFILTER_CLASS_ARCHIVE_DIR=off``;
 - ``connect``: ``spark_default`` is a ``spark_connect`` connection to a local server started once
   before the runs (``rowfilter spark-server``); the first incremental run meets a server that has
   only run the copy.
@@ -40,14 +42,15 @@ from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E
 
 
 def run_mode(mode: str, pg: LocalPostgres, pub: str, spark: dict, workdir: Path, runs: int, count: int,
-             first_round: int) -> dict[str, list[float]]:
-    sub = pg.create_database(f"bench_{mode.replace('-', '_')}")
+             first_round: int, archives: str) -> dict[str, list[float]]:
+    name = "".join(c if c.isalnum() else "_" for c in mode)
+    sub = pg.create_database(f"bench_{name}")
     with psycopg.connect(sub, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id bigint PRIMARY KEY, region text, n int)")
-    env = airflow_home(workdir / f"airflow-{mode}")
+    env = airflow_home(workdir / f"airflow-{name}")
     connections = {"AIRFLOW_CONN_ROWFILTER_PUBLISHER": pub, "AIRFLOW_CONN_ROWFILTER_SUBSCRIBER": sub,
-                   "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark)}
-    params = {"subscription": f"bench_{mode.replace('-', '_')}", "publications": ["p"]}
+                   "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark), "ROWFILTER_CLASS_ARCHIVE_DIR": archives}
+    params = {"subscription": f"bench_{name}", "publications": ["p"]}
     dag_runs = [("rowfilter_initial_sync", {**params, "tables": None})]
     dag_runs += [("rowfilter_incremental_sync", params)] * (runs + 1)
     made = [0]
@@ -83,8 +86,11 @@ def main() -> None:
                          "INSERT INTO t SELECT g, CASE WHEN g % 2 = 0 THEN 'NSW' ELSE 'VIC' END, g "
                          "FROM generate_series(1, 10000) g; ALTER TABLE t REPLICA IDENTITY FULL; "
                          "CREATE PUBLICATION p FOR TABLE t WHERE (region = 'NSW')")
-        figures["spark-submit"] = run_mode("spark-submit", pg, pub, {"conn_type": "spark", "host": "local[2]"},
-                                           workdir, args.runs, args.changes, 0)
+        local = {"conn_type": "spark", "host": "local[2]"}
+        figures["spark-submit"] = run_mode("spark-submit", pg, pub, local, workdir, args.runs, args.changes, 0,
+                                           str(workdir / "class-archives"))
+        figures["spark-submit, no class archive"] = run_mode("spark-submit, no class archive", pg, pub, local, workdir,
+                                                             args.runs, args.changes, 200, "off")
         state = workdir / "spark-server"
         began = time.monotonic()
         server = connect_server.start(state, port=15435, master="local[2]", conf=CONF)
@@ -92,7 +98,8 @@ def main() -> None:
         try:
             port = int(server.url.rsplit(":", 1)[1])
             figures["connect"] = run_mode("connect", pg, pub, {"conn_type": "spark_connect", "host": "127.0.0.1",
-                                                               "port": port}, workdir, args.runs, args.changes, 100)
+                                                               "port": port}, workdir, args.runs, args.changes, 100,
+                                 "off")
         finally:
             connect_server.stop(state)
     print(f"\nApplyChangesOperator task seconds under dag.test(), {args.changes} changes per run:")

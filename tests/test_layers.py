@@ -148,3 +148,11 @@ def test_blocker_catches_a_forbidden_import() -> None:
     result = _import_blocked([module], ("pyspark",))
     assert result["imported"] == []
     assert "import of 'pyspark' is blocked" in dict(result["failed"])[module]
+
+
+def test_the_apply_job_loads_without_spark_for_the_operator_s_idle_run() -> None:
+    """ApplyChangesOperator runs jobs/apply.py in its task up to the first change to judge (skip_when_idle):
+    the job's module and what it imports at load time must not need pyspark, which Airflow code never loads."""
+    module = f"{PACKAGE}.jobs.apply"
+    result = _import_blocked([module], ("pyspark",))
+    assert result["failed"] == {} and result["imported"] == [module] and result["leaked"] == []

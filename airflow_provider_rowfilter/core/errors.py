@@ -100,6 +100,10 @@ class CatalogError(RowFilterError):
     """The publisher's catalog could not be read, or lacks what a definition refers to."""
 
 
+class UnreachableError(CatalogError):
+    """No session could be opened to the publisher or the subscriber (libpq's reason in the DETAIL)."""
+
+
 class SparkUnavailableError(RowFilterError):
     """The Spark Connect server of ``spark_remote`` cannot be reached; a later run may find it up."""
 

@@ -102,6 +102,12 @@ class ApplyBusyError(ApplyError):
     transient = True
 
 
+class SparkNeeded(Exception):  # noqa: N818 - not an error: what a run without Spark reports when it stops
+    """A run without Spark (:func:`apply` ``without_spark``) reached what only the job can do: a batch with a
+    change to judge, or a change log here that is not the one on record. That batch wrote nothing; what
+    its capture logged stays in the log for the job."""
+
+
 @dataclass
 class ApplyResult:
     """What one batch did, or (:meth:`add`) what a run of batches did: the JSON line, the CLI's report.
@@ -161,7 +167,7 @@ class ApplyResult:
 
 
 def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spark: SparkSession | None = None,
-          capture_first: bool = True, time_budget: float | None = None) -> ApplyResult:
+          capture_first: bool = True, time_budget: float | None = None, without_spark: bool = False) -> ApplyResult:
     """Apply the slot to the subscriber in batches, each in one transaction, until the run's target or budget.
 
     :param max_changes: each batch's bound: the capture's (slot rows, whole transactions;
@@ -171,6 +177,10 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     :param capture_first: read the slot (the default); False applies what the log already holds.
     :param time_budget: seconds after which no further batch starts (checked between batches; a
         batch is never cut); None: run until drained; 0: one batch.
+    :param without_spark: run only while no Spark is needed (what ApplyChangesOperator does in its task
+        before it submits the job): batches without a change are applied as usual; the first with a
+        change to judge raises :class:`SparkNeeded`, as does a change log here other than the one the
+        subscriber records (the task must never capture into a log the job does not read).
     :raises ConflictError: a change conflicts (that batch changed neither the subscriber nor the
         slot; the run's earlier batches stay committed).
     """
@@ -178,9 +188,10 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     result = ApplyResult(spec.subscription, time_budget=time_budget)
     batches: list[ApplyResult] = []
     try:
-        _run(spec, result, batches, max_changes, spark, capture_first, began, time_budget)
-    except ApplyBusyError:
-        raise  # another apply runs: not a failure of the subscription
+        _run(spec, result, batches, max_changes, _Session(spec, spark, allowed=not without_spark), capture_first,
+             began, time_budget)
+    except (ApplyBusyError, SparkNeeded):
+        raise  # another apply runs, or the job must: not a failure of the subscription
     except Exception as e:  # the job boundary: every failure is recorded, as a readable error
         if result.batches:
             log.warning("%s: this run committed %d batch(es) through %s before this failure (%s)",
@@ -201,14 +212,15 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
 
 
 def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult], max_changes: int,
-         spark: SparkSession | None, capture_first: bool, began: float, time_budget: float | None) -> None:
+         session: _Session, capture_first: bool, began: float, time_budget: float | None) -> None:
     change_log = ChangeLog(spec.change_log_dir())
-    with connect(spec.subscriber, "subscriber", spec) as sub, ExitStack() as stack:
+    with connect(spec.subscriber, "subscriber", spec) as sub, session:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
-        session = _Session(spec, spark, stack)
         with _apply_lock(sub, spec.subscription):
+            if not session.allowed:
+                _require_recorded_log(change_log, store)
             try:
                 target = _flush_position(spec) if capture_first else None
                 result.target_lsn = None if target is None else format_lsn(target)
@@ -243,6 +255,8 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                         log.info("%s: the time budget of %s s is spent after %d batch(es); the next run goes on "
                                  "from %s", spec.subscription, time_budget, result.batches, result.end_lsn)
                         return
+            except SparkNeeded:
+                raise
             except BaseException:
                 report_progress(ProgressReport.failed("drain", spec.subscription))
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -300,21 +314,32 @@ def _capture(spec: SubscriptionSpec, store: StateStore, max_changes: int, target
         raise
 
 
-class _Session:
-    """The run's one Spark session: started by the first batch with a change to judge, kept for the others."""
+class _Session(ExitStack):
+    """The run's one Spark session: started by the first batch with a change to judge, kept for the others
+    (stopped when the run ends); ``allowed`` False: that batch raises :class:`SparkNeeded` instead."""
 
-    def __init__(self, spec: SubscriptionSpec, spark: SparkSession | None, stack: ExitStack) -> None:
-        self.spec, self.spark, self.stack = spec, spark, stack
+    def __init__(self, spec: SubscriptionSpec, spark: SparkSession | None, *, allowed: bool = True) -> None:
+        super().__init__()
+        self.spec, self.spark, self.allowed = spec, spark, allowed
         self.session: SparkSession | None = None
 
     def get(self, *, short_batch: bool) -> SparkSession:
         """The session; ``short_batch`` (its JVM compiles for a short life) counts only when it is started here."""
+        if not self.allowed:
+            raise SparkNeeded(f"subscription {self.spec.subscription}: a batch has changes to judge")
         if self.session is None:
             from airflow_provider_rowfilter.spark.session import job_session
 
-            self.session = self.stack.enter_context(job_session(self.spec, "apply", self.spark,
-                                                                short_batch=short_batch))
+            self.session = self.enter_context(job_session(self.spec, "apply", self.spark, short_batch=short_batch))
         return self.session
+
+
+def _require_recorded_log(change_log: ChangeLog, store: StateStore) -> None:
+    """Raise :class:`SparkNeeded` unless ``change_log`` is the log the subscriber records (same id)."""
+    recorded, here = store.log_needs().recorded, change_log.identity()
+    if recorded is None or here is None or here.id != recorded.id:
+        raise SparkNeeded(f"subscription {store.subscription}: the change log at {change_log.directory} is not "
+                          f"the one on record ({'none yet' if recorded is None else recorded.location})")
 
 
 def _slice(counted: list[tuple[Segment, tuple[int, int]]], max_changes: int) -> int:
@@ -392,15 +417,16 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
             if spec.publications_ddl:  # the publisher does not know them: it could not refuse what they forbid
                 check_identities(plan, epochs, lambda: [i for s in segments for i in segment_identities(s.path)])
         logged = [c for _, c in counted]
-        from airflow_provider_rowfilter.spark.apply_frames import decide, stage_collected, write_stage
-
         logged_changes = sum(c for _, c in logged)
         # A JVM of our own that lives for one short batch compiles for a short life (core/spark_settings.py).
         short = whole and (result.capture is None or not result.capture["more"]) \
             and logged_changes <= SHORT_BATCH_CHANGES
+        spark = session.get(short_batch=short)
+        from airflow_provider_rowfilter.spark.apply_frames import decide, stage_collected, write_stage
+
         # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
         small = logged_changes <= COLLECTED_BATCH_CHANGES
-        decided = decide(session.get(short_batch=short), [str(s.path) for s in segments], plan)
+        decided = decide(spark, [str(s.path) for s in segments], plan)
         try:
             facts, collected = decided.collected(token) if small else (decided.facts(), None)
             for index, published, first in facts.column_sets:

@@ -9,10 +9,12 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import psycopg
 from airflow.sdk import Asset, AssetAlias
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_rowfilter.connection import conninfo_params
-from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError, UnreachableError
 from airflow_provider_rowfilter.core.humane import batch_lag, counts_text, duration
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
@@ -90,6 +92,12 @@ class ApplyChangesOperator(RowFilterJobOperator):
         event for each subscriber table the batch changed. Default ``rowfilter_<subscription>``
         when ``subscription`` is a plain name; ``""`` declares none. Any other ``AssetAlias`` in
         ``outlets`` receives the events too.
+    :param skip_when_idle: first run the job's own steps in the task, without Spark: capture the slot
+        into the change log and apply the batches that hold no change; submit the job only when a
+        change is due (default). A run with nothing to apply then takes a fraction of a second and
+        starts no JVM. The task must reach the publisher, and see the change log the subscriber
+        records (by its id; where it sees another, or none, the job is submitted). Set False where
+        only the Spark cluster reaches the publisher.
 
     The other parameters are those of
     :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
@@ -113,7 +121,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
 
     def __init__(self, *, max_changes: int | str | None = None, change_log: str | None = None,
                  asset_alias: str | None = None, time_budget: float | str | timedelta | None = None,
-                 **kwargs: Any) -> None:
+                 skip_when_idle: bool = True, **kwargs: Any) -> None:
         alias = default_asset_alias(kwargs.get("subscription")) if asset_alias is None else asset_alias
         if alias:
             outlets = kwargs.get("outlets") or []
@@ -126,6 +134,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
         self.time_budget = time_budget
         self.change_log = change_log
         self.asset_alias = alias or None
+        self.skip_when_idle = skip_when_idle
+        self._in_task: dict[str, Any] | None = None  # the summary of a run done in the task (run_in_task)
         self._lineage: dict[str, list[tuple[str, str]]] | None = None
         self._assets: list[tuple[str, str]] = []
 
@@ -181,6 +191,40 @@ class ApplyChangesOperator(RowFilterJobOperator):
         bound = self._max_changes()
         return (DEFAULT_MAX_CHANGES if bound is None else bound) <= SHORT_BATCH_CHANGES
 
+    # --- a run with nothing to judge, in the task --------------------------------------------------------
+    def run_in_task(self, resolved: ResolvedSpec) -> bool:
+        """The job's own run without Spark (jobs/apply.py ``without_spark``): done when no batch has a
+        change to judge; else what it captured stays in the log and the job is submitted for the rest."""
+        self._in_task = None
+        if not self.skip_when_idle:
+            return False
+        # Imported here: DAG files that only declare the operator never load the job's code.
+        from airflow_provider_rowfilter.connection import passwords
+        from airflow_provider_rowfilter.jobs.apply import SparkNeeded, apply
+        from airflow_provider_rowfilter.jobs.exit_status import is_transient
+
+        bound, budget = self._max_changes(), self._time_budget()
+        try:
+            with passwords({role: e.password for role, e in resolved.endpoints.items() if e.password}):
+                result = apply(resolved.spec, max_changes=DEFAULT_MAX_CHANGES if bound is None else bound,
+                               time_budget=budget, without_spark=True)
+        except SparkNeeded as e:
+            self.log.info("%s: the %s job is submitted", e, self.job)
+            return False
+        except UnreachableError as e:  # perhaps only the Spark cluster reaches it: the job decides, as before
+            self.log.warning("Before submitting the %s job, the task could not look for changes itself (%s): the job is "
+                             "submitted and decides. Where only the Spark cluster reaches the databases, set "
+                             "skip_when_idle=False", self.job, str(e).strip().splitlines()[0])
+            return False
+        except (RowFilterError, psycopg.Error) as e:
+            text = f"{self.task_id}: {e}".strip()
+            self.log.error("%s", text)
+            raise (AirflowException if is_transient(e) else AirflowFailException)(text) from None
+        self._in_task = result.summary()
+        self.log.info("Subscription %s: no change to judge, the run was done in the task (%d batch(es) recorded): "
+                      "the %s job is not submitted", resolved.spec.subscription, result.batches, self.job)
+        return True
+
     # --- what the task returns -----------------------------------------------------------------------
     def before_submit(self, resolved: ResolvedSpec) -> int:
         with resolved.connect("subscriber") as conn:
@@ -208,7 +252,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
                           skipped_lsn=next((b.skipped_lsn for b in batches if b.skipped_lsn), None),
                           counts=_summed(_counts(b.counts) for b in batches))
         # What only the job knows (operators/job_output.py keeps its JSON line).
-        printed = self._output.result if self._output is not None and self._output.result else {}
+        printed = self._in_task or (self._output.result if self._output is not None and self._output.result else {})
         result.update(batches=len(batches), batch_ids=[b.id for b in reversed(batches)],
                       drained=printed.get("drained"), budget_exhausted=printed.get("budget_exhausted"))
         counts = result["counts"]

@@ -29,6 +29,7 @@ class RefreshPublicationOperator(RowFilterJobOperator):
     """
 
     job: ClassVar[str] = "refresh"
+    archives_classes: ClassVar[bool] = False  # starts a Spark session only to resync a table
 
     def __init__(self, *, recreate_slot: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -32,6 +32,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
+from airflow_provider_rowfilter.core.class_archive import ClassArchive, class_archive
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
@@ -92,6 +93,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
     job: ClassVar[str]
     #: Roles whose database the job connects to.
     roles: ClassVar[tuple[str, ...]] = ("publisher", "subscriber")
+    #: Whether the job's driver JVM maps a class archive (core/class_archive.py): a job that starts a Spark
+    #: session does; one whose JVM is mostly spark-submit's own launcher would only pay for making it.
+    archives_classes: ClassVar[bool] = True
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
@@ -144,6 +148,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
                 stacklevel=2,
             )
         self._output: JobOutput | None = None
+        self._master: str | None = None
+        self._archive: ClassArchive | None = None
+        self._archive_options: tuple[str, ...] = ()  # what the archive added to the driver's Java options
 
     # --- what the concrete operators add ------------------------------------------------------------
     def job_arguments(self) -> list[str]:
@@ -153,6 +160,10 @@ class RowFilterJobOperator(SparkSubmitOperator):
     def before_submit(self, resolved: ResolvedSpec) -> Any:
         """Read what :meth:`summary` compares against; best effort."""
         return None
+
+    def run_in_task(self, resolved: ResolvedSpec) -> bool:
+        """Do the run in the task itself when it needs no Spark; True: done, the job is not submitted."""
+        return False
 
     def summary(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
         """What the task returns (XCom): read back from the subscriber after the job."""
@@ -165,12 +176,19 @@ class RowFilterJobOperator(SparkSubmitOperator):
         resolved = self.prepare_submit()
         before = self._best_effort("read the subscriber's state before the job", self.before_submit, resolved)
         self._output = None
+        if self.run_in_task(resolved):
+            return self._result(resolved, before)
+        self.log.info("Submitting the %s job of subscription %s (publications %s) to %s: %s",
+                      self.job, resolved.spec.subscription, ", ".join(resolved.spec.publications),
+                      self._master, self.application)
         # spark-submit's output folds away in the UI's log view (Airflow's ::group:: markers); what the
         # job did, or why it failed, comes after it.
         self.log.info("::group::spark-submit output of the %s job", self.job)
         try:
             super().execute(context)
         except AirflowException as e:
+            if self._archive is not None:
+                self._archive.discard()
             self.log.info("::endgroup::")
             failure = job_failure(self._output, returncode_of(self._hook), e)
             if failure is e:
@@ -180,6 +198,12 @@ class RowFilterJobOperator(SparkSubmitOperator):
                            failure)
             raise failure from None
         self.log.info("::endgroup::")
+        if self._archive is not None and self._archive.keep():
+            self.log.info("The driver's classes are archived for later runs of the %s job, whose JVMs start sooner: %s",
+                          self.job, self._archive.path)
+        return self._result(resolved, before)
+
+    def _result(self, resolved: ResolvedSpec, before: Any) -> dict[str, Any]:
         result = self._best_effort("read the subscriber's state after the job", self.summary, resolved, before)
         return result if result is not None else {"subscription": resolved.spec.subscription}
 
@@ -198,6 +222,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         deploy_mode = probe._connection["deploy_mode"] or "client"
         on_cluster_manager = probe._is_yarn or probe._is_kubernetes
         resolved = RowFilterHook.with_master(resolved, master)
+        self._master = master
         secrets = resolved.password_env() if self.forward_passwords else {}
         for value in secrets.values():
             mask_secret(value)
@@ -218,15 +243,23 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
         # The driver's JVM is started by spark-submit; an apply job's lives for one batch.
         self.conf = with_jvm_options(self.conf, short_batch=self.short_batch())
+        # A driver JVM started here maps the archive of the classes it loads, or makes it (core/class_archive.py).
+        # An earlier submission of this operator added options of its own: they go first.
+        driver, earlier = self.conf.get("spark.driver.extraJavaOptions", ""), " ".join(self._archive_options)
+        self.conf["spark.driver.extraJavaOptions"] = driver.removesuffix(earlier).rstrip() if earlier else driver
+        self._archive = class_archive(self.job, self.conf) \
+            if deploy_mode == "client" and self.archives_classes else None
+        self._archive_options = self._archive.java_options() if self._archive is not None else ()
+        self.conf["spark.driver.extraJavaOptions"] = " ".join(
+            part for part in (self.conf["spark.driver.extraJavaOptions"], *self._archive_options) if part)
         env = dict(self.env_vars or {})
+        if self._archive is not None:
+            env.update(self._archive.job_env())
         if deploy_mode == "client" and not on_cluster_manager:
             env.update(self._local_python_env(master, env))
         env.update(secrets)
         self.env_vars = env or None
         self._hook = None  # built again by SparkSubmitOperator.execute, with the arguments set above
-        self.log.info("Submitting the %s job of subscription %s (publications %s) to %s: %s",
-                      self.job, resolved.spec.subscription, ", ".join(resolved.spec.publications), master,
-                      self.application)
         if secrets:
             self.log.info("The password(s) of the %s go to the job by environment (%s)",
                           " and ".join(sorted(r for r, e in resolved.endpoints.items() if e.password)),
@@ -278,6 +311,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
     def _execute_connect(self) -> dict[str, Any]:
         resolved, command, env = self.prepare_connect()
         before = self._best_effort("read the subscriber's state before the job", self.before_submit, resolved)
+        self._output = None
+        if self.run_in_task(resolved):
+            return self._result(resolved, before)
         self.log.info("Running the %s job of subscription %s as a Spark Connect client of %s",
                       self.job, resolved.spec.subscription, resolved.spec.spark_remote)
         self._output = output = JobOutput(self.log)
@@ -291,8 +327,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         if process.returncode:
             error = AirflowException(f"the {self.job} job (Spark Connect client) exited with status {process.returncode}")
             raise job_failure(output, process.returncode, error) from None
-        result = self._best_effort("read the subscriber's state after the job", self.summary, resolved, before)
-        return result if result is not None else {"subscription": resolved.spec.subscription}
+        return self._result(resolved, before)
 
     def _get_hook(self) -> SparkSubmitHook:
         hook = super()._get_hook()

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
+from airflow_provider_rowfilter.core.class_archive import mark_session
 from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
 from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -89,6 +90,7 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    mark_session()  # the operator keeps the class archive this JVM writes when it exits (core/class_archive.py)
     logger.info("Spark session %r on %s (Spark %s)", app_name, session.sparkContext.master, session.version)
     return session
 

@@ -21,9 +21,10 @@ import pytest
 from airflow.exceptions import AirflowProviderDeprecationWarning
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 import airflow_provider_rowfilter
+from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
@@ -129,8 +130,10 @@ def test_jdbc_jar_is_deprecated_and_ships_nothing(dbs: Databases) -> None:
 
 
 def test_refresh_operator_submits_the_packaged_job(dbs: Databases, caplog: pytest.LogCaptureFixture,
-                                                   capfd: pytest.CaptureFixture[str]) -> None:
+                                                   capfd: pytest.CaptureFixture[str], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("ROWFILTER_CLASS_ARCHIVE_DIR", str(tmp_path / "archives"))  # the refresh job makes none
     with DAG("rowfilter_operator_test", schedule=None):
         op = RefreshPublicationOperator(
             task_id="refresh", subscription="{{ params.subscription }}", publications="{{ params.publications }}",
@@ -169,6 +172,8 @@ def test_refresh_operator_submits_the_packaged_job(dbs: Databases, caplog: pytes
         assert secret not in logs
     assert "***" not in logs  # nothing even tried to print a secret (the masker would show ***)
 
+    assert not (tmp_path / "archives").exists()
+
     # Idempotent: a second refresh adds and removes nothing.
     again = RefreshPublicationOperator(task_id="refresh2", subscription="s_op", publications=["p1", "p2"],
                                        publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
@@ -196,7 +201,6 @@ def test_a_configuration_error_fails_the_task_at_once_with_postgresql_s_message(
 
 def test_a_refused_connection_is_retried(dbs: Databases, airflow_conn: Callable[..., str]) -> None:
     """Issue 18 item 3: a publisher that refuses connections may be back for the next try (exit 75)."""
-    from airflow.sdk.exceptions import AirflowException
 
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
@@ -210,6 +214,29 @@ def test_a_refused_connection_is_retried(dbs: Databases, airflow_conn: Callable[
     assert not isinstance(e.value, AirflowFailException)  # Airflow's retries apply
     assert str(e.value).startswith("cannot connect to the publisher of subscription 's1' at host 127.0.0.1")
     assert "Connection refused" in str(e.value) or "connection refused" in str(e.value).lower()
+
+
+def test_an_apply_task_that_cannot_reach_a_database_submits_the_job(
+        dbs: Databases, airflow_conn: Callable[..., str], capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """skip_when_idle: the task's own attempt is no stricter than the job (a worker may not reach a database
+    where the cluster does); the job then decides, here with the same error, and Airflow's retries apply."""
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    refused = airflow_conn({**_conn(dbs.pub, None), "host": "127.0.0.1", "port": port}, "refused_apply")
+    op = ApplyChangesOperator(task_id="apply", subscription="s1", publications=["p1"], publisher_conn_id=dbs.pub_conn,
+                              subscriber_conn_id=refused, conn_id=dbs.spark_conn, change_log=str(tmp_path),
+                              conf={"spark.ui.enabled": "false"})
+    with pytest.raises(AirflowException) as e:
+        op.execute({})
+    assert not isinstance(e.value, AirflowFailException)
+    out, err = capfd.readouterr()
+    warned = [line for line in (out + err).splitlines() if "the task could not look for changes itself" in line]
+    assert len(warned) == 1 and "[warning" in warned[0] and "skip_when_idle=False" in warned[0], warned
+    assert "(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1)" in warned[0]
+    assert op._output is not None  # spark-submit ran: the job failed as it would have without the task's attempt
 
 
 def test_snapshot_command_from_a_templated_spec_file(dbs: Databases, tmp_path: Path) -> None:
@@ -368,9 +395,12 @@ def test_spark_side_python_is_this_interpreter_in_local_mode(dbs: Databases, mon
     assert "PYSPARK_PYTHON" not in chosen.env_vars
 
 
-def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
-    """The driver's JVM is started by spark-submit: the jobs' JVM options must be on its --conf."""
+def test_jvm_options_reach_spark_submit(dbs: Databases, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's JVM is started by spark-submit: the jobs' JVM options must be on its --conf (the class
+    archive's, added after them, are the refresh test's)."""
     from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    monkeypatch.setenv("ROWFILTER_CLASS_ARCHIVE_DIR", "off")
 
     op = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"],
                               publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
@@ -578,10 +608,10 @@ def test_apply_bad_spec_fails_without_retry(dbs: Databases, kwargs: dict[str, An
     assert op.application_args is None  # nothing was submitted
 
 
-def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_path: Path,
-                                                            statsd: StatsdReceiver) -> None:
-    """Refresh, copy, change the publisher, apply: the XCom, the asset events, the lineage, the metrics; then a
-    conflict."""
+def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_path: Path, statsd: StatsdReceiver,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Refresh, copy, change the publisher, apply: the XCom, the asset events, the lineage, the metrics, the class
+    archives; an idle run in the task; then a conflict."""
     from airflow.sdk import AssetAlias
     from airflow.sdk.execution_time.context import OutletEventAccessors
 
@@ -591,6 +621,8 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
         conn.execute("CREATE TABLE t1 (a int PRIMARY KEY, b text); CREATE TABLE t2 (id int PRIMARY KEY, region text)")
     common = {"subscription": "s_batch", "publications": ["p1", "p2"], "publisher_conn_id": dbs.pub_conn,
               "subscriber_conn_id": dbs.sub_conn, "conn_id": dbs.spark_conn, "conf": {"spark.ui.enabled": "false"}}
+    archives = tmp_path / "archives"
+    monkeypatch.setenv("ROWFILTER_CLASS_ARCHIVE_DIR", str(archives))
     RefreshPublicationOperator(task_id="refresh", **common).execute({})
     SnapshotCopyOperator(task_id="snapshot", **common).execute({})
     with psycopg.connect(dbs.pub, autocommit=True) as conn:
@@ -613,6 +645,12 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
                               "WHERE subscription = 's_batch' ORDER BY id DESC LIMIT 1").fetchone()
     assert (result["batch_id"], result["end_lsn"], result["changes"]) == newest
     assert (tmp_path / "log").is_dir()  # the change log went where the operator said
+    # The driver's class archive (core/class_archive.py): the snapshot, the first task on this disk, only made the
+    # directory (a disk that lives for one task never pays for one); the apply job, which started its Spark
+    # session, left its archive, nothing half-written; the refresh job, whose JVM is spark-submit's launcher,
+    # never makes one.
+    made = sorted(p.name.split("-")[0] + p.suffix for p in archives.iterdir())
+    assert made == ["apply.jsa"], made
     sent = statsd.received()  # Airflow's metrics (operators/metrics.py)
     assert sent["airflow.rowfilter.s_batch.apply.runs"] == ["1|c"]
     assert sent["airflow.rowfilter.s_batch.apply.changes"] == [f"{result['changes']}|c"]
@@ -639,14 +677,45 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
         lineage = op.get_openlineage_facets_on_complete(None)
         assert [d.name for d in lineage.outputs] == [f"{info['dbname']}.public.t1", f"{info['dbname']}.public.t2"]
 
+    # Nothing to apply (a change to a table no publication has): the task captures the slot itself, moves it on
+    # and does not submit the job (issue 19: an idle run starts no JVM).
+    with psycopg.connect(dbs.pub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS unpublished (id int PRIMARY KEY); INSERT INTO unpublished VALUES (1)")
+        flushed = conn.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
+    idle = ApplyChangesOperator(task_id="apply", change_log=str(tmp_path / "log"), max_changes=1000, **common)
+    quiet = idle.execute({"outlet_events": OutletEventAccessors()})
+    assert idle._output is None  # spark-submit never ran (its output watcher is made with its hook)
+    assert (quiet["changes"], quiet["drained"], quiet["changed_tables"]) == (0, True, [])
+    assert parse_lsn(quiet["end_lsn"]) > parse_lsn(result["end_lsn"])  # the tables' positions moved past the unpublished change
+    with psycopg.connect(dbs.sub, autocommit=True) as conn:
+        slot = conn.execute("SELECT slot_name FROM rowfilter.subscription WHERE name = 's_batch'").fetchone()[0]
+    with psycopg.connect(dbs.pub, autocommit=True) as conn:
+        assert conn.execute("SELECT confirmed_flush_lsn >= %s FROM pg_replication_slots WHERE slot_name = %s",
+                            (flushed, slot)).fetchone() == (True,)
+    # Off, or with a change log the subscriber does not record here, the job is submitted.
+    assert ApplyChangesOperator(task_id="apply", skip_when_idle=False, **common).run_in_task(idle.resolve_spec()) \
+        is False
+    elsewhere = ApplyChangesOperator(task_id="apply", change_log=str(tmp_path / "other"), **common)
+    assert elsewhere.run_in_task(elsewhere.resolve_spec()) is False
+    assert not (tmp_path / "other").exists()  # nothing was captured into it
+
     # A conflict (the key already in the subscriber) fails the job without retry (a new run would meet it
-    # again until somebody acts), with PostgreSQL's message; nothing is applied.
+    # again until somebody acts), with PostgreSQL's message; nothing is applied. The task captured the two
+    # INSERTs, found a change to judge and submitted the job.
     with psycopg.connect(dbs.sub, autocommit=True) as conn:
         conn.execute("INSERT INTO t1 VALUES (8, 'already here')")
     with psycopg.connect(dbs.pub, autocommit=True) as conn:
         conn.execute("INSERT INTO t1 VALUES (8, 'b8'), (9, 'b9')")
+    # This second submission of the operator maps the archive its first made: HotSpot's class-loading log names
+    # it as the source of Spark's classes ("shared objects file (top)").
+    loaded = tmp_path / "classes.txt"
+    op.conf["spark.driver.extraJavaOptions"] = f"-Xlog:class+load=info:file={loaded} {op.conf['spark.driver.extraJavaOptions']}"
     with pytest.raises(AirflowFailException) as e:
         op.execute({"outlet_events": OutletEventAccessors()})
+    sql_classes = [line for line in loaded.read_text().splitlines()
+                   if " org.apache.spark.sql." in line and "$$Lambda" not in line]  # lambdas are spun at run time
+    archived = sum(line.endswith("shared objects file (top)") for line in sql_classes)
+    assert len(sql_classes) > 1000 and archived > 0.9 * len(sql_classes), (archived, len(sql_classes))
     assert str(e.value).startswith('table public.t1: conflict detected on relation "public.t1": conflict=insert_exists'), \
         str(e.value)
     assert "HINT:" in str(e.value) and "rowfilter skip --lsn" in str(e.value)
