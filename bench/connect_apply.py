@@ -9,7 +9,9 @@ applies them; then one run with nothing to apply. Modes:
 - ``cold``: the spec's ``spark_master: local[2]``: the job process starts its own JVM (what spark-submit
   does in client mode, without spark-submit's own launcher JVM, so a lower bound of the operator's path);
 - ``connect``: the spec's ``spark_remote``: the job attaches to a local Spark Connect server started
-  once before the runs (``rowfilter spark-server``) and warmed by the first run.
+  once before the runs (``rowfilter spark-server``) and warmed by the first run; each run attaches to the
+  session the runs before it used (spark/session.py ``reused_session_id``);
+- ``connect-new``: the same server, a new session each run (a ``session_id`` of its own in ``spark_remote``).
 
 Phases (wall seconds, measured inside the job process by wrapping the package's functions): ``start``
 (interpreter and imports until the job's Spark session is asked for), ``session`` (the session: JVM
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,15 +144,19 @@ def main() -> None:
                                     change_log=str(workdir / "changes"), spark_master="local[2]", spark_conf=CONF)
             refresh(spec)
             assert initial_copy(remote(spec, server.url)).ok
-            results: dict[str, list[dict[str, float]]] = {"cold": [], "connect": []}
+            results: dict[str, list[dict[str, float]]] = {"cold": [], "connect": [], "connect-new": []}
+
+            def spec_of(mode: str) -> SubscriptionSpec:
+                if mode == "cold":
+                    return spec
+                return remote(spec, server.url if mode == "connect" else f"{server.url}/;session_id={uuid.uuid4()}")
+
             for round_ in range(args.runs):
-                for mode in results:
-                    changes(pub, args.changes, 2 * round_ + (mode == "connect"))
-                    run_spec = remote(spec, server.url) if mode == "connect" else spec
-                    results[mode].append(run_job(run_spec, workdir))
+                for number, mode in enumerate(results):
+                    changes(pub, args.changes, len(results) * round_ + number)
+                    results[mode].append(run_job(spec_of(mode), workdir))
                     print(mode, {k: round(v, 2) for k, v in results[mode][-1].items()}, flush=True)
-            empty = {mode: run_job(remote(spec, server.url) if mode == "connect" else spec, workdir)
-                     for mode in results}
+            empty = {mode: run_job(spec_of(mode), workdir) for mode in results}
         finally:
             connect_server.stop(state)
     print(f"\nmedians of {args.runs} runs of {args.changes} changes (s); the first connect run warms the server:")

@@ -3,7 +3,9 @@
 With the spec's ``spark_remote`` (``sc://host:port``) the session is a Spark Connect client of a
 running server instead: no JVM in this process, the server's warm JIT and caches reused from run to
 run. Only SQL settings reach a Connect session; the JVM options and Spark core settings are the
-server's (``rowfilter spark-server start``, spark/connect_server.py).
+server's (``rowfilter spark-server start``, spark/connect_server.py). The runs of one job of one
+subscription attach to one server-side session (:func:`reused_session_id`), so the Python workers
+the server started for it (a copy's, a large batch's) serve the next run too.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import logging
 import os
 import socket
 import sys
+import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -29,6 +33,11 @@ DEFAULT_MASTER = "local[*]"
 DEFAULT_LOG_LEVEL = "WARN"
 #: HotSpot's ``HugeMethodLimit``: the largest method its JIT compilers take on by default.
 HUGE_METHOD_LIMIT = "8000"
+#: How long the runs of a job attach to one Spark Connect session: shorter than the server's idle timeout
+#: (``spark.connect.session.manager.defaultSessionTimeout``, 60 minutes by default), after which the
+#: server closes a session and refuses its id for good.
+SESSION_REUSE_SECONDS = 1800
+_SESSION_NAMESPACE = uuid.UUID("6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10")
 
 
 def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None, *,
@@ -106,9 +115,27 @@ def remote_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     return settings
 
 
-def connect_session(remote: str, conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A new Spark Connect session on the server at ``remote`` (``sc://host:port``), with :func:`remote_conf`.
+def reused_session_id(subscription: str, job: str, conf: Mapping[str, str], now: float | None = None) -> str:
+    """The Spark Connect session id of ``job``'s runs for ``subscription`` with the session settings ``conf``
+    in this period of :data:`SESSION_REUSE_SECONDS`: the same in every process, another in the next period,
+    and another when the settings change (a session keeps what was set on it).
 
+    A new session costs its first queries: the server starts Python workers for each session (a
+    copy's writers, a large batch's), and a session's state is built anew. Within a period every run
+    attaches to the same one and is never idle for longer than the period, so the server never
+    expires it under a run; the next period's id is new, never one the server closed.
+    """
+    period = int((time.time() if now is None else now) // SESSION_REUSE_SECONDS)
+    settings = "\0".join(f"{k}={v}" for k, v in sorted(conf.items()))
+    return str(uuid.uuid5(_SESSION_NAMESPACE, f"{subscription}\0{job}\0{period}\0{settings}"))
+
+
+def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_id: str | None = None) -> SparkSession:
+    """A Spark Connect session on the server at ``remote`` (``sc://host:port``), with :func:`remote_conf`.
+
+    :param session_id: attach to this server-side session (created on first use) and leave it to the
+        server when done, for the next run; unless ``remote`` names one itself (``;session_id=``). A
+        session the server has closed is replaced by a new one.
     :raises SparkUnavailableError: nothing listens at ``remote`` (transient: a later run may find it up).
     :raises SpecError: the server refuses one of the settings (named, with the fix).
     """
@@ -128,7 +155,7 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None) -> Spark
         raise SparkUnavailableError(f"no Spark Connect server answers at spark_remote {remote!r}: {e.strerror or e}",
                                     hint="start it (`rowfilter spark-server start` for the local one) or fix "
                                     "spark_remote in the spec") from None
-    session = SparkSession.builder.remote(remote).create()
+    session = _attach(remote, session_id)
     for key, value in remote_conf(conf).items():
         try:
             session.conf.set(key, value)
@@ -140,6 +167,26 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None) -> Spark
                             hint="set it on the server instead (`rowfilter spark-server start --conf KEY=VALUE`, or the "
                             "cluster's Spark Connect configuration) and remove it from spark_conf") from None
     logger.info("Spark Connect session on %s (Spark %s)", remote.partition(";")[0], session.version)
+    return session
+
+
+def _attach(remote: str, session_id: str | None) -> SparkSession:
+    """The client session: on ``session_id`` (kept on the server when this one stops), else a new one."""
+    if session_id is None or "session_id=" in remote:
+        session = SparkSession.builder.remote(remote).create()
+        session.release_session_on_close = "session_id=" not in remote  # a session named in spark_remote is the user's
+        return session
+    named = f"{remote.rstrip('/')}{';' if '/;' in remote else '/;'}session_id={session_id}"
+    session = SparkSession.builder.remote(named).create()
+    session.release_session_on_close = False
+    try:
+        _ = session.version  # the first request: the server refuses here an id it has closed
+    except Exception as e:
+        if "SESSION_CLOSED" not in str(e):
+            raise
+        logger.info("Spark Connect session %s was closed by the server; this run takes a new one", session_id)
+        session.stop()
+        session = SparkSession.builder.remote(remote).create()
     return session
 
 
@@ -168,7 +215,8 @@ def job_session(spec: SubscriptionSpec, job: str, spark: SparkSession | None = N
         yield existing
         return
     if spec.spark_remote:
-        session = connect_session(spec.spark_remote, spec.spark_conf)
+        session = connect_session(spec.spark_remote, spec.spark_conf,
+                                  reused_session_id(spec.subscription, job, remote_conf(spec.spark_conf)))
         try:
             yield session
         finally:

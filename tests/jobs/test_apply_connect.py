@@ -188,3 +188,55 @@ def test_a_classic_session_in_the_process_is_not_mixed_with_connect(dbs, spark, 
             pass
     assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
     assert "python -m airflow_provider_rowfilter.jobs" in str(e.value)
+
+
+# A job's session as a process of its own sees it: which server-side session it attached to, and which Python
+# workers the server ran its Arrow function in.
+ATTACH = """
+import json, sys
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.spark.session import job_session
+
+def pids(batches):
+    import os
+    import pyarrow as pa
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"pid": [os.getpid()]})
+
+subscription, remote, job, setting = sys.argv[1:5]
+spec = SubscriptionSpec(subscription=subscription, publications=("p1",), spark_remote=remote,
+                        spark_conf={"spark.sql.shuffle.partitions": setting})
+with job_session(spec, job) as spark:
+    workers = sorted({row.pid for row in spark.range(0, 1, 1, 1).mapInArrow(pids, "pid long").collect()})
+    print(json.dumps({"session": spark.session_id, "workers": workers}))
+"""
+
+
+def _attach(remote: str, subscription: str = "s_reuse", job: str = "snapshot", setting: str = "2") -> dict:
+    done = subprocess.run([sys.executable, "-c", ATTACH, subscription, remote, job, setting], env=job_env(),
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_runs_of_a_job_attach_to_one_server_session_and_its_python_workers(spark_connect_url):
+    """A new session costs the server new Python workers (a copy's writers, a large batch's); the runs of one job
+    of one subscription attach to one session (spark/session.py reused_session_id), and leave it open."""
+    first, second = _attach(spark_connect_url), _attach(spark_connect_url)
+    assert second == first  # the same session, and the same worker process served both runs
+    others = [_attach(spark_connect_url, job="apply"), _attach(spark_connect_url, subscription="s_other"),
+              _attach(spark_connect_url, setting="3")]  # a session keeps its settings: other settings, another one
+    assert len({first["session"], *(o["session"] for o in others)}) == 4
+    assert all(o["workers"] != first["workers"] for o in others)
+
+
+def test_a_session_the_server_closed_is_replaced(spark_connect_url):
+    """The server refuses for good the id of a session it closed (released, or idle past its timeout): the run
+    takes a new session instead of failing."""
+    first = _attach(spark_connect_url, subscription="s_closed")
+    release = ("import sys\nfrom pyspark.sql import SparkSession\n"
+               "SparkSession.builder.remote(sys.argv[1] + '/;session_id=' + sys.argv[2]).create().stop()\n")
+    subprocess.run([sys.executable, "-c", release, spark_connect_url, first["session"]], env=job_env(), check=True,
+                   capture_output=True, timeout=JOB_TIMEOUT)
+    after = _attach(spark_connect_url, subscription="s_closed")
+    assert after["session"] != first["session"]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.spark.session import session_conf
+from airflow_provider_rowfilter.spark.session import SESSION_REUSE_SECONDS, reused_session_id, session_conf
 
 
 def test_session_settings(spark: SparkSession) -> None:
@@ -81,3 +82,16 @@ def test_spark_logs_warnings_only_unless_told_otherwise() -> None:
     """Issue 18 item 5: under spark-submit Spark's default is INFO (hundreds of lines in a task's log)."""
     assert session_conf(None)["spark.log.level"] == "WARN"
     assert session_conf(None, {"spark.log.level": "INFO"})["spark.log.level"] == "INFO"
+
+
+def test_a_job_s_connect_session_is_one_per_period_job_subscription_and_settings() -> None:
+    """spark/session.py reused_session_id: what decides which server-side session a Spark Connect run attaches to."""
+    start = 1_000 * SESSION_REUSE_SECONDS  # the start of a period
+    one = reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "2"}, start)
+    assert reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "2"}, start + SESSION_REUSE_SECONDS - 1) == one
+    assert len({one,
+                reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "2"}, start + SESSION_REUSE_SECONDS),
+                reused_session_id("s1", "snapshot", {"spark.sql.shuffle.partitions": "2"}, start),
+                reused_session_id("s2", "apply", {"spark.sql.shuffle.partitions": "2"}, start),
+                reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "3"}, start)}) == 5
+    assert str(uuid.UUID(one)) == one  # what pyspark's ChannelBuilder takes
