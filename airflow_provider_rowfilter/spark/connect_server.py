@@ -25,7 +25,7 @@ from pathlib import Path
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.processes import alive
-from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
+from airflow_provider_rowfilter.core.spark_settings import STATIC_SQL_SETTINGS, with_jvm_options
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
@@ -63,6 +63,7 @@ def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, s
         "spark.driver.bindAddress": HOST,
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
+        **STATIC_SQL_SETTINGS,
         **(conf or {}),
     }
     settings = with_jvm_options(settings)  # a long-lived JVM: both JIT compilers (no short-batch option)

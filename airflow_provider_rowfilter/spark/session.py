@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_rowfilter.core.class_archive import mark_session
 from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
-from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
+from airflow_provider_rowfilter.core.spark_settings import STATIC_SQL_SETTINGS, with_jvm_options
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         # spark-submit it would be INFO, hundreds of lines an operator's task log shows before the job's
         # own. A spark_conf setting wins (spark.log.level: INFO).
         "spark.log.level": DEFAULT_LOG_LEVEL,
+        **STATIC_SQL_SETTINGS,
     }
     if settings["spark.master"].startswith("local"):
         # Everything runs in this JVM: keep the driver's ports on loopback instead of the address
@@ -107,10 +108,11 @@ def build_session(
 def remote_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings a Spark Connect session of a job gets: :func:`session_conf`'s SQL settings, caller's last.
 
-    The master, the driver's addresses, the log level and the JVM options belong to the server's JVM
+    The master, the driver's addresses, the log level, the JVM options and the static SQL settings
+    (core/spark_settings.py ``STATIC_SQL_SETTINGS``, the local server's own) belong to the server's JVM
     and cannot be set by a client (Spark refuses them: ``CANNOT_MODIFY_CONFIG``).
     """
-    settings = {k: v for k, v in session_conf().items() if k.startswith("spark.sql.")}
+    settings = {k: v for k, v in session_conf().items() if k.startswith("spark.sql.") and k not in STATIC_SQL_SETTINGS}
     settings.update(conf or {})
     return settings
 

@@ -71,6 +71,7 @@ def test_the_server_command_line_is_loopback_only_with_the_jobs_jvm_options():
     assert settings["spark.connect.grpc.binding.address"] == "127.0.0.1"
     assert settings["spark.connect.grpc.binding.port"] == "15002"
     assert settings["spark.driver.memory"] == "2g"
+    assert settings["spark.sql.codegen.cache.maxEntries"] == "2000"  # static: a client could not set it
     assert "-XX:-DontCompileHugeMethods" in settings["spark.driver.extraJavaOptions"]
     assert "TieredStopAtLevel" not in settings["spark.driver.extraJavaOptions"]  # a long-lived JVM
     assert command[command.index("--class") + 1] == connect_server.SERVER_CLASS

@@ -20,6 +20,7 @@ def test_session_settings(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.codegen.hugeMethodLimit") == "8000"
     # The apply's per-key collect_list sorts rather than hashing nearly distinct keys.
     assert spark.conf.get("spark.sql.execution.useObjectHashAggregateExec") == "false"
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"  # core/spark_settings.py STATIC_SQL_SETTINGS
     assert conf.get("spark.ui.enabled") == "false"
     jvm = spark.sparkContext._jvm
     assert jvm is not None
@@ -34,6 +35,25 @@ def test_session_settings(spark: SparkSession) -> None:
     assert jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
         jvm.com.sun.management.HotSpotDiagnosticMXBean._java_lang_class).getVMOption(
         "PerMethodTrapLimit").getValue() == "0"
+
+
+def test_compiled_code_is_kept_for_more_than_one_job_s_plans(spark: SparkSession) -> None:
+    """Spark keeps 100 compiled classes by default: a second job's plans (another subscription's batch on one
+    Connect server) would evict the first's, compiled again at its next run. Here 150 other plans run between
+    two runs of one query, and the second compiles nothing."""
+    compiled = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+
+    def run(n: int) -> None:
+        spark.range(0, 8, 1, 1).selectExpr(f"id * {n} + {n} AS v", f"CAST(id AS string) || '{n}' AS s").collect()
+
+    run(0)
+    others = compiled.getCount()
+    for n in range(1, 151):
+        run(n)
+    assert compiled.getCount() - others >= 150  # each of them compiled (its literals are in its code)
+    before = compiled.getCount()
+    run(0)
+    assert compiled.getCount() == before
 
 
 def test_session_conf_keeps_callers_settings() -> None:
