@@ -11,6 +11,7 @@ analysis does (parse_func.c, parse_oper.c ``make_scalar_array_op``, parse_expr.c
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -107,9 +108,12 @@ def folded_error(rf) -> str | None:
     eval_const_expressions (clauses.c) runs a strict immutable function whose arguments are all
     constants once, when the filter is prepared, in whatever branch it stands: ``substr('a', 1, -1)``,
     ``split_part('a', ',', 0)``, ``repeat('ab', 1073741823)`` or ``'a' ~ 'a**'`` make every change of
-    the table fail on the publisher. Spark would only raise where the call is evaluated.
+    the table fail on the publisher. Spark would only raise where the call is evaluated. The planner
+    folds an OR's arguments only up to its first constant TRUE, and an AND's up to its first constant
+    FALSE (simplify_or_arguments / simplify_and_arguments return at once): what stands after them is
+    never folded, and raises nothing.
     """
-    for node in rf.tree.walk():
+    for node in _folded(rf, rf.tree):
         args = list(node.iter_expressions())
         if not args or not all(id(a) in rf.constants for a in args):
             continue
@@ -130,6 +134,21 @@ def folded_error(rf) -> str | None:
             if error is not None:
                 return error
     return None
+
+
+def _folded(rf, node: exp.Expr) -> Iterator[exp.Expr]:
+    """``node`` and what eval_const_expressions (clauses.c) reaches below it, pruned as :func:`folded_error` says."""
+    yield node
+    if isinstance(node, (exp.Or, exp.And)):
+        decisive = isinstance(node, exp.Or)  # TRUE ends an OR, FALSE an AND
+        for arg in node.flatten():
+            yield from _folded(rf, arg)
+            value = rf.constants.get(id(arg.unnest()), None)
+            if isinstance(value, bool) and value is decisive:
+                return
+        return
+    for child in node.iter_expressions():
+        yield from _folded(rf, child)
 
 
 class TextAnalysis(_Analyzer):

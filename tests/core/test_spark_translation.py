@@ -209,6 +209,16 @@ CASES = (
          (True, False, False), "SIMILAR TO matches the whole value; . is a literal dot"),
     Case("similar_to_with_escape", "t SIMILAR TO '#%_*' ESCAPE '#'", ({"t": "%x"}, {"t": "x%"}), (True, False),
          "similar_escape: the escape character makes % literal"),
+    Case("invalid_constant_pattern_after_a_constant_true_is_never_folded",
+         "('t'::boolean OR ('' SIMILAR TO '\\_)?a')) IS NOT NULL", ({"t": "a"},), (True,),
+         "simplify_or_arguments (clauses.c) stops at the first constant TRUE: the pattern is never compiled "
+         "(differential test)"),
+    Case("invalid_constant_pattern_before_a_constant_true_raises",
+         "(('' SIMILAR TO '\\_)?a') OR 't'::boolean) IS NOT NULL", ({"t": "a"},), ERROR,
+         "folded in order: the pattern is compiled before the TRUE is met"),
+    Case("invalid_constant_pattern_after_a_constant_false_in_an_and_is_never_folded",
+         "('f'::boolean AND ('a' ~ 'a**')) IS NOT NULL", ({"t": "a"},), (True,),
+         "simplify_and_arguments stops at the first constant FALSE"),
 )
 
 VALIDITY = (
