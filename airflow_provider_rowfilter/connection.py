@@ -13,30 +13,39 @@ from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_pass
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
-__all__ = ["PASSWORD_ENV", "connect", "conninfo_params", "passwords"]
+__all__ = ["PASSWORD_ENV", "connect", "conninfo_params", "in_task", "password"]
 
-#: Passwords handed to a job run inside this process (:func:`passwords`), by role; they win over the environment.
-_PASSWORDS: ContextVar[Mapping[str, str] | None] = ContextVar("rowfilter_passwords", default=None)
+#: What a job's code run inside another process was handed (:func:`in_task`): passwords by role, and a
+#: connect timeout for URLs that set none.
+_IN_TASK: ContextVar[tuple[Mapping[str, str], int | None] | None] = ContextVar("rowfilter_in_task", default=None)
 
 
 @contextmanager
-def passwords(by_role: Mapping[str, str]) -> Iterator[None]:
-    """Within the block, :func:`connect` uses these passwords (``{"publisher": …}``) before the environment's.
+def in_task(passwords: Mapping[str, str], connect_timeout: int | None = None) -> Iterator[None]:
+    """Within the block, connections use these passwords (``{"publisher": …}``) before the environment's,
+    and give up connecting after ``connect_timeout`` seconds where the URL sets no ``connect_timeout``.
 
     For a job's code run inside another process (an operator's task), which must neither put the
     passwords in its own environment, where every child process would inherit them, nor anywhere else.
     """
-    token = _PASSWORDS.set(dict(by_role))
+    token = _IN_TASK.set((dict(passwords), connect_timeout))
     try:
         yield
     finally:
-        _PASSWORDS.reset(token)
+        _IN_TASK.reset(token)
+
+
+def password(role: str) -> str | None:
+    """The password of ``role`` (``publisher``/``subscriber``): handed in (:func:`in_task`), else
+    ``ROWFILTER_<ROLE>_PASSWORD``; None leaves it to libpq (``PGPASSWORD``, ``~/.pgpass``)."""
+    handed = _IN_TASK.get()
+    return (handed[0].get(role) if handed else None) or os.environ.get(PASSWORD_ENV[role]) or None
 
 
 def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -> psycopg.Connection:
     """Open a connection to the publisher or subscriber (``role``).
 
-    The password never travels in the spec: it comes from :func:`passwords` (a job run in an operator's
+    The password never travels in the spec: it comes from :func:`in_task` (a job run in an operator's
     task), ``ROWFILTER_PUBLISHER_PASSWORD`` / ``ROWFILTER_SUBSCRIBER_PASSWORD`` (what the Airflow
     operators set from their connections for a job process) or from libpq's own ``PGPASSWORD`` /
     ``~/.pgpass``. ``params`` are further libpq parameters, e.g.
@@ -49,8 +58,10 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
     what = f"the {role} of subscription {spec.subscription!r}"
     check_no_password(url, what, role)
     try:
-        password = (_PASSWORDS.get() or {}).get(role) or os.environ.get(PASSWORD_ENV[role])
-        extra = {"password": password} if password else {}
+        handed, secret = _IN_TASK.get(), password(role)
+        extra: dict[str, str] = {"password": secret} if secret else {}
+        if handed and handed[1] and not any(p.key == "connect_timeout" for p in parse(url)):
+            extra["connect_timeout"] = str(handed[1])
         return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}",
                                **extra, **params)
     except psycopg.OperationalError as e:

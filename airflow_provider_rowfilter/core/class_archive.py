@@ -4,7 +4,7 @@ Much of a cold spark-submit run is the JVM loading, parsing and verifying Spark'
 18,000, 13,000 of them from Spark's jars). HotSpot archives the classes an application loaded when it
 exits (``-XX:ArchiveClassesAtExit``, JDK 13 and later: JEP 350, dynamic CDS archives) and maps such an
 archive into later JVMs (``-XX:SharedArchiveFile``), which then skip that work. Measured in
-docs/operators.md ("A class archive for the driver").
+docs/apply.md ("Measured"); what users see: docs/operators.md ("A class archive for the driver").
 
 The operators (operators/rowfilter_job.py) keep one archive per job and per installation of Java
 and Spark (:func:`archive_key`) in :func:`archive_dir`. Making one costs its run seconds (the JVM
@@ -54,10 +54,8 @@ class ClassArchive:
 
     path: Path
     making: Path
-
-    @property
-    def exists(self) -> bool:
-        return self.path.is_file()
+    #: Whether the archive existed when this run was planned: the JVM maps it (else it makes one).
+    exists: bool
 
     @property
     def session_mark(self) -> Path:
@@ -82,10 +80,14 @@ class ClassArchive:
                 return False
             os.replace(self.making, self.path)
             self.session_mark.unlink(missing_ok=True)
-            return True
         except FileNotFoundError:  # an archive was mapped, or the JVM wrote none
             self.discard()
             return False
+        job = self.path.name.rsplit("-", 1)[0]
+        for older in self.path.parent.glob(f"{job}-*.jsa"):  # of an installation since replaced
+            if older != self.path:
+                older.unlink(missing_ok=True)
+        return True
 
     def discard(self) -> None:
         """After a job that failed: what its JVM may have written is not trusted."""
@@ -156,10 +158,11 @@ def class_archive(job: str, conf: Mapping[str, str], directory: Path | None = No
             directory.mkdir(parents=True, exist_ok=True)
             return None
         _remove_stale(directory)
-    except OSError:
+        key = archive_key(job, java, jars, conf)
+    except OSError:  # a jar gone or unreadable as it is read: no archive this run, the job runs as without
         return None
-    key = archive_key(job, java, jars, conf)
-    return ClassArchive(directory / f"{key}.jsa", directory / f"{key}.{uuid.uuid4().hex[:12]}{_MAKING}")
+    path = directory / f"{key}.jsa"
+    return ClassArchive(path, directory / f"{key}.{uuid.uuid4().hex[:12]}{_MAKING}", path.is_file())
 
 
 def _remove_stale(directory: Path) -> None:

@@ -32,8 +32,8 @@ SHORT_BATCH_CHANGES = 300_000
 #: client cannot (Spark refuses a static setting). Spark keeps 100 compiled classes of generated code
 #: by default; one apply batch's plans compile about 95, so a second subscription or job on the same
 #: JVM (a Connect server) evicts them and each run compiles its plans again: 1.6 s of a warm
-#: 2-CPU run's 2.2 s of judging. With room for 2,000 a warm run compiles nothing it compiled
-#: before (docs/apply.md, "Compiled code kept").
+#: 2-CPU run's 2.2 s of judging. With room for 2,000 a warm run on its job's session compiles
+#: nothing it compiled before (docs/apply.md, "Compiled code kept").
 STATIC_SQL_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
 #: A batch of at most this many changes (the log's count) is summarised and staged in one Spark
 #: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,

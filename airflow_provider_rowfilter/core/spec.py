@@ -268,6 +268,18 @@ class SubscriptionSpec:
             ) from None
 
 
+def remote_params(url: str) -> tuple[str, list[tuple[str, str]]]:
+    """``sc://host:port/;key=value;…`` as pyspark's ChannelBuilder reads it: the URL before its first ``;``,
+    and its parameters in order, keys stripped (lower-case: pyspark's are), values as written, empty ones left out."""
+    base, _, params = url.partition(";")
+    return base, [(k.strip().lower(), v) for k, _, v in (p.partition("=") for p in params.split(";")) if k.strip()]
+
+
+def with_remote_params(base: str, params: list[tuple[str, str]]) -> str:
+    """The URL of ``base`` (``sc://host:port/``) with these parameters: what :func:`remote_params` split."""
+    return ";".join([base if base.endswith("/") or not params else base + "/", *(f"{k}={v}" for k, v in params)])
+
+
 def check_spark_remote(url: str, what: str) -> None:
     """Refuse a ``spark_remote`` that is not a Spark Connect URL or that carries a secret.
 
@@ -277,8 +289,7 @@ def check_spark_remote(url: str, what: str) -> None:
     """
     if not url.startswith("sc://") or len(url) == len("sc://"):
         raise SpecError(f"{what} = {url!r} {_EXPECTED['spark_remote'][0]}", hint=_EXPECTED["spark_remote"][1])
-    params = url.partition(";")[2]
-    if any(p.partition("=")[0].strip().lower() == "token" for p in params.split(";")):
+    if any(key == "token" for key, _ in remote_params(url)[1]):
         raise SpecError(f"{what} carries a token (the URL is not shown: it holds a secret)",
                         hint=f"remove ;token=… and give the token in the environment variable {SPARK_CONNECT_TOKEN_ENV} "
                         "(in Airflow: the Token of the spark_connect connection)")

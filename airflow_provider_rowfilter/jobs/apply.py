@@ -50,7 +50,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
     check_relations,
     epochs_from_history,
 )
-from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.errors import RowFilterError, UnreachableError
 from airflow_provider_rowfilter.core.humane import ProgressReport, duration, report_progress, size
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.publication_state import changes, drift_error
@@ -193,6 +193,8 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     except (ApplyBusyError, SparkNeeded):
         raise  # another apply runs, or the job must: not a failure of the subscription
     except Exception as e:  # the job boundary: every failure is recorded, as a readable error
+        if without_spark and isinstance(e, UnreachableError):
+            raise  # the operator submits the job, which decides (and records what it meets)
         if result.batches:
             log.warning("%s: this run committed %d batch(es) through %s before this failure (%s)",
                         spec.subscription, result.batches, result.end_lsn, ", ".join(map(str, result.batch_ids)))

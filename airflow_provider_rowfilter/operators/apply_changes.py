@@ -28,6 +28,11 @@ from airflow_provider_rowfilter.subscriber.state import StateReader
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+#: Seconds the task's own look for changes (skip_when_idle) waits for a database that does not answer
+#: before it submits the job instead, where the connection's URL sets no connect_timeout.
+IN_TASK_CONNECT_TIMEOUT = 10
+
+
 #: What ``rowfilter.batch_history.counts`` holds per table (a key may be absent when 0).
 COUNT_KEYS = ("insert", "update", "delete", "truncate", "filtered", "update_to_insert", "update_to_delete",
               "missing_update", "missing_delete")
@@ -199,13 +204,14 @@ class ApplyChangesOperator(RowFilterJobOperator):
         if not self.skip_when_idle:
             return False
         # Imported here: DAG files that only declare the operator never load the job's code.
-        from airflow_provider_rowfilter.connection import passwords
+        from airflow_provider_rowfilter.connection import in_task
         from airflow_provider_rowfilter.jobs.apply import SparkNeeded, apply
         from airflow_provider_rowfilter.jobs.exit_status import is_transient
 
         bound, budget = self._max_changes(), self._time_budget()
         try:
-            with passwords({role: e.password for role, e in resolved.endpoints.items() if e.password}):
+            passwords = {role: e.password for role, e in resolved.endpoints.items() if e.password}
+            with in_task(passwords, connect_timeout=IN_TASK_CONNECT_TIMEOUT):
                 result = apply(resolved.spec, max_changes=DEFAULT_MAX_CHANGES if bound is None else bound,
                                time_budget=budget, without_spark=True)
         except SparkNeeded as e:

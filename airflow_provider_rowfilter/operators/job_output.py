@@ -17,6 +17,8 @@ from urllib.parse import unquote
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider_rowfilter.core.spec import remote_params, with_remote_params
+
 #: The exit status of a job whose error a later run may not meet (jobs/exit_status.py EXIT_TRANSIENT).
 EXIT_TRANSIENT = getattr(os, "EX_TEMPFAIL", 75)
 _OURS = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")  # the jobs' logging.basicConfig format
@@ -118,12 +120,6 @@ def connect_url(url: str) -> tuple[str, str | None]:
     The URL goes into the spec (on the job's command line); the token only into the job's environment
     (``SPARK_CONNECT_AUTHENTICATE_TOKEN``, which pyspark's client reads).
     """
-    base, _, params = url.partition(";")
-    kept, token = [], None
-    for param in params.split(";") if params else ():
-        key, _, value = param.partition("=")
-        if key.strip().lower() == "token":
-            token = unquote(value)
-        else:
-            kept.append(param)
-    return ";".join([base, *kept]), token
+    base, params = remote_params(url)
+    token = next((unquote(value) for key, value in params if key == "token"), None)
+    return with_remote_params(base, [(key, value) for key, value in params if key != "token"]), token

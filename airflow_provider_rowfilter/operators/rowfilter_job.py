@@ -32,7 +32,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
-from airflow_provider_rowfilter.core.class_archive import ClassArchive, class_archive
+from airflow_provider_rowfilter.core.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
@@ -247,12 +247,14 @@ class RowFilterJobOperator(SparkSubmitOperator):
         # An earlier submission of this operator added options of its own: they go first.
         driver, earlier = self.conf.get("spark.driver.extraJavaOptions", ""), " ".join(self._archive_options)
         self.conf["spark.driver.extraJavaOptions"] = driver.removesuffix(earlier).rstrip() if earlier else driver
+        # Only a driver started on this machine with this environment: under YARN or Kubernetes the hook
+        # hands env_vars to the cluster, and the driver would never mark its session.
         self._archive = class_archive(self.job, self.conf) \
-            if deploy_mode == "client" and self.archives_classes else None
+            if deploy_mode == "client" and not on_cluster_manager and self.archives_classes else None
         self._archive_options = self._archive.java_options() if self._archive is not None else ()
         self.conf["spark.driver.extraJavaOptions"] = " ".join(
             part for part in (self.conf["spark.driver.extraJavaOptions"], *self._archive_options) if part)
-        env = dict(self.env_vars or {})
+        env = {k: v for k, v in (self.env_vars or {}).items() if k != SESSION_MARK_ENV}  # an earlier submission's
         if self._archive is not None:
             env.update(self._archive.job_env())
         if deploy_mode == "client" and not on_cluster_manager:

@@ -8,9 +8,8 @@ Neither needs Spark: they run in the task's own process.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ import psycopg
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_rowfilter.connection import in_task
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 
@@ -51,16 +51,10 @@ class _SubscriptionOperator(BaseOperator):
             raise AirflowFailException(f"{self.task_id}: {e}") from e
 
 
-@contextmanager
-def _passwords(resolved: ResolvedSpec) -> Iterator[None]:
-    """The connections' passwords where the jobs read them (connection.py ``PASSWORD_ENV``), for this task only."""
-    added = {k: v for k, v in resolved.password_env().items() if k not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for key in added:
-            os.environ.pop(key, None)
+def _passwords(resolved: ResolvedSpec) -> AbstractContextManager[None]:
+    """The connections' passwords handed to the job's code in this process only (connection.py ``in_task``),
+    never into the task's environment, which its child processes would inherit."""
+    return in_task({role: e.password for role, e in resolved.endpoints.items() if e.password})
 
 
 class SkipTransactionOperator(_SubscriptionOperator):

@@ -24,7 +24,7 @@ from pyspark.sql import SparkSession
 from airflow_provider_rowfilter.core.class_archive import mark_session
 from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
 from airflow_provider_rowfilter.core.spark_settings import STATIC_SQL_SETTINGS, with_jvm_options
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params, with_remote_params
 
 logger = logging.getLogger(__name__)
 
@@ -174,12 +174,13 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
 
 def _attach(remote: str, session_id: str | None) -> SparkSession:
     """The client session: on ``session_id`` (kept on the server when this one stops), else a new one."""
-    if session_id is None or "session_id=" in remote:
+    base, params = remote_params(remote)
+    named_by_user = any(key == "session_id" for key, _ in params)
+    if session_id is None or named_by_user:
         session = SparkSession.builder.remote(remote).create()
-        session.release_session_on_close = "session_id=" not in remote  # a session named in spark_remote is the user's
+        session.release_session_on_close = not named_by_user  # a session named in spark_remote is the user's
         return session
-    named = f"{remote.rstrip('/')}{';' if '/;' in remote else '/;'}session_id={session_id}"
-    session = SparkSession.builder.remote(named).create()
+    session = SparkSession.builder.remote(with_remote_params(base, [*params, ("session_id", session_id)])).create()
     session.release_session_on_close = False
     try:
         _ = session.version  # the first request: the server refuses here an id it has closed

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.connection import conninfo_params
+from airflow_provider_rowfilter.connection import PASSWORD_ENV, conninfo_params, password
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
@@ -240,9 +240,11 @@ def executor_conninfo(url: str, password_env: str, application_name: str) -> dic
     travels inside the task, as Spark's own JDBC options do; it is never logged.
     """
     params = conninfo_params(url, f"the connection string for {application_name}")
-    password = os.environ.get(password_env) or os.environ.get("PGPASSWORD")
-    if password:
-        params["password"] = password
+    # connection.password: a password handed to the job in-process (connection.in_task) too
+    role = next((r for r, env in PASSWORD_ENV.items() if env == password_env), None)
+    secret = (password(role) if role else os.environ.get(password_env)) or os.environ.get("PGPASSWORD")
+    if secret:
+        params["password"] = secret
     params["application_name"] = application_name
     params["client_encoding"] = "UTF8"
     return {k: str(v) for k, v in params.items()}

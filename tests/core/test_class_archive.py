@@ -79,9 +79,23 @@ def test_another_installation_gets_another_archive(installation: Path) -> None:
     class_archive("apply", {})  # the directory
     before = class_archive("apply", {}).path
     jar = installation / "spark" / "jars" / "b.jar"
+    old = class_archive("apply", {})
+    old.making.write_bytes(b"old classes")
+    old.session_mark.touch()
+    assert old.keep() and before.exists()
     jar.write_bytes(b"a new version of b")
-    assert class_archive("apply", {}).path != before
+    upgraded = class_archive("apply", {})
+    assert upgraded.path != before and not upgraded.exists
+    upgraded.making.write_bytes(b"new classes")
+    upgraded.session_mark.touch()
+    snapshot = class_archive("snapshot", {})
+    snapshot.making.write_bytes(b"snapshot classes")
+    snapshot.session_mark.touch()
+    assert snapshot.keep()
+    assert upgraded.keep() and not before.exists() and snapshot.path.exists()  # the replaced one goes, others stay
     assert class_archive("apply", {"spark.driver.extraClassPath": "/opt/x.jar"}).path != class_archive("apply", {}).path
+    (installation / "spark" / "jars" / "c.jar").symlink_to(installation / "nowhere.jar")  # unreadable as it is read
+    assert class_archive("apply", {}) is None
 
 
 @pytest.mark.parametrize("options", ["-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/x"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params, with_remote_params
 
 BASE = {"subscription": "s1", "publications": ["p1"]}
 
@@ -34,3 +34,25 @@ def test_a_token_in_the_url_is_refused_without_showing_it(url):
         SubscriptionSpec.from_dict({**BASE, "spark_remote": url})
     assert "s3cr3t-Tok" not in str(e.value)
     assert "SPARK_CONNECT_AUTHENTICATE_TOKEN" in str(e.value)
+
+
+# The parameters as pyspark's ChannelBuilder reads them, and the URL built back with a job's Connect session id
+# (spark/session.py).
+SID = ("session_id", "6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10")
+
+
+@pytest.mark.parametrize(("url", "params", "with_session"), [
+    pytest.param("sc://h:15002", [], "sc://h:15002/;session_id=6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10", id="bare"),
+    pytest.param("sc://h:15002/", [], "sc://h:15002/;session_id=6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10", id="slash"),
+    pytest.param("sc://h:15002/;", [], "sc://h:15002/;session_id=6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10",
+                 id="empty parameter list"),
+    pytest.param("sc://h:1/;use_ssl=true;;User_Id=etl", [("use_ssl", "true"), ("user_id", "etl")],
+                 "sc://h:1/;use_ssl=true;user_id=etl;session_id=6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10",
+                 id="parameters, an empty one, a key in capitals"),
+    pytest.param("sc://h:1/;x_session_id=a", [("x_session_id", "a")],
+                 "sc://h:1/;x_session_id=a;session_id=6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10", id="a key that ends alike"),
+])
+def test_remote_params(url: str, params: list[tuple[str, str]], with_session: str) -> None:
+    base, found = remote_params(url)
+    assert found == params
+    assert with_remote_params(base, [*found, SID]) == with_session
