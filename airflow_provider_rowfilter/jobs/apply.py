@@ -38,7 +38,7 @@ from airflow_provider_rowfilter.change_log.log import (
     segment_identities,
     segment_relations,
 )
-from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect, primary_message
+from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import (
     PASS_THROUGH,
@@ -437,8 +437,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
                 index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
                 raise targets[index].not_updatable(kind, first)
             extra, skipped, result.changes = facts.counts, facts.skipped, facts.changes
-            conninfo = executor_conninfo(spec.subscriber, PASSWORD_ENV["subscriber"],
-                                         f"rowfilter:{spec.subscription}:apply")
+            conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
             if collected is None:
                 write_stage(decided.staged(token), conninfo)
             else:

@@ -33,7 +33,7 @@ from functools import partial
 import psycopg
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.connection import PASSWORD_ENV, connect
+from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -240,10 +240,8 @@ class _CopyJob:
         self.spark = spark
         self.options = options
         app = f"rowfilter:{spec.subscription}:snapshot"
-        self.source_conninfo = executor_conninfo(_required(spec.publisher, "publisher", spec),
-                                                 PASSWORD_ENV["publisher"], app)
-        self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec),
-                                                 PASSWORD_ENV["subscriber"], app)
+        self.source_conninfo = executor_conninfo(_required(spec.publisher, "publisher", spec), "publisher", app)
+        self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec), "subscriber", app)
         parallelism = default_parallelism(spark)
         self.partitions = PartitionOptions(options.max_partitions or 2 * parallelism, options.min_pages)
 

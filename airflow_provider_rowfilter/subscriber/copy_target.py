@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.connection import PASSWORD_ENV, conninfo_params, password
+from airflow_provider_rowfilter.connection import conninfo_params, password
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
@@ -232,17 +232,17 @@ def copy_partition(source: dict[str, str], snapshot: ExportedSnapshot | None, ta
             counter.add(write_copy(target, statement, blocks, fence))
 
 
-def executor_conninfo(url: str, password_env: str, application_name: str) -> dict[str, str]:
-    """libpq parameters for the executors' connections (the password resolved here, on the driver).
+def executor_conninfo(url: str, role: str, application_name: str) -> dict[str, str]:
+    """libpq parameters for the executors' connections to the ``role`` database (the password resolved
+    here, on the driver).
 
     Executors of a cluster do not share the driver's environment, so a password given to the job
-    (``ROWFILTER_PUBLISHER_PASSWORD`` / ``ROWFILTER_SUBSCRIBER_PASSWORD``, else ``PGPASSWORD``)
-    travels inside the task, as Spark's own JDBC options do; it is never logged.
+    (connection.password: handed in-process, or ``ROWFILTER_PUBLISHER_PASSWORD`` /
+    ``ROWFILTER_SUBSCRIBER_PASSWORD``; else ``PGPASSWORD``) travels inside the task, as Spark's own
+    JDBC options do; it is never logged.
     """
     params = conninfo_params(url, f"the connection string for {application_name}")
-    # connection.password: a password handed to the job in-process (connection.in_task) too
-    role = next((r for r, env in PASSWORD_ENV.items() if env == password_env), None)
-    secret = (password(role) if role else os.environ.get(password_env)) or os.environ.get("PGPASSWORD")
+    secret = password(role) or os.environ.get("PGPASSWORD")
     if secret:
         params["password"] = secret
     params["application_name"] = application_name
