@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import re
 import socket
 import time
@@ -44,6 +45,22 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _timings:
         text = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in _timings.items())
         terminalreporter.write_line(f"start-up: {text}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_class_archives() -> Iterator[None]:
+    """No driver class archives (core/class_archive.py) unless a test asks for them in a directory of its own:
+    none in the user's ~/.cache, no test's command line depending on what an earlier run left there, and no
+    run paying the seconds of making one."""
+    from airflow_provider_rowfilter.core.class_archive import ARCHIVE_DIR_ENV
+
+    before = os.environ.get(ARCHIVE_DIR_ENV)
+    os.environ[ARCHIVE_DIR_ENV] = "off"
+    yield
+    if before is None:
+        os.environ.pop(ARCHIVE_DIR_ENV, None)
+    else:
+        os.environ[ARCHIVE_DIR_ENV] = before
 
 
 @pytest.fixture(scope="session")

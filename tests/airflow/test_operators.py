@@ -395,12 +395,11 @@ def test_spark_side_python_is_this_interpreter_in_local_mode(dbs: Databases, mon
     assert "PYSPARK_PYTHON" not in chosen.env_vars
 
 
-def test_jvm_options_reach_spark_submit(dbs: Databases, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
     """The driver's JVM is started by spark-submit: the jobs' JVM options must be on its --conf (the class
-    archive's, added after them, are the refresh test's)."""
+    archive's, off here as in every test that does not ask for it, are the apply test's)."""
     from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 
-    monkeypatch.setenv("ROWFILTER_CLASS_ARCHIVE_DIR", "off")
 
     op = ApplyChangesOperator(task_id="a", subscription="s1", publications=["p1"],
                               publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
