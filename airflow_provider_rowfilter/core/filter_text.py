@@ -66,7 +66,12 @@ def row_fields(node: exp.Expr) -> list[exp.Expr] | None:
 
 def _array_needs_coercion(element: PgType, common: PgType) -> bool:
     """Whether ``x op ANY (array)`` converts the array itself (an ArrayCoerceExpr, which the row-filter
-    walker rejects) rather than using a cross-type operator (int48eq, float48eq, date_eq_timestamp …)."""
+    walker rejects) rather than using a cross-type operator (int48eq, float48eq, date_eq_timestamp …).
+
+    No operator takes varchar (pg_operator): ``v = ANY (ARRAY[v, 'a'])`` compares as text, so its
+    varchar[] array is converted to text[] even though both sides are varchar."""
+    if element.name == "varchar":
+        return True
     if element.name == common.name:
         return False
     if (element.is_integer and common.is_integer) or {element.name, common.name} <= {"float4", "float8"}:

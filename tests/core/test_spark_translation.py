@@ -235,6 +235,12 @@ VALIDITY = (
     ("float_constant_cast_to_integer", "'6.6e16'::real::integer = i4", "accepted"),
     ("numeric_compared_with_an_integer_array", "n = ANY (ARRAY[1, 2])", InvalidRowFilterError),
     ("varchar_compared_with_a_text_array", "v = ANY (ARRAY['a', 'b'])", "accepted"),
+    # no operator takes varchar: a varchar[] array is converted to text[] (an ArrayCoerceExpr)
+    ("varchar_compared_with_its_own_array", "v = SOME (ARRAY[v, '''', 'a A'''])", InvalidRowFilterError),
+    ("varchar_ordered_against_a_varchar_array", "v < ALL (ARRAY[v])", InvalidRowFilterError),
+    ("text_compared_with_a_varchar_array", "t = ANY (ARRAY[v, 'y'])", InvalidRowFilterError),
+    ("varchar_compared_with_a_text_column_array", "v = ANY (ARRAY[t, 'y'])", "accepted"),
+    ("char_compared_with_its_own_array", "c = ANY (ARRAY[c, 'y'])", "accepted"),
 )
 
 
