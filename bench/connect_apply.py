@@ -124,6 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--modes", default="cold,connect,connect-new", help="comma-separated, of cold, connect, connect-new")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="rowfilter-bench-connect-"))
     with LocalPostgres.start() as pg:
@@ -144,7 +145,7 @@ def main() -> None:
                                     change_log=str(workdir / "changes"), spark_master="local[2]", spark_conf=CONF)
             refresh(spec)
             assert initial_copy(remote(spec, server.url)).ok
-            results: dict[str, list[dict[str, float]]] = {"cold": [], "connect": [], "connect-new": []}
+            results: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes.split(",")}
 
             def spec_of(mode: str) -> SubscriptionSpec:
                 if mode == "cold":

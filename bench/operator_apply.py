@@ -16,7 +16,7 @@ on a throwaway local PostgreSQL. Modes, each with its own subscription and subsc
   before the runs (``rowfilter spark-server``); the first incremental run meets a server that has
   only run the copy.
 
-    python bench/operator_apply.py [--runs 5] [--changes 100]
+    python bench/operator_apply.py [--runs 5] [--changes 100] [--modes connect]
 """
 
 from __future__ import annotations
@@ -71,12 +71,28 @@ def run_mode(mode: str, pg: LocalPostgres, pub: str, spark: dict, workdir: Path,
     return {"runs": durations[:-1], "empty": durations[-1:], "changes": applied}
 
 
+def run_connect(pg: LocalPostgres, pub: str, workdir: Path, runs: int, count: int) -> dict[str, list[float]]:
+    state = workdir / "spark-server"
+    began = time.monotonic()
+    server = connect_server.start(state, port=15435, master="local[2]", conf=CONF)
+    print(f"Spark Connect server started in {time.monotonic() - began:.1f} s ({server.url})", flush=True)
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        return run_mode("connect", pg, pub, {"conn_type": "spark_connect", "host": "127.0.0.1", "port": port},
+                        workdir, runs, count, 100, "off")
+    finally:
+        connect_server.stop(state)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    parser.add_argument("--modes", default="spark-submit,spark-submit, no class archive,connect",
+                        help="which of the modes to run (comma-separated; default all three)")
     args = parser.parse_args()
+    modes = set(args.modes.split(","))
     workdir = Path(tempfile.mkdtemp(prefix="rowfilter-bench-operator-"))
     figures: dict[str, dict] = {}
     with LocalPostgres.start() as pg:
@@ -87,21 +103,14 @@ def main() -> None:
                          "FROM generate_series(1, 10000) g; ALTER TABLE t REPLICA IDENTITY FULL; "
                          "CREATE PUBLICATION p FOR TABLE t WHERE (region = 'NSW')")
         local = {"conn_type": "spark", "host": "local[2]"}
-        figures["spark-submit"] = run_mode("spark-submit", pg, pub, local, workdir, args.runs, args.changes, 0,
-                                           str(workdir / "class-archives"))
-        figures["spark-submit, no class archive"] = run_mode("spark-submit, no class archive", pg, pub, local, workdir,
-                                                             args.runs, args.changes, 200, "off")
-        state = workdir / "spark-server"
-        began = time.monotonic()
-        server = connect_server.start(state, port=15435, master="local[2]", conf=CONF)
-        print(f"Spark Connect server started in {time.monotonic() - began:.1f} s ({server.url})", flush=True)
-        try:
-            port = int(server.url.rsplit(":", 1)[1])
-            figures["connect"] = run_mode("connect", pg, pub, {"conn_type": "spark_connect", "host": "127.0.0.1",
-                                                               "port": port}, workdir, args.runs, args.changes, 100,
-                                 "off")
-        finally:
-            connect_server.stop(state)
+        if "spark-submit" in modes:
+            figures["spark-submit"] = run_mode("spark-submit", pg, pub, local, workdir, args.runs, args.changes, 0,
+                                               str(workdir / "class-archives"))
+        if "spark-submit, no class archive" in modes:
+            figures["spark-submit, no class archive"] = run_mode("spark-submit, no class archive", pg, pub, local,
+                                                                 workdir, args.runs, args.changes, 200, "off")
+        if "connect" in modes:
+            figures["connect"] = run_connect(pg, pub, workdir, args.runs, args.changes)
     print(f"\nApplyChangesOperator task seconds under dag.test(), {args.changes} changes per run:")
     print("| mode | first run | median of the others | min | nothing to apply |")
     print("| --- | --- | --- | --- | --- |")

@@ -30,8 +30,9 @@ not re-encoded into the columnar cache). Only the staging write passes rows to P
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -54,6 +55,13 @@ from airflow_provider_rowfilter.subscriber.apply_target import copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
+
+#: The one action of a small batch (:meth:`DecidedBatch.collected`) runs without adaptive execution,
+#: over one shuffle partition. For a few thousand rows AQE has nothing to adapt, and it runs the
+#: query's six levels of shuffle stages one after the other, re-planning after each: 0.3 s of a warm
+#: 100-change run through Spark Connect (docs/apply.md, "Small batches"). Without AQE, Spark's
+#: default of 200 shuffle partitions would make hundreds of empty tasks per stage.
+SMALL_BATCH_SQL_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 
 
 def _text(e: exp.Expression, alias: str | None = None) -> str:
@@ -268,14 +276,16 @@ class DecidedBatch:
         For a batch of a few thousand changes Spark's fixed costs dominate: each action is a round of
         planning, scheduling (and, through Spark Connect, a round trip). So the facts and the staged
         rows are two branches of one query over the checkpointed changes, and the phases of every
-        table are computed (a table without a barrier gets phase 0 all the same).
+        table are computed (a table without a barrier gets phase 0 all the same). The query runs with
+        :data:`SMALL_BATCH_SQL_SETTINGS`.
         """
         facts = self._facts_frame()
         staged = self.staged(token, barrier_targets=sorted(t.index for t in self.plan.targets))
         both = (staged.select(F.lit("S").alias("_part"), *staged.columns, F.lit(None).cast("string").alias("_facts"))
                 .unionByName(facts.select(F.lit("F").alias("_part"), F.to_json(F.struct(*facts.columns)).alias("_facts")),
                              allowMissingColumns=True))
-        table = both.toArrow()
+        with _sql_settings(self.frame.sparkSession, SMALL_BATCH_SQL_SETTINGS):
+            table = both.toArrow()
         part = table.column("_part")
         facts_rows = [json.loads(f) for f in table.filter(pc.equal(part, "F")).column("_facts").to_pylist()]
         self._facts = self._read_facts([{**dict.fromkeys(("layout", "_barrier")), **r} for r in facts_rows])
@@ -353,6 +363,20 @@ class DecidedBatch:
             # In a single UPDATE a column the change does not carry keeps the subscriber's value (flag 2).
             F.translate("_fl", "1", "2").alias("p_flags"))
         return keys.unionByName(barriers, allowMissingColumns=True)
+
+
+@contextlib.contextmanager
+def _sql_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` in ``spark``'s session for the block, then put back as they were (the session
+    serves the job's next batch and, through Spark Connect, its next run)."""
+    previous = {key: spark.conf.get(key) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in previous.items():
+            spark.conf.set(key, value)
 
 
 _OUTCOME = ("named_struct('present', {present}, 'vals', {vals}, 'flags', {flags}, 'conflict_lsn', {clsn}, "

@@ -20,7 +20,7 @@ import sqlglot
 
 from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.spark.apply_frames import decide_frame
+from airflow_provider_rowfilter.spark.apply_frames import SMALL_BATCH_SQL_SETTINGS, decide_frame
 from tests.dataframes import assert_dataframe_equal
 
 # The change log's columns that the judge reads (change_log/log.py SCHEMA), in Spark's types.
@@ -286,3 +286,20 @@ def test_fold_keeps_keys_apart(spark):
         key_row("2", (1, 0, 1), '["2","x","20"]', p=absent(conflict=100, flags="000"), a=absent(flags="000")),
         key_row("3", (0, 1, 0), '["3","y","30"]', p=row(), a=absent(missing_update=1)),
     ], STAGED))
+
+
+def test_small_batch_action_leaves_the_sessions_settings_as_they_were(spark):
+    """The one action of a small batch runs without AQE over one shuffle partition, and puts back the
+    session's own settings after it: the job's session is reused by the next batch (and, through
+    Spark Connect, by the next run), which may be a large one."""
+    changes = [ins(100, 0, ["1", "x", "20"]), upd(200, 1, ["1", "y", "30"], ["1", "x", "20"])]
+    before = {key: spark.conf.get(key) for key in SMALL_BATCH_SQL_SETTINGS}
+    spark.conf.set("spark.sql.shuffle.partitions", "7")
+    try:
+        facts, rows = decide_frame(spark.createDataFrame(changes, CHANGES), UNFILTERED).collected("tok")
+        assert rows.num_rows == 1 and facts.changes == 2
+        assert spark.conf.get("spark.sql.shuffle.partitions") == "7"
+        assert spark.conf.get("spark.sql.adaptive.enabled") == before["spark.sql.adaptive.enabled"]
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
