@@ -123,6 +123,10 @@ def _parser() -> argparse.ArgumentParser:
                                     help="the table to copy again (repeatable)")
     commands["resync"].add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
     for name in ("snapshot", "resync"):
+        commands[name].add_argument("--max-partitions", type=positive, default=None, metavar="N",
+                                    help="most parallel readers per table (default twice Spark's default "
+                                    "parallelism; a table read by one goes straight into its table, as "
+                                    "PostgreSQL's table sync copies)")
         commands[name].add_argument("--progress-interval", type=interval, default=None, metavar="SECONDS",
                                     help="seconds between two reports of a copy's progress (default 1 on a "
                                     "terminal, where a bar shows them; else 10, one line each)")
@@ -547,7 +551,8 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
     bars = wants_bars(err_console)
     every = args.progress_interval if args.progress_interval is not None else 1.0 if bars else None
-    options = CopyOptions() if every is None else CopyOptions(progress_interval=every)
+    options = CopyOptions(max_partitions=args.max_partitions,
+                          **({} if every is None else {"progress_interval": every}))
     with progress_bars(bars):
         if args.command == "resync":
             result = run_resync(_one_bar(spec, bars), tables or [], copy=args.copy, options=options)

@@ -110,7 +110,7 @@ def our_copy(pub: str, target: str, name: str, spark, options: CopyOptions) -> t
 
 
 def our_copy_process(pub: str, target: str, name: str, workdir: Path, remote: str | None,
-                     master: str) -> float:
+                     master: str, max_partitions: int | None = None) -> float:
     """``rowfilter refresh`` then a timed ``rowfilter snapshot`` process, as Airflow runs them (a process per run)."""
     from apply import write_spec
     from pgbench_common import cli
@@ -124,7 +124,7 @@ def our_copy_process(pub: str, target: str, name: str, workdir: Path, remote: st
                             spark_remote=remote)
     spec_file = write_spec(spec, workdir)
     cli(spec_file, "refresh")
-    seconds = cli(spec_file, "snapshot")
+    seconds = cli(spec_file, "snapshot", *(() if max_partitions is None else ("--max-partitions", str(max_partitions))))
     with psycopg.connect(pub, autocommit=True) as conn:
         drop_capture_objects(conn, name)
     return seconds
@@ -230,7 +230,7 @@ def copy_processes(args, admin: str, base: str, pub: str, stack: contextlib.Exit
     remote = stack.enter_context(spark_server(args.process == "connect", workdir))
 
     def ours(target: str, name: str) -> tuple[float, str]:
-        seconds = our_copy_process(pub, target, name, workdir, remote, args.master)
+        seconds = our_copy_process(pub, target, name, workdir, remote, args.master, args.max_partitions)
         return seconds, f"`rowfilter snapshot` ({args.process}) {seconds:.2f} s"
 
     native_times, our_times, rows = compare_runs(admin, base, pub, args.repeat, ours)
@@ -241,7 +241,7 @@ def copy_processes(args, admin: str, base: str, pub: str, stack: contextlib.Exit
     if args.json:
         print(json.dumps({"rows_copied": rows, "native_seconds": native_times, "ours_seconds": our_times,
                           "ratio": native_s / our_s, "process": args.process, "rows": args.rows,
-                          "filter": args.filter}))
+                          "filter": args.filter, "max_partitions": args.max_partitions}))
     return 0
 
 

@@ -10,8 +10,11 @@ temporary slot, as tablesync's) with ``COPY … TO STDOUT`` and streamed into ``
 of the attempt's staging table on the subscriber; then ONE transaction moves them into the table
 (which keeps the rows it had, as PostgreSQL's copy does; a duplicate key fails the move) and sets
 ``f`` with the slot's consistent point (changes committed from there on are the catch-up's) and the
-rows copied. A table whose copy fails keeps its state, its rows and the error; a later run replaces
-the staging table and copies again, as tablesync redoes an interrupted copy.
+rows copied. A table read by one reader (small, or ``max_partitions: 1``) skips the staging table: the
+job's own process streams the publisher's COPY straight into the table, in the transaction that sets
+``f``, as tablesync does (no Spark task, each row written once). A table whose copy fails keeps its
+state, its rows and the error; a later run replaces the staging table and copies again, as tablesync
+redoes an interrupted copy.
 
 ``resync`` empties the named tables and sends them back to ``i`` (the backfill path); with
 ``copy`` it copies them at once instead, emptying each in the transaction that starts its copy,
@@ -57,6 +60,7 @@ from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
     CopyTarget,
     check_target,
+    copy_direct,
     copy_lock_key,
     copy_partition,
     create_staging,
@@ -242,8 +246,8 @@ class _CopyJob:
         app = f"rowfilter:{spec.subscription}:snapshot"
         self.source_conninfo = executor_conninfo(_required(spec.publisher, "publisher", spec), "publisher", app)
         self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec), "subscriber", app)
-        parallelism = default_parallelism(spark)
-        self.partitions = PartitionOptions(options.max_partitions or 2 * parallelism, options.min_pages)
+        # Asked of Spark (one small action) only when no bound is given: a single reader needs no Spark.
+        self.partitions = PartitionOptions(options.max_partitions or 2 * default_parallelism(spark), options.min_pages)
 
     def copy(self, rel: RelState) -> TableCopy:
         table = rel.table
@@ -288,10 +292,15 @@ class _CopyJob:
         with connect(self.spec.publisher, "publisher", self.spec) as pub:
             plan = plan_partitions(pub, source, self.partitions)
             estimate = estimated_rows(pub, source)
+        reads = copy_out_statements(source, plan)
+        # One reader needs no staging table: it COPYs straight into the table in the transaction that
+        # records f, as tablesync does, and writes each row once (subscriber/copy_target.py copy_direct).
+        direct = len(reads) == 1
         with ExitStack() as held:
             # The copy starts with the snapshot it reads, then ONE subscriber transaction: a new staging
             # table (an interrupted attempt's is dropped with what it staged: the copy is redone from
-            # nothing, as tablesync redoes it), the table emptied if a resync, and the move to d. A
+            # nothing, as tablesync redoes it; a direct copy only drops it), the table emptied if a
+            # resync, and the move to d. A
             # failure of either leaves the table as it was (the snapshot's slot goes with it). The
             # snapshot comes first, while no subscriber transaction is open: creating a logical slot
             # waits for every transaction of its cluster that has an xid
@@ -305,7 +314,10 @@ class _CopyJob:
                     connect(self.spec.publisher, "publisher", self.spec, replication="database")))
                 with sub.transaction():
                     fence_copies(sub, copy_lock_key(self.spec.subscription, table))
-                    create_staging(sub, target)
+                    if direct:
+                        drop_staging(sub, target)
+                    else:
+                        create_staging(sub, target)
                     if self.resync:  # resync empties the table (docs/initial-sync.md); a first copy keeps its rows
                         truncate(sub, target)
                     if self.resync:
@@ -317,19 +329,27 @@ class _CopyJob:
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
                      table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
-            with copy_progress(lambda: connect(self.spec.subscriber, "subscriber", self.spec), table, target.staging,
-                               estimate, self.options.progress_interval):
-                staged = run_partitions(self.spark, copy_out_statements(source, plan), partial(
-                    copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
-                    fence=fence, block_rows=self.options.fetch_size))
-        with sub.transaction():  # the rows and the state f, together
-            rows = move_staged(sub, target)
-            if rows != staged:  # a task committed twice (a lost executor) into a table without a key
-                raise InitialCopyError(
-                    f"the partitions staged {staged} rows but {rows} arrived", table=str(table),
-                    hint="a Spark task was retried after its COPY committed; run the snapshot again "
-                    "(spark.task.maxFailures=1 for the snapshot job avoids it)")
-            self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
+            with copy_progress(lambda: connect(self.spec.subscriber, "subscriber", self.spec), table,
+                               target.table if direct else target.staging, estimate, self.options.progress_interval,
+                               direct=direct):
+                if direct:
+                    with sub.transaction():  # the rows and the state f, together
+                        rows = copy_direct(sub, self.source_conninfo, snap, reads[0], target,
+                                           block_rows=self.options.fetch_size)
+                        self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
+                else:
+                    staged = run_partitions(self.spark, reads, partial(
+                        copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
+                        fence=fence, block_rows=self.options.fetch_size))
+        if not direct:
+            with sub.transaction():  # the rows and the state f, together
+                rows = move_staged(sub, target)
+                if rows != staged:  # a task committed twice (a lost executor) into a table without a key
+                    raise InitialCopyError(
+                        f"the partitions staged {staged} rows but {rows} arrived", table=str(table),
+                        hint="a Spark task was retried after its COPY committed; run the snapshot again "
+                        "(spark.task.maxFailures=1 for the snapshot job avoids it)")
+                self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
         seconds = time.monotonic() - began
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
                  "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)
@@ -406,7 +426,7 @@ def snapshot_parser():
     p.add_argument("--resync", action="store_true",
                    help="empty the named tables and copy them again (the backfill path)")
     p.add_argument("--max-partitions", type=int, help="most parallel readers per table "
-                   "(default twice Spark's default parallelism)")
+                   "(default twice Spark's default parallelism; one reader copies straight into the table)")
     p.add_argument("--fetch-size", type=int, default=DEFAULT_BLOCK_ROWS,
                    help="rows handed from the publisher's COPY to the subscriber's per write")
     return p

@@ -7,11 +7,13 @@ before a row moves.
 
 The table may already have rows: PostgreSQL's tablesync copies into it and fails only on a real
 duplicate key (copy_table in src/backend/replication/logical/tablesync.c runs a plain COPY FROM).
-The partitions COPY FROM STDIN into a staging table of the attempt (``rowfilter.copy_<hash>``, the
+Several partitions COPY FROM STDIN into a staging table of the attempt (``rowfilter.copy_<hash>``, the
 target's copied columns and types, unlogged, one per subscription and table), and ONE subscriber
 transaction moves the staged rows into the table together with the state ``f``. The table's own rows
 are never touched by a copy: an attempt that fails or is killed leaves only its staging table, which
 the next attempt replaces; a duplicate key fails the move with PostgreSQL's unique-violation message.
+A copy of one reader needs no staging: it COPYs straight into the table in the transaction that
+records ``f`` (:func:`copy_direct`), as tablesync does, and writes each row once.
 """
 
 from __future__ import annotations
@@ -141,6 +143,35 @@ def drop_stagings(conn: psycopg.Connection, subscription: str, tables: Iterable[
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_sql(staging_table(subscription, table))))
 
 
+def copy_direct(conn: psycopg.Connection, source: dict[str, str], snapshot: ExportedSnapshot, read: str,
+                target: CopyTarget, *, block_rows: int = DEFAULT_BLOCK_ROWS) -> int:
+    """A copy of one reader, as tablesync runs it: the publisher's ``read`` (a ``COPY … TO STDOUT`` in
+    ``snapshot``) streamed straight into ``COPY table FROM STDIN`` on ``conn``, in the caller's
+    transaction (which records ``f`` with it); returns the rows written.
+
+    No staging table and no second write: one transaction already keeps a failed copy invisible
+    (copy_table in tablesync.c). A key already in the table fails with PostgreSQL's unique violation,
+    as the move of a staged copy does, and the caller's rollback leaves the table's rows as they were.
+    """
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(table_sql(target.table), target.column_list)
+    try:
+        with conn.cursor() as cur, closing(read_copy(source, read, snapshot, block_rows=block_rows)) as blocks:
+            with cur.copy(statement) as copy:
+                for block in blocks:
+                    copy.write(block)
+            return cur.rowcount
+    except psycopg.errors.UniqueViolation as e:
+        raise _duplicate_key(e, target) from e
+
+
+def _duplicate_key(e: psycopg.errors.UniqueViolation, target: CopyTarget) -> CopyTargetError:
+    return CopyTargetError(
+        e.diag.message_primary or str(e), detail=e.diag.message_detail, table=str(target.table),
+        hint=f"the subscriber's table {target.table} already has a row with a key the copy brings (rows of its "
+        "own, or of another subscription): delete one of the two rows, then run the snapshot again; nothing "
+        "was copied into the table, and its rows are as they were")
+
+
 def move_staged(conn: psycopg.Connection, target: CopyTarget) -> int:
     """Move the staged rows into the target and drop the staging table, in the caller's transaction;
     return the rows moved. A key already in the target fails with PostgreSQL's unique violation
@@ -155,11 +186,7 @@ def move_staged(conn: psycopg.Connection, target: CopyTarget) -> int:
         moved = conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {} FROM {}").format(
             table_sql(target.table), target.column_list, target.column_list, table_sql(target.staging))).rowcount
     except psycopg.errors.UniqueViolation as e:
-        raise CopyTargetError(
-            e.diag.message_primary or str(e), detail=e.diag.message_detail, table=str(target.table),
-            hint=f"the subscriber's table {target.table} already has a row with a key the copy brings (rows of its "
-            "own, or of another subscription): delete one of the two rows, then run the snapshot again; nothing "
-            "was copied into the table, and its rows are as they were") from e
+        raise _duplicate_key(e, target) from e
     drop_staging(conn, target)
     return moved
 

@@ -22,7 +22,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.drop import drop
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy
 from airflow_provider_rowfilter.subscriber.copy_target import check_target, create_staging, staging_table
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
@@ -81,9 +81,16 @@ def test_two_regional_publishers_consolidate_into_one_table_beside_native(fresh_
     assert len(rows) == 102 and "(1000,local,0)" in rows and "(2,a,2)" in rows and "(101,b,101)" in rows
 
 
-def test_a_duplicate_key_fails_the_copy_like_native_and_keeps_the_tables_rows(fresh_db, spark, natives):
+# Several readers stage and move; one reader COPYs straight into the table (jobs/snapshot.py).
+PATHS = [pytest.param(SPLIT, id="staged"), pytest.param(CopyOptions(), id="direct")]
+
+
+@pytest.mark.parametrize("options", PATHS)
+def test_a_duplicate_key_fails_the_copy_like_native_and_keeps_the_tables_rows(fresh_db, spark, natives, options):
     pub, native, ours = fresh_db(), fresh_db(), fresh_db()
     execute(pub, regional(1, "a"))
+    # Unpublished rows of another region: pages enough for SPLIT's three readers.
+    execute(pub, "INSERT INTO t SELECT g, 'c', g FROM generate_series(100000, 101999) g")
     for subscriber in (native, ours):  # id 4 is published (region a) and already in the subscriber
         execute(subscriber, TABLE + LOCAL + "INSERT INTO t VALUES (4, 'local', 4);")
     native_sub = NativeSubscription(pub, native, f"nat_{next(names)}", ("pa",))
@@ -96,7 +103,7 @@ def test_a_duplicate_key_fails_the_copy_like_native_and_keeps_the_tables_rows(fr
 
     spec = spec_for(pub, ours, "a")
     refresh(spec)
-    result = initial_copy(spec, spark=spark, options=SPLIT)
+    result = initial_copy(spec, spark=spark, options=options)
     (failed,) = result.failed
     assert 'duplicate key value violates unique constraint "t_pkey"' in failed.error
     assert "Key (id)=(4) already exists." in failed.error and "table public.t" in failed.error
@@ -111,14 +118,17 @@ def test_a_duplicate_key_fails_the_copy_like_native_and_keeps_the_tables_rows(fr
     for subscriber in (native, ours):
         execute(subscriber, "DELETE FROM t WHERE id = 4")
     native_sub.wait_synced()
-    result = initial_copy(spec, spark=spark, options=SPLIT)
+    result = initial_copy(spec, spark=spark, options=options)
     assert result.ok, result.summary()
+    assert [t.partitions for t in result.tables] == [1 if options.max_partitions is None else 3]
     assert state(spec).state is SyncState.FINISHED_COPY and state(spec).last_error is None
     assert table_rows(ours, "t") == table_rows(native, "t")
     assert "(1000,local,0)" in table_rows(ours, "t") and len(table_rows(ours, "t")) == 52
 
 
-def test_a_copy_killed_while_moving_its_rows_keeps_the_tables_rows_and_the_rerun_copies(fresh_db, spark, tmp_path):
+def test_a_copy_killed_while_writing_into_the_table_keeps_its_rows_and_the_rerun_copies(fresh_db, spark, tmp_path):
+    """The job's one reader COPYs straight into the table (a small table): killed while it waits for the
+    table's lock, it leaves the table's own rows, no staging table and state d; the rerun copies."""
     pub, ours = fresh_db(), fresh_db()
     execute(pub, regional(1, "a"))
     execute(ours, TABLE + LOCAL)
@@ -130,7 +140,7 @@ def test_a_copy_killed_while_moving_its_rows_keeps_the_tables_rows_and_the_rerun
     staging = str(staging_table(spec.subscription, TableName("public", "t")))
     local = table_rows(ours, "t")
 
-    # A lock on the table holds the job at the move (staged, not yet in the table); then it is killed.
+    # A lock on the table holds the job at its COPY into the table; then it is killed.
     with psycopg.connect(ours) as holder:
         holder.execute("LOCK TABLE t IN SHARE MODE")
         job = subprocess.Popen([sys.executable, "-m", "airflow_provider_rowfilter.jobs.snapshot", "--spec", str(path)],
@@ -144,7 +154,10 @@ def test_a_copy_killed_while_moving_its_rows_keeps_the_tables_rows_and_the_rerun
                         (f"rowfilter:{spec.subscription}%",)).fetchone()[0]:
                     assert job.poll() is None and time.monotonic() < deadline, job.communicate()
                     time.sleep(0.2)
-                assert watch.execute(f"SELECT count(*) FROM {staging}").fetchone()[0] == 50
+                assert watch.execute("SELECT to_regclass(%s)", (staging,)).fetchone()[0] is None
+                assert watch.execute(
+                    "SELECT a.query FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE NOT l.granted "
+                    "AND l.relation = 't'::regclass").fetchone()[0].startswith('COPY "public"."t"')
         finally:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
