@@ -75,6 +75,7 @@ from airflow_provider_rowfilter.subscriber.apply_target import (
     rejected_column,
 )
 from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
+from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 from airflow_provider_rowfilter.subscriber.state import (
     APPLIED,
     APPLY_LOCK,
@@ -451,7 +452,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
-        _replica_role(sub)
+        replica_role(sub, "apply")
         conflicts: list[ConflictError] = []
         counts: dict[TableName, TableCounts] = {}
         for index, rel in enumerate(rels):
@@ -546,36 +547,6 @@ def _move(store: StateStore, rel: RelState, end: int) -> None:
     if rel.state is SyncState.FINISHED_COPY:
         store.set_state(rel.table, SyncState.SYNCHRONIZED, lsn=rel.lsn)
     store.set_state(rel.table, SyncState.READY, lsn=format_lsn(position))
-
-
-def _replica_role(sub: psycopg.Connection) -> None:
-    """Run as PostgreSQL's apply worker does: ordinary triggers and foreign keys do not fire.
-
-    Setting it takes a superuser or, from PostgreSQL 15, ``GRANT SET ON PARAMETER`` (guc.c,
-    set_config_with_handle: "permission denied to set parameter"). Without it the batch is applied
-    all the same; the one-line warning (with the fix) is given only when it changes something: when
-    the subscriber has a trigger that fires in one role and not the other (``tgenabled`` ``O``, which
-    includes the foreign keys' internal triggers, or ``R``; ``A`` fires in both, ``D`` in neither:
-    commands/trigger.c, TriggerEnabled).
-    """
-    sub.execute("SAVEPOINT rowfilter_role")
-    try:
-        sub.execute("SET LOCAL session_replication_role = replica")
-        sub.execute("RELEASE SAVEPOINT rowfilter_role")
-        return
-    except psycopg.errors.InsufficientPrivilege:
-        sub.execute("ROLLBACK TO SAVEPOINT rowfilter_role")
-    role, version, fires = sub.execute(
-        "SELECT current_user, current_setting('server_version_num')::int, "
-        "EXISTS (SELECT 1 FROM pg_trigger WHERE tgenabled IN ('O', 'R'))").fetchone()
-    fix = (f"GRANT SET ON PARAMETER session_replication_role TO {role}" if version >= 150000
-           else f"ALTER ROLE {role} SUPERUSER")
-    if not fires:
-        log.info("session_replication_role stays origin (role %s may not set it); no trigger or foreign key of "
-                 "the subscriber fires differently", role)
-        return
-    log.warning("session_replication_role stays origin: the subscriber's triggers and foreign keys fire during "
-                "this apply, unlike PostgreSQL's apply worker; fix: %s", fix)
 
 
 def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: ApplyPlan, epochs: Epochs,

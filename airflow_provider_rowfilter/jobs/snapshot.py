@@ -70,6 +70,7 @@ from airflow_provider_rowfilter.subscriber.copy_target import (
     move_staged,
     truncate,
 )
+from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
 
 log = logging.getLogger(__name__)
@@ -334,6 +335,7 @@ class _CopyJob:
                                direct=direct):
                 if direct:
                     with sub.transaction():  # the rows and the state f, together
+                        replica_role(sub, "copy")
                         rows = copy_direct(sub, self.source_conninfo, snap, reads[0], target,
                                            block_rows=self.options.fetch_size)
                         self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
@@ -343,6 +345,7 @@ class _CopyJob:
                         fence=fence, block_rows=self.options.fetch_size))
         if not direct:
             with sub.transaction():  # the rows and the state f, together
+                replica_role(sub, "copy")
                 rows = move_staged(sub, target)
                 if rows != staged:  # a task committed twice (a lost executor) into a table without a key
                     raise InitialCopyError(

@@ -739,7 +739,7 @@ def test_the_job_s_lines_keep_their_level_and_its_error_is_kept() -> None:
         ("warning", "26/11/24 23:33:56 WARN Utils: Set SPARK_LOCAL_IP if you need to bind to another address"),
         ("info", "26/11/24 23:34:17 INFO SparkContext: Running Spark version 4.2.0"),
         ("info", "INFO airflow_provider_rowfilter.publisher.capture: captured 2 changes in 1 transactions"),
-        ("warning", "WARNING airflow_provider_rowfilter.jobs.apply: cannot set session_replication_role = replica"),
+        ("warning", "WARNING airflow_provider_rowfilter.subscriber.replica_role: session_replication_role stays origin: …"),
         ("warning", "/x/pyspark/sql/pandas/functions.py:777: FutureWarning: PySpark does not yet fully support pandas"),
         ("info", 'Setting Spark log level to "WARN".'),
         ("error", 'ERROR: table public.t1: conflict detected on relation "public.t1": conflict=insert_exists'),

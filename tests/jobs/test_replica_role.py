@@ -12,7 +12,7 @@ import logging
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.jobs.apply import _replica_role
+from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 
 ROLE = "rowfilter_applier"
 
@@ -37,14 +37,14 @@ def applier(fresh_db):
 
 def role_in_a_batch(conn: psycopg.Connection) -> str:
     with conn.transaction():
-        _replica_role(conn)
+        replica_role(conn, "apply")
         return conn.execute("SHOW session_replication_role").fetchone()[0]
 
 
 def test_nothing_fires_differently_no_warning(applier, caplog):
     _, conn = applier
     conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
-    caplog.set_level(logging.INFO, logger="airflow_provider_rowfilter.jobs.apply")
+    caplog.set_level(logging.INFO, logger="airflow_provider_rowfilter.subscriber.replica_role")
     assert role_in_a_batch(conn) == "origin"
     assert [r.levelname for r in caplog.records] == ["INFO"], caplog.text
     assert "no trigger or foreign key of the subscriber fires differently" in caplog.text
@@ -55,7 +55,7 @@ def test_a_foreign_key_warns_once_with_the_fix_then_the_grant_fixes_it(applier, 
     conn.execute("CREATE TABLE parent (id int PRIMARY KEY); "
                  "CREATE TABLE child (id int PRIMARY KEY, p int REFERENCES parent)")
     conn.commit()
-    caplog.set_level(logging.INFO, logger="airflow_provider_rowfilter.jobs.apply")
+    caplog.set_level(logging.INFO, logger="airflow_provider_rowfilter.subscriber.replica_role")
     assert role_in_a_batch(conn) == "origin"
     (record,) = caplog.records
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()

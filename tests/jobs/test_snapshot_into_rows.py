@@ -189,3 +189,32 @@ def test_drop_removes_what_a_killed_copy_left_staged(fresh_db, tmp_path):
     with psycopg.connect(ours) as conn:
         assert conn.execute("SELECT to_regclass(%s)", (staging,)).fetchone()[0] is None
     assert len(table_rows(ours, "t")) == 2  # the table itself is the user's
+
+
+@pytest.mark.parametrize("options", PATHS)
+def test_foreign_keys_and_triggers_do_not_fire_during_the_copy_as_in_table_sync(fresh_db, spark, natives, options):
+    """tablesync runs as session_replication_role = replica (worker.c): a child copied before its
+    parent's rows arrive takes them, and an ordinary trigger does not fire. Ours, either path, the same."""
+    pub, native, ours = fresh_db(), fresh_db(), fresh_db()
+    execute(pub, regional(1, "a") + "INSERT INTO t SELECT g, 'c', g FROM generate_series(100000, 101999) g;")
+    subscriber_tables = (
+        "CREATE TABLE parent (v int PRIMARY KEY); " + TABLE.replace("v int", "v int REFERENCES parent") +
+        "CREATE TABLE fired (n int); CREATE FUNCTION note() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$BEGIN INSERT INTO fired VALUES (1); RETURN NEW; END$$; "
+        "CREATE TRIGGER t_note AFTER INSERT ON t FOR EACH ROW EXECUTE FUNCTION note();")
+    for subscriber in (native, ours):
+        execute(subscriber, subscriber_tables)  # parent stays empty: every copied v is dangling
+    native_sub = NativeSubscription(pub, native, f"nat_{next(names)}", ("pa",))
+    natives.append(native_sub)
+    native_sub.create()
+    native_sub.wait_synced()
+
+    spec = spec_for(pub, ours, "a")
+    refresh(spec)
+    result = initial_copy(spec, spark=spark, options=options)
+    assert result.ok, result.summary()
+    assert [t.partitions for t in result.tables] == [1 if options.max_partitions is None else 3]
+    assert table_rows(ours, "t") == table_rows(native, "t") and len(table_rows(ours, "t")) == 50
+    for subscriber in (native, ours):
+        with psycopg.connect(subscriber) as conn:
+            assert conn.execute("SELECT count(*) FROM fired").fetchone()[0] == 0
