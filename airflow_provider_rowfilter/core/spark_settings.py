@@ -39,6 +39,14 @@ STATIC_SQL_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
 #: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,
 #: so no Python worker starts (docs/apply.md, "Small batches").
 COLLECTED_BATCH_CHANGES = 50_000
+#: The one action of a small batch runs without adaptive execution, over one shuffle partition
+#: (spark/apply_frames.py ``DecidedBatch.collected``): for a few thousand rows AQE has nothing to
+#: adapt, and it ran the query's six levels of shuffle stages one after the other, re-planning after
+#: each (0.92 s against 1.07 s of a warm 100-change run's action through Spark Connect; docs/apply.md,
+#: "Small batches"). Without AQE, Spark's default of 200 shuffle partitions would make hundreds of
+#: empty tasks per stage. Set for that action only; a Connect session a killed run left them set on
+#: is reset when a job attaches to it (spark/session.py ``connect_session``).
+SMALL_BATCH_SQL_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 
 
 def with_jvm_options(conf: Mapping[str, str] | None, *, short_batch: bool = False) -> dict[str, str]:

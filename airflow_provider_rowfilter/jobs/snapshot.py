@@ -332,10 +332,10 @@ class _CopyJob:
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
             with copy_progress(lambda: connect(self.spec.subscriber, "subscriber", self.spec), table,
                                target.table if direct else target.staging, estimate, self.options.progress_interval,
-                               direct=direct):
+                               writer_pid=sub.info.backend_pid if direct else None):
                 if direct:
                     with sub.transaction():  # the rows and the state f, together
-                        replica_role(sub, "copy")
+                        replica_role(sub, "copy", table)
                         rows = copy_direct(sub, self.source_conninfo, snap, reads[0], target,
                                            block_rows=self.options.fetch_size)
                         self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
@@ -345,7 +345,7 @@ class _CopyJob:
                         fence=fence, block_rows=self.options.fetch_size))
         if not direct:
             with sub.transaction():  # the rows and the state f, together
-                replica_role(sub, "copy")
+                replica_role(sub, "copy", table)
                 rows = move_staged(sub, target)
                 if rows != staged:  # a task committed twice (a lost executor) into a table without a key
                     raise InitialCopyError(

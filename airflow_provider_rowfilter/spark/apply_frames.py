@@ -50,18 +50,13 @@ from airflow_provider_rowfilter.core.apply_plan import (
     case_over,
     filter_expression,
 )
+from airflow_provider_rowfilter.core.spark_settings import SMALL_BATCH_SQL_SETTINGS
 from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
 from airflow_provider_rowfilter.subscriber.apply_target import copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
 
-#: The one action of a small batch (:meth:`DecidedBatch.collected`) runs without adaptive execution,
-#: over one shuffle partition. For a few thousand rows AQE has nothing to adapt, and it runs the
-#: query's six levels of shuffle stages one after the other, re-planning after each: 0.3 s of a warm
-#: 100-change run through Spark Connect (docs/apply.md, "Small batches"). Without AQE, Spark's
-#: default of 200 shuffle partitions would make hundreds of empty tasks per stage.
-SMALL_BATCH_SQL_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
 
 
 def _text(e: exp.Expression, alias: str | None = None) -> str:
@@ -370,9 +365,9 @@ def _sql_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[Non
     """``settings`` in ``spark``'s session for the block, then put back as they were (the session
     serves the job's next batch and, through Spark Connect, its next run)."""
     previous = {key: spark.conf.get(key) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
     try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
         yield
     finally:
         for key, value in previous.items():

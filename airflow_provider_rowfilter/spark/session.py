@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 
 from airflow_provider_rowfilter.core.class_archive import mark_session
 from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
-from airflow_provider_rowfilter.core.spark_settings import STATIC_SQL_SETTINGS, with_jvm_options
+from airflow_provider_rowfilter.core.spark_settings import SMALL_BATCH_SQL_SETTINGS, STATIC_SQL_SETTINGS, with_jvm_options
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params, with_remote_params
 
 logger = logging.getLogger(__name__)
@@ -158,7 +158,12 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
                                     hint="start it (`rowfilter spark-server start` for the local one) or fix "
                                     "spark_remote in the spec") from None
     session = _attach(remote, session_id)
-    for key, value in remote_conf(conf).items():
+    settings = remote_conf(conf)
+    for key in SMALL_BATCH_SQL_SETTINGS.keys() - settings.keys():
+        # A reused session keeps what its last run set: a run killed during a small batch's action
+        # (spark/apply_frames.py) would leave these for the next, a drain of large batches perhaps.
+        session.conf.unset(key)
+    for key, value in settings.items():
         try:
             session.conf.set(key, value)
         except Exception as e:  # AnalysisException CANNOT_MODIFY_CONFIG / CANNOT_MODIFY_STATIC_CONFIG, …

@@ -31,9 +31,10 @@ DEFAULT_INTERVAL = 10.0
 _ROWS = """SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relid = c.oid), 0)
                 + coalesce((SELECT sum(tuples_processed) FROM pg_stat_progress_copy WHERE relid = c.oid), 0)
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s"""
-# A copy straight into the table (one reader, jobs/snapshot.py): only its COPY in progress counts; the
-# table's own inserts, before it, are not the copy's.
-_ROWS_IN_PROGRESS = """SELECT coalesce((SELECT sum(tuples_processed) FROM pg_stat_progress_copy WHERE relid = c.oid), 0)
+# A copy straight into the table (one reader, jobs/snapshot.py): only its own COPY counts (its backend's);
+# the table's earlier inserts, and another session's COPY into it, are not the copy's.
+_ROWS_OF_ONE_COPY = """SELECT coalesce((SELECT sum(tuples_processed) FROM pg_stat_progress_copy
+                                       WHERE relid = c.oid AND pid = %s), 0)
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s"""
 
 
@@ -72,12 +73,13 @@ def copy_failed(table: TableName) -> None:
 
 @contextmanager
 def copy_progress(connect: Callable[[], psycopg.Connection], table: TableName, staging: TableName,
-                  estimate: int | None, interval: float = DEFAULT_INTERVAL, *, direct: bool = False) -> Iterator[None]:
+                  estimate: int | None, interval: float = DEFAULT_INTERVAL, *,
+                  writer_pid: int | None = None) -> Iterator[None]:
     """Log the copy's progress into ``staging`` every ``interval`` seconds while the block runs.
 
-    ``direct``: the copy writes into ``table`` itself in one COPY (``staging`` is ``table``), so only
-    that COPY's tuples count."""
-    query = _ROWS_IN_PROGRESS if direct else _ROWS
+    ``writer_pid``: the copy is one COPY into ``table`` itself (``staging`` is ``table``) by the
+    backend with that pid, and only its tuples count."""
+    query, params = (_ROWS, ()) if writer_pid is None else (_ROWS_OF_ONE_COPY, (writer_pid,))
     stop = threading.Event()
     began = time.monotonic()
 
@@ -88,7 +90,7 @@ def copy_progress(connect: Callable[[], psycopg.Connection], table: TableName, s
                 while not stop.wait(interval):
                     try:
                         conn.execute("SELECT pg_stat_clear_snapshot()")
-                        row = conn.execute(query, (staging.schema, staging.name)).fetchone()
+                        row = conn.execute(query, (*params, staging.schema, staging.name)).fetchone()
                     except psycopg.Error as e:
                         log.debug("progress of %s not read: %s", table, e)
                         continue

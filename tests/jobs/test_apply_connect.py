@@ -240,3 +240,34 @@ def test_a_session_the_server_closed_is_replaced(spark_connect_url):
                    capture_output=True, timeout=JOB_TIMEOUT)
     after = _attach(spark_connect_url, subscription="s_closed")
     assert after["session"] != first["session"]
+
+
+SETTINGS = """
+import json, sys
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.spark.session import job_session
+
+remote, leave = sys.argv[1:3]
+spec = SubscriptionSpec(subscription="s_settings", publications=("p1",), spark_remote=remote,
+                        spark_conf={"spark.sql.shuffle.partitions": "2"})
+with job_session(spec, "apply") as spark:
+    seen = {k: spark.conf.get(k) for k in ("spark.sql.adaptive.enabled", "spark.sql.shuffle.partitions")}
+    if leave == "yes":  # what a run killed during a small batch's action leaves on its session
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
+        spark.conf.set("spark.sql.shuffle.partitions", "1")
+    print(json.dumps({"session": spark.session_id, **seen}))
+"""
+
+
+def test_a_small_batchs_settings_left_on_a_reused_session_are_reset_by_the_next_run(spark_connect_url):
+    """The next run on the job's session gets Spark's default AQE and its spec's shuffle partitions back,
+    whatever a killed run left set (core/spark_settings.py SMALL_BATCH_SQL_SETTINGS)."""
+    def run(leave: str) -> dict:
+        done = subprocess.run([sys.executable, "-c", SETTINGS, spark_connect_url, leave], env=job_env(),
+                              capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = run("yes"), run("no")
+    assert second["session"] == first["session"]
+    assert second["spark.sql.adaptive.enabled"] == "true" and second["spark.sql.shuffle.partitions"] == "2"

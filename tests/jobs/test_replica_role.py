@@ -12,6 +12,7 @@ import logging
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 
 ROLE = "rowfilter_applier"
@@ -66,3 +67,18 @@ def test_a_foreign_key_warns_once_with_the_fix_then_the_grant_fixes_it(applier, 
     caplog.clear()
     assert role_in_a_batch(conn) == "replica"
     assert caplog.records == []
+
+
+def test_a_copy_warns_only_for_a_table_whose_own_triggers_fire_differently(applier, caplog):
+    """The initial copy asks per table copied (subscriber/replica_role.py): a foreign key elsewhere in the
+    subscriber changes nothing for it."""
+    _, conn = applier
+    conn.execute("CREATE TABLE parent (id int PRIMARY KEY); "
+                 "CREATE TABLE child (id int PRIMARY KEY, p int REFERENCES parent); CREATE TABLE t (id int)")
+    conn.commit()
+    caplog.set_level(logging.INFO, logger="airflow_provider_rowfilter.subscriber.replica_role")
+    for table in ("t", "child"):
+        with conn.transaction():
+            replica_role(conn, "copy", TableName("public", table))
+    assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"], caplog.text
+    assert "during this copy of public.child, unlike PostgreSQL's table-sync worker" in caplog.records[1].getMessage()

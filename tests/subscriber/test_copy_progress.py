@@ -40,7 +40,8 @@ def test_progress_counts_the_rows_committed_into_the_staging_table(fresh_db, cap
 
 def test_a_copy_straight_into_the_table_counts_its_own_rows_only(fresh_db, caplog) -> None:
     """A copy of one reader writes into the table itself (jobs/snapshot.py): the table's earlier
-    inserts (100,000 here, in pg_stat_user_tables) are not the copy's."""
+    inserts (100,000 here, in pg_stat_user_tables) and another session's COPY into it (20,000) are
+    not the copy's."""
     dsn = fresh_db()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int); INSERT INTO t SELECT g FROM generate_series(1, 100000) g")
@@ -52,13 +53,18 @@ def test_a_copy_straight_into_the_table_counts_its_own_rows_only(fresh_db, caplo
             conn.execute("SELECT pg_stat_clear_snapshot()")
     caplog.set_level(logging.INFO, logger=PROGRESS_LOGGER)
     table = TableName("public", "t")
-    with copy_progress(lambda: psycopg.connect(dsn, autocommit=True), table, table, None, interval=0.2, direct=True):
-        with psycopg.connect(dsn) as writer, writer.cursor().copy("COPY t (id) FROM STDIN") as copy:
-            for i in range(30000):
-                copy.write_row((i,))
-            deadline = time.monotonic() + 15  # the COPY is still open: what reached the server is counted
-            while time.monotonic() < deadline and not any(r.name == PROGRESS_LOGGER for r in caplog.records):
-                time.sleep(0.2)
+    with psycopg.connect(dsn) as writer, psycopg.connect(dsn) as other:
+        with other.cursor().copy("COPY t (id) FROM STDIN") as other_copy:  # another session's COPY into t
+            for i in range(20000):
+                other_copy.write_row((i,))
+            with copy_progress(lambda: psycopg.connect(dsn, autocommit=True), table, table, None, interval=0.2,
+                               writer_pid=writer.info.backend_pid):
+                with writer.cursor().copy("COPY t (id) FROM STDIN") as copy:
+                    for i in range(30000):
+                        copy.write_row((i,))
+                    deadline = time.monotonic() + 15  # the COPY is still open: what reached the server counts
+                    while time.monotonic() < deadline and not any(r.name == PROGRESS_LOGGER for r in caplog.records):
+                        time.sleep(0.2)
     counts = [int(r.message.split(" rows copied")[0].split(": ")[1].replace(",", ""))
               for r in caplog.records if r.name == PROGRESS_LOGGER]
     assert counts and all(0 < n <= 30000 for n in counts), counts
