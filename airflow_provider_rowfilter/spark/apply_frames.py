@@ -58,7 +58,6 @@ from airflow_provider_rowfilter.subscriber.apply_target import copy_stage
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
 
 
-
 def _text(e: exp.Expression, alias: str | None = None) -> str:
     """Spark SQL text of ``e`` (``AS alias``), for ``selectExpr``: one Py4J call per projection, not per node."""
     return (exp.alias_(e, alias) if alias else e).sql(dialect="spark", identify=True)
