@@ -150,6 +150,14 @@ def test_blocker_catches_a_forbidden_import() -> None:
     assert "import of 'pyspark' is blocked" in dict(result["failed"])[module]
 
 
+def test_the_snapshot_job_loads_without_spark_or_the_log() -> None:
+    """A table read by one reader copies without Spark (jobs/snapshot.py _SparkOnDemand): the job's module
+    loads without pyspark (its Connect client alone takes 0.7 s) and without pyarrow (the change log's)."""
+    module = f"{PACKAGE}.jobs.snapshot"
+    result = _import_blocked([module], ("pyspark", "pyarrow", "numpy"))
+    assert result["failed"] == {} and result["imported"] == [module] and result["leaked"] == []
+
+
 def test_the_apply_job_loads_without_spark_for_the_operator_s_idle_run() -> None:
     """ApplyChangesOperator runs jobs/apply.py in its task up to the first change to judge (skip_when_idle):
     the job's module and what it imports at load time must not need pyspark, which Airflow code never loads."""

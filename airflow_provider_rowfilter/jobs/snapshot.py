@@ -31,13 +31,13 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import asdict, dataclass, field
-from functools import partial
+from functools import cache, partial
+from typing import TYPE_CHECKING
 
 import psycopg
-from pyspark.sql import SparkSession
 
 from airflow_provider_rowfilter.connection import connect
-from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
@@ -53,8 +53,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     plan_partitions,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
-from airflow_provider_rowfilter.spark.copy_frames import default_parallelism, run_partitions, speculation
-from airflow_provider_rowfilter.spark.session import job_session
+from airflow_provider_rowfilter.spark.remote import require_server
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -72,6 +71,9 @@ from airflow_provider_rowfilter.subscriber.copy_target import (
 )
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +160,8 @@ def initial_copy(spec: SubscriptionSpec, tables: Sequence[TableName] | None = No
 def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, resync: bool,
                  spark: SparkSession | None, options: CopyOptions | None) -> InitialCopyResult:
     """The initial copy, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
-    that concerns all tables (the definitions, the Spark session) runs before any table changes."""
+    that concerns all tables (the definitions, a Spark Connect server's answer) runs before any table
+    changes; the Spark session starts when a table first needs it (:class:`_SparkOnDemand`)."""
     options = options or CopyOptions()
     result = InitialCopyResult(spec.subscription, resync=resync)
     with connect(spec.subscriber, "subscriber", spec) as sub:
@@ -176,8 +179,9 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
             return result
         with connect(spec.publisher, "publisher", spec) as pub:
             definitions = load_definitions(spec, pub)
-        with job_session(spec, "snapshot", spark) as session:
-            _refuse_speculation(session)
+        if spark is None and spec.spark_remote:
+            require_server(spec.spark_remote)
+        with _SparkOnDemand(spec, spark) as session:
             job = _CopyJob(spec, definitions, store, session, options, resync=resync)
             for rel in todo:
                 result.tables.append(job.copy(rel))
@@ -233,11 +237,43 @@ def _chosen(store: StateStore, tables: Sequence[TableName] | None) -> list[RelSt
     return [known[t] for t in dict.fromkeys(tables)]
 
 
+class _SparkOnDemand:
+    """The job's Spark session, started the first time a table needs Spark: to run several readers, or
+    to size them by Spark's parallelism. A table read by one reader copies without Spark, as tablesync
+    does; a job of such tables never loads pyspark (its Connect client alone takes 0.7 s to import).
+
+    A session that cannot start stops the job before the table that asked for it changes (the
+    tables copied before keep their copies): :meth:`__call__` raises :class:`SpecError` or
+    :class:`SparkUnavailableError`, which :meth:`_CopyJob.copy` lets through.
+    """
+
+    def __init__(self, spec: SubscriptionSpec, given: SparkSession | None) -> None:
+        self.spec = spec
+        self.given = given
+        self.session: SparkSession | None = None
+        self.stack = ExitStack()
+
+    def __enter__(self) -> _SparkOnDemand:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stack.close()
+
+    def __call__(self) -> SparkSession:
+        if self.session is None:
+            from airflow_provider_rowfilter.spark.session import job_session
+
+            session = self.stack.enter_context(job_session(self.spec, "snapshot", self.given))
+            _refuse_speculation(session)
+            self.session = session
+        return self.session
+
+
 class _CopyJob:
-    """The per-table copy, sharing the definitions, the state store and the Spark session."""
+    """The per-table copy, sharing the definitions, the state store and the Spark session (on demand)."""
 
     def __init__(self, spec: SubscriptionSpec, definitions: Definitions, store: StateStore,
-                 spark: SparkSession, options: CopyOptions, *, resync: bool = False) -> None:
+                 spark: _SparkOnDemand, options: CopyOptions, *, resync: bool = False) -> None:
         self.spec = spec
         self.resync = resync  # copy again whatever the state, emptying the table when the copy starts
         self.definitions = definitions
@@ -247,8 +283,14 @@ class _CopyJob:
         app = f"rowfilter:{spec.subscription}:snapshot"
         self.source_conninfo = executor_conninfo(_required(spec.publisher, "publisher", spec), "publisher", app)
         self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec), "subscriber", app)
-        # Asked of Spark (one small action) only when no bound is given: a single reader needs no Spark.
-        self.partitions = PartitionOptions(options.max_partitions or 2 * default_parallelism(spark), options.min_pages)
+        # Spark's parallelism (one small action) is asked only for a table large enough to split, with no bound given.
+        self.partitions = PartitionOptions(options.max_partitions or self._default_readers, options.min_pages)
+
+    @cache  # noqa: B019 (one job, a handful of tables)
+    def _default_readers(self) -> int:
+        from airflow_provider_rowfilter.spark.copy_frames import default_parallelism
+
+        return 2 * default_parallelism(self.spark())
 
     def copy(self, rel: RelState) -> TableCopy:
         table = rel.table
@@ -258,6 +300,8 @@ class _CopyJob:
             with _table_lock(sub, self.spec.subscription, table):
                 return self._copy_locked(table, started)
         except Exception as e:  # every failure is recorded on the table; the other tables go on
+            if isinstance(e, (SpecError, SparkUnavailableError)) and not started:
+                raise  # the job's Spark (started on demand, before the copy starts), not the table's: the job stops
             message = describe(e)
             log.error("%s: initial copy failed: %s", table, message)
             copy_failed(table)
@@ -297,6 +341,7 @@ class _CopyJob:
         # One reader needs no staging table: it COPYs straight into the table in the transaction that
         # records f, as tablesync does, and writes each row once (subscriber/copy_target.py copy_direct).
         direct = len(reads) == 1
+        spark = None if direct else self.spark()  # started before the table changes (see _SparkOnDemand)
         with ExitStack() as held:
             # The copy starts with the snapshot it reads, then ONE subscriber transaction: a new staging
             # table (an interrupted attempt's is dropped with what it staged: the copy is redone from
@@ -340,7 +385,9 @@ class _CopyJob:
                                            block_rows=self.options.fetch_size)
                         self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
                 else:
-                    staged = run_partitions(self.spark, reads, partial(
+                    from airflow_provider_rowfilter.spark.copy_frames import run_partitions
+
+                    staged = run_partitions(spark, reads, partial(
                         copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
                         fence=fence, block_rows=self.options.fetch_size))
         if not direct:
@@ -377,6 +424,8 @@ def _drop_staging_quietly(conn: psycopg.Connection, target: CopyTarget) -> None:
 
 def _refuse_speculation(spark: SparkSession) -> None:
     # A speculative copy of a partition would commit the same rows twice.
+    from airflow_provider_rowfilter.spark.copy_frames import speculation
+
     if speculation(spark):
         raise SpecError("spark.speculation=true would copy some partitions twice",
                         hint="set spark.speculation=false for the snapshot job (spark_conf in the spec)")

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -193,9 +193,10 @@ def copy_out_statements(source: CopySource, plan: ReadPlan) -> list[str]:
 @dataclass(frozen=True)
 class PartitionOptions:
     """How finely a table is split: at most ``max_partitions`` readers, each at least ``min_pages``
-    blocks of 8 kB (so small tables stay one partition)."""
+    blocks of 8 kB (so small tables stay one partition). ``max_partitions`` may be a function, asked
+    only for a table large enough to split (the copy job's asks Spark its parallelism)."""
 
-    max_partitions: int
+    max_partitions: int | Callable[[], int]
     min_pages: int = 2048
 
 
@@ -235,7 +236,11 @@ def plan_partitions(conn: psycopg.Connection, source: CopySource, options: Parti
     random reads when the table is not in key order).
     """
     pages = table_pages(conn, source)
-    wanted = min(max(options.max_partitions, 1), max(1, math.ceil(pages / max(options.min_pages, 1))))
+    splits = max(1, math.ceil(pages / max(options.min_pages, 1)))
+    if splits <= 1:
+        return SinglePartition()
+    limit = options.max_partitions() if callable(options.max_partitions) else options.max_partitions
+    wanted = min(max(limit, 1), splits)
     if wanted <= 1:
         return SinglePartition()
     if conn.info.server_version >= 140000:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
 import uuid
@@ -22,9 +21,10 @@ from contextlib import contextmanager
 from pyspark.sql import SparkSession
 
 from airflow_provider_rowfilter.core.class_archive import mark_session
-from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.spark_settings import SMALL_BATCH_SQL_SETTINGS, STATIC_SQL_SETTINGS, with_jvm_options
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params, with_remote_params
+from airflow_provider_rowfilter.spark.remote import require_server
 
 logger = logging.getLogger(__name__)
 
@@ -150,13 +150,7 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
                         "too (pyspark runs one mode per process)",
                         hint="run the job in a process of its own (`python -m airflow_provider_rowfilter.jobs.<job>`, "
                         "as the operators do), or leave spark_remote out of the spec")
-    host, port = _remote_address(remote)
-    try:  # pyspark's client retries an unreachable server for minutes: say so at once instead
-        socket.create_connection((host, port), timeout=5).close()
-    except OSError as e:
-        raise SparkUnavailableError(f"no Spark Connect server answers at spark_remote {remote!r}: {e.strerror or e}",
-                                    hint="start it (`rowfilter spark-server start` for the local one) or fix "
-                                    "spark_remote in the spec") from None
+    require_server(remote)
     session = _attach(remote, session_id)
     settings = remote_conf(conf)
     for key in SMALL_BATCH_SQL_SETTINGS.keys() - settings.keys():
@@ -196,13 +190,6 @@ def _attach(remote: str, session_id: str | None) -> SparkSession:
         session.stop()
         session = SparkSession.builder.remote(remote).create()
     return session
-
-
-def _remote_address(remote: str) -> tuple[str, int]:
-    """``(host, port)`` of ``sc://host:port/;…`` as pyspark's ChannelBuilder reads it (default port 15002)."""
-    netloc = remote.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
-    host, _, port = netloc.rpartition(":") if netloc.rfind(":") > netloc.rfind("]") else (netloc, "", "")
-    return host.strip("[]"), int(port) if port.isdigit() else 15002
 
 
 @contextmanager

@@ -121,12 +121,39 @@ def test_a_snapshot_the_publisher_refuses_rolls_the_start_back(setup, spark, cap
         execute(spec.publisher, f"DROP OWNED BY {role}; DROP ROLE {role}")
 
 
+SEVERAL_READERS = """
+import sys
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs.exit_status import run_job
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, resync
+options = CopyOptions(max_partitions=2, min_pages=1)  # t1's few pages split in two: Spark runs the readers
+sys.exit(run_job(lambda: resync(SubscriptionSpec.load(sys.argv[1]), [TableName("public", "t1")], copy=True,
+                                options=options).ok and 0))
+"""
+
+
 def test_an_unusable_spark_master_changes_nothing(setup, spark, tmp_path):  # noqa: F811
+    """A table read by several readers starts the job's Spark session before it changes."""
     spec, path = setup
     path, rels, rows = copied(spec, spark, path, spark_master="no-such-master://x")
-    exe = str(Path(sys.executable).parent / "rowfilter")
-    done = subprocess.run([exe, "resync", "--spec", path, "--table", "public.t1", "--copy"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", SEVERAL_READERS, path], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "cannot start Spark with spark_master 'no-such-master://x'" in done.stderr, done.stderr[-2000:]
     unchanged(spec, rels, rows)
+
+
+def test_a_copy_by_one_reader_needs_no_spark(setup, spark, tmp_path):  # noqa: F811
+    """A table read by one reader copies without Spark, as tablesync does: the unusable master is never
+    started (jobs/snapshot.py _SparkOnDemand)."""
+    spec, path = setup
+    path, _, _ = copied(spec, spark, path, spark_master="no-such-master://x")
+    exe = str(Path(sys.executable).parent / "rowfilter")
+    done = subprocess.run([exe, "resync", "--spec", path, "--table", "public.t1", "--copy"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    published = "SELECT count(*), min(id), sum(v) FROM t1 WHERE id > 50"  # p1's filter of t1
+    with psycopg.connect(spec.publisher, autocommit=True) as pub, \
+            psycopg.connect(spec.subscriber, autocommit=True) as sub:
+        assert sub.execute("SELECT count(*), min(id), sum(v) FROM t1").fetchone() == pub.execute(published).fetchone()
+    assert [r[3] for r in rel_rows(spec) if r[2] == "t1"] == ["f"]
