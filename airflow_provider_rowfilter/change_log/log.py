@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import IdentitySpan, RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
@@ -98,36 +99,6 @@ class Segment:
     path: Path
     start_lsn: int
     end_lsn: int
-
-
-@dataclass(frozen=True)
-class LogIdentity:
-    """Which change log, and where it was read: what ``rowfilter.subscription`` records of it."""
-
-    id: str
-    host: str
-    path: str
-
-    @property
-    def location(self) -> str:
-        return f"{self.host}:{self.path}"
-
-
-@dataclass(frozen=True)
-class LogNeeds:
-    """What a subscriber needs of the change log, read from its state (publisher/capture.py ``subscriber_needs``).
-
-    :param since: the lowest position of its tables in ``f``, ``s``, ``r``: every transaction
-        committed past it must be in the log. None when no table needs anything yet (all in ``i``,
-        ``d``, or none).
-    :param tables: those tables (qualified names) with their positions, to name the affected ones.
-    :param recorded: the log the subscriber was fed from, None before the first.
-    """
-
-    subscription: str
-    since: int | None
-    tables: tuple[tuple[str, int], ...] = ()
-    recorded: LogIdentity | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from typing import NoReturn
 import numpy as np
 import psycopg
 
+from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.log import (
     DEFAULT_ROW_GROUP_ROWS,
     DELETE,
@@ -51,7 +52,6 @@ from airflow_provider_rowfilter.change_log.log import (
     ChangeLogError,
     ChangeRows,
     LoggedRelation,
-    LogNeeds,
     SegmentWriter,
     image_arrays,
 )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.types.json import Jsonb
 
-from airflow_provider_rowfilter.change_log.log import LogIdentity, LogNeeds
+from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName

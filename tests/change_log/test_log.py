@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.change_log.log import (
     DELETE,
     INSERT,
@@ -21,8 +22,6 @@ from airflow_provider_rowfilter.change_log.log import (
     ChangeLogError,
     ChangeRows,
     LoggedRelation,
-    LogIdentity,
-    LogNeeds,
     SegmentWriter,
     image_arrays,
     parse_segment_name,

@@ -1,0 +1,38 @@
+"""Which change log a subscriber is fed from, and what it needs of it: the subscriber's state
+(subscriber/state.py) records and reads these, the capture (publisher/capture.py) checks the log
+against them. Apart from change_log/log.py so that the state store loads without pyarrow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LogIdentity:
+    """Which change log, and where it was read: what ``rowfilter.subscription`` records of it."""
+
+    id: str
+    host: str
+    path: str
+
+    @property
+    def location(self) -> str:
+        return f"{self.host}:{self.path}"
+
+
+@dataclass(frozen=True)
+class LogNeeds:
+    """What a subscriber needs of the change log, read from its state (publisher/capture.py ``subscriber_needs``).
+
+    :param since: the lowest position of its tables in ``f``, ``s``, ``r``: every transaction
+        committed past it must be in the log. None when no table needs anything yet (all in ``i``,
+        ``d``, or none).
+    :param tables: those tables (qualified names) with their positions, to name the affected ones.
+    :param recorded: the log the subscriber was fed from, None before the first.
+    """
+
+    subscription: str
+    since: int | None
+    tables: tuple[tuple[str, int], ...] = ()
+    recorded: LogIdentity | None = None
