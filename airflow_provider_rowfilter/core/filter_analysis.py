@@ -536,6 +536,9 @@ class _Analyzer(TextAnalysis):
         return T.BOOL
 
     def _pattern(self, node: exp.Binary, op: str) -> PgType:
+        quantified = quantified_array(node.right)
+        if quantified is not None:  # LIKE / ILIKE ANY|ALL (…): subquery_Op in gram.y (SIMILAR TO has none)
+            return self.quantified_pattern(node, op, *quantified)
         lt, rt = self.analyze(node.left), self.analyze(node.right)
         for child, t in ((node.left, lt), (node.right, rt)):
             if not (t.is_text_family or t.is_unknown):

@@ -53,7 +53,18 @@ def parse_row_filter(sql: str) -> exp.Expr:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
     _check_nonassociative(sql, parsed[0], tokens)
     _check_pattern_operators(sql, tokens)
+    _check_quantified_escape(sql, parsed[0], tokens)
     return parsed[0]
+
+
+def _check_quantified_escape(sql: str, tree: exp.Expr, tokens: list) -> None:
+    """gram.y's ``LIKE … ESCAPE`` takes a pattern; ``LIKE ANY (…)`` is a subquery_Op, which has no ESCAPE.
+    sqlglot takes ``a LIKE ANY (ARRAY['x']) ESCAPE '!'``."""
+    for node in tree.find_all(exp.Escape):
+        if isinstance(node.this, (exp.Like, exp.ILike)) and isinstance(node.this.expression, (exp.Any, exp.All)):
+            after = node_position(node.this.expression) or 0
+            word = next(t for t in tokens if t.text.upper() == "ESCAPE" and t.start + 1 > after)
+            raise_pg_syntax_error(sql, word)
 
 
 # gram.y has no empty list and no empty parenthesis: expr_list, func_arg_list, in_expr's '(' expr_list

@@ -41,8 +41,9 @@ STRING_FUNCTIONS = {
 
 
 def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
-    """``ANY (…)``/``SOME (…)``/``ALL (…)`` on the right of a comparison: ("any" | "all", its operand)."""
-    if isinstance(node, exp.Any):
+    """``ANY (…)``/``SOME (…)``/``ALL (…)`` on the right of a comparison or a LIKE: ("any" | "all", its
+    operand). sqlglot gives a LIKE's ALL as exp.All; our dialect reads a comparison's as a call."""
+    if isinstance(node, (exp.Any, exp.All)):
         inner = node.this
     elif isinstance(node, exp.Anonymous) and node.name.upper() in ("ALL", "SOME", "ANY") \
             and len(node.expressions) == 1:
@@ -51,7 +52,8 @@ def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
         return None
     while isinstance(inner, exp.Paren):
         inner = inner.this
-    kind = "all" if isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" else "any"
+    kind = "all" if isinstance(node, exp.All) or isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" \
+        else "any"
     return kind, inner
 
 
@@ -195,6 +197,9 @@ class TextAnalysis(_Analyzer):
 
     # --- regular expressions ----------------------------------------------------------------------
     def _regex(self, node: exp.Expr, op: str) -> PgType:
+        quantified = quantified_array(node.expression)
+        if quantified is not None:
+            return self.quantified_pattern(node, op, *quantified)
         lt, rt = self.analyze(node.this), self.analyze(node.expression)
         for child, t in ((node.this, lt), (node.expression, rt)):
             if not (t.is_text_family or t.is_unknown):
@@ -234,6 +239,39 @@ class TextAnalysis(_Analyzer):
         if _array_needs_coercion(element, common):
             self.walker_violation(ONLY_SIMPLE, node)
         self._check_comparable(common, node, op, node.this, *array.expressions)
+        return T.BOOL
+
+    def quantified_pattern(self, node: exp.Expr, op: str, kind: str, array: exp.Expr) -> PgType:
+        """x [NOT] LIKE|ILIKE ANY/ALL (ARRAY[…]), x ~ ANY (…) …: the operator (~~, !~~, ~~*, ~ …) applied to
+        each element, as make_scalar_array_op (parse_oper.c) resolves it: the array's element type is the
+        operator's right argument, text; a character(n) subject keeps its padding (bpcharlike)."""
+        lt = self.analyze(node.this)
+        if not isinstance(array, exp.Array):
+            raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not ARRAY[…]", node,
+                                      f"write the patterns as ARRAY[…], or as (x {op} 'a' OR x {op} 'b')")
+        if not array.expressions:
+            raise self.error("cannot determine type of empty array", array,
+                             hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
+        element = self._common_of(array, list(array.expressions), "ARRAY")
+        element = T.TEXT if element.is_unknown else element  # ARRAY['a%', …] is text[]
+        if not ((lt.is_text_family or lt.is_unknown) and element.is_text_family):
+            name = {"LIKE": "~~", "ILIKE": "~~*"}.get(op, op)
+            raise self.error(f"operator does not exist: {lt} {'!' if node.args.get('negate') else ''}{name} "
+                             f"{element}", node, hint="No operator matches the given name and argument types. "
+                             "You might need to add explicit type casts.")
+        if lt.name != "bpchar":
+            self.coerce(node.this, lt, T.TEXT)
+        self.types[id(array)] = element
+        self.targets[id(array)] = T.TEXT
+        if _array_needs_coercion(element, T.TEXT):  # varchar[] or character(n)[] becomes text[]
+            self.walker_violation(ONLY_SIMPLE, node)
+        if op in ("~", "~*"):
+            # sqlglot reads `t !~ ANY (…)` (the operator !~ on each element) as `NOT t ~ ANY (…)`
+            raise self.untranslatable(f"a regular expression {kind.upper()} (ARRAY[…])", node,
+                                      f"write it as (x {op} 'a' {'OR' if kind == 'any' else 'AND'} x {op} 'b'), or "
+                                      + SOURCE_SIDE_FIX.split(", or ")[0])
+        if op == "ILIKE":
+            self._require_binary_collation(node, "ILIKE", node.this, *array.expressions)
         return T.BOOL
 
     # --- ROW(…) IS [NOT] NULL -------------------------------------------------------------------------

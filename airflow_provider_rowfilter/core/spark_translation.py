@@ -302,8 +302,16 @@ class _Translator:
 
     # --- patterns ---------------------------------------------------------------------------------
     def _t_Like(self, node, t, *, escape: str | None = None, fold: bool = False):
-        subject = self.value(node.left)
-        pattern_node = node.right
+        quantified = quantified_array(node.right)
+        if quantified is not None:
+            # x LIKE ANY/ALL (ARRAY[…]): the operator on each element, ORed (ANY) or ANDed (ALL), which are
+            # ScalarArrayOpExpr's NULL rules; NOT LIKE is the operator !~~ on each element
+            kind, array = quantified
+            terms = [self._like(node, self.value(node.left), e, escape, fold) for e in array.expressions]
+            return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
+        return self._like(node, self.value(node.left), node.right, escape, fold)
+
+    def _like(self, node, subject: exp.Expr, pattern_node: exp.Expr, escape: str | None, fold: bool) -> exp.Expr:
         pattern: exp.Expr
         if id(pattern_node) in self.rf.constants and self.rf.constants[id(pattern_node)] is not None:
             pattern = exp.Literal.string(_like_pattern(str(self.rf.constants[id(pattern_node)]), escape))

@@ -186,6 +186,21 @@ CASES = (
          "the array is double precision[], so i8 is compared as double precision (unlike IN's pairwise items)"),
     Case("all_array_with_null", "i4 <> ALL (ARRAY[1, NULL])", ({"i4": "2"}, {"i4": "1"}, {}), (None, False, None),
          "ALL is false at the first false, else NULL when an element is NULL"),
+    # x [NOT] LIKE|ILIKE ANY/ALL (ARRAY[…]): the pattern operator on each element (PostgreSQL accepts them;
+    # they were refused as untranslatable).
+    Case("like_any_array", "t LIKE ANY (ARRAY['a%', 'b_'])", ({"t": "abc"}, {"t": "bc"}, {"t": "bcd"}, {}),
+         (True, True, False, None), "LIKE ANY was refused as untranslatable"),
+    Case("like_any_with_a_null_pattern", "t LIKE SOME (ARRAY['a%', NULL])", ({"t": "abc"}, {"t": "x"}),
+         (True, None), "ANY's NULL rule is OR's"),
+    Case("not_like_any_negates_each_element", "t NOT LIKE ANY (ARRAY['a%', 'ab%'])",
+         ({"t": "abc"}, {"t": "ax"}, {"t": "x"}), (False, True, True), "NOT LIKE ANY is !~~ ANY, not NOT (… ANY)"),
+    Case("not_like_all", "t !~~ ALL (ARRAY['a%', 'b%'])", ({"t": "abc"}, {"t": "x"}, {}), (False, True, None),
+         "sqlglot reads a LIKE's ALL as exp.All"),
+    Case("char_like_all_sees_the_padding", "c LIKE ALL (ARRAY['ab%', t])",
+         ({"c": "ab  ", "t": "ab"}, {"c": "ab  ", "t": "ab  "}), (False, True),
+         "bpcharlike matches the padded value against each element"),
+    Case("ilike_any_folds_ascii_case", "t ILIKE ANY (ARRAY['A%', 'x'])", ({"t": "abc"}, {"t": "X"}, {"t": "b"}),
+         (True, True, False), "each element folded as ILIKE folds"),
     Case("any_array_ordering", "i4 < ANY (ARRAY[i2, 5])", ({"i4": "4"}, {"i4": "7", "i2": "8"}, {"i4": "7"}),
          (True, True, None), "each element compared with the operator, ORed"),
     Case("row_is_null", "ROW(i4, t) IS NULL", ({}, {"i4": "1"}), (True, False),
@@ -241,6 +256,16 @@ VALIDITY = (
     ("text_compared_with_a_varchar_array", "t = ANY (ARRAY[v, 'y'])", InvalidRowFilterError),
     ("varchar_compared_with_a_text_column_array", "v = ANY (ARRAY[t, 'y'])", "accepted"),
     ("char_compared_with_its_own_array", "c = ANY (ARRAY[c, 'y'])", "accepted"),
+    # LIKE ANY: the elements are the operator's text argument, so a varchar[] or character(n)[] array is converted
+    ("like_any_over_a_varchar_array", "t LIKE ANY (ARRAY['a%', v])", InvalidRowFilterError),
+    ("like_any_over_a_char_array", "t LIKE ANY (ARRAY[c])", InvalidRowFilterError),
+    ("varchar_ilike_any_over_text", "v ILIKE ANY (ARRAY['a%'])", "accepted"),
+    ("integer_like_any", "i4 LIKE ANY (ARRAY['1'])", InvalidRowFilterError),
+    ("text_like_any_integers", "t LIKE ANY (ARRAY[1])", InvalidRowFilterError),
+    ("like_any_with_escape_is_a_syntax_error", "t LIKE ANY (ARRAY['a%']) ESCAPE '!'", PublicationError),
+    ("regex_any_over_a_varchar_array", "t ~ ANY (ARRAY[v])", InvalidRowFilterError),
+    ("integer_regex_any", "i4 ~ ANY (ARRAY['1'])", InvalidRowFilterError),
+    ("regex_any_over_text", "t ~ ANY (ARRAY['a', 'b'])", UntranslatableFilterError),
 )
 
 
@@ -313,6 +338,8 @@ REFUSALS = (
     ("ROW(ROW(i4), t) IS NULL", "a row inside a row"),
     ("(i4, t) = (1, 'a')", "a row constructor outside IS [NOT] NULL"),
     ("i4 = ANY ('{1,2}')", "not ARRAY[…]"),
+    ("t LIKE ANY ('{a%,b%}')", "not ARRAY[…]"),
+    ("t !~* ALL (ARRAY['a', 'b'])", "a regular expression ALL (ARRAY[…])"),
 )
 
 
