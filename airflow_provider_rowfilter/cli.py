@@ -124,9 +124,10 @@ def _parser() -> argparse.ArgumentParser:
     commands["resync"].add_argument("--copy", action="store_true", help="copy it now instead of at the next snapshot")
     for name in ("snapshot", "resync"):
         commands[name].add_argument("--max-partitions", type=positive, default=None, metavar="N",
-                                    help="most parallel readers per table (default twice Spark's default "
-                                    "parallelism; a table read by one goes straight into its table, as "
-                                    "PostgreSQL's table sync copies)")
+                                    help="most parallel readers per table (default: one, as PostgreSQL's table "
+                                    "sync copies, straight into the table; several, up to twice Spark's default "
+                                    "parallelism, where the planner says they pay: a large table whose filter "
+                                    "keeps little of it and no index serves)")
         commands[name].add_argument("--progress-interval", type=interval, default=None, metavar="SECONDS",
                                     help="seconds between two reports of a copy's progress (default 1 on a "
                                     "terminal, where a bar shows them; else 10, one line each)")

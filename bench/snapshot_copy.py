@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dsn", help="admin URL of an existing PostgreSQL 15+ with wal_level=logical "
                    "(default: start a throwaway local one)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    p.add_argument("--max-partitions", type=int, help="readers per table (default twice Spark's parallelism)")
+    p.add_argument("--max-partitions", type=int, help="readers per table (default: the job's own choice, one unless several pay)")
     p.add_argument("--filter", default=FILTER, help=f"the publication's row filter (default {FILTER!r}: half)")
     p.add_argument("--process", choices=("spark-submit", "connect"),
                    help="our copy as `rowfilter refresh` + a timed `rowfilter snapshot` process per run, as Airflow "

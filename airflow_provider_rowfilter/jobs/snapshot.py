@@ -5,16 +5,16 @@ SnapshotCopyOperator submits); "snapshot" inside it means only the publisher sna
 
 For each chosen table in state ``i`` (or ``d``, a copy that did not finish): ``d``, then the rows
 that satisfy ANY of the subscription's publications' filters (``publish`` ignored), only the
-published columns, read in parallel Spark partitions from one publisher snapshot (exported by a
-temporary slot, as tablesync's) with ``COPY … TO STDOUT`` and streamed into ``COPY … FROM STDIN``
-of the attempt's staging table on the subscriber; then ONE transaction moves them into the table
-(which keeps the rows it had, as PostgreSQL's copy does; a duplicate key fails the move) and sets
-``f`` with the slot's consistent point (changes committed from there on are the catch-up's) and the
-rows copied. A table read by one reader (small, or ``max_partitions: 1``) skips the staging table: the
-job's own process streams the publisher's COPY straight into the table, in the transaction that sets
-``f``, as tablesync does (no Spark task, each row written once). A table whose copy fails keeps its
-state, its rows and the error; a later run replaces the staging table and copies again, as tablesync
-redoes an interrupted copy.
+published columns, read from one publisher snapshot (exported by a temporary slot, as tablesync's)
+with ``COPY … TO STDOUT``. One reader (the default, as tablesync) streams them from the job's own
+process straight into ``COPY table FROM STDIN``, in the transaction that sets ``f`` with the slot's
+consistent point (changes committed from there on are the catch-up's) and the rows copied; no Spark
+session is started for it. Several readers (``max_partitions``, or where the planner says they pay:
+publisher/copy_source.py ``split_pays``) run as Spark tasks into the attempt's staging table, and ONE
+transaction then moves the rows into the table and sets ``f``. Either way the table keeps the rows it
+had, as PostgreSQL's copy does, and a duplicate key fails the copy. A table whose copy fails keeps its
+state, its rows and the error; a later run copies again from nothing, as tablesync redoes an
+interrupted copy.
 
 ``resync`` empties the named tables and sends them back to ``i`` (the backfill path); with
 ``copy`` it copies them at once instead, emptying each in the transaction that starts its copy,
@@ -86,12 +86,13 @@ class InitialCopyError(RowFilterError):
 
 @dataclass(frozen=True)
 class CopyOptions:
-    """Tuning of the copy. ``max_partitions`` defaults to twice Spark's default parallelism;
+    """Tuning of the copy. ``max_partitions`` None: one reader, unless the split pays (publisher/copy_source.py
+    ``split_pays``), then at most twice Spark's default parallelism;
     ``fetch_size`` is the rows handed from the publisher's COPY to the subscriber's per write;
     ``progress_interval`` the seconds between two progress lines (subscriber/copy_progress.py)."""
 
     max_partitions: int | None = None
-    min_pages: int = PartitionOptions(1).min_pages
+    min_pages: int = PartitionOptions(None).min_pages
     fetch_size: int = DEFAULT_BLOCK_ROWS
     progress_interval: float = DEFAULT_INTERVAL
 
@@ -283,8 +284,8 @@ class _CopyJob:
         app = f"rowfilter:{spec.subscription}:snapshot"
         self.source_conninfo = executor_conninfo(_required(spec.publisher, "publisher", spec), "publisher", app)
         self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec), "subscriber", app)
-        # Spark's parallelism (one small action) is asked only for a table large enough to split, with no bound given.
-        self.partitions = PartitionOptions(options.max_partitions or self._default_readers, options.min_pages)
+        # Spark's parallelism (one small action) is asked only for a table whose split pays, with no bound given.
+        self.partitions = PartitionOptions(options.max_partitions, options.min_pages, self._default_readers)
 
     @cache  # noqa: B019 (one job, a handful of tables)
     def _default_readers(self) -> int:
@@ -370,8 +371,6 @@ class _CopyJob:
                         self.store.set_state(table, SyncState.INIT, resync=True)
                     self.store.set_state(table, SyncState.DATA_COPY)
             started.append(target)
-            fence = CopyFence(self.spec.subscription, table.schema, table.name,
-                              self.store.copy_token(table))  # updated_at as set_state(d) wrote it
             log.info("%s: copying rows where %s (publications %s), columns %s, in %s%s",
                      table, source.filter_sql or "TRUE (no filter)", ", ".join(filters.publications),
                      ", ".join(source.columns), plan.describe(), "" if source.only else ", all partitions")
@@ -387,6 +386,8 @@ class _CopyJob:
                 else:
                     from airflow_provider_rowfilter.spark.copy_frames import run_partitions
 
+                    # The writers' fence: this attempt's updated_at, as set_state(d) wrote it.
+                    fence = CopyFence(self.spec.subscription, table.schema, table.name, self.store.copy_token(table))
                     staged = run_partitions(spark, reads, partial(
                         copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
                         fence=fence, block_rows=self.options.fetch_size))
@@ -477,8 +478,9 @@ def snapshot_parser():
                    help="copy this table (repeatable); default every table waiting for its copy")
     p.add_argument("--resync", action="store_true",
                    help="empty the named tables and copy them again (the backfill path)")
-    p.add_argument("--max-partitions", type=int, help="most parallel readers per table "
-                   "(default twice Spark's default parallelism; one reader copies straight into the table)")
+    p.add_argument("--max-partitions", type=int, help="most parallel readers per table (default: one, unless "
+                   "the planner says several pay, then up to twice Spark's default parallelism; one reader "
+                   "copies straight into the table)")
     p.add_argument("--fetch-size", type=int, default=DEFAULT_BLOCK_ROWS,
                    help="rows handed from the publisher's COPY to the subscriber's per write")
     return p

@@ -23,7 +23,9 @@ class SnapshotCopyOperator(RowFilterJobOperator):
         list or a comma-separated string; default all of the subscription's tables. (templated)
     :param resync: first empty the named ``tables`` in the subscriber and send them back to ``i``,
         then copy them: the backfill path (``--resync``; needs ``tables``).
-    :param max_partitions: most parallel copies per table (default twice Spark's parallelism).
+    :param max_partitions: most parallel copies per table (default: one, straight into the table, unless the
+        planner says several pay, for a large table whose filter keeps little of it; then up to twice
+        Spark's parallelism).
     :param fetch_size: rows handed from the publisher's ``COPY`` to the subscriber's per write.
 
     The other parameters are those of

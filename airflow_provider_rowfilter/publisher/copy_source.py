@@ -190,14 +190,34 @@ def copy_out_statements(source: CopySource, plan: ReadPlan) -> list[str]:
     return [copy_out_sql(source)]
 
 
+#: What several readers add per row they keep, in planner cost units (``seq_page_cost`` = 1): the row's
+#: second write on the subscriber, by the move out of the staging table. On 2 CPUs, native copies of
+#: 8,000,000 rows keeping 160,000 and 2,000,000 took 0.59 s and 3.63 s: a written row 1.6 µs, and a unit
+#: of the scan's estimated cost 1.6–2.7 µs (docs/initial-sync.md, "How many readers").
+SECOND_WRITE_COST = 1.0
+#: What several readers cost before their first row, in the same units: Spark's tasks and its Python
+#: workers, 0.6 s on a warm Spark Connect server (5 s more on a cold one).
+SPLIT_START_COST = 400_000.0
+
+
+def _one_reader() -> int:
+    return 1
+
+
 @dataclass(frozen=True)
 class PartitionOptions:
     """How finely a table is split: at most ``max_partitions`` readers, each at least ``min_pages``
-    blocks of 8 kB (so small tables stay one partition). ``max_partitions`` may be a function, asked
-    only for a table large enough to split (the copy job's asks Spark its parallelism)."""
+    blocks of 8 kB (so small tables stay one partition).
 
-    max_partitions: int | Callable[[], int]
+    ``max_partitions`` None is the default: one reader, as tablesync reads a table, unless several pay
+    (:func:`split_pays`); then at most ``default_bound()`` (asked only then: the copy job's asks Spark
+    its parallelism). ``start_cost`` is :data:`SPLIT_START_COST` but for tests.
+    """
+
+    max_partitions: int | None
     min_pages: int = 2048
+    default_bound: Callable[[], int] = _one_reader
+    start_cost: float = SPLIT_START_COST
 
 
 def table_pages(conn: psycopg.Connection, source: CopySource) -> int:
@@ -228,6 +248,16 @@ def estimated_rows(conn: psycopg.Connection, source: CopySource) -> int | None:
     return int(value) if value is not None and value > 0 else None
 
 
+def split_pays(conn: psycopg.Connection, source: CopySource, start_cost: float = SPLIT_START_COST) -> bool:
+    """Whether several readers pay for a table: when the publisher's read of its published rows costs more
+    (the planner's estimate, which knows an index that serves the filter) than what they add, each kept row
+    written twice and Spark's start. One reader otherwise: the subscriber's write, not the publisher's
+    scan, is then what takes the time, and a split only adds to it."""
+    query = conn.execute(f"EXPLAIN (FORMAT JSON) {select_sql(source)}").fetchone()[0]
+    plan = query[0]["Plan"]
+    return float(plan["Total Cost"]) > float(plan["Plan Rows"]) * SECOND_WRITE_COST + start_cost
+
+
 def plan_partitions(conn: psycopg.Connection, source: CopySource, options: PartitionOptions) -> ReadPlan:
     """Choose how to split the read: block ranges (14+), else integer key ranges, else one reader.
 
@@ -239,7 +269,14 @@ def plan_partitions(conn: psycopg.Connection, source: CopySource, options: Parti
     splits = max(1, math.ceil(pages / max(options.min_pages, 1)))
     if splits <= 1:
         return SinglePartition()
-    limit = options.max_partitions() if callable(options.max_partitions) else options.max_partitions
+    if options.max_partitions is None:
+        if not split_pays(conn, source, options.start_cost):
+            log.info("%s: one reader, as tablesync reads it: by the planner's estimates several would cost the "
+                     "subscriber more than they save the publisher (--max-partitions N sets their number)", source.table)
+            return SinglePartition()
+        limit = options.default_bound()
+    else:
+        limit = options.max_partitions
     wanted = min(max(limit, 1), splits)
     if wanted <= 1:
         return SinglePartition()

@@ -156,10 +156,7 @@ def copy_direct(conn: psycopg.Connection, source: dict[str, str], snapshot: Expo
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(table_sql(target.table), target.column_list)
     try:
         with conn.cursor() as cur, closing(read_copy(source, read, snapshot, block_rows=block_rows)) as blocks:
-            with cur.copy(statement) as copy:
-                for block in blocks:
-                    copy.write(block)
-            return cur.rowcount
+            return _stream(cur, statement, blocks)
     except psycopg.errors.UniqueViolation as e:
         raise _duplicate_key(e, target) from e
 
@@ -239,10 +236,15 @@ def write_copy(conninfo: dict[str, str], statement: str, blocks: Iterable[bytes]
                                                                      SyncState.DATA_COPY)
             if token is None or token != fence.token:
                 raise CopySupersededError(f"copy of {fence.schema}.{fence.table} was superseded by a newer attempt")
-        with cur.copy(statement) as copy:
-            for block in blocks:
-                copy.write(block)
-        return cur.rowcount
+        return _stream(cur, statement, blocks)
+
+
+def _stream(cur: psycopg.Cursor, statement: str | sql.Composable, blocks: Iterable[bytes]) -> int:
+    """``blocks`` of COPY text (whole lines) into ``statement``, a ``COPY … FROM STDIN``; the rows written."""
+    with cur.copy(statement) as copy:
+        for block in blocks:
+            copy.write(block)
+    return cur.rowcount
 
 
 def copy_partition(source: dict[str, str], snapshot: ExportedSnapshot | None, target: dict[str, str],

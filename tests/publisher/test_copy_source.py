@@ -8,6 +8,7 @@ import pytest
 from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, ReplicaIdentity, TableName
 from airflow_provider_rowfilter.core.subscription_filters import TableFilters
 from airflow_provider_rowfilter.publisher.copy_source import (
+    SPLIT_START_COST,
     BlockRanges,
     CopySource,
     CopySourceError,
@@ -121,6 +122,31 @@ def test_plan_partitions_by_blocks_by_key_or_not_at_all(publisher, monkeypatch):
     monkeypatch.setattr(type(publisher.info), "server_version", property(lambda _: 130000))
     assert plan_partitions(publisher, k, PartitionOptions(4, min_pages=1)) == KeyRanges(101, 1001, 4)
     assert plan_partitions(publisher, nokey_source, PartitionOptions(3, min_pages=1)) == SinglePartition()
+
+
+def test_by_default_a_table_is_split_only_where_the_split_pays(publisher):
+    """Several readers stage and move their rows (each kept row written twice on the subscriber) and start
+    Spark: by default they are used only when the publisher's read costs more than that, by the planner's
+    estimates, and Spark's parallelism (the bound) is asked only then."""
+    publisher.execute("ANALYZE k")  # 900 rows, a primary key on id
+
+    def never() -> int:
+        raise AssertionError("the default bound is asked only for a split that pays")
+
+    def plan(filter_sql: str | None, start_cost: float = 0.0, bound=never):
+        source = CopySource(TableName("public", "k"), ("id", "pad"), filter_sql, only=True, key="id")
+        return plan_partitions(publisher, source, PartitionOptions(None, 1, bound, start_cost))
+
+    assert plan(None) == SinglePartition()  # every row kept: the second writes cost more than the scan
+    assert plan("id > 550") == SinglePartition()  # half kept, read through the key's index
+    # one row, but the whole table scanned for it: as many readers as the bound allows
+    split = plan("pad || id = 'x'", bound=lambda: 3)
+    assert isinstance(split, BlockRanges) and split.partitions == 3
+    assert plan("pad || id = 'x'", start_cost=SPLIT_START_COST) == SinglePartition()  # not worth Spark's start here
+    # An explicit bound is the user's: no estimate decides it.
+    explicit = plan_partitions(publisher, CopySource(TableName("public", "k"), ("id",), None, only=True),
+                               PartitionOptions(2, min_pages=1))
+    assert isinstance(explicit, BlockRanges) and explicit.partitions == 2
 
 
 def test_exported_snapshot_splits_the_changes_at_its_consistent_point(publisher):
