@@ -7,6 +7,7 @@ subscription's whole ``subscription_rel`` (state, LSN, rows copied, error, times
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import psycopg
 import yaml
 
 from airflow_provider_rowfilter import cli
+from airflow_provider_rowfilter.jobs.exit_status import EXIT_TRANSIENT
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.tooling.native import table_rows
@@ -140,6 +142,21 @@ def test_an_unusable_spark_master_changes_nothing(setup, spark, tmp_path):  # no
     done = subprocess.run([sys.executable, "-c", SEVERAL_READERS, path], capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "cannot start Spark with spark_master 'no-such-master://x'" in done.stderr, done.stderr[-2000:]
+    unchanged(spec, rels, rows)
+
+
+def test_a_spark_connect_server_that_does_not_answer_changes_nothing(setup, spark):  # noqa: F811
+    """The one Spark check made before any table changes, though this table needs no Spark: a Connect
+    server that does not answer (a later run may find it up: the exit status Airflow retries)."""
+    spec, path = setup
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"sc://127.0.0.1:{probe.getsockname()[1]}"
+    path, rels, rows = copied(spec, spark, path, spark_remote=url)
+    done = subprocess.run([sys.executable, "-m", "airflow_provider_rowfilter.jobs.snapshot", "--spec", path,
+                           "--table", "public.t1", "--resync"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == EXIT_TRANSIENT, done.stderr[-2000:]  # what the operators run: Airflow retries it
+    assert f"no Spark Connect server answers at spark_remote '{url}'" in done.stderr
     unchanged(spec, rels, rows)
 
 
