@@ -193,8 +193,9 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
            spark: SparkSession | None = None, options: CopyOptions | None = None) -> InitialCopyResult:
     """Empty each table in the subscriber and send it back to ``i`` (one transaction per table).
 
-    With ``copy`` each table is copied right away instead, whatever its state: the definitions, the
-    Spark session, the table's lock, its publication and the subscriber's table are checked first,
+    With ``copy`` each table is copied right away instead, whatever its state: the definitions, a Spark
+    Connect server's answer, the table's lock, its publication, the subscriber's table and, for several
+    readers, the Spark session are checked first,
     and the table is emptied and moved to ``d`` in the transaction that creates the copy's snapshot
     on the publisher, so a failure before the copy starts leaves its rows and its state as they were
     (and records nothing). Without ``copy`` the next snapshot copies them. Changes to them are not
