@@ -547,7 +547,7 @@ class _Analyzer(TextAnalysis):
                 continue  # bpcharlike(character, text) matches the padded value, trailing spaces included
             self.coerce(child, t, T.TEXT)
         if op == "ILIKE":
-            self._require_binary_collation(node, "ILIKE", node.left)
+            self._require_binary_collation(node, "ILIKE", node.left, node.right)
         if op == "SIMILAR TO" and not isinstance(node.parent, exp.Escape):
             self.check_regex(node)  # with ESCAPE, _a_Escape checks it with its escape character
         return T.BOOL

@@ -53,18 +53,26 @@ def parse_row_filter(sql: str) -> exp.Expr:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
     _check_nonassociative(sql, parsed[0], tokens)
     _check_pattern_operators(sql, tokens)
-    _check_quantified_escape(sql, parsed[0], tokens)
+    _check_quantified_patterns(sql, parsed[0], tokens)
     return parsed[0]
 
 
-def _check_quantified_escape(sql: str, tree: exp.Expr, tokens: list) -> None:
-    """gram.y's ``LIKE … ESCAPE`` takes a pattern; ``LIKE ANY (…)`` is a subquery_Op, which has no ESCAPE.
-    sqlglot takes ``a LIKE ANY (ARRAY['x']) ESCAPE '!'``."""
+def _check_quantified_patterns(sql: str, tree: exp.Expr, tokens: list) -> None:
+    """gram.y's ``LIKE … ESCAPE`` takes a pattern, and ``LIKE ANY (…)`` is a subquery_Op, which has no
+    ESCAPE; SIMILAR TO is no subquery_Op at all. sqlglot takes ``a LIKE ANY (ARRAY['x']) ESCAPE '!'``
+    and ``a SIMILAR TO ANY (ARRAY['x'])``."""
+    for tok, following in zip(tokens, tokens[1:], strict=False):
+        if tok.text.upper().split() == ["SIMILAR", "TO"] and _quantifier(following):  # one token in sqlglot
+            raise_pg_syntax_error(sql, following)
     for node in tree.find_all(exp.Escape):
         if isinstance(node.this, (exp.Like, exp.ILike)) and isinstance(node.this.expression, (exp.Any, exp.All)):
             after = node_position(node.this.expression) or 0
-            word = next(t for t in tokens if t.text.upper() == "ESCAPE" and t.start + 1 > after)
-            raise_pg_syntax_error(sql, word)
+            raise_pg_syntax_error(sql, next(t for t in tokens if t.token_type == TokenType.ESCAPE
+                                            and t.start + 1 > after))
+
+
+def _quantifier(tok) -> bool:
+    return tok.token_type != TokenType.VAR and tok.text.upper() in ("ANY", "SOME", "ALL")
 
 
 # gram.y has no empty list and no empty parenthesis: expr_list, func_arg_list, in_expr's '(' expr_list
@@ -164,8 +172,11 @@ def _check_pattern_operators(sql: str, tokens: list) -> None:
                 raise_pg_syntax_error(sql, previous if infix_not else tok)
             word = _pattern_word(tok)
             # IN's right side is a parenthesised list, after which bison reduces without looking
-            # ahead: `a IN (1) LIKE b` parses, as (a IN (1)) LIKE b.
-            level["seen"] = word != "IN"
+            # ahead: `a IN (1) LIKE b` parses, as (a IN (1)) LIKE b. `a LIKE ANY (…)` is a
+            # subquery_Op, reduced with Op's precedence: `a LIKE ANY (…) IN (…)` parses too.
+            following = tokens[i + 1] if i + 1 < len(tokens) else None
+            quantified = word in ("LIKE", "ILIKE") and following is not None and _quantifier(following)
+            level["seen"] = word != "IN" and not quantified
             level["between"] += word == "BETWEEN"
         elif kind == TokenType.NOT:
             following = tokens[i + 1] if i + 1 < len(tokens) else None

@@ -85,3 +85,15 @@ def test_numeric_column_without_precision_is_refused_at_validation(sql):
     assert "numeric(p,s)" in raised.value.hint
     with pytest.raises(UntranslatableFilterError):  # why: the apply cannot read the column
         filter_expression(exp.column("amount"), {"amount": "numeric"}, lambda name: exp.column(name))
+
+
+@pytest.mark.parametrize("sql", ["b ILIKE 'a%' COLLATE \"en_US\"", "b COLLATE \"en_US\" ILIKE 'a%'",
+                                 "b ILIKE ANY (ARRAY['a%' COLLATE \"en_US\"])"],
+                         ids=["pattern", "subject", "array-element"])
+def test_ilike_under_a_linguistic_collation_is_refused_whichever_side_names_it(sql):
+    """ILIKE folds case by its input collation, which either operand may name (the pattern's COLLATE too);
+    Spark folds ASCII only, which is exact under C and POSIX alone."""
+    from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+
+    with pytest.raises(UntranslatableFilterError, match='ILIKE under collation "en_US"'):
+        validate_row_filter(sql, RELATION)

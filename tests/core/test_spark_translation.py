@@ -266,6 +266,9 @@ VALIDITY = (
     ("regex_any_over_a_varchar_array", "t ~ ANY (ARRAY[v])", InvalidRowFilterError),
     ("integer_regex_any", "i4 ~ ANY (ARRAY['1'])", InvalidRowFilterError),
     ("regex_any_over_text", "t ~ ANY (ARRAY['a', 'b'])", UntranslatableFilterError),
+    ("similar_to_any_is_a_syntax_error", "t SIMILAR TO ANY (ARRAY['a%'])", PublicationError),
+    ("not_similar_to_all_is_a_syntax_error", "t NOT SIMILAR TO ALL (ARRAY['a%'])", PublicationError),
+    ("like_any_then_in_parses", "t LIKE ANY (ARRAY['a%']) IN (true)", "accepted"),
 )
 
 
