@@ -217,7 +217,7 @@ def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> Sl
 
 def _resync(spec: SubscriptionSpec, tables: list) -> None:
     """Empty the tables and send them back to ``i``, each in one transaction (``rowfilter resync``)."""
-    from airflow_provider_rowfilter.jobs.snapshot import resync  # imports pyspark: only on this path
+    from airflow_provider_rowfilter.jobs.snapshot import resync  # the copy's modules: only on this path
 
     resync(spec, tables)
     log.warning("slot of %s recreated: %s emptied and sent back to state i for a new copy", spec.subscription,

@@ -31,13 +31,13 @@ import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import asdict, dataclass, field
-from functools import cache, partial
+from functools import partial
 from typing import TYPE_CHECKING
 
 import psycopg
 
 from airflow_provider_rowfilter.connection import connect
-from airflow_provider_rowfilter.core.errors import RowFilterError, SparkUnavailableError, SpecError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
@@ -53,7 +53,6 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     plan_partitions,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
-from airflow_provider_rowfilter.spark.remote import require_server
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -161,8 +160,8 @@ def initial_copy(spec: SubscriptionSpec, tables: Sequence[TableName] | None = No
 def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, resync: bool,
                  spark: SparkSession | None, options: CopyOptions | None) -> InitialCopyResult:
     """The initial copy, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
-    that concerns all tables (the definitions, a Spark Connect server's answer) runs before any table
-    changes; the Spark session starts when a table first needs it (:class:`_SparkOnDemand`)."""
+    that concerns all tables (the definitions) runs before any table changes; the Spark session starts
+    when a table first needs it, before that table changes (:class:`_SparkOnDemand`)."""
     options = options or CopyOptions()
     result = InitialCopyResult(spec.subscription, resync=resync)
     with connect(spec.subscriber, "subscriber", spec) as sub:
@@ -180,8 +179,6 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
             return result
         with connect(spec.publisher, "publisher", spec) as pub:
             definitions = load_definitions(spec, pub)
-        if spark is None and spec.spark_remote:
-            require_server(spec.spark_remote)
         with _SparkOnDemand(spec, spark) as session:
             job = _CopyJob(spec, definitions, store, session, options, resync=resync)
             for rel in todo:
@@ -193,9 +190,9 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
            spark: SparkSession | None = None, options: CopyOptions | None = None) -> InitialCopyResult:
     """Empty each table in the subscriber and send it back to ``i`` (one transaction per table).
 
-    With ``copy`` each table is copied right away instead, whatever its state: the definitions, a Spark
-    Connect server's answer, the table's lock, its publication, the subscriber's table and, for several
-    readers, the Spark session are checked first,
+    With ``copy`` each table is copied right away instead, whatever its state: the definitions, the
+    table's lock, its publication, the subscriber's table and, for several readers, the Spark session
+    are checked first,
     and the table is emptied and moved to ``d`` in the transaction that creates the copy's snapshot
     on the publisher, so a failure before the copy starts leaves its rows and its state as they were
     (and records nothing). Without ``copy`` the next snapshot copies them. Changes to them are not
@@ -244,15 +241,18 @@ class _SparkOnDemand:
     to size them by Spark's parallelism. A table read by one reader copies without Spark, as tablesync
     does; a job of such tables never loads pyspark (its Connect client alone takes 0.7 s to import).
 
-    A session that cannot start stops the job before the table that asked for it changes (the
-    tables copied before keep their copies): :meth:`__call__` raises :class:`SpecError` or
-    :class:`SparkUnavailableError`, which :meth:`_CopyJob.copy` lets through.
+    Spark that cannot start, or cannot say its parallelism, stops the job before the table that asked
+    for it changes (the tables copied before keep their copies, and the run again skips them): the
+    error is kept as :attr:`failure`, which :meth:`_CopyJob.copy` lets through instead of recording it
+    on the table (a Connect server that does not answer exits with the status Airflow retries).
     """
 
     def __init__(self, spec: SubscriptionSpec, given: SparkSession | None) -> None:
         self.spec = spec
         self.given = given
         self.session: SparkSession | None = None
+        self.parallelism: int | None = None
+        self.failure: Exception | None = None
         self.stack = ExitStack()
 
     def __enter__(self) -> _SparkOnDemand:
@@ -265,10 +265,27 @@ class _SparkOnDemand:
         if self.session is None:
             from airflow_provider_rowfilter.spark.session import job_session
 
-            session = self.stack.enter_context(job_session(self.spec, "snapshot", self.given))
-            _refuse_speculation(session)
+            try:
+                session = self.stack.enter_context(job_session(self.spec, "snapshot", self.given))
+                _refuse_speculation(session)
+            except Exception as e:
+                self.failure = e
+                raise
             self.session = session
         return self.session
+
+    def default_parallelism(self) -> int:
+        """Spark's default parallelism (one small action), asked once."""
+        if self.parallelism is None:
+            from airflow_provider_rowfilter.spark.copy_frames import default_parallelism
+
+            session = self()
+            try:
+                self.parallelism = default_parallelism(session)
+            except Exception as e:
+                self.failure = e
+                raise
+        return self.parallelism
 
 
 class _CopyJob:
@@ -285,14 +302,9 @@ class _CopyJob:
         app = f"rowfilter:{spec.subscription}:snapshot"
         self.source_conninfo = executor_conninfo(_required(spec.publisher, "publisher", spec), "publisher", app)
         self.target_conninfo = executor_conninfo(_required(spec.subscriber, "subscriber", spec), "subscriber", app)
-        # Spark's parallelism (one small action) is asked only for a table whose split pays, with no bound given.
-        self.partitions = PartitionOptions(options.max_partitions, options.min_pages, self._default_readers)
-
-    @cache  # noqa: B019 (one job, a handful of tables)
-    def _default_readers(self) -> int:
-        from airflow_provider_rowfilter.spark.copy_frames import default_parallelism
-
-        return 2 * default_parallelism(self.spark())
+        # Spark's parallelism is asked only for a table whose split pays, with no bound given.
+        self.partitions = PartitionOptions(options.max_partitions, options.min_pages,
+                                           lambda: 2 * spark.default_parallelism())
 
     def copy(self, rel: RelState) -> TableCopy:
         table = rel.table
@@ -302,8 +314,8 @@ class _CopyJob:
             with _table_lock(sub, self.spec.subscription, table):
                 return self._copy_locked(table, started)
         except Exception as e:  # every failure is recorded on the table; the other tables go on
-            if isinstance(e, (SpecError, SparkUnavailableError)) and not started:
-                raise  # the job's Spark (started on demand, before the copy starts), not the table's: the job stops
+            if e is self.spark.failure:
+                raise  # the job's Spark (started before the copy starts), not the table's: the job stops
             message = describe(e)
             log.error("%s: initial copy failed: %s", table, message)
             copy_failed(table)
@@ -343,7 +355,8 @@ class _CopyJob:
         # One reader needs no staging table: it COPYs straight into the table in the transaction that
         # records f, as tablesync does, and writes each row once (subscriber/copy_target.py copy_direct).
         direct = len(reads) == 1
-        spark = None if direct else self.spark()  # started before the table changes (see _SparkOnDemand)
+        if not direct:
+            self.spark()  # started before the table changes (see _SparkOnDemand)
         with ExitStack() as held:
             # The copy starts with the snapshot it reads, then ONE subscriber transaction: a new staging
             # table (an interrupted attempt's is dropped with what it staged: the copy is redone from
@@ -389,7 +402,7 @@ class _CopyJob:
 
                     # The writers' fence: this attempt's updated_at, as set_state(d) wrote it.
                     fence = CopyFence(self.spec.subscription, table.schema, table.name, self.store.copy_token(table))
-                    staged = run_partitions(spark, reads, partial(
+                    staged = run_partitions(self.spark(), reads, partial(
                         copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
                         fence=fence, block_rows=self.options.fetch_size))
         if not direct:

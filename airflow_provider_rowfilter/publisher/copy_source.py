@@ -267,7 +267,8 @@ def plan_partitions(conn: psycopg.Connection, source: CopySource, options: Parti
     """
     pages = table_pages(conn, source)
     splits = max(1, math.ceil(pages / max(options.min_pages, 1)))
-    if splits <= 1:
+    blocks = conn.info.server_version >= 140000
+    if splits <= 1 or not (blocks or source.key is not None):
         return SinglePartition()
     if options.max_partitions is None:
         if not split_pays(conn, source, options.start_cost):
@@ -280,7 +281,7 @@ def plan_partitions(conn: psycopg.Connection, source: CopySource, options: Parti
     wanted = min(max(limit, 1), splits)
     if wanted <= 1:
         return SinglePartition()
-    if conn.info.server_version >= 140000:
+    if blocks:
         step = math.ceil(pages / wanted)
         starts = list(range(0, pages, step))[:wanted]
         bounds = tuple((s, starts[i + 1] if i + 1 < len(starts) else None) for i, s in enumerate(starts))

@@ -1,8 +1,8 @@
 """Whether the Spark Connect server of a spec's ``spark_remote`` answers, without loading pyspark.
 
-A job asks this before it changes anything, and starts its Spark session only when a step needs
-Spark (jobs/snapshot.py: a table read by one reader copies without Spark). pyspark's Connect client
-(gRPC, pandas, pyarrow) takes about 0.7 s to import; a TCP connection takes a millisecond.
+spark/session.py asks it before it builds a Connect session: pyspark's client would retry an
+unreachable server for minutes, and takes about 0.7 s to import (gRPC, pandas, pyarrow) before it
+even tries; a TCP connection takes a millisecond.
 """
 
 from __future__ import annotations

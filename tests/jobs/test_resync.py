@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 import yaml
 
 from airflow_provider_rowfilter import cli
@@ -145,26 +146,31 @@ def test_an_unusable_spark_master_changes_nothing(setup, spark, tmp_path):  # no
     unchanged(spec, rels, rows)
 
 
-def test_a_spark_connect_server_that_does_not_answer_changes_nothing(setup, spark):  # noqa: F811
-    """The one Spark check made before any table changes, though this table needs no Spark: a Connect
-    server that does not answer (a later run may find it up: the exit status Airflow retries)."""
-    spec, path = setup
+def _free_url() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        url = f"sc://127.0.0.1:{probe.getsockname()[1]}"
+        return f"sc://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_a_spark_connect_server_that_does_not_answer_changes_nothing(setup, spark):  # noqa: F811
+    """A table read by several readers asks for Spark before it changes; a Connect server that does not answer
+    stops the job at once with the exit status Airflow retries (a later run may find it up)."""
+    spec, path = setup
+    url = _free_url()
     path, rels, rows = copied(spec, spark, path, spark_remote=url)
-    done = subprocess.run([sys.executable, "-m", "airflow_provider_rowfilter.jobs.snapshot", "--spec", path,
-                           "--table", "public.t1", "--resync"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == EXIT_TRANSIENT, done.stderr[-2000:]  # what the operators run: Airflow retries it
+    done = subprocess.run([sys.executable, "-c", SEVERAL_READERS, path], capture_output=True, text=True, timeout=300)
+    assert done.returncode == EXIT_TRANSIENT, done.stderr[-2000:]
     assert f"no Spark Connect server answers at spark_remote '{url}'" in done.stderr
     unchanged(spec, rels, rows)
 
 
-def test_a_copy_by_one_reader_needs_no_spark(setup, spark, tmp_path):  # noqa: F811
+@pytest.mark.parametrize("unusable", ["spark_master", "spark_remote"])
+def test_a_copy_by_one_reader_needs_no_spark(setup, spark, unusable):  # noqa: F811
     """A table read by one reader copies without Spark, as tablesync does: the unusable master is never
-    started (jobs/snapshot.py _SparkOnDemand)."""
+    started, the Connect server that does not answer never asked (jobs/snapshot.py _SparkOnDemand)."""
     spec, path = setup
-    path, _, _ = copied(spec, spark, path, spark_master="no-such-master://x")
+    setting = {"spark_master": "no-such-master://x"} if unusable == "spark_master" else {"spark_remote": _free_url()}
+    path, _, _ = copied(spec, spark, path, **setting)
     exe = str(Path(sys.executable).parent / "rowfilter")
     done = subprocess.run([exe, "resync", "--spec", path, "--table", "public.t1", "--copy"],
                           capture_output=True, text=True, timeout=300)
