@@ -27,6 +27,26 @@ T1 = "CREATE TABLE t1 (id int PRIMARY KEY, region text, v int);"
 T2 = "CREATE TABLE t2 (id int PRIMARY KEY, v text);"
 SPLIT = CopyOptions(max_partitions=3, min_pages=1)
 
+#: Rows enough for a second page of ``t1 (a int, b int, c text)``, so that SPLIT_SNAPSHOT splits it.
+T1_SECOND_PAGE = "INSERT INTO t1 SELECT g, g, (ARRAY['NSW', 'QLD'])[1 + g % 2] FROM generate_series(1000, 1400) g"
+
+#: ``python -c SPLIT_SNAPSHOT <spec file or spec JSON>``: the snapshot job as a process, every table of two
+#: pages or more read by two readers, so that its copy runs as Spark tasks (a table this small is otherwise copied by one reader,
+#: from the job's own process, without Spark). Prints the job's JSON summary; exits as the job does.
+SPLIT_SNAPSHOT = """
+import json, sys
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy
+def body():
+    arg = sys.argv[1]
+    spec = SubscriptionSpec.from_json(arg) if arg.lstrip().startswith("{") else SubscriptionSpec.load(arg)
+    result = initial_copy(spec, options=CopyOptions(max_partitions=2, min_pages=1))
+    print(json.dumps(result.summary()))
+    return 0 if result.ok else fail(result.error())
+sys.exit(run_job(body))
+"""
+
 
 def make_setup(fresh_db: Callable[[], str], tmp_path: Path) -> tuple[SubscriptionSpec, str]:
     """The publisher built, the subscriber empty; the spec and its file's path."""

@@ -21,6 +21,7 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.jobs.databases import names
+from tests.jobs.snapshot_scenario import SPLIT_SNAPSHOT, T1_SECOND_PAGE
 from tests.jobs.test_apply_differential import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES, publish
 
 JOB_TIMEOUT = 300
@@ -164,12 +165,12 @@ def test_a_job_process_through_connect_applies_without_a_jvm(dbs, spark_connect_
     ({"spark.sql.warehouse.dir": "/tmp/elsewhere"}, "spark.sql.warehouse.dir"),
 ])
 def test_a_setting_the_server_owns_is_refused_naming_it(dbs, spark_connect_url, tmp_path, conf, refused):
-    dbs.create(DOC_PUBLISHER, DOC_TABLES)
+    dbs.create(DOC_PUBLISHER + T1_SECOND_PAGE + ";", DOC_TABLES)
     spec = replace(connect_spec(dbs, ("p1",), spark_connect_url), spark_conf=conf)
     refresh(spec)
-    done = subprocess.run([sys.executable, "-m", "airflow_provider_rowfilter.jobs.snapshot", "--spec-json",
-                           spec.to_json()], env=job_env(), cwd=tmp_path, capture_output=True, text=True,
-                          timeout=JOB_TIMEOUT, check=False)
+    # Two readers: a copy that needs Spark (one reader copies without it, and never sets spark_conf)
+    done = subprocess.run([sys.executable, "-c", SPLIT_SNAPSHOT, spec.to_json()], env=job_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)
     assert done.returncode == 1, done.stderr[-3000:]
     assert f"ERROR: spark_conf {refused}=" in done.stderr and "cannot be set by a Spark Connect client" in done.stderr
     assert "rowfilter spark-server start --conf" in done.stderr

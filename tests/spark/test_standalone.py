@@ -29,6 +29,7 @@ import yaml
 
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.databases import ROW_FILTER_PUBLISHER, ROW_FILTER_TABLES, Databases
+from tests.jobs.snapshot_scenario import SPLIT_SNAPSHOT, T1_SECOND_PAGE
 
 # Not through the session-wide `spark` fixture, but Spark all the same: `-m "not spark"` leaves it out.
 pytestmark = pytest.mark.spark
@@ -157,8 +158,9 @@ def dbs(fresh_db) -> Iterator[Databases]:
         native.drop()
 
 
-def run_job(job: str, spec: Path) -> dict:
-    """Run ``python -m airflow_provider_rowfilter.jobs.<job> --spec FILE`` as a user does; return its JSON line."""
+def run_job(job: str, spec: Path, script: str | None = None) -> dict:
+    """Run ``python -m airflow_provider_rowfilter.jobs.<job> --spec FILE`` as a user does (or ``python -c script
+    FILE``); return its JSON line."""
     env = {
         **os.environ,
         # What docs/operators.md leaves to the user of a standalone cluster: the executors' Python, and
@@ -166,8 +168,9 @@ def run_job(job: str, spec: Path) -> dict:
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": HOST,
     }
-    done = subprocess.run([sys.executable, "-m", f"airflow_provider_rowfilter.jobs.{job}", "--spec", str(spec)],
-                          env=env, cwd=spec.parent, capture_output=True, text=True, timeout=JOB_TIMEOUT)
+    command = ["-c", script, str(spec)] if script else ["-m", f"airflow_provider_rowfilter.jobs.{job}", "--spec", str(spec)]
+    done = subprocess.run([sys.executable, *command], env=env, cwd=spec.parent, capture_output=True, text=True,
+                          timeout=JOB_TIMEOUT)
     assert done.returncode == 0, f"{job} exited with {done.returncode}:\n{done.stdout}\n{done.stderr[-6000:]}"
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, f"{job} printed no JSON:\n{done.stdout}\n{done.stderr[-3000:]}"
@@ -192,7 +195,7 @@ CHANGES = [
 
 
 def test_jobs_on_a_standalone_cluster_match_native_replication(standalone, dbs, tmp_path):
-    dbs.create(ROW_FILTER_PUBLISHER, ROW_FILTER_TABLES)
+    dbs.create(ROW_FILTER_PUBLISHER + T1_SECOND_PAGE + ";", ROW_FILTER_TABLES)
     native = dbs.subscribe_native(PUBLICATIONS)
     name = "standalone_s1"
     spec = tmp_path / "subscription.yaml"
@@ -209,7 +212,7 @@ def test_jobs_on_a_standalone_cluster_match_native_replication(standalone, dbs, 
     refreshed = run_job("refresh", spec)
     assert sorted(refreshed["tables"]) == sorted(native.tables()) == [f"public.{t}" for t in TABLES]
 
-    copied = run_job("snapshot", spec)
+    copied = run_job("snapshot", spec, SPLIT_SNAPSHOT)  # two readers each: the copy's tasks run on the cluster
     assert copied["ok"] and {t["state"] for t in copied["tables"]} == {"f"}, copied
     assert copied["rows_copied"] == sum(len(table_rows(dbs.ours, t)) for t in TABLES) > 0
     dbs.assert_same(TABLES)
