@@ -277,7 +277,7 @@ class _Translator:
             rt = self.rf.types[id(node.right)]
             if rt.name == "date":
                 return _fn("datediff", left, right)
-            return _checked_date(_fn("date_add" if cls is exp.Add else "date_sub", left, right))
+            return _checked_date(cls, left, right)
         result = _cast(cls(this=exp.Paren(this=left), expression=exp.Paren(this=right)), t)
         if t.name in ("float4", "float8"):
             return _checked_float(cls, left, right, result, t)
@@ -316,7 +316,7 @@ class _Translator:
         if id(pattern_node) in self.rf.constants and self.rf.constants[id(pattern_node)] is not None:
             pattern = exp.Literal.string(_like_pattern(str(self.rf.constants[id(pattern_node)]), escape))
         elif escape in (None, "\\"):
-            pattern = self.value(pattern_node)
+            pattern = _like_escapes(self.value(pattern_node))
         else:
             raise UntranslatableFilterError("LIKE with a non-constant pattern and a custom ESCAPE")
         if fold:
@@ -583,15 +583,25 @@ def _checked_float4(value: exp.Expr, result: exp.Expr) -> exp.Expr:
 _MIN_UNIX_DATE, _MAX_UNIX_DATE = -2440588, 2145042905
 
 
-def _checked_date(result: exp.Expr) -> exp.Expr:
-    """date ± integer raises "date out of range" in PostgreSQL (date_pli); Spark's date_add does not."""
-    days = _fn("unix_date", result)
-    outside = exp.Not(this=exp.Paren(this=exp.Between(this=days, low=exp.Literal.number(_MIN_UNIX_DATE),
+def _checked_date(cls, date: exp.Expr, days: exp.Expr) -> exp.Expr:
+    """date ± integer raises "date out of range" in PostgreSQL (date_pli, date_mii); Spark's date_add does
+    not, and its int arithmetic wraps. The range is checked on the exact sum, in bigint."""
+    exact = cls(this=_fn("unix_date", date.copy()), expression=exp.Cast(this=days.copy(), to=exp.DataType.build("bigint")))
+    outside = exp.Not(this=exp.Paren(this=exp.Between(this=exact, low=exp.Literal.number(_MIN_UNIX_DATE),
                                                       high=exp.Literal.number(_MAX_UNIX_DATE))))
-    return exp.Case(ifs=[exp.If(this=outside, true=_raise("date out of range"))], default=result.copy())
+    result = _fn("date_add" if cls is exp.Add else "date_sub", date, days)
+    return exp.Case(ifs=[exp.If(this=outside, true=_raise("date out of range"))], default=result)
 
 
 _LIKE_SPECIAL = re.compile(r"[%_\\]")
+
+
+def _like_escapes(pattern: exp.Expr) -> exp.Expr:
+    """A LIKE pattern computed per row, with PostgreSQL's backslash escapes made Spark's: PostgreSQL takes
+    any character after a backslash for itself, Spark only ``%``, ``_`` and a backslash (it raises at any
+    other). Left to right, an escape with one of those stays, any other loses its backslash; a trailing
+    backslash stays, and both raise there (PostgreSQL where the match reaches it)."""
+    return _fn("regexp_replace", pattern, exp.Literal.string(r"(?s)(\\[\\%_])|\\(.)"), exp.Literal.string("$1$2"))
 
 
 def _like_pattern(pattern: str, escape: str | None) -> str:
