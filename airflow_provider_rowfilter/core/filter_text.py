@@ -225,34 +225,37 @@ class TextAnalysis(_Analyzer):
     # --- x op ANY/ALL (ARRAY[…]) --------------------------------------------------------------------
     def quantified(self, node: exp.Expr, op: str, kind: str, array: exp.Expr) -> PgType:
         lt = self.analyze(node.this)
+        element = self._array_elements(node, op, kind, array, "write the values as ARRAY[…] or as IN (…)")
+        common = self.common_type(lt, element, op, node)
+        self.coerce(node.this, lt, common)
+        self._array_as(node, array, element, common)
+        self._check_comparable(common, node, op, node.this, *array.expressions)
+        return T.BOOL
+
+    def _array_elements(self, node: exp.Expr, op: str, kind: str, array: exp.Expr, fix: str) -> PgType:
+        """The element type of the ARRAY[…] under ``op ANY/ALL``: ARRAY[…] only, and not empty."""
         if not isinstance(array, exp.Array):
-            raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not ARRAY[…]", node,
-                                      "write the values as ARRAY[…] or as IN (…)")
+            raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not ARRAY[…]", node, fix)
         if not array.expressions:
             raise self.error("cannot determine type of empty array", array,
                              hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
-        element = self._common_of(array, list(array.expressions), "ARRAY")
-        common = self.common_type(lt, element, op, node)
-        self.coerce(node.this, lt, common)
+        return self._common_of(array, list(array.expressions), "ARRAY")
+
+    def _array_as(self, node: exp.Expr, array: exp.Expr, element: PgType, operand: PgType) -> None:
+        """Record the array's elements as compared in ``operand``; an array converted to it is an
+        ArrayCoerceExpr, which the row-filter walker rejects."""
         self.types[id(array)] = element
-        self.targets[id(array)] = common
-        if _array_needs_coercion(element, common):
+        self.targets[id(array)] = operand
+        if _array_needs_coercion(element, operand):
             self.walker_violation(ONLY_SIMPLE, node)
-        self._check_comparable(common, node, op, node.this, *array.expressions)
-        return T.BOOL
 
     def quantified_pattern(self, node: exp.Expr, op: str, kind: str, array: exp.Expr) -> PgType:
         """x [NOT] LIKE|ILIKE ANY/ALL (ARRAY[…]), x ~ ANY (…) …: the operator (~~, !~~, ~~*, ~ …) applied to
         each element, as make_scalar_array_op (parse_oper.c) resolves it: the array's element type is the
         operator's right argument, text; a character(n) subject keeps its padding (bpcharlike)."""
         lt = self.analyze(node.this)
-        if not isinstance(array, exp.Array):
-            raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not ARRAY[…]", node,
-                                      f"write the patterns as ARRAY[…], or as (x {op} 'a' OR x {op} 'b')")
-        if not array.expressions:
-            raise self.error("cannot determine type of empty array", array,
-                             hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
-        element = self._common_of(array, list(array.expressions), "ARRAY")
+        element = self._array_elements(node, op, kind, array,
+                                       f"write the patterns as ARRAY[…], or as (x {op} 'a' OR x {op} 'b')")
         element = T.TEXT if element.is_unknown else element  # ARRAY['a%', …] is text[]
         if not ((lt.is_text_family or lt.is_unknown) and element.is_text_family):
             name = {"LIKE": "~~", "ILIKE": "~~*"}.get(op, op)
@@ -261,10 +264,7 @@ class TextAnalysis(_Analyzer):
                              "You might need to add explicit type casts.")
         if lt.name != "bpchar":
             self.coerce(node.this, lt, T.TEXT)
-        self.types[id(array)] = element
-        self.targets[id(array)] = T.TEXT
-        if _array_needs_coercion(element, T.TEXT):  # varchar[] or character(n)[] becomes text[]
-            self.walker_violation(ONLY_SIMPLE, node)
+        self._array_as(node, array, element, T.TEXT)  # a varchar[] or character(n)[] is converted
         if op in ("~", "~*"):
             # sqlglot reads `t !~ ANY (…)` (the operator !~ on each element) as `NOT t ~ ANY (…)`
             raise self.untranslatable(f"a regular expression {kind.upper()} (ARRAY[…])", node,
