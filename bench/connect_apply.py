@@ -17,7 +17,7 @@ Phases (wall seconds, measured inside the job process by wrapping the package's 
 (interpreter and imports until the job's Spark session is asked for), ``session`` (the session: JVM
 start for ``cold``), ``plan`` (``apply_frames.decide``), ``judge`` (the first action: the batch's
 facts; for a small batch the one action that also collects its staged rows, ``collected``), ``write``
-(``write_stage``, or ``stage_collected``: the COPY from the job's process), ``rest`` (capture,
+(``write_stage``, or ``copy_stage_rows``: the COPY from the job's process), ``rest`` (capture,
 checks, the subscriber transaction), ``total``.
 
     python bench/connect_apply.py [--runs 5] [--changes 100]
@@ -75,8 +75,9 @@ A.decide = timed("plan", A.decide)
 A.DecidedBatch.facts = timed("judge", A.DecidedBatch.facts)
 A.DecidedBatch.collected = timed("judge", A.DecidedBatch.collected)
 A.write_stage = timed("write", A.write_stage)
-A.stage_collected = timed("write", A.stage_collected)
 from airflow_provider_rowfilter.jobs import apply
+apply.copy_stage_rows = timed("write", apply.copy_stage_rows)
+apply.reduce_batch = timed("judge", apply.reduce_batch)  # a batch the publisher judged: no Spark
 code = apply.main(sys.argv[2:])
 marks["total"] = time.time() - began
 print("PHASES " + json.dumps(marks), file=sys.stderr)

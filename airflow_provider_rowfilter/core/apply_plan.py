@@ -22,7 +22,7 @@ dropped as "not subscribed" or "filtered".
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp, serde
@@ -113,6 +113,54 @@ class ApplyPlan:
     skip_lsn: int | None = None
     policy: ConflictPolicy = "error"
 
+
+
+@dataclass
+class BatchFacts:
+    """What a judged batch says before anything is staged (spark/apply_frames.py, change_log/net_effect.py)."""
+
+    counts: dict[int, dict[str, int]]  # per target: filtered, unpublished, update_to_insert, update_to_delete, skipped
+    column_sets: list[tuple[int, tuple[str, ...], int]]  # (target, published columns, first commit_lsn)
+    barrier_targets: list[int]
+    changes: int
+    skipped: bool  # the batch holds the transaction being skipped
+    # per target without a key: (commit_lsn, kind) of its first UPDATE or DELETE the publisher sent without
+    # REPLICA IDENTITY FULL (worker.c check_relation_updatable refuses it)
+    unkeyed: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+
+def read_facts(plan: ApplyPlan, rows: Iterable[Mapping]) -> BatchFacts:
+    """The facts from the judged changes counted by group: each row has the group's ``_tgt``, ``_epoch``,
+    ``kind``, ``_op`` (I U D T; x filtered, u unpublished, s skipped, n unkeyed), ``_barrier``, ``layout``
+    (the columns of an I or U, else None), ``n`` (changes) and ``first`` (their lowest commit_lsn)."""
+    names = {"x": "filtered", "u": "unpublished", "s": "skipped"}
+    by_index = {t.index: t for t in plan.targets}
+    counts: dict[int, dict[str, int]] = {}
+    layouts: dict[tuple[int, tuple[str, ...]], int] = {}
+    barriers: set[int] = set()
+    unkeyed: dict[int, tuple[int, str]] = {}
+    changes, skipped = 0, False
+    for r in rows:
+        tgt, op, n = r["_tgt"], r["_op"], r["n"]
+        changes += n
+        skipped = skipped or op == "s"
+        if op == "n":
+            unkeyed[tgt] = min(unkeyed.get(tgt, (r["first"], r["kind"])), (r["first"], r["kind"]))
+        c = counts.setdefault(tgt, {})
+        name = names.get(op) or (("update_to_insert" if op == "I" else "update_to_delete")
+                                 if r["kind"] == "update" and op in ("I", "D") else None)
+        if name:
+            c[name] = c.get(name, 0) + n
+        if r["_barrier"] or op == "T":
+            barriers.add(tgt)
+        if r["layout"] is not None:
+            rules = by_index[tgt].rules[r["_epoch"]]
+            published = tuple(col for col in r["layout"] if rules is not None and rules.publishes_column(col))
+            key = (tgt, published)
+            layouts[key] = min(layouts.get(key, r["first"]), r["first"])
+    return BatchFacts(
+        counts=counts, column_sets=sorted((t, cols, first) for (t, cols), first in layouts.items()),
+        barrier_targets=sorted(barriers), changes=changes, skipped=skipped, unkeyed=unkeyed)
 
 @dataclass(frozen=True)
 class Epochs:

@@ -5,10 +5,12 @@ batch until everything committed before that point is applied, or until the run'
 spent (checked between batches; a batch is never cut). A batch captures at most ``max_changes`` slot
 rows into the change log (publisher/capture.py), then applies a slice of about ``max_changes``
 changes of what the log holds past each table's position (whole segments, so whole transactions):
-Spark judges and reduces the changes (spark/apply_frames.py), the net effect is staged in the
-subscriber, and ONE subscriber transaction writes every table (subscriber/apply_target.py), moves
-every table's position and state (``f`` → ``s`` → ``r``) and records the batch. Every batch of a run
-shares one Spark session, started by the first batch that has a change to judge. Killed anywhere, a
+Spark judges and reduces the changes (spark/apply_frames.py), or, for a batch the publisher judged
+(``filtering: source``), the job's own process reduces them (change_log/net_effect.py); the net effect
+is staged in the subscriber, and ONE subscriber transaction writes every table
+(subscriber/apply_target.py), moves every table's position and state (``f`` → ``s`` → ``r``) and
+records the batch. Every batch of a run shares one Spark session, started by the first batch that
+needs Spark. Killed anywhere, a
 rerun starts from the positions the last committed batch left and reads the same log again: nothing
 is lost or applied twice (docs/apply.md).
 
@@ -38,11 +40,13 @@ from airflow_provider_rowfilter.change_log.log import (
     segment_identities,
     segment_relations,
 )
+from airflow_provider_rowfilter.change_log.net_effect import reduce_batch
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import (
     PASS_THROUGH,
     ApplyPlan,
+    BatchFacts,
     Epochs,
     RelationSpan,
     TargetPlan,
@@ -55,7 +59,11 @@ from airflow_provider_rowfilter.core.humane import ProgressReport, duration, rep
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.publication_state import changes, drift_error
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spark_settings import COLLECTED_BATCH_CHANGES, SHORT_BATCH_CHANGES
+from airflow_provider_rowfilter.core.spark_settings import (
+    COLLECTED_BATCH_CHANGES,
+    IN_PROCESS_BATCH_CHANGES,
+    SHORT_BATCH_CHANGES,
+)
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
@@ -70,6 +78,7 @@ from airflow_provider_rowfilter.subscriber.apply_target import (
     StagedTable,
     TableCounts,
     clear_stage,
+    copy_stage_rows,
     new_token,
     read_target,
     rejected_column,
@@ -104,8 +113,8 @@ class ApplyBusyError(ApplyError):
 
 
 class SparkNeeded(Exception):  # noqa: N818 - not an error: what a run without Spark reports when it stops
-    """A run without Spark (:func:`apply` ``without_spark``) reached what only the job can do: a batch with a
-    change to judge, or a change log here that is not the one on record. That batch wrote nothing; what
+    """A run without Spark (:func:`apply` ``without_spark``) reached what only the job can do: a batch that
+    needs Spark, or a change log here that is not the one on record. That batch wrote nothing; what
     its capture logged stays in the log for the job."""
 
 
@@ -174,13 +183,15 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     :param max_changes: each batch's bound: the capture's (slot rows, whole transactions;
         publisher/capture.py) and about that many changes of the log applied at once.
     :param spark: the session to run in; default the active one, else one built from the spec (and
-        stopped at the end). Not started at all when no batch has a change to judge.
+        stopped at the end). Not started at all when no batch needs it (a batch with a change to judge,
+        or a batch the publisher judged of more than IN_PROCESS_BATCH_CHANGES changes).
     :param capture_first: read the slot (the default); False applies what the log already holds.
     :param time_budget: seconds after which no further batch starts (checked between batches; a
         batch is never cut); None: run until drained; 0: one batch.
     :param without_spark: run only while no Spark is needed (what ApplyChangesOperator does in its task
-        before it submits the job): batches without a change are applied as usual; the first with a
-        change to judge raises :class:`SparkNeeded`, as does a change log here other than the one the
+        before it submits the job): batches without a change, and those the publisher judged that are
+        reduced in this process, are applied as usual; the first that needs Spark raises
+        :class:`SparkNeeded`, as does a change log here other than the one the
         subscriber records (the task must never capture into a log the job does not read).
     :raises ConflictError: a change conflicts (that batch changed neither the subscriber nor the
         slot; the run's earlier batches stay committed).
@@ -318,7 +329,7 @@ def _capture(spec: SubscriptionSpec, store: StateStore, max_changes: int, target
 
 
 class _Session(ExitStack):
-    """The run's one Spark session: started by the first batch with a change to judge, kept for the others
+    """The run's one Spark session: started by the first batch that needs Spark, kept for the others
     (stopped when the run ends); ``allowed`` False: that batch raises :class:`SparkNeeded` instead."""
 
     def __init__(self, spec: SubscriptionSpec, spark: SparkSession | None, *, allowed: bool = True) -> None:
@@ -329,7 +340,7 @@ class _Session(ExitStack):
     def get(self, *, short_batch: bool) -> SparkSession:
         """The session; ``short_batch`` (its JVM compiles for a short life) counts only when it is started here."""
         if not self.allowed:
-            raise SparkNeeded(f"subscription {self.spec.subscription}: a batch has changes to judge")
+            raise SparkNeeded(f"subscription {self.spec.subscription}: a batch needs Spark")
         if self.session is None:
             from airflow_provider_rowfilter.spark.session import job_session
 
@@ -421,30 +432,32 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
                 check_identities(plan, epochs, lambda: [i for s in segments for i in segment_identities(s.path)])
         logged = [c for _, c in counted]
         logged_changes = sum(c for _, c in logged)
-        # A JVM of our own that lives for one short batch compiles for a short life (core/spark_settings.py).
-        short = whole and (result.capture is None or not result.capture["more"]) \
-            and logged_changes <= SHORT_BATCH_CHANGES
-        spark = session.get(short_batch=short)
-        from airflow_provider_rowfilter.spark.apply_frames import decide, stage_collected, write_stage
+        conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
+        paths = [str(s.path) for s in segments]
+        if filtering == "source" and logged_changes <= IN_PROCESS_BATCH_CHANGES:
+            # pgoutput judged every change: the batch is reduced here, without Spark (change_log/net_effect.py).
+            facts, collected = reduce_batch(paths, plan, token)
+            extra, skipped, result.changes = _checked(facts, targets)
+            copy_stage_rows(collected, conninfo)
+        else:
+            # A JVM of our own that lives for one short batch compiles for a short life (core/spark_settings.py).
+            short = whole and (result.capture is None or not result.capture["more"]) \
+                and logged_changes <= SHORT_BATCH_CHANGES
+            spark = session.get(short_batch=short)
+            from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
 
-        # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
-        small = logged_changes <= COLLECTED_BATCH_CHANGES
-        decided = decide(spark, [str(s.path) for s in segments], plan)
-        try:
-            facts, collected = decided.collected(token) if small else (decided.facts(), None)
-            for index, published, first in facts.column_sets:
-                targets[index].check_published(published, first)
-            if facts.unkeyed:  # an UPDATE or DELETE for a table without a key: the first in commit order
-                index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
-                raise targets[index].not_updatable(kind, first)
-            extra, skipped, result.changes = facts.counts, facts.skipped, facts.changes
-            conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
-            if collected is None:
-                write_stage(decided.staged(token), conninfo)
-            else:
-                stage_collected(collected, conninfo)
-        finally:
-            decided.release()
+            # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
+            small = logged_changes <= COLLECTED_BATCH_CHANGES
+            decided = decide(spark, paths, plan)
+            try:
+                facts, collected = decided.collected(token) if small else (decided.facts(), None)
+                extra, skipped, result.changes = _checked(facts, targets)
+                if collected is None:
+                    write_stage(decided.staged(token), conninfo)
+                else:
+                    copy_stage_rows(collected, conninfo)
+            finally:
+                decided.release()
         result.segments = len(segments)
         result.transactions = sum(t for t, _ in logged)
     faults.point("apply-after-stage")
@@ -499,6 +512,18 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
     result.states = {str(r.table): r.state.value for r in store.tables()}
     _prune(change_log, store)
     return whole
+
+
+def _checked(facts: BatchFacts, targets: dict[int, ApplyTarget]) -> tuple[dict[int, dict[str, int]], bool, int]:
+    """What the batch's facts let through: each table takes its published columns, and a table without a key
+    gets no UPDATE or DELETE it cannot find (the first in commit order raises); returns the per-table counts,
+    whether the transaction being skipped is in the batch, and its number of changes."""
+    for index, published, first in facts.column_sets:
+        targets[index].check_published(published, first)
+    if facts.unkeyed:
+        index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
+        raise targets[index].not_updatable(kind, first)
+    return facts.counts, facts.skipped, facts.changes
 
 
 def _one_filtering(counted: list[tuple[Segment, tuple[int, int]]], end: int

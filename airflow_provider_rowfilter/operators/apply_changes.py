@@ -198,8 +198,9 @@ class ApplyChangesOperator(RowFilterJobOperator):
 
     # --- a run with nothing to judge, in the task --------------------------------------------------------
     def run_in_task(self, resolved: ResolvedSpec) -> bool:
-        """The job's own run without Spark (jobs/apply.py ``without_spark``): done when no batch has a
-        change to judge; else what it captured stays in the log and the job is submitted for the rest."""
+        """The job's own run without Spark (jobs/apply.py ``without_spark``): done when no batch needs Spark
+        (none has a change, or the publisher judged them: change_log/net_effect.py); else what it captured
+        stays in the log and the job is submitted for the rest."""
         self._in_task = None
         if not self.skip_when_idle:
             return False
@@ -227,7 +228,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
             self.log.error("%s", text)
             raise (AirflowException if is_transient(e) else AirflowFailException)(text) from None
         self._in_task = result.summary()
-        self.log.info("Subscription %s: no change to judge, the run was done in the task (%d batch(es) recorded): "
+        self.log.info("Subscription %s: no batch needed Spark, the run was done in the task (%d batch(es) recorded): "
                       "the %s job is not submitted", resolved.spec.subscription, result.batches, self.job)
         return True
 

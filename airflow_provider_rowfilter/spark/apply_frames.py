@@ -33,9 +33,8 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,10 +44,12 @@ from sqlglot import exp
 
 from airflow_provider_rowfilter.core.apply_plan import (
     ApplyPlan,
+    BatchFacts,
     EpochRules,
     TargetPlan,
     case_over,
     filter_expression,
+    read_facts,
 )
 from airflow_provider_rowfilter.core.spark_settings import SMALL_BATCH_SQL_SETTINGS
 from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
@@ -193,20 +194,6 @@ def _flags(plan: ApplyPlan, names: BatchColumns) -> exp.Expression:
 
 
 @dataclass
-class BatchFacts:
-    """What one aggregation over the judged changes says (a single Spark job)."""
-
-    counts: dict[int, dict[str, int]]  # per target: filtered, unpublished, update_to_insert, update_to_delete, skipped
-    column_sets: list[tuple[int, tuple[str, ...], int]]  # (target, published columns, first commit_lsn)
-    barrier_targets: list[int]
-    changes: int
-    skipped: bool  # the batch holds the transaction being skipped
-    # per target without a key: (commit_lsn, kind) of its first UPDATE or DELETE the publisher sent without
-    # REPLICA IDENTITY FULL (worker.c check_relation_updatable refuses it)
-    unkeyed: dict[int, tuple[int, str]] = field(default_factory=dict)
-
-
-@dataclass
 class DecidedBatch:
     """The judged changes of a batch (checkpointed: summarised and reduced from one evaluation)."""
 
@@ -228,41 +215,13 @@ class DecidedBatch:
 
     def facts(self) -> BatchFacts:
         if self._facts is None:
-            self._facts = self._read_facts(self._facts_frame().collect())
+            self._facts = read_facts(self.plan, self._facts_frame().collect())
         return self._facts
 
     def _facts_frame(self) -> DataFrame:
         layout = F.when(F.col("_op").isin("I", "U"), F.col("column_names"))
         return (self.frame.groupBy("_tgt", "_epoch", "kind", "_op", "_barrier", layout.alias("layout"))
                 .agg(F.count(F.lit(1)).alias("n"), F.min("commit_lsn").alias("first")))
-
-    def _read_facts(self, rows: Sequence[Any]) -> BatchFacts:
-        names = {"x": "filtered", "u": "unpublished", "s": "skipped"}
-        by_index = {t.index: t for t in self.plan.targets}
-        counts: dict[int, dict[str, int]] = {}
-        layouts: dict[tuple[int, tuple[str, ...]], int] = {}
-        barriers: set[int] = set()
-        unkeyed: dict[int, tuple[int, str]] = {}
-        for r in rows:
-            tgt, op, n = r["_tgt"], r["_op"], r["n"]
-            if op == "n":
-                unkeyed[tgt] = min(unkeyed.get(tgt, (r["first"], r["kind"])), (r["first"], r["kind"]))
-            c = counts.setdefault(tgt, {})
-            name = names.get(op) or (("update_to_insert" if op == "I" else "update_to_delete")
-                                     if r["kind"] == "update" and op in ("I", "D") else None)
-            if name:
-                c[name] = c.get(name, 0) + n
-            if r["_barrier"] or op == "T":
-                barriers.add(tgt)
-            if r["layout"] is not None:
-                rules = by_index[tgt].rules[r["_epoch"]]
-                published = tuple(col for col in r["layout"] if rules is not None and rules.publishes_column(col))
-                key = (tgt, published)
-                layouts[key] = min(layouts.get(key, r["first"]), r["first"])
-        return BatchFacts(
-            counts=counts, column_sets=sorted((t, cols, first) for (t, cols), first in layouts.items()),
-            barrier_targets=sorted(barriers), changes=sum(r["n"] for r in rows),
-            skipped=any(r["_op"] == "s" for r in rows), unkeyed=unkeyed)
 
     def collected(self, token: str) -> tuple[BatchFacts, pa.Table]:
         """The facts and the staged rows of a small batch, from ONE Spark action, as Arrow in this process.
@@ -282,7 +241,7 @@ class DecidedBatch:
             table = both.toArrow()
         part = table.column("_part")
         facts_rows = [json.loads(f) for f in table.filter(pc.equal(part, "F")).column("_facts").to_pylist()]
-        self._facts = self._read_facts([{**dict.fromkeys(("layout", "_barrier")), **r} for r in facts_rows])
+        self._facts = read_facts(self.plan, [{**dict.fromkeys(("layout", "_barrier")), **r} for r in facts_rows])
         return self._facts, table.filter(pc.equal(part, "S")).select(staged.columns)
 
     def staged(self, token: str, *, barrier_targets: Sequence[int] | None = None) -> DataFrame:
@@ -564,14 +523,9 @@ def write_stage(frame: DataFrame, conninfo: dict[str, str]) -> int:
     Arrow batches go to a Python task that streams them as CSV into ``COPY … FROM STDIN``
     (subscriber/apply_target.copy_stage): one subscriber transaction per task; reruns are told apart by token.
     A small batch's rows, collected to the driver (:meth:`DecidedBatch.collected`), are COPYed from
-    there by :func:`stage_collected` instead: no Python worker starts for them (on a Spark Connect
+    there by subscriber/apply_target.py ``copy_stage_rows`` instead: no Python worker starts for them (on a Spark Connect
     server a new client's workers cost seconds before their first row).
     """
     columns = frame.columns
     written = frame.mapInArrow(partial(copy_stage, conninfo, columns), "rows long")
     return int(written.agg(F.sum("rows")).collect()[0][0] or 0)
-
-
-def stage_collected(rows: pa.Table, conninfo: dict[str, str]) -> int:
-    """COPY staged rows collected to this process (:meth:`DecidedBatch.collected`) into ``rowfilter.apply_stage``."""
-    return sum(b["rows"][0].as_py() for b in copy_stage(conninfo, rows.column_names, rows.to_batches()))

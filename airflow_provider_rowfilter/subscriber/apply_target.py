@@ -434,6 +434,11 @@ def copy_stage(conninfo: dict[str, str], columns: Sequence[str], batches: Iterab
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
+def copy_stage_rows(rows, conninfo: dict[str, str]) -> int:
+    """COPY staged rows held in this process (an Arrow table) into ``apply_stage``; returns how many."""
+    return sum(b["rows"][0].as_py() for b in copy_stage(conninfo, rows.column_names, rows.to_batches()))
+
+
 def new_token(subscription: str) -> str:
     """The staging token of one apply attempt: its rows are never mistaken for another attempt's."""
     return f"{subscription}:{uuid.uuid4()}"

@@ -7,6 +7,7 @@ fixture in tests/jobs/conftest.py makes one per test.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,29 @@ from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_
 names = itertools.count(1)  # unique subscription names within the run
 #: Who evaluates the publications (core/spec.py): the differential and fault tests run in both modes.
 FILTERING_MODES = ("source", "spark")
+#: Who evaluates the publications and who reduces the batch: the publisher, then the job's own process
+#: (change_log/net_effect.py); the publisher, then Spark (a batch over IN_PROCESS_BATCH_CHANGES); Spark both.
+APPLY_PATHS = ("source", "source-reduced-by-spark", "spark")
+
+
+def apply_path(monkeypatch, path: str) -> tuple[str, Counter]:
+    """The spec's ``filtering`` for ``path`` (one of :data:`APPLY_PATHS`), and a count of the batches each
+    engine reduces (``process``, ``spark``) as the test goes on."""
+    from airflow_provider_rowfilter.jobs import apply as apply_job
+    from airflow_provider_rowfilter.spark import apply_frames
+
+    if path == "source-reduced-by-spark":
+        monkeypatch.setattr(apply_job, "IN_PROCESS_BATCH_CHANGES", -1)
+    engines: Counter = Counter()
+
+    def counted(engine: str, function):
+        def run(*args, **kwargs):
+            engines[engine] += 1
+            return function(*args, **kwargs)
+        return run
+    monkeypatch.setattr(apply_job, "reduce_batch", counted("process", apply_job.reduce_batch))
+    monkeypatch.setattr(apply_frames, "decide", counted("spark", apply_frames.decide))
+    return ("spark" if path == "spark" else "source"), engines
 
 # --- the documentation's row-filter example (logical-replication.sgml), with a few more rows ------
 ROW_FILTER_TABLES = """

@@ -47,7 +47,8 @@ def scram_role(local_pg):
 
 
 def connect_spec(dbs, publications, url):
-    return replace(dbs.spec(publications, f"ours_{next(names)}"), spark_remote=url)
+    # Judged by Spark: a batch the publisher judged is reduced in the job's process and never reaches the server.
+    return replace(dbs.spec(publications, f"ours_{next(names)}", "spark"), spark_remote=url)
 
 
 def job_env(**extra: str) -> dict[str, str]:

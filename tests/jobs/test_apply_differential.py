@@ -13,7 +13,7 @@ import pytest
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
 from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
-from tests.jobs.databases import FILTERING_MODES, names, run_ours
+from tests.jobs.databases import APPLY_PATHS, FILTERING_MODES, apply_path, names, run_ours
 
 # The documentation's UPDATE-transformation example (logical-replication.sgml, "Row Filters"):
 # t1 published WHERE (a > 5 AND c = 'NSW'); the primary key includes c so UPDATEs may filter on it.
@@ -177,10 +177,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("filtering", FILTERING_MODES)
+@pytest.mark.parametrize("path", APPLY_PATHS)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_apply_matches_native_logical_replication(dbs, spark, case, filtering):
+def test_apply_matches_native_logical_replication(dbs, spark, monkeypatch, case, path):
     publisher, subscriber, publications, tables, batches = case
+    filtering, engines = apply_path(monkeypatch, path)
     dbs.create(publisher, subscriber)
     native = dbs.subscribe_native(publications)
     spec = dbs.spec(publications, f"ours_{next(names)}", filtering)
@@ -191,3 +192,6 @@ def test_apply_matches_native_logical_replication(dbs, spark, case, filtering):
         native.wait_caught_up()
         dbs.assert_same(tables)
     assert_captured_as(spec, filtering)
+    # Every batch with a change was reduced by the path's engine (an empty one by neither).
+    engine = "process" if path == "source" else "spark"
+    assert set(engines) == {engine} and engines[engine] >= len(batches) - 1, engines

@@ -1,0 +1,297 @@
+"""A batch the publisher has already judged (``filtering: source``), reduced per key in the job's own process.
+
+pgoutput has evaluated the publications for every change of such a batch: the publish lists, the row
+filters on the old and the new row, the UPDATE turned into INSERT or DELETE, the column lists
+(pgoutput_change and pgoutput_row_filter in src/backend/replication/pgoutput/pgoutput.c), so every
+table takes ``core/apply_plan.PASS_THROUGH`` and nothing is left to judge. What is left of
+spark/apply_frames.py is routing each change to its table, its key, values and flags, and the reduction
+of each key's changes to their net effect; for a batch of up to
+``core/spark_settings.IN_PROCESS_BATCH_CHANGES`` changes that costs less here, in one pass over Arrow
+columns, than Spark's fixed cost per action (docs/apply.md "Keeping up"). So the apply of such a batch
+starts no Spark at all, and ApplyChangesOperator's task applies it without submitting the job.
+
+The result is the one Spark's ``DecidedBatch.collected`` gives: the batch's facts (core/apply_plan.py
+``read_facts``) and the rows for ``rowfilter.apply_stage``, which subscriber/apply_target.py applies
+unchanged. Each rule below names the step of spark/apply_frames.py it mirrors (``decide_frame``,
+``staged``, ``_single``, ``_folded``); the differential tests run every source-filtered case through
+this path and hold it against PostgreSQL's own subscription, as they hold the Spark path.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
+
+_OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
+_READ = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_identity", "column_names",
+         "new_values", "new_unchanged", "old_kind", "old_values", "truncate_restart_identity")
+# Read per row; the columns' names and the TOASTed flags are read per layout and for the rows that have one.
+_ROW = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_identity", "new_values", "old_kind",
+        "old_values", "truncate_restart_identity")
+_OUTCOME = ("present", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
+#: The staged rows' columns and types, in the order of ``DecidedBatch.staged``'s frame.
+STAGE_SCHEMA = pa.schema([
+    ("token", pa.string()), ("target", pa.int32()), ("phase", pa.int32()), ("row_kind", pa.string()),
+    ("op", pa.string()), ("key", pa.string()), ("n_insert", pa.int64()), ("n_update", pa.int64()),
+    ("n_delete", pa.int64()), ("vals", pa.string()),
+    *((f"{side}_{name}", pa.bool_() if name == "present" else pa.string() if name == "flags" else pa.int64())
+      for side in ("p", "a") for name in _OUTCOME),
+    ("commit_lsn", pa.int64()), ("xid", pa.int64()), ("restart_identity", pa.bool_()),
+])
+
+
+@dataclass(slots=True)
+class _Change:
+    """One change routed to its table, as ``decide_frame`` leaves it for the stage."""
+
+    commit_lsn: int
+    seq: int
+    xid: int
+    op: str  # I U D; T; n: an UPDATE or DELETE of a table without a key, not REPLICA IDENTITY FULL
+    key: list[str | None] | None
+    vals: list[str | None] | None
+    flags: str | None
+    barrier: bool
+    restart_identity: bool | None = None
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _json(values: Sequence[str | None] | None) -> str | None:
+    """Spark's ``to_json`` of an array of strings (the subscriber reads it as jsonb)."""
+    return None if values is None else _ENCODE(values)
+
+
+def reduce_batch(paths: Sequence[str], plan: ApplyPlan, token: str) -> tuple[BatchFacts, pa.Table]:
+    """The facts and the staged rows of the segments ``paths`` (captured with ``filtering: source``)."""
+    if any(rules != PASS_THROUGH for t in plan.targets for rules in t.rules):
+        raise ValueError("only a batch the publisher judged (every table PASS_THROUGH) is reduced here")
+    routes = {(leaf.schema, leaf.name): t for t in plan.targets for leaf in t.leaves}
+    groups: Counter = Counter()  # (layout, kind, op, barrier) -> changes
+    firsts: dict[tuple, int] = {}
+    changes: dict[int, list[_Change]] = defaultdict(list)
+    truncates: dict[tuple[int, int, int], list] = {}
+    layouts: dict[tuple[int, tuple[str, ...]], _Layout] = {}
+    skip_lsn = plan.skip_lsn
+    for path in paths:
+        table_ = pq.read_table(path, columns=list(_READ))
+        layout_of, layout_names = _layout_ids(table_.column("column_names"))
+        unchanged_of = _toasted(table_.column("new_unchanged"))
+        columns = [table_.column(c).to_pylist() for c in _ROW]
+        for i, row in enumerate(zip(*columns, strict=True)):
+            commit_lsn, seq, lsn, xid, kind, schema, table, identity, new, old_kind, old, restart = row
+            names = layout_names[layout_of[i]]
+            unchanged = unchanged_of.get(i)
+            target = routes.get((schema, table))
+            if target is None or commit_lsn < target.position:
+                continue
+            op = "s" if commit_lsn == skip_lsn else _OPS[kind]
+            layout = layouts.get((target.index, names))
+            if layout is None:
+                layout = layouts[target.index, names] = _Layout(target, names)
+            change = layout.change(op, commit_lsn, seq, xid, identity, new, unchanged, old_kind, old)
+            group = (layout, kind, change.op, change.barrier)
+            groups[group] += 1
+            if group not in firsts or commit_lsn < firsts[group]:
+                firsts[group] = commit_lsn
+            if change.op == "T":
+                # One TRUNCATE statement lists every leaf it emptied (pgoutput.c pgoutput_truncate): one barrier.
+                truncate = truncates.setdefault((target.index, commit_lsn, lsn), [set(), seq, xid, restart])
+                truncate[0].add((schema, table))
+                truncate[1] = min(truncate[1], seq)
+                truncate[3] = restart if truncate[3] is None else truncate[3] or bool(restart)  # max()
+            elif change.op in ("I", "U", "D"):
+                changes[target.index].append(change)
+    facts = read_facts(plan, ({"_tgt": lay.target.index, "_epoch": 0, "kind": k, "_op": o, "_barrier": b,
+                               "layout": lay.names if o in ("I", "U") else None, "n": n,
+                               "first": firsts[lay, k, o, b]} for (lay, k, o, b), n in groups.items()))
+    by_index = {t.index: t for t in plan.targets}
+    for (index, commit_lsn, _), (leaves, seq, xid, restart) in truncates.items():
+        if len(leaves) == len(by_index[index].leaves):
+            changes[index].append(_Change(commit_lsn, seq, xid, "T", None, None, None, True, restart))
+    stage = _Stage(token)
+    for index, kept in changes.items():
+        stage.add(by_index[index], kept, plan.policy)
+    return facts, stage.table()
+
+
+def _layout_ids(column_names: pa.ChunkedArray) -> tuple[list[int], list[tuple[str, ...]]]:
+    """Each row's layout (its relation's column names) as a number, and the layouts: the names repeat the
+    relation's on every row, so they are joined and told apart by Arrow rather than listed per row."""
+    joined = pc.binary_join(column_names, "\x00").combine_chunks().dictionary_encode()  # no NUL in a name
+    return joined.indices.to_pylist(), [tuple(s.split("\x00")) for s in joined.dictionary.to_pylist()]
+
+
+def _toasted(new_unchanged: pa.ChunkedArray) -> dict[int, list[bool]]:
+    """The rows with an unchanged TOASTed value (few), with their flags; the others have none."""
+    flat = pc.list_flatten(new_unchanged)
+    rows = sorted(set(pc.list_parent_indices(new_unchanged).filter(flat).to_pylist())) if len(flat) else []
+    return {i: new_unchanged[i].as_py() for i in rows}
+
+
+class _Layout:
+    """Where a table's columns sit in one relation layout of the log (``decide_frame`` steps 1 and 2)."""
+
+    def __init__(self, target: TargetPlan, names: Sequence[str]) -> None:
+        at = {name: i for i, name in reversed(list(enumerate(names)))}  # the first, as array_position
+        self.target, self.names, self.width = target, tuple(names), len(names)
+        self.columns = [at.get(c) for c in target.columns]
+        self.key = [at.get(k) for k in target.key]
+        self.complete = None not in self.columns and None not in self.key
+        # 1: a column the change does not carry (an INSERT fills it with its default: worker.c slot_fill_defaults)
+        self.flags = "".join("1" if p is None else "0" for p in self.columns)
+
+    def _read(self, positions: list[int | None], values: list | None) -> list[str | None]:
+        if values is None:
+            return [None] * len(positions)
+        if self.complete and len(values) == self.width:
+            return [values[p] for p in positions]  # type: ignore[index]
+        return [None if p is None else _at(values, p) for p in positions]
+
+    def change(self, op: str, commit_lsn: int, seq: int, xid: int, identity: str, new: list | None,
+               unchanged: list | None, old_kind: str | None, old: list | None) -> _Change:
+        full = old_kind == "O"
+        toasted = new is not None and unchanged is not None and True in unchanged
+        if toasted and full:  # an unchanged TOASTed value, taken from the old full row (pgoutput_row_filter)
+            new = [_at(old, p) if u else v for p, (v, u) in enumerate(zip(new, unchanged, strict=False))]
+        keyed = bool(self.target.key)
+        if keyed:
+            new_key = self._read(self.key, new)
+            old_key = self._read(self.key, old) if op != "I" else None
+        else:  # a change to a table without a key is its own key
+            new_key = old_key = [str(commit_lsn), str(seq)]
+        found_by = new_key if op == "I" or (op == "U" and old is None) else old_key if op in ("U", "D") else None
+        barrier = op == "U" and old is not None and old_key != new_key
+        if not keyed and op in ("U", "D"):
+            # worker.c check_relation_updatable: found by the old row on every column, one statement each
+            op = op if identity == "f" else "n"
+            found_by = self._read(self.columns, old)
+            barrier = True
+        if op not in ("I", "U"):
+            return _Change(commit_lsn, seq, xid, op, found_by, None, None, barrier)
+        flags = self.flags
+        if toasted and not full and op == "U":
+            # without the old full row, an unchanged TOASTed value is not sent: the subscriber keeps its own
+            # (worker.c slot_modify_data)
+            flags = "".join("1" if p is None or _at(unchanged, p) else "0" for p in self.columns)
+        return _Change(commit_lsn, seq, xid, op, found_by, self._read(self.columns, new), flags, barrier)
+
+
+def _at(values: list | None, p: int) -> str | None:
+    return values[p] if values is not None and p < len(values) else None
+
+
+_K_COLUMNS = ("target", "phase", "key", "n_insert", "n_update", "n_delete", "vals",
+              *(f"{side}_{name}" for side in ("p", "a") for name in _OUTCOME))
+_B_COLUMNS = ("target", "phase", "op", "key", "commit_lsn", "xid", "restart_identity", "vals", "p_flags")
+
+
+class _Stage:
+    """The rows of ``rowfilter.apply_stage`` (``DecidedBatch.staged``): keys ('K') and barriers ('B')."""
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+        self.keys: list[tuple] = []
+        self.barriers: list[tuple] = []
+
+    def table(self) -> pa.Table:
+        k, b = len(self.keys), len(self.barriers)
+        by_kind = {"K": dict(zip(_K_COLUMNS, zip(*self.keys, strict=True) if k else repeat((), len(_K_COLUMNS)),
+                                 strict=True)),
+                   "B": dict(zip(_B_COLUMNS, zip(*self.barriers, strict=True) if b else repeat((), len(_B_COLUMNS)),
+                                 strict=True))}
+        arrays = []
+        for f in STAGE_SCHEMA:
+            if f.name == "token":
+                values: list = [self.token] * (k + b)
+            elif f.name == "row_kind":
+                values = ["K"] * k + ["B"] * b
+            else:
+                values = [*by_kind["K"].get(f.name, repeat(None, k)), *by_kind["B"].get(f.name, repeat(None, b))]
+            arrays.append(pa.array(values, f.type))
+        return pa.Table.from_arrays(arrays, schema=STAGE_SCHEMA)
+
+    def add(self, target: TargetPlan, kept: list[_Change], policy: str) -> None:
+        """Cut the table's changes into phases by its barriers, stage each barrier, reduce each phase's keys."""
+        kept.sort(key=attrgetter("commit_lsn", "seq"))
+        keys: dict[tuple[int, tuple], list[_Change]] = {}
+        phase = 0
+        for change in kept:
+            if change.barrier:
+                # in a single UPDATE a column it does not carry keeps the subscriber's value (flag 2)
+                self.barriers.append((target.index, phase, change.op, _json(change.key), change.commit_lsn,
+                                      change.xid, change.restart_identity, _json(change.vals),
+                                      None if change.flags is None else change.flags.replace("1", "2")))
+                phase += 1
+            else:
+                keys.setdefault((phase, tuple(change.key)), []).append(change)  # type: ignore[arg-type]
+        width = len(target.columns)
+        for (at, key), ops in keys.items():
+            if len(ops) == 1:
+                o = ops[0]
+                present, absent = _single(o, True, policy), _single(o, False, policy)
+                vals = o.vals if o.op != "D" else absent[0]
+                n = (1, 0, 0) if o.op == "I" else (0, 1, 0) if o.op == "U" else (0, 0, 1)
+            else:
+                present, absent = _folded(ops, True, policy, width), _folded(ops, False, policy, width)
+                vals = present[0] if present[1] else absent[0]
+                counted = Counter(c.op for c in ops)
+                n = (counted["I"], counted["U"], counted["D"])
+            self.keys.append((target.index, at, _json(key), *n, _json(vals), *present[1:], *absent[1:]))
+
+
+# An outcome: (vals, present, flags, conflict_lsn, conflict_xid, missing_update, missing_delete)
+_Outcome = tuple
+
+
+def _single(o: _Change, existed: bool, policy: str) -> _Outcome:
+    """A key's only change, from a start where the key existed or not (apply_frames ``_single``)."""
+    if o.op == "I":
+        conflict = existed and policy == "error"
+        return (None, True, o.flags, o.commit_lsn if conflict else None, o.xid if conflict else None, 0, 0)
+    if o.op == "U":
+        if existed:
+            return (None, True, o.flags.replace("1", "2"), None, None, 0, 0)  # type: ignore[union-attr]
+        if policy == "upsert":
+            return (None, True, o.flags, None, None, 0, 0)
+        return (None, False, None, None, None, 1, 0)
+    return (None, False, None, None, None, 0, 0 if existed else 1)
+
+
+def _folded(ops: Sequence[_Change], existed: bool, policy: str, width: int) -> _Outcome:
+    """A key's changes folded in commit order (apply_frames ``_folded``): a value and a flag per column (2: the
+    subscriber's current value), the first conflict, the UPDATEs and DELETEs that found no row."""
+    present, vals, flags = existed, [None] * width, [2] * width
+    clsn = cxid = None
+    missing_update = missing_delete = 0
+    for o in ops:
+        if o.op == "I":
+            if policy == "error" and present and clsn is None:
+                clsn, cxid = o.commit_lsn, o.xid
+            present, vals, flags = True, list(o.vals), [int(f) for f in o.flags]  # type: ignore[arg-type, union-attr]
+        elif o.op == "U":
+            if present or policy == "upsert":
+                if not present:  # upsert: a new row from the cells the UPDATE carries, the others their default
+                    vals, flags = [None] * width, [1] * width
+                for i, f in enumerate(o.flags):  # type: ignore[arg-type]
+                    if f == "0":
+                        vals[i], flags[i] = o.vals[i], 0  # type: ignore[index]
+                present = True
+            else:
+                missing_update += 1
+        else:
+            if not present:
+                missing_delete += 1
+            present = False
+    return (vals, present, "".join(map(str, flags)), clsn, cxid, missing_update, missing_delete)
