@@ -130,7 +130,8 @@ def _layout_ids(column_names: pa.ChunkedArray) -> tuple[list[int], list[tuple[st
     """Each row's layout (its relation's column names) as a number, and the layouts: the names repeat the
     relation's on every row, so they are joined and told apart by Arrow rather than listed per row."""
     joined = pc.binary_join(column_names, "\x00").combine_chunks().dictionary_encode()  # no NUL in a name
-    return joined.indices.to_pylist(), [tuple(s.split("\x00")) for s in joined.dictionary.to_pylist()]
+    # "" is a relation without columns (CREATE TABLE t ()): no name at all, not one empty name
+    return joined.indices.to_pylist(), [tuple(s.split("\x00")) if s else () for s in joined.dictionary.to_pylist()]
 
 
 def _toasted(new_unchanged: pa.ChunkedArray) -> dict[int, list[bool]]:
