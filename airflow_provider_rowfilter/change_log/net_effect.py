@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -84,22 +85,32 @@ def reduce_batch(paths: Sequence[str], plan: ApplyPlan, token: str) -> tuple[Bat
     truncates: dict[tuple[int, int, int], list] = {}
     layouts: dict[tuple[int, tuple[str, ...]], _Layout] = {}
     skip_lsn = plan.skip_lsn
+    targets = list(plan.targets)
     for path in paths:
-        table_ = pq.read_table(path, columns=list(_READ))
-        layout_of, layout_names = _layout_ids(table_.column("column_names"))
-        unchanged_of = _toasted(table_.column("new_unchanged"))
-        columns = [table_.column(c).to_pylist() for c in _ROW]
+        segment = pq.read_table(path, columns=list(_READ))
+        layout_of, layout_names = _layout_ids(segment.column("column_names"))
+        target_of = _routes(segment, routes, targets)
+        unchanged_of = _toasted(segment.column("new_unchanged"))
+        columns = [segment.column(c).to_pylist() for c in _ROW]
+        here: dict[int, _Layout] = {}  # by target and this segment's layout number
         for i, row in enumerate(zip(*columns, strict=True)):
-            commit_lsn, seq, lsn, xid, kind, schema, table, identity, new, old_kind, old, restart = row
-            names = layout_names[layout_of[i]]
-            unchanged = unchanged_of.get(i)
-            target = routes.get((schema, table))
-            if target is None or commit_lsn < target.position:
+            t = target_of[i]
+            if t < 0:
                 continue
-            op = "s" if commit_lsn == skip_lsn else _OPS[kind]
-            layout = layouts.get((target.index, names))
+            commit_lsn, seq, lsn, xid, kind, schema, table, identity, new, old_kind, old, restart = row
+            target = targets[t]
+            if commit_lsn < target.position:
+                continue
+            number = t * len(layout_names) + layout_of[i]
+            layout = here.get(number)
             if layout is None:
-                layout = layouts[target.index, names] = _Layout(target, names)
+                names = layout_names[layout_of[i]]
+                layout = layouts.get((target.index, names))
+                if layout is None:
+                    layout = layouts[target.index, names] = _Layout(target, names)
+                here[number] = layout
+            unchanged = unchanged_of.get(i)
+            op = "s" if commit_lsn == skip_lsn else _OPS[kind]
             change = layout.change(op, commit_lsn, seq, xid, identity, new, unchanged, old_kind, old)
             group = (layout, kind, change.op, change.barrier)
             groups[group] += 1
@@ -132,6 +143,17 @@ def _layout_ids(column_names: pa.ChunkedArray) -> tuple[list[int], list[tuple[st
     joined = pc.binary_join(column_names, "\x00").combine_chunks().dictionary_encode()  # no NUL in a name
     # "" is a relation without columns (CREATE TABLE t ()): no name at all, not one empty name
     return joined.indices.to_pylist(), [tuple(s.split("\x00")) if s else () for s in joined.dictionary.to_pylist()]
+
+
+def _routes(segment: pa.Table, routes: dict[tuple[str, str], TargetPlan], targets: list[TargetPlan]) -> list[int]:
+    """Each row's target (its place in ``targets``), -1 for a table the batch does not apply: a segment holds a
+    handful of tables, so each is looked up once, not once per row."""
+    leaf = pc.binary_join_element_wise(segment.column("schema"), segment.column("table"), "\x00")
+    encoded = leaf.combine_chunks().dictionary_encode()
+    place = {t.index: n for n, t in enumerate(targets)}
+    found = [routes.get(tuple(name.split("\x00", 1))) for name in encoded.dictionary.to_pylist()]  # type: ignore[misc]
+    of_entry = np.array([-1 if t is None else place[t.index] for t in found] or [-1], np.int64)
+    return of_entry[encoded.indices.to_numpy(zero_copy_only=False)].tolist() if len(encoded) else []
 
 
 def _toasted(new_unchanged: pa.ChunkedArray) -> dict[int, list[bool]]:

@@ -69,6 +69,7 @@ from airflow_provider_rowfilter.core.pgoutput import (
     Truncate,
     Type,
     decode_message,
+    pg_timestamp,
 )
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher import pgoutput_columns
@@ -372,6 +373,57 @@ class _Reader:
 
     def _walk(self, fetch: _Fetch) -> _Walk:
         """Decode the messages other than changes in order; each stretch of changes between two of them is a run."""
+        return self._walk_transactions(fetch) or self._walk_each(fetch)
+
+    def _walk_transactions(self, fetch: _Fetch) -> _Walk | None:
+        """:meth:`_walk_each`'s result for the usual fetch, whose only other messages are the transactions'
+        Begin and Commit, well formed and in turn: decoded together, as columns (nearly half a pgbench
+        fetch's messages; one by one they were a fifth of the capture's time). None for any other fetch,
+        which is left to :meth:`_walk_each` (it names what is wrong), with nothing changed."""
+        others = np.flatnonzero(~fetch.is_change)
+        kinds, sizes = fetch.kinds[others], fetch.ends[others] - fetch.starts[others]
+        is_begin = kinds == pgoutput_columns.BEGIN
+        # In turn: Commit first when a transaction is open, then Begin, Commit, Begin, …
+        if not ((is_begin == (np.arange(len(others)) % 2 == (self.txn is not None))).all()
+                and (kinds[~is_begin] == pgoutput_columns.COMMIT).all()
+                and (sizes[is_begin] == pgoutput_columns.BEGIN_SIZE).all()
+                and (sizes[~is_begin] == pgoutput_columns.COMMIT_SIZE).all()):
+            return None
+        starts = fetch.starts[others]
+        try:
+            b = pgoutput_columns.decode_bounds(fetch.buffer, starts[is_begin], starts[~is_begin])
+        except Irregular:
+            return None
+        opened = [] if self.txn is None else [self.txn]
+        if not opened and not len(others):
+            return None  # changes and no transaction at all
+        txns = opened + list(zip(b.final_lsn.tolist(), (b.begin_ts + POSTGRES_EPOCH_UNIX_MICROS).tolist(), b.xid.tolist(),
+                                 [None] * len(b.xid), strict=True))
+        if [t[0] for t in txns[:len(b.commit_lsn)]] != b.commit_lsn.tolist():
+            return None  # a Commit that does not close the open transaction
+        # The changes between two of these messages (and before the first, after the last): inside a
+        # transaction when the message before them is a Begin (or, for the first, one is open).
+        cuts = np.searchsorted(fetch.changes, others)
+        firsts = np.concatenate([[0], cuts])
+        counts = np.diff(np.concatenate([firsts, [len(fetch.changes)]]))
+        inside = np.arange(len(counts)) % 2 == (0 if opened else 1)
+        if counts[~inside].any():
+            return None  # a change outside a transaction
+        walk = _Walk(txns=txns, prior=dict(self.relations))
+        in_txn = counts[inside].tolist()  # changes per transaction, in order
+        seq0 = [self.seq if opened else 0] + [0] * (len(in_txn) - 1)
+        walk.runs = [(first, n, t, s, 0) for t, (first, n, s) in
+                     enumerate(zip(firsts[inside].tolist(), in_txn, seq0, strict=True)) if n]
+        totals = [n + s for n, s in zip(in_txn, seq0, strict=True)]
+        walk.transactions = sum(1 for n in totals[:len(b.commit_lsn)] if n)
+        if len(b.commit_lsn):
+            self.batch.end_lsn, self.batch.last_commit_ts = int(b.end_lsn[-1]), pg_timestamp(int(b.commit_ts[-1]))
+        self.seq = totals[-1]
+        self.txn = txns[-1] if len(txns) > len(b.commit_lsn) else None
+        return walk
+
+    def _walk_each(self, fetch: _Fetch) -> _Walk:
+        """Decode the messages other than changes one by one, in order."""
         changes, lsns = fetch.changes, fetch.lsns
         walk = _Walk(txns=[] if self.txn is None else [self.txn], prior=dict(self.relations))
         current = None if self.txn is None else 0

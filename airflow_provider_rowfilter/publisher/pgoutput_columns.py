@@ -21,6 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 
 INSERT, UPDATE, DELETE = ord("I"), ord("U"), ord("D")
+BEGIN, COMMIT = ord("B"), ord("C")
+#: A Begin message's bytes: its kind, final_lsn (8), commit time (8), xid (4); a Commit's: its kind,
+#: flags (1), commit_lsn (8), end_lsn (8), commit time (8) (core/pgoutput.py ``_begin``, ``_commit``).
+BEGIN_SIZE, COMMIT_SIZE = 21, 26
 _NEW, _KEY, _OLD = ord("N"), ord("K"), ord("O")
 TEXT, NULL, UNCHANGED = ord("t"), ord("n"), ord("u")
 #: Bytes after the buffer's end, so a malformed message's reads past its end stay inside the array.
@@ -55,6 +59,40 @@ class ImageCells:
         offsets = np.zeros(total + 1, np.int64)
         np.cumsum(counts, out=offsets[1:])
         return ImageCells(present, offsets, self.kinds, self.starts, self.lengths)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The Begin and Commit messages of a fetch, decoded together (for each, in slot order)."""
+
+    final_lsn: np.ndarray  # int64, per Begin: the LSN of the transaction's commit record
+    begin_ts: np.ndarray  # int64, per Begin: the commit time, microseconds since 2000-01-01
+    xid: np.ndarray  # int64, per Begin
+    commit_lsn: np.ndarray  # int64, per Commit
+    end_lsn: np.ndarray  # int64, per Commit
+    commit_ts: np.ndarray  # int64, per Commit
+
+
+def decode_bounds(buffer: np.ndarray, begins: np.ndarray, commits: np.ndarray) -> Bounds:
+    """The Begin messages starting at ``begins`` and the Commit messages at ``commits`` (each of its size).
+
+    :raises Irregular: an LSN past what an int64 holds (none is, in practice; the caller decodes one by one).
+    """
+    bounds = Bounds(_uint(buffer, begins + 1, 8), _uint(buffer, begins + 9, 8).view(np.int64),
+                    _uint(buffer, begins + 17, 4), _uint(buffer, commits + 2, 8), _uint(buffer, commits + 10, 8),
+                    _uint(buffer, commits + 18, 8).view(np.int64))
+    if any((lsn >= 1 << 63).any() for lsn in (bounds.final_lsn, bounds.commit_lsn, bounds.end_lsn)):
+        raise Irregular("an LSN past 2^63")
+    return Bounds(*(np.asarray(a).astype(np.int64) for a in (bounds.final_lsn, bounds.begin_ts, bounds.xid,
+                                                             bounds.commit_lsn, bounds.end_lsn, bounds.commit_ts)))
+
+
+def _uint(buffer: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The big-endian unsigned ``width``-byte integers at ``at``, as uint64."""
+    value = np.zeros(len(at), np.uint64)
+    for i in range(width):
+        value = (value << np.uint64(8)) | buffer[at + i].astype(np.uint64)
+    return value
 
 
 @dataclass(frozen=True)

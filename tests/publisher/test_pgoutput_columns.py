@@ -3,18 +3,29 @@ to each decoded alone by core/pgoutput.py (hand-built bytes, tests/pgoutput_mess
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
+import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_rowfilter.core.pgoutput import (
+    Begin,
+    Commit,
     Delete,
     Insert,
+    Origin,
+    PgOutputError,
+    RelationColumn,
+    RelationMessage,
+    Truncate,
     TupleData,
     TupleKind,
     Update,
     decode_message,
 )
+from airflow_provider_rowfilter.core.relation import ReplicaIdentity
 from airflow_provider_rowfilter.publisher.pgoutput_columns import Irregular, decode_changes, message_buffer
 from tests.pgoutput_messages import EDGE_CASES, encode, oid_, tuples
 
@@ -81,3 +92,68 @@ def test_what_decode_changes_does_not_know_is_irregular(data):
     good = encode(EDGE_CASES["old-full-row"])
     with pytest.raises(Irregular):
         _columns([good, data, good])
+
+
+# --- the transactions' Begin and Commit of a fetch at once (publisher/capture.py ``_walk_transactions``) -----------
+
+_SLOT = st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["C", "", "R", "O", "T"])), min_size=1, max_size=12)
+
+
+def _slot_rows(txns) -> list[tuple[int, bytes]]:
+    """(lsn, message) of transactions of ``n`` INSERTs each, a Relation message, an Origin or a TRUNCATE
+    (R, O, T) in some (the first announces the relation), and the last left open when it says "" (else C)."""
+    rows, lsn = [], 1000
+    txns = [(txns[0][0], "R"), *txns[1:]]
+    for xid, (n, extra) in enumerate(txns, start=700):
+        extra = extra or ("" if xid == 700 + len(txns) - 1 else "C")
+        final = lsn + 100 * (n + 3)
+        rows.append((lsn, encode(Begin(final, datetime(2026, 1, 2, 3, 4, 5, xid, tzinfo=timezone.utc), xid))))
+        if extra == "R":
+            rows.append((lsn, encode(RelationMessage(16400, "public", "t", ReplicaIdentity.DEFAULT,
+                                                     (RelationColumn(True, "a", 23, -1),)))))
+        if extra == "O":
+            rows.append((lsn, encode(Origin(5, "upstream"))))
+        for i in range(n):
+            rows.append((lsn + 10 + i, encode(Insert(16400, TupleData((str(i),), (False,))))))
+        if extra == "T":
+            rows.append((lsn + 90, encode(Truncate((16400,), 0))))
+        if extra != "":
+            rows.append((final, encode(Commit(0, final, final + 8, datetime(2026, 1, 2, 3, 4, 6, tzinfo=timezone.utc)))))
+        lsn = final + 100
+    return rows
+
+
+def _walks(rows, cuts, columns: bool):
+    from airflow_provider_rowfilter.publisher import capture
+
+    reader = capture._Reader(None, capture._TypeNames.__new__(capture._TypeNames), "utf-8")
+    reader.types.announce = lambda message: None
+    reader.types.logged = lambda message: message.oid
+    if not columns:
+        reader._walk_transactions = lambda fetch: None
+    seen = []
+    for part in np.split(np.arange(len(rows)), sorted(set(c % len(rows) for c in cuts))):
+        if not len(part):
+            continue
+        fetched = [rows[i] for i in part]
+        buffer, starts, ends = message_buffer([m for _, m in fetched])
+        fetch = capture._Fetch([m for _, m in fetched], np.array([lsn for lsn, _ in fetched], np.int64), buffer,
+                               starts, ends)
+        walk = reader._walk(fetch)
+        seen.append((walk.txns, walk.runs, walk.truncates, walk.announced, walk.transactions, reader.txn, reader.seq,
+                     reader.batch.end_lsn, reader.batch.last_commit_ts))
+    return seen
+
+
+@settings(deadline=None)  # the first example imports the capture
+@given(_SLOT, st.lists(st.integers(1, 60), max_size=4))
+def test_a_fetch_s_transactions_read_together_are_what_each_message_read_alone_says(txns, cuts):
+    rows = _slot_rows(txns)
+    assert _walks(rows, cuts, columns=True) == _walks(rows, cuts, columns=False)
+
+
+def test_a_commit_that_closes_another_transaction_is_left_to_the_message_by_message_walk():
+    rows = _slot_rows([(1, "C")])
+    rows[-1] = (rows[-1][0], encode(Commit(0, 1, 9, datetime(2026, 1, 2, tzinfo=timezone.utc))))
+    with pytest.raises(PgOutputError, match="does not close the open transaction"):
+        _walks(rows, [], columns=True)
