@@ -205,11 +205,11 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     except (ApplyBusyError, SparkNeeded):
         raise  # another apply runs, or the job must: not a failure of the subscription
     except Exception as e:  # the job boundary: every failure is recorded, as a readable error
-        if without_spark and isinstance(e, UnreachableError):
-            raise  # the operator submits the job, which decides (and records what it meets)
         if result.batches:
             log.warning("%s: this run committed %d batch(es) through %s before this failure (%s)",
                         spec.subscription, result.batches, result.end_lsn, ", ".join(map(str, result.batch_ids)))
+        if without_spark and isinstance(e, UnreachableError):
+            raise  # the operator submits the job, which decides (and records what it meets)
         failed = batches[-1] if batches else result
         error = e if isinstance(e, RowFilterError) else _unexpected(e, failed)
         _record_failure(spec, error)

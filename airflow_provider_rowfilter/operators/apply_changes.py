@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -77,12 +78,13 @@ class ApplyChangesOperator(RowFilterJobOperator):
 
     One run applies consecutive micro-batches of PostgreSQL's apply worker, in one Spark application,
     until it has applied every transaction the publisher had committed (flushed) when the run started,
-    or until ``time_budget`` is spent. Each batch captures up to ``max_changes`` changes from the
-    slot into the durable change log, then applies about that many changes of the log to the
-    subscriber in one transaction of its own, row filters evaluated on the old and new row, UPDATEs
-    transformed, tables moving ``f`` → ``s`` → ``r`` as the catch-up passes their copy position. A
-    run with nothing to apply succeeds. A conflict (an INSERT of an existing key) fails the job with
-    the table, key and LSN: nothing of that batch is applied, the run's earlier batches stay.
+    or until ``time_budget`` is spent. Each batch captures up to ``max_changes`` slot rows (changes,
+    and the transactions' Begin and Commit messages) from the slot into the durable change log, then
+    applies about that many changes of the log to the subscriber in one transaction of its own, row
+    filters evaluated on the old and new row, UPDATEs transformed, tables moving ``f`` → ``s`` → ``r``
+    as the catch-up passes their copy position. A run with nothing to apply succeeds. A conflict (an
+    INSERT of an existing key) fails the job with the table, key and LSN: nothing of that batch is
+    applied, the run's earlier batches stay.
 
     :param max_changes: the bound of each batch (``--max-changes``): slot rows captured, about as many
         changes applied at once; default the job's. (templated)
@@ -141,6 +143,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
         self.asset_alias = alias or None
         self.skip_when_idle = skip_when_idle
         self._in_task: dict[str, Any] | None = None  # the summary of a run done in the task (run_in_task)
+        self._budget_spent = 0.0  # seconds of time_budget the task's own run spent before it handed over
         self._lineage: dict[str, list[tuple[str, str]]] | None = None
         self._assets: list[tuple[str, str]] = []
 
@@ -159,7 +162,10 @@ class ApplyChangesOperator(RowFilterJobOperator):
         return resolved
 
     def job_arguments(self) -> list[str]:
+        """The job's options; its ``--time-budget`` is what the task's own run left of ``time_budget``."""
         bound, budget = self._max_changes(), self._time_budget()
+        if budget is not None:
+            budget = max(0.0, round(budget - self._budget_spent, 3))
         return ([] if bound is None else ["--max-changes", str(bound)]) + \
             ([] if budget is None else ["--time-budget", f"{budget:g}"])
 
@@ -201,9 +207,10 @@ class ApplyChangesOperator(RowFilterJobOperator):
         """The job's own run without Spark (jobs/apply.py ``without_spark``): done when no batch needs Spark
         (none has a change, or the publisher judged them: change_log/net_effect.py); else what it captured
         stays in the log and the job is submitted for the rest."""
-        self._in_task = None
+        self._in_task, self._budget_spent = None, 0.0
         if not self.skip_when_idle:
             return False
+        began = time.monotonic()
         # Imported here: DAG files that only declare the operator never load the job's code.
         from airflow_provider_rowfilter.connection import in_task
         from airflow_provider_rowfilter.jobs.apply import SparkNeeded, apply
@@ -216,15 +223,18 @@ class ApplyChangesOperator(RowFilterJobOperator):
                 result = apply(resolved.spec, max_changes=DEFAULT_MAX_CHANGES if bound is None else bound,
                                time_budget=budget, without_spark=True)
         except SparkNeeded as e:
+            # The run goes on in the job, within what the task's batches left of the time budget.
+            self._budget_spent = time.monotonic() - began
             self.log.info("%s: the %s job is submitted", e, self.job)
             return False
         except UnreachableError as e:  # perhaps only the Spark cluster reaches it: the job decides, as before
-            self.log.warning("Before submitting the %s job, the task could not look for changes itself (%s): the job is "
-                             "submitted and decides. Where only the Spark cluster reaches the databases, set "
-                             "skip_when_idle=False", self.job, str(e).strip().splitlines()[0])
+            self._budget_spent = time.monotonic() - began
+            self.log.warning("The task could not go on applying itself (%s): the %s job is submitted and decides. "
+                             "Where only the Spark cluster reaches the databases, set skip_when_idle=False",
+                             str(e).strip().splitlines()[0], self.job)
             return False
         except (RowFilterError, psycopg.Error) as e:
-            text = f"{self.task_id}: {e}".strip()
+            text = str(e).strip()  # the job's own ERROR text, as when the job fails (operators/job_output.py)
             self.log.error("%s", text)
             raise (AirflowException if is_transient(e) else AirflowFailException)(text) from None
         self._in_task = result.summary()

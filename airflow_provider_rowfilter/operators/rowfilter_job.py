@@ -178,6 +178,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self._output = None
         if self.run_in_task(resolved):
             return self._result(resolved, before)
+        self.application_args = [*self.application_args[:2], *self.job_arguments()]  # after the task's own run
         self.log.info("Submitting the %s job of subscription %s (publications %s) to %s: %s",
                       self.job, resolved.spec.subscription, ", ".join(resolved.spec.publications),
                       self._master, self.application)
@@ -316,6 +317,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self._output = None
         if self.run_in_task(resolved):
             return self._result(resolved, before)
+        command = [*command[:5], *self.job_arguments()]  # after the task's own run
         self.log.info("Running the %s job of subscription %s as a Spark Connect client of %s",
                       self.job, resolved.spec.subscription, resolved.spec.spark_remote)
         self._output = output = JobOutput(self.log)

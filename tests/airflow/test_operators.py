@@ -233,7 +233,7 @@ def test_an_apply_task_that_cannot_reach_a_database_submits_the_job(
         op.execute({})
     assert not isinstance(e.value, AirflowFailException)
     out, err = capfd.readouterr()
-    warned = [line for line in (out + err).splitlines() if "the task could not look for changes itself" in line]
+    warned = [line for line in (out + err).splitlines() if "The task could not go on applying itself" in line]
     assert len(warned) == 1 and "[warning" in warned[0] and "skip_when_idle=False" in warned[0], warned
     assert "(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1)" in warned[0]
     assert op._output is not None  # spark-submit ran: the job failed as it would have without the task's attempt
@@ -631,9 +631,14 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
     with psycopg.connect(dbs.pub, autocommit=True) as conn:
         conn.execute("INSERT INTO t1 VALUES (7, 'b7'), (0, 'filtered out'); UPDATE t1 SET b = 'new' WHERE a = 3;"
                      "INSERT INTO t2 VALUES (1, 'EU')")
-    op = ApplyChangesOperator(task_id="apply", change_log=str(tmp_path / "log"), max_changes=1000, **common)
+    op = ApplyChangesOperator(task_id="apply", change_log=str(tmp_path / "log"), max_changes=1000, time_budget=240,
+                              **common)
     context: dict[str, Any] = {"outlet_events": OutletEventAccessors()}
     result = op.execute(context)
+    # The task looked first (no log on record here yet: nothing captured) and handed over: the job gets what the
+    # task's own run left of the time budget.
+    budget = float(op.application_args[op.application_args.index("--time-budget") + 1])
+    assert 200 < budget < 240, op.application_args
 
     assert result["subscription"] == "s_batch" and result["batch_id"] is not None
     assert result["changed_tables"] == ["public.t1", "public.t2"]
