@@ -172,6 +172,7 @@ class _Layout:
         self.columns = [at.get(c) for c in target.columns]
         self.key = [at.get(k) for k in target.key]
         self.complete = None not in self.columns and None not in self.key
+        self.same_order = self.complete and self.columns == list(range(len(names)))  # the values as they are
         # 1: a column the change does not carry (an INSERT fills it with its default: worker.c slot_fill_defaults)
         self.flags = "".join("1" if p is None else "0" for p in self.columns)
 
@@ -208,7 +209,8 @@ class _Layout:
             # without the old full row, an unchanged TOASTed value is not sent: the subscriber keeps its own
             # (worker.c slot_modify_data)
             flags = "".join("1" if p is None or _at(unchanged, p) else "0" for p in self.columns)
-        return _Change(commit_lsn, seq, xid, op, found_by, self._read(self.columns, new), flags, barrier)
+        vals = new if self.same_order and new is not None and len(new) == self.width else self._read(self.columns, new)
+        return _Change(commit_lsn, seq, xid, op, found_by, vals, flags, barrier)
 
 
 def _at(values: list | None, p: int) -> str | None:
