@@ -26,6 +26,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -235,6 +236,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
         with _apply_lock(sub, spec.subscription):
             if not session.allowed:
                 _require_recorded_log(change_log, store)
+            ahead = _CaptureAhead(spec, store, max_changes)
             try:
                 target = _flush_position(spec) if capture_first else None
                 result.target_lsn = None if target is None else format_lsn(target)
@@ -245,15 +247,20 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                     batches.append(batch)
                     batch_began = time.monotonic()
                     if not captured_all:
-                        captured = _capture(spec, store, max_changes, target)
+                        held_back = ahead.running  # the last batch's segments were not pruned while it ran
+                        captured = ahead.take(target)
+                        if held_back:
+                            _prune(change_log, store)
                         batch.capture = captured.summary()
                         batch.lag_bytes, batch.lag_seconds = captured.lag_bytes, captured.lag_seconds
                         # Not cut by the bound, or the slot at the target: every transaction committed before
                         # it is in the log (the slot returns them in commit order). The second half stops a run
                         # whose bound is a transaction or two from chasing those committed after the target.
                         captured_all = not captured.more or parse_lsn(captured.end_lsn) >= target
+                        if not captured_all and (time_budget is None or time.monotonic() - began < time_budget):
+                            ahead.start(target)  # the next batch's capture, while this one is applied
                     applied_all = _apply_locked(spec, sub, store, store.require_subscription(), change_log, batch,
-                                                session, batch_began, max_changes)
+                                                session, batch_began, max_changes, prune=not ahead.running)
                     result.add(batch)
                     if captured_all and applied_all:
                         result.drained = True
@@ -276,6 +283,8 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                 if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     sub.rollback()
                 raise
+            finally:
+                ahead.finish()  # under the apply's lock: no capture outlives the run
 
 
 def _drain_report(spec: SubscriptionSpec, result: ApplyResult, first: int | None, target: int | None,
@@ -313,19 +322,61 @@ def _flush_position(spec: SubscriptionSpec) -> int:
         return parse_lsn(pub.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
 
 
-def _capture(spec: SubscriptionSpec, store: StateStore, max_changes: int, target: int | None) -> CaptureResult:
-    """One bounded capture, ending at the first commit at or past ``target`` (under the apply's lock, with
-    what the tables need of the log: publisher/capture.py ``_check_log``)."""
-    try:
-        return capture(spec, max_changes=max_changes, upto_lsn=None if target is None else format_lsn(target),
-                       needs=store.log_needs())
-    except SlotMissingError as e:
-        # Tables past i hold positions read from the lost slot: refresh alone refuses, the
-        # fix is a new slot and a new copy of them (refresh --recreate-slot).
-        stranded = [r for r in store.tables() if r.state is not SyncState.INIT]
-        if stranded:
-            raise slot_lost(spec, e.slot, stranded) from None
-        raise
+class _CaptureAhead:
+    """A run's captures: each bounded batch's, ending at the first commit at or past the run's target, under
+    the apply's lock, with what the tables need of the log (publisher/capture.py ``_check_log``).
+
+    From the second batch of a draining run on, the next batch's capture runs in a thread of its own (its
+    own publisher connection) while this batch is reduced and applied: the capture waits on the
+    publisher's decoding and the apply on the subscriber, and each used to wait for the other. The
+    tables' needs are read before it starts, on the run's subscriber connection; they only move
+    forward, so the capture checks the log against positions at or behind the tables' own. What the
+    apply writes is whole before the thread reads it and what the capture writes is invisible until it
+    is renamed into the log (change_log/log.py), and segments are pruned only while no capture runs, so
+    its continuity check never meets a segment being removed.
+    """
+
+    def __init__(self, spec: SubscriptionSpec, store: StateStore, max_changes: int) -> None:
+        self.spec, self.store, self.max_changes = spec, store, max_changes
+        self.pending: Future[CaptureResult] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.pending is not None
+
+    def start(self, target: int | None) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"rowfilter-capture-{self.spec.subscription}")
+        self.pending = self._pool.submit(self._capture, target, self.store.log_needs())
+
+    def take(self, target: int | None) -> CaptureResult:
+        """The batch's capture: the one started ahead, else one now."""
+        pending, self.pending = self.pending, None
+        try:
+            return self._capture(target, self.store.log_needs()) if pending is None else pending.result()
+        except SlotMissingError as e:
+            # Tables past i hold positions read from the lost slot: refresh alone refuses, the
+            # fix is a new slot and a new copy of them (refresh --recreate-slot).
+            stranded = [r for r in self.store.tables() if r.state is not SyncState.INIT]
+            if stranded:
+                raise slot_lost(self.spec, e.slot, stranded) from None
+            raise
+
+    def finish(self) -> None:
+        """Wait for a capture still running (its segment stays in the log for the next run)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as e:  # the run already fails or stops for its own reason
+                log.warning("the capture ahead of the next batch failed too: %s", e)
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def _capture(self, target: int | None, needs) -> CaptureResult:
+        return capture(self.spec, max_changes=self.max_changes,
+                       upto_lsn=None if target is None else format_lsn(target), needs=needs)
 
 
 class _Session(ExitStack):
@@ -372,10 +423,11 @@ def _slice(counted: list[tuple[Segment, tuple[int, int]]], max_changes: int) -> 
 
 def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStore, subscription: SubscriptionRow,
                   change_log: ChangeLog, result: ApplyResult, session: _Session, began: float,
-                  max_changes: int) -> bool:
+                  max_changes: int, *, prune: bool = True) -> bool:
     """One batch: a slice of the log past the tables' positions, applied in one subscriber transaction.
 
-    Returns whether the batch reached the log's end (False: more of the log is due).
+    Returns whether the batch reached the log's end (False: more of the log is due). ``prune`` False:
+    the segments it applied stay until no capture runs (:class:`_CaptureAhead`).
     """
     end = change_log.captured_through()
     rels = [r for r in store.tables() if r.state in APPLIED]
@@ -510,7 +562,8 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         clear_stage(sub, spec.subscription)
     faults.point("apply-after-commit")
     result.states = {str(r.table): r.state.value for r in store.tables()}
-    _prune(change_log, store)
+    if prune:
+        _prune(change_log, store)
     return whole
 
 

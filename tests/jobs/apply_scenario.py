@@ -100,12 +100,12 @@ class Job:
         self.slot = capture_names(self.name)[0]
         self.workdir = tmp_path
 
-    def run(self, fault: str | None = None) -> subprocess.CompletedProcess:
+    def run(self, fault: str | None = None, *args: str) -> subprocess.CompletedProcess:
         env = {k: v for k, v in os.environ.items() if k != faults.ENV}
         if fault is not None:
             env[faults.ENV] = fault
         done = subprocess.run(
-            [sys.executable, "-m", "airflow_provider_rowfilter.jobs.apply", "--spec", str(self.spec_path)],
+            [sys.executable, "-m", "airflow_provider_rowfilter.jobs.apply", "--spec", str(self.spec_path), *args],
             env=env, cwd=self.workdir, capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)
         self.wait_disconnected()
         self.check_slot_within_log()

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 import psycopg
 import pytest
 
 from airflow_provider_rowfilter import cli
+from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.jobs import apply as apply_job
@@ -90,6 +92,14 @@ def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscri
         return job_session(*args, **kwargs)
 
     monkeypatch.setattr(spark_session, "job_session", counted)
+    captured_on = []
+    real_capture = apply_job.capture
+
+    def traced(*args, **kwargs):
+        captured_on.append(threading.current_thread().name)
+        return real_capture(*args, **kwargs)
+
+    monkeypatch.setattr(apply_job, "capture", traced)
     before = history(dbs, spec)
 
     result = apply(spec, max_changes=BATCH, spark=spark)
@@ -112,6 +122,11 @@ def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscri
     assert result.lag_bytes is not None and parse_lsn(result.capture["end_lsn"]) >= parse_lsn(result.target_lsn)
     assert all(state == "r" for _, _, state, _ in positions(dbs, spec))
     assert len(started) == 1, started  # one Spark session for every batch of the run
+    # From the second batch on, each batch's capture ran in a thread while the batch before it was applied;
+    # the segments held back meanwhile were pruned once it had finished: the log keeps its newest only.
+    assert len(captured_on) == result.batches and captured_on[0] == threading.main_thread().name, captured_on
+    assert all(name.startswith(f"rowfilter-capture-{spec.subscription}") for name in captured_on[1:]), captured_on
+    assert len(ChangeLog(spec.change_log_dir()).segments()) == 1
     # Between batches the run says how far it is toward its target (a long drain is not silent).
     progress = [r.message for r in caplog.records if r.name == PROGRESS_LOGGER]
     assert len(progress) == result.batches - 1 and "changes in" in progress[0], progress

@@ -73,6 +73,22 @@ def test_killed_at_fault_point_then_rerun_matches_native(job, point, filtering):
     assert rerun["end_lsn"] is None or job.slot_position() >= parse_lsn(rerun["end_lsn"])
 
 
+@pytest.mark.parametrize("filtering", ["source"])
+@pytest.mark.parametrize("point", ["apply-after-commit", "apply-after-stage"])
+def test_killed_while_the_next_batch_is_captured_ahead_then_rerun_matches_native(job, point, filtering):
+    """A draining run captures batch k + 1 in a thread while batch k is applied (jobs/apply.py _CaptureAhead):
+    killed in batch k's apply, the capture ahead dies with it, anywhere in its work."""
+    publish(job.dbs.publisher, [f"INSERT INTO t SELECT g, g % 7, 'txn {i}' FROM generate_series({500_000 + i * 1000}, "
+                                f"{500_399 + i * 1000}) g" for i in range(8)] + changes(0))
+    killed = job.run(point, "--max-changes", "450")
+    assert killed.returncode == -signal.SIGKILL, (killed.returncode, killed.stderr[-4000:])
+    rerun = job.summary(job.run(None, "--max-changes", "450"))
+    assert rerun["drained"] and rerun["batches"] >= 2, rerun
+    assert_same_as_native(job)
+    assert job.staged_rows() == 0
+    assert not any(p.name.startswith(TEMP_PREFIX) for p in job.change_log.iterdir())
+
+
 @pytest.mark.parametrize("filtering", FILTERING_MODES)
 def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job, capsys, filtering):
     # Our subscriber already holds key 5001, which the publisher then inserts (and the filter passes).
