@@ -7,14 +7,17 @@ table takes ``core/apply_plan.PASS_THROUGH`` and nothing is left to judge. What 
 spark/apply_frames.py is routing each change to its table, its key, values and flags, and the reduction
 of each key's changes to their net effect; for a batch of up to
 ``core/spark_settings.IN_PROCESS_BATCH_CHANGES`` changes that costs less here, in one pass over Arrow
-columns, than Spark's fixed cost per action (docs/apply.md "Keeping up"). So the apply of such a batch
-starts no Spark at all, and ApplyChangesOperator's task applies it without submitting the job.
+columns, than Spark's fixed cost per action (docs/apply.md "Batches the publisher judged"). So the apply
+of such a batch starts no Spark at all, and ApplyChangesOperator's task applies it without submitting the
+job.
 
 The result is the one Spark's ``DecidedBatch.collected`` gives: the batch's facts (core/apply_plan.py
 ``read_facts``) and the rows for ``rowfilter.apply_stage``, which subscriber/apply_target.py applies
 unchanged. Each rule below names the step of spark/apply_frames.py it mirrors (``decide_frame``,
-``staged``, ``_single``, ``_folded``); the differential tests run every source-filtered case through
-this path and hold it against PostgreSQL's own subscription, as they hold the Spark path.
+``staged``, ``_single``, ``_folded``). The differential tests run every source-filtered case through
+this path and through Spark's, against PostgreSQL's own subscription; the random workload reduces each
+of its source-filtered batches both ways and requires the same facts and rows
+(tests/jobs/test_apply_differential.py, tests/jobs/test_apply_random.py).
 """
 
 from __future__ import annotations

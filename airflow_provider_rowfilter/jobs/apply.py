@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.log import (
     ChangeLog,
     Segment,
@@ -374,7 +375,7 @@ class _CaptureAhead:
         if self._pool is not None:
             self._pool.shutdown()
 
-    def _capture(self, target: int | None, needs) -> CaptureResult:
+    def _capture(self, target: int | None, needs: LogNeeds) -> CaptureResult:
         return capture(self.spec, max_changes=self.max_changes,
                        upto_lsn=None if target is None else format_lsn(target), needs=needs)
 
