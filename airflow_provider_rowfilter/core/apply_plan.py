@@ -114,7 +114,6 @@ class ApplyPlan:
     policy: ConflictPolicy = "error"
 
 
-
 @dataclass
 class BatchFacts:
     """What a judged batch says before anything is staged (spark/apply_frames.py, change_log/net_effect.py)."""
@@ -161,6 +160,7 @@ def read_facts(plan: ApplyPlan, rows: Iterable[Mapping]) -> BatchFacts:
     return BatchFacts(
         counts=counts, column_sets=sorted((t, cols, first) for (t, cols), first in layouts.items()),
         barrier_targets=sorted(barriers), changes=changes, skipped=skipped, unkeyed=unkeyed)
+
 
 @dataclass(frozen=True)
 class Epochs:

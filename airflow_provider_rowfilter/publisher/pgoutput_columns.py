@@ -78,21 +78,12 @@ def decode_bounds(buffer: np.ndarray, begins: np.ndarray, commits: np.ndarray) -
 
     :raises Irregular: an LSN past what an int64 holds (none is, in practice; the caller decodes one by one).
     """
-    bounds = Bounds(_uint(buffer, begins + 1, 8), _uint(buffer, begins + 9, 8).view(np.int64),
-                    _uint(buffer, begins + 17, 4), _uint(buffer, commits + 2, 8), _uint(buffer, commits + 10, 8),
-                    _uint(buffer, commits + 18, 8).view(np.int64))
-    if any((lsn >= 1 << 63).any() for lsn in (bounds.final_lsn, bounds.commit_lsn, bounds.end_lsn)):
+    final_lsn, commit_lsn, end_lsn = (_uint(buffer, at, 8) for at in (begins + 1, commits + 2, commits + 10))
+    if any((lsn >= 1 << 63).any() for lsn in (final_lsn, commit_lsn, end_lsn)):
         raise Irregular("an LSN past 2^63")
-    return Bounds(*(np.asarray(a).astype(np.int64) for a in (bounds.final_lsn, bounds.begin_ts, bounds.xid,
-                                                             bounds.commit_lsn, bounds.end_lsn, bounds.commit_ts)))
-
-
-def _uint(buffer: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """The big-endian unsigned ``width``-byte integers at ``at``, as uint64."""
-    value = np.zeros(len(at), np.uint64)
-    for i in range(width):
-        value = (value << np.uint64(8)) | buffer[at + i].astype(np.uint64)
-    return value
+    return Bounds(final_lsn.astype(np.int64), _uint(buffer, begins + 9, 8).view(np.int64),
+                  _uint(buffer, begins + 17, 4).astype(np.int64), commit_lsn.astype(np.int64),
+                  end_lsn.astype(np.int64), _uint(buffer, commits + 18, 8).view(np.int64))
 
 
 @dataclass(frozen=True)
@@ -113,10 +104,17 @@ def message_buffer(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.nd
     return buffer, ends - lengths, ends
 
 
+def _uint(buffer: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The big-endian unsigned ``width``-byte integers at ``at``, as uint64."""
+    value = np.zeros(len(at), np.uint64)
+    for i in range(width):
+        value = (value << np.uint64(8)) | buffer[at + i].astype(np.uint64)
+    return value
+
+
 def _uint32(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The big-endian unsigned 32-bit integers at ``at``."""
-    b = buffer[at[:, None] + np.arange(4)].astype(np.int64)
-    return (b[:, 0] << 24) | (b[:, 1] << 16) | (b[:, 2] << 8) | b[:, 3]
+    return _uint(buffer, at, 4).astype(np.int64)
 
 
 def _int32(buffer: np.ndarray, at: np.ndarray) -> np.ndarray:
