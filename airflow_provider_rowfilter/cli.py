@@ -22,15 +22,15 @@ from airflow_provider_rowfilter import __version__
 from airflow_provider_rowfilter.cli_output import FORMATS, Column, output_format, print_table
 from airflow_provider_rowfilter.cli_progress import progress_bars, wants_bars
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
-from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.publication import PublishAction
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import (
+from airflow_provider_rowfilter.core.filters.subscription_filters import (
     SubscriptionFilters,
     TableFilters,
     filters_document,
 )
+from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
+from airflow_provider_rowfilter.core.lsn import parse_lsn
+from airflow_provider_rowfilter.core.publication import PublishAction
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.arguments import interval, positive, seconds
 
 if TYPE_CHECKING:

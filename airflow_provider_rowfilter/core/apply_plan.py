@@ -27,8 +27,8 @@ from dataclasses import dataclass, field, replace
 import sqlglot
 from sqlglot import exp, serde
 
-from airflow_provider_rowfilter.core import pg_types
 from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
+from airflow_provider_rowfilter.core.filters import pg_types
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import ConflictPolicy

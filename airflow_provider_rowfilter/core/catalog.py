@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from airflow_provider_rowfilter.core.filter_analysis import FilterContext
+from airflow_provider_rowfilter.core.filters.analysis import FilterContext
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
 
 SYSTEM_SCHEMAS = frozenset({"pg_catalog", "information_schema", "pg_toast"})

@@ -10,7 +10,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.core.errors import RowFilterError
-    from airflow_provider_rowfilter.core.row_filter import RowFilter
+    from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
 
 
 class PublishAction(str, enum.Enum):

@@ -15,7 +15,8 @@ from dataclasses import replace
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.catalog import SYSTEM_SCHEMAS, PublisherCatalog, publishable
-from airflow_provider_rowfilter.core.dialect import (
+from airflow_provider_rowfilter.core.errors import PublicationError, RowFilterError
+from airflow_provider_rowfilter.core.filters.dialect import (
     AlterPublication,
     CreatePublication,
     DropPublication,
@@ -25,7 +26,7 @@ from airflow_provider_rowfilter.core.dialect import (
     identifier_name,
     parse_statements,
 )
-from airflow_provider_rowfilter.core.errors import PublicationError, RowFilterError
+from airflow_provider_rowfilter.core.filters.row_filter import validate_row_filter
 from airflow_provider_rowfilter.core.publication import (
     Publication,
     PublicationSet,
@@ -33,7 +34,6 @@ from airflow_provider_rowfilter.core.publication import (
     PublishedTable,
 )
 from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import validate_row_filter
 
 #: Set by :func:`table_refusals`: a table's refused row filter is kept on its entry instead of raised.
 _DEFER_FILTER_ERRORS: ContextVar[bool] = ContextVar("defer_filter_errors", default=False)

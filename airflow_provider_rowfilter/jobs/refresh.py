@@ -33,14 +33,14 @@ import psycopg
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import (
+from airflow_provider_rowfilter.core.filters.subscription_filters import (
     filters_document,
     leaf_actions,
     subscribed_tables,
 )
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job

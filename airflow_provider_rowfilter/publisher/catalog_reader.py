@@ -10,8 +10,8 @@ import psycopg
 
 from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import CatalogError
-from airflow_provider_rowfilter.core.filter_analysis import FilterContext
-from airflow_provider_rowfilter.core.functions import FunctionCatalog
+from airflow_provider_rowfilter.core.filters.analysis import FilterContext
+from airflow_provider_rowfilter.core.filters.functions import FunctionCatalog
 from airflow_provider_rowfilter.core.publication import (
     Publication,
     PublicationSet,

@@ -40,7 +40,7 @@ from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableNam
 from airflow_provider_rowfilter.identifiers import table_sql
 
 if TYPE_CHECKING:  # the executors import this module too; they need no filter parser (sqlglot)
-    from airflow_provider_rowfilter.core.subscription_filters import TableFilters
+    from airflow_provider_rowfilter.core.filters.subscription_filters import TableFilters
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ import psycopg
 
 from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import ReplicaIdentityError, RowFilterError
+from airflow_provider_rowfilter.core.filters.subscription_filters import SubscriptionFilters, subscription_filters
 from airflow_provider_rowfilter.core.publication import PublicationSet
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl, table_refusals
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.subscription_filters import SubscriptionFilters, subscription_filters
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, read_publications
 
 

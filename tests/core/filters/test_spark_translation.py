@@ -20,9 +20,9 @@ from airflow_provider_rowfilter.core.errors import (
     PublicationError,
     UntranslatableFilterError,
 )
-from airflow_provider_rowfilter.core.row_filter import validate_row_filter
-from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
-from tests.core import filter_table as ft
+from airflow_provider_rowfilter.core.filters.row_filter import validate_row_filter
+from airflow_provider_rowfilter.core.filters.spark_translation import to_spark_sql
+from tests.core.filters import filter_table as ft
 
 ERROR = "error"
 

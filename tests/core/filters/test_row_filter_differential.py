@@ -37,10 +37,10 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.errors import PublicationError, UntranslatableFilterError
-from airflow_provider_rowfilter.core.filter_grammar import parse_row_filter
-from airflow_provider_rowfilter.core.functions import function_name
-from airflow_provider_rowfilter.core.row_filter import validate_row_filter
-from tests.core import filter_table as ft
+from airflow_provider_rowfilter.core.filters.functions import function_name
+from airflow_provider_rowfilter.core.filters.grammar import parse_row_filter
+from airflow_provider_rowfilter.core.filters.row_filter import validate_row_filter
+from tests.core.filters import filter_table as ft
 
 logger = logging.getLogger(__name__)
 

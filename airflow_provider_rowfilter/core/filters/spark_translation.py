@@ -15,14 +15,14 @@ from collections.abc import Sequence
 
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core import pg_types as T
-from airflow_provider_rowfilter.core.dialect import identifier_name
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
-from airflow_provider_rowfilter.core.filter_analysis import in_list_groups
-from airflow_provider_rowfilter.core.filter_text import folded_error, quantified_array, regex_of, row_fields
-from airflow_provider_rowfilter.core.functions import function_name
-from airflow_provider_rowfilter.core.pg_types import PgType
-from airflow_provider_rowfilter.core.row_filter import RowFilter
+from airflow_provider_rowfilter.core.filters import pg_types as T
+from airflow_provider_rowfilter.core.filters.analysis import in_list_groups
+from airflow_provider_rowfilter.core.filters.dialect import identifier_name
+from airflow_provider_rowfilter.core.filters.functions import function_name
+from airflow_provider_rowfilter.core.filters.pg_types import PgType
+from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
+from airflow_provider_rowfilter.core.filters.text import folded_error, quantified_array, regex_of, row_fields
 
 # PostgreSQL's lower()/upper()/ILIKE under the C collation map ASCII letters only.
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"

@@ -7,10 +7,10 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.errors import ColumnListConflictError, ReplicaIdentityError
+from airflow_provider_rowfilter.core.filters.subscription_filters import subscribed_tables, subscription_filters
 from airflow_provider_rowfilter.core.publication import PublishAction as A
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.subscription_filters import subscribed_tables, subscription_filters
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog
 
 SCHEMA = """
@@ -111,7 +111,7 @@ def test_filter_on_non_identity_column_is_rejected_when_updates_are_published(ca
 
 def test_in_list_read_back_from_the_catalog_translates_like_the_ddl_file(fresh_db):
     # pg_get_expr shows `c IN ('x', 'y')` as `(c = ANY (ARRAY['x'::text, 'y'::text]))`
-    from airflow_provider_rowfilter.core.spark_translation import to_spark_sql
+    from airflow_provider_rowfilter.core.filters.spark_translation import to_spark_sql
     from airflow_provider_rowfilter.publisher.catalog_reader import read_publications
 
     ddl = "CREATE PUBLICATION p FOR TABLE t1 WHERE (c IN ('x', 'y')) WITH (publish = 'insert')"

@@ -13,8 +13,8 @@ from sqlglot import exp
 from sqlglot.errors import ParseError
 from sqlglot.tokens import TokenType
 
-from airflow_provider_rowfilter.core.dialect import RowFilterPostgres, pg_tokenize, raise_pg_syntax_error
 from airflow_provider_rowfilter.core.errors import InvalidRowFilterError, PublicationSyntaxError
+from airflow_provider_rowfilter.core.filters.dialect import RowFilterPostgres, pg_tokenize, raise_pg_syntax_error
 
 # The texts of PostgreSQL's row-filter errors (publicationcmds.c) that the syntax checks raise too.
 INVALID = "invalid publication WHERE expression"

@@ -14,8 +14,8 @@ import uuid
 
 import pendulum
 
-from airflow_provider_rowfilter.core import pg_types as T
-from airflow_provider_rowfilter.core.pg_types import PgType
+from airflow_provider_rowfilter.core.filters import pg_types as T
+from airflow_provider_rowfilter.core.filters.pg_types import PgType
 
 
 class InvalidConstant(Exception):

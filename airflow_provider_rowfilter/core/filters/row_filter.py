@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.filter_analysis import FilterContext, analyze
-from airflow_provider_rowfilter.core.filter_grammar import parse_row_filter
-from airflow_provider_rowfilter.core.pg_types import PgType
+from airflow_provider_rowfilter.core.filters.analysis import FilterContext, analyze
+from airflow_provider_rowfilter.core.filters.grammar import parse_row_filter
+from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.relation import Relation
 
 

@@ -18,16 +18,16 @@ from psycopg import sql
 from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 
-from airflow_provider_rowfilter.core import pg_types as T
 from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan
-from airflow_provider_rowfilter.core.publication import PublishAction
-from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import RowFilter
-from airflow_provider_rowfilter.core.subscription_filters import (
+from airflow_provider_rowfilter.core.filters import pg_types as T
+from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
+from airflow_provider_rowfilter.core.filters.subscription_filters import (
     SubscriptionFilters,
     TableFilters,
     filters_document,
 )
+from airflow_provider_rowfilter.core.publication import PublishAction
+from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
 
 TABLE = "filter_rows"
 

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core import pg_types as T
-from airflow_provider_rowfilter.core.filter_grammar import ONLY_SIMPLE
-from airflow_provider_rowfilter.core.filter_regex import UnsupportedRegex, java_regex, similar_to_regex
-from airflow_provider_rowfilter.core.pg_types import PgType
+from airflow_provider_rowfilter.core.filters import pg_types as T
+from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE
+from airflow_provider_rowfilter.core.filters.pg_types import PgType
+from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex, java_regex, similar_to_regex
 
 if TYPE_CHECKING:  # the analyzer this mixin is part of (core/filter_analysis.py ``_Analyzer``)
     _Analyzer = Any

@@ -21,6 +21,8 @@ from airflow_provider_rowfilter.core.errors import (
     RowFilterError,
     UntranslatableFilterError,
 )
+from airflow_provider_rowfilter.core.filters.row_filter import RowFilter, evaluated_by_publisher, validate_row_filter
+from airflow_provider_rowfilter.core.filters.spark_translation import spark_or, to_spark_text
 from airflow_provider_rowfilter.core.publication import (
     DML_ACTIONS,
     Publication,
@@ -28,8 +30,6 @@ from airflow_provider_rowfilter.core.publication import (
     PublishAction,
 )
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
-from airflow_provider_rowfilter.core.row_filter import RowFilter, evaluated_by_publisher, validate_row_filter
-from airflow_provider_rowfilter.core.spark_translation import spark_or, to_spark_text
 
 
 @dataclass(frozen=True, eq=False)

@@ -16,7 +16,7 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import Token, TokenType
 
 from airflow_provider_rowfilter.core.errors import PublicationError, PublicationSyntaxError
-from airflow_provider_rowfilter.core.pg_lexer import reconcile, scan
+from airflow_provider_rowfilter.core.filters.pg_lexer import reconcile, scan
 
 
 class PublicationTableSpec(exp.Expression):

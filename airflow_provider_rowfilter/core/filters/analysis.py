@@ -17,29 +17,29 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core import pg_types as T
-from airflow_provider_rowfilter.core.dialect import identifier_name
 from airflow_provider_rowfilter.core.errors import (
     InvalidRowFilterError,
     PublicationError,
     UntranslatableFilterError,
 )
-from airflow_provider_rowfilter.core.filter_constants import (
+from airflow_provider_rowfilter.core.filters import pg_types as T
+from airflow_provider_rowfilter.core.filters.constants import (
     InvalidConstant,
     UnrepresentableConstant,
     constant_value,
     decimal_type,
 )
-from airflow_provider_rowfilter.core.filter_grammar import INVALID, ONLY_SIMPLE, node_position
-from airflow_provider_rowfilter.core.filter_text import TextAnalysis, quantified_array, row_fields
-from airflow_provider_rowfilter.core.functions import (
+from airflow_provider_rowfilter.core.filters.dialect import identifier_name
+from airflow_provider_rowfilter.core.filters.functions import (
     AGGREGATES,
     SET_RETURNING,
     WINDOW_FUNCTIONS,
     FunctionCatalog,
     function_name,
 )
-from airflow_provider_rowfilter.core.pg_types import PgType
+from airflow_provider_rowfilter.core.filters.grammar import INVALID, ONLY_SIMPLE, node_position
+from airflow_provider_rowfilter.core.filters.pg_types import PgType
+from airflow_provider_rowfilter.core.filters.text import TextAnalysis, quantified_array, row_fields
 from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, Relation
 
 MUTABLE = "User-defined or built-in mutable functions are not allowed."
