@@ -27,10 +27,10 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import (
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.jobs.arguments import interval, positive, seconds
 
 if TYPE_CHECKING:

@@ -52,7 +52,7 @@ def no_class_archives() -> Iterator[None]:
     """No driver class archives (core/class_archive.py) unless a test asks for them in a directory of its own:
     none in the user's ~/.cache, no test's command line depending on what an earlier run left there, and no
     run paying the seconds of making one."""
-    from airflow_provider_rowfilter.core.class_archive import ARCHIVE_DIR_ENV
+    from airflow_provider_rowfilter.spark.class_archive import ARCHIVE_DIR_ENV
 
     before = os.environ.get(ARCHIVE_DIR_ENV)
     os.environ[ARCHIVE_DIR_ENV] = "off"

@@ -20,8 +20,8 @@ from rich.console import Console
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.cli_progress import BarHandler, bar_display
-from airflow_provider_rowfilter.core.humane import PROGRESS_ATTR, ProgressReport
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.humane import PROGRESS_ATTR, ProgressReport
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.terminal import exe, tmux_screens
 

@@ -25,6 +25,9 @@ LAYER_OF = {
     "__init__": "core",
     "get_provider_info": "core",
     "core": "core",
+    # Pure Python beside core/: how numbers read to people, and the named fault points of the fault tests.
+    "humane": "core",
+    "faults": "core",
     # psycopg and pyarrow: the two databases and the change log between them.
     "connection": "io",
     "identifiers": "io",

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
+from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.log import (
     ChangeLog,
@@ -44,7 +45,6 @@ from airflow_provider_rowfilter.change_log.log import (
 )
 from airflow_provider_rowfilter.change_log.net_effect import reduce_batch
 from airflow_provider_rowfilter.connection import connect, primary_message
-from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import (
     PASS_THROUGH,
     ApplyPlan,
@@ -57,23 +57,23 @@ from airflow_provider_rowfilter.core.apply_plan import (
     epochs_from_history,
 )
 from airflow_provider_rowfilter.core.errors import RowFilterError, UnreachableError
-from airflow_provider_rowfilter.core.humane import ProgressReport, duration, report_progress, size
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.publication_state import changes, drift_error
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spark_settings import (
-    COLLECTED_BATCH_CHANGES,
-    IN_PROCESS_BATCH_CHANGES,
-    SHORT_BATCH_CHANGES,
-)
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.humane import ProgressReport, duration, report_progress, size
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.jobs.refresh import slot_lost
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
+from airflow_provider_rowfilter.spark.settings import (
+    COLLECTED_BATCH_CHANGES,
+    IN_PROCESS_BATCH_CHANGES,
+    SHORT_BATCH_CHANGES,
+)
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
     ConflictError,

@@ -16,14 +16,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError, UnreachableError
-from airflow_provider_rowfilter.core.humane import batch_lag, counts_text, duration
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
+from airflow_provider_rowfilter.humane import batch_lag, counts_text, duration
 from airflow_provider_rowfilter.operators.metrics import apply_metrics
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.subscriber.state import StateReader
 
 if TYPE_CHECKING:

@@ -32,9 +32,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, Airfl
 from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
-from airflow_provider_rowfilter.core.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.spark_settings import with_jvm_options
 from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.operators.job_output import (
@@ -44,6 +42,8 @@ from airflow_provider_rowfilter.operators.job_output import (
     returncode_of,
     watched,
 )
+from airflow_provider_rowfilter.spark.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
+from airflow_provider_rowfilter.spark.settings import with_jvm_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

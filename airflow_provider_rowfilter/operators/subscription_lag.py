@@ -12,9 +12,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.humane import duration, size
 from airflow_provider_rowfilter.core.spec import parse_size
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
+from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.operators.metrics import lag_metrics
 from airflow_provider_rowfilter.publisher.slot_health import read_slot
 from airflow_provider_rowfilter.subscriber.state_reader import StateReader

@@ -30,9 +30,9 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.humane import duration, size
 from airflow_provider_rowfilter.dag_factory import SPEC_PATTERNS, SubscriptionFile
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
+from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.publisher.slot_health import read_slot
 from airflow_provider_rowfilter.subscriber.state_reader import StateReader
 

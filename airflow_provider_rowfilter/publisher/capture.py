@@ -40,6 +40,7 @@ from typing import NoReturn
 import numpy as np
 import psycopg
 
+from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.log import (
     DEFAULT_ROW_GROUP_ROWS,
@@ -56,7 +57,6 @@ from airflow_provider_rowfilter.change_log.log import (
     image_arrays,
 )
 from airflow_provider_rowfilter.connection import connect, primary_message
-from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import (
     POSTGRES_EPOCH,

@@ -51,8 +51,8 @@ from airflow_provider_rowfilter.core.apply_plan import (
     filter_expression,
     read_facts,
 )
-from airflow_provider_rowfilter.core.spark_settings import SMALL_BATCH_SQL_SETTINGS
 from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
+from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS
 from airflow_provider_rowfilter.subscriber.apply_target import copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.processes import alive
-from airflow_provider_rowfilter.core.spark_settings import STATIC_SQL_SETTINGS, with_jvm_options
+from airflow_provider_rowfilter.spark.processes import alive
+from airflow_provider_rowfilter.spark.settings import STATIC_SQL_SETTINGS, with_jvm_options
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)

@@ -20,11 +20,11 @@ from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.core.class_archive import mark_session
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.spark_settings import SMALL_BATCH_SQL_SETTINGS, STATIC_SQL_SETTINGS, with_jvm_options
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params, with_remote_params
+from airflow_provider_rowfilter.spark.class_archive import mark_session
 from airflow_provider_rowfilter.spark.remote import require_server
+from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS, STATIC_SQL_SETTINGS, with_jvm_options
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import psycopg
 
-from airflow_provider_rowfilter.core.humane import ProgressReport, duration, report_progress
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.humane import ProgressReport, duration, report_progress
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.processes import alive
+from airflow_provider_rowfilter.spark.processes import alive
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_rowfilter.core import faults
+from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs.apply import ApplyError, apply
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor

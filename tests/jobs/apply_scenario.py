@@ -19,8 +19,8 @@ import psycopg
 import pytest
 import yaml
 
+from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS, ChangeLog
-from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import apply as apply_job

@@ -23,8 +23,8 @@ import pytest
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.change_log.log import ChangeLog
-from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.core.lsn import parse_lsn
+from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.publisher.capture import capture

@@ -23,8 +23,8 @@ import signal
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.log import TEMP_PREFIX, ChangeLog
-from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import assert_same_as_native, bulk, changes, publish

@@ -20,8 +20,8 @@ import sqlglot
 
 from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spark_settings import SMALL_BATCH_SQL_SETTINGS
 from airflow_provider_rowfilter.spark.apply_frames import decide_frame
+from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS
 from tests.dataframes import assert_dataframe_equal
 
 # The change log's columns that the judge reads (change_log/log.py SCHEMA), in Spark's types.

@@ -7,8 +7,8 @@ import time
 
 import psycopg
 
-from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.subscriber.copy_progress import copy_progress, copy_report
 
 

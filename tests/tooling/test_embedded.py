@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.processes import alive
+from airflow_provider_rowfilter.spark.processes import alive
 from airflow_provider_rowfilter.tooling.embedded import (
     DEFAULT_OS_USER,
     LocalPostgres,

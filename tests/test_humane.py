@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 
 from airflow_provider_rowfilter.cli_output import Column, print_table
-from airflow_provider_rowfilter.core.humane import ago, batch_lag, counts_text, duration, size
+from airflow_provider_rowfilter.humane import ago, batch_lag, counts_text, duration, size
 
 
 @pytest.mark.parametrize(("seconds", "said"), [

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from airflow_provider_rowfilter.core.processes import alive
+from airflow_provider_rowfilter.spark.processes import alive
 
 
 def test_a_running_process_is_alive_an_exited_one_is_not_even_before_it_is_reaped():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_rowfilter.core.class_archive import (
+from airflow_provider_rowfilter.spark.class_archive import (
     ARCHIVE_DIR_ENV,
     SESSION_MARK_ENV,
     STALE_SECONDS,
