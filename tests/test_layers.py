@@ -34,6 +34,8 @@ LAYER_OF = {
     "publisher": "io",
     "subscriber": "io",
     "change_log": "io",
+    # The apply's run: the drain, its batches and their reductions (loads pyspark only when a batch needs Spark).
+    "apply": "io",
     "spark": "spark",
     # The console command runs the Spark jobs (README "Use"); Airflow stays out of it.
     "cli": "spark",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from airflow_provider_rowfilter import faults
+from airflow_provider_rowfilter.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.log import (
     ChangeLog,
@@ -43,7 +44,6 @@ from airflow_provider_rowfilter.change_log.log import (
     segment_identities,
     segment_relations,
 )
-from airflow_provider_rowfilter.change_log.net_effect import reduce_batch
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.apply_plan import (
     PASS_THROUGH,

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.change_log.net_effect import reduce_batch
+from airflow_provider_rowfilter.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job

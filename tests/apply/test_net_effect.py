@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from airflow_provider_rowfilter.change_log.net_effect import _layout_ids, _toasted
+from airflow_provider_rowfilter.apply.net_effect import _layout_ids, _toasted
 
 
 def test_each_row_gets_its_relation_layout_and_a_relation_without_columns_has_none() -> None:
