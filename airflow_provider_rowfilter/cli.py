@@ -465,7 +465,7 @@ def _slot_line(name: str, slot: SlotHealth | None) -> str:
 def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget: float | None = None,
                 as_json: bool) -> int:
     """Run ApplyChanges in-process: batches until drained (or the budget is spent), each in one transaction."""
-    from airflow_provider_rowfilter.jobs.apply import apply
+    from airflow_provider_rowfilter.apply.drain import apply
     from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 
     bars = wants_bars(err_console)

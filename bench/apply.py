@@ -252,14 +252,15 @@ class PhaseTimer:
         self._undo.append((owner, attr, original))
 
     def install(self) -> PhaseTimer:
-        from airflow_provider_rowfilter.jobs import apply as apply_job
+        from airflow_provider_rowfilter.apply import capture_ahead
         from airflow_provider_rowfilter.spark import apply_frames
+        from airflow_provider_rowfilter.subscriber.apply_target import StagedTable
 
-        self._wrap(apply_job, "capture", "capture")
-        self._wrap(apply_frames, "decide", "decide")  # imported by name inside _apply_locked: looked up per call
+        self._wrap(capture_ahead, "capture", "capture")
+        self._wrap(apply_frames, "decide", "decide")  # imported by name inside apply/reducers.py reduce: looked up per call
         self._wrap(apply_frames.DecidedBatch, "facts", "facts")  # first action: read, judge, persist, count
         self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
-        self._wrap(apply_job.StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
+        self._wrap(StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
         return self
 
     def uninstall(self) -> None:
@@ -275,7 +276,7 @@ class PhaseTimer:
 # --- the measurements ---------------------------------------------------------------------------------
 def apply_until_done(spec: SubscriptionSpec, spark, max_changes: int, timer: PhaseTimer | None = None,
                      verbose: bool = False) -> tuple[float, list[dict]]:
-    from airflow_provider_rowfilter.jobs.apply import apply
+    from airflow_provider_rowfilter.apply.drain import apply
 
     batches = []
     began = time.monotonic()
@@ -311,7 +312,7 @@ def phase_breakdown(batches: list[dict], total: float) -> dict[str, float]:
 
 
 def empty_batches(spec: SubscriptionSpec, spark, repeat: int) -> list[float]:
-    from airflow_provider_rowfilter.jobs.apply import apply
+    from airflow_provider_rowfilter.apply.drain import apply
 
     times = []
     for _ in range(repeat):

@@ -108,3 +108,7 @@ class SparkUnavailableError(RowFilterError):
     """The Spark Connect server of ``spark_remote`` cannot be reached; a later run may find it up."""
 
     transient = True
+
+
+class ApplyError(RowFilterError):
+    """The batch cannot be applied (nothing of it was)."""

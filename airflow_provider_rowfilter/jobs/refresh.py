@@ -38,7 +38,6 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import (
     leaf_actions,
     subscribed_tables,
 )
-from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
@@ -54,13 +53,9 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
 )
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
 from airflow_provider_rowfilter.publisher.definitions import load_definitions
-from airflow_provider_rowfilter.subscriber.state import RelState, StateStore, migrate, relation_exists
+from airflow_provider_rowfilter.subscriber.state import RelState, StateStore, migrate, relation_exists, slot_lost
 
 log = logging.getLogger(__name__)
-
-
-class SlotLostError(RowFilterError):
-    """The subscription's slot is gone while tables hold positions read from it."""
 
 
 #: How a table refused under ``on_invalid_table: skip`` starts its ``last_error`` (cleared when accepted).
@@ -198,21 +193,6 @@ def _positioned_tables(spec: SubscriptionSpec) -> list[RelState]:
         if not relation_exists(sub, "subscription_rel"):
             return []
         return [r for r in StateStore(sub, spec.subscription).tables() if r.state is not SyncState.INIT]
-
-
-def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> SlotLostError:
-    """The subscription is broken: its slot is gone while ``stranded`` (tables past ``i``) hold
-    positions read from it (refresh refuses; the apply stops with this too)."""
-    positions = [parse_lsn(r.lsn) for r in stranded if r.lsn is not None]
-    since = f"after LSN {format_lsn(min(positions))}" if positions else "since the slot was dropped"
-    listed = ", ".join(f"{r.table} ({r.state.value}{'' if r.lsn is None else ' at ' + r.lsn})" for r in stranded)
-    return SlotLostError(
-        f"subscription {spec.subscription!r} is broken: replication slot \"{slot}\" no longer exists on the "
-        f"publisher; changes {since} were never captured",
-        detail=f"tables whose position came from that slot: {listed}",
-        hint="run `rowfilter refresh --recreate-slot` (RefreshPublicationOperator(recreate_slot=True)): it empties "
-        "these tables in the subscriber, sends them back to state i for a new copy, and creates a new slot; "
-        "nothing was changed")
 
 
 def _resync(spec: SubscriptionSpec, tables: list) -> None:

@@ -204,16 +204,16 @@ class ApplyChangesOperator(RowFilterJobOperator):
 
     # --- a run with nothing to judge, in the task --------------------------------------------------------
     def run_in_task(self, resolved: ResolvedSpec) -> bool:
-        """The job's own run without Spark (jobs/apply.py ``without_spark``): done when no batch needs Spark
-        (none has a change, or the publisher judged them: change_log/net_effect.py); else what it captured
+        """The job's own run without Spark (apply/drain.py ``without_spark``): done when no batch needs Spark
+        (none has a change, or the publisher judged them: apply/net_effect.py); else what it captured
         stays in the log and the job is submitted for the rest."""
         self._in_task, self._budget_spent = None, 0.0
         if not self.skip_when_idle:
             return False
         began = time.monotonic()
         # Imported here: DAG files that only declare the operator never load the job's code.
+        from airflow_provider_rowfilter.apply.drain import SparkNeeded, apply
         from airflow_provider_rowfilter.connection import in_task
-        from airflow_provider_rowfilter.jobs.apply import SparkNeeded, apply
         from airflow_provider_rowfilter.jobs.exit_status import is_transient
 
         bound, budget = self._max_changes(), self._time_budget()

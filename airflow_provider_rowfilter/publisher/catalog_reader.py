@@ -12,6 +12,7 @@ from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import CatalogError
 from airflow_provider_rowfilter.core.filters.analysis import FilterContext
 from airflow_provider_rowfilter.core.filters.functions import FunctionCatalog
+from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import (
     Publication,
     PublicationSet,
@@ -275,3 +276,24 @@ def read_publication_state(conn: psycopg.Connection, publications: Sequence[str]
     except psycopg.Error as e:
         raise CatalogError(f"could not read the publisher's publications: {e}",
                            hint="the publisher role needs SELECT on pg_catalog") from e
+
+
+def flush_position(conn: psycopg.Connection) -> int:
+    """The publisher's WAL flush position now: every transaction committed before it is decodable."""
+    return parse_lsn(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+
+
+def tables_present(conn: psycopg.Connection, names: Sequence[TableName]) -> bool:
+    """Whether every one of the tables ``names`` exists on the publisher under that name."""
+    found = conn.execute("SELECT count(*) FROM unnest(%s::text[], %s::text[]) AS t(s, n) "
+                         "JOIN pg_namespace ns ON ns.nspname = t.s "
+                         "JOIN pg_class c ON c.relnamespace = ns.oid AND c.relname = t.n",
+                         ([t.schema for t in names], [t.name for t in names])).fetchone()[0]
+    return found == len(names)
+
+
+def table_names(conn: psycopg.Connection, oids: Sequence[int]) -> dict[int, TableName]:
+    """The publisher's current names of the tables ``oids`` (which table a renamed relation was)."""
+    rows = conn.execute("SELECT c.oid::int8, n.nspname, c.relname FROM pg_class c JOIN pg_namespace n "
+                        "ON n.oid = c.relnamespace WHERE c.oid = ANY(%s::oid[])", (list(oids),)).fetchall()
+    return {oid: TableName(schema, name) for oid, schema, name in rows}

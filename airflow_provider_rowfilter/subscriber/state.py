@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -37,10 +38,13 @@ from airflow_provider_rowfilter.subscriber.state_reader import (
     relation_exists,
 )
 
+if TYPE_CHECKING:
+    from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+
 __all__ = [
     "APPLIED", "APPLY_LOCK", "SCHEMA", "AsyncStateReader", "BatchRecord", "DroppedState", "RefreshRecord",
-    "RelState", "StateError", "StateReader", "StateStore", "SubscriptionRow", "StateReading",
-    "job_lock", "job_lock_key", "migrate", "relation_exists",
+    "RelState", "SlotLostError", "StateError", "StateReader", "StateStore", "SubscriptionRow", "StateReading",
+    "job_lock", "job_lock_key", "migrate", "relation_exists", "slot_lost",
 ]
 
 #: The states whose tables the apply serves (PostgreSQL's apply worker: FINISHEDCOPY, SYNCDONE, READY).
@@ -255,3 +259,22 @@ def job_lock(conn: psycopg.Connection, subscription: str, scope: str,
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.rollback()
         conn.execute("SELECT pg_advisory_unlock(hashtext(%s), hashtext(%s))", key)
+
+
+class SlotLostError(RowFilterError):
+    """The subscription's slot is gone while tables hold positions read from it."""
+
+
+def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> SlotLostError:
+    """The subscription is broken: its slot is gone while ``stranded`` (tables past ``i``) hold
+    positions read from it (refresh refuses; the apply stops with this too)."""
+    positions = [parse_lsn(r.lsn) for r in stranded if r.lsn is not None]
+    since = f"after LSN {format_lsn(min(positions))}" if positions else "since the slot was dropped"
+    listed = ", ".join(f"{r.table} ({r.state.value}{'' if r.lsn is None else ' at ' + r.lsn})" for r in stranded)
+    return SlotLostError(
+        f"subscription {spec.subscription!r} is broken: replication slot \"{slot}\" no longer exists on the "
+        f"publisher; changes {since} were never captured",
+        detail=f"tables whose position came from that slot: {listed}",
+        hint="run `rowfilter refresh --recreate-slot` (RefreshPublicationOperator(recreate_slot=True)): it empties "
+        "these tables in the subscriber, sends them back to state i for a new copy, and creates a new slot; "
+        "nothing was changed")

@@ -13,8 +13,8 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter import faults
+from airflow_provider_rowfilter.apply.drain import ApplyError, apply
 from airflow_provider_rowfilter.jobs import apply as apply_job
-from airflow_provider_rowfilter.jobs.apply import ApplyError, apply
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import (

@@ -22,18 +22,18 @@ names = itertools.count(1)  # unique subscription names within the run
 #: Who evaluates the publications (core/spec.py): the differential and fault tests run in both modes.
 FILTERING_MODES = ("source", "spark")
 #: Who evaluates the publications and who reduces the batch: the publisher, then the job's own process
-#: (change_log/net_effect.py); the publisher, then Spark (a batch over IN_PROCESS_BATCH_CHANGES); Spark both.
+#: (apply/net_effect.py); the publisher, then Spark (a batch over IN_PROCESS_BATCH_CHANGES); Spark both.
 APPLY_PATHS = ("source", "source-reduced-by-spark", "spark")
 
 
 def apply_path(monkeypatch, path: str) -> tuple[str, Counter]:
     """The spec's ``filtering`` for ``path`` (one of :data:`APPLY_PATHS`), and a count of the batches each
     engine reduces (``process``, ``spark``) as the test goes on."""
-    from airflow_provider_rowfilter.jobs import apply as apply_job
+    from airflow_provider_rowfilter.apply import net_effect, reducers
     from airflow_provider_rowfilter.spark import apply_frames
 
     if path == "source-reduced-by-spark":
-        monkeypatch.setattr(apply_job, "IN_PROCESS_BATCH_CHANGES", -1)
+        monkeypatch.setattr(reducers, "IN_PROCESS_BATCH_CHANGES", -1)
     engines: Counter = Counter()
 
     def counted(engine: str, function):
@@ -41,7 +41,7 @@ def apply_path(monkeypatch, path: str) -> tuple[str, Counter]:
             engines[engine] += 1
             return function(*args, **kwargs)
         return run
-    monkeypatch.setattr(apply_job, "reduce_batch", counted("process", apply_job.reduce_batch))
+    monkeypatch.setattr(net_effect, "reduce_batch", counted("process", net_effect.reduce_batch))
     monkeypatch.setattr(apply_frames, "decide", counted("spark", apply_frames.decide))
     return ("spark" if path == "spark" else "source"), engines
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
-from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
 from tests.jobs.databases import APPLY_PATHS, FILTERING_MODES, apply_path, names, run_ours
 

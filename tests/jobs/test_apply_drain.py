@@ -22,11 +22,12 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter import cli
+from airflow_provider_rowfilter.apply import capture_ahead
+from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.jobs import apply as apply_job
-from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.spark import session as spark_session
 from airflow_provider_rowfilter.tooling.native import table_rows
@@ -93,13 +94,13 @@ def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscri
 
     monkeypatch.setattr(spark_session, "job_session", counted)
     captured_on = []
-    real_capture = apply_job.capture
+    real_capture = capture_ahead.capture
 
     def traced(*args, **kwargs):
         captured_on.append(threading.current_thread().name)
         return real_capture(*args, **kwargs)
 
-    monkeypatch.setattr(apply_job, "capture", traced)
+    monkeypatch.setattr(capture_ahead, "capture", traced)
     before = history(dbs, spec)
 
     result = apply(spec, max_changes=BATCH, spark=spark)
@@ -156,7 +157,7 @@ def test_changes_committed_after_the_run_started_wait_for_the_next_run(dbs, spar
     native, _, spec = subscribed
     publish(dbs.publisher, backlog(12))
     late: list[str] = []
-    real_capture = apply_job.capture
+    real_capture = capture_ahead.capture
 
     def capture_then_write(*args, **kwargs):
         # A busy publisher: after each of the run's captures, another transaction bigger than a batch commits.
@@ -167,7 +168,7 @@ def test_changes_committed_after_the_run_started_wait_for_the_next_run(dbs, spar
             publish(dbs.publisher, [f"INSERT INTO t SELECT g, 1, 'late' FROM generate_series({base}, {base + 59}) g"])
         return captured
 
-    monkeypatch.setattr(apply_job, "capture", capture_then_write)
+    monkeypatch.setattr(capture_ahead, "capture", capture_then_write)
     result = apply(spec, max_changes=BATCH, spark=spark)
 
     assert result.drained and result.batches >= 2, result.summary()
@@ -176,7 +177,7 @@ def test_changes_committed_after_the_run_started_wait_for_the_next_run(dbs, spar
     assert not [r for r in ours if "late" in r], "a transaction committed after the run started was applied"
     assert [r for r in expected(dbs, "t") if "late" not in r] == ours  # everything committed before it started
     assert table_rows(dbs.ours, "u") == expected(dbs, "u")
-    monkeypatch.setattr(apply_job, "capture", real_capture)
+    monkeypatch.setattr(capture_ahead, "capture", real_capture)
 
     after = apply(spec, max_changes=BATCH, spark=spark)
     native.wait_caught_up()

@@ -25,11 +25,11 @@ from contextlib import contextmanager
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.apply import net_effect, reducers
+from airflow_provider_rowfilter.apply.drain import ApplyResult, apply
 from airflow_provider_rowfilter.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
-from airflow_provider_rowfilter.jobs.apply import ApplyResult, apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.spark import apply_frames
@@ -274,7 +274,7 @@ def catch_up(spec, spark, counts: Counter) -> list[ApplyResult]:
 
 
 def same_as_spark(spark, compared: Counter):
-    """``reduce_batch`` (change_log/net_effect.py), held against Spark's reduction of the same batch: the
+    """``reduce_batch`` (apply/net_effect.py), held against Spark's reduction of the same batch: the
     same facts and the same staged rows (keys and values compared as the JSON they are)."""
     def both(paths, plan, token):
         facts, rows = reduce_batch(paths, plan, token)
@@ -330,12 +330,12 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed, filtering
 
     # Batches of up to MAX_CHANGES changes: the smaller ones are judged and staged in one action and
     # COPYed from the driver, the others checkpointed and staged from the executors. Both must agree with native.
-    monkeypatch.setattr(apply_job, "COLLECTED_BATCH_CHANGES", MAX_CHANGES // 2)
+    monkeypatch.setattr(reducers, "COLLECTED_BATCH_CHANGES", MAX_CHANGES // 2)
     paths: Counter = Counter()
     for name in ("collected", "staged"):
         monkeypatch.setattr(DecidedBatch, name, counting(getattr(DecidedBatch, name), paths, name))
     compared: Counter = Counter()
-    monkeypatch.setattr(apply_job, "reduce_batch", same_as_spark(spark, compared))
+    monkeypatch.setattr(net_effect, "reduce_batch", same_as_spark(spark, compared))
     counts: Counter = Counter()
     batches = catch_up(spec, spark, counts)
     native.wait_caught_up()

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_relations
 from airflow_provider_rowfilter.core.apply_plan import RelationChangedError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy, resync
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError

@@ -14,9 +14,9 @@ import dataclasses
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
 from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
-from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications

@@ -12,11 +12,11 @@ import psycopg
 import pytest
 import yaml
 
+from airflow_provider_rowfilter.apply.drain import apply_lock
 from airflow_provider_rowfilter.change_log.log import POSITION_FILE, ChangeLog
 from airflow_provider_rowfilter.cli import main
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.apply import _apply_lock
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import _table_lock
 from airflow_provider_rowfilter.publisher.capture import capture
@@ -184,7 +184,7 @@ def test_a_running_job_of_the_subscription_is_not_interrupted(dbs, tmp_path, cap
     with psycopg.connect(sub, autocommit=True) as holder:
         holder_pid = holder.info.backend_pid
         if job == "apply":
-            held = _apply_lock(holder, SUB)
+            held = apply_lock(holder, SUB)
         elif job == "snapshot":
             held = _table_lock(holder, SUB, TableName("public", "t1"))
         else:

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter import cli
+from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.jobs.refresh import REFUSED, refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor

@@ -1,0 +1,73 @@
+"""A draining run's captures: the next batch's, read from the slot while this batch is applied."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from airflow_provider_rowfilter.change_log.identity import LogNeeds
+from airflow_provider_rowfilter.core.lsn import format_lsn
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.publisher.capture import CaptureResult, capture
+from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
+from airflow_provider_rowfilter.subscriber.state import StateStore, slot_lost
+
+log = logging.getLogger(__name__)
+
+
+class CaptureAhead:
+    """A run's captures: each bounded batch's, ending at the first commit at or past the run's target, under
+    the apply's lock, with what the tables need of the log (publisher/capture.py ``_check_log``).
+
+    From the second batch of a draining run on, the next batch's capture runs in a thread of its own (its
+    own publisher connection) while this batch is reduced and applied: the capture waits on the
+    publisher's decoding and the apply on the subscriber, and each used to wait for the other. The
+    tables' needs are read before it starts, on the run's subscriber connection; they only move
+    forward, so the capture checks the log against positions at or behind the tables' own. What the
+    apply writes is whole before the thread reads it and what the capture writes is invisible until it
+    is renamed into the log (change_log/log.py), and segments are pruned only while no capture runs, so
+    its continuity check never meets a segment being removed.
+    """
+
+    def __init__(self, spec: SubscriptionSpec, store: StateStore, max_changes: int) -> None:
+        self.spec, self.store, self.max_changes = spec, store, max_changes
+        self.pending: Future[CaptureResult] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.pending is not None
+
+    def start(self, target: int | None) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"rowfilter-capture-{self.spec.subscription}")
+        self.pending = self._pool.submit(self._capture, target, self.store.log_needs())
+
+    def take(self, target: int | None) -> CaptureResult:
+        """The batch's capture: the one started ahead, else one now."""
+        pending, self.pending = self.pending, None
+        try:
+            return self._capture(target, self.store.log_needs()) if pending is None else pending.result()
+        except SlotMissingError as e:
+            # Tables past i hold positions read from the lost slot: refresh alone refuses, the
+            # fix is a new slot and a new copy of them (refresh --recreate-slot).
+            stranded = [r for r in self.store.tables() if r.state is not SyncState.INIT]
+            if stranded:
+                raise slot_lost(self.spec, e.slot, stranded) from None
+            raise
+
+    def finish(self) -> None:
+        """Wait for a capture still running (its segment stays in the log for the next run)."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except Exception as e:  # the run already fails or stops for its own reason
+                log.warning("the capture ahead of the next batch failed too: %s", e)
+        if self._pool is not None:
+            self._pool.shutdown()
+
+    def _capture(self, target: int | None, needs: LogNeeds) -> CaptureResult:
+        return capture(self.spec, max_changes=self.max_changes,
+                       upto_lsn=None if target is None else format_lsn(target), needs=needs)

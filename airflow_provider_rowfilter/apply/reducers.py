@@ -1,0 +1,135 @@
+"""A batch reduced to its net effect per key and staged in the subscriber, by one of two reducers.
+
+Both reducers keep one contract (docs/adr/two-reducers-one-fold.md): the batch's change-log rows, the
+plan (core/apply_plan.py) and a staging token in; the batch's facts (``BatchFacts``: what was filtered
+or transformed, which columns each table is sent, which tables need phases) and the rows of
+``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out. Which one runs:
+
+- a batch the publisher judged (``filtering: source``) of at most :data:`IN_PROCESS_BATCH_CHANGES`
+  changes is reduced in this process from Arrow tables (apply/net_effect.py): no Spark at all;
+- any other batch is judged and reduced by Spark (spark/apply_frames.py), in the run's one session,
+  started by the first batch that needs it. A batch of at most :data:`COLLECTED_BATCH_CHANGES`
+  changes comes back to this process in one Spark action and is COPYed from here; a larger one is
+  COPYed into the stage by the executors.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import psycopg
+
+from airflow_provider_rowfilter.apply import net_effect
+from airflow_provider_rowfilter.apply.batch_plan import BatchPlan
+from airflow_provider_rowfilter.apply.result import ApplyResult
+from airflow_provider_rowfilter.core.apply_plan import BatchFacts
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
+from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget, clear_stage, copy_stage_rows, new_token
+from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
+
+if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to judge
+    from pyspark.sql import SparkSession
+
+#: A batch the publisher judged of at most this many changes (the log's count) is reduced in the job's
+#: own process and starts no Spark (apply/net_effect.py); a larger one goes to Spark, whose executors
+#: share the work (docs/apply.md, "Batches the publisher judged").
+IN_PROCESS_BATCH_CHANGES = 200_000
+#: A batch of at most this many changes (the log's count) is summarised and staged in one Spark
+#: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,
+#: so no Python worker starts (docs/apply.md, "Small batches").
+COLLECTED_BATCH_CHANGES = 50_000
+
+
+class SparkNeeded(Exception):  # not an error: what a run without Spark reports when it stops
+    """A run without Spark (apply/drain.py ``apply`` ``without_spark``) reached what only the job can do: a
+    batch that needs Spark, or a change log here that is not the one on record. That batch wrote nothing;
+    what its capture logged stays in the log for the job."""
+
+
+class SparkOnDemand(ExitStack):
+    """The run's one Spark session: started by the first batch that needs Spark, kept for the others
+    (stopped when the run ends); ``allowed`` False: that batch raises :class:`SparkNeeded` instead."""
+
+    def __init__(self, spec: SubscriptionSpec, spark: SparkSession | None, *, allowed: bool = True) -> None:
+        super().__init__()
+        self.spec, self.spark, self.allowed = spec, spark, allowed
+        self.session: SparkSession | None = None
+
+    def get(self, *, short_batch: bool) -> SparkSession:
+        """The session; ``short_batch`` (its JVM compiles for a short life) counts only when it is started here."""
+        if not self.allowed:
+            raise SparkNeeded(f"subscription {self.spec.subscription}: a batch needs Spark")
+        if self.session is None:
+            from airflow_provider_rowfilter.spark.session import job_session
+
+            self.session = self.enter_context(job_session(self.spec, "apply", self.spark, short_batch=short_batch))
+        return self.session
+
+
+@dataclass
+class Staged:
+    """What the reduction left for the batch's transaction: the stage's token and the facts it needs."""
+
+    token: str
+    extra: dict[int, dict[str, int]] = field(default_factory=dict)  # per target: filtered, update_to_insert, …
+    skipped: bool = False  # the transaction being skipped is in the batch
+
+
+def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, result: ApplyResult,
+           spark: SparkOnDemand) -> Staged:
+    """Reduce the batch's changes to their net effect per key, checked against its tables, and stage them.
+
+    Clears what earlier attempts of the subscription left in the stage first. Records in ``result`` the
+    batch's segments, transactions and changes.
+
+    :raises ApplyTargetError: a table is sent a column it lacks, or an UPDATE or DELETE it has no key for.
+    :raises SparkNeeded: the batch needs Spark and the run may not start it.
+    """
+    clear_stage(sub, spec.subscription)
+    staged = Staged(new_token(spec.subscription))
+    if batch.plan is None:
+        return staged
+    conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
+    changes = batch.logged_changes
+    if batch.filtering == "source" and changes <= IN_PROCESS_BATCH_CHANGES:
+        # pgoutput judged every change: the batch is reduced here, without Spark (apply/net_effect.py).
+        facts, rows = net_effect.reduce_batch(batch.paths, batch.plan, staged.token)
+        staged.extra, staged.skipped, result.changes = _checked(facts, batch.targets)
+        copy_stage_rows(rows, conninfo)
+    else:
+        # A JVM of our own that lives for one short batch compiles for a short life (spark/settings.py).
+        short = batch.whole and (result.capture is None or not result.capture["more"]) \
+            and changes <= SHORT_BATCH_CHANGES
+        session = spark.get(short_batch=short)
+        from airflow_provider_rowfilter.spark.apply_frames import decide, write_stage
+
+        # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
+        small = changes <= COLLECTED_BATCH_CHANGES
+        decided = decide(session, batch.paths, batch.plan)
+        try:
+            facts, collected = decided.collected(staged.token) if small else (decided.facts(), None)
+            staged.extra, staged.skipped, result.changes = _checked(facts, batch.targets)
+            if collected is None:
+                write_stage(decided.staged(staged.token), conninfo)
+            else:
+                copy_stage_rows(collected, conninfo)
+        finally:
+            decided.release()
+    result.segments = len(batch.segments)
+    result.transactions = sum(t for t, _ in batch.logged)
+    return staged
+
+
+def _checked(facts: BatchFacts, targets: dict[int, ApplyTarget]) -> tuple[dict[int, dict[str, int]], bool, int]:
+    """What the batch's facts let through: each table takes its published columns, and a table without a key
+    gets no UPDATE or DELETE it cannot find (the first in commit order raises); returns the per-table counts,
+    whether the transaction being skipped is in the batch, and its number of changes."""
+    for index, published, first in facts.column_sets:
+        targets[index].check_published(published, first)
+    if facts.unkeyed:
+        index, (first, kind) = min(facts.unkeyed.items(), key=lambda u: u[1])
+        raise targets[index].not_updatable(kind, first)
+    return facts.counts, facts.skipped, facts.changes
