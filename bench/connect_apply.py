@@ -75,9 +75,10 @@ A.decide = timed("plan", A.decide)
 A.DecidedBatch.facts = timed("judge", A.DecidedBatch.facts)
 A.DecidedBatch.collected = timed("judge", A.DecidedBatch.collected)
 A.write_stage = timed("write", A.write_stage)
+from airflow_provider_rowfilter.apply import net_effect, reducers
 from airflow_provider_rowfilter.jobs import apply
-apply.copy_stage_rows = timed("write", apply.copy_stage_rows)
-apply.reduce_batch = timed("judge", apply.reduce_batch)  # a batch the publisher judged: no Spark
+reducers.copy_stage_rows = timed("write", reducers.copy_stage_rows)
+net_effect.reduce_batch = timed("judge", net_effect.reduce_batch)  # a batch the publisher judged: no Spark
 code = apply.main(sys.argv[2:])
 marks["total"] = time.time() - began
 print("PHASES " + json.dumps(marks), file=sys.stderr)

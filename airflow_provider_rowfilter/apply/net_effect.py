@@ -11,12 +11,15 @@ columns, than Spark's fixed cost per action (docs/apply.md "Batches the publishe
 of such a batch starts no Spark at all, and ApplyChangesOperator's task applies it without submitting the
 job.
 
-The result is the one Spark's ``DecidedBatch.collected`` gives: the batch's facts (core/apply_plan.py
-``read_facts``) and the rows for ``rowfilter.apply_stage``, which subscriber/apply_target.py applies
-unchanged. Each rule below names the step of spark/apply_frames.py it mirrors (``decide_frame``,
-``staged``, ``_single``, ``_folded``). The differential tests run every source-filtered case through
-this path and through Spark's, against PostgreSQL's own subscription; the random workload reduces each
-of its source-filtered batches both ways and requires the same facts and rows
+The contract is the one Spark's ``DecidedBatch.collected`` keeps (apply/reducers.py): the change-log
+rows of the batch's segments in, as Arrow tables; the batch's facts (core/apply_plan.py ``read_facts``)
+and the rows of ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out, which
+subscriber/apply_target.py applies unchanged. Each rule below names the step of spark/apply_frames.py
+it mirrors (``decide_frame``, ``staged``, ``_single``, ``_folded``). Why the rule is written twice and
+how the two are held equal: docs/adr/two-reducers-one-fold.md. The fold's truth table runs through
+both, without a database (tests/apply/test_fold.py); the differential tests run every source-filtered
+case through this path and through Spark's, against PostgreSQL's own subscription; the random workload
+reduces each of its source-filtered batches both ways and requires the same facts and rows
 (tests/jobs/test_apply_differential.py, tests/jobs/test_apply_random.py).
 """
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
@@ -32,26 +35,17 @@ from operator import attrgetter
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
+from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
-_READ = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_identity", "column_names",
-         "new_values", "new_unchanged", "old_kind", "old_values", "truncate_restart_identity")
+#: The change log's columns the reduction reads (change_log/log.py ``SCHEMA``).
+CHANGE_COLUMNS = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_identity", "column_names",
+                  "new_values", "new_unchanged", "old_kind", "old_values", "truncate_restart_identity")
 # Read per row; the columns' names and the TOASTed flags are read per layout and for the rows that have one.
 _ROW = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_identity", "new_values", "old_kind",
         "old_values", "truncate_restart_identity")
-_OUTCOME = ("present", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
-#: The staged rows' columns and types, in the order of ``DecidedBatch.staged``'s frame.
-STAGE_SCHEMA = pa.schema([
-    ("token", pa.string()), ("target", pa.int32()), ("phase", pa.int32()), ("row_kind", pa.string()),
-    ("op", pa.string()), ("key", pa.string()), ("n_insert", pa.int64()), ("n_update", pa.int64()),
-    ("n_delete", pa.int64()), ("vals", pa.string()),
-    *((f"{side}_{name}", pa.bool_() if name == "present" else pa.string() if name == "flags" else pa.int64())
-      for side in ("p", "a") for name in _OUTCOME),
-    ("commit_lsn", pa.int64()), ("xid", pa.int64()), ("restart_identity", pa.bool_()),
-])
 
 
 @dataclass(slots=True)
@@ -77,8 +71,13 @@ def _json(values: Sequence[str | None] | None) -> str | None:
     return None if values is None else _ENCODE(values)
 
 
-def reduce_batch(paths: Sequence[str], plan: ApplyPlan, token: str) -> tuple[BatchFacts, pa.Table]:
-    """The facts and the staged rows of the segments ``paths`` (captured with ``filtering: source``)."""
+def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str) -> tuple[BatchFacts, pa.Table]:
+    """The facts and the staged rows of a batch the publisher judged (``filtering: source``).
+
+    :param segments: the batch's change-log rows, a table per segment in log order, with at least
+        :data:`CHANGE_COLUMNS` (read one at a time: the process holds one segment's rows and the batch's
+        changes, not the whole batch's rows).
+    """
     if any(rules != PASS_THROUGH for t in plan.targets for rules in t.rules):
         raise ValueError("only a batch the publisher judged (every table PASS_THROUGH) is reduced here")
     routes = {(leaf.schema, leaf.name): t for t in plan.targets for leaf in t.leaves}
@@ -89,8 +88,7 @@ def reduce_batch(paths: Sequence[str], plan: ApplyPlan, token: str) -> tuple[Bat
     layouts: dict[tuple[int, tuple[str, ...]], _Layout] = {}
     skip_lsn = plan.skip_lsn
     targets = list(plan.targets)
-    for path in paths:
-        segment = pq.read_table(path, columns=list(_READ))
+    for segment in segments:
         layout_of, layout_names = _layout_ids(segment.column("column_names"))
         target_of = _routes(segment, routes, targets)
         unchanged_of = _toasted(segment.column("new_unchanged"))
@@ -154,7 +152,7 @@ def _routes(segment: pa.Table, routes: dict[tuple[str, str], TargetPlan], target
     leaf = pc.binary_join_element_wise(segment.column("schema"), segment.column("table"), "\x00")
     encoded = leaf.combine_chunks().dictionary_encode()
     place = {t.index: n for n, t in enumerate(targets)}
-    found = [routes.get(tuple(name.split("\x00", 1))) for name in encoded.dictionary.to_pylist()]  # type: ignore[misc]
+    found = [routes.get((schema, table)) for schema, table in (n.split("\x00", 1) for n in encoded.dictionary.to_pylist())]
     of_entry = np.array([-1 if t is None else place[t.index] for t in found] or [-1], np.int64)
     return of_entry[encoded.indices.to_numpy(zero_copy_only=False)].tolist() if len(encoded) else []
 
@@ -175,27 +173,32 @@ class _Layout:
         self.columns = [at.get(c) for c in target.columns]
         self.key = [at.get(k) for k in target.key]
         self.complete = None not in self.columns and None not in self.key
+        # the same positions, typed as what they are when the layout has every column and key column
+        self.columns_at = [p for p in self.columns if p is not None] if self.complete else None
+        self.key_at = [p for p in self.key if p is not None] if self.complete else None
         self.same_order = self.complete and self.columns == list(range(len(names)))  # the values as they are
         # 1: a column the change does not carry (an INSERT fills it with its default: worker.c slot_fill_defaults)
         self.flags = "".join("1" if p is None else "0" for p in self.columns)
 
-    def _read(self, positions: list[int | None], values: list | None) -> list[str | None]:
+    def _read(self, positions: list[int | None], exact: list[int] | None, values: list | None) -> list[str | None]:
+        """The values at ``positions`` (``exact``: the same, when the layout is complete)."""
         if values is None:
             return [None] * len(positions)
-        if self.complete and len(values) == self.width:
-            return [values[p] for p in positions]  # type: ignore[index]
+        if exact is not None and len(values) == self.width:
+            return [values[p] for p in exact]
         return [None if p is None else _at(values, p) for p in positions]
 
     def change(self, op: str, commit_lsn: int, seq: int, xid: int, identity: str, new: list | None,
                unchanged: list | None, old_kind: str | None, old: list | None) -> _Change:
         full = old_kind == "O"
         toasted = new is not None and unchanged is not None and True in unchanged
-        if toasted and full:  # an unchanged TOASTed value, taken from the old full row (pgoutput_row_filter)
+        if toasted and full and new is not None and unchanged is not None:
+            # an unchanged TOASTed value, taken from the old full row (pgoutput_row_filter)
             new = [_at(old, p) if u else v for p, (v, u) in enumerate(zip(new, unchanged, strict=False))]
         keyed = bool(self.target.key)
         if keyed:
-            new_key = self._read(self.key, new)
-            old_key = self._read(self.key, old) if op != "I" else None
+            new_key = self._read(self.key, self.key_at, new)
+            old_key = self._read(self.key, self.key_at, old) if op != "I" else None
         else:  # a change to a table without a key is its own key
             new_key = old_key = [str(commit_lsn), str(seq)]
         found_by = new_key if op == "I" or (op == "U" and old is None) else old_key if op in ("U", "D") else None
@@ -203,7 +206,7 @@ class _Layout:
         if not keyed and op in ("U", "D"):
             # worker.c check_relation_updatable: found by the old row on every column, one statement each
             op = op if identity == "f" else "n"
-            found_by = self._read(self.columns, old)
+            found_by = self._read(self.columns, self.columns_at, old)
             barrier = True
         if op not in ("I", "U"):
             return _Change(commit_lsn, seq, xid, op, found_by, None, None, barrier)
@@ -212,7 +215,8 @@ class _Layout:
             # without the old full row, an unchanged TOASTed value is not sent: the subscriber keeps its own
             # (worker.c slot_modify_data)
             flags = "".join("1" if p is None or _at(unchanged, p) else "0" for p in self.columns)
-        vals = new if self.same_order and new is not None and len(new) == self.width else self._read(self.columns, new)
+        vals = new if self.same_order and new is not None and len(new) == self.width \
+            else self._read(self.columns, self.columns_at, new)
         return _Change(commit_lsn, seq, xid, op, found_by, vals, flags, barrier)
 
 
@@ -221,7 +225,7 @@ def _at(values: list | None, p: int) -> str | None:
 
 
 _K_COLUMNS = ("target", "phase", "key", "n_insert", "n_update", "n_delete", "vals",
-              *(f"{side}_{name}" for side in ("p", "a") for name in _OUTCOME))
+              *(f"{side}_{name}" for side in ("p", "a") for name in OUTCOME_FIELDS))
 _B_COLUMNS = ("target", "phase", "op", "key", "commit_lsn", "xid", "restart_identity", "vals", "p_flags")
 
 
@@ -240,7 +244,8 @@ class _Stage:
                    "B": dict(zip(_B_COLUMNS, zip(*self.barriers, strict=True) if b else repeat((), len(_B_COLUMNS)),
                                  strict=True))}
         arrays = []
-        for f in STAGE_SCHEMA:
+        schema = arrow_schema()
+        for f in schema:
             if f.name == "token":
                 values: list = [self.token] * (k + b)
             elif f.name == "row_kind":
@@ -248,7 +253,7 @@ class _Stage:
             else:
                 values = [*by_kind["K"].get(f.name, repeat(None, k)), *by_kind["B"].get(f.name, repeat(None, b))]
             arrays.append(pa.array(values, f.type))
-        return pa.Table.from_arrays(arrays, schema=STAGE_SCHEMA)
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def add(self, target: TargetPlan, kept: list[_Change], policy: str) -> None:
         """Cut the table's changes into phases by its barriers, stage each barrier, reduce each phase's keys."""
@@ -263,7 +268,7 @@ class _Stage:
                                       None if change.flags is None else change.flags.replace("1", "2")))
                 phase += 1
             else:
-                keys.setdefault((phase, tuple(change.key)), []).append(change)  # type: ignore[arg-type]
+                keys.setdefault((phase, tuple(change.key or ())), []).append(change)  # a key is never None here
         width = len(target.columns)
         for (at, key), ops in keys.items():
             if len(ops) == 1:
@@ -290,7 +295,7 @@ def _single(o: _Change, existed: bool, policy: str) -> _Outcome:
         return (None, True, o.flags, o.commit_lsn if conflict else None, o.xid if conflict else None, 0, 0)
     if o.op == "U":
         if existed:
-            return (None, True, o.flags.replace("1", "2"), None, None, 0, 0)  # type: ignore[union-attr]
+            return (None, True, (o.flags or "").replace("1", "2"), None, None, 0, 0)  # an UPDATE has its flags
         if policy == "upsert":
             return (None, True, o.flags, None, None, 0, 0)
         return (None, False, None, None, None, 1, 0)
@@ -300,21 +305,23 @@ def _single(o: _Change, existed: bool, policy: str) -> _Outcome:
 def _folded(ops: Sequence[_Change], existed: bool, policy: str, width: int) -> _Outcome:
     """A key's changes folded in commit order (apply_frames ``_folded``): a value and a flag per column (2: the
     subscriber's current value), the first conflict, the UPDATEs and DELETEs that found no row."""
-    present, vals, flags = existed, [None] * width, [2] * width
+    present, flags = existed, [2] * width
+    vals: list[str | None] = [None] * width
     clsn = cxid = None
     missing_update = missing_delete = 0
     for o in ops:
         if o.op == "I":
             if policy == "error" and present and clsn is None:
                 clsn, cxid = o.commit_lsn, o.xid
-            present, vals, flags = True, list(o.vals), [int(f) for f in o.flags]  # type: ignore[arg-type, union-attr]
+            present, vals, flags = True, list(o.vals or ()), [int(f) for f in o.flags or ""]  # an INSERT has both
         elif o.op == "U":
             if present or policy == "upsert":
                 if not present:  # upsert: a new row from the cells the UPDATE carries, the others their default
                     vals, flags = [None] * width, [1] * width
-                for i, f in enumerate(o.flags):  # type: ignore[arg-type]
+                carried = o.vals or []  # an UPDATE has its values and flags
+                for i, f in enumerate(o.flags or ""):
                     if f == "0":
-                        vals[i], flags[i] = o.vals[i], 0  # type: ignore[index]
+                        vals[i], flags[i] = carried[i], 0
                 present = True
             else:
                 missing_update += 1

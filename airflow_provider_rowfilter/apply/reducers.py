@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import psycopg
+import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.apply import net_effect
 from airflow_provider_rowfilter.apply.batch_plan import BatchPlan
@@ -27,7 +28,8 @@ from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.core.apply_plan import BatchFacts
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
-from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget, clear_stage, copy_stage_rows, new_token
+from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage, copy_stage_rows, new_token
+from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget
 from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
 
 if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to judge
@@ -96,7 +98,8 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
     changes = batch.logged_changes
     if batch.filtering == "source" and changes <= IN_PROCESS_BATCH_CHANGES:
         # pgoutput judged every change: the batch is reduced here, without Spark (apply/net_effect.py).
-        facts, rows = net_effect.reduce_batch(batch.paths, batch.plan, staged.token)
+        segments = (pq.read_table(path, columns=list(net_effect.CHANGE_COLUMNS)) for path in batch.paths)
+        facts, rows = net_effect.reduce_batch(segments, batch.plan, staged.token)
         staged.extra, staged.skipped, result.changes = _checked(facts, batch.targets)
         copy_stage_rows(rows, conninfo)
     else:

@@ -33,7 +33,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_publication_names,
     drop_capture_objects,
 )
-from airflow_provider_rowfilter.subscriber.apply_target import clear_stage
+from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
 from airflow_provider_rowfilter.subscriber.copy_target import drop_stagings
 from airflow_provider_rowfilter.subscriber.state import (
     APPLY_LOCK,

@@ -53,7 +53,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
 )
 from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
 from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS
-from airflow_provider_rowfilter.subscriber.apply_target import copy_stage
+from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, STAGE_COLUMNS, copy_stage
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
@@ -295,19 +295,19 @@ class DecidedBatch:
         # keeps the others; an UPDATE that finds none (upsert) starts a row from the cells it carries; a
         # DELETE leaves no row on either side. So from the first change on, a flag-0 cell is the same on
         # every side that has a row.
-        names = ("present", "flags", "conflict_lsn", "conflict_xid", "missing_update", "missing_delete")
         outcomes = keyed.select(
             "_tgt", "_phase", "_key", "n_insert", "n_update", "n_delete",
-            *(F.when(F.size("ops") == 1, _single(existed, plan.policy)).otherwise(_folded(existed, plan.policy))
-              .alias(f"_{side}") for side, existed in (("p", True), ("a", False))),
-            F.expr("IF(size(ops) = 1 AND ops[0]._op != 'D', ops[0]._vals, NULL)").alias("_single_vals"))
+            *(F.when(F.size("ops") == 1, _sql(_single(existed, plan.policy)))
+              .otherwise(_sql(_folded(existed, plan.policy))).alias(f"_{side}")
+              for side, existed in (("p", True), ("a", False))),
+            _sql(_single_vals()).alias("_single_vals"))
         keys = outcomes.select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("K").alias("row_kind"), F.lit(None).cast("string").alias("op"), F.to_json("_key").alias("key"),
             F.col("n_insert").cast("long"), F.col("n_update").cast("long"), F.col("n_delete").cast("long"),
             F.to_json(F.coalesce("_single_vals", F.when(F.col("_p.present"), F.col("_p.vals"))
                                  .otherwise(F.col("_a.vals")))).alias("vals"),
-            *(F.col(f"_{side}")[name].alias(f"{side}_{name}") for side in ("p", "a") for name in names))
+            *(F.col(f"_{side}")[name].alias(f"{side}_{name}") for side in ("p", "a") for name in OUTCOME_FIELDS))
         barriers = ops.where("_barrier").select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
             F.lit("B").alias("row_kind"), F.col("_op").alias("op"), F.to_json("_key").alias("key"),
@@ -315,7 +315,8 @@ class DecidedBatch:
             F.to_json("_vals").alias("vals"),
             # In a single UPDATE a column the change does not carry keeps the subscriber's value (flag 2).
             F.translate("_fl", "1", "2").alias("p_flags"))
-        return keys.unionByName(barriers, allowMissingColumns=True)
+        staged = keys.unionByName(barriers, allowMissingColumns=True)
+        return staged.select(*(F.col(c.name).cast(c.spark) for c in STAGE_COLUMNS))
 
 
 @contextlib.contextmanager
@@ -332,67 +333,118 @@ def _sql_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[Non
             spark.conf.set(key, value)
 
 
-_OUTCOME = ("named_struct('present', {present}, 'vals', {vals}, 'flags', {flags}, 'conflict_lsn', {clsn}, "
-            "'conflict_xid', {cxid}, 'missing_update', {mu}, 'missing_delete', {md})")
+def _null(type_: str) -> exp.Expression:
+    return exp.cast(exp.Null(), type_)
 
 
-def _outcome(present: str, vals: str = "CAST(NULL AS ARRAY<STRING>)", flags: str = "CAST(NULL AS STRING)",
-             clsn: str = "CAST(NULL AS BIGINT)", cxid: str = "CAST(NULL AS BIGINT)", mu: str = "0L",
-             md: str = "0L") -> str:
-    return _OUTCOME.format(present=present, vals=vals, flags=flags, clsn=clsn, cxid=cxid, mu=mu, md=md)
+def _long(value: int) -> exp.Expression:
+    return exp.cast(_lit(value), "bigint")
 
 
-def _single(existed: bool, policy: str) -> Column:
+def _get(of: exp.Expression, field: str) -> exp.Expression:
+    """``of.field``: a field of a struct (a lambda variable's, or an array element's)."""
+    return exp.Dot(this=of, expression=exp.to_identifier(field))
+
+
+def _var(name: str) -> exp.Expression:
+    """A lambda variable."""
+    return exp.column(name)
+
+
+def _lambda(body: exp.Expression, *variables: str) -> exp.Expression:
+    return exp.Lambda(this=body, expressions=[exp.to_identifier(v) for v in variables])
+
+
+def _struct(**fields: exp.Expression) -> exp.Expression:
+    return _fn("named_struct", *(e for name, value in fields.items() for e in (_lit(name), value)))
+
+
+def _outcome(present: exp.Expression, vals: exp.Expression | None = None, flags: exp.Expression | None = None,
+             clsn: exp.Expression | None = None, cxid: exp.Expression | None = None,
+             mu: exp.Expression | None = None, md: exp.Expression | None = None) -> exp.Expression:
+    """A key's net effect from one start: subscriber/apply_stage.py ``OUTCOME_FIELDS``, and the values."""
+    return _struct(present=present, vals=_null("array<string>") if vals is None else vals,
+                   flags=_null("string") if flags is None else flags,
+                   conflict_lsn=_null("bigint") if clsn is None else clsn,
+                   conflict_xid=_null("bigint") if cxid is None else cxid,
+                   missing_update=_long(0) if mu is None else mu, missing_delete=_long(0) if md is None else md)
+
+
+def _by_op(op: exp.Expression, insert: exp.Expression, update: exp.Expression,
+           delete: exp.Expression) -> exp.Expression:
+    """``CASE op WHEN 'I' THEN insert WHEN 'U' THEN update ELSE delete END``."""
+    return exp.Case(this=op, ifs=[exp.If(this=_lit("I"), true=insert), exp.If(this=_lit("U"), true=update)],
+                    default=delete)
+
+
+def _single(existed: bool, policy: str) -> exp.Expression:
     """The net effect of a key's only change (most keys of a batch), without a fold.
 
     The same as :func:`_folded` on a one-element list, but without the values: they are the change's
     own, staged once for both outcomes. A value whose flag is not 0 is never read.
     """
-    o = "ops[0]"
+    o = exp.Bracket(this=_col("ops"), expressions=[_lit(0)])
     conflict = existed and policy == "error"
-    insert = _outcome("true", flags=f"{o}._fl", clsn=f"{o}.commit_lsn" if conflict else "CAST(NULL AS BIGINT)",
-                      cxid=f"{o}.xid" if conflict else "CAST(NULL AS BIGINT)")
+    insert = _outcome(_lit(True), flags=_get(o, "_fl"), clsn=_get(o, "commit_lsn") if conflict else None,
+                      cxid=_get(o, "xid") if conflict else None)
     if existed:
-        update = _outcome("true", flags=f"translate({o}._fl, '1', '2')")
+        update = _outcome(_lit(True), flags=_fn("translate", _get(o, "_fl"), _lit("1"), _lit("2")))
     elif policy == "upsert":
-        update = _outcome("true", flags=f"{o}._fl")
+        update = _outcome(_lit(True), flags=_get(o, "_fl"))
     else:
-        update = _outcome("false", mu="1L")
-    delete = _outcome("false", md="0L" if existed else "1L")
-    return F.expr(f"CASE {o}._op WHEN 'I' THEN {insert} WHEN 'U' THEN {update} ELSE {delete} END")
+        update = _outcome(_lit(False), mu=_long(1))
+    delete = _outcome(_lit(False), md=_long(0 if existed else 1))
+    return _by_op(_get(o, "_op"), insert, update, delete)
 
 
-def _folded(existed: bool, policy: str) -> Column:
+def _folded(existed: bool, policy: str) -> exp.Expression:
     """The net effect of a key's changes, in commit order, from a start where the key existed or not.
 
     State: present, cells (value and flag per column; 2 = the subscriber's current value), the first
     conflict (commit_lsn, xid), and the UPDATEs/DELETEs that found no row (skipped and counted, as
     worker.c apply_handle_update_internal and apply_handle_delete_internal report them).
     """
-    conflict = "s.present AND s.clsn IS NULL" if policy == "error" else "false"
-    cells = "zip_with(o._vals, split(o._fl, ''), (v, f) -> named_struct('v', v, 'f', CAST(f AS INT)))"
-    missed_update = (
-        f"named_struct('present', true, 'cells', transform({cells}, c -> IF(c.f = 0, c, "
-        "named_struct('v', CAST(NULL AS STRING), 'f', 1))), 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md)"
-        if policy == "upsert" else
-        "named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu + 1L, 'md', s.md)")
-    start = (f"named_struct('present', {'true' if existed else 'false'}, "
-             "'cells', array_repeat(named_struct('v', CAST(NULL AS STRING), 'f', 2), _n), "
-             "'clsn', CAST(NULL AS BIGINT), 'cxid', CAST(NULL AS BIGINT), 'mu', 0L, 'md', 0L)")
-    fold = f"""aggregate(ops, {start}, (s, o) -> CASE o._op
-        WHEN 'I' THEN named_struct('present', true, 'cells', {cells},
-            'clsn', IF({conflict}, o.commit_lsn, s.clsn), 'cxid', IF({conflict}, o.xid, s.cxid), 'mu', s.mu, 'md', s.md)
-        WHEN 'U' THEN IF(s.present,
-            named_struct('present', true, 'cells', zip_with(s.cells, {cells}, (a, b) -> IF(b.f = 0, b, a)),
-                         'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md),
-            {missed_update})
-        ELSE IF(s.present,
-            named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md),
-            named_struct('present', false, 'cells', s.cells, 'clsn', s.clsn, 'cxid', s.cxid, 'mu', s.mu, 'md', s.md + 1L))
-        END, s -> {_outcome("s.present", "transform(s.cells, c -> c.v)",
-                            "array_join(transform(s.cells, c -> CAST(c.f AS STRING)), '')",
-                            "s.clsn", "s.cxid", "s.mu", "s.md")})"""
-    return F.expr(fold)
+    s, o = _var("s"), _var("o")
+
+    def state(present: exp.Expression, cells: exp.Expression, *, clsn: exp.Expression | None = None,
+              cxid: exp.Expression | None = None, mu: exp.Expression | None = None) -> exp.Expression:
+        return _struct(present=present, cells=cells, clsn=_get(s, "clsn") if clsn is None else clsn,
+                       cxid=_get(s, "cxid") if cxid is None else cxid, mu=_get(s, "mu") if mu is None else mu,
+                       md=_get(s, "md"))
+
+    def cell(value: exp.Expression, flag: exp.Expression) -> exp.Expression:
+        return _struct(v=value, f=flag)
+
+    # the change's cells: its values, each with its flag as a number
+    cells = _fn("zip_with", _get(o, "_vals"), _fn("split", _get(o, "_fl"), _lit("")),
+                _lambda(cell(_var("v"), exp.cast(_var("f"), "int")), "v", "f"))
+    carried = exp.EQ(this=_get(_var("c"), "f"), expression=_lit(0))
+    if policy == "upsert":  # a new row from the cells the UPDATE carries, the others their default
+        missed_update = state(_lit(True), _fn("transform", cells.copy(), _lambda(
+            exp.If(this=carried.copy(), true=_var("c"), false=cell(_null("string"), _lit(1))), "c")))
+    else:
+        missed_update = state(_lit(False), _get(s, "cells"),
+                              mu=exp.Add(this=_get(s, "mu"), expression=_long(1)))
+    conflict = (exp.and_(_get(s, "present"), exp.Is(this=_get(s, "clsn"), expression=exp.Null()))
+                if policy == "error" else _lit(False))
+    insert = state(_lit(True), cells.copy(), clsn=exp.If(this=conflict, true=_get(o, "commit_lsn"), false=_get(s, "clsn")),
+                   cxid=exp.If(this=conflict.copy(), true=_get(o, "xid"), false=_get(s, "cxid")))
+    update = exp.If(this=_get(s, "present"), true=state(_lit(True), _fn("zip_with", _get(s, "cells"), cells.copy(), _lambda(
+        exp.If(this=exp.EQ(this=_get(_var("b"), "f"), expression=_lit(0)), true=_var("b"), false=_var("a")), "a", "b"))),
+        false=missed_update)
+    gone = _struct(present=_lit(False), cells=_get(s, "cells"), clsn=_get(s, "clsn"), cxid=_get(s, "cxid"),
+                   mu=_get(s, "mu"), md=_get(s, "md"))
+    missed_delete = _struct(present=_lit(False), cells=_get(s, "cells"), clsn=_get(s, "clsn"), cxid=_get(s, "cxid"),
+                            mu=_get(s, "mu"), md=exp.Add(this=_get(s, "md"), expression=_long(1)))
+    delete = exp.If(this=_get(s, "present"), true=gone, false=missed_delete)
+    start = _struct(present=_lit(existed), cells=_fn("array_repeat", cell(_null("string"), _lit(2)), _col("_n")),
+                    clsn=_null("bigint"), cxid=_null("bigint"), mu=_long(0), md=_long(0))
+    finish = _outcome(_get(s, "present"), _fn("transform", _get(s, "cells"), _lambda(_get(_var("c"), "v"), "c")),
+                      _fn("array_join", _fn("transform", _get(s, "cells"),
+                                            _lambda(exp.cast(_get(_var("c"), "f"), "string"), "c")), _lit("")),
+                      _get(s, "clsn"), _get(s, "cxid"), _get(s, "mu"), _get(s, "md"))
+    return _fn("aggregate", _col("ops"), start, _lambda(_by_op(_get(o, "_op"), insert, update, delete), "s", "o"),
+               _lambda(finish, "s"))
 
 
 def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBatch:
@@ -512,6 +564,14 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
     return DecidedBatch(frame.localCheckpoint(eager=False), plan)
 
 
+def _single_vals() -> exp.Expression:
+    """A single change's values, staged as they are (``NULL`` for a DELETE's, or for a fold)."""
+    o = exp.Bracket(this=_col("ops"), expressions=[_lit(0)])
+    return exp.If(this=exp.and_(exp.EQ(this=_fn("size", _col("ops")), expression=_lit(1)),
+                                exp.NEQ(this=_get(o, "_op"), expression=_lit("D"))),
+                  true=_get(o.copy(), "_vals"), false=exp.Null())
+
+
 def _identity() -> exp.Expression:
     """A change's own identity, ``[commit_lsn, seq]``: the "key" of a change to a table without one."""
     return exp.Array(expressions=[exp.cast(_col("commit_lsn"), "string"), exp.cast(_col("seq"), "string")])
@@ -521,9 +581,9 @@ def write_stage(frame: DataFrame, conninfo: dict[str, str]) -> int:
     """COPY the staged rows into ``rowfilter.apply_stage`` from the executors; returns the rows written.
 
     Arrow batches go to a Python task that streams them as CSV into ``COPY … FROM STDIN``
-    (subscriber/apply_target.copy_stage): one subscriber transaction per task; reruns are told apart by token.
+    (subscriber/apply_stage.py ``copy_stage``): one subscriber transaction per task; reruns are told apart by token.
     A small batch's rows, collected to the driver (:meth:`DecidedBatch.collected`), are COPYed from
-    there by subscriber/apply_target.py ``copy_stage_rows`` instead: no Python worker starts for them (on a Spark Connect
+    there by subscriber/apply_stage.py ``copy_stage_rows`` instead: no Python worker starts for them (on a Spark Connect
     server a new client's workers cost seconds before their first row).
     """
     columns = frame.columns

@@ -1,14 +1,14 @@
 """Where a batch lands: the subscriber's tables, written set-based from the staged net effect of the batch.
 
-The Spark side (spark/apply_frames.py) reduces every key a batch touches to its net effect, computed
-twice: as if the key existed in the subscriber before the batch (``p_*``, "present") and as if it
-did not (``a_*``, "absent"), because only the subscriber knows which is true. The two outcomes
-differ in whether a row is left and in its flags, never in a value either one reads, so a key's
-values are staged once (``vals``). The rows are staged in ``rowfilter.apply_stage``; here, inside
-the one transaction that also moves the positions, each table is brought up to date with a handful
-of statements whose cost grows with the batch, not with the table: look the staged keys up through
-the table's key index, raise the first conflict, then DELETE, UPDATE and INSERT what the chosen
-outcome says.
+A reducer (spark/apply_frames.py, or apply/net_effect.py in the job's process) reduces every key a
+batch touches to its net effect, computed twice: as if the key existed in the subscriber before the
+batch (``p_*``, "present") and as if it did not (``a_*``, "absent"), because only the subscriber knows
+which is true. The two outcomes differ in whether a row is left and in its flags, never in a value
+either one reads, so a key's values are staged once (``vals``). The rows are staged in
+``rowfilter.apply_stage`` (subscriber/apply_stage.py); here, inside the one transaction that also moves
+the positions, each table is brought up to date with a handful of statements whose cost grows with the
+batch, not with the table: look the staged keys up through the table's key index, raise the first
+conflict, then DELETE, UPDATE and INSERT what the chosen outcome says.
 
 A table's changes are cut into *phases* by the changes that cannot be reduced per key (TRUNCATE,
 an UPDATE that changes the key): phase ``p``'s keys are applied, then barrier ``p`` as one
@@ -26,8 +26,7 @@ column, or an unchanged TOASTed value: ``slot_modify_data`` keeps the local valu
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -38,8 +37,7 @@ from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES, ConflictPolicy
 from airflow_provider_rowfilter.identifiers import table_sql
-
-STAGE = sql.SQL("rowfilter.apply_stage")
+from airflow_provider_rowfilter.subscriber.apply_stage import STAGE
 
 
 class ApplyTargetError(RowFilterError):
@@ -407,62 +405,3 @@ def _json_list(text: str) -> list[str | None]:
 
 def _json_text(values: Sequence[str | None]) -> str:
     return json.dumps(list(values))
-
-
-def copy_stage(conninfo: dict[str, str], columns: Sequence[str], batches: Iterable) -> Iterator:
-    """``mapInArrow`` body: COPY a partition's staged rows (Arrow record batches) into ``apply_stage``.
-
-    Each batch is written as CSV by Arrow (strings quoted, NULL an empty field: PostgreSQL's CSV
-    rules) and streamed into one ``COPY … FROM STDIN``, one subscriber transaction per task. A
-    retried task may stage a key twice under the same token; the apply reads one row per key.
-    Yields one batch with the number of rows written.
-    """
-    import pyarrow as pa
-    import pyarrow.csv as pa_csv
-
-    statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-        STAGE, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
-    options = pa_csv.WriteOptions(include_header=False)
-    rows = 0
-    with psycopg.connect(**conninfo) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
-        for batch in batches:
-            if batch.num_rows:
-                sink = pa.BufferOutputStream()
-                pa_csv.write_csv(batch, sink, options)
-                copy.write(memoryview(sink.getvalue()))
-                rows += batch.num_rows
-    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
-
-
-def copy_stage_rows(rows, conninfo: dict[str, str]) -> int:
-    """COPY staged rows held in this process (an Arrow table) into ``apply_stage``; returns how many."""
-    return sum(b["rows"][0].as_py() for b in copy_stage(conninfo, rows.column_names, rows.to_batches()))
-
-
-def new_token(subscription: str) -> str:
-    """The staging token of one apply attempt: its rows are never mistaken for another attempt's."""
-    return f"{subscription}:{uuid.uuid4()}"
-
-
-def clear_stage(conn: psycopg.Connection, subscription: str) -> None:
-    """Remove every staged row of ``subscription`` (attempts that died, or the one just applied)."""
-    conn.execute(sql.SQL("DELETE FROM {} WHERE token LIKE %s").format(STAGE),
-                 (subscription.replace("_", "\\_") + ":%",))
-
-
-def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget) -> TargetColumn | None:
-    """The first column of ``target`` whose staged values its subscriber type refuses (a DataError), or None.
-
-    Each column's staged values are cast in turn, each in a transaction of its own (a savepoint when
-    the caller's transaction is open).
-    """
-    for i, column in enumerate(target.columns):
-        try:
-            with conn.transaction():
-                conn.execute(sql.SQL("SELECT count(({vals}::jsonb ->> {i})::{t}) FROM {stage} "
-                                     "WHERE token = %s AND target = %s AND vals IS NOT NULL").format(
-                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(column.type_sql), stage=STAGE),
-                    (token, target.index))
-        except psycopg.errors.DataError:
-            return column
-    return None

@@ -2,7 +2,7 @@
 
 Part of the state module (subscriber/state.py): the tables described here are read and written only
 through subscriber/state.py and subscriber/state_reader.py, except ``apply_stage``, the apply's scratch table
-(subscriber/apply_target.py).
+(subscriber/apply_stage.py).
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 
 import psycopg
+
+from airflow_provider_rowfilter.subscriber.apply_stage import stage_ddl
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +121,13 @@ MIGRATIONS: list[tuple[int, str]] = [
         ADD COLUMN change_log_host text,
         ADD COLUMN change_log_path text;
     """),
+    # The stage as subscriber/apply_stage.py declares it (STAGE_COLUMNS), the one declaration both reducers and
+    # the applying transaction use: the same columns as migrations 2 and 3 left, so nothing changes where they
+    # ran; a change of the declaration adds a migration running stage_ddl() again (STAGE_MIGRATED tells).
+    (5, stage_ddl()),
 ]
+#: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.
+STAGE_MIGRATED = "68882da0365c2814"
 
 
 def migrate(conn: psycopg.Connection) -> int:

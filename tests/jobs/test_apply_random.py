@@ -23,6 +23,7 @@ from collections import Counter
 from contextlib import contextmanager
 
 import psycopg
+import pyarrow as pa
 import pytest
 
 from airflow_provider_rowfilter.apply import net_effect, reducers
@@ -274,11 +275,13 @@ def catch_up(spec, spark, counts: Counter) -> list[ApplyResult]:
 
 
 def same_as_spark(spark, compared: Counter):
-    """``reduce_batch`` (apply/net_effect.py), held against Spark's reduction of the same batch: the
-    same facts and the same staged rows (keys and values compared as the JSON they are)."""
-    def both(paths, plan, token):
-        facts, rows = reduce_batch(paths, plan, token)
-        decided = apply_frames.decide(spark, list(paths), plan)
+    """``reduce_batch`` (apply/net_effect.py), held against Spark's reduction of the same batch (the same
+    segments' rows, as Arrow tables): the same facts and the same staged rows (keys and values compared as
+    the JSON they are)."""
+    def both(segments, plan, token):
+        segments = list(segments)
+        facts, rows = reduce_batch(segments, plan, token)
+        decided = apply_frames.decide_frame(spark.createDataFrame(pa.concat_tables(segments)), plan)
         try:
             spark_facts, spark_rows = decided.collected(token)
         finally:

@@ -1,0 +1,171 @@
+"""The fold's truth table, through both reducers: each key's net effect and the barriers, no database.
+
+One table of cases, run through the reducer of the job's own process (apply/net_effect.py, from Arrow
+tables) and through Spark's (spark/apply_frames.py ``decide_frame``, from a frame of the same rows):
+both must stage exactly the expected rows (subscriber/apply_stage.py ``STAGE_COLUMNS``), so a rule broken
+in either fails here (docs/adr/two-reducers-one-fold.md). Each key's net effect is staged as if it
+existed before the batch (``p_*``) and as if not (``a_*``); the subscriber chooses.
+
+The in-process reducer takes a batch the publisher judged: every table passes through
+(core/apply_plan.py ``PASS_THROUGH``), and a change the judge drops never reaches it, because pgoutput
+never sends it (:class:`JudgedOut` marks such a change; Spark receives and drops it).
+
+The rules are PostgreSQL's: ``apply_handle_update``/``apply_handle_delete`` in
+src/backend/replication/logical/worker.c (a missing row is skipped, counted) and ``ExecInsert``'s unique
+violation for a conflicting INSERT; ``pgoutput_truncate`` in src/backend/replication/pgoutput/pgoutput.c
+for a TRUNCATE under ``publish_via_partition_root``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_rowfilter.apply.net_effect import reduce_batch
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.spark.apply_frames import decide_frame
+from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, arrow_schema
+from tests.change_rows import (
+    CHANGES,
+    FILTERED,
+    UNFILTERED,
+    arrow_rows,
+    dele,
+    ins,
+    passed_through,
+    plan,
+    rules,
+    trunc,
+    upd,
+)
+from tests.dataframes import assert_dataframe_equal
+
+#: The staged rows' columns in Spark's types, as subscriber/apply_stage.py declares them.
+STAGED = ", ".join(f"{c.name} {c.spark}" for c in STAGE_COLUMNS)
+
+
+class JudgedOut(tuple):
+    """A change the judge drops (a filter, an unpublished operation): Spark gets it, pgoutput never sends it."""
+
+
+def sent(changes: list[tuple]) -> list[tuple]:
+    """What pgoutput sends of ``changes``: the ones the judge keeps."""
+    return [c for c in changes if not isinstance(c, JudgedOut)]
+
+
+def key_row(key: str, counts: tuple[int, int, int], vals: str | None, p: tuple, a: tuple, phase: int = 0) -> tuple:
+    """A staged key row; ``p``/``a``: (present, flags, conflict_lsn, conflict_xid, missing_update, missing_delete)."""
+    return ("tok", 0, phase, "K", None, f'["{key}"]', *counts, vals, *p, *a, None, None, None)
+
+
+def barrier_row(op: str, key: str | None, commit: int, vals: str | None = None, flags: str | None = None,
+                restart: bool | None = None, phase: int = 0) -> tuple:
+    return ("tok", 0, phase, "B", op, None if key is None else f'["{key}"]', None, None, None, vals,
+            None, flags, *[None] * 10, commit, commit // 10, restart)
+
+
+def absent(missing_update: int = 0, missing_delete: int = 0, conflict: int | None = None,
+           flags: str | None = None) -> tuple:
+    """An outcome that leaves no row; a fold still reports its last cells' flags (the subscriber reads none)."""
+    return (False, flags, conflict, None if conflict is None else conflict // 10, missing_update, missing_delete)
+
+
+def row(flags: str = "000", conflict: int | None = None, missing_update: int = 0, missing_delete: int = 0) -> tuple:
+    return (True, flags, conflict, None if conflict is None else conflict // 10, missing_update, missing_delete)
+
+
+R1 = '["1","x","20"]'
+R2 = '["1","y","30"]'
+
+# (changes, plan, expected staged rows). A single change's flags: UPDATE turns "not carried" into the
+# subscriber's value (2) where the row exists; a fold starts from the subscriber's values (2).
+FOLD_CASES = {
+    "insert": ([ins(100, 0, ["1", "x", "20"])], UNFILTERED,
+               [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row())]),
+    "update": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"])], UNFILTERED,
+               [key_row("1", (0, 1, 0), R2, p=row(), a=absent(missing_update=1))]),
+    "update-upsert": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"])], plan(rules(), policy="upsert"),
+                      [key_row("1", (0, 1, 0), R2, p=row(), a=row())]),
+    "update-not-carried-keeps-subscriber-value": (
+        [upd(100, 0, ["1", None, "30"], unchanged=[False, True, False])], UNFILTERED,
+        [key_row("1", (0, 1, 0), '["1",null,"30"]', p=row("020"), a=absent(missing_update=1))]),
+    "delete": ([dele(100, 0, ["1", "x", "20"])], UNFILTERED,
+               [key_row("1", (0, 0, 1), None, p=absent(), a=absent(missing_delete=1))]),
+    "insert-update": ([ins(100, 0, ["1", "x", "20"]), upd(200, 0, ["1", "y", "30"], ["1", "x", "20"])], UNFILTERED,
+                      [key_row("1", (1, 1, 0), R2, p=row(conflict=100), a=row())]),
+    "insert-delete": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"])], UNFILTERED,
+                      [key_row("1", (1, 0, 1), R1, p=absent(conflict=100, flags="000"), a=absent(flags="000"))]),
+    "update-delete": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]), dele(200, 0, ["1", "y", "30"])], UNFILTERED,
+                      [key_row("1", (0, 1, 1), "[null,null,null]", p=absent(flags="000"),
+                               a=absent(missing_update=1, missing_delete=1, flags="222"))]),
+    "delete-insert": ([dele(100, 0, ["1", "x", "20"]), ins(200, 0, ["1", "y", "30"])], UNFILTERED,
+                      [key_row("1", (1, 0, 1), R2, p=row(), a=row(missing_delete=1))]),
+    # Only the first conflict is recorded (the subscriber stops there).
+    "insert-delete-insert": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"]),
+                              ins(300, 0, ["1", "y", "30"])], UNFILTERED,
+                             [key_row("1", (2, 0, 1), R2, p=row(conflict=100), a=row())]),
+    "insert-delete-insert-upsert": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"]),
+                                          ins(300, 0, ["1", "y", "30"])], plan(rules(), policy="upsert"),
+                                         [key_row("1", (2, 0, 1), R2, p=row(), a=row())]),
+    # Cells: a later UPDATE overwrites what it carries and keeps the rest.
+    "update-update-partial": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]),
+                               upd(200, 0, ["1", None, "40"], unchanged=[False, True, False])], UNFILTERED,
+                              [key_row("1", (0, 2, 0), '["1","y","40"]', p=row(),
+                                       a=absent(missing_update=2, flags="222"))]),
+    "upsert-update-update-partial": ([upd(100, 0, ["1", None, "30"], unchanged=[False, True, False]),
+                                      upd(200, 0, ["1", None, "40"], unchanged=[False, True, False])],
+                                     plan(rules(), policy="upsert"),
+                                     [key_row("1", (0, 2, 0), '["1",null,"40"]', p=row("020"), a=row("010"))]),
+    # Dropped changes do not reach the fold: the filtered UPDATE leaves the INSERT alone.
+    "filtered-changes-leave-the-fold": ([ins(100, 0, ["1", "x", "20"]), JudgedOut(upd(200, 0, ["1", "y", "5"]))], FILTERED,
+                                        [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row())]),
+    # Barriers cut a key's changes into phases: before, the barrier, after.
+    "truncate-between": ([ins(100, 0, ["1", "x", "20"]), trunc(200, 0, restart=True), ins(300, 0, ["1", "y", "30"])],
+                         UNFILTERED,
+                         [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row()),
+                          barrier_row("T", None, 200, restart=True),
+                          key_row("1", (1, 0, 0), R2, p=row(conflict=300), a=row(), phase=1)]),
+    "key-change-between": ([ins(100, 0, ["1", "x", "20"]),
+                            upd(200, 0, ["2", "x", "20"], ["1", None, None], old_kind="K"),
+                            upd(300, 0, ["2", "y", "30"])], UNFILTERED,
+                           [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row()),
+                            barrier_row("U", "1", 200, vals='["2","x","20"]', flags="000"),
+                            key_row("2", (0, 1, 0), '["2","y","30"]', p=row(), a=absent(missing_update=1), phase=1)]),
+    # Under publish_via_partition_root only a TRUNCATE that emptied every leaf is sent (R8.2).
+    "truncate-of-one-leaf-of-two": ([trunc(100, 0, table="t_1")],
+                                    plan(rules(), leaves=(TableName("public", "t_1"), TableName("public", "t_2"))),
+                                    []),
+    "truncate-of-every-leaf": ([trunc(100, 0, table="t_1", lsn=150), trunc(100, 1, table="t_2", lsn=150)],
+                               plan(rules(), leaves=(TableName("public", "t_1"), TableName("public", "t_2"))),
+                               [barrier_row("T", None, 100, restart=False)]),
+    # Changes of several keys in one batch: each key folds alone (single-change and folded keys together).
+    "keys-apart": ([ins(100, 0, ["1", "x", "20"]), ins(100, 1, ["2", "x", "20"]), dele(200, 0, ["2", "x", "20"]),
+                    upd(200, 1, ["3", "y", "30"], ["3", "x", "20"])], UNFILTERED,
+                   [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row()),
+                    key_row("2", (1, 0, 1), '["2","x","20"]', p=absent(conflict=100, flags="000"), a=absent(flags="000")),
+                    key_row("3", (0, 1, 0), '["3","y","30"]', p=row(), a=absent(missing_update=1))]),
+}
+
+
+CASES = pytest.mark.parametrize(("changes", "the_plan", "expected"), FOLD_CASES.values(), ids=FOLD_CASES.keys())
+
+
+@CASES
+def test_fold_in_process(changes, the_plan, expected):
+    facts, rows = reduce_batch([arrow_rows(sent(changes))], passed_through(the_plan), "tok")
+    assert rows.schema == arrow_schema()
+    names = [c.name for c in STAGE_COLUMNS]
+    assert sorted(rows.to_pylist(), key=repr) == sorted((dict(zip(names, e, strict=True)) for e in expected), key=repr)
+    assert facts.changes == len(sent(changes))
+
+
+@CASES
+def test_fold_in_spark(spark, changes, the_plan, expected):
+    rows = [tuple(c) for c in changes]
+    checkpointed = decide_frame(spark.createDataFrame(rows, CHANGES), the_plan)
+    staged = checkpointed.staged("tok")
+    assert_dataframe_equal(staged, spark.createDataFrame(expected, STAGED))
+    # A small batch's one action (facts and staged rows together) gives the same facts and rows.
+    facts, collected = decide_frame(spark.createDataFrame(rows, CHANGES), the_plan).collected("tok")
+    assert facts == checkpointed.facts()
+    assert collected.column_names == staged.columns
+    assert sorted(map(repr, collected.to_pylist())) == sorted(repr(r.asDict()) for r in staged.collect())
