@@ -512,7 +512,7 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
 
 def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
     """``DROP SUBSCRIPTION``: run the drop in-process and say what went; nothing left to drop is not an error."""
-    from airflow_provider_rowfilter.jobs.drop import drop as run_drop
+    from airflow_provider_rowfilter.subscription_drop import drop as run_drop
 
     result = run_drop(spec, keep_slot=keep_slot)
     if not result.dropped:

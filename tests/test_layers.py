@@ -36,6 +36,8 @@ LAYER_OF = {
     "change_log": "io",
     # The apply's run: the drain, its batches and their reductions (loads pyspark only when a batch needs Spark).
     "apply": "io",
+    # DROP SUBSCRIPTION: run in process by the CLI and DropSubscriptionOperator.
+    "subscription_drop": "io",
     "spark": "spark",
     # The console command runs the Spark jobs (README "Use"); Airflow stays out of it.
     "cli": "spark",

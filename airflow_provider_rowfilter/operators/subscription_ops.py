@@ -110,7 +110,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
         self.keep_slot = keep_slot
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_rowfilter.jobs.drop import drop
+        from airflow_provider_rowfilter.subscription_drop import drop
 
         resolved = self.resolve()
         name = resolved.spec.subscription

@@ -15,12 +15,12 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.jobs.drop import drop
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
 from airflow_provider_rowfilter.subscriber.state import SlotLostError
+from airflow_provider_rowfilter.subscription_drop import drop
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.databases import names
 
