@@ -466,7 +466,7 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
                 as_json: bool) -> int:
     """Run ApplyChanges in-process: batches until drained (or the budget is spent), each in one transaction."""
     from airflow_provider_rowfilter.apply.drain import apply
-    from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
+    from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 
     bars = wants_bars(err_console)
     with progress_bars(bars):

@@ -1,4 +1,5 @@
-"""Connections to the publisher and the subscriber: libpq strings checked for secrets, passwords from the environment."""
+"""Connections to the publisher and the subscriber: libpq strings checked for secrets, passwords from the environment;
+and which errors a later run may not meet."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_pass
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
-__all__ = ["PASSWORD_ENV", "connect", "conninfo_params", "in_task", "password"]
+__all__ = ["PASSWORD_ENV", "connect", "conninfo_params", "in_task", "is_transient", "password"]
 
 #: What a job's code run inside another process was handed (:func:`in_task`): passwords by role, and a
 #: connect timeout for URLs that set none.
@@ -92,3 +93,39 @@ def primary_message(e: psycopg.Error) -> str:
     """PostgreSQL's primary message of ``e`` (without libpq's DETAIL and CONTEXT lines); else its text."""
     diag = getattr(e, "diag", None)
     return (diag.message_primary if diag is not None and diag.message_primary else str(e)).strip()
+
+
+#: SQLSTATE classes of conditions that pass (PostgreSQL's src/backend/utils/errcodes.txt): 08 connection
+#: exception, 40 transaction rollback (serialization failure, deadlock), 53 insufficient resources (too
+#: many connections, out of memory, disk full), 57 operator intervention (shutdown, cancel, a server
+#: starting up), 58 system error (I/O).
+TRANSIENT_CLASSES = ("08", "40", "53", "57", "58")
+#: Single codes of class 55: 55006 object_in_use (a replication slot active for another process) and
+#: 55P03 lock_not_available. The rest of class 55 (e.g. 55000, a table without replica identity) stays.
+TRANSIENT_CODES = ("55006", "55P03")
+#: What libpq says, without a SQLSTATE, when the server refuses a session for good (a retry cannot help).
+_REFUSED_FOR_GOOD = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
+                     "does not exist", "permission denied", "SSL is not enabled", "certificate")
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a later run may succeed without anybody changing anything (see the module's list).
+
+    The error's causes are looked at too: our errors wrap the psycopg error they come from.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "transient", False):
+            return True
+        if isinstance(current, psycopg.Error):
+            code = current.sqlstate
+            if code:
+                return code[:2] in TRANSIENT_CLASSES or code in TRANSIENT_CODES
+            if isinstance(current, psycopg.OperationalError):  # libpq: refused, timed out, connection lost
+                text = str(current)
+                return not any(marker in text for marker in _REFUSED_FOR_GOOD)
+            return False
+        current = current.__cause__ or current.__context__
+    return False

@@ -1,23 +1,32 @@
-"""Prove the import layering: core is pure Python, io (psycopg, pyarrow) imports neither Airflow nor Spark,
-spark never Airflow, Airflow code never Spark, and no layer imports the tooling.
+"""Prove the layering, two ways.
 
-Each layer's modules are found with pkgutil (new modules are covered without editing this file)
-and imported in a fresh interpreter whose meta path refuses the forbidden top-level packages.
+1. **Which of the package's layers a module may import** (:data:`MAY_IMPORT`), read from every import
+   statement of every module (at the top, inside a function, under ``TYPE_CHECKING``): a module imports
+   its own layer and the layers below it, never one above or beside it. The io layer is split by side:
+   the change log imports neither database side, the publisher's side never the subscriber's, the
+   subscriber's never the publisher's; the apply's run (``flow``) composes them; the Airflow layer
+   never imports the jobs it submits.
+2. **Which third-party packages a layer loads** (:data:`BLOCKED`): each layer's modules are imported
+   in a fresh interpreter that refuses the packages it must not load (core is pure Python, Airflow code
+   loads neither pyspark nor numpy and pyarrow, which a scheduler parsing a DAG file would pay for,
+   tests/airflow/test_dag_parse.py), and no layer imports the tooling.
+
+Each layer's modules are found with pkgutil: new modules are covered without editing this file.
 """
 
 from __future__ import annotations
 
-import json
+import ast
 import pkgutil
-import subprocess
-import sys
-import textwrap
+from pathlib import Path
 
 import pytest
 
 import airflow_provider_rowfilter
+from tests.blocked_imports import import_blocked
 
 PACKAGE = airflow_provider_rowfilter.__name__
+ROOT = Path(airflow_provider_rowfilter.__file__).parent
 
 # Top-level names inside the package -> the layer they belong to. Every name must be listed:
 # a new top-level module or subpackage fails test_every_top_level_name_has_a_layer until it is.
@@ -28,77 +37,74 @@ LAYER_OF = {
     # Pure Python beside core/: how numbers read to people, and the named fault points of the fault tests.
     "humane": "core",
     "faults": "core",
-    # psycopg and pyarrow: the two databases and the change log between them.
+    # psycopg, shared by both sides: connections, and a table's name as SQL.
     "connection": "io",
     "identifiers": "io",
-    "publisher": "io",
-    "subscriber": "io",
-    "change_log": "io",
-    # The apply's run: the drain, its batches and their reductions (loads pyspark only when a batch needs Spark).
-    "apply": "io",
-    # DROP SUBSCRIPTION: run in process by the CLI and DropSubscriptionOperator.
-    "subscription_drop": "io",
+    # How the console command prints a table and shows a long copy or drain (Rich only).
+    "cli_output": "console",
+    "cli_progress": "console",
+    # pyarrow, no PostgreSQL: the durable log between the capture and the apply.
+    "change_log": "change_log",
+    # psycopg: each database's side; the capture writes the change log.
+    "publisher": "publisher",
+    "subscriber": "subscriber",
+    # PySpark (never Airflow); a few modules without pyspark (the JVM's settings, its class archive).
     "spark": "spark",
-    # The console command runs the Spark jobs (README "Use"); Airflow stays out of it.
-    "cli": "spark",
-    # How the console command prints a table (Rich only): the terminal is its I/O.
-    "cli_output": "io",
-    # How it shows a long copy or drain on a terminal (Rich only).
-    "cli_progress": "io",
-    # Thin entry points of the Spark jobs (submitted by the operators, run by the CLI).
-    "jobs": "spark",
+    # A run in process: the apply's drain and its batches (pyspark loaded only when a batch needs Spark),
+    # DROP SUBSCRIPTION. The jobs, the CLI and the operators' in-task runs call them.
+    "apply": "flow",
+    "subscription_drop": "flow",
+    # Entry points: the jobs spark-submit runs, and the console command that runs them in process.
+    "jobs": "entry",
+    "cli": "entry",
+    # Airflow's side of the boundary.
     "hooks": "airflow",
     "operators": "airflow",
     "sensors": "airflow",
     "triggers": "airflow",
     "plugins": "airflow",
-    # Builds DAGs from spec files: Airflow's side of the boundary.
     "dag_factory": "airflow",
     # The local PostgreSQL, the native referee and the demo: they may use every layer, none uses them.
     "tooling": "tooling",
 }
+_BELOW_FLOW = {"core", "io", "change_log", "publisher", "subscriber", "spark"}
+#: The package's layers each layer may import (its own included).
+MAY_IMPORT = {
+    "core": {"core"},
+    "io": {"core", "io"},
+    "console": {"core", "console"},
+    "change_log": {"core", "change_log"},
+    "publisher": {"core", "io", "change_log", "publisher"},
+    "subscriber": {"core", "io", "change_log", "subscriber"},
+    "spark": {"core", "io", "change_log", "publisher", "subscriber", "spark"},
+    "flow": _BELOW_FLOW | {"flow"},
+    "entry": _BELOW_FLOW | {"flow", "console", "entry"},
+    "airflow": _BELOW_FLOW | {"flow", "airflow"},
+    "tooling": set(LAYER_OF.values()),
+}
 TOOLING = f"{PACKAGE}.tooling"
-FORBIDDEN = {
+#: Third-party packages a layer's modules must not load when imported.
+BLOCKED = {
     "core": ("airflow", "pyspark", "psycopg", "pyarrow", "numpy", TOOLING),
-    "io": ("airflow", "pyspark", TOOLING),
+    "io": ("airflow", "pyspark", "pyarrow", "numpy", TOOLING),
+    "console": ("airflow", "pyspark", "psycopg", "pyarrow", "numpy", TOOLING),
+    "change_log": ("airflow", "pyspark", "psycopg", TOOLING),
+    "publisher": ("airflow", "pyspark", TOOLING),
+    # The triggerer and every DAG file read state through the subscriber's side: it loads no Arrow.
+    "subscriber": ("airflow", "pyspark", "pyarrow", "numpy", TOOLING),
     "spark": ("airflow", TOOLING),
-    "airflow": ("pyspark", TOOLING),
+    "flow": ("airflow", "pyspark", TOOLING),
+    "entry": ("airflow", TOOLING),
+    "airflow": ("pyspark", "pyarrow", "numpy", TOOLING),
     "tooling": (),
 }
 # Layers that must hold at least one module today; the others are checked once they exist.
-REQUIRED_LAYERS = {"core", "io", "spark", "airflow", "tooling"}
-
-IMPORT_WITH_BLOCKED = textwrap.dedent(
-    """
-    import importlib, json, sys, traceback
-    from importlib.abc import MetaPathFinder
-
-    blocked, modules = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-
-    class Blocker(MetaPathFinder):
-        def find_spec(self, fullname, path=None, target=None):
-            if any(fullname == b or fullname.startswith(b + ".") for b in blocked):
-                raise ModuleNotFoundError(f"import of {fullname!r} is blocked in this layer", name=fullname)
-            return None
-
-    sys.meta_path.insert(0, Blocker())
-    imported, failed = [], {}
-    for module in modules:
-        try:
-            importlib.import_module(module)
-        except Exception:
-            failed[module] = traceback.format_exc(limit=-6)
-        else:
-            imported.append(module)
-    leaked = sorted(n for n in sys.modules if any(n == b or n.startswith(b + ".") for b in blocked))
-    print(json.dumps({"imported": imported, "failed": failed, "leaked": leaked}))
-    """
-)
+REQUIRED_LAYERS = set(BLOCKED)
 
 
 def _modules() -> dict[str, list[str]]:
     """Return every module of the package, by layer."""
-    by_layer: dict[str, list[str]] = {layer: [] for layer in FORBIDDEN}
+    by_layer: dict[str, list[str]] = {layer: [] for layer in BLOCKED}
     by_layer["core"].append(PACKAGE)
     for info in pkgutil.walk_packages(airflow_provider_rowfilter.__path__, prefix=f"{PACKAGE}."):
         top = info.name.split(".")[1]
@@ -106,16 +112,35 @@ def _modules() -> dict[str, list[str]]:
     return by_layer
 
 
-def _import_blocked(modules: list[str], blocked: tuple[str, ...]) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORT_WITH_BLOCKED, json.dumps(list(blocked)), json.dumps(modules)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def _layer(module: str) -> str | None:
+    """The layer of a module of the package (``None``: not one of ours)."""
+    if module != PACKAGE and not module.startswith(PACKAGE + "."):
+        return None
+    parts = module.split(".")
+    if len(parts) == 1 or (len(parts) == 2 and parts[1] not in LAYER_OF):  # the root, or a name it defines
+        return LAYER_OF["__init__"]
+    return LAYER_OF.get(parts[1], "unclassified")
+
+
+def forbidden(importer: str, imported: str) -> bool:
+    """Whether module ``importer`` may not import ``imported`` (a module of ours, or anything else)."""
+    own, theirs = _layer(importer), _layer(imported)
+    return own is not None and theirs is not None and theirs not in MAY_IMPORT[own]
+
+
+def _imports(path: Path, module: str) -> list[tuple[int, str]]:
+    """Every module an import statement of ``path`` names (line, module), wherever the statement is."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative (ruff bans them; resolved all the same)
+                package = module.split(".")[: -node.level] if not path.name == "__init__.py" else module.split(".")
+                base = ".".join([*package, *([base] if base else [])])
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
 
 
 def test_every_top_level_name_has_a_layer() -> None:
@@ -129,12 +154,41 @@ def test_every_layered_name_exists() -> None:
     assert sorted(set(LAYER_OF) - present) == []
 
 
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_no_module_imports_a_layer_above_or_beside_its_own() -> None:
+    wrong = []
+    for path in sorted(ROOT.rglob("*.py")):
+        relative = path.relative_to(ROOT.parent).with_suffix("")
+        module = ".".join(relative.parts[:-1] if relative.name == "__init__" else relative.parts)
+        for line, imported in _imports(path, module):
+            if forbidden(module, imported):
+                wrong.append(f"{path.relative_to(ROOT.parent)}:{line}: {_layer(module)} imports {imported} "
+                             f"({_layer(imported)})")
+    assert wrong == []
+
+
+# The breaks issue 31 found, each of which the check above must refuse.
+BREAKS = {
+    "the change log imports the publisher": ("change_log.log", "publisher.pgoutput_columns"),
+    "the publisher imports the subscriber": ("publisher.capture", "subscriber.state"),
+    "the subscriber imports the publisher": ("subscriber.copy_target", "publisher.copy_source"),
+    "an operator runs the apply job": ("operators.apply_changes", "jobs.apply"),
+    "an operator runs the drop job": ("operators.subscription_ops", "jobs.drop"),
+    "the apply imports a job": ("apply.capture_ahead", "jobs.refresh"),
+    "the core imports the subscriber": ("core.apply_plan", "subscriber.apply_stage"),
+}
+
+
+@pytest.mark.parametrize(("importer", "imported"), BREAKS.values(), ids=BREAKS.keys())
+def test_each_known_break_is_refused(importer: str, imported: str) -> None:
+    assert forbidden(f"{PACKAGE}.{importer}", f"{PACKAGE}.{imported}")
+
+
+@pytest.mark.parametrize("layer", sorted(BLOCKED))
 def test_layer_imports_without_forbidden_packages(layer: str) -> None:
     modules = _modules()[layer]
     if not modules and layer not in REQUIRED_LAYERS:
         pytest.skip(f"no {layer} modules yet")
-    result = _import_blocked(modules, FORBIDDEN[layer])
+    result = import_blocked(modules, BLOCKED[layer])
     assert result["failed"] == {}, "\n".join(f"{m}:\n{tb}" for m, tb in dict(result["failed"]).items())
     assert result["leaked"] == []
     assert sorted(result["imported"]) == sorted(modules)
@@ -144,7 +198,7 @@ def test_layer_imports_without_forbidden_packages(layer: str) -> None:
 def test_blocker_catches_a_forbidden_submodule() -> None:
     """A dotted entry blocks that package only: the demo needs the tooling's local PostgreSQL."""
     module = f"{TOOLING}.demo.run"
-    result = _import_blocked([module], (f"{TOOLING}.embedded",))
+    result = import_blocked([module], (f"{TOOLING}.embedded",))
     assert result["imported"] == []
     assert f"import of '{TOOLING}.embedded' is blocked" in dict(result["failed"])[module]
 
@@ -152,7 +206,7 @@ def test_blocker_catches_a_forbidden_submodule() -> None:
 def test_blocker_catches_a_forbidden_import() -> None:
     """The harness can fail: the spark layer does not import with pyspark blocked."""
     module = f"{PACKAGE}.spark.session"
-    result = _import_blocked([module], ("pyspark",))
+    result = import_blocked([module], ("pyspark",))
     assert result["imported"] == []
     assert "import of 'pyspark' is blocked" in dict(result["failed"])[module]
 
@@ -161,13 +215,13 @@ def test_the_snapshot_job_loads_without_spark_or_the_log() -> None:
     """A table read by one reader copies without Spark (jobs/snapshot.py _SparkOnDemand): the job's module
     loads without pyspark (its Connect client alone takes 0.7 s) and without pyarrow (the change log's)."""
     module = f"{PACKAGE}.jobs.snapshot"
-    result = _import_blocked([module], ("pyspark", "pyarrow", "numpy"))
+    result = import_blocked([module], ("pyspark", "pyarrow", "numpy"))
     assert result["failed"] == {} and result["imported"] == [module] and result["leaked"] == []
 
 
-def test_the_apply_job_loads_without_spark_for_the_operator_s_idle_run() -> None:
-    """ApplyChangesOperator runs jobs/apply.py in its task up to the first change to judge (skip_when_idle):
-    the job's module and what it imports at load time must not need pyspark, which Airflow code never loads."""
-    module = f"{PACKAGE}.jobs.apply"
-    result = _import_blocked([module], ("pyspark",))
+def test_the_apply_loads_without_spark_for_the_operator_s_run_in_its_task() -> None:
+    """ApplyChangesOperator runs apply/drain.py in its task up to the first batch Spark must judge
+    (skip_when_idle): what that imports must not need pyspark, which Airflow code never loads."""
+    module = f"{PACKAGE}.apply.drain"
+    result = import_blocked([module], ("pyspark",))
     assert result["failed"] == {} and result["imported"] == [module] and result["leaked"] == []

@@ -38,12 +38,12 @@ from airflow_provider_rowfilter.apply.reducers import SparkNeeded, SparkOnDemand
 from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import connect, primary_message
+from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.errors import ApplyError, RowFilterError, UnreachableError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.humane import ProgressReport, duration, report_progress, size
-from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.publisher.catalog_reader import flush_position
 from airflow_provider_rowfilter.subscriber.state import (
     APPLIED,

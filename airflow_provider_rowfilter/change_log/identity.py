@@ -23,7 +23,7 @@ class LogIdentity:
 
 @dataclass(frozen=True)
 class LogNeeds:
-    """What a subscriber needs of the change log, read from its state (publisher/capture.py ``subscriber_needs``).
+    """What a subscriber needs of the change log, read from its state (subscriber/state.py ``StateStore.log_needs``).
 
     :param since: the lowest position of its tables in ``f``, ``s``, ``r``: every transaction
         committed past it must be in the log. None when no table needs anything yet (all in ``i``,

@@ -23,7 +23,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +37,6 @@ from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.core.apply_plan import IdentitySpan, RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, ImageCells
 
 FORMAT_VERSION = 1  # of a segment
 POSITION_FORMAT_VERSION = 2  # of the position file: 2 added the log's id
@@ -346,7 +345,7 @@ class ChangeRows:
     Rows name their transaction and relation by index into ``txns`` (commit LSNs, commit times in
     Unix microseconds, xids, origins) and ``relations``; the repeated columns are built with ``take``.
     ``old_kind`` and ``truncate`` are -1 where a row has none; ``new`` and ``old`` are the images as
-    ``(values, unchanged)`` list arrays (:func:`image_arrays`).
+    ``(values, unchanged)`` list arrays (publisher/image_arrays.py).
     """
 
     txns: Sequence[Sequence]
@@ -413,64 +412,6 @@ class ChangeRows:
             spans.append(RelationSpan(r.oid, r.schema, r.table, r.column_names, r.column_types,
                                       int(commit[mine].min()), int(commit[mine].max()), int(lsn[mine].min())))
         return spans
-
-
-def _texts(binary: pa.Array, encoding: str, where: Callable[[int], str] | None = None) -> pa.Array:
-    """``binary`` values as text: UTF-8 checked by Arrow, any other encoding decoded value by value.
-
-    :param where: describes the value at an index, for the error (which table, column and change).
-    """
-    try:
-        if encoding == "utf-8":
-            return binary.cast(pa.string())
-        return pa.array([None if v is None else v.decode(encoding) for v in binary.to_pylist()], pa.string())
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        values = binary.to_pylist()
-        bad = next(i for i, v in enumerate(values) if v is not None and not _decodes(v, encoding))
-        name = "UTF-8" if encoding == "utf-8" else encoding
-        raise ChangeLogError(f"a text value is not valid {name}: {values[bad][:40]!r}",
-                             detail=None if where is None else f"the value of {where(bad)}",
-                             hint="the publisher sent bytes its server_encoding does not allow; nothing was "
-                             "written and the slot was not advanced") from None
-
-
-def _decodes(value: bytes, encoding: str) -> bool:
-    try:
-        value.decode(encoding)
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def image_arrays(buffer: np.ndarray, images: ImageCells, encoding: str = "utf-8",
-                 where: Callable[[int, int], str] | None = None) -> tuple[pa.Array, pa.Array]:
-    """The ``(values, unchanged)`` list arrays of decoded images (publisher/pgoutput_columns.py).
-
-    The text values' bytes are gathered from the message buffer in one step; a NULL or unchanged
-    TOASTed value is a NULL element, an absent image a NULL list.
-
-    :param where: describes the value of (image, column) for an error about it.
-    """
-    text = images.kinds == TEXT
-    lengths = np.where(text, images.lengths, 0)
-    ends = np.cumsum(lengths)
-    total = int(ends[-1]) if len(ends) else 0
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    offsets[1:] = ends
-    data = buffer[np.repeat(images.starts - offsets[:-1], lengths) + np.arange(total)]
-    binary_type, offset_type = (pa.binary(), np.int32) if total < 2**31 else (pa.large_binary(), np.int64)
-    binary = pa.Array.from_buffers(
-        binary_type, len(lengths),
-        [pa.py_buffer(np.packbits(text, bitorder="little")), pa.py_buffer(offsets.astype(offset_type)),
-         pa.py_buffer(data)], null_count=int(len(lengths) - np.count_nonzero(text)))
-    def cell(i: int) -> str:
-        image = int(np.searchsorted(images.offsets, i, side="right")) - 1
-        return where(image, i - int(images.offsets[image])) if where else f"value {i}"
-    texts = _texts(binary, encoding, cell)
-    lists = pa.array(images.offsets.astype(np.int32))
-    mask = pa.array(~images.present)
-    return (pa.ListArray.from_arrays(lists, texts, type=_TEXTS, mask=mask),
-            pa.ListArray.from_arrays(lists, pa.array(images.kinds == UNCHANGED), type=_FLAGS, mask=mask))
 
 
 class SegmentWriter:

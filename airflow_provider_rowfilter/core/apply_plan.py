@@ -34,6 +34,9 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import ConflictPolicy
 
 DML = ("insert", "update", "delete")
+#: A batch's bound unless the run sets one (``--max-changes``): the slot rows one capture reads, whole
+#: transactions (publisher/capture.py), and about the changes one batch applies (apply/batch_plan.py).
+DEFAULT_MAX_CHANGES = 100_000
 
 
 @dataclass(frozen=True)

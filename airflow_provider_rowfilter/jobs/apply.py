@@ -13,9 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.apply.drain import apply
+from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
-from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 
 
 def apply_parser() -> argparse.ArgumentParser:

@@ -16,15 +16,18 @@ import json
 import sys
 from collections.abc import Sequence
 
+from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS
+from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture import (
     DEFAULT_FETCH_ROWS,
     DEFAULT_MAX_CHANGES,
     capture,
-    subscriber_needs,
 )
+from airflow_provider_rowfilter.subscriber.state import StateStore
 
 
 def capture_parser() -> argparse.ArgumentParser:
@@ -49,11 +52,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, spec = parse(capture_parser(), argv)
         result = capture(spec, max_changes=args.max_changes, upto_lsn=args.upto_lsn,
                          row_group_rows=args.row_group_rows, fetch_rows=args.fetch_rows,
-                         needs=subscriber_needs(spec) if spec.subscriber else None)
+                         needs=_subscriber_needs(spec) if spec.subscriber else None)
         print(json.dumps(result.summary()))
         return 0
 
     return run_job(body)
+
+
+def _subscriber_needs(spec: SubscriptionSpec) -> LogNeeds:
+    """What the spec's subscriber needs of the change log (its tables' positions, the log on record)."""
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        return StateStore(sub, spec.subscription).log_needs()
 
 
 if __name__ == "__main__":

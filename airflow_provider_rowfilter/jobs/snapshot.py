@@ -29,7 +29,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import AbstractContextManager, ExitStack, closing, nullcontext
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -51,6 +51,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     estimated_rows,
     exported_snapshot,
     plan_partitions,
+    read_copy,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
@@ -60,7 +61,6 @@ from airflow_provider_rowfilter.subscriber.copy_target import (
     check_target,
     copy_direct,
     copy_lock_key,
-    copy_partition,
     create_staging,
     drop_staging,
     executor_conninfo,
@@ -394,11 +394,12 @@ class _CopyJob:
                 if direct:
                     with sub.transaction():  # the rows and the state f, together
                         replica_role(sub, "copy", table)
-                        rows = copy_direct(sub, self.source_conninfo, snap, reads[0], target,
-                                           block_rows=self.options.fetch_size)
+                        with closing(read_copy(self.source_conninfo, reads[0], snap,
+                                               block_rows=self.options.fetch_size)) as blocks:
+                            rows = copy_direct(sub, blocks, target)
                         self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
                 else:
-                    from airflow_provider_rowfilter.spark.copy_frames import run_partitions
+                    from airflow_provider_rowfilter.spark.copy_frames import copy_partition, run_partitions
 
                     # The writers' fence: this attempt's updated_at, as set_state(d) wrote it.
                     fence = CopyFence(self.spec.subscription, table.schema, table.name, self.store.copy_token(table))

@@ -15,6 +15,7 @@ from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_rowfilter.connection import conninfo_params
+from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError, UnreachableError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
@@ -22,7 +23,6 @@ from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.humane import batch_lag, counts_text, duration
 from airflow_provider_rowfilter.operators.metrics import apply_metrics
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
-from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.subscriber.state import StateReader
 
@@ -211,10 +211,10 @@ class ApplyChangesOperator(RowFilterJobOperator):
         if not self.skip_when_idle:
             return False
         began = time.monotonic()
-        # Imported here: DAG files that only declare the operator never load the job's code.
+        # Imported here: a DAG file that declares the operator loads none of the apply's code (nor numpy and
+        # pyarrow with it) when the scheduler parses it.
         from airflow_provider_rowfilter.apply.drain import SparkNeeded, apply
-        from airflow_provider_rowfilter.connection import in_task
-        from airflow_provider_rowfilter.jobs.exit_status import is_transient
+        from airflow_provider_rowfilter.connection import in_task, is_transient
 
         bound, budget = self._max_changes(), self._time_budget()
         try:

@@ -54,9 +54,9 @@ from airflow_provider_rowfilter.change_log.log import (
     ChangeRows,
     LoggedRelation,
     SegmentWriter,
-    image_arrays,
 )
 from airflow_provider_rowfilter.connection import connect, primary_message
+from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import (
     POSTGRES_EPOCH,
@@ -79,17 +79,16 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_names,
     capture_publications,
 )
+from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     ChangeColumns,
     Irregular,
     decode_changes,
     message_buffer,
 )
-from airflow_provider_rowfilter.subscriber.state import StateStore
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_CHANGES = 100_000
 DEFAULT_FETCH_ROWS = 10_000
 PROTO_VERSION = "1"
 
@@ -143,7 +142,8 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     :param upto_lsn: also end the batch at the first commit at or past this position.
     :param row_group_rows: changes per Parquet row group (what the driver holds at once).
     :param fetch_rows: slot rows fetched from the server-side cursor at once.
-    :param needs: what the subscriber needs of the log (:func:`subscriber_needs`); see :func:`_check_log`.
+    :param needs: what the subscriber needs of the log (subscriber/state.py ``StateStore.log_needs``); see
+        :func:`_check_log`.
     :raises ChangeLogError: the log misses changes the subscriber needs; nothing was read or advanced.
     """
     if max_changes < 1:
@@ -222,12 +222,6 @@ def _publication_names(pub: psycopg.Connection, spec: SubscriptionSpec, mode: st
 def _quoted(name: str) -> str:
     """A name in ``publication_names``, which pgoutput splits as an identifier list (SplitIdentifierString)."""
     return '"' + name.replace('"', '""') + '"'
-
-
-def subscriber_needs(spec: SubscriptionSpec) -> LogNeeds:
-    """What the spec's subscriber needs of the change log (its tables' positions, the log on record)."""
-    with connect(spec.subscriber, "subscriber", spec) as sub:
-        return StateStore(sub, spec.subscription).log_needs()
 
 
 def _check_log(change_log: ChangeLog, slot: str, confirmed: int, logged: int | None, needs: LogNeeds | None) -> None:

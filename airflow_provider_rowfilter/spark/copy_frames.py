@@ -3,7 +3,7 @@
 Spark schedules and retries the partitions; the rows themselves never enter the JVM. Each task
 runs the publisher's ``COPY (SELECT … WHERE filter AND range) TO STDOUT`` in the snapshot the
 driver exported and streams its output, as bytes in blocks of whole lines, into ``COPY … FROM
-STDIN`` on the subscriber (:func:`airflow_provider_rowfilter.subscriber.copy_target.copy_partition`).
+STDIN`` on the subscriber (:func:`copy_partition`).
 
 An earlier version read the rows over JDBC and built the COPY lines with Spark SQL expressions;
 decoding every value in the JVM and handing the lines to Python cost more CPU than both
@@ -17,10 +17,14 @@ its one output row, and the driver sums them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
 from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+
+from airflow_provider_rowfilter.publisher.copy_source import DEFAULT_BLOCK_ROWS, ExportedSnapshot, read_copy
+from airflow_provider_rowfilter.subscriber.copy_target import CopyFence, write_copy
 
 
 class RowCount:
@@ -72,3 +76,17 @@ def default_parallelism(spark: SparkSession) -> int:
 def speculation(spark: SparkSession) -> bool:
     """Whether Spark runs speculative copies of slow tasks (``spark.speculation``): a copy task must run once."""
     return str(spark.conf.get("spark.speculation", "false")).strip().lower() == "true"
+
+
+def copy_partition(source: dict[str, str], snapshot: ExportedSnapshot | None, target: dict[str, str],
+                   statement: str, counter, reads: Iterable[str], *, fence: CopyFence | None = None,
+                   block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
+    """``foreachPartition`` body: each ``COPY … TO STDOUT`` of ``reads`` streamed into ``statement``.
+
+    The publisher's COPY output (read in ``snapshot`` with ``source``) goes to the subscriber's
+    ``COPY … FROM STDIN`` (``target``) block by block, as bytes: one subscriber transaction per
+    read. The rows written are added to ``counter`` (:class:`RowCount`).
+    """
+    for read in reads:
+        with closing(read_copy(source, read, snapshot, block_rows=block_rows)) as blocks:
+            counter.add(write_copy(target, statement, blocks, fence))

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable, Sequence
-from contextlib import closing
 from dataclasses import dataclass
 
 import psycopg
@@ -32,11 +31,6 @@ from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.identifiers import table_sql
-from airflow_provider_rowfilter.publisher.copy_source import (
-    DEFAULT_BLOCK_ROWS,
-    ExportedSnapshot,
-    read_copy,
-)
 from airflow_provider_rowfilter.subscriber.state import SCHEMA, StateReader
 
 
@@ -143,11 +137,11 @@ def drop_stagings(conn: psycopg.Connection, subscription: str, tables: Iterable[
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table_sql(staging_table(subscription, table))))
 
 
-def copy_direct(conn: psycopg.Connection, source: dict[str, str], snapshot: ExportedSnapshot, read: str,
-                target: CopyTarget, *, block_rows: int = DEFAULT_BLOCK_ROWS) -> int:
-    """A copy of one reader, as tablesync runs it: the publisher's ``read`` (a ``COPY … TO STDOUT`` in
-    ``snapshot``) streamed straight into ``COPY table FROM STDIN`` on ``conn``, in the caller's
-    transaction (which records ``f`` with it); returns the rows written.
+def copy_direct(conn: psycopg.Connection, blocks: Iterable[bytes], target: CopyTarget) -> int:
+    """A copy of one reader, as tablesync runs it: the publisher's rows (``blocks`` of COPY text, whole
+    lines, from its ``COPY … TO STDOUT``: publisher/copy_source.py ``read_copy``) streamed straight into
+    ``COPY table FROM STDIN`` on ``conn``, in the caller's transaction (which records ``f`` with it);
+    returns the rows written.
 
     No staging table and no second write: one transaction already keeps a failed copy invisible
     (copy_table in tablesync.c). A key already in the table fails with PostgreSQL's unique violation,
@@ -155,7 +149,7 @@ def copy_direct(conn: psycopg.Connection, source: dict[str, str], snapshot: Expo
     """
     statement = sql.SQL("COPY {} ({}) FROM STDIN").format(table_sql(target.table), target.column_list)
     try:
-        with conn.cursor() as cur, closing(read_copy(source, read, snapshot, block_rows=block_rows)) as blocks:
+        with conn.cursor() as cur:
             return _stream(cur, statement, blocks)
     except psycopg.errors.UniqueViolation as e:
         raise _duplicate_key(e, target) from e
@@ -245,20 +239,6 @@ def _stream(cur: psycopg.Cursor, statement: str | sql.Composable, blocks: Iterab
         for block in blocks:
             copy.write(block)
     return cur.rowcount
-
-
-def copy_partition(source: dict[str, str], snapshot: ExportedSnapshot | None, target: dict[str, str],
-                   statement: str, counter, reads: Iterable[str], *, fence: CopyFence | None = None,
-                   block_rows: int = DEFAULT_BLOCK_ROWS) -> None:
-    """``foreachPartition`` body: each ``COPY … TO STDOUT`` of ``reads`` streamed into ``statement``.
-
-    The publisher's COPY output (read in ``snapshot`` with ``source``) goes to the subscriber's
-    ``COPY … FROM STDIN`` (``target``) block by block, as bytes: one subscriber transaction per
-    read. The rows written are added to ``counter`` (spark/copy_frames.py ``RowCount``).
-    """
-    for read in reads:
-        with closing(read_copy(source, read, snapshot, block_rows=block_rows)) as blocks:
-            counter.add(write_copy(target, statement, blocks, fence))
 
 
 def executor_conninfo(url: str, role: str, application_name: str) -> dict[str, str]:

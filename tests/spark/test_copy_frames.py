@@ -15,8 +15,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     copy_out_statements,
     exported_snapshot,
 )
-from airflow_provider_rowfilter.spark.copy_frames import run_partitions
-from airflow_provider_rowfilter.subscriber.copy_target import copy_partition
+from airflow_provider_rowfilter.spark.copy_frames import copy_partition, run_partitions
 
 
 @pytest.fixture
