@@ -31,7 +31,6 @@ def get_provider_info() -> dict:
                 "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_provider_rowfilter.operators.apply_changes",
-                    "airflow_provider_rowfilter.operators.job_output",
                     "airflow_provider_rowfilter.operators.metrics",
                     "airflow_provider_rowfilter.operators.refresh_publication",
                     "airflow_provider_rowfilter.operators.rowfilter_job",
@@ -57,6 +56,7 @@ def get_provider_info() -> dict:
             {
                 "integration-name": INTEGRATION,
                 "python-modules": [
+                    "airflow_provider_rowfilter.hooks.job_output",
                     "airflow_provider_rowfilter.hooks.rowfilter",
                     "airflow_provider_rowfilter.hooks.spec_resolver",
                     "airflow_provider_rowfilter.hooks.subscription_rel",

@@ -34,14 +34,14 @@ from airflow.sdk.log import mask_secret
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
-from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
-from airflow_provider_rowfilter.operators.job_output import (
+from airflow_provider_rowfilter.hooks.job_output import (
     JobOutput,
     connect_url,
     job_failure,
     returncode_of,
     watched,
 )
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.spark.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
 from airflow_provider_rowfilter.spark.settings import with_jvm_options
 

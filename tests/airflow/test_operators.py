@@ -734,7 +734,7 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
 def test_the_job_s_lines_keep_their_level_and_its_error_is_kept() -> None:
     """Issue 18 item 5: lines as spark-submit printed them in a real conflict run; SparkSubmitHook logs
     each with ``log.info(line)``, and the JobOutput it is given logs it at the level it was written with."""
-    from airflow_provider_rowfilter.operators.job_output import JobOutput, job_failure
+    from airflow_provider_rowfilter.hooks.job_output import JobOutput, job_failure
 
     class Recorder:
         def __init__(self) -> None:

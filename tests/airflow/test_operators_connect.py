@@ -88,7 +88,7 @@ def test_spark_submit_settings_with_a_connect_connection_are_named_and_not_used(
 
 
 def test_the_token_leaves_the_connection_s_url_and_the_rest_stays() -> None:
-    from airflow_provider_rowfilter.operators.job_output import connect_url
+    from airflow_provider_rowfilter.hooks.job_output import connect_url
 
     assert connect_url("sc://h:15002/;use_ssl=true;token=a%3Db;user_id=etl") == (
         "sc://h:15002/;use_ssl=true;user_id=etl", "a=b")
