@@ -58,6 +58,7 @@ def get_provider_info() -> dict:
                 "python-modules": [
                     "airflow_provider_rowfilter.hooks.job_output",
                     "airflow_provider_rowfilter.hooks.rowfilter",
+                    "airflow_provider_rowfilter.hooks.spark_submit_job",
                     "airflow_provider_rowfilter.hooks.spec_resolver",
                     "airflow_provider_rowfilter.hooks.subscription_rel",
                 ],

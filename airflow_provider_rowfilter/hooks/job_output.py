@@ -1,10 +1,11 @@
-"""What a job prints under spark-submit, read back by its operator.
+"""What a job prints under spark-submit (or as a Spark Connect client), read back for its operator.
 
-``SparkSubmitHook`` logs every line of spark-submit's output at INFO. The operators give the hook a
-:class:`JobOutput` as its logger instead, which logs each line at the level it was written with (the
-jobs' own ``LEVEL logger: message`` lines, Spark's ``yy/MM/dd HH:mm:ss LEVEL`` lines, Python's
-warnings), keeps the job's ``ERROR:`` block (message, DETAIL, HINT: jobs/exit_status.py) and its
-JSON result line, and lets :func:`job_failure` turn a failed job into the right Airflow exception.
+``SparkSubmitHook`` logs every line of spark-submit's output at INFO through its logger. The package's
+hook (hooks/spark_submit_job.py) makes that logger a :class:`JobOutput`, which logs each line at the
+level it was written with (the jobs' own ``LEVEL logger: message`` lines, Spark's ``yy/MM/dd HH:mm:ss
+LEVEL`` lines, Python's warnings), keeps the job's ``ERROR:`` block (message, DETAIL, HINT:
+jobs/exit_status.py), its exit status and its JSON result line, and lets :func:`job_failure` turn a
+failed job into the right Airflow exception.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _PY_WARNING = re.compile(r"^\S+:\d+: \w*Warning: ")
 _LEVELS = {"TRACE": "debug", "DEBUG": "debug", "INFO": "info", "WARN": "warning", "WARNING": "warning",
            "ERROR": "error", "FATAL": "error", "CRITICAL": "error"}
 _ERROR = "ERROR: "
+#: The last line of a failed job's output (jobs/exit_status.py EXIT_STATUS_LINE).
+_EXIT_STATUS = re.compile(r"^rowfilter job exit status: (\d+)$")
 
 
 class JobOutput:
@@ -40,6 +43,8 @@ class JobOutput:
         self.error: list[str] = []
         #: The job's JSON result line, parsed.
         self.result: dict[str, Any] | None = None
+        #: The exit status a failed job printed last (None: it printed none, e.g. it crashed).
+        self.exit_status: int | None = None
 
     def info(self, msg: Any, *args: Any, **kwargs: Any) -> None:
         if args or kwargs:  # the hook's own messages ("Identified spark driver id: %s")
@@ -54,7 +59,10 @@ class JobOutput:
         """One line of spark-submit's output: logged at its level, the error and the result kept."""
         self.lines += 1
         match = _OURS.match(line) or _SPARK.match(line)
-        if line.startswith(_ERROR):
+        status = _EXIT_STATUS.match(line)
+        if status:
+            self.exit_status, self._in_error, level = int(status.group(1)), False, "info"
+        elif line.startswith(_ERROR):
             self.error, self._in_error, level = [line[len(_ERROR):]], True, "error"
         elif match:
             self._in_error, level = False, _LEVELS[match.group(1)]
@@ -99,19 +107,6 @@ def job_failure(output: JobOutput | None, returncode: int | None, error: Excepti
     if returncode == 1:
         return AirflowFailException(text)
     return error
-
-
-def returncode_of(hook: Any) -> int | None:
-    """spark-submit's exit status, as ``SparkSubmitHook`` saw it (None before it ran)."""
-    process = getattr(hook, "_submit_sp", None)
-    return process.returncode if process is not None else None
-
-
-def watched(hook: Any) -> JobOutput:
-    """Make ``hook`` log through a :class:`JobOutput` (LoggingMixin keeps its logger in ``_log``)."""
-    output = JobOutput(hook.log)
-    hook._log = output
-    return output
 
 
 def connect_url(url: str) -> tuple[str, str | None]:

@@ -8,8 +8,8 @@
   connection.py ``is_transient``): the operators let Airflow retry.
 
 The job prints its error as ``ERROR: <message>`` followed by PostgreSQL's ``DETAIL:``/``HINT:``
-lines; the operators read that block back from the spark-submit output and make it the task's
-exception (operators/job_output.py).
+lines and a last line with its exit status; the operators read that block back from the spark-submit
+output and make it the task's exception (hooks/job_output.py).
 """
 
 from __future__ import annotations
@@ -25,10 +25,17 @@ from airflow_provider_rowfilter.core.errors import RowFilterError
 
 EXIT_ERROR = 1
 EXIT_TRANSIENT = getattr(os, "EX_TEMPFAIL", 75)
+#: The line that ends a failed job's output: its exit status, for whoever reads the output and not the
+#: process (the operators read spark-submit's output: hooks/job_output.py ``JobOutput.exit_status``).
+EXIT_STATUS_LINE = "rowfilter job exit status: "
+
+
 def fail(error: BaseException) -> int:
-    """Print ``ERROR: …`` (with DETAIL and HINT) on stderr; the exit status for ``error``."""
+    """Print ``ERROR: …`` (with DETAIL and HINT) on stderr, then the exit status for ``error``, and return it."""
+    status = EXIT_TRANSIENT if is_transient(error) else EXIT_ERROR
     print(f"ERROR: {str(error).strip() or type(error).__name__}", file=sys.stderr, flush=True)
-    return EXIT_TRANSIENT if is_transient(error) else EXIT_ERROR
+    print(f"{EXIT_STATUS_LINE}{status}", file=sys.stderr, flush=True)
+    return status
 
 
 def run_job(body: Callable[[], int]) -> int:

@@ -13,6 +13,7 @@ that attaches to that Spark Connect server (the spec's ``spark_remote``); no JVM
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
@@ -34,14 +35,9 @@ from airflow.sdk.log import mask_secret
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
-from airflow_provider_rowfilter.hooks.job_output import (
-    JobOutput,
-    connect_url,
-    job_failure,
-    returncode_of,
-    watched,
-)
+from airflow_provider_rowfilter.hooks.job_output import JobOutput, connect_url, job_failure
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
+from airflow_provider_rowfilter.hooks.spark_submit_job import JobSubmitHook
 from airflow_provider_rowfilter.spark.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
 from airflow_provider_rowfilter.spark.settings import with_jvm_options
 
@@ -130,6 +126,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
                                 f"remove {fixed}={kwargs[fixed]!r}")
         kwargs.setdefault("name", f"rowfilter-{self.job}")
         super().__init__(application=job_path(self.job), conn_id=conn_id, **kwargs)
+        self.conn_id = conn_id
+        self.submit_kwargs = kwargs  # SparkSubmitOperator's arguments, for the hook (_get_hook)
         self.spec = spec
         self.subscription = subscription
         self.publications = publications
@@ -148,6 +146,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
                 stacklevel=2,
             )
         self._output: JobOutput | None = None
+        self._submit_hook: JobSubmitHook | None = None
         self._master: str | None = None
         self._archive: ClassArchive | None = None
         self._archive_options: tuple[str, ...] = ()  # what the archive added to the driver's Java options
@@ -191,13 +190,11 @@ class RowFilterJobOperator(SparkSubmitOperator):
             if self._archive is not None:
                 self._archive.discard()
             self.log.info("::endgroup::")
-            failure = job_failure(self._output, returncode_of(self._hook), e)
-            if failure is e:
-                raise
+            if self._output is None or self._output.error_text is None:
+                raise  # not the job's own error (spark-submit or the JVM failed): SparkSubmitHook's, retried
             self.log.error("The %s job failed (%s): %s", self.job,
-                           "no retry" if isinstance(failure, AirflowFailException) else "a retry may pass",
-                           failure)
-            raise failure from None
+                           "no retry" if isinstance(e, AirflowFailException) else "a retry may pass", e)
+            raise
         self.log.info("::endgroup::")
         if self._archive is not None and self._archive.keep():
             self.log.info("The driver's classes are archived for later runs of the %s job, whose JVMs start sooner: %s",
@@ -216,12 +213,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
         """
         resolved = self.resolve_spec()
         probe = self._get_hook()
-        # The master and deploy mode as SparkSubmitHook resolved them from the spark connection (the
-        # parent operator reads the hook's `_connection` the same way): the job must run where
-        # spark-submit sends it, and env_vars must not end up on the command line.
-        master = probe._connection["master"]
-        deploy_mode = probe._connection["deploy_mode"] or "client"
-        on_cluster_manager = probe._is_yarn or probe._is_kubernetes
+        # The master and deploy mode spark-submit is given (hooks/spark_submit_job.py): the job must run
+        # where spark-submit sends it, and env_vars must not end up on the command line.
+        master, deploy_mode, on_cluster_manager = probe.master, probe.deploy_mode, probe.on_cluster_manager
         resolved = RowFilterHook.with_master(resolved, master)
         self._master = master
         secrets = resolved.password_env() if self.forward_passwords else {}
@@ -229,7 +223,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
             mask_secret(value)
         if secrets and (on_cluster_manager or deploy_mode == "cluster"):
             raise AirflowFailException(
-                f"{self.task_id}: conn_id={self._conn_id!r} submits to {master!r} in {deploy_mode} mode, where "
+                f"{self.task_id}: conn_id={self.conn_id!r} submits to {master!r} in {deploy_mode} mode, where "
                 "SparkSubmitOperator turns env_vars into --conf settings on the spark-submit command line (or "
                 "refuses them), so the connections' passwords would be exposed. Set forward_passwords=False "
                 "and let the cluster give the driver ROWFILTER_PUBLISHER_PASSWORD / "
@@ -262,7 +256,6 @@ class RowFilterJobOperator(SparkSubmitOperator):
             env.update(self._local_python_env(master, env))
         env.update(secrets)
         self.env_vars = env or None
-        self._hook = None  # built again by SparkSubmitOperator.execute, with the arguments set above
         if secrets:
             self.log.info("The password(s) of the %s go to the job by environment (%s)",
                           " and ".join(sorted(r for r, e in resolved.endpoints.items() if e.password)),
@@ -272,7 +265,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
     # --- Spark Connect: the job as a plain Python process ---------------------------------------------
     def _is_connect(self) -> bool:
         try:
-            conn = SparkConnectHook.get_connection(self._conn_id)
+            conn = SparkConnectHook.get_connection(self.conn_id)
         except AirflowNotFoundException:  # SparkSubmitHook's own default (yarn) applies
             return False
         return conn.conn_type == SparkConnectHook.conn_type
@@ -290,12 +283,12 @@ class RowFilterJobOperator(SparkSubmitOperator):
             self.log.warning("conf=%s: spark-submit settings, not used: conn_id=%r is a spark_connect connection, the "
                              "job is a client of a running Spark Connect server whose settings are its own (SQL "
                              "settings go to spark_conf, the others to the server: `rowfilter spark-server start "
-                             "--conf`)", sorted(self.conf), self._conn_id)
-        url, token = connect_url(SparkConnectHook(self._conn_id).get_connection_url())
+                             "--conf`)", sorted(self.conf), self.conn_id)
+        url, token = connect_url(SparkConnectHook(self.conn_id).get_connection_url())
         try:
             spec = replace(resolved.spec, spark_remote=url)
         except RowFilterError as e:
-            raise AirflowFailException(f"{self.task_id}: conn_id={self._conn_id!r}: {e}") from e
+            raise AirflowFailException(f"{self.task_id}: conn_id={self.conn_id!r}: {e}") from e
         resolved = replace(resolved, spec=spec)
         secrets = resolved.password_env() if self.forward_passwords else {}
         if token:
@@ -333,9 +326,19 @@ class RowFilterJobOperator(SparkSubmitOperator):
             raise job_failure(output, process.returncode, error) from None
         return self._result(resolved, before)
 
-    def _get_hook(self) -> SparkSubmitHook:
-        hook = super()._get_hook()
-        self._output = watched(hook)  # each output line at its level; the job's error kept
+    def _get_hook(self) -> JobSubmitHook:
+        """The hook SparkSubmitOperator submits with: ours (hooks/spark_submit_job.py), from the same arguments.
+
+        Each of SparkSubmitHook's parameters gets the operator's rendered field where it is a template
+        field of SparkSubmitOperator, else the argument the operator was given.
+        """
+        given = {"conn_id": self.conn_id, **self.submit_kwargs}
+        templated = set(SparkSubmitOperator.template_fields)
+        arguments = {name: getattr(self, name) if name in templated else given[name]
+                     for name in inspect.signature(SparkSubmitHook.__init__).parameters
+                     if name in templated or name in given}
+        self._submit_hook = hook = JobSubmitHook(**arguments)
+        self._output = hook.output  # each output line at its level; the job's error and exit status kept
         return hook
 
     def short_batch(self) -> bool:
@@ -380,7 +383,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
             extra.update(dict.fromkeys(names, sys.executable))
         # pyspark installs spark-submit beside the interpreter; a venv used without activating it
         # (`/venv/bin/airflow …`) does not have it on PATH.
-        binary = self._spark_binary or "spark-submit"
+        binary = self.submit_kwargs.get("spark_binary") or "spark-submit"
         here = Path(sys.executable).parent
         if shutil.which(binary) is None and (here / binary).exists() and "PATH" not in env:
             extra["PATH"] = os.pathsep.join([str(here), os.environ.get("PATH", "")])
