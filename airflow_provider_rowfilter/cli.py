@@ -171,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "status":
             return status(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
         if args.command in ("snapshot", "resync"):
-            return initial_copy(load_spec(args.spec), args)
+            return sync_tables(load_spec(args.spec), args)
         if args.command == "apply":
             return apply_batch(load_spec(args.spec), max_changes=args.max_changes,
                                time_budget=args.time_budget, as_json=args.json)
@@ -543,10 +543,10 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
     return 0
 
 
-def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
+def sync_tables(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run the SnapshotCopy job in-process (``snapshot``, or ``resync`` first); say what each table got."""
     from airflow_provider_rowfilter.core.relation import TableName
-    from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy
+    from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, sync_tables
     from airflow_provider_rowfilter.jobs.snapshot import resync as run_resync
 
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
@@ -558,7 +558,7 @@ def initial_copy(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
         if args.command == "resync":
             result = run_resync(_one_bar(spec, bars), tables or [], copy=args.copy, options=options)
         else:
-            result = initial_copy(_one_bar(spec, bars), tables, options=options)
+            result = sync_tables(_one_bar(spec, bars), tables, options=options)
     if not result.tables:
         say(f"subscription {spec.subscription}: no table waits for its initial copy")
     for t in result.tables:

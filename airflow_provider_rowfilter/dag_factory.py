@@ -425,7 +425,7 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
             if taken:
                 raise SpecError(f"DAG id {taken[0]!r} is already built from another file",
                                 hint="set airflow: dag_id_prefix: to tell them apart")
-        except Exception as e:  # noqa: BLE001 - whatever breaks one file (a bad cron too) must not hide the others
+        except Exception as e:  # whatever breaks one file (a bad cron too) must not hide the others
             error = e if str(path.resolve()) in str(e) or str(path) in str(e) else SpecError(f"{path}: {e}")
             log.error("%s", error)
             warnings.warn(str(error), SpecFileWarning, stacklevel=2)

@@ -55,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy  # noqa: E402
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.publisher.capture_objects import capture_names  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows  # noqa: E402
@@ -472,7 +472,7 @@ def setup_ours(pub: str, target: str, name: str, change_log: Path, master: str, 
     spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=("bench",),
                             change_log=str(change_log), spark_master=master, spark_conf=dict(SPARK_CONF))
     refresh(spec)
-    copied = initial_copy(spec, spark=spark)
+    copied = sync_tables(spec, spark=spark)
     if not copied.ok:
         raise SystemExit(f"our copy failed: {copied.error()}")
     return spec

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy  # noqa: E402
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.spark import connect_server  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
@@ -146,7 +146,7 @@ def main() -> None:
             spec = SubscriptionSpec(subscription="bench", publisher=pub, subscriber=sub, publications=("p",),
                                     change_log=str(workdir / "changes"), spark_master="local[2]", spark_conf=CONF)
             refresh(spec)
-            assert initial_copy(remote(spec, server.url)).ok
+            assert sync_tables(remote(spec, server.url)).ok
             results: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes.split(",")}
 
             def spec_of(mode: str) -> SubscriptionSpec:

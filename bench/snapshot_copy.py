@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy  # noqa: E402
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, sync_tables  # noqa: E402
 from airflow_provider_rowfilter.publisher.capture_objects import drop_capture_objects  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
@@ -100,7 +100,7 @@ def our_copy(pub: str, target: str, name: str, spark, options: CopyOptions) -> t
     spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=("bench",))
     began = time.monotonic()
     refresh(spec)
-    result = initial_copy(spec, spark=spark, options=options)
+    result = sync_tables(spec, spark=spark, options=options)
     seconds = time.monotonic() - began
     if not result.ok:
         raise SystemExit(f"our copy failed: {result.error()}")

@@ -79,15 +79,6 @@ class TupleKind(str, enum.Enum):
     NEW = "N"
 
 
-class ValueKind(str, enum.Enum):
-    """How one column of a tuple is sent."""
-
-    NULL = "n"
-    UNCHANGED = "u"  # unchanged TOASTed value, not sent
-    TEXT = "t"
-    BINARY = "b"
-
-
 class PgOutputError(RowFilterError):
     """A pgoutput message that cannot be decoded: unknown type, unsupported feature, or malformed bytes."""
 

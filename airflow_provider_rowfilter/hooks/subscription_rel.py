@@ -34,9 +34,6 @@ class Progress:
     waiting: tuple[str, ...] = ()
     error: str | None = None
 
-    def as_payload(self) -> dict[str, Any]:
-        return {"done": self.done, "states": self.states, "waiting": list(self.waiting), "error": self.error}
-
 
 def parse_tables(value: Sequence[str] | str | None) -> list[TableName] | None:
     """``tables`` as given to the sensor (list or comma-separated string) -> names; None for all."""

@@ -1,7 +1,8 @@
-"""The initial copy of a subscription's tables (PostgreSQL's table-sync worker): ``rowfilter snapshot``.
+"""Table synchronization of a subscription's tables (PostgreSQL's tablesync worker): ``rowfilter snapshot``.
 
 The module keeps the command's name (``python -m airflow_provider_rowfilter.jobs.snapshot``, what
-SnapshotCopyOperator submits); "snapshot" inside it means only the publisher snapshot the copy reads.
+SnapshotCopyOperator submits); "snapshot" inside it means only the publisher snapshot the copy reads, and
+"copy" the COPY that moves the rows (tablesync.c copy_table).
 
 For each chosen table in state ``i`` (or ``d``, a copy that did not finish): ``d``, then the rows
 that satisfy ANY of the subscription's publications' filters (``publish`` ignored), only the
@@ -79,8 +80,8 @@ log = logging.getLogger(__name__)
 COPYABLE = (SyncState.INIT, SyncState.DATA_COPY)
 
 
-class InitialCopyError(RowFilterError):
-    """The initial copy of one or more tables failed (each keeps its state and its error)."""
+class TableSyncError(RowFilterError):
+    """Table synchronization of one or more tables failed (each keeps its state and its error)."""
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ class TableCopy:
 
 
 @dataclass
-class InitialCopyResult:
+class TableSyncResult:
     subscription: str
     tables: list[TableCopy] = field(default_factory=list)
     resync: bool = False  # `rowfilter resync --copy`: its own command is the one to run again
@@ -129,10 +130,10 @@ class InitialCopyResult:
                 "rows_copied": sum(t.rows_copied or 0 for t in self.tables),
                 "tables": [asdict(t) for t in self.tables]}
 
-    def error(self) -> InitialCopyError:
+    def error(self) -> TableSyncError:
         lines = [f"{t.table}: {t.error}" for t in self.failed]
-        return InitialCopyError(
-            f"the initial copy of {len(lines)} table(s) of subscription {self.subscription!r} failed:\n  "
+        return TableSyncError(
+            f"table synchronization of {len(lines)} table(s) of subscription {self.subscription!r} failed:\n  "
             + "\n  ".join(lines),
             hint=(f"fix the cause and {resync_again([t.table for t in self.failed])}: a table whose copy did not "
                   "start is as it was" if self.resync else "fix the cause and run the snapshot again: a table left "
@@ -146,8 +147,8 @@ def resync_again(tables: Sequence[TableName | str]) -> str:
 
 
 # --- the job ---------------------------------------------------------------------------------------
-def initial_copy(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
-                 spark: SparkSession | None = None, options: CopyOptions | None = None) -> InitialCopyResult:
+def sync_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
+                 spark: SparkSession | None = None, options: CopyOptions | None = None) -> TableSyncResult:
     """Copy every chosen table in ``i`` or ``d``; a table in a later state is left alone and reported.
 
     :param tables: the tables to copy (each must be part of the subscription); default all.
@@ -158,12 +159,12 @@ def initial_copy(spec: SubscriptionSpec, tables: Sequence[TableName] | None = No
 
 
 def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, resync: bool,
-                 spark: SparkSession | None, options: CopyOptions | None) -> InitialCopyResult:
-    """The initial copy, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
+                 spark: SparkSession | None, options: CopyOptions | None) -> TableSyncResult:
+    """Table synchronization, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
     that concerns all tables (the definitions) runs before any table changes; the Spark session starts
     when a table first needs it, before that table changes (:class:`_SparkOnDemand`)."""
     options = options or CopyOptions()
-    result = InitialCopyResult(spec.subscription, resync=resync)
+    result = TableSyncResult(spec.subscription, resync=resync)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
@@ -175,7 +176,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
                                                note=f"already copied (state {rel.state.value}); "
                                                "use resync to copy it again"))
         if not todo:
-            log.info("subscription %s: no table waits for its initial copy", spec.subscription)
+            log.info("subscription %s: no table waits for table synchronization", spec.subscription)
             return result
         with connect(spec.publisher, "publisher", spec) as pub:
             definitions = load_definitions(spec, pub)
@@ -187,7 +188,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
 
 
 def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = False,
-           spark: SparkSession | None = None, options: CopyOptions | None = None) -> InitialCopyResult:
+           spark: SparkSession | None = None, options: CopyOptions | None = None) -> TableSyncResult:
     """Empty each table in the subscriber and send it back to ``i`` (one transaction per table).
 
     With ``copy`` each table is copied right away instead, whatever its state: the definitions, the
@@ -214,11 +215,11 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
                         truncate(sub, target)
                         store.set_state(rel.table, SyncState.INIT, resync=True)
                 except psycopg.Error as e:  # e.g. lock_timeout while another session holds the table
-                    raise InitialCopyError(f"cannot empty table {rel.table}: {describe(e)}", table=str(rel.table),
+                    raise TableSyncError(f"cannot empty table {rel.table}: {describe(e)}", table=str(rel.table),
                                         hint="nothing was changed; run the resync again once the table is free"
                                         ) from e
             log.info("%s: emptied and sent back to state i (was %s)", rel.table, rel.state.value)
-    return InitialCopyResult(spec.subscription, [
+    return TableSyncResult(spec.subscription, [
         TableCopy(str(t), SyncState.INIT.value, note="emptied; the next snapshot copies it") for t in tables])
 
 
@@ -317,7 +318,7 @@ class _CopyJob:
             if e is self.spark.failure:
                 raise  # the job's Spark (started before the copy starts), not the table's: the job stops
             message = describe(e)
-            log.error("%s: initial copy failed: %s", table, message)
+            log.error("%s: table synchronization failed: %s", table, message)
             copy_failed(table)
             log.debug("%s: the failure in full", table, exc_info=True)
             if sub.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
@@ -411,7 +412,7 @@ class _CopyJob:
                 replica_role(sub, "copy", table)
                 rows = move_staged(sub, target)
                 if rows != staged:  # a task committed twice (a lost executor) into a table without a key
-                    raise InitialCopyError(
+                    raise TableSyncError(
                         f"the partitions staged {staged} rows but {rows} arrived", table=str(table),
                         hint="a Spark task was retried after its COPY committed; run the snapshot again "
                         "(spark.task.maxFailures=1 for the snapshot job avoids it)")
@@ -449,14 +450,14 @@ def _refuse_speculation(spark: SparkSession) -> None:
 
 def _table_lock(conn: psycopg.Connection, subscription: str, table: TableName) -> AbstractContextManager[None]:
     """One copy or resync of a table at a time (a session advisory lock in the subscriber)."""
-    return job_lock(conn, subscription, str(table), lambda: InitialCopyError(
+    return job_lock(conn, subscription, str(table), lambda: TableSyncError(
         f"table {table} is being copied or resynced by another job", table=str(table),
         hint="wait for that job to end, then run this one again"))
 
 
 def _applies_paused(conn: psycopg.Connection, subscription: str) -> AbstractContextManager[None]:
     """The apply's job lock, held by a resync while it starts its copy; refused while a batch runs."""
-    return job_lock(conn, subscription, APPLY_LOCK, lambda: InitialCopyError(
+    return job_lock(conn, subscription, APPLY_LOCK, lambda: TableSyncError(
         f"an apply of subscription {subscription!r} is running; the table was left as it was",
         hint="run the resync again when the batch has ended (or pause the incremental DAG)"))
 
@@ -513,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.resync:
             result = resync(spec, tables or [], copy=True, options=options)
         else:
-            result = initial_copy(spec, tables, options=options)
+            result = sync_tables(spec, tables, options=options)
         print(json.dumps(result.summary()))
         return 0 if result.ok else fail(result.error())
 

@@ -68,7 +68,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
     :param subscriber_conn_id: Airflow ``postgres`` connection of the subscriber. (templated)
     :param publications_ddl: file of ``CREATE PUBLICATION`` statements to take the definitions
         from instead of the publisher's catalog; relative to the DAG's folder. (templated)
-    :param copy_data: whether newly subscribed tables get an initial copy (default true).
+    :param copy_data: whether newly subscribed tables get table synchronization (default true).
     :param spark_conf: Spark settings the job applies to its session (spec key ``spark_conf``);
         settings for spark-submit itself go to ``conf``.
     :param forward_passwords: hand the connections' passwords to the job as the environment

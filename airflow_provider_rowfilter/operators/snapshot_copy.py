@@ -1,4 +1,4 @@
-"""SnapshotCopyOperator: the initial copy of a subscription's tables (PostgreSQL's table-sync worker)."""
+"""SnapshotCopyOperator: table synchronization of a subscription's tables (PostgreSQL's tablesync worker)."""
 
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def visible_views(user: Any) -> list[SubscriptionView]:
     for path in files:
         try:
             source = SubscriptionFile.load(path)
-        except Exception as e:  # noqa: BLE001 - a broken file is shown, not fatal (its DAG says the same)
+        except Exception as e:  # a broken file is shown, not fatal (its DAG says the same)
             if manager.is_authorized_view(access_view=_IMPORT_ERRORS, user=user):
                 views.append(SubscriptionView(path.stem, str(path), "", error=f"invalid spec file: {e}"))
             continue

@@ -1,4 +1,4 @@
-"""What the initial copy reads from the publisher: one table's published rows and columns, in ranges.
+"""What table synchronization reads from the publisher: one table's published rows and columns, in ranges.
 
 This is tablesync.c ``copy_table`` split so that many readers
 can share it: the rows satisfying ANY of the subscription's publications' filters (the ``publish``
@@ -51,12 +51,12 @@ DEFAULT_BLOCK_ROWS = 10_000
 
 
 class CopySourceError(RowFilterError):
-    """The publisher's table cannot be read for the initial copy."""
+    """The publisher's table cannot be read for table synchronization."""
 
 
 @dataclass(frozen=True)
 class CopySource:
-    """One published table as the initial copy reads it.
+    """One published table as table synchronization reads it.
 
     ``table`` is the publish-as relation (a partitioned root when published via root), ``columns``
     the published columns in the publisher's column order, ``filter_sql`` the OR of the

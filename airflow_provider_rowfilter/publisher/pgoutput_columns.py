@@ -31,7 +31,7 @@ TEXT, NULL, UNCHANGED = ord("t"), ord("n"), ord("u")
 PADDING = 8
 
 
-class Irregular(Exception):  # noqa: N818 - a signal to fall back, not an error shown to anyone
+class Irregular(Exception):  # a signal to fall back, not an error shown to anyone
     """The messages are not the regular INSERT/UPDATE/DELETE this module decodes."""
 
 

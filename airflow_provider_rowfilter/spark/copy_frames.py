@@ -1,4 +1,4 @@
-"""The initial copy on Spark: one task per range of the published rows, each a COPY-to-COPY stream.
+"""Table synchronization on Spark: one task per range of the published rows, each a COPY-to-COPY stream.
 
 Spark schedules and retries the partitions; the rows themselves never enter the JVM. Each task
 runs the publisher's ``COPY (SELECT … WHERE filter AND range) TO STDOUT`` in the snapshot the

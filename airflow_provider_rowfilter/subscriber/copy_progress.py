@@ -1,4 +1,4 @@
-"""How far an initial copy is, read from the subscriber while the partitions write: rows, rate, ETA.
+"""How far a table synchronization's copy is, read from the subscriber while the partitions write: rows, rate, ETA.
 
 The partitions write into the copy's staging table (subscriber/copy_target.py) on the executors;
 the driver sees none of it. PostgreSQL does: ``pg_stat_progress_copy`` counts the tuples of every
@@ -96,7 +96,7 @@ def copy_progress(connect: Callable[[], psycopg.Connection], table: TableName, s
                         continue
                     if row is not None:
                         report_progress(copy_report(table, int(row[0]), time.monotonic() - began, estimate))
-        except Exception as e:  # noqa: BLE001 - progress is an extra: it never fails the copy
+        except Exception as e:  # progress is an extra: it never fails the copy
             log.debug("progress of %s not reported: %s", table, e)
 
     thread = threading.Thread(target=watch, name=f"copy-progress-{table}", daemon=True)

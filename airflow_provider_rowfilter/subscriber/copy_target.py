@@ -1,4 +1,4 @@
-"""Where the initial copy writes: the subscriber's table of the same name, through a staging table.
+"""Where table synchronization writes: the subscriber's table of the same name, through a staging table.
 
 Columns are matched BY NAME, as PostgreSQL's apply and table sync do (logicalrep_rel_open): the
 subscriber's table may order its columns differently, may have more columns (they take their
@@ -35,7 +35,7 @@ from airflow_provider_rowfilter.subscriber.state import SCHEMA, StateReader
 
 
 class CopyTargetError(RowFilterError):
-    """The subscriber's table cannot take the initial copy."""
+    """The subscriber's table cannot take table synchronization's rows."""
 
 
 @dataclass(frozen=True)

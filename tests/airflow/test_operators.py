@@ -30,47 +30,21 @@ from airflow_provider_rowfilter.operators.refresh_publication import RefreshPubl
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from tests.airflow.conftest import StatsdReceiver
+from tests.airflow.operator_databases import (
+    PUB_PASSWORD,
+    SUB_PASSWORD,
+    Databases,
+    operator_databases,
+    postgres_conn,
+)
 
-PUB_PASSWORD = "pub-Pa55word-7Hq2x"
-SUB_PASSWORD = "sub-Pa55word-Lm4Zr"
 PACKAGE_DIR = Path(airflow_provider_rowfilter.__file__).resolve().parent
-PUBLISHER_SQL = """
-CREATE TABLE t1 (a int PRIMARY KEY, b text);
-CREATE TABLE t2 (id int PRIMARY KEY, region text);
-INSERT INTO t1 SELECT g, 'b' || g FROM generate_series(1, 6) g;
-CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 2);
-CREATE PUBLICATION p2 FOR TABLE t2;
-"""
-
-
-class Databases:
-    def __init__(self, pub: str, sub: str, pub_conn: str, sub_conn: str, spark_conn: str) -> None:
-        self.pub, self.sub = pub, sub
-        self.pub_conn, self.sub_conn, self.spark_conn = pub_conn, sub_conn, spark_conn
-
-
-def _conn(dsn: str, password: str | None) -> dict[str, Any]:
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    conn = {"conn_type": "postgres", "host": info["host"], "port": int(info["port"]), "login": info["user"],
-            "schema": info["dbname"], "extra": {"sslmode": "disable", "connect_timeout": "10"}}
-    if password:
-        conn["password"] = password
-    return conn
 
 
 @pytest.fixture
 def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> Databases:
-    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections.
-
-    The cluster trusts local connections, so the passwords are accepted and ignored: these tests
-    are about where the passwords travel (the DAG test proves one reaches the job and is used).
-    """
-    pub, sub = fresh_db(), fresh_db()
-    with psycopg.connect(pub, autocommit=True) as conn:
-        conn.execute(PUBLISHER_SQL)
-    return Databases(pub, sub, airflow_conn(_conn(pub, PUB_PASSWORD), "pub"),
-                     airflow_conn(_conn(sub, SUB_PASSWORD), "sub"),
-                     airflow_conn({"conn_type": "spark", "host": "local[2]"}, "spark"))
+    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections."""
+    return operator_databases(fresh_db, airflow_conn)
 
 
 def _url(dsn: str) -> str:
@@ -205,7 +179,7 @@ def test_a_refused_connection_is_retried(dbs: Databases, airflow_conn: Callable[
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    refused = airflow_conn({**_conn(dbs.pub, None), "host": "127.0.0.1", "port": port}, "refused")
+    refused = airflow_conn({**postgres_conn(dbs.pub, None), "host": "127.0.0.1", "port": port}, "refused")
     op = RefreshPublicationOperator(task_id="refresh", subscription="s1", publications=["p1"],
                                     publisher_conn_id=refused, subscriber_conn_id=dbs.sub_conn,
                                     conn_id=dbs.spark_conn, conf={"spark.ui.enabled": "false"})
@@ -225,7 +199,7 @@ def test_an_apply_task_that_cannot_reach_a_database_submits_the_job(
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    refused = airflow_conn({**_conn(dbs.pub, None), "host": "127.0.0.1", "port": port}, "refused_apply")
+    refused = airflow_conn({**postgres_conn(dbs.pub, None), "host": "127.0.0.1", "port": port}, "refused_apply")
     op = ApplyChangesOperator(task_id="apply", subscription="s1", publications=["p1"], publisher_conn_id=dbs.pub_conn,
                               subscriber_conn_id=refused, conn_id=dbs.spark_conn, change_log=str(tmp_path),
                               conf={"spark.ui.enabled": "false"})
@@ -285,8 +259,8 @@ def test_snapshot_resync_and_tuning_arguments(dbs: Databases) -> None:
 
 
 def test_no_password_no_environment_variable(dbs: Databases, airflow_conn: Callable[..., str]) -> None:
-    pub = airflow_conn(_conn(dbs.pub, None), "pub_nopw")
-    sub = airflow_conn(_conn(dbs.sub, None), "sub_nopw")
+    pub = airflow_conn(postgres_conn(dbs.pub, None), "pub_nopw")
+    sub = airflow_conn(postgres_conn(dbs.sub, None), "sub_nopw")
     op = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"], publisher_conn_id=pub,
                                     subscriber_conn_id=sub, conn_id=dbs.spark_conn)
     op.prepare_submit()

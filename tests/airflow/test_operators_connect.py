@@ -16,9 +16,15 @@ import pytest
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
-from tests.airflow.test_operators import PUB_PASSWORD, SUB_PASSWORD, Databases, dbs  # noqa: F401
+from tests.airflow.operator_databases import PUB_PASSWORD, SUB_PASSWORD, Databases, operator_databases
 
 TOKEN = "tok-Vq93LmX2-connect"
+
+
+@pytest.fixture
+def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> Databases:
+    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections."""
+    return operator_databases(fresh_db, airflow_conn)
 
 
 def _spec_from(command: list[str]) -> SubscriptionSpec:
@@ -31,7 +37,7 @@ def _connect_conn(airflow_conn: Callable[..., str], url: str, **extra: str) -> s
                         "connect")
 
 
-def test_a_copy_through_a_spark_connect_connection(dbs: Databases, airflow_conn: Callable[..., str],  # noqa: F811
+def test_a_copy_through_a_spark_connect_connection(dbs: Databases, airflow_conn: Callable[..., str],
                                                    spark_connect_url: str, caplog: pytest.LogCaptureFixture,
                                                    capfd: pytest.CaptureFixture[str]) -> None:
     caplog.set_level(logging.DEBUG)
@@ -57,7 +63,7 @@ def test_a_copy_through_a_spark_connect_connection(dbs: Databases, airflow_conn:
         assert secret not in logs
 
 
-def test_the_token_goes_by_environment_only(dbs: Databases, airflow_conn: Callable[..., str]) -> None:  # noqa: F811
+def test_the_token_goes_by_environment_only(dbs: Databases, airflow_conn: Callable[..., str]) -> None:
     conn_id = _connect_conn(airflow_conn, "sc://spark.example:15002", password=TOKEN, login="etl",
                             extra='{"use_ssl": true}')
     op = SnapshotCopyOperator(task_id="copy", subscription="s1", publications=["p1"], publisher_conn_id=dbs.pub_conn,
@@ -72,7 +78,7 @@ def test_the_token_goes_by_environment_only(dbs: Databases, airflow_conn: Callab
 
 
 def test_spark_submit_settings_with_a_connect_connection_are_named_and_not_used(
-        dbs: Databases, airflow_conn: Callable[..., str], caplog: pytest.LogCaptureFixture,  # noqa: F811
+        dbs: Databases, airflow_conn: Callable[..., str], caplog: pytest.LogCaptureFixture,
         capfd: pytest.CaptureFixture[str]) -> None:
     caplog.set_level(logging.DEBUG)
     # The example DAGs pass conf={"spark.ui.enabled": "false"}: switching spark_default to a spark_connect

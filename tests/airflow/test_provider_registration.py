@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ import airflow_provider_rowfilter
 from airflow_provider_rowfilter.get_provider_info import get_provider_info
 
 ROLES = {"hooks": "hooks", "operators": "operators", "sensors": "sensors", "triggers": "triggers"}
+
+TEST_DAGS = Path(__file__).with_name("dags")  # the test DAGs (tests/airflow/dags)
 
 
 @pytest.mark.parametrize("role", sorted(ROLES))
@@ -55,7 +58,6 @@ def test_a_postgres_connection_made_with_the_airflow_command(tmp_path, state_db)
     import psycopg
 
     from airflow_provider_rowfilter.tooling.demo.dag_runner import airflow_home, run_dags
-    from tests.airflow.test_dags import TEST_DAGS
 
     env = airflow_home(tmp_path / "home", TEST_DAGS)
     info = psycopg.conninfo.conninfo_to_dict(state_db.dsn)

@@ -15,7 +15,7 @@ import psycopg
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, InitialCopyResult, initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, TableSyncResult, sync_tables
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 
 names = itertools.count(1)  # unique subscription names within the run
@@ -93,9 +93,9 @@ class Databases:
             assert table_rows(self.ours, table) == table_rows(self.native, table), f"table {table} differs"
 
 
-def run_ours(spec: SubscriptionSpec, spark, options: CopyOptions | None = None) -> InitialCopyResult:
+def run_ours(spec: SubscriptionSpec, spark, options: CopyOptions | None = None) -> TableSyncResult:
     refresh(spec)
-    result = initial_copy(spec, spark=spark, options=options)
+    result = sync_tables(spec, spark=spark, options=options)
     assert result.ok, result.summary()
     return result
 

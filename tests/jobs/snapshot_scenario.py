@@ -37,11 +37,11 @@ SPLIT_SNAPSHOT = """
 import json, sys
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, sync_tables
 def body():
     arg = sys.argv[1]
     spec = SubscriptionSpec.from_json(arg) if arg.lstrip().startswith("{") else SubscriptionSpec.load(arg)
-    result = initial_copy(spec, options=CopyOptions(max_partitions=2, min_pages=1))
+    result = sync_tables(spec, options=CopyOptions(max_partitions=2, min_pages=1))
     print(json.dumps(result.summary()))
     return 0 if result.ok else fail(result.error())
 sys.exit(run_job(body))

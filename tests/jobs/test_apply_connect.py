@@ -20,9 +20,10 @@ import pytest
 from psycopg import sql
 
 from airflow_provider_rowfilter.jobs.refresh import refresh
+from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import names
+from tests.jobs.differential_cases import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES
 from tests.jobs.snapshot_scenario import SPLIT_SNAPSHOT, T1_SECOND_PAGE
-from tests.jobs.test_apply_differential import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES, publish
 
 JOB_TIMEOUT = 300
 SCRAM_PASSWORD = "connect-Xr83bQm-subscriber"

@@ -13,25 +13,9 @@ import pytest
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
+from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import APPLY_PATHS, FILTERING_MODES, apply_path, names, run_ours
-
-# The documentation's UPDATE-transformation example (logical-replication.sgml, "Row Filters"):
-# t1 published WHERE (a > 5 AND c = 'NSW'); the primary key includes c so UPDATEs may filter on it.
-DOC_TABLES = "CREATE TABLE t1(a int, b int, c text, PRIMARY KEY(a, c));"
-DOC_PUBLISHER = DOC_TABLES + """
-ALTER TABLE t1 REPLICA IDENTITY FULL;
-INSERT INTO t1 VALUES (2, 102, 'NSW'), (3, 103, 'QLD'), (4, 104, 'VIC'), (5, 105, 'ACT'), (6, 106, 'NSW'),
-                      (7, 107, 'NT'), (8, 108, 'QLD'), (9, 109, 'NSW');
-CREATE PUBLICATION p1 FOR TABLE t1 WHERE (a > 5 AND c = 'NSW');
-"""
-DOC_STEPS = [
-    "UPDATE t1 SET b = 999 WHERE a = 6",                # old and new match: UPDATE
-    "UPDATE t1 SET a = 555 WHERE a = 2",                # only new matches: INSERT
-    "UPDATE t1 SET c = 'VIC' WHERE a = 9",              # only old matches: DELETE
-    "UPDATE t1 SET b = 0 WHERE a = 3",                  # neither: dropped
-    "INSERT INTO t1 VALUES (10, 1, 'NSW'), (11, 2, 'VIC')",
-    "DELETE FROM t1 WHERE a = 7 OR a = 10",
-]
+from tests.jobs.differential_cases import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES
 
 
 def assert_captured_as(spec, filtering: str) -> None:
@@ -41,12 +25,6 @@ def assert_captured_as(spec, filtering: str) -> None:
     assert segments and {segment_filtering(s.path) for s in segments} == {filtering}
     with psycopg.connect(spec.publisher, autocommit=True) as conn:
         assert bool(capture_publications(conn, spec.subscription)) == (filtering == "spark")
-
-
-def publish(dsn: str, statements) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for s in statements:
-            conn.execute(s)
 
 
 @pytest.mark.parametrize("filtering", FILTERING_MODES)
@@ -67,116 +45,6 @@ def test_update_transformation_example_step_by_step(dbs, spark, filtering):
 
 
 # --- more of PostgreSQL's rules, each case: (publisher DDL+rows, subscriber DDL, publications, batches of SQL)
-COMBINATION_TABLES = """
-CREATE TABLE t1(a int PRIMARY KEY, b text);
-CREATE TABLE t2(c int PRIMARY KEY, d text);
-CREATE TABLE t3(e int PRIMARY KEY, f text);
-"""
-COMBINATION_PUBLISHER = COMBINATION_TABLES + """
-ALTER TABLE t2 REPLICA IDENTITY FULL;
-INSERT INTO t1 SELECT g, 'one ' || g FROM generate_series(1, 20) g;
-INSERT INTO t2 SELECT g, CASE WHEN g % 3 = 0 THEN NULL ELSE 'two ' || g END FROM generate_series(1, 20) g;
-INSERT INTO t3 SELECT g, 'three ' || g FROM generate_series(1, 20) g;
-CREATE PUBLICATION pub1 FOR TABLE t1 WITH (publish = 'insert');
-CREATE PUBLICATION pub2 FOR TABLE t1 WHERE (a > 10) WITH (publish = 'update, delete');
-CREATE PUBLICATION pub3a FOR TABLE t3 WITH (publish = 'truncate');
-CREATE PUBLICATION pub3b FOR TABLE t3 WHERE (e > 5);
-CREATE PUBLICATION pub4 FOR TABLE t2 WHERE (c % 2 = 0) WITH (publish = 'insert, update');
-CREATE PUBLICATION pub5 FOR TABLE t2 WHERE (d IS NULL) WITH (publish = 'update, delete');
-"""
-COMBINATION_BATCHES = [
-    [
-        "INSERT INTO t1 VALUES (21, 'ins'), (3, 'dup key? no: 3 exists') ON CONFLICT DO NOTHING",
-        "UPDATE t1 SET b = 'upd ' || a WHERE a IN (2, 12)",          # only a > 10 is sent (pub2)
-        "UPDATE t1 SET a = 30 WHERE a = 5",                          # key change, old out, new in: INSERT
-        "UPDATE t1 SET a = 31 WHERE a = 13",                         # key change, both in: UPDATE of the key
-        "DELETE FROM t1 WHERE a IN (1, 14)",
-        "BEGIN; INSERT INTO t2 VALUES (22, 'even'), (23, NULL); UPDATE t2 SET d = NULL WHERE c = 4; "
-        "UPDATE t2 SET d = 'was null' WHERE c = 6; DELETE FROM t2 WHERE c IN (9, 10); COMMIT",
-        "INSERT INTO t3 VALUES (21, 'x'), (2, 'y') ON CONFLICT (e) DO UPDATE SET f = 'conflict ' || t3.e",
-    ],
-    [
-        "TRUNCATE t3",
-        "INSERT INTO t3 VALUES (1, 'after'), (7, 'after')",
-        "UPDATE t2 SET c = c + 100 WHERE c IN (2, 3)",
-        "UPDATE t1 SET b = NULL WHERE a = 15",
-        "DELETE FROM t2 WHERE d IS NULL",
-    ],
-]
-
-COLUMN_LIST_PUBLISHER = r"""
-CREATE TABLE t1(id int, a text, b text, c text, d text, e text, PRIMARY KEY(id));
-INSERT INTO t1 VALUES (1, 'a-1', 'b-1', 'c-1', 'd-1', 'e-1'), (2, 'a-2', 'b-2', 'c-2', 'd-2', 'e-2'),
-                      (3, 'a-3', 'b-3', 'c-3', 'd-3', 'e-3');
-CREATE PUBLICATION p1 FOR TABLE t1 (id, b, a, d) WHERE (id < 100);
-"""
-COLUMN_LIST_SUBSCRIBER = "CREATE TABLE t1(id int, b text, a text, d text, extra text DEFAULT 'dflt', PRIMARY KEY(id));"
-COLUMN_LIST_BATCHES = [[
-    "INSERT INTO t1 VALUES (4, 'a-4', 'b-4', 'c-4', E'tab\\there', 'e-4'), (200, 'a', 'b', 'c', 'd', 'e')",
-    "UPDATE t1 SET c = 'c only' WHERE id = 1",
-    "UPDATE t1 SET a = NULL, e = 'x' WHERE id = 2",
-    "UPDATE t1 SET id = 150 WHERE id = 3",                           # leaves the filter: DELETE
-    "UPDATE t1 SET id = 5 WHERE id = 200",                           # enters it: INSERT
-    "DELETE FROM t1 WHERE id = 4",
-]]
-
-PARTITION_TABLES = """
-CREATE TABLE parent(a int PRIMARY KEY, b text) PARTITION BY RANGE(a);
-CREATE TABLE child_low PARTITION OF parent FOR VALUES FROM (MINVALUE) TO (100);
-CREATE TABLE child_high PARTITION OF parent FOR VALUES FROM (100) TO (MAXVALUE);
-"""
-PARTITION_ROWS = "INSERT INTO parent SELECT g * 10, 'row ' || g FROM generate_series(1, 15) g;"
-VIA_ROOT_PUBLISHER = PARTITION_TABLES + PARTITION_ROWS + """
-CREATE PUBLICATION proot FOR TABLE parent WHERE (a % 20 = 0 OR a > 120) WITH (publish_via_partition_root = true);
-"""
-VIA_LEAF_PUBLISHER = PARTITION_TABLES + PARTITION_ROWS + """
-CREATE PUBLICATION pleaf FOR TABLE parent, child_high WHERE (a % 20 = 0) WITH (publish_via_partition_root = false);
-"""
-PARTITION_BATCHES = [[
-    "INSERT INTO parent VALUES (20000, 'high'), (40, 'dup?') ON CONFLICT DO NOTHING",
-    "INSERT INTO parent VALUES (64, 'low'), (65, 'low odd'), (164, 'high even'), (165, 'high odd')",
-    "UPDATE parent SET b = 'changed' WHERE a IN (60, 64, 164)",
-    "UPDATE parent SET a = 180 WHERE a = 80",                        # crosses partitions: DELETE + INSERT
-    "UPDATE parent SET a = 121 WHERE a = 140",
-    "DELETE FROM parent WHERE a IN (10, 20, 150)",
-]]
-
-TOAST_TABLES = "CREATE TABLE docs(id int PRIMARY KEY, kind text, body text, note text);"
-TOAST_PUBLISHER = TOAST_TABLES + """
-ALTER TABLE docs ALTER COLUMN body SET STORAGE EXTERNAL;
-INSERT INTO docs SELECT g, CASE WHEN g % 2 = 0 THEN 'keep' ELSE 'drop' END,
-       (SELECT string_agg(md5(g::text || i::text), '') FROM generate_series(1, 200) i), 'n' || g
-FROM generate_series(1, 6) g;
-CREATE PUBLICATION ptoast FOR TABLE docs WHERE (id > 1);
-"""
-TOAST_BATCHES = [[
-    "UPDATE docs SET note = 'body unchanged, sent as u' WHERE id IN (2, 3)",
-    "UPDATE docs SET kind = 'keep', note = 'twice' WHERE id = 4",
-    "UPDATE docs SET id = 0 WHERE id = 5",                           # key change: old key sent, leaves the filter
-    "UPDATE docs SET id = 50 WHERE id = 6",                          # key change within the filter
-]]
-TOAST_FULL_PUBLISHER = TOAST_PUBLISHER.replace("CREATE PUBLICATION", "ALTER TABLE docs REPLICA IDENTITY FULL;\n"
-                                               "CREATE PUBLICATION").replace("WHERE (id > 1)", "WHERE (kind = 'keep')")
-TOAST_FULL_BATCHES = [[
-    "UPDATE docs SET note = 'still keep' WHERE id = 2",
-    "UPDATE docs SET kind = 'keep' WHERE id = 3",                    # enters: INSERT with the body from the old row
-    "UPDATE docs SET kind = 'drop' WHERE id = 4",                    # leaves: DELETE
-]]
-
-CASES = {
-    "combination-publish-lists": (COMBINATION_PUBLISHER, COMBINATION_TABLES,
-                                  ("pub1", "pub2", "pub3a", "pub3b", "pub4", "pub5"), ("t1", "t2", "t3"),
-                                  COMBINATION_BATCHES),
-    "column-list": (COLUMN_LIST_PUBLISHER, COLUMN_LIST_SUBSCRIBER, ("p1",), ("t1",), COLUMN_LIST_BATCHES),
-    "partition-via-root": (VIA_ROOT_PUBLISHER, "CREATE TABLE parent(a int PRIMARY KEY, b text);", ("proot",),
-                           ("parent",), PARTITION_BATCHES),
-    "partition-via-leaf": (VIA_LEAF_PUBLISHER, PARTITION_TABLES, ("pleaf",), ("child_low", "child_high"),
-                           PARTITION_BATCHES),
-    "toast-unchanged-default-identity": (TOAST_PUBLISHER, TOAST_TABLES, ("ptoast",), ("docs",), TOAST_BATCHES),
-    "toast-unchanged-full-identity": (TOAST_FULL_PUBLISHER, TOAST_TABLES, ("ptoast",), ("docs",), TOAST_FULL_BATCHES),
-}
-
-
 @pytest.mark.parametrize("path", APPLY_PATHS)
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_apply_matches_native_logical_replication(dbs, spark, monkeypatch, case, path):

@@ -24,8 +24,9 @@ from airflow_provider_rowfilter.jobs.exit_status import EXIT_ERROR, fail
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import resync
 from airflow_provider_rowfilter.tooling.native import table_rows
+from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import names, run_ours
-from tests.jobs.test_apply_source_filtering import ALTERS, PUBLICATIONS, PUBLISHER, TABLES, publish
+from tests.jobs.publication_changes import ALTERS, PUBLICATIONS, PUBLISHER, TABLES
 
 #: What the stop names for each ALTER of tests/jobs/test_apply_source_filtering.py (all made at once, one setup).
 NAMED = {"set-table-where": "table public.t in publication pt: row filter changed from WHERE (v > 10) to WHERE (v > 100)",

@@ -32,7 +32,7 @@ from airflow_provider_rowfilter.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.spark import apply_frames
 from airflow_provider_rowfilter.spark.apply_frames import DecidedBatch
 from airflow_provider_rowfilter.tooling.native import table_rows
@@ -321,7 +321,7 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed, filtering
             yield snap
 
     monkeypatch.setattr(snapshot_job, "exported_snapshot", changes_during_the_copy)
-    copied = initial_copy(spec, spark=spark)
+    copied = sync_tables(spec, spark=spark)
     monkeypatch.undo()
     assert copied.ok, copied.summary()
     # Each table's copy saw the changes made during the previous ones: their positions differ.

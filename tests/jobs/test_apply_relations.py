@@ -19,7 +19,7 @@ from airflow_provider_rowfilter.core.apply_plan import RelationChangedError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy, resync
+from airflow_provider_rowfilter.jobs.snapshot import resync, sync_tables
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import (
@@ -98,7 +98,7 @@ def test_table_renamed_then_followed_by_refresh_and_table_removed_by_refresh_is_
     publish(dbs.ours, ["CREATE TABLE t3r (id int PRIMARY KEY, grp int, v text)"])
     changed = refresh(spec)
     assert changed.added == ["public.t3r"] and changed.removed == ["public.t"], changed
-    initial_copy(spec, spark=spark)
+    sync_tables(spec, spark=spark)
     # u leaves the subscription by a refresh: its changes still in the log are names the definitions
     # knew, simply not applied (as PostgreSQL stops replicating a table REFRESH PUBLICATION removed).
     publish(dbs.publisher, ["UPDATE u SET n = 97 WHERE k = 10", "INSERT INTO t3r VALUES (502, 2, 'later')"])

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
 from airflow_provider_rowfilter.subscriber.state import SlotLostError
@@ -132,7 +132,7 @@ def test_keyless_insert_only_table_stays_writable_with_the_workload_running(setu
     try:
         time.sleep(0.5)
         refresh(spec)
-        assert initial_copy(spec, spark=spark).ok
+        assert sync_tables(spec, spark=spark).ok
         apply(spec, spark=spark)
         time.sleep(1)
         apply(spec, spark=spark)
@@ -163,7 +163,7 @@ def test_a_slot_dropped_outside_the_tool_is_refused_then_recopied_on_request(set
     spec = dbs.spec(("pk", "pt"), f"ours_{next(names)}")
     execute(dbs.publisher, "INSERT INTO k VALUES (1, 'a')", "INSERT INTO t VALUES (1, 'a')")
     refresh(spec)
-    assert initial_copy(spec, spark=spark).ok
+    assert sync_tables(spec, spark=spark).ok
     execute(dbs.publisher, "INSERT INTO t VALUES (2, 'b')")
     apply(spec, spark=spark)
     with psycopg.connect(dbs.ours) as conn:
@@ -202,7 +202,7 @@ def test_a_slot_dropped_outside_the_tool_is_refused_then_recopied_on_request(set
     with psycopg.connect(dbs.ours) as conn:
         assert {s for (s,) in conn.execute("SELECT state FROM rowfilter.subscription_rel")} == {"i"}
     assert table_rows(dbs.ours, "k") == table_rows(dbs.ours, "t") == []
-    assert initial_copy(spec, spark=spark).ok
+    assert sync_tables(spec, spark=spark).ok
     execute(dbs.publisher, "INSERT INTO t VALUES (4, 'after')")
     apply(spec, spark=spark)
     for table in ("k", "t"):

@@ -19,7 +19,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.refresh import REFUSED, refresh
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.native import table_rows
@@ -75,7 +75,7 @@ def test_with_skip_the_other_tables_replicate_and_the_refused_one_shows_why(mixe
     assert now[T_OK] == (SyncState.INIT, None)
     assert now[T_BAD] == (SyncState.INIT, REFUSED + reason)
 
-    copied = initial_copy(spec, spark=spark)
+    copied = sync_tables(spec, spark=spark)
     assert copied.ok, copied.summary()  # the refused table is skipped, not failed
     assert {t.table: t.state for t in copied.tables} == {"public.t_ok": "f", "public.t_bad": "i"}
 
@@ -111,7 +111,7 @@ def test_with_skip_the_other_tables_replicate_and_the_refused_one_shows_why(mixe
         "CREATE PUBLICATION p1 FOR TABLE t_ok WHERE (id % 2 = 1), t_bad WHERE (id <> 2);\n")
     assert refresh(spec).refused == {}
     assert states(spec)[T_BAD] == (SyncState.INIT, None)
-    assert initial_copy(spec, spark=spark, tables=[T_BAD]).ok
+    assert sync_tables(spec, spark=spark, tables=[T_BAD]).ok
     assert table_rows(dbs.ours, "t_bad") == ["(1,aa)", "(3,aaa)"]
 
 
@@ -122,7 +122,7 @@ def test_skip_does_not_leave_out_a_table_already_replicated(mixed, spark):
     path.write_text(path.read_text() + "on_invalid_table: skip\n")
     spec = SubscriptionSpec.load(path)
     refresh(spec)
-    assert initial_copy(spec, spark=spark).ok
+    assert sync_tables(spec, spark=spark).ok
     ddl.write_text(DDL + "\n")  # t_bad, copied, becomes refused: its changes would no longer be captured
     with pytest.raises(RowFilterError, match=r"table public.t_bad is refused and already replicated \(state f\)"):
         refresh(spec)

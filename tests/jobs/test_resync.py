@@ -19,7 +19,7 @@ import yaml
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.jobs.exit_status import EXIT_TRANSIENT
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.snapshot_scenario import T1, T2, execute
 
@@ -34,7 +34,7 @@ def copied(spec, spark, path: str, **extra) -> tuple[str, list[tuple], list[str]
     """t1 and t2 copied, a stray row in t1; the spec file rewritten with ``extra``; what must not change."""
     execute(spec.subscriber, T1 + T2)
     refresh(spec)
-    assert initial_copy(spec, spark=spark).ok
+    assert sync_tables(spec, spark=spark).ok
     execute(spec.subscriber, "INSERT INTO t1 VALUES (1, 'stray', 0)")
     doc = yaml.safe_load(Path(path).read_text())
     Path(path).write_text(yaml.safe_dump({**doc, **extra}))

@@ -13,7 +13,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.subscriber.copy_target import check_target, create_staging
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.native import table_rows
@@ -80,7 +80,7 @@ def test_resync_empties_the_table_and_copies_it_again(setup, spark, capsys):
     spec, path = setup
     execute(spec.subscriber, T1 + T2)
     refresh(spec)
-    assert initial_copy(spec, spark=spark).ok
+    assert sync_tables(spec, spark=spark).ok
     first = state(spec, "t1")
     execute(spec.publisher, "INSERT INTO t1 VALUES (1001, 'NSW', 1001), (1002, 'VIC', 1002); DELETE FROM t1 WHERE id = 60;")
     execute(spec.subscriber, "INSERT INTO t1 VALUES (1, 'stray', 0);")
@@ -110,7 +110,7 @@ def test_a_failed_copy_stays_in_d_and_a_rerun_copies_again(setup, spark):
     # One published row breaks the target's constraint: its partition's COPY fails on the subscriber.
     execute(spec.subscriber, T1.replace(");", ", CHECK (v <> 300));") + T2)
     refresh(spec)
-    result = initial_copy(spec, [TableName("public", "t1")], spark=spark, options=SPLIT)
+    result = sync_tables(spec, [TableName("public", "t1")], spark=spark, options=SPLIT)
     assert not result.ok
     (failed,) = result.failed
     assert failed.table == "public.t1" and 't1_v_check' in failed.error
@@ -119,7 +119,7 @@ def test_a_failed_copy_stays_in_d_and_a_rerun_copies_again(setup, spark):
     assert "t1_v_check" in str(result.error()) and "run the snapshot again" in str(result.error())
 
     execute(spec.subscriber, "ALTER TABLE t1 DROP CONSTRAINT t1_v_check")
-    result = initial_copy(spec, spark=spark, options=SPLIT)
+    result = sync_tables(spec, spark=spark, options=SPLIT)
     assert result.ok, result.summary()
     rel = state(spec, "t1")
     assert rel.state is SyncState.FINISHED_COPY and rel.last_error is None and rel.rows_copied == 950
@@ -138,7 +138,7 @@ def test_a_copy_killed_in_d_is_redone_and_the_tables_own_rows_stay(setup, spark)
         create_staging(conn, target)
         conn.execute(f"INSERT INTO {target.staging} SELECT g, 'NSW', g FROM generate_series(51, 120) g")
     local = table_rows(spec.subscriber, "t1")
-    result = initial_copy(spec, spark=spark, options=SPLIT)
+    result = sync_tables(spec, spark=spark, options=SPLIT)
     assert result.ok, result.summary()
     assert {t.table: t.partitions for t in result.tables}["public.t1"] == 3
     assert state(spec, "t1").state is SyncState.FINISHED_COPY and state(spec, "t1").rows_copied == 950

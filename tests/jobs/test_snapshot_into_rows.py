@@ -21,7 +21,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, initial_copy
+from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, sync_tables
 from airflow_provider_rowfilter.subscriber.copy_target import check_target, create_staging, staging_table
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.subscription_drop import drop
@@ -72,7 +72,7 @@ def test_two_regional_publishers_consolidate_into_one_table_beside_native(fresh_
 
     for spec in (spec_for(pub_a, ours, "a"), spec_for(pub_b, ours, "b")):
         refresh(spec)
-        result = initial_copy(spec, spark=spark, options=SPLIT)
+        result = sync_tables(spec, spark=spark, options=SPLIT)
         assert result.ok, result.summary()
         assert state(spec).state is SyncState.FINISHED_COPY and state(spec).rows_copied == 50
 
@@ -103,7 +103,7 @@ def test_a_duplicate_key_fails_the_copy_like_native_and_keeps_the_tables_rows(fr
 
     spec = spec_for(pub, ours, "a")
     refresh(spec)
-    result = initial_copy(spec, spark=spark, options=options)
+    result = sync_tables(spec, spark=spark, options=options)
     (failed,) = result.failed
     assert 'duplicate key value violates unique constraint "t_pkey"' in failed.error
     assert "Key (id)=(4) already exists." in failed.error and "table public.t" in failed.error
@@ -118,7 +118,7 @@ def test_a_duplicate_key_fails_the_copy_like_native_and_keeps_the_tables_rows(fr
     for subscriber in (native, ours):
         execute(subscriber, "DELETE FROM t WHERE id = 4")
     native_sub.wait_synced()
-    result = initial_copy(spec, spark=spark, options=options)
+    result = sync_tables(spec, spark=spark, options=options)
     assert result.ok, result.summary()
     assert [t.partitions for t in result.tables] == [1 if options.max_partitions is None else 3]
     assert state(spec).state is SyncState.FINISHED_COPY and state(spec).last_error is None
@@ -165,7 +165,7 @@ def test_a_copy_killed_while_writing_into_the_table_keeps_its_rows_and_the_rerun
 
     assert state(spec).state is SyncState.DATA_COPY
     assert table_rows(ours, "t") == local
-    result = initial_copy(spec, spark=spark, options=SPLIT)
+    result = sync_tables(spec, spark=spark, options=SPLIT)
     assert result.ok, result.summary()
     with psycopg.connect(pub) as conn:
         published = sorted(r[0] for r in conn.execute("SELECT x::text FROM t x WHERE region = 'a'"))
@@ -211,7 +211,7 @@ def test_foreign_keys_and_triggers_do_not_fire_during_the_copy_as_in_table_sync(
 
     spec = spec_for(pub, ours, "a")
     refresh(spec)
-    result = initial_copy(spec, spark=spark, options=options)
+    result = sync_tables(spec, spark=spark, options=options)
     assert result.ok, result.summary()
     assert [t.partitions for t in result.tables] == [1 if options.max_partitions is None else 3]
     assert table_rows(ours, "t") == table_rows(native, "t") and len(table_rows(ours, "t")) == 50

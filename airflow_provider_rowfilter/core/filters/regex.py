@@ -23,7 +23,6 @@ from __future__ import annotations
 DUPMAX = 255
 _ESCAPED_CHARS = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "e": "\x1b"}
 _CLASS_ESCAPES = set("dDsSwW")
-_SPECIAL = set("\\^$.[]|()*+?{}")
 
 
 class UnsupportedRegex(Exception):

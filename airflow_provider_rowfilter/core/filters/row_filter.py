@@ -61,7 +61,7 @@ def evaluated_by_publisher(sql: str, relation: Relation, reason: str) -> RowFilt
     """A filter of the publisher's catalog that only the publisher evaluates (``filtering: source``).
 
     The publisher accepted it (it is in pg_publication_rel) and its pgoutput evaluates it; here it is
-    read for its text (the initial copy pushes it down to the publisher) and the columns it reads (the
+    read for its text (table synchronization pushes it down to the publisher) and the columns it reads (the
     replica-identity warnings), never typed or translated (``reason``: why Spark could not).
     """
     tree = parse_row_filter(sql)

@@ -53,7 +53,7 @@ class TableFilters:
     def filter_sql(self, action: PublishAction) -> str | None:
         """The effective filter of an action as PostgreSQL text (``None``: unfiltered or not published).
 
-        For people and for PostgreSQL only (``rowfilter validate``, the initial copy's query): each
+        For people and for PostgreSQL only (``rowfilter validate``, table synchronization's query): each
         filter as the user or ``pg_get_expr`` wrote it, which PostgreSQL parses itself. Spark gets
         :meth:`spark_filter`, built from the typed trees.
         """

@@ -227,7 +227,7 @@ def spark_evaluate(frame, spark_sqls: Sequence[str]) -> list[Outcome]:
     except (AnalysisException, ParseException):
         if len(spark_sqls) == 1:
             raise
-    except Exception as e:  # noqa: BLE001 - a run-time error of Spark's: split to see whose
+    except Exception as e:  # a run-time error of Spark's: split to see whose
         if len(spark_sqls) == 1:
             return [Outcome(None, f"{type(e).__name__}: {_first_line(e)}")]
     return [spark_evaluate(frame, [s])[0] for s in spark_sqls]
