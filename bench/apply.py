@@ -304,7 +304,7 @@ def phase_breakdown(batches: list[dict], total: float) -> dict[str, float]:
         for k, v in b["phases"].items():
             sums[k] += v
     sums["decide"] = sums.get("decide", 0.0)
-    # facts and stage run inside _apply_locked after decide returned; "other": the rest of apply()
+    # facts and stage run inside apply/reducers.py reduce after decide returned; "other": the rest of apply()
     # (migrate, state reads, segment footers, batch_history, commit, prune) and the loop itself.
     accounted = sum(sums.get(k, 0.0) for k in PhaseTimer.STEPS)
     sums["other"] = max(total - accounted, 0.0)

@@ -10,7 +10,7 @@ on a throwaway local PostgreSQL. Modes, each with its own subscription and subsc
 
 - ``spark-submit``: ``spark_default`` is a ``spark`` connection, ``local[2]``: each task runs spark-submit
   (a JVM per run, the operator's path for clusters without Connect), its driver mapping the class
-  archive the first job of its kind made (core/class_archive.py; a directory of this run's own);
+  archive the first job of its kind made (spark/class_archive.py; a directory of this run's own);
 - ``spark-submit, no class archive``: the same with ``ROWFILTER_CLASS_ARCHIVE_DIR=off``;
 - ``connect``: ``spark_default`` is a ``spark_connect`` connection to a local server started once
   before the runs (``rowfilter spark-server``); the first incremental run meets a server that has

@@ -49,7 +49,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def no_class_archives() -> Iterator[None]:
-    """No driver class archives (core/class_archive.py) unless a test asks for them in a directory of its own:
+    """No driver class archives (spark/class_archive.py) unless a test asks for them in a directory of its own:
     none in the user's ~/.cache, no test's command line depending on what an earlier run left there, and no
     run paying the seconds of making one."""
     from airflow_provider_rowfilter.spark.class_archive import ARCHIVE_DIR_ENV

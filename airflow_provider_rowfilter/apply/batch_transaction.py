@@ -27,12 +27,13 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage, rejected_column
+from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
     ConflictError,
     StagedTable,
     TableCounts,
+    rejected_column,
 )
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 from airflow_provider_rowfilter.subscriber.state import APPLIED, RelState, StateStore

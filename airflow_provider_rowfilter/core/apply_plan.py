@@ -119,7 +119,7 @@ class ApplyPlan:
 
 @dataclass
 class BatchFacts:
-    """What a judged batch says before anything is staged (spark/apply_frames.py, change_log/net_effect.py)."""
+    """What a judged batch says before anything is staged (spark/apply_frames.py, apply/net_effect.py)."""
 
     counts: dict[int, dict[str, int]]  # per target: filtered, unpublished, update_to_insert, update_to_delete, skipped
     column_sets: list[tuple[int, tuple[str, ...], int]]  # (target, published columns, first commit_lsn)

@@ -16,7 +16,7 @@ PANDAS_WARNING = "PySpark does not yet fully support pandas"
 
 def setup_logging() -> None:
     """The jobs' log: our lines at their level on stderr (``LEVEL logger: message``, which the operators
-    read back at that level: operators/job_output.py), without PySpark's pandas-version warning."""
+    read back at that level: hooks/job_output.py), without PySpark's pandas-version warning."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     warnings.filterwarnings("ignore", message=PANDAS_WARNING, category=FutureWarning)
 

@@ -234,7 +234,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
                              str(e).strip().splitlines()[0], self.job)
             return False
         except (RowFilterError, psycopg.Error) as e:
-            text = str(e).strip()  # the job's own ERROR text, as when the job fails (operators/job_output.py)
+            text = str(e).strip()  # the job's own ERROR text, as when the job fails (hooks/job_output.py)
             self.log.error("%s", text)
             raise (AirflowException if is_transient(e) else AirflowFailException)(text) from None
         self._in_task = result.summary()
@@ -268,7 +268,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
                           lag_seconds=last.lag_seconds, duration_ms=sum(b.duration_ms or 0 for b in batches),
                           skipped_lsn=next((b.skipped_lsn for b in batches if b.skipped_lsn), None),
                           counts=_summed(_counts(b.counts) for b in batches))
-        # What only the job knows (operators/job_output.py keeps its JSON line).
+        # What only the job knows (hooks/job_output.py keeps its JSON line).
         printed = self._in_task or (self._output.result if self._output is not None and self._output.result else {})
         result.update(batches=len(batches), batch_ids=[b.id for b in reversed(batches)],
                       drained=printed.get("drained"), budget_exhausted=printed.get("budget_exhausted"))

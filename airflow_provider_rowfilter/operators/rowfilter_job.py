@@ -89,7 +89,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
     job: ClassVar[str]
     #: Roles whose database the job connects to.
     roles: ClassVar[tuple[str, ...]] = ("publisher", "subscriber")
-    #: Whether the job's driver JVM maps a class archive (core/class_archive.py): a job that starts a Spark
+    #: Whether the job's driver JVM maps a class archive (spark/class_archive.py): a job that starts a Spark
     #: session does; one whose JVM is mostly spark-submit's own launcher would only pay for making it.
     archives_classes: ClassVar[bool] = True
 
@@ -238,7 +238,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self.application_args = ["--spec-json", resolved.spec.to_json(), *arguments]
         # The driver's JVM is started by spark-submit; an apply job's lives for one batch.
         self.conf = with_jvm_options(self.conf, short_batch=self.short_batch())
-        # A driver JVM started here maps the archive of the classes it loads, or makes it (core/class_archive.py).
+        # A driver JVM started here maps the archive of the classes it loads, or makes it (spark/class_archive.py).
         # An earlier submission of this operator added options of its own: they go first.
         driver, earlier = self.conf.get("spark.driver.extraJavaOptions", ""), " ".join(self._archive_options)
         self.conf["spark.driver.extraJavaOptions"] = driver.removesuffix(earlier).rstrip() if earlier else driver

@@ -98,7 +98,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
         (templated: ``true``/``false`` as rendered text are read as such)
 
     Refuses, dropping nothing, while an apply, snapshot or resync of the subscription runs. Returns (XCom)
-    what was dropped (jobs/drop.py ``DropResult``).
+    what was dropped (subscription_drop.py ``DropResult``).
     """
 
     template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "confirm", "keep_slot")

@@ -2,7 +2,7 @@
 
 pyspark 4 carries the server in its own jars (``spark-connect_*.jar``): it is started here as
 ``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``, detached, listening
-on 127.0.0.1 only, with the jobs' JVM options (core/spark_settings.py) and this interpreter for its
+on 127.0.0.1 only, with the jobs' JVM options (spark/settings.py) and this interpreter for its
 Python workers (they run the jobs' tasks: psycopg, pyarrow). Its process id, address and log file
 are kept in a state directory; nothing secret is on its command line (the jobs' passwords reach its
 executors inside their tasks: docs/apply.md, "Spark Connect").

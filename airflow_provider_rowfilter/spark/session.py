@@ -46,7 +46,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
 
     :param master: Spark master URL; default ``local[*]``.
     :param conf: extra settings, e.g. ``{"spark.ui.enabled": "false"}``.
-    :param short_batch: the session runs one short apply batch (core/spark_settings.py ``SHORT_BATCH_JVM_OPTIONS``).
+    :param short_batch: the session runs one short apply batch (spark/settings.py ``SHORT_BATCH_JVM_OPTIONS``).
     """
     settings = {
         "spark.master": master or DEFAULT_MASTER,
@@ -72,7 +72,7 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         settings["spark.driver.bindAddress"] = "127.0.0.1"
     settings.update(conf or {})
     # The JVMs' own zone (java.time conversions read it) and the JIT for long
-    # generated methods, added to the caller's Java options (core/spark_settings.py SPARK_JVM_OPTIONS).
+    # generated methods, added to the caller's Java options (spark/settings.py SPARK_JVM_OPTIONS).
     settings = with_jvm_options(settings, short_batch=short_batch)
     return settings
 
@@ -100,7 +100,7 @@ def build_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    mark_session()  # the operator keeps the class archive this JVM writes when it exits (core/class_archive.py)
+    mark_session()  # the operator keeps the class archive this JVM writes when it exits (spark/class_archive.py)
     logger.info("Spark session %r on %s (Spark %s)", app_name, session.sparkContext.master, session.version)
     return session
 
@@ -109,7 +109,7 @@ def remote_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     """The settings a Spark Connect session of a job gets: :func:`session_conf`'s SQL settings, caller's last.
 
     The master, the driver's addresses, the log level, the JVM options and the static SQL settings
-    (core/spark_settings.py ``STATIC_SQL_SETTINGS``, the local server's own) belong to the server's JVM
+    (spark/settings.py ``STATIC_SQL_SETTINGS``, the local server's own) belong to the server's JVM
     and cannot be set by a client (Spark refuses them: ``CANNOT_MODIFY_CONFIG``).
     """
     settings = {k: v for k, v in session_conf().items() if k.startswith("spark.sql.") and k not in STATIC_SQL_SETTINGS}

@@ -40,7 +40,7 @@ STATIC_SQL_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
 #: so no Python worker starts (docs/apply.md, "Small batches").
 COLLECTED_BATCH_CHANGES = 50_000
 #: A batch the publisher judged (``filtering: source``) of at most this many changes (the log's count)
-#: is reduced in the job's own process and starts no Spark (change_log/net_effect.py); a larger one
+#: is reduced in the job's own process and starts no Spark (apply/net_effect.py); a larger one
 #: goes to Spark, whose executors scale out (docs/apply.md, "Batches the publisher judged").
 IN_PROCESS_BATCH_CHANGES = 200_000
 #: The one action of a small batch runs without adaptive execution, over one shuffle partition

@@ -27,8 +27,6 @@ from psycopg import sql
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget, TargetColumn
-
 STAGE = sql.SQL("rowfilter.apply_stage")
 #: What an outcome says, for one start (the key existed before the batch, or not): whether a row is left,
 #: the flag of each column (0 the staged value, 1 the column's default, 2 the subscriber's value), the
@@ -173,21 +171,3 @@ def clear_stage(conn: psycopg.Connection, subscription: str) -> None:
     """Remove every staged row of ``subscription`` (attempts that died, or the one just applied)."""
     conn.execute(sql.SQL("DELETE FROM {} WHERE token LIKE %s").format(STAGE),
                  (subscription.replace("_", "\\_") + ":%",))
-
-
-def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget) -> TargetColumn | None:
-    """The first column of ``target`` whose staged values its subscriber type refuses (a DataError), or None.
-
-    Each column's staged values are cast in turn, each in a transaction of its own (a savepoint when
-    the caller's transaction is open).
-    """
-    for i, column in enumerate(target.columns):
-        try:
-            with conn.transaction():
-                conn.execute(sql.SQL("SELECT count(({vals}::jsonb ->> {i})::{t}) FROM {stage} "
-                                     "WHERE token = %s AND target = %s AND vals IS NOT NULL").format(
-                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(column.type_sql), stage=STAGE),
-                    (token, target.index))
-        except psycopg.errors.DataError:
-            return column
-    return None

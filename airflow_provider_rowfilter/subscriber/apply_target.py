@@ -405,3 +405,21 @@ def _json_list(text: str) -> list[str | None]:
 
 def _json_text(values: Sequence[str | None]) -> str:
     return json.dumps(list(values))
+
+
+def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget) -> TargetColumn | None:
+    """The first column of ``target`` whose staged values its subscriber type refuses (a DataError), or None.
+
+    Each column's staged values are cast in turn, each in a transaction of its own (a savepoint when
+    the caller's transaction is open).
+    """
+    for i, column in enumerate(target.columns):
+        try:
+            with conn.transaction():
+                conn.execute(sql.SQL("SELECT count(({vals}::jsonb ->> {i})::{t}) FROM {stage} "
+                                     "WHERE token = %s AND target = %s AND vals IS NOT NULL").format(
+                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(column.type_sql), stage=STAGE),
+                    (token, target.index))
+        except psycopg.errors.DataError:
+            return column
+    return None

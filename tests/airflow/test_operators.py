@@ -381,7 +381,7 @@ def test_jvm_options_reach_spark_submit(dbs: Databases) -> None:
     op.prepare_submit()
     command = _command(op)
     confs = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
-    # Each apply submission is a JVM that lives for one batch: the quick compiler only (core/spark_settings.py).
+    # Each apply submission is a JVM that lives for one batch: the quick compiler only (spark/settings.py).
     assert ("spark.driver.extraJavaOptions=-Xss4m -Duser.timezone=UTC -XX:-DontCompileHugeMethods "
             "-XX:PerMethodTrapLimit=0 -XX:TieredStopAtLevel=1") in confs
     assert ("spark.executor.extraJavaOptions=-Duser.timezone=UTC -XX:-DontCompileHugeMethods "
@@ -627,7 +627,7 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
                               "WHERE subscription = 's_batch' ORDER BY id DESC LIMIT 1").fetchone()
     assert (result["batch_id"], result["end_lsn"], result["changes"]) == newest
     assert (tmp_path / "log").is_dir()  # the change log went where the operator said
-    # The driver's class archive (core/class_archive.py): the snapshot, the first task on this disk, only made the
+    # The driver's class archive (spark/class_archive.py): the snapshot, the first task on this disk, only made the
     # directory (a disk that lives for one task never pays for one); the apply job, which started its Spark
     # session, left its archive, nothing half-written; the refresh job, whose JVM is spark-submit's launcher,
     # never makes one.

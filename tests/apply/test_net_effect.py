@@ -1,4 +1,4 @@
-"""change_log/net_effect.py's reading of a segment's relation layouts (the reduction itself is held against Spark's
+"""apply/net_effect.py's reading of a segment's relation layouts (the reduction itself is held against Spark's
 and PostgreSQL's in tests/jobs/test_apply_random.py and test_apply_differential.py)."""
 
 from __future__ import annotations

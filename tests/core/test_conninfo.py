@@ -171,5 +171,5 @@ def test_a_connection_error_quotes_no_other_value(local_pg) -> None:
 
     url = f"{local_pg.dsn()}?sslmode={SECRET}"
     with pytest.raises(RowFilterError) as e:
-        connect(url, "publisher", SimpleNamespace(subscription="s1"))  # type: ignore[arg-type]
+        connect(url, "publisher", SimpleNamespace(subscription="s1"))
     assert SECRET not in str(e.value) and '"********"' in str(e.value), str(e.value)

@@ -82,7 +82,7 @@ def test_case_matches_postgresql(case: dict, fresh_db) -> None:
     assert (error.message, error.detail) == (case["error"], case.get("detail"))
 
 
-# The lexical cases (core/pg_lexer.py): PostgreSQL's position too, counted in the whole DDL text as
+# The lexical cases (core/filters/pg_lexer.py): PostgreSQL's position too, counted in the whole DDL text as
 # PostgreSQL counts it (an error of the filter's analysis carries the filter as its source); the
 # grammar's syntax errors (syn-) too.
 LEXICAL = [c for c in CASES if c["id"].startswith(("lex-", "syn-")) and c["error"] is not None]

@@ -264,7 +264,7 @@ with job_session(spec, "apply") as spark:
 
 def test_a_small_batchs_settings_left_on_a_reused_session_are_reset_by_the_next_run(spark_connect_url):
     """The next run on the job's session gets Spark's default AQE and its spec's shuffle partitions back,
-    whatever a killed run left set (core/spark_settings.py SMALL_BATCH_SQL_SETTINGS)."""
+    whatever a killed run left set (spark/settings.py SMALL_BATCH_SQL_SETTINGS)."""
     def run(leave: str) -> dict:
         done = subprocess.run([sys.executable, "-c", SETTINGS, spark_connect_url, leave], env=job_env(),
                               capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)

@@ -1,4 +1,4 @@
-"""core/class_archive.py: which archive a job's driver maps or makes, and when it is kept (no JVM here: the
+"""spark/class_archive.py: which archive a job's driver maps or makes, and when it is kept (no JVM here: the
 operator test in tests/airflow/test_operators.py runs real ones)."""
 
 from __future__ import annotations

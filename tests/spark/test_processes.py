@@ -1,4 +1,4 @@
-"""The one test of whether a process runs (core/processes.py), on real processes."""
+"""The one test of whether a process runs (spark/processes.py), on real processes."""
 
 from __future__ import annotations
 

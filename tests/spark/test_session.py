@@ -20,7 +20,7 @@ def test_session_settings(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.codegen.hugeMethodLimit") == "8000"
     # The apply's per-key collect_list sorts rather than hashing nearly distinct keys.
     assert spark.conf.get("spark.sql.execution.useObjectHashAggregateExec") == "false"
-    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"  # core/spark_settings.py STATIC_SQL_SETTINGS
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"  # spark/settings.py STATIC_SQL_SETTINGS
     assert conf.get("spark.ui.enabled") == "false"
     jvm = spark.sparkContext._jvm
     assert jvm is not None

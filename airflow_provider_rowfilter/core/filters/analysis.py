@@ -4,9 +4,9 @@ Two passes mirror PostgreSQL: parse analysis (``transformWhereClause``: names, t
 aggregates) raises first; then the restrictions of ``check_simple_rowfilter_expr_walker``
 (publicationcmds.c) are checked in prefix order and the first violation is raised with
 PostgreSQL's text. :func:`analyze` returns the type of every node, the type its parent coerces it
-to, its collation and, for constants, their value: what core/spark_translation.py reads, so both
-share one notion of each node's type. The syntax is core/filter_grammar.py's, constant values
-core/filter_constants.py's.
+to, its collation and, for constants, their value: what core/filters/spark_translation.py reads, so both
+share one notion of each node's type. The syntax is core/filters/grammar.py's, constant values
+core/filters/constants.py's.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ class _Analyzer(TextAnalysis):
         return decimal_type(number)
 
     def _a_ByteString(self, node: exp.Expr) -> PgType:
-        """``E'…'``: an unknown-type literal; core/pg_lexer.py decoded its escapes as PostgreSQL does."""
+        """``E'…'``: an unknown-type literal; core/filters/pg_lexer.py decoded its escapes as PostgreSQL does."""
         self.constants[id(node)] = node.this
         return T.UNKNOWN
 

@@ -277,7 +277,7 @@ def raise_pg_syntax_error(sql: str, token: Token | None) -> NoReturn:
 
 
 def pg_tokenize(dialect: RowFilterPostgres, sql: str, *, server_version_num: int = 180000) -> list[Token]:
-    """sqlglot's tokens of ``sql``, read by PostgreSQL's lexical rules (core/pg_lexer.py).
+    """sqlglot's tokens of ``sql``, read by PostgreSQL's lexical rules (core/filters/pg_lexer.py).
 
     Raises PostgreSQL's lexical errors as the publisher's version (``server_version_num``) raises them.
     """

@@ -1,10 +1,10 @@
 """Row filters, syntax: parse one publication ``WHERE`` expression as PostgreSQL's grammar does.
 
 sqlglot's PostgreSQL parser builds the tree (on tokens read by PostgreSQL's lexical rules,
-core/pg_lexer.py); the checks here repair, on the tokens, where sqlglot's grammar is looser than
+core/filters/pg_lexer.py); the checks here repair, on the tokens, where sqlglot's grammar is looser than
 gram.y: operators PostgreSQL does not ship, non-associative comparisons and IS tests, and the
 precedence level of BETWEEN/IN/LIKE/ILIKE/SIMILAR. Types and PostgreSQL's row-filter restrictions
-are core/filter_analysis.py's.
+are core/filters/analysis.py's.
 """
 
 from __future__ import annotations

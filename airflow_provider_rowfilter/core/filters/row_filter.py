@@ -1,9 +1,9 @@
 """Row filters: one publication ``WHERE`` expression, parsed once, typed and validated as PostgreSQL does.
 
-A :class:`RowFilter` is what the rest of the product carries: the syntax tree (core/filter_grammar.py)
-with the PostgreSQL type of every node (core/filter_analysis.py), for one table of the publisher.
+A :class:`RowFilter` is what the rest of the product carries: the syntax tree (core/filters/grammar.py)
+with the PostgreSQL type of every node (core/filters/analysis.py), for one table of the publisher.
 The publication model keeps it (``PublishedTable.filter``), the subscription's effective filters
-OR it per action, and core/spark_translation.py renders it into the Spark expression the apply
+OR it per action, and core/filters/spark_translation.py renders it into the Spark expression the apply
 evaluates (docs/row-filters.md, "From definition to Spark").
 """
 

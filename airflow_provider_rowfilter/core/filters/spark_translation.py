@@ -327,7 +327,7 @@ class _Translator:
     def _t_ILike(self, node, t):
         return self._t_Like(node, t, fold=True)
 
-    # --- regular expressions (core/filter_regex.py) ------------------------------------------------
+    # --- regular expressions (core/filters/regex.py) ------------------------------------------------
     def _regex(self, node, t, test: exp.Expr) -> exp.Expr:
         pattern, error = regex_of(self.rf, node)
         subject = self.value(test.this)

@@ -103,7 +103,7 @@ def subscription_filters(
     left out of ``tables`` and put in ``refused`` with the reason, instead of refusing the subscription.
     With ``publisher_evaluates``
     (the publisher's own catalog, ``filtering: source``) a filter Spark cannot evaluate exactly is kept
-    for the publisher to evaluate (core/row_filter.py ``evaluated_by_publisher``), not refused.
+    for the publisher to evaluate (core/filters/row_filter.py ``evaluated_by_publisher``), not refused.
     """
     checked = tuple(checked_actions)
     names = tuple(names)

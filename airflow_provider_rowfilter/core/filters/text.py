@@ -1,12 +1,12 @@
 """Row filters, semantics of the string functions, regular expressions, ANY/ALL and row tests.
 
-A mixin of core/filter_analysis.py's analyzer (same attributes: ``types``, ``targets``,
+A mixin of core/filters/analysis.py's analyzer (same attributes: ``types``, ``targets``,
 ``constants``, ``collations``, ``context``): it types ``substr``/``substring``, ``left``, ``right``,
 ``strpos``/``position``, ``split_part``, ``repeat``, the pattern operators ``~ ~* !~ !~*`` and
 ``SIMILAR TO``, ``x op ANY/ALL (ARRAY[…])`` and ``ROW(…) IS [NOT] NULL`` as PostgreSQL's parse
 analysis does (parse_func.c, parse_oper.c ``make_scalar_array_op``, parse_expr.c
 ``transformArrayExpr``), and decides which regular expressions Spark can evaluate exactly
-(core/filter_regex.py). core/spark_translation.py renders them.
+(core/filters/regex.py). core/filters/spark_translation.py renders them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex, java_regex, similar_to_regex
 
-if TYPE_CHECKING:  # the analyzer this mixin is part of (core/filter_analysis.py ``_Analyzer``)
+if TYPE_CHECKING:  # the analyzer this mixin is part of (core/filters/analysis.py ``_Analyzer``)
     _Analyzer = Any
 else:
     _Analyzer = object
@@ -159,7 +159,7 @@ def _folded(rf, node: exp.Expr) -> Iterator[exp.Expr]:
 
 
 class TextAnalysis(_Analyzer):
-    """Handlers of core/filter_analysis.py's analyzer for the constructs of this module (a mixin: ``self`` is
+    """Handlers of core/filters/analysis.py's analyzer for the constructs of this module (a mixin: ``self`` is
     that analyzer, whose methods and tables these handlers use)."""
 
     # --- string functions -------------------------------------------------------------------------

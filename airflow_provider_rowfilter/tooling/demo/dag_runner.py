@@ -61,7 +61,7 @@ from airflow.utils.session import create_session
 
 runs, prefix, options = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 for name, slots in options.get("pools", {}).items():
-    Pool.create_or_update_pool(name, slots, "created by tests/airflow/dag_runner.py", False)
+    Pool.create_or_update_pool(name, slots, "created by tooling/demo/dag_runner.py", False)
 bag = DagBag()
 if bag.import_errors:
     raise SystemExit(f"import errors: {bag.import_errors}")

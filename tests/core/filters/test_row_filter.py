@@ -1,4 +1,4 @@
-"""The row-filter analyser (core/row_filter.py) on inline cases: what it accepts, with which types, and
+"""The row-filter analyser (core/filters/row_filter.py) on inline cases: what it accepts, with which types, and
 what it refuses with PostgreSQL's message.
 
 Through the public functions only (``parse_row_filter``, ``validate_row_filter``). The messages are

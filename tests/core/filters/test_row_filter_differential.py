@@ -315,7 +315,7 @@ def position(draw: st.DrawFn, depth: int) -> str:
     return str(draw(st.sampled_from([0, 1, 2, 3, -1, -2, -4, 5, 2147483647, -2147483648])))
 
 
-# Regular expressions: the subset core/filter_regex.py translates, and now and then something it
+# Regular expressions: the subset core/filters/regex.py translates, and now and then something it
 # must refuse (skipped and counted) or a pattern PostgreSQL cannot compile (an error on both sides).
 _REGEX_ATOMS = ["a", "b", "A", "z", "é", "😀", " ", "%", ",", ".", "[a-z]", "[^ab]", "[A-Z0-9]", "[é,]", "\\.",
                 "\\d", "\\s", "\\w", "\\W", "\\n", "{", "}", "]"]

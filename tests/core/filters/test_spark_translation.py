@@ -119,14 +119,14 @@ CASES = (
     Case("date_constant_compared_with_timestamp", "DATE '2000-01-01' <= ts",
          ({"ts": "2000-01-01 00:00:00"}, {"ts": "1999-12-31 23:59:59.999999"}), (True, False),
          "a date constant promoted to timestamp crashed the translation"),
-    # Lexical forms (core/pg_lexer.py): the same text goes to the publisher in the copy's pushed-down
+    # Lexical forms (core/filters/pg_lexer.py): the same text goes to the publisher in the copy's pushed-down
     # WHERE, and through our translation to Spark.
     Case("dollar_quoted_string", "t = $$it's$$", ({"t": "it's"}, {"t": "it"}), (True, False),
          "a dollar-quoted string was refused as untranslatable"),
     Case("dollar_quoted_string_with_tag", "t = $q$a$$b$q$", ({"t": "a$$b"}, {"t": "a"}), (True, False),
          "a tagged dollar quote holds $$ as text"),
     Case("e_string_utf8_bytes", r"t = E'\xc3\xa9'", ({"t": "é"}, {"t": "Ã©"}), (True, False),
-         "\\x escapes are bytes of UTF-8 (scan.l; core/pg_lexer.py now decodes E'…', not sqlglot)"),
+         "\\x escapes are bytes of UTF-8 (scan.l; core/filters/pg_lexer.py now decodes E'…', not sqlglot)"),
     Case("e_string_escapes", r"t = E'a\tb\'c\q\101\u00e9'", ({"t": "a\tb'cqAé"},), (True,),
          "\\t, \\', an unknown escape, octal and \\u as scan.l decodes them"),
     Case("string_continued_on_the_next_line", "t = 'a'\n  'b'", ({"t": "ab"}, {"t": "a"}), (True, False),
@@ -215,7 +215,7 @@ CASES = (
          "ROW IS NULL when every field is NULL"),
     Case("row_is_not_null", "(i4, t) IS NOT NULL", ({"i4": "1", "t": "a"}, {"i4": "1"}, {}), (True, False, False),
          "ROW IS NOT NULL when no field is NULL (so neither test holds for a half-NULL row)"),
-    # Regular expressions (core/filter_regex.py).
+    # Regular expressions (core/filters/regex.py).
     Case("lower_matches_a_regex", "lower(t) ~ '^z[a-z]+$'", ({"t": "Zab"}, {"t": "zab\n"}, {"t": "z"}, {}),
          (True, False, False, None), "was refused as 'function lower(text, unknown) does not exist'; "
          "Java's $ also matches before a final newline"),
