@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 JOBS_DIR = Path(airflow_provider_rowfilter.__file__).parent / "jobs"
 PYTHON_CONF = ("spark.pyspark.python", "spark.pyspark.driver.python")
 PYTHON_ENV = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+#: What SparkSubmitHook takes: the operator hands it the same arguments SparkSubmitOperator would.
+_HOOK_PARAMETERS = tuple(p for p in inspect.signature(SparkSubmitHook.__init__).parameters if p not in ("self", "kwargs"))
 
 
 def job_path(job: str) -> str:
@@ -127,7 +129,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
         kwargs.setdefault("name", f"rowfilter-{self.job}")
         super().__init__(application=job_path(self.job), conn_id=conn_id, **kwargs)
         self.conn_id = conn_id
-        self.submit_kwargs = kwargs  # SparkSubmitOperator's arguments, for the hook (_get_hook)
+        #: The arguments given for SparkSubmitHook (:meth:`_get_hook`; the templated ones are read rendered).
+        self.submit_kwargs = {k: v for k, v in kwargs.items() if k in _HOOK_PARAMETERS}
         self.spec = spec
         self.subscription = subscription
         self.publications = publications
@@ -335,8 +338,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         given = {"conn_id": self.conn_id, **self.submit_kwargs}
         templated = set(SparkSubmitOperator.template_fields)
         arguments = {name: getattr(self, name) if name in templated else given[name]
-                     for name in inspect.signature(SparkSubmitHook.__init__).parameters
-                     if name in templated or name in given}
+                     for name in _HOOK_PARAMETERS if name in templated or name in given}
         self._submit_hook = hook = JobSubmitHook(**arguments)
         self._output = hook.output  # each output line at its level; the job's error and exit status kept
         return hook
