@@ -16,6 +16,7 @@ from airflow_provider_rowfilter.core.errors import PublicationError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import (
     EXIT_ERROR,
+    EXIT_STATUS_LINE,
     EXIT_TRANSIENT,
     fail,
     is_transient,
@@ -70,5 +71,8 @@ def test_the_job_prints_the_error_and_exits_with_its_kind(capsys: pytest.Capture
         raise PublicationError('publication "p_missing" does not exist', hint="create it")
 
     assert run_job(missing) == EXIT_ERROR == 1
-    assert capsys.readouterr().err == 'ERROR: publication "p_missing" does not exist\nHINT:  create it\n'
+    # The error block, then the exit status as the last line (what the operators read: hooks/job_output.py).
+    assert capsys.readouterr().err == ('ERROR: publication "p_missing" does not exist\nHINT:  create it\n'
+                                       f"{EXIT_STATUS_LINE}1\n")
     assert fail(ApplyBusyError("another apply is running")) == EXIT_TRANSIENT == 75
+    assert capsys.readouterr().err.endswith(f"{EXIT_STATUS_LINE}75\n")
