@@ -6,7 +6,7 @@ filters on the old and the new row, the UPDATE turned into INSERT or DELETE, the
 table takes ``core/apply_plan.PASS_THROUGH`` and nothing is left to judge. What is left of
 spark/apply_frames.py is routing each change to its table, its key, values and flags, and the reduction
 of each key's changes to their net effect; for a batch of up to
-``core/spark_settings.IN_PROCESS_BATCH_CHANGES`` changes that costs less here, in one pass over Arrow
+apply/reducers.py ``IN_PROCESS_BATCH_CHANGES`` changes that costs less here, in one pass over Arrow
 columns, than Spark's fixed cost per action (docs/apply.md "Batches the publisher judged"). So the apply
 of such a batch starts no Spark at all, and ApplyChangesOperator's task applies it without submitting the
 job.

@@ -35,9 +35,9 @@ from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
 if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to judge
     from pyspark.sql import SparkSession
 
-#: A batch the publisher judged of at most this many changes (the log's count) is reduced in the job's
-#: own process and starts no Spark (apply/net_effect.py); a larger one goes to Spark, whose executors
-#: share the work (docs/apply.md, "Batches the publisher judged").
+#: A batch the publisher judged (``filtering: source``) of at most this many changes (the log's count)
+#: is reduced in the job's own process and starts no Spark (apply/net_effect.py); a larger one
+#: goes to Spark, whose executors scale out (docs/apply.md, "Batches the publisher judged").
 IN_PROCESS_BATCH_CHANGES = 200_000
 #: A batch of at most this many changes (the log's count) is summarised and staged in one Spark
 #: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,

@@ -35,14 +35,6 @@ SHORT_BATCH_CHANGES = 300_000
 #: 2-CPU run's 2.2 s of judging. With room for 2,000 a warm run on its job's session compiles
 #: nothing it compiled before (docs/apply.md, "Compiled code kept").
 STATIC_SQL_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
-#: A batch of at most this many changes (the log's count) is summarised and staged in one Spark
-#: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,
-#: so no Python worker starts (docs/apply.md, "Small batches").
-COLLECTED_BATCH_CHANGES = 50_000
-#: A batch the publisher judged (``filtering: source``) of at most this many changes (the log's count)
-#: is reduced in the job's own process and starts no Spark (apply/net_effect.py); a larger one
-#: goes to Spark, whose executors scale out (docs/apply.md, "Batches the publisher judged").
-IN_PROCESS_BATCH_CHANGES = 200_000
 #: The one action of a small batch runs without adaptive execution, over one shuffle partition
 #: (spark/apply_frames.py ``DecidedBatch.collected``): for a few thousand rows AQE has nothing to
 #: adapt, and it ran the query's six levels of shuffle stages one after the other, re-planning after
