@@ -259,6 +259,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
             env.update(self._local_python_env(master, env))
         env.update(secrets)
         self.env_vars = env or None
+        # SparkSubmitOperator makes its hook once per operator object; one executed again (a retry in the
+        # same process) must submit with this run's arguments: its hook is made again (_get_hook).
+        self._hook = None
         if secrets:
             self.log.info("The password(s) of the %s go to the job by environment (%s)",
                           " and ".join(sorted(r for r, e in resolved.endpoints.items() if e.password)),
