@@ -28,8 +28,9 @@ _IGNORE = re.compile(r"#\s*type:\s*ignore\b")
 
 
 def _sources() -> list[Path]:
-    return sorted(p for p in ROOT.rglob("*") if p.suffix in (".py", ".md") and not {".venv", ".git"} & set(p.parts)
-                  and not any(part.startswith(".") for part in p.relative_to(ROOT).parts[:-1]))
+    """The repository's Python and Markdown files: the README and its folders' (not a build's copies)."""
+    return sorted([ROOT / "README.md", *(p for folder in FOLDERS for p in (ROOT / folder).rglob("*")
+                                         if p.suffix in (".py", ".md") and "__pycache__" not in p.parts)])
 
 
 def cited_paths(text: str) -> Iterator[tuple[int, str]]:
