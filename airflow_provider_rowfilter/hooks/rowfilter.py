@@ -189,8 +189,9 @@ def _endpoint(conn: Any, conn_id: str, role: str) -> Endpoint:
 
 def _missing(conn_id: str, role: str) -> SpecError:
     return SpecError(f"{role}_conn_id={conn_id!r}: no such Airflow connection",
-                     hint=f"create it (Admin > Connections, or the AIRFLOW_CONN_{conn_id.upper()} environment "
-                     "variable) or fix the id")
+                     hint=f"create it (Admin > Connections, `airflow connections add {conn_id} --conn-uri "
+                     f"postgresql://user@host:5432/db --conn-password …`, or the AIRFLOW_CONN_{conn_id.upper()} "
+                     "environment variable) or fix the id")
 
 
 def _absolute(path: str, base_dir: str | None) -> str:
