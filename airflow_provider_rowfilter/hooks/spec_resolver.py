@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowNotFoundException
