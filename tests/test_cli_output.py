@@ -80,8 +80,12 @@ def test_status_in_a_terminal_never_splits_an_lsn_or_a_name(subscription, column
     if columns == 200:  # a table, one row a line
         (row,) = lines_with(out, LONG)
         assert lsn in row and "r ready" in row and "1,234,567" in row, out
-    else:  # too narrow for the table: one field a line, as psql's \x auto
-        assert "-[ RECORD 1 ]" in out and re.search(rf"^lsn +{re.escape(lsn)}", out, re.M), out
+    else:  # too narrow for every column: one line a table, its details under it (issue 29 item 8)
+        (row,) = lines_with(out, LONG)
+        assert lsn in row and "r ready" in row and "RECORD" not in out, out
+        assert re.search(r"^  rows copied: 1,234,567$", out, re.M) and "\n  last batch: insert 3, skipped 2\n" in out, out
+        assert re.search(r"^filtering: (source|spark)$", out, re.M), out  # the same for both tables: once
+        assert len(out.splitlines()) <= 14, out
     # what is live and what is from the batch, each with when
     assert re.search(r"last batch 1 applied 20 min( \d+ s)? ago", out) and "11.9 s behind the publisher then" in out, out
     assert "11.852699" not in out and "None" not in out
@@ -144,6 +148,8 @@ def test_help_is_plain_text_with_an_example_per_command_and_a_version():
         text = subprocess.run([exe(), name, "--help"], capture_output=True, text=True, check=True).stdout
         assert "``" not in text and f"example:\n  rowfilter {name} --spec" in text, text
         assert len(text.split("\n\n")[1]) > 40, text  # a description, not only the usage
+    server = subprocess.run([exe(), "spark-server", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "example:\n  rowfilter spark-server start" in server and len(server.split("\n\n")[1]) > 40, server
     version = subprocess.run([exe(), "--version"], capture_output=True, text=True, check=True).stdout
     assert version.strip() == f"rowfilter {__version__}"
 
