@@ -22,7 +22,10 @@ from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.metrics import apply_metrics
+from airflow_provider_rowfilter.operators.replication_link import ReplicationPageLink
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
+from airflow_provider_rowfilter.operators.subscription_guard import skip_unless_subscribed
+from airflow_provider_rowfilter.operators.task_errors import clear_errors, factory_prefix, in_airflow_terms
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.subscriber.state import StateReader
 
@@ -125,6 +128,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
     template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "change_log", "max_changes",
                                       "time_budget")
     ui_color = "#b9e3cf"
+    operator_extra_links = (ReplicationPageLink(),)
 
     def __init__(self, *, max_changes: int | str | None = None, change_log: str | None = None,
                  asset_alias: str | None = None, time_budget: float | str | timedelta | None = None,
@@ -208,6 +212,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
         (none has a change, or the publisher judged them: change_log/net_effect.py); else what it captured
         stays in the log and the job is submitted for the rest."""
         self._in_task, self._budget_spent = None, 0.0
+        prefix = factory_prefix(self)
+        skip_unless_subscribed(resolved, f"{prefix}_initial_sync" if prefix else None)
         if not self.skip_when_idle:
             return False
         began = time.monotonic()
@@ -234,7 +240,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
                              str(e).strip().splitlines()[0], self.job)
             return False
         except (RowFilterError, psycopg.Error) as e:
-            text = str(e).strip()  # the job's own ERROR text, as when the job fails (operators/job_output.py)
+            text = in_airflow_terms(self, str(e).strip())  # the job's ERROR text, as when the job fails
             self.log.error("%s", text)
             raise (AirflowException if is_transient(e) else AirflowFailException)(text) from None
         self._in_task = result.summary()
@@ -310,6 +316,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
             self.log.info("Not ready yet: %s", ", ".join(waiting))
 
     # --- execution: the batch, then its asset events ----------------------------------------------------
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         self._assets = []
         self._lineage = None

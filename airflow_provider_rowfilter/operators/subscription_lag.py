@@ -16,6 +16,7 @@ from airflow_provider_rowfilter.core.humane import duration, size
 from airflow_provider_rowfilter.core.spec import parse_size
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.operators.metrics import lag_metrics
+from airflow_provider_rowfilter.operators.task_errors import clear_errors
 from airflow_provider_rowfilter.publisher.slot_health import read_slot
 from airflow_provider_rowfilter.subscriber.state_reader import StateReader
 
@@ -74,6 +75,7 @@ class SubscriptionLagCheckOperator(BaseOperator):
         self.max_retained_wal = max_retained_wal
         self.max_batch_age = max_batch_age
 
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             limit = None if self.max_retained_wal in (None, "") else parse_size(

@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -68,17 +69,16 @@ class RunningAirflow:
                 for p in sorted((self.home / "logs" / f"dag_id={dag_id}").glob(f"run_id=*/task_id={task_id}/*.log"))]
 
 
-@contextmanager
-def running_airflow(home: Path, dags_folder: Path, env: dict[str, str] | None = None) -> Iterator[RunningAirflow]:
-    """api-server, scheduler and dag-processor of a fresh AIRFLOW_HOME, parsing ``dags_folder`` every few seconds."""
-    base = airflow_home(home, dags_folder)
-    port = free_port()
-    base.update({
+def deployment_env(base: dict[str, str], port: int) -> dict[str, str]:
+    """Settings that make api-server, scheduler and dag-processor one deployment on 127.0.0.1:``port``."""
+    return {
+        **base,
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": "2",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "3",
@@ -86,15 +86,28 @@ def running_airflow(home: Path, dags_folder: Path, env: dict[str, str] | None = 
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
         "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        **(env or {}),
-    })
-    running = RunningAirflow(home, base, f"http://127.0.0.1:{port}")
+    }
+
+
+@contextmanager
+def running_airflow(home: Path, dags_folder: Path, env: dict[str, str] | None = None, *,
+                    pieces: tuple[str, ...] = ("api-server", "scheduler", "dag-processor"),
+                    base: dict[str, str] | None = None) -> Iterator[RunningAirflow]:
+    """The ``pieces`` of a deployment (default: api-server, scheduler and dag-processor) of ``home``, a fresh
+    AIRFLOW_HOME parsing ``dags_folder`` every few seconds; or of ``base``, the environment of a home made
+    already (tests/airflow/conftest.py ``airflow_db``)."""
+    port = free_port()
+    full = {**deployment_env(base or airflow_home(home, dags_folder), port), **(env or {})}
+    home = Path(full["AIRFLOW_HOME"])
+    running = RunningAirflow(home, full, f"http://127.0.0.1:{port}")
     try:
-        for name in ("api-server", "scheduler", "dag-processor"):
+        for name in pieces:
             out = (home / f"{name}.out").open("w")
             running.processes[name] = subprocess.Popen(
-                [sys.executable, "-m", "airflow", name], env=base, cwd=home, stdout=out, stderr=subprocess.STDOUT,
+                [sys.executable, "-m", "airflow", name], env=full, cwd=home, stdout=out, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True)
+        if "api-server" in pieces:
+            running.wait_for("the api-server", lambda: _answers(f"{running.url}/api/v2/monitor/health"), timeout=180)
         yield running
     finally:
         for process in running.processes.values():
@@ -107,3 +120,11 @@ def running_airflow(home: Path, dags_folder: Path, env: dict[str, str] | None = 
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
