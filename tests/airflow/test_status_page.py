@@ -201,7 +201,7 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
             assert page.evaluate("window.rowfilterMarker") == 42
 
             page.size(NARROW, 1000)
-            page.wait_for("window.innerWidth === %d" % NARROW)
+            page.wait_for(f"window.innerWidth === {NARROW}")
             time.sleep(0.5)
             overflow = page.evaluate("""Array.from(document.querySelectorAll('[data-testid=rowfilter-subscription]'))
                 .map(c => c.getBoundingClientRect().right).filter(r => r > window.innerWidth + 1).length""")
