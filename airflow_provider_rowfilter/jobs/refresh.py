@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -140,6 +140,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
                            warnings=list(definitions.warnings))
     for text in definitions.warnings:
         log.warning("%s", text)
+    known = len(result.warnings)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
@@ -150,12 +151,36 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             result.refused = _record_refused(store, definitions.filters.refused)
             last = store.last_refresh()
             result.definitions_changed = last is None or last.definitions != document
+            if last is not None:
+                result.warnings.extend(filters_changed(last.definitions, document, exclude=added))
             if added or removed or result.definitions_changed:
                 store.record_refresh(lsn, added, removed, document)
     result.added = [str(t) for t in added]
     result.removed = [str(t) for t in removed]
+    for text in result.warnings[known:]:
+        log.warning("%s", text)
     log.info("refresh of %s at %s: added %s, removed %s", spec.subscription, lsn, result.added, result.removed)
     return result
+
+
+def filters_changed(before: dict, after: dict, exclude: Iterable[TableName] = ()) -> list[str]:
+    """A warning per table whose rows the definitions choose changed (its initial copy's filter: the OR of its
+    publications' row filters): PostgreSQL re-copies nothing at ``REFRESH PUBLICATION``, so the subscriber's
+    table keeps the rows it has that the new filter excludes (and lacks those it now includes), as a native
+    subscriber does (logical-replication-row-filter: "rows that don't satisfy the new filter are not removed")."""
+    was = {t["table"]: t.get("copy_filter") for t in before.get("tables", [])}
+    skip = {str(t) for t in exclude}
+    warnings = []
+    for t in after.get("tables", []):
+        name, now = t["table"], t.get("copy_filter")
+        if name in skip or name not in was or was[name] == now:
+            continue
+        warnings.append(
+            f"table {name}: its publications' row filter changed (was {was[name] or 'all rows'}, now {now or 'all rows'}): "
+            "as in PostgreSQL, the rows already copied stay as they are; the table keeps the rows the new filter "
+            "excludes and lacks the rows it now includes (see docs/operations.md, \"A row filter changed\": "
+            f"compare it with the publisher, or copy it again with `rowfilter resync --table {name} --copy`)")
+    return warnings
 
 
 def _tracked_tables(filters) -> list[TableName]:

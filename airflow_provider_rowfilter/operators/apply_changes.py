@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from airflow.sdk import Asset, AssetAlias
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError, UnreachableError
@@ -21,10 +21,11 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spark_settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
-from airflow_provider_rowfilter.operators.metrics import apply_metrics
-from airflow_provider_rowfilter.operators.replication_link import ReplicationPageLink
+from airflow_provider_rowfilter.operators.metrics import apply_metrics, failure_metrics, metrics_on
+from airflow_provider_rowfilter.operators.replication_link import ReplicationPageLink, subscription_of
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.subscription_guard import skip_unless_subscribed
+from airflow_provider_rowfilter.operators.subscription_lag import gauges_now
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, factory_prefix, in_airflow_terms
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.subscriber.state import StateReader
@@ -150,19 +151,20 @@ class ApplyChangesOperator(RowFilterJobOperator):
         self._budget_spent = 0.0  # seconds of time_budget the task's own run spent before it handed over
         self._lineage: dict[str, list[tuple[str, str]]] | None = None
         self._assets: list[tuple[str, str]] = []
+        self._resolved: ResolvedSpec | None = None
 
     # --- the spec and the job's arguments ------------------------------------------------------------
     def spec_fields(self) -> dict[str, Any]:
         return {**super().spec_fields(), "change_log": self.change_log}
 
     def resolve_spec(self) -> ResolvedSpec:
-        resolved = super().resolve_spec()
+        resolved = self._resolved = super().resolve_spec()
         if resolved.spec.change_log is None:
             # Without a spec file the job would use a directory under its working directory, which is
             # not the same from one task to the next: the log must outlive the run.
             home = os.path.expanduser(os.environ.get("AIRFLOW_HOME") or "~/airflow")
             path = os.path.join(os.path.abspath(home), "rowfilter", resolved.spec.subscription, "changes")
-            resolved = replace(resolved, spec=replace(resolved.spec, change_log=path))
+            resolved = self._resolved = replace(resolved, spec=replace(resolved.spec, change_log=path))
         return resolved
 
     def job_arguments(self) -> list[str]:
@@ -320,10 +322,26 @@ class ApplyChangesOperator(RowFilterJobOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         self._assets = []
         self._lineage = None
-        result = super().execute(context)
+        self._resolved: ResolvedSpec | None = None
+        try:
+            result = super().execute(context)
+        except AirflowSkipException:
+            raise
+        except Exception:
+            name = self._resolved.spec.subscription if self._resolved is not None else subscription_of(self)
+            if name:
+                failure_metrics(name)
+            self._gauges()
+            raise
         self._emit_asset_events(context, result)
         apply_metrics(result)
+        self._gauges()
         return result
+
+    def _gauges(self) -> None:
+        """Retained WAL and batch age after every run, failed or not (operators/metrics.py), when metrics are on."""
+        if self._resolved is not None and metrics_on():
+            gauges_now(self._resolved)
 
     def _emit_asset_events(self, context: Context, result: Mapping[str, Any]) -> None:
         """An asset event per changed subscriber table, on every ``AssetAlias`` outlet."""

@@ -30,10 +30,10 @@ class ReplicationPageLink(BaseOperatorLink):
     name = "Replication"
 
     def get_link(self, operator: Any, *, ti_key: TaskInstanceKey) -> str:
-        return page_url(_subscription(operator))
+        return page_url(subscription_of(operator))
 
 
-def _subscription(operator: Any) -> str | None:
+def subscription_of(operator: Any) -> str | None:
     """The operator's subscription: its argument, else its spec file's (None when neither can be read)."""
     name = getattr(operator, "subscription", None)
     if isinstance(name, str) and name and "{{" not in name:

@@ -16,8 +16,10 @@ from html import escape
 
 from airflow_provider_rowfilter.core.humane import duration
 
-WIDTH, HEIGHT = 960, 200
+WIDTH, HEIGHT = 800, 200
 LEFT, RIGHT, TOP, BOTTOM = 56, 60, 30, 24
+#: The widest it is drawn (a wide page keeps its text near 11 px: 800 units drawn at most 960 px wide).
+MAX_WIDTH = 960
 BARS = "var(--chakra-colors-info-solid, #2563eb)"
 LINE = "var(--chakra-colors-warning-solid, #d97706)"
 FAILED = "var(--chakra-colors-failed-solid, #dc2626)"
@@ -55,7 +57,7 @@ def render(points: Sequence[Point], failures: Sequence[dt.datetime], now: dt.dat
     top_lag = nice_ceiling(max((p.lag_seconds or 0.0 for p in shown), default=0.0))
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" width="100%" role="img" '
            f'data-testid="rowfilter-chart" font-size="11" font-family="inherit" fill="currentColor" '
-           f'style="max-width: {WIDTH}px; font-size: 11px">',
+           f'style="max-width: {MAX_WIDTH}px; font-size: 11px">',
            f"<title>Changes per batch and lag over the last {escape(duration(window_seconds))}</title>"]
     for i in range(5):  # horizontal grid and both axes' labels
         y = TOP + plot_h * i / 4
@@ -109,4 +111,4 @@ def _count(n: float) -> str:
 
 
 def _seconds(s: float) -> str:
-    return f"{s:.0f} s" if s >= 10 or s == int(s) else f"{s:.1f} s"
+    return f"{s:.0f} s" if s >= 10 or s == int(s) else f"{s:.2f}".rstrip("0").rstrip(".") + " s"

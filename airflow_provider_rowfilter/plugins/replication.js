@@ -145,7 +145,7 @@ function TriggerDialog({ request, onClose }) {
 
 // --- one subscription --------------------------------------------------------------------------------------
 function Stat({ label, value, help, testId }) {
-  return h(C.StatRoot, { "data-testid": testId, minW: "10rem" },
+  return h(C.StatRoot, { "data-testid": testId },
     h(C.StatLabel, null, label),
     h(C.StatValueText, { fontSize: "lg", fontWeight: "semibold" }, value || "—"),
     help ? h(C.StatHelpText, { color: "fg.muted", fontSize: "xs" }, help) : null);
@@ -214,7 +214,7 @@ function Subscription({ view, onTrigger, focused }) {
     view.error && !view.last_error ? h(C.Box, { as: "pre", p: 3, mb: 3, borderRadius: "md", bg: "failed.subtle",
       color: "failed.fg", fontSize: "xs", whiteSpace: "pre-wrap", wordBreak: "break-word" }, view.error) : null,
     actions.length ? h(C.Wrap, { gap: 2, mb: 4, "data-testid": "rowfilter-actions" }, actions) : null,
-    view.tables.length || last || slot ? h(C.Wrap, { gap: 8, mb: 2 },
+    view.tables.length || last || slot ? h(C.SimpleGrid, { columns: { base: 2, lg: 4 }, gap: 6, mb: 2 },
       h(Stat, { label: "Last batch", testId: "rowfilter-last-batch", value: last ? `${seconds(last.age_seconds)} ago` : "none yet",
         help: last ? `${last.finished_at}, through ${last.end_lsn || "—"}` : null }),
       h(Stat, { label: "Lag then", value: last && last.lag_seconds !== null ? seconds(last.lag_seconds) : "—",
@@ -231,7 +231,8 @@ function Subscription({ view, onTrigger, focused }) {
       rows: view.tables.map((t) => ({ key: t.table, table: t.table,
         state: h(C.Badge, { colorPalette: STATE_PALETTE[t.state] || "gray", variant: "subtle" }, `${t.state} ${t.label}`),
         lsn: t.lsn || "", behind: t.behind || "", age: t.last_batch_age || "", copied: count(t.rows_copied),
-        error: t.last_error ? h(C.Text, { color: "fg.error", fontSize: "xs" }, t.last_error) : "" })) }) : null,
+        error: t.last_error ? h(C.Text, { color: "fg.error", fontSize: "xs", title: t.last_error },
+          t.last_error.split("\n")[0]) : "" })) }) : null,
     view.batches.length ? h(DataTable, { testId: "rowfilter-batches", caption: "Last batches (newest first)",
       columns: [
         { key: "id", label: "batch", numeric: true }, { key: "finished", label: "finished" }, { key: "end", label: "end lsn", mono: true },

@@ -65,6 +65,8 @@ def page_scenario(state_db: StateDb, fresh_db: Callable[..., str], tmp_path: Pat
             INSERT INTO rowfilter.batch_history (subscription, start_lsn, end_lsn, changes, transactions, lag_seconds,
                                                  duration_ms, counts, finished_at)
             VALUES ('audit', '0/16B3700', '0/16B3748', 12, 1, 0.9, 650, '{}', now() - interval '20 minutes')""")
+    with psycopg.connect(state_db.dsn, autocommit=True) as conn:  # where the last batches ended (record_batch's)
+        conn.execute("UPDATE rowfilter.subscription SET applied_lsn = '0/16B3748' WHERE name <> 's1'")
     dbs["audit"].record_error(None, CONFLICT)
     dbs["audit"].record_error("sales.t3", CONFLICT)
     with psycopg.connect(state_db.dsn) as conn:

@@ -208,6 +208,16 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
             assert overflow == 0  # the cards fit; wide tables scroll inside their own box
             assert page.evaluate("document.querySelectorAll('[data-testid=rowfilter-verdict]').length") == 5
             page.screenshot(shots / "replication-narrow.png", whole="[data-testid=rowfilter-page]")
+
+            # Airflow's dark mode: the page has the UI's theme, its colours too.
+            page.evaluate("localStorage.setItem('theme', 'dark')")
+            page.size(WIDE, 1000)
+            page.open(f"{airflow.url}/plugin/rowfilter#orders")
+            page.wait_for("document.documentElement.classList.contains('dark') && "
+                          "!!document.querySelector('#rowfilter-orders [data-testid=rowfilter-chart]')", what="dark")
+            assert page.evaluate("getComputedStyle(document.querySelector('#rowfilter-orders')).backgroundColor") != \
+                "rgb(255, 255, 255)"
+            page.screenshot(shots / "replication-dark.png")
     with psycopg.connect(scenario.sub) as conn:
         assert conn.execute("SELECT count(*) FROM rowfilter.batch_history WHERE subscription = 'orders'").fetchone()[0] == 37
     print(f"browser test: {time.monotonic() - began:.1f} s; screenshots in {shots}")
