@@ -33,7 +33,7 @@ from airflow_provider_rowfilter.core.errors import RowFilterError
 #: The schedule of the incremental sync when the file gives none (AirflowSettings.schedule's default).
 DEFAULT_SCHEDULE = "*/5 * * * *"
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
-_NAME_LINE = re.compile(r"^(\s*)(subscription|dag_id_prefix)\s*:\s*([^#]*?)\s*(#.*)?$")
+_NAME_LINE = re.compile(r"^(\s*)(subscription|subscriber_conn_id|publisher_conn_id|dag_id_prefix)\s*:\s*([^#]*?)\s*(#.*)?$")
 _SCHEDULE_LINE = re.compile(r"^\s+(refresh_schedule|schedule)\s*:\s*(.*?)\s*(#.*)?$")
 #: The placeholder kinds that keep a schedule, and the ``airflow:`` key that gives it.
 SCHEDULED = {"incremental_sync": "schedule", "refresh": "refresh_schedule"}
@@ -148,26 +148,43 @@ def placeholder_ids(path: Path, taken: set[str], kinds: tuple[str, ...]) -> dict
 
 def _names(path: Path) -> tuple[Any, Any]:
     """``(subscription, airflow.dag_id_prefix)`` of a spec file, whatever else is wrong with it."""
+    found = lenient_keys(path)
+    return found.get("subscription"), found.get("dag_id_prefix")
+
+
+#: The keys :func:`lenient_keys` reads: the top-level ones naming the subscription and its connections, and
+#: ``airflow.dag_id_prefix``.
+LENIENT_KEYS = ("subscription", "subscriber_conn_id", "publisher_conn_id", "dag_id_prefix")
+
+
+def lenient_keys(path: Path) -> dict[str, Any]:
+    """What a spec file says of :data:`LENIENT_KEYS`, whatever else is wrong with it (from the YAML, or line by
+    line when it is not YAML any more): who the subscription is, so its placeholder and the Replication page
+    can still name it and read its state."""
     try:
         text = path.read_text()
     except OSError:
-        return None, None
+        return {}
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError:
         raw = None
     if isinstance(raw, Mapping):
         section = raw.get("airflow")
-        return raw.get("subscription"), section.get("dag_id_prefix") if isinstance(section, Mapping) else None
+        found = {k: raw.get(k) for k in LENIENT_KEYS[:3]}
+        found["dag_id_prefix"] = section.get("dag_id_prefix") if isinstance(section, Mapping) else None
+        return {k: v for k, v in found.items() if isinstance(v, str) and v}
     found: dict[str, Any] = {}
     for line in text.splitlines():
         match = _NAME_LINE.match(line)
-        if match and match.group(2) not in found:
+        if match and match.group(2) not in found and (match.group(2) == "dag_id_prefix") == bool(match.group(1)):
             try:
-                found[match.group(2)] = yaml.safe_load(match.group(3))
+                value = yaml.safe_load(match.group(3))
             except yaml.YAMLError:
                 continue
-    return found.get("subscription"), found.get("dag_id_prefix")
+            if isinstance(value, str) and value:
+                found[match.group(2)] = value
+    return found
 
 
 def invalid_spec_dag(dag_id: str, path: Path, error: Exception, *, kind: str | None = None,

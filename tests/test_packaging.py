@@ -52,7 +52,8 @@ def test_the_sdist_and_wheel_build_check_and_install(tmp_path: Path) -> None:
 
     # What the wheel holds: the jobs spark-submit runs, the demo's SQL, the typing marker; no tests.
     names = zipfile.ZipFile(wheel).namelist()
-    for shipped in ("jobs/apply.py", "jobs/snapshot.py", "jobs/refresh.py", "tooling/demo/publications.sql", "py.typed"):
+    for shipped in ("jobs/apply.py", "jobs/snapshot.py", "jobs/refresh.py", "tooling/demo/publications.sql", "py.typed",
+                    "plugins/replication.js"):
         assert f"airflow_provider_rowfilter/{shipped}" in names, shipped
     assert not [n for n in names if n.startswith("tests/")]
     assert any(n.endswith("/jobs/apply.py") for n in tarfile.open(sdist).getnames())

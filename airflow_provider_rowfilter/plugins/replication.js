@@ -174,7 +174,7 @@ function Subscription({ view, onTrigger, focused }) {
     actions.push(h(C.Button, { key: "log", size: "sm", variant: "outline", colorPalette: "failed", asChild: true },
       h(Router.Link, { to: taskLogPath(failed), "data-testid": "rowfilter-failed-log" }, `Log of the failed task (${failed.task_id})`)));
   }
-  const live = !["dropped", "new"].includes(view.health.verdict) && !view.error;
+  const live = !["dropped", "new"].includes(view.health.verdict) && view.tables.length > 0;
   if (dags.skip_transaction && live) {
     actions.push(h(C.Button, { key: "skip", size: "sm", variant: view.conflict_lsn ? "solid" : "outline",
       colorPalette: view.conflict_lsn ? "brand" : "gray", "data-testid": "rowfilter-action-skip",

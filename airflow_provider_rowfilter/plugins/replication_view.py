@@ -30,14 +30,16 @@ from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.humane import duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import parse_size
-from airflow_provider_rowfilter.dag_factory import DAG_KINDS, SPEC_PATTERNS, SubscriptionFile
+from airflow_provider_rowfilter.dag_factory import DAG_KINDS, SPEC_PATTERNS, AirflowSettings, SubscriptionFile
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.plugins import health, lag_chart
 from airflow_provider_rowfilter.publisher.slot_health import read_slot
-from airflow_provider_rowfilter.spec_placeholders import placeholder_ids
+from airflow_provider_rowfilter.spec_placeholders import lenient_keys, lenient_settings, placeholder_ids
 from airflow_provider_rowfilter.subscriber.state_reader import Overview, StateReader
 
 BATCHES_SHOWN = 10
+#: The spec's default ``retained_wal_warning`` (core/spec.py), for a file that cannot be read.
+RETAINED_WAL_WARNING = "1GB"
 #: The chart's window.
 WINDOW_SECONDS = 6 * 3600
 _SKIP_HINT = re.compile(r"rowfilter skip --lsn ([0-9A-Fa-f]+/[0-9A-Fa-f]+)")
@@ -106,17 +108,36 @@ def read_view(source: SubscriptionFile, failures: RunFacts) -> SubscriptionView:
     spec, settings = source.spec, source.settings
     view = SubscriptionView(spec.subscription, str(source.path), dict(source.dag_ids), list(spec.publications),
                             settings.schedule)
+    limit = parse_size(settings.max_retained_wal, "airflow: max_retained_wal") \
+        if settings.max_retained_wal is not None else spec.retained_wal_warning_bytes
+    return _read(view, Reads(spec.subscriber_conn_id, spec.publisher_conn_id, settings.max_batch_age, limit), failures)
+
+
+@dataclass(frozen=True)
+class Reads:
+    """Where a subscription is read and what it is judged by."""
+
+    subscriber_conn_id: str | None
+    publisher_conn_id: str | None
+    max_batch_age: float | None = None
+    max_retained_bytes: int | None = None
+    spec_error: str | None = None
+
+
+def _read(view: SubscriptionView, reads: Reads, failures: RunFacts) -> SubscriptionView:
     overview: Overview | None = None
     current = None
-    try:
-        with RowFilterHook.endpoint(spec.subscriber_conn_id or "", "subscriber").connect(connect_timeout=5) as conn:
-            overview = StateReader(conn, spec.subscription).overview(shown=BATCHES_SHOWN, window_seconds=WINDOW_SECONDS)
-    except (RowFilterError, psycopg.Error) as e:
-        view.error = _first_line(e)
-    row = overview.reading.row if overview is not None else None
-    if row is not None and spec.publisher_conn_id:
+    if reads.subscriber_conn_id:
         try:
-            with RowFilterHook.endpoint(spec.publisher_conn_id, "publisher").connect(connect_timeout=5) as conn:
+            with RowFilterHook.endpoint(reads.subscriber_conn_id, "subscriber").connect(connect_timeout=5) as conn:
+                overview = StateReader(conn, view.subscription).overview(shown=BATCHES_SHOWN,
+                                                                        window_seconds=WINDOW_SECONDS)
+        except (RowFilterError, psycopg.Error) as e:
+            view.error = view.error or _first_line(e)
+    row = overview.reading.row if overview is not None else None
+    if row is not None and reads.publisher_conn_id:
+        try:
+            with RowFilterHook.endpoint(reads.publisher_conn_id, "publisher").connect(connect_timeout=5) as conn:
                 current_text, slot = read_slot(conn, row.slot_name)
             current = parse_lsn(current_text)
             view.slot = slot.as_dict()
@@ -131,20 +152,20 @@ def read_view(source: SubscriptionFile, failures: RunFacts) -> SubscriptionView:
         [lag_chart.Point(b.finished_at, b.changes or 0, b.lag_seconds, b.id) for b in (overview.window if overview else ())],
         failures.failed_at, now, WINDOW_SECONDS)
     facts = health.Facts(
-        read_error=view.error, exists=row is not None, dropped_at=view.dropped_at,
-        enabled=view.enabled is not False, last_error=view.last_error, failed_run=failures.describe(),
-        batch_age=view.last_batch["age_seconds"] if view.last_batch else None,
-        max_batch_age=settings.max_batch_age, schedule_interval=schedule_interval(settings.schedule, now),
+        spec_error=reads.spec_error, read_error=None if reads.spec_error else view.error, exists=row is not None,
+        dropped_at=view.dropped_at, enabled=view.enabled is not False, last_error=view.last_error,
+        failed_run=failures.describe(), batch_age=view.last_batch["age_seconds"] if view.last_batch else None,
+        max_batch_age=reads.max_batch_age, schedule_interval=schedule_interval(view.schedule, now),
         slot_exists=None if view.slot is None else view.slot["exists"],
         slot_lost=bool(view.slot and view.slot.get("wal_status") == "lost"),
         wal_status=view.slot.get("wal_status") if view.slot else None,
         retained_bytes=view.slot.get("retained_bytes") if view.slot else None,
-        max_retained_bytes=parse_size(settings.max_retained_wal, "airflow: max_retained_wal")
-        if settings.max_retained_wal is not None else spec.retained_wal_warning_bytes,
+        max_retained_bytes=reads.max_retained_bytes,
         past_copy=[t["table"] for t in view.tables if t["state"] != "i"],
         syncing=[f"{t['table']} ({t['state']})" for t in view.tables if t["state"] != "r"])
     verdict = health.judge(facts)
-    view.health = {"verdict": verdict.verdict, "reasons": verdict.reasons}
+    view.health = {"verdict": verdict.verdict,
+                   "reasons": verdict.reasons + ([d] if reads.spec_error and (d := failures.describe()) else [])}
     return view
 
 
@@ -185,13 +206,18 @@ def _fill(view: SubscriptionView, overview: Overview, current: int | None, now: 
 
 
 def invalid_view(path: Path, error: Exception, dag_id: str, failures: RunFacts) -> SubscriptionView:
-    """A spec file the factory cannot build: its error, and its placeholder's failed run."""
+    """A spec file the factory cannot build: its error, its placeholder's failed run and, when the file still
+    names its subscription and connections (spec_placeholders.py ``lenient_keys``), the subscription's state,
+    lag and slot, read as for a valid file: a typo does not hide where replication stands."""
     text = str(error).strip() or type(error).__name__
-    view = SubscriptionView(path.stem, str(path), {"incremental_sync": dag_id}, error=f"invalid spec file: {text}")
-    view.health = {"verdict": "broken", "reasons": [f"invalid spec file: {text.splitlines()[0]}",
-                                                    *([d] if (d := failures.describe()) else [])]}
-    view.failed_task = failures.failed_task
-    return view
+    known = lenient_keys(path)
+    settings = lenient_settings(path, AirflowSettings.from_mapping, lambda *_: None)
+    view = SubscriptionView(known.get("subscription") or path.stem, str(path), {"incremental_sync": dag_id},
+                            schedule=settings.schedule, error=f"invalid spec file: {text}")
+    reads = Reads(known.get("subscriber_conn_id"), known.get("publisher_conn_id"),
+                  max_retained_bytes=parse_size(RETAINED_WAL_WARNING, "retained_wal_warning"),
+                  spec_error=text.splitlines()[0])
+    return _read(view, reads, failures)
 
 
 def placeholder_dag_id(path: Path) -> str:

@@ -41,10 +41,10 @@ class PageScenario:
 def page_scenario(state_db: StateDb, fresh_db: Callable[..., str], tmp_path: Path) -> PageScenario:
     pub = fresh_db()
     with psycopg.connect(pub, autocommit=True) as conn:
-        for name in ("orders", "billing", "audit"):
+        for name in ("orders", "billing", "audit", "legacy"):
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (f"rowfilter_{name}",))
-    dbs = {name: state_db.another(name) for name in SUBSCRIPTIONS}
-    for name in ("orders", "billing", "audit"):
+    dbs = {name: state_db.another(name) for name in (*SUBSCRIPTIONS, "legacy")}
+    for name in ("orders", "billing", "audit", "legacy"):
         dbs[name].set_states(**{"public.t1": "r", "public.t2": "r", "sales.t3": "r"})
     with psycopg.connect(state_db.dsn, autocommit=True) as conn:
         # orders: a batch every 10 minutes for the last 6 hours, the newest 2 minutes ago.
@@ -64,7 +64,8 @@ def page_scenario(state_db: StateDb, fresh_db: Callable[..., str], tmp_path: Pat
         conn.execute("""
             INSERT INTO rowfilter.batch_history (subscription, start_lsn, end_lsn, changes, transactions, lag_seconds,
                                                  duration_ms, counts, finished_at)
-            VALUES ('audit', '0/16B3700', '0/16B3748', 12, 1, 0.9, 650, '{}', now() - interval '20 minutes')""")
+            VALUES ('audit', '0/16B3700', '0/16B3748', 12, 1, 0.9, 650, '{}', now() - interval '20 minutes'),
+                   ('legacy', '0/16B3700', '0/16B3748', 30, 2, 0.5, 700, '{}', now() - interval '4 minutes')""")
     with psycopg.connect(state_db.dsn, autocommit=True) as conn:  # where the last batches ended (record_batch's)
         conn.execute("UPDATE rowfilter.subscription SET applied_lsn = '0/16B3748' WHERE name <> 's1'")
     dbs["audit"].record_error(None, CONFLICT)

@@ -108,7 +108,12 @@ def test_the_data_follow_airflows_login_and_teams(airflow_db: dict[str, str], sc
     assert "more than 15 min" in seen_a["billing"]["health"]["reasons"][0]
     assert seen_a["audit"]["conflict_lsn"] == CONFLICT_LSN
     assert seen_a["audit"]["health"]["reasons"][0].startswith('last error: conflict detected on relation "sales.t3"')
-    assert "unknown key 'shedule'" in seen_a["legacy"]["health"]["reasons"][0]
+    legacy = seen_a["legacy"]
+    assert "unknown key 'shedule'" in legacy["health"]["reasons"][0]
+    # A typo does not hide where the subscription stands: its state, lag and slot, read through the
+    # connections the broken file still names.
+    assert [t["state"] for t in legacy["tables"]] == ["r", "r", "r"] and legacy["slot"]["exists"] is True
+    assert legacy["last_batch"]["age_seconds"] < 600
     assert seen_a["archive"]["dropped_at"] and "dropped at" in seen_a["archive"]["health"]["reasons"][0]
 
     [plugin] = [p for p in out["plugins"]["plugins"] if p["name"] == "rowfilter"]
@@ -178,6 +183,7 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
             assert f"Skip transaction {CONFLICT_LSN}" in audit["text"] and "Resync sales.t3" in audit["text"]
             [log] = [link for link in by["legacy"]["links"] if "/tasks/" in link]
             assert log.startswith("/dags/rowfilter_legacy_incremental_sync/runs/") and log.endswith("/tasks/invalid_spec")
+            assert len(by["legacy"]["tables"]) == 3 and "unknown key 'shedule'" in by["legacy"]["text"]
             assert "dropped at" in by["archive"]["text"]
             page.screenshot(shots / "replication-wide.png", whole="[data-testid=rowfilter-page]")
 
