@@ -158,3 +158,25 @@ def test_format_and_json_together_are_refused(subscription):
     path, _ = subscription
     result = subprocess.run([exe(), "status", "--spec", path, "--format", "tsv", "--json"], capture_output=True, text=True)
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
+
+
+def test_disable_enable_and_drop_are_said_by_status_and_apply(subscription, capsys):
+    """Issue 29 items 5 and 9: ALTER SUBSCRIPTION … DISABLE/ENABLE; a dropped subscription says so."""
+    path, _ = subscription
+    assert cli.main(["disable", "--spec", path]) == 0
+    assert "disabled; the apply applies nothing until `rowfilter enable`" in capsys.readouterr().out
+    assert cli.main(["status", "--spec", path, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["enabled"] is False
+    assert cli.main(["status", "--spec", path]) == 0
+    assert "DISABLED: nothing is applied until `rowfilter enable`" in capsys.readouterr().out
+    assert cli.main(["apply", "--spec", path]) == 0  # no batch, no Spark: says why
+    assert "subscription s1: disabled: nothing applied (`rowfilter enable` enables it)" in capsys.readouterr().out
+    assert cli.main(["enable", "--spec", path]) == 0
+    assert "enabled; the next apply goes on from where it stopped" in capsys.readouterr().out
+
+    assert cli.main(["drop", "--spec", path]) == 0
+    capsys.readouterr()
+    assert cli.main(["status", "--spec", path]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"subscription 's1' was dropped at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(DROP SUBSCRIPTION\)", err), err
+    assert "run `rowfilter refresh`" not in err.split("HINT:")[0]
