@@ -1,10 +1,11 @@
 """A typo in a live spec file never stops replication silently (issue 29, item 2): with a real scheduler.
 
 The DAG factory's loader file is parsed by a dag-processor and scheduled by a scheduler, as in a
-deployment. The subscription's incremental sync is live (unpaused, on a one-minute schedule); its
-file then gets a typo. The placeholder that replaces its DAGs keeps the DAG id, the pause state and
-the schedule, so the scheduler keeps creating runs, each failing with the reason as the task's error
-and calling the file's on-failure callback.
+deployment. The subscription's incremental sync is live (unpaused, on its schedule: ``@continuous``,
+Airflow's schedule of a new run as soon as the last one ends, so that the test does not wait for a
+cron minute to turn); its file then gets a typo. The placeholder that replaces its DAGs keeps the
+DAG id, the pause state and the schedule, so the scheduler keeps creating runs, each failing with the
+reason as the task's error and calling the file's on-failure callback.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ publisher_conn_id: rf_live_publisher
 subscriber_conn_id: rf_live_subscriber
 publications: [p1]
 airflow:
-  schedule: "* * * * *"
+  schedule: "@continuous"
   retries: 0
   on_failure_callback: rowfilter_live_alerts.page
 """
@@ -53,7 +54,8 @@ def test_a_spec_broken_while_live_fails_on_its_schedule(tmp_path: Path) -> None:
         # Live: parsed, unpaused at creation (issue 29 item 4), on its one-minute schedule.
         airflow.wait_for("the incremental sync to be parsed", lambda: airflow.query(
             "SELECT is_paused FROM dag WHERE dag_id = ? AND is_stale = 0", DAG_ID), timeout=240)
-        assert airflow.query("SELECT is_paused FROM dag WHERE dag_id = ?", DAG_ID) == [(0,)]
+        assert airflow.query("SELECT is_paused, timetable_summary FROM dag WHERE dag_id = ?", DAG_ID) == \
+            [(0, "@continuous")]
         print(f"parsed after {time.monotonic() - began:.1f} s")
         # A typo in the file: the placeholder takes its place under the same id.
         spec.write_text(SPEC.replace("  retries: 0", "  retries: 0\n  shedule_typo: 1"))
@@ -69,7 +71,8 @@ def test_a_spec_broken_while_live_fails_on_its_schedule(tmp_path: Path) -> None:
             "AND t.state = 'failed'", DAG_ID) if row[0] not in before], timeout=180)
         print(f"failed run after {time.monotonic() - began:.1f} s")
         assert [run_type for _, run_type in failed] == ["scheduled"] * len(failed)
-        assert airflow.query("SELECT is_paused FROM dag WHERE dag_id = ?", DAG_ID) == [(0,)]
+        assert airflow.query("SELECT is_paused, timetable_summary FROM dag WHERE dag_id = ?", DAG_ID) == \
+            [(0, "@continuous")]  # the placeholder kept the pause state and the schedule
         logs = airflow.task_logs(DAG_ID, "invalid_spec")
         assert any("unknown key 'shedule_typo' in airflow:" in log and str(spec) in log for log in logs), logs
         airflow.wait_for("the on-failure callback", lambda: paged.exists() and
