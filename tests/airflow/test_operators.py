@@ -235,7 +235,8 @@ def test_an_apply_task_that_cannot_reach_a_database_submits_the_job(
     out, err = capfd.readouterr()
     warned = [line for line in (out + err).splitlines() if "The task could not go on applying itself" in line]
     assert len(warned) == 1 and "[warning" in warned[0] and "skip_when_idle=False" in warned[0], warned
-    assert "(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1)" in warned[0]
+    assert (f"(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1 (Airflow connection "
+            f"'{refused}'))") in warned[0]  # the connection named too (issue 29 item 6)
     assert op._output is not None  # spark-submit ran: the job failed as it would have without the task's attempt
 
 
