@@ -127,7 +127,8 @@ def _valid_schedule(schedule: Any) -> bool:
     if not isinstance(schedule, str):
         return False
     try:
-        DAG(dag_id="rowfilter_schedule_probe", schedule=schedule, start_date=dt.datetime(2025, 1, 1)).timetable.validate()
+        DAG(dag_id="rowfilter_schedule_probe", schedule=schedule, start_date=dt.datetime(2025, 1, 1),
+            max_active_runs=1).timetable.validate()
     except Exception:  # noqa: BLE001 - whatever Airflow refuses (a bad cron raises its own error types)
         return False
     return True
