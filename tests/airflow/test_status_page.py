@@ -216,9 +216,9 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
             page.screenshot(shots / "replication-narrow.png", whole="[data-testid=rowfilter-page]")
 
             # Airflow's dark mode: the page has the UI's theme, its colours too.
-            page.evaluate("localStorage.setItem('theme', 'dark')")
+            page.evaluate("localStorage.setItem('theme', 'dark'); window.location.hash = 'orders'")
             page.size(WIDE, 1000)
-            page.open(f"{airflow.url}/plugin/rowfilter#orders")
+            page.send("Page.reload")  # the UI reads its colour mode when it loads
             page.wait_for("document.documentElement.classList.contains('dark') && "
                           "!!document.querySelector('#rowfilter-orders [data-testid=rowfilter-chart]')", what="dark")
             assert page.evaluate("getComputedStyle(document.querySelector('#rowfilter-orders')).backgroundColor") != \
