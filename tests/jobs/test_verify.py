@@ -87,8 +87,8 @@ def test_a_text_key_is_compared_by_hashed_ranges(fresh_db, tmp_path):
     assert initial_copy(spec).ok
     assert _only(verify(spec), "public.code").clean
     # The subscriber's own column is not compared; a published one is.
-    execute(sub, f"UPDATE code SET local = 'other' WHERE k = md5('2'); UPDATE code SET v = 'x' WHERE k = md5('4'); "
-                 f"DELETE FROM code WHERE k = md5('5')")
+    execute(sub, "UPDATE code SET local = 'other' WHERE k = md5('2'); UPDATE code SET v = 'x' WHERE k = md5('4'); "
+                 "DELETE FROM code WHERE k = md5('5')")
     check = _only(verify(spec), "public.code")
     assert (check.missing, check.extra, check.different) == (1, 0, 1), check
     with psycopg.connect(pub) as conn:
@@ -100,7 +100,8 @@ def test_a_text_key_is_compared_by_hashed_ranges(fresh_db, tmp_path):
 def test_live_changes_and_a_running_apply_are_never_reported(fresh_db, tmp_path):
     pub, sub = fresh_db(), fresh_db()
     table = "CREATE TABLE t (id int PRIMARY KEY, grp int, v text);"
-    execute(pub, table + "ALTER TABLE t REPLICA IDENTITY FULL; INSERT INTO t SELECT g, g % 10, 'v' || g FROM generate_series(1, 5000) g; "
+    execute(pub, table + "ALTER TABLE t REPLICA IDENTITY FULL; "
+                         "INSERT INTO t SELECT g, g % 10, 'v' || g FROM generate_series(1, 5000) g; "
                          "CREATE PUBLICATION pt FOR TABLE t WHERE (grp % 2 = 0)")
     execute(sub, table)
     _, spec = spec_file(tmp_path, pub, sub, ["pt"])
