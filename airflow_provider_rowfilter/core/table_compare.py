@@ -4,11 +4,14 @@ Both sides run the same SQL over the same columns (the table's published columns
 order), so each database hashes its own rows and only small aggregates travel (docs/verify.md):
 
 1. **Buckets.** Every row falls into one bucket, by its key: ranges of a single integer key
-   (:class:`KeyRanges`: an index range scan reads one), else a hash of the key's text form
-   (:class:`KeyHashes`); a table without a usable key is compared as a multiset of rows, bucketed by the
-   hash of the whole row. Per bucket each side returns its row count and the sum of its rows'
-   60-bit hashes (``md5`` of the row's text form, which is the same on PostgreSQL 10 to 18 and on any
-   CPU): equal pairs mean equal rows (a sum, not a XOR, so a row present twice counts twice).
+   (:class:`KeyRanges`: an index range scan reads one), else a hash of the key (:class:`KeyHashes`); a
+   table without a usable key is compared as a multiset of rows, bucketed by the hash of the whole row.
+   Per bucket each side returns its row count and the sum of its rows' 64-bit hashes: equal pairs mean
+   equal rows (a sum, not a XOR, so a row present twice counts twice). A row's hash is
+   ``hash_record_extended`` (PostgreSQL 14+, each column's own extended hash function, as hash
+   partitioning uses) where both sides have the same column types, hash them and agree on a probe row
+   (:data:`HASH_PROBE`); else the ``md5`` of the row's text form, the same on PostgreSQL 10 to 18 and on
+   any CPU (:class:`Hashing`).
 2. **Rows.** Only inside the buckets that differ are rows read: key and row hash (or the row's text
    and its count, for a multiset), and the two sides matched by key.
 
@@ -50,6 +53,18 @@ def _row(columns: Sequence[str]) -> str:
     return f"ROW({', '.join(map(ident, columns))})::text"
 
 
+#: What both sides hash before the record hashing is chosen: the same value on both, or the text hashing is used.
+HASH_PROBE = ("SELECT hash_record_extended(ROW(1::int8, 'probe'::text, 1.5::numeric, "
+              "'2025-01-01 00:00:00+00'::timestamptz, true, 2.5::float8, 'probe'::bytea), 0)")
+
+
+class Hashing:
+    """How a row or a key is hashed: ``record`` (``hash_record_extended``) or ``text`` (``md5`` of its text form)."""
+
+    RECORD = "record"
+    TEXT = "text"
+
+
 @dataclass(frozen=True)
 class CompareShape:
     """What is compared of one table: ``columns`` (the published ones, the publisher's order) and ``key``
@@ -59,6 +74,7 @@ class CompareShape:
     columns: tuple[str, ...]
     key: tuple[str, ...] = ()
     integer_key: bool = False  # a single smallint/integer/bigint key on both sides: buckets are its ranges
+    hashing: str = Hashing.TEXT
 
     @property
     def keyed(self) -> bool:
@@ -72,19 +88,36 @@ class CompareShape:
     def key_text(self) -> str:
         return _row(self.key) if self.key else self.row_text
 
+    def key_hash(self, seed: int) -> str:
+        """A non-negative 31-bit hash of the key (of the row, for a multiset): what picks a :class:`KeyHashes` bucket."""
+        columns = self.key or self.columns
+        if self.hashing == Hashing.RECORD:
+            return f"(hash_record_extended(ROW({', '.join(map(ident, columns))}), {seed}) & 2147483647)"
+        return f"('x' || substr(md5({_row(columns)}), 16, 8))::bit(32)::int8 & 2147483647"
+
     def describe(self) -> str:
+        how = "" if self.hashing == Hashing.RECORD else ", hashed as text"
         if not self.key:
-            return "as a multiset of rows (no key)"
-        return f"by key ({', '.join(self.key)})"
+            return f"as a multiset of rows (no key){how}"
+        return f"by key ({', '.join(self.key)}){how}"
 
 
 def compare_shape(table: TableName, columns: Sequence[str], subscriber_key: Sequence[str],
-                  publisher_types: Mapping[str, str], subscriber_types: Mapping[str, str]) -> CompareShape:
-    """The shape of a comparison: the subscriber's key when every column of it is published, else none."""
+                  publisher_types: Mapping[str, str], subscriber_types: Mapping[str, str],
+                  record_hashing: bool = False) -> CompareShape:
+    """The shape of a comparison: the subscriber's key when every column of it is published, else none; the
+    record hashing when ``record_hashing`` (both sides can) and every column has the same type on both sides."""
     key = tuple(subscriber_key) if subscriber_key and set(subscriber_key) <= set(columns) else ()
     integer = (len(key) == 1 and publisher_types.get(key[0]) in INTEGER_TYPES
                and subscriber_types.get(key[0]) in INTEGER_TYPES)
-    return CompareShape(table, tuple(columns), key, integer)
+    same = all(publisher_types.get(c) is not None and publisher_types.get(c) == subscriber_types.get(c) for c in columns)
+    return CompareShape(table, tuple(columns), key, integer, Hashing.RECORD if record_hashing and same else Hashing.TEXT)
+
+
+def record_hash_probe(columns: Sequence[str], types: Mapping[str, str]) -> str:
+    """A statement that fails unless every column's type has an extended hash function (hash_record_extended
+    looks each one up before it looks at the values: rowtypes.c)."""
+    return "SELECT hash_record_extended(ROW(" + ", ".join(f"NULL::{types[c]}" for c in columns) + "), 0)"
 
 
 # --- buckets -------------------------------------------------------------------------------------------
@@ -130,13 +163,13 @@ class KeyRanges:
 
 @dataclass(frozen=True)
 class KeyHashes:
-    """Buckets by a hash of the key's text form (or of the whole row's, for a multiset): ``count`` of them."""
+    """Buckets by a hash of the key (or of the whole row, for a multiset): ``count`` of them."""
 
-    text: str  # the SQL of the text hashed: CompareShape.key_text
+    hash: str  # the SQL of the key's hash: CompareShape.key_hash
     count: int
 
     def bucket_sql(self) -> str:
-        return f"(('x' || substr(md5({self.text}), 16, 7))::bit(28)::int4 % {self.count})"
+        return f"(({self.hash}) % {self.count})::int4"
 
     def predicate(self, buckets: Iterable[int]) -> str:
         chosen = sorted(set(buckets))
@@ -167,7 +200,9 @@ def runs(values: Iterable[int]) -> list[tuple[int, int]]:
 
 # --- the statements --------------------------------------------------------------------------------------
 def row_hash_sql(shape: CompareShape) -> str:
-    """A row's 60-bit hash: the first 15 hex digits of the md5 of its text form."""
+    """A row's hash: ``hash_record_extended``, or the first 15 hex digits (60 bits) of the md5 of its text form."""
+    if shape.hashing == Hashing.RECORD:
+        return f"hash_record_extended(ROW({', '.join(map(ident, shape.columns))}), 0)"
     return f"('x' || substr(md5({shape.row_text}), 1, 15))::bit(60)::int8"
 
 

@@ -24,6 +24,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import TableFilters
 from airflow_provider_rowfilter.core.table_compare import (
     GROUP_ROWS,
+    HASH_PROBE,
     Buckets,
     CompareShape,
     KeyHashes,
@@ -39,6 +40,7 @@ from airflow_provider_rowfilter.core.table_compare import (
     groups,
     keyed_rows_sql,
     multiset_rows_sql,
+    record_hash_probe,
 )
 from airflow_provider_rowfilter.publisher.compare_source import (
     READER_PAGES,
@@ -195,7 +197,9 @@ def plan_table(pub: psycopg.Connection, sub: psycopg.Connection, subscription: s
 
     source = copy_source(filters, relation)
     target = compare_target(sub, subscription, filters.table, source.columns, rerun=rerun)
-    shape = shape_of(filters.table, source.columns, {c.name: c.type_name for c in relation.columns}, target)
+    types = {c.name: c.type_name for c in relation.columns}
+    shape = shape_of(filters.table, source.columns, types, target,
+                     record_hashing=record_hashing(pub, sub, source.columns, types))
     rows = max(estimated_rows(pub, source), estimated_rows(sub, target.source))
     buckets: Buckets
     if shape.integer_key:
@@ -204,10 +208,26 @@ def plan_table(pub: psycopg.Connection, sub: psycopg.Connection, subscription: s
         lower, upper = (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else (0, 0)
         buckets = KeyRanges.spanning(shape.key[0], lower, upper, rows)
     else:
-        buckets = KeyHashes(shape.key_text, bucket_count(rows))
+        buckets = KeyHashes(shape.key_hash(1), bucket_count(rows))
     pages = max(table_pages(pub, source), table_pages(sub, target.source))
     return TablePlan(shape, source, target, buckets, tuple(reader_predicates(pub, source, max_readers)),
                      tuple(reader_predicates(sub, target.source, max_readers)), pages)
+
+
+def record_hashing(pub: psycopg.Connection, sub: psycopg.Connection, columns: Sequence[str],
+                   types: dict[str, str]) -> bool:
+    """Whether both sides can hash the rows with ``hash_record_extended`` and hash alike (core/table_compare.py)."""
+    probes = []
+    for conn in (pub, sub):
+        if conn.info.server_version < 140000:
+            return False
+        try:
+            with conn.transaction():
+                conn.execute(record_hash_probe(columns, types))
+                probes.append(conn.execute(HASH_PROBE).fetchone()[0])
+        except psycopg.Error:  # a type without an extended hash function (json, point, …)
+            return False
+    return probes[0] == probes[1]
 
 
 @dataclass

@@ -46,8 +46,8 @@ def compare_target(conn: psycopg.Connection, subscription: str, table: TableName
 
 
 def shape_of(table: TableName, columns: tuple[str, ...], publisher_types: dict[str, str],
-             target: CompareTarget) -> CompareShape:
-    return compare_shape(table, columns, target.key, publisher_types, target.types)
+             target: CompareTarget, record_hashing: bool) -> CompareShape:
+    return compare_shape(table, columns, target.key, publisher_types, target.types, record_hashing)
 
 
 @contextmanager
