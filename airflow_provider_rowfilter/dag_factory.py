@@ -6,7 +6,10 @@ Each spec file (the YAML the ``rowfilter`` command reads, README "Use") becomes 
   (dynamic task mapping, bounded by a pool), apply, then wait until every table is ``r``;
 - ``<prefix>_incremental_sync`` (scheduled, one run at a time, no catch-up, retries with exponential
   back-off): one ApplyChanges micro-batch per run;
-- ``<prefix>_refresh`` (manual unless scheduled): refresh, then copy the tables it added.
+- ``<prefix>_refresh`` (manual unless scheduled): refresh, then copy the tables it added;
+
+then the operations run by hand with parameters (skip a transaction, resync tables, drop), and
+``<prefix>_verify`` (manual unless ``verify_schedule``) and ``<prefix>_reconcile_tables`` (manual).
 
 ``<prefix>`` is ``rowfilter_<subscription>``. The file's optional ``airflow:`` mapping holds the
 Airflow-only settings (:class:`AirflowSettings`); the ``rowfilter`` command and the jobs ignore it.

@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 
 #: A table whose larger side has more blocks than this is compared by Spark tasks (when the job may start Spark).
 LOCAL_PAGES = 4 * READER_PAGES
+#: Rows of the differing buckets (the larger side's) up to which they are matched, or fixed, by the job itself:
+#: a few ranges of a large table need no Spark task (what the driver holds is bounded by this).
+LOCAL_ROWS = 200_000
 
 
 # --- engines --------------------------------------------------------------------------------------------
@@ -146,6 +149,10 @@ class Engines(ExitStack):
         if pages <= self.local_pages:
             return LocalEngine()
         return SparkEngine(self.spark())
+
+    def for_rows(self, rows: int, engine: Engine) -> Engine:
+        """``engine``, or the local one for the rows of a few differing ranges."""
+        return LocalEngine() if rows <= LOCAL_ROWS and self.local_pages > 0 else engine
 
     def spark(self) -> SparkSession:
         if self.session is None:
@@ -245,6 +252,12 @@ class BucketPass:
         """The most rows either side has in each bucket."""
         return {b: max(self.publisher.get(b, (0, 0))[0], self.subscriber.get(b, (0, 0))[0])
                 for b in set(self.publisher) | set(self.subscriber)}
+
+    @property
+    def differing_rows(self) -> int:
+        """The rows of the differing buckets (the larger side's): what the row match or the fixes read."""
+        sizes = self.sizes()
+        return sum(sizes.get(b, 0) for b in self.differing)
 
 
 def bucket_pass(plan: TablePlan, sides: Sides, engine: Engine) -> BucketPass:

@@ -209,7 +209,7 @@ class _Reconcile:
 
             with sub.transaction():
                 replica_role(sub, "reconcile", table)  # says once here when the role may not: the groups do the same
-            engine.fixes(self.source, snapshot, self.target, fixes, each)
+            self.engines.for_rows(found.differing_rows, engine).fixes(self.source, snapshot, self.target, fixes, each)
         faults.point("reconcile-before-finish")
         check.seconds = time.monotonic() - began
         with sub.transaction():

@@ -172,7 +172,7 @@ def compare(spec: SubscriptionSpec, sub, pub, store: StateStore, table: TableNam
              plan.buckets.count)
     found = bucket_pass(plan, sides, engine)
     check = check_of(plan, found, sides.publisher_snapshot.lsn)
-    check.take(row_diff(plan, sides, found, engine))
+    check.take(row_diff(plan, sides, found, engines.for_rows(found.differing_rows, engine)))
     check.shared_with = store.other_subscriptions_of(table) + native_subscriptions_of(sub, table)
     if check.shared_with and check.extra:
         log.warning("%s: subscription(s) %s replicate into this table too: its extra rows may be theirs", table,

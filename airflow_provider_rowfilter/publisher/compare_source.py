@@ -44,11 +44,8 @@ class Read:
 def read_rows(read: Read, *, fetch_rows: int = FETCH_ROWS) -> Iterator[list[tuple]]:
     """Run ``read`` read-only in its snapshot with the comparing sessions' output settings; yield its rows in
     lists of at most ``fetch_rows`` (a server-side cursor: the reader never holds a large result)."""
-    conn = psycopg.connect(**read.conninfo)
+    conn = _reader(read)
     try:
-        conn.execute(read.snapshot.session_init_sql() if read.snapshot is not None
-                     else "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        conn.execute("; ".join(setting.replace("SET ", "SET LOCAL ", 1) for setting in SESSION_SETTINGS))
         with conn.cursor(name="rowfilter_compare") as cursor:
             cursor.itersize = fetch_rows
             cursor.execute(read.statement)
@@ -59,8 +56,26 @@ def read_rows(read: Read, *, fetch_rows: int = FETCH_ROWS) -> Iterator[list[tupl
 
 
 def all_rows(read: Read) -> list[tuple]:
-    """Every row of ``read`` (a small result: bucket sums)."""
-    return [row for rows in read_rows(read) for row in rows]
+    """Every row of ``read``, a small result (bucket sums): without a cursor, so that PostgreSQL may run the
+    statement with parallel workers (a cursor's never does: ``CURSOR_OPT_PARALLEL_OK`` is not set for it)."""
+    conn = _reader(read)
+    try:
+        return conn.execute(read.statement).fetchall()
+    finally:
+        conn.close()
+
+
+def _reader(read: Read) -> psycopg.Connection:
+    """A connection in ``read``'s snapshot (a read-only transaction begun), with the comparing sessions' settings."""
+    conn = psycopg.connect(**read.conninfo)
+    try:
+        conn.execute(read.snapshot.session_init_sql() if read.snapshot is not None
+                     else "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        conn.execute("; ".join(setting.replace("SET ", "SET LOCAL ", 1) for setting in SESSION_SETTINGS))
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 def reader_predicates(conn: psycopg.Connection, source: CopySource, most: int) -> list[str | None]:
