@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from snapshot_copy import TABLE, create_database, digest, publisher_setup  # noqa: E402
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.jobs import comparison  # noqa: E402
 from airflow_provider_rowfilter.jobs.reconcile import reconcile  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy  # noqa: E402
@@ -93,9 +94,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=5_000_000, help="rows in the published table")
     p.add_argument("--dsn", help="admin URL of an existing PostgreSQL 15+ with wal_level=logical")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--engine", choices=("job", "spark", "local"), default="job",
+                   help="who runs the reads and the fixes: the job's own choice (default), always Spark tasks, always "
+                   "the job's process")
+    p.add_argument("--verbose", action="store_true", help="log each group's fix")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON line too")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.verbose:
+        for name in ("airflow_provider_rowfilter.subscriber.reconcile_target", "airflow_provider_rowfilter.jobs"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
+    if args.engine != "job":
+        comparison.LOCAL_PAGES = 0 if args.engine == "spark" else 1 << 62
+        comparison.LOCAL_ROWS = -1 if args.engine == "spark" else 1 << 62
 
     with contextlib.ExitStack() as stack:
         admin = args.dsn or stack.enter_context(LocalPostgres.start()).dsn()

@@ -49,8 +49,13 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _row(columns: Sequence[str]) -> str:
-    return f"ROW({', '.join(map(ident, columns))})::text"
+def _row(columns: Sequence[str], alias: str | None = None) -> str:
+    return f"ROW({_refs(columns, alias)})::text"
+
+
+def _refs(columns: Sequence[str], alias: str | None = None) -> str:
+    """The columns as SQL references, qualified by ``alias`` (a statement that reads two tables)."""
+    return ", ".join(f"{alias}.{ident(c)}" if alias else ident(c) for c in columns)
 
 
 #: What both sides hash before the record hashing is chosen: the same value on both, or the text hashing is used.
@@ -88,12 +93,6 @@ class CompareShape:
     def key_text(self) -> str:
         return _row(self.key) if self.key else self.row_text
 
-    def key_hash(self, seed: int) -> str:
-        """A non-negative 31-bit hash of the key (of the row, for a multiset): what picks a :class:`KeyHashes` bucket."""
-        columns = self.key or self.columns
-        if self.hashing == Hashing.RECORD:
-            return f"(hash_record_extended(ROW({', '.join(map(ident, columns))}), {seed}) & 2147483647)"
-        return f"('x' || substr(md5({_row(columns)}), 16, 8))::bit(32)::int8 & 2147483647"
 
     def describe(self) -> str:
         how = "" if self.hashing == Hashing.RECORD else ", hashed as text"
@@ -138,8 +137,8 @@ class KeyRanges:
         stride = max(1, math.ceil((upper - lower + 1) / count))
         return cls(column, lower, stride, max(1, min(count, math.ceil((upper - lower + 1) / stride))))
 
-    def bucket_sql(self) -> str:
-        k = ident(self.column)
+    def bucket_sql(self, alias: str | None = None) -> str:
+        k = _refs([self.column], alias)
         if abs(self.lower) < _SAFE and abs(self.lower + self.stride * self.count) < _SAFE:
             offset = f"({k}::int8 - {self.lower}) / {self.stride}"
         else:
@@ -147,9 +146,9 @@ class KeyRanges:
         # A NULL key (the subscriber's key need not be one on the publisher) goes with the first bucket.
         return f"coalesce(least(greatest({offset}, 0), {self.count - 1}), 0)::int4"
 
-    def predicate(self, buckets: Iterable[int]) -> str:
+    def predicate(self, buckets: Iterable[int], alias: str | None = None) -> str:
         """The rows of ``buckets``, as ranges of the key an index serves (consecutive buckets merged)."""
-        k = ident(self.column)
+        k = _refs([self.column], alias)
         parts = []
         for first, last in runs(buckets):
             lower = None if first == 0 else self.lower + first * self.stride
@@ -163,21 +162,27 @@ class KeyRanges:
 
 @dataclass(frozen=True)
 class KeyHashes:
-    """Buckets by a hash of the key (or of the whole row, for a multiset): ``count`` of them."""
+    """Buckets by a non-negative 31-bit hash of the key (of the whole row, for a multiset): ``count`` of them."""
 
-    hash: str  # the SQL of the key's hash: CompareShape.key_hash
+    columns: tuple[str, ...]  # the key's (the row's)
+    hashing: str
     count: int
 
-    def bucket_sql(self) -> str:
-        return f"(({self.hash}) % {self.count})::int4"
+    def bucket_sql(self, alias: str | None = None) -> str:
+        refs = _refs(self.columns, alias)
+        if self.hashing == Hashing.RECORD:
+            hashed = f"(hash_record_extended(ROW({refs}), 1) & 2147483647)"
+        else:
+            hashed = f"(('x' || substr(md5(ROW({refs})::text), 16, 8))::bit(32)::int8 & 2147483647)"
+        return f"({hashed} % {self.count})::int4"
 
-    def predicate(self, buckets: Iterable[int]) -> str:
+    def predicate(self, buckets: Iterable[int], alias: str | None = None) -> str:
         chosen = sorted(set(buckets))
         if not chosen:
             return "FALSE"
         if len(chosen) == self.count:
             return "TRUE"
-        return f"{self.bucket_sql()} = ANY ('{{{','.join(map(str, chosen))}}}'::int4[])"
+        return f"{self.bucket_sql(alias)} = ANY ('{{{','.join(map(str, chosen))}}}'::int4[])"
 
 
 Buckets = KeyRanges | KeyHashes

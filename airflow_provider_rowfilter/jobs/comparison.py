@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -77,7 +77,7 @@ class Engine(Protocol):
 
 
 class LocalEngine:
-    """The reads in the job's own threads (one per side at once); the fixes one after the other."""
+    """The reads and the fixes in the job's own threads (two at once: one per side, or two groups)."""
 
     def __init__(self, threads: int = 2) -> None:
         self.threads = threads
@@ -100,8 +100,10 @@ class LocalEngine:
 
     def fixes(self, source: dict[str, str], snapshot: ExportedSnapshot, target: dict[str, str],
               fixes: Sequence[GroupFix], each: Callable[[GroupCounts], None]) -> None:
-        for fix in fixes:
-            each(fix_group(source, snapshot, target, fix))
+        # Each group's transaction touches only its own key ranges: two at once never wait for each other.
+        with ThreadPoolExecutor(self.threads, thread_name_prefix="rowfilter-reconcile") as pool:
+            for done in as_completed([pool.submit(fix_group, source, snapshot, target, fix) for fix in fixes]):
+                each(done.result())
 
 
 def _summed(rows: Sequence[tuple]) -> list[tuple[str, int]]:
@@ -215,7 +217,7 @@ def plan_table(pub: psycopg.Connection, sub: psycopg.Connection, subscription: s
         lower, upper = (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else (0, 0)
         buckets = KeyRanges.spanning(shape.key[0], lower, upper, rows)
     else:
-        buckets = KeyHashes(shape.key_hash(1), bucket_count(rows))
+        buckets = KeyHashes(shape.key or shape.columns, shape.hashing, bucket_count(rows))
     pages = max(table_pages(pub, source), table_pages(sub, target.source))
     return TablePlan(shape, source, target, buckets, tuple(reader_predicates(pub, source, max_readers)),
                      tuple(reader_predicates(sub, target.source, max_readers)), pages)
@@ -301,9 +303,13 @@ def _both(predicate: str, reader: str | None) -> str:
 
 def group_fixes(plan: TablePlan, found: BucketPass, group_rows: int = GROUP_ROWS) -> list[GroupFix]:
     """One fix per group of differing buckets: the publisher's COPY of the group's rows, the target's predicate."""
-    return [GroupFix(plan.target.target.table, plan.target.target.relkind == "p", plan.source.columns,
-                     plan.shape.key, copy_out_sql(plan.source, predicate=p), p, i)
-            for i, p in enumerate(group_predicates(plan, found, group_rows))]
+    fixes = []
+    for i, chosen in enumerate(groups(found.differing, found.sizes(), group_rows)):
+        predicate = plan.buckets.predicate(chosen)
+        fixes.append(GroupFix(plan.target.target.table, plan.target.target.relkind == "p", plan.source.columns,
+                              plan.shape.key, copy_out_sql(plan.source, predicate=predicate), predicate,
+                              plan.buckets.predicate(chosen, "t"), i))
+    return fixes
 
 
 def check_of(plan: TablePlan, found: BucketPass, lsn: str | None, kind: str = "verify") -> TableCheck:

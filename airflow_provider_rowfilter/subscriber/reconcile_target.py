@@ -15,6 +15,8 @@ It runs on an executor, or in the job's process: psycopg only.
 
 from __future__ import annotations
 
+import logging
+import time
 from contextlib import closing
 from dataclasses import dataclass
 
@@ -26,7 +28,10 @@ from airflow_provider_rowfilter.core.table_compare import ident
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.copy_source import DEFAULT_BLOCK_ROWS, ExportedSnapshot, read_copy
 
+log = logging.getLogger(__name__)
+
 STAGE = "rowfilter_reconcile"
+TEMP_BUFFERS = "128MB"
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class GroupFix:
     key: tuple[str, ...]  # the subscriber's key; empty: a multiset
     copy_out: str  # the publisher's COPY … TO STDOUT of the group's rows
     predicate: str  # the group's rows of the target (SQL over its columns)
+    qualified: str  # the same over the columns of the target as ``t`` (a statement that reads the stage too)
     group: int = 0
 
 
@@ -56,6 +62,8 @@ def fix_group(source: dict[str, str], snapshot: ExportedSnapshot, target: dict[s
     """Bring the target's rows of ``fix``'s group to the publisher's in ``snapshot``, in ONE transaction."""
     with psycopg.connect(**target) as conn:
         with conn.transaction():
+            # Room for a group's rows in the session's local buffers (settable before its first temporary table).
+            conn.execute(f"SET LOCAL temp_buffers = '{TEMP_BUFFERS}'")
             _replica_role(conn)
             return _fix(conn, source, snapshot, fix, block_rows)
 
@@ -73,6 +81,7 @@ def _replica_role(conn: psycopg.Connection) -> None:
 
 def _fix(conn: psycopg.Connection, source: dict[str, str], snapshot: ExportedSnapshot, fix: GroupFix,
          block_rows: int) -> GroupCounts:
+    began = time.monotonic()
     target = table_sql(fix.table).as_string(conn)
     only = "" if fix.partitioned else "ONLY "
     cols = ", ".join(map(ident, fix.columns))
@@ -83,19 +92,25 @@ def _fix(conn: psycopg.Connection, source: dict[str, str], snapshot: ExportedSna
                 copy.write(block)
         staged = cur.rowcount
     conn.execute(f"ANALYZE {STAGE}")
+    staged_at = time.monotonic()
     counts = GroupCounts(fix.group, publisher_rows=staged)
     if fix.key:
         _fix_keyed(conn, fix, target, only, cols, counts)
     else:
         _fix_multiset(conn, fix, target, only, cols, counts)
+    log.debug("%s: group %d: %d publisher rows staged in %.2f s, fixed in %.2f s (+%d ~%d -%d)", fix.table,
+              fix.group, staged, staged_at - began, time.monotonic() - staged_at, counts.inserted, counts.updated,
+              counts.deleted)
     return counts
 
 
 def _fix_keyed(conn: psycopg.Connection, fix: GroupFix, target: str, only: str, cols: str,
                counts: GroupCounts) -> None:
+    # Every statement restricts the target to the group (an index reads a key range): the stage holds the
+    # group's rows only, and a join to the whole target would scan it once per group.
     key = " AND ".join(f"t.{ident(k)} = s.{ident(k)}" for k in fix.key)
     counts.deleted = conn.execute(
-        f"DELETE FROM {only}{target} t WHERE ({fix.predicate}) AND NOT EXISTS (SELECT FROM {STAGE} s WHERE {key})"
+        f"DELETE FROM {only}{target} t WHERE ({fix.qualified}) AND NOT EXISTS (SELECT FROM {STAGE} s WHERE {key})"
     ).rowcount
     values = [c for c in fix.columns if c not in fix.key]
     if values:
@@ -103,11 +118,11 @@ def _fix_keyed(conn: psycopg.Connection, fix: GroupFix, target: str, only: str, 
         row_s = f"ROW({', '.join('s.' + ident(c) for c in fix.columns)})::text"
         sets = ", ".join(f"{ident(c)} = s.{ident(c)}" for c in values)
         counts.updated = conn.execute(
-            f"UPDATE {only}{target} t SET {sets} FROM {STAGE} s WHERE {key} AND {row_t} IS DISTINCT FROM {row_s}"
-        ).rowcount
+            f"UPDATE {only}{target} t SET {sets} FROM {STAGE} s WHERE ({fix.qualified}) AND {key} "
+            f"AND {row_t} IS DISTINCT FROM {row_s}").rowcount
     counts.inserted = conn.execute(
         f"INSERT INTO {target} ({cols}) OVERRIDING SYSTEM VALUE SELECT {cols} FROM {STAGE} s "
-        f"WHERE NOT EXISTS (SELECT FROM {only}{target} t WHERE {key})").rowcount
+        f"WHERE NOT EXISTS (SELECT FROM {only}{target} t WHERE ({fix.qualified}) AND {key})").rowcount
 
 
 def _fix_multiset(conn: psycopg.Connection, fix: GroupFix, target: str, only: str, cols: str,

@@ -34,10 +34,16 @@ def test_ranges_of_an_integer_key_cover_every_value_once():
 
 
 def test_hashed_buckets_of_a_key():
-    buckets = KeyHashes("h(k)", 8)
-    assert buckets.bucket_sql() == "((h(k)) % 8)::int4"
-    assert buckets.predicate([3, 1]) == "((h(k)) % 8)::int4 = ANY ('{1,3}'::int4[])"
+    buckets = KeyHashes(("k",), Hashing.RECORD, 8)
+    assert buckets.bucket_sql("t") == '((hash_record_extended(ROW(t."k"), 1) & 2147483647) % 8)::int4'
+    assert buckets.predicate([3, 1]) == ('((hash_record_extended(ROW("k"), 1) & 2147483647) % 8)::int4 '
+                                         "= ANY ('{1,3}'::int4[])")
     assert buckets.predicate(range(8)) == "TRUE"
+    assert "md5(ROW(\"k\")::text)" in KeyHashes(("k",), Hashing.TEXT, 8).bucket_sql()
+
+
+def test_a_qualified_range():
+    assert KeyRanges("id", 0, 10, 2).predicate([1], "t") == '((t."id" >= 10))'
 
 
 @pytest.mark.parametrize(("pub", "sub", "record", "key", "integer", "hashing"), [
