@@ -309,8 +309,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
     from airflow_provider_rowfilter.jobs.refresh import refresh as run_refresh
 
     result = run_refresh(spec, recreate_slot=recreate_slot, reconcile=reconcile)
-    for table, change in result.copy_definitions_changed.items():
-        say(("WARNING:", "yellow"), f" {table}: {change}", err=True)
+    # A table whose copy filter or column list changed: the job's own WARNING line says what and what to do.
     for check in result.reconciled:
         say(f"  reconciled {check['table']}: inserted {check['inserted']:,}, updated {check['updated']:,}, "
             f"deleted {check['deleted']:,}; state f at {check['lsn']}")

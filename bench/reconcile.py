@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"rows": args.rows, "rows_after": ours_digest[0], "native_seconds": native_s,
                           "native_empty_seconds": native_probe.empty_seconds, "ours_seconds": our_s,
                           "reconcile_seconds": check.seconds, "ours_empty_seconds": our_probe.empty_seconds,
-                          "inserted": check.inserted, "ratio": native_s / our_s}))
+                          "inserted": check.inserted, "ratio": native_s / our_s, "engine": args.engine}))
     return 0
 
 

@@ -36,7 +36,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.table_compare import TableCheck
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
 from airflow_provider_rowfilter.jobs.comparison import Engines, Sides, bucket_pass, check_of, plan_table, row_diff
-from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
+from airflow_provider_rowfilter.jobs.exit_status import fail, is_transient, run_job
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.publisher.copy_source import ExportedSnapshot, exported_snapshot
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
@@ -240,7 +240,14 @@ def apply_log(spec: SubscriptionSpec, store: StateStore, engines: Engines) -> No
     apply's lock: every table's position becomes the point."""
     from airflow_provider_rowfilter.jobs.apply import apply
 
-    apply(spec, capture_first=False, spark=engines.session, subscriber=store.conn)
+    try:
+        apply(spec, capture_first=False, spark=engines.session, subscriber=store.conn)
+    except RowFilterError as e:  # a conflict, a changed publication: the subscriber cannot reach the point
+        if is_transient(e):
+            raise  # a lost connection: exit 75, the run is retried
+        raise VerifyError(f"cannot bring subscription {spec.subscription!r} to the verify's point: the apply "
+                          f"failed: {e.message}", table=e.table, detail=e.detail,
+                          hint=(e.hint + "; " if e.hint else "") + "then run the verify again") from e
 
 
 # --- entry point ------------------------------------------------------------------------------------------
