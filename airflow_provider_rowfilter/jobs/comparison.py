@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 
 #: A table whose larger side has more blocks than this is compared by Spark tasks (when the job may start Spark).
 LOCAL_PAGES = 4 * READER_PAGES
+#: How many times larger a reconcile's groups are where the buckets are hashes of the key (fewer scans).
+HASHED_GROUP_FACTOR = 10
 #: Rows of the differing buckets (the larger side's) up to which they are matched, or fixed, by the job itself:
 #: a few ranges of a large table need no Spark task (what the driver holds is bounded by this).
 LOCAL_ROWS = 200_000
@@ -304,6 +306,8 @@ def _both(predicate: str, reader: str | None) -> str:
 def group_fixes(plan: TablePlan, found: BucketPass, group_rows: int = GROUP_ROWS) -> list[GroupFix]:
     """One fix per group of differing buckets: the publisher's COPY of the group's rows, the target's predicate."""
     fixes = []
+    if isinstance(plan.buckets, KeyHashes):  # no index finds a hashed range: each group scans both sides once
+        group_rows *= HASHED_GROUP_FACTOR
     for i, chosen in enumerate(groups(found.differing, found.sizes(), group_rows)):
         predicate = plan.buckets.predicate(chosen)
         fixes.append(GroupFix(plan.target.target.table, plan.target.target.relkind == "p", plan.source.columns,
