@@ -17,6 +17,7 @@ import psycopg
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.jobs import comparison
 from airflow_provider_rowfilter.jobs.apply import ApplyBusyError, apply
+from airflow_provider_rowfilter.jobs.reconcile import reconcile
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import initial_copy
 from airflow_provider_rowfilter.jobs.verify import verify
@@ -97,6 +98,14 @@ def test_a_text_key_is_compared_by_hashed_ranges(fresh_db, tmp_path):
         four, five = conn.execute("SELECT ROW(md5('4'))::text, ROW(md5('5'))::text").fetchone()
     assert check.examples == {"missing": [five], "different": [four]}
     assert check.compared == "by key (k), hashed as text" and check.differing_buckets == 2
+    # Reconciled: the published columns as a copy brings them; the subscriber's own column kept in the rows kept,
+    # its default in the row inserted.
+    (done,) = reconcile(spec).tables
+    assert (done.inserted, done.updated, done.deleted) == (1, 1, 0)
+    assert _only(verify(spec), "public.code").clean
+    with psycopg.connect(sub) as conn:
+        assert conn.execute("SELECT k = md5('2'), local FROM code WHERE k IN (md5('2'), md5('5')) ORDER BY 1"
+                            ).fetchall() == [(False, "mine"), (True, "other")]
 
 
 def test_live_changes_and_a_running_apply_are_never_reported(fresh_db, tmp_path):
