@@ -122,6 +122,7 @@ class CaptureResult:
     more: bool = False  # the bound cut the batch: more changes may be waiting
     heartbeat: bool = False  # the slot moved on although nothing was for us
     filtering: str | None = None  # source or spark: who evaluated the publications (core/spec.py)
+    decoder: str = pgoutput_columns.DECODER  # native (the C extension) or numpy (publisher/pgoutput_columns.py)
     recovered_lsn: str | None = None  # an interrupted batch finished: the slot caught up with the log
     lag_bytes: int | None = None  # pg_current_wal_lsn() - end_lsn
     lag_seconds: float | None = None  # now - commit time of the last transaction captured
