@@ -231,7 +231,7 @@ def slot_read_alone(pub: str, publication: str) -> tuple[float, int, int]:
 class PhaseTimer:
     """Wall time spent in the apply job's steps, per batch; wraps module attributes while active."""
 
-    STEPS = ("capture", "decide", "facts", "stage", "subscriber")
+    STEPS = ("capture", "decide", "facts", "stage", "reduce", "stage_copy", "subscriber")
 
     def __init__(self) -> None:
         self.current: dict[str, float] = defaultdict(float)
@@ -260,6 +260,9 @@ class PhaseTimer:
         self._wrap(apply_frames.DecidedBatch, "facts", "facts")  # first action: read, judge, persist, count
         self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
         self._wrap(apply_job.StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
+        # A batch the publisher judged: reduced in the process, its rows COPYed from it (change_log/net_effect.py).
+        self._wrap(apply_job, "reduce_batch", "reduce")
+        self._wrap(apply_job, "copy_stage_rows", "stage_copy")
         return self
 
     def uninstall(self) -> None:
