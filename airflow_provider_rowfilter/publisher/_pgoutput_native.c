@@ -1,5 +1,5 @@
 /*
- * The capture's hot loop in C: the slot's rows read from a binary COPY stream, and the INSERT,
+ * The capture's hot loop in C: a fetch of the slot's rows joined into one buffer, and the INSERT,
  * UPDATE and DELETE messages among them decoded into the buffers of Arrow arrays.
  *
  * publisher/pgoutput_columns.py is the only caller and holds the numpy decoder this module must
@@ -7,11 +7,9 @@
  * without the GIL, so the capture ahead (a thread of the apply job) decodes while the apply's
  * Python runs.
  *
- * The formats are PostgreSQL's: the binary COPY stream of `COPY ... TO STDOUT (FORMAT binary)`
- * (src/backend/commands/copyto.c CopyOneRowTo: int16 field count, then per field an int32 length
- * and the bytes; a count of -1 ends the data), and pgoutput's TupleData
- * (src/backend/replication/logical/proto.c logicalrep_write_tuple: int16 column count, then per
- * column a kind byte 't', 'n' or 'u', and for 't' an int32 length and the text form).
+ * The format is pgoutput's TupleData (src/backend/replication/logical/proto.c logicalrep_write_tuple:
+ * int16 column count, then per column a kind byte 't', 'n' or 'u', and for 't' an int32 length and
+ * the text form).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -23,86 +21,53 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
-static uint64_t be64(const unsigned char *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+/* ---- join_rows ------------------------------------------------------------------------------- */
 
-/* ---- split_copy ------------------------------------------------------------------------------ */
+static const char join_rows_doc[] =
+    "join_rows(rows, padding) -> (buffer, lsns, starts, ends) or None\n\n"
+    "The slot's rows of one fetch, a list of (lsn: int, data: bytes), as one buffer of their data followed\n"
+    "by `padding` zero bytes, and bytes of native int64: each row's LSN and where its data lies in buffer.\n"
+    "None when a row is of another shape (the caller then does the same in Python).";
 
-static const char split_copy_doc[] =
-    "split_copy(buffer, pos, max_rows) -> (rows, lsns, starts, ends, pos, finished) or a str error\n\n"
-    "Read up to max_rows rows of two fields (int8 lsn, bytea data) of a binary COPY stream from\n"
-    "buffer[pos:]. lsns, starts and ends are bytes of native int64: each row's LSN and where its data\n"
-    "lies in buffer. pos is where the first row not read starts (a row cut by the buffer's end is left);\n"
-    "finished says the stream's trailer was read. A row of another shape returns an error text.";
-
-static PyObject *split_copy(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t pos, max_rows;
-    if (!PyArg_ParseTuple(args, "y*nn", &view, &pos, &max_rows))
+static PyObject *join_rows(PyObject *self, PyObject *args) {
+    PyObject *rows;
+    Py_ssize_t padding;
+    if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &rows, &padding))
         return NULL;
-    if (max_rows < 1 || pos < 0 || pos > view.len) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "split_copy: pos out of the buffer or max_rows < 1");
-        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(rows), total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2 || !PyLong_Check(PyTuple_GET_ITEM(row, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(row, 1)))
+            Py_RETURN_NONE;
+        total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(row, 1));
     }
-    PyObject *lsns = PyBytes_FromStringAndSize(NULL, max_rows * 8);
-    PyObject *starts = PyBytes_FromStringAndSize(NULL, max_rows * 8);
-    PyObject *ends = PyBytes_FromStringAndSize(NULL, max_rows * 8);
-    if (!lsns || !starts || !ends) {
-        Py_XDECREF(lsns); Py_XDECREF(starts); Py_XDECREF(ends);
-        PyBuffer_Release(&view);
-        return NULL;
-    }
+    PyObject *buffer = PyBytes_FromStringAndSize(NULL, total + padding);
+    PyObject *lsns = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *starts = PyBytes_FromStringAndSize(NULL, n * 8);
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (!buffer || !lsns || !starts || !ends)
+        goto failed;
+    char *b = PyBytes_AS_STRING(buffer);
     int64_t *l = (int64_t *)PyBytes_AS_STRING(lsns), *s = (int64_t *)PyBytes_AS_STRING(starts),
             *e = (int64_t *)PyBytes_AS_STRING(ends);
-    const unsigned char *b = view.buf;
-    Py_ssize_t len = view.len, rows = 0;
-    int finished = 0;
-    const char *error = NULL;
-    Py_BEGIN_ALLOW_THREADS
-    while (rows < max_rows) {
-        if (pos + 2 > len)
-            break;
-        int16_t fields = (int16_t)((b[pos] << 8) | b[pos + 1]);
-        if (fields == -1) {
-            finished = 1;
-            pos += 2;
-            break;
-        }
-        if (fields != 2) {
-            error = "a COPY row without two fields";
-            break;
-        }
-        if (pos + 2 + 4 + 8 + 4 > len)
-            break;
-        if (be32(b + pos + 2) != 8) {
-            error = "a COPY row whose LSN is not 8 bytes";
-            break;
-        }
-        int32_t size = (int32_t)be32(b + pos + 14);
-        if (size < 0) {
-            error = "a COPY row whose data is NULL";
-            break;
-        }
-        if (pos + 18 + (Py_ssize_t)size > len)
-            break;
-        l[rows] = (int64_t)be64(b + pos + 6);
-        s[rows] = pos + 18;
-        e[rows] = pos + 18 + size;
-        rows++;
-        pos += 18 + size;
+    Py_ssize_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i), *data = PyTuple_GET_ITEM(row, 1);
+        l[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(row, 0));
+        if (l[i] == -1 && PyErr_Occurred())
+            goto failed;
+        Py_ssize_t size = PyBytes_GET_SIZE(data);
+        memcpy(b + at, PyBytes_AS_STRING(data), size);
+        s[i] = at;
+        e[i] = at + size;
+        at += size;
     }
-    Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (error) {
-        Py_DECREF(lsns); Py_DECREF(starts); Py_DECREF(ends);
-        return PyUnicode_FromString(error);
-    }
-    if (_PyBytes_Resize(&lsns, rows * 8) < 0 || _PyBytes_Resize(&starts, rows * 8) < 0 ||
-        _PyBytes_Resize(&ends, rows * 8) < 0) {
-        Py_XDECREF(lsns); Py_XDECREF(starts); Py_XDECREF(ends);
-        return NULL;
-    }
-    return Py_BuildValue("nNNNni", rows, lsns, starts, ends, pos, finished);
+    memset(b + at, 0, padding);
+    return Py_BuildValue("NNNN", buffer, lsns, starts, ends);
+failed:
+    Py_XDECREF(buffer); Py_XDECREF(lsns); Py_XDECREF(starts); Py_XDECREF(ends);
+    return NULL;
 }
 
 /* ---- decode_changes -------------------------------------------------------------------------- */
@@ -341,14 +306,14 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"split_copy", split_copy, METH_VARARGS, split_copy_doc},
+    {"join_rows", join_rows, METH_VARARGS, join_rows_doc},
     {"decode_changes", decode_changes, METH_VARARGS, decode_changes_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_pgoutput_native",
-    "pgoutput change messages into Arrow buffers, and a binary COPY stream into rows, without the GIL "
+    "A fetch of slot rows joined, and pgoutput change messages decoded into Arrow buffers without the GIL "
     "(publisher/pgoutput_columns.py).",
     -1, methods,
 };

@@ -32,6 +32,7 @@ from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     Irregular,
     decode_changes_native,
     decode_changes_numpy,
+    join_rows,
     message_buffer,
 )
 from tests.pgoutput_messages import EDGE_CASES, encode, oid_, tuples
@@ -147,6 +148,22 @@ def test_the_c_decoder_equals_the_numpy_one_on_changes_and_on_damaged_ones(messa
         for bad in (raw[i][:len(raw[i]) // 2], raw[i] + b"t", raw[i][:-1] + bytes([sum(damage) % 256])):
             native_out, numpy_out = _both([*raw[:i], bad, *raw[i + 1:]])
             assert native_out == numpy_out
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.binary(max_size=40)), max_size=20))
+def test_a_fetch_s_rows_are_joined_as_message_buffer_joins_them(rows):
+    buffer, lsns, starts, ends = join_rows(rows)
+    expected_buffer, expected_starts, expected_ends = message_buffer([data for _, data in rows])
+    assert buffer.tobytes() == expected_buffer.tobytes()
+    assert (lsns.tolist(), starts.tolist(), ends.tolist()) == (
+        [lsn for lsn, _ in rows], expected_starts.tolist(), expected_ends.tolist())
+
+
+@native
+def test_rows_of_another_shape_are_joined_in_python():
+    assert pgoutput_columns._native.join_rows([(1, memoryview(b"x"))], 8) is None
+    buffer, lsns, starts, ends = join_rows([(1, b"ab"), (2, b"c")])
+    assert (buffer.tobytes(), lsns.tolist()) == (b"abc" + bytes(8), [1, 2])
 
 
 @native
