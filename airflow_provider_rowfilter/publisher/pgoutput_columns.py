@@ -1,4 +1,4 @@
-"""Decode the row images of many pgoutput change messages at once, into columns (numpy).
+"""Decode the row images of many pgoutput change messages at once, into columns (in C where built, else numpy).
 
 :mod:`~airflow_provider_rowfilter.core.pgoutput` decodes one message into Python objects: the
 reference, and what every message other than INSERT, UPDATE and DELETE goes through. Those three
