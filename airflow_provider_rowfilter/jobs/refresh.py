@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.core.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
@@ -81,17 +82,26 @@ class RefreshResult:
     refused: dict[str, str] = field(default_factory=dict)  # on_invalid_table: skip: table -> why
     filtering: str = "spark"  # source or spark: who evaluates the definitions (core/spec.py)
     warnings: list[str] = field(default_factory=list)  # what the publisher itself will refuse (filtering: source)
+    #: tables past i whose initial-copy filter or column list changed since the last refresh: what changed
+    copy_definitions_changed: dict[str, str] = field(default_factory=dict)
+    reconciled: list[dict] = field(default_factory=list)  # reconcile: true (or --reconcile): each table's result
 
     @property
     def changed(self) -> bool:
         return bool(self.added or self.removed or self.slot_created or self.capture_publication_changed
-                    or self.definitions_changed or self.resynced)
+                    or self.definitions_changed or self.resynced or self.reconciled)
 
 
-def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshResult:
+def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: bool | None = None) -> RefreshResult:
     """Run RefreshPublication for ``spec``; raise (having changed nothing) when the definitions are invalid
-    or the slot is gone and ``recreate_slot`` was not given."""
+    or the slot is gone and ``recreate_slot`` was not given.
+
+    :param reconcile: repair in place (jobs/reconcile.py) instead of leaving or emptying: the tables a lost slot
+        had positioned (with ``recreate_slot``), and each table whose initial-copy filter or column list changed.
+        None: the spec's ``reconcile``.
+    """
     slot, _ = capture_names(spec.subscription)
+    in_place = spec.reconcile if reconcile is None else reconcile
     resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
         # The definitions and what the drift check holds the catalog against (core/publication_state.py), in one
@@ -111,7 +121,9 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             stranded = _positioned_tables(spec)
             if stranded and not recreate_slot:
                 raise slot_lost(spec, slot, stranded)
-            if stranded:
+            if stranded and in_place:
+                _hold_for_reconcile(spec, stranded)
+            elif stranded:
                 _resync(spec, [r.table for r in stranded])
                 resynced = stranded
         if definitions.filtering == "source":
@@ -140,7 +152,6 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
                            warnings=list(definitions.warnings))
     for text in definitions.warnings:
         log.warning("%s", text)
-    known = len(result.warnings)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
@@ -151,36 +162,27 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             result.refused = _record_refused(store, definitions.filters.refused)
             last = store.last_refresh()
             result.definitions_changed = last is None or last.definitions != document
-            if last is not None:
-                result.warnings.extend(filters_changed(last.definitions, document, exclude=added))
             if added or removed or result.definitions_changed:
                 store.record_refresh(lsn, added, removed, document)
+            copied = [r.table for r in store.tables() if r.state is not SyncState.INIT and not r.reconciling]
+            changed = copy_definition_changes(None if last is None else last.definitions, document, copied)
     result.added = [str(t) for t in added]
     result.removed = [str(t) for t in removed]
-    for text in result.warnings[known:]:
-        log.warning("%s", text)
+    result.copy_definitions_changed = {str(t): f"{c}; {AS_POSTGRESQL_LEAVES_IT}" for t, c in changed.items()}
+    for table, change in changed.items():
+        log.warning("%s: %s; %s", table, change, "it is reconciled in place now (reconcile: true)" if in_place else
+                    f"{AS_POSTGRESQL_LEAVES_IT}. `rowfilter reconcile --table {table.as_sql()}` brings it to what a "
+                    "new copy would hold, in place (or set reconcile: true in the spec)")
     log.info("refresh of %s at %s: added %s, removed %s", spec.subscription, lsn, result.added, result.removed)
+    held = [r.table for r in _positioned_tables(spec) if r.reconciling] if in_place else []
+    if in_place and (changed or held):
+        from airflow_provider_rowfilter.jobs.reconcile import reconcile as run_reconcile
+
+        done = run_reconcile(spec, sorted(set(changed) | set(held)))
+        result.reconciled = [t.as_dict() for t in done.tables]
+        if not done.ok:
+            raise done.error()
     return result
-
-
-def filters_changed(before: dict, after: dict, exclude: Iterable[TableName] = ()) -> list[str]:
-    """A warning per table whose rows the definitions choose changed (its initial copy's filter: the OR of its
-    publications' row filters): PostgreSQL re-copies nothing at ``REFRESH PUBLICATION``, so the subscriber's
-    table keeps the rows it has that the new filter excludes (and lacks those it now includes), as a native
-    subscriber does (logical-replication-row-filter: "rows that don't satisfy the new filter are not removed")."""
-    was = {t["table"]: t.get("copy_filter") for t in before.get("tables", [])}
-    skip = {str(t) for t in exclude}
-    warnings = []
-    for t in after.get("tables", []):
-        name, now = t["table"], t.get("copy_filter")
-        if name in skip or name not in was or was[name] == now:
-            continue
-        warnings.append(
-            f"table {name}: its publications' row filter changed (was {was[name] or 'all rows'}, now {now or 'all rows'}): "
-            "as in PostgreSQL, the rows already copied stay as they are; the table keeps the rows the new filter "
-            "excludes and lacks the rows it now includes (see docs/operations.md, \"A row filter changed\": "
-            f"compare it with the publisher, or copy it again with `rowfilter resync --table {name} --copy`)")
-    return warnings
 
 
 def _tracked_tables(filters) -> list[TableName]:
@@ -240,6 +242,22 @@ def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> Sl
         "nothing was changed")
 
 
+def _hold_for_reconcile(spec: SubscriptionSpec, stranded: list[RelState]) -> None:
+    """A lost slot, repaired in place: each table it had positioned is held in ``d`` for a reconcile (its rows kept),
+    in one transaction, before the new slot exists; the reconcile after the refresh compares it at a point of
+    the new slot (jobs/reconcile.py)."""
+    from airflow_provider_rowfilter.jobs.reconcile import hold
+
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        migrate(sub)
+        store = StateStore(sub, spec.subscription)
+        with sub.transaction():
+            for rel in store.tables([r.table for r in stranded]):
+                hold(store, rel.table, rel.state)
+    log.warning("slot of %s recreated: %s kept and held for a reconcile in place", spec.subscription,
+                ", ".join(str(r.table) for r in stranded))
+
+
 def _resync(spec: SubscriptionSpec, tables: list) -> None:
     """Empty the tables and send them back to ``i``, each in one transaction (``rowfilter resync``)."""
     from airflow_provider_rowfilter.jobs.snapshot import resync  # the copy's modules: only on this path
@@ -255,10 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--recreate-slot", action="store_true",
                    help="the slot is gone: create a new one and send the tables it positioned back to i")
+    p.add_argument("--reconcile", action="store_true",
+                   help="repair in place (rowfilter reconcile) instead: the tables a lost slot positioned, and the "
+                   "tables whose copy filter or column list changed (the spec's reconcile: true)")
 
     def body() -> int:
         args, spec = parse(p, argv)
-        result = refresh(spec, recreate_slot=args.recreate_slot)
+        result = refresh(spec, recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
         print(json.dumps({**result.__dict__, "changed": result.changed}))
         return 0
 
