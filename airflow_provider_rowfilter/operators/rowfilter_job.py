@@ -44,6 +44,7 @@ from airflow_provider_rowfilter.operators.job_output import (
     returncode_of,
     watched,
 )
+from airflow_provider_rowfilter.operators.task_errors import clear_errors, in_airflow_terms
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -170,6 +171,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         return {"subscription": resolved.spec.subscription}
 
     # --- execution -----------------------------------------------------------------------------------
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         if self._is_connect():
             return self._execute_connect()
@@ -196,7 +198,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
                 raise
             self.log.error("The %s job failed (%s): %s", self.job,
                            "no retry" if isinstance(failure, AirflowFailException) else "a retry may pass",
-                           failure)
+                           in_airflow_terms(self, str(failure)))
             raise failure from None
         self.log.info("::endgroup::")
         if self._archive is not None and self._archive.keep():

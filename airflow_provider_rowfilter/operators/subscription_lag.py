@@ -14,8 +14,9 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.humane import duration, size
 from airflow_provider_rowfilter.core.spec import parse_size
-from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.operators.metrics import lag_metrics
+from airflow_provider_rowfilter.operators.task_errors import clear_errors
 from airflow_provider_rowfilter.publisher.slot_health import read_slot
 from airflow_provider_rowfilter.subscriber.state_reader import StateReader
 
@@ -74,6 +75,7 @@ class SubscriptionLagCheckOperator(BaseOperator):
         self.max_retained_wal = max_retained_wal
         self.max_batch_age = max_batch_age
 
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             limit = None if self.max_retained_wal in (None, "") else parse_size(
@@ -123,6 +125,25 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
     return Lag(subscription, now.isoformat(), retained, status,
                None if batch is None else batch.finished_at.isoformat(), None if age is None else round(age, 3),
                None if batch is None else batch.lag_seconds, row.last_error, tuple(problems))
+
+
+def gauges_now(resolved: ResolvedSpec) -> None:
+    """Send the retained WAL and batch-age gauges of ``resolved``'s subscription, measured now (after an
+    ApplyChanges run, failed or not); best effort: what cannot be read is not sent, and nothing raises."""
+    name = resolved.spec.subscription
+    try:
+        with resolved.connect("subscriber") as conn:
+            reader = StateReader(conn, name)
+            row, batch = reader.subscription_row(), reader.last_batch()
+            now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        age = None if batch is None else max((now - batch.finished_at).total_seconds(), 0.0)
+        retained = None
+        if row is not None and resolved.spec.publisher:
+            with resolved.connect("publisher") as conn:
+                retained = read_slot(conn, row.slot_name)[1].retained_bytes
+    except (RowFilterError, psycopg.Error):
+        return
+    lag_metrics(name, retained, age)
 
 
 def describe(lag: Lag) -> str:

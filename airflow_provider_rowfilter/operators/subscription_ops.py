@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_rowfilter.connection import in_task
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
+from airflow_provider_rowfilter.operators.task_errors import clear_errors, factory_prefix
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -73,6 +74,7 @@ class SkipTransactionOperator(_SubscriptionOperator):
         super().__init__(**kwargs)
         self.lsn = lsn
 
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_rowfilter.subscriber.state import StateStore
 
@@ -109,6 +111,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
         self.confirm = confirm
         self.keep_slot = keep_slot
 
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_rowfilter.jobs.drop import drop
 
@@ -123,7 +126,16 @@ class DropSubscriptionOperator(_SubscriptionOperator):
                 result = drop(resolved.spec, keep_slot=keep_slot)
         except (RowFilterError, psycopg.Error) as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e
-        self.log.info("Subscription %s: %s", name, "dropped" if result.dropped else "nothing to drop")
+        self.log.info("Subscription %s: %s", name, result.describe())
+        prefix = factory_prefix(self)
+        if result.dropped:
+            # A task cannot pause a DAG in Airflow 3 (the Execution API has no such call): the scheduled apply
+            # skips its runs from now on, saying the subscription was dropped (operators/subscription_guard.py).
+            self.log.info("From now on the runs of %s skip, saying the subscription was dropped. Remove its spec "
+                          "file%s to remove its DAGs (or pause them); to subscribe again, trigger %s",
+                          f"the DAG {prefix}_incremental_sync" if prefix else "its incremental sync",
+                          f" ({self.spec})" if self.spec else "",
+                          f"the DAG {prefix}_initial_sync" if prefix else "its refresh and initial copy")
         return asdict(result)
 
 

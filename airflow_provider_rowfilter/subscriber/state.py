@@ -210,6 +210,14 @@ class StateStore(StateReader):
         self.conn.execute(f"UPDATE {SCHEMA}.subscription SET skip_lsn = %s, updated_at = now() WHERE name = %s",
                           (lsn, self.subscription))
 
+    def set_enabled(self, enabled: bool) -> bool:
+        """``ALTER SUBSCRIPTION … ENABLE`` / ``DISABLE``: a disabled subscription is not applied (its slot keeps
+        the changes). Returns whether it was enabled before."""
+        before = self.require_subscription().enabled
+        self.conn.execute(f"UPDATE {SCHEMA}.subscription SET enabled = %s, updated_at = now() WHERE name = %s",
+                          (enabled, self.subscription))
+        return before
+
     def record_error(self, table: TableName | None, error: str | None) -> None:
         """Remember why the last attempt failed (for the sensor and ``status``; None clears it); commits on
         its own, or with the caller's transaction."""
@@ -230,13 +238,15 @@ class StateStore(StateReader):
                 VALUES (%s, %s, %s, %s, %s)""",
             (self.subscription, lsn, [str(t) for t in added], [str(t) for t in removed], Jsonb(definitions)))
 
-    def drop(self) -> DroppedState | None:
+    def drop(self, *, kept_slot: bool = False) -> DroppedState | None:
         """Forget the subscription (``DROP SUBSCRIPTION``'s subscriber side); None when there was none.
 
         Deletes its row, its tables' states and positions, and its refresh and batch history: the
         history's positions belong to the slot that goes with it, and apply reads the refresh history,
         so a later subscription of the same name must not inherit it. The subscriber's tables and
-        their data stay. Runs in the caller's transaction.
+        their data stay. A line of ``drop_history`` remembers the drop (``kept_slot``: the slot was left on
+        the publisher), so that what runs next says the subscription was dropped. Runs in the caller's
+        transaction.
         """
         name = (self.subscription,)
         row = self.conn.execute(f"SELECT 1 FROM {SCHEMA}.subscription WHERE name = %s FOR UPDATE", name).fetchone()
@@ -246,7 +256,12 @@ class StateStore(StateReader):
             f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s RETURNING schema_name, table_name", name)]
         refreshes = self.conn.execute(f"DELETE FROM {SCHEMA}.refresh_history WHERE subscription = %s", name).rowcount
         batches = self.conn.execute(f"DELETE FROM {SCHEMA}.batch_history WHERE subscription = %s", name).rowcount
-        self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s", name)
+        slot = self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s RETURNING slot_name",
+                                 name).fetchone()[0]
+        if relation_exists(self.conn, "drop_history"):  # a subscriber migrated before version 5 keeps no line
+            self.conn.execute(f"INSERT INTO {SCHEMA}.drop_history (subscription, slot_name, tables, kept_slot) "
+                              "VALUES (%s, %s, %s, %s)", (self.subscription, slot, [str(t) for t in sorted(tables)],
+                                                         kept_slot))
         return DroppedState(sorted(tables), refreshes, batches)
 
 

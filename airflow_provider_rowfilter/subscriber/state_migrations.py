@@ -136,6 +136,19 @@ MIGRATIONS: list[tuple[int, str]] = [
         PRIMARY KEY (subscription, schema_name, table_name)
     );
     """),
+    # DROP SUBSCRIPTION leaves a line: a scheduled apply, status and the Replication page then say the
+    # subscription was dropped, and when, instead of "run refresh first" (which would make it anew).
+    (6, """
+    CREATE TABLE rowfilter.drop_history (
+        id            bigserial PRIMARY KEY,
+        subscription  text NOT NULL,
+        slot_name     text NOT NULL,
+        tables        text[] NOT NULL,
+        kept_slot     boolean NOT NULL,
+        dropped_at    timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX drop_history_subscription ON rowfilter.drop_history (subscription, id);
+    """),
 ]
 
 

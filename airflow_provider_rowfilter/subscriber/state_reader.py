@@ -121,6 +121,29 @@ class RefreshRecord:
     definitions: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class DropRecord:
+    """One ``drop_history`` row: when the subscription was dropped (``DROP SUBSCRIPTION``), and what it had."""
+
+    id: int
+    dropped_at: datetime
+    slot_name: str
+    tables: list[str]
+    kept_slot: bool
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the Replication page shows of one subscription, read in one go: the state (``reading``), the
+    subscriber's clock (``now``), the last batches (newest first), those of the chart's window, the last drop."""
+
+    reading: StateReading
+    now: datetime
+    batches: tuple[BatchRecord, ...]
+    window: tuple[BatchRecord, ...]
+    last_drop: DropRecord | None
+
+
 # --- the plans: SQL and row mapping, once ------------------------------------------------------------
 _SUBSCRIPTION = (f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
                  f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s")
@@ -198,6 +221,27 @@ def _refreshes(name: str, tail: str, params: tuple = ()) -> Plan[list[RefreshRec
     return [RefreshRecord(*row) for row in rows]
 
 
+def _last_drop(name: str) -> Plan[DropRecord | None]:
+    if not (yield from _exists("drop_history")):
+        return None
+    rows = yield (f"SELECT id, dropped_at, slot_name, tables, kept_slot FROM {SCHEMA}.drop_history "
+                  "WHERE subscription = %s ORDER BY id DESC LIMIT 1"), (name,)
+    return DropRecord(*rows[0]) if rows else None
+
+
+def _overview(name: str, shown: int, window_seconds: float, most: int) -> Plan[Overview]:
+    reading = yield from _reading(name)
+    now = (yield "SELECT clock_timestamp()", ())[0][0]
+    batches: list[BatchRecord] = []
+    window: list[BatchRecord] = []
+    if reading.exists:
+        batches = yield from _batches(name, "ORDER BY id DESC LIMIT %s", (shown,))
+        window = yield from _batches(name, "AND finished_at > %s - make_interval(secs => %s) ORDER BY id DESC LIMIT %s",
+                                     (now, window_seconds, most))
+    drop = (yield from _last_drop(name)) if not reading.exists else None
+    return Overview(reading, now, tuple(batches), tuple(window), drop)
+
+
 def _copy_token(name: str, table: TableName, state: SyncState | None) -> Plan[str | None]:
     statement = (f"SELECT updated_at::text FROM {SCHEMA}.subscription_rel WHERE subscription = %s "
                  f"AND schema_name = %s AND table_name = %s")
@@ -253,9 +297,25 @@ class StateReader:
     def require_subscription(self) -> SubscriptionRow:
         row = self.subscription_row()
         if row is None:
+            drop = self.last_drop()
+            if drop is not None:
+                raise StateError(
+                    f"subscription {self.subscription!r} was dropped at {drop.dropped_at:%Y-%m-%d %H:%M:%S %Z} "
+                    f"(DROP SUBSCRIPTION): its slot{' was left on the publisher' if drop.kept_slot else ''} "
+                    "and its state are gone", hint="subscribe again with `rowfilter refresh` and a new initial copy "
+                    "(the initial-sync DAG), or remove the subscription's spec file")
             raise StateError(f"subscription {self.subscription!r} has no state in the subscriber",
                              hint=f"run `rowfilter refresh` (RefreshPublicationOperator) for {self.subscription!r} first")
         return row
+
+    def last_drop(self) -> DropRecord | None:
+        """When the subscription was last dropped (None: never, or no schema yet)."""
+        return self._read(_last_drop(self.subscription))
+
+    def overview(self, *, shown: int = 10, window_seconds: float = 6 * 3600, most: int = 2000) -> Overview:
+        """The state, the ``shown`` newest batches, the batches of the last ``window_seconds`` (at most ``most``),
+        and the last drop when the subscription has no state: the Replication page's one read."""
+        return self._read(_overview(self.subscription, shown, window_seconds, most))
 
     def tables(self, tables: Iterable[TableName] | None = None) -> list[RelState]:
         """The subscription's tables and their states, by name (only ``tables`` when given)."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -132,7 +133,7 @@ def test_lag_thresholds_add_a_check_after_the_apply(tmp_path: Path) -> None:
     check = incremental.get_task("check_lag")
     assert type(check).__name__ == "SubscriptionLagCheckOperator"
     assert (check.max_retained_wal, check.max_batch_age, check.trigger_rule, check.retries) == (
-        "512MB", 900.0, "all_done", 0)
+        "512MB", 900.0, "none_skipped", 0)
     assert (check.subscription, check.subscriber_conn_id) == ("watched", "rowfilter_subscriber")
     with pytest.raises(SpecError, match=r"airflow: max_retained_wal='lots' is not a size such as '1GB'"):
         build_dags(_write(tmp_path, "badsize", MINIMAL + "airflow:\n  max_retained_wal: lots\n"))
@@ -345,3 +346,30 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
     assert cluster.rows(cluster.sub_db, "t2") == cluster.rows(cluster.ref_db, "t2")  # the tables stay
     for secret in (cluster.pub_password, cluster.sub_password):
         assert secret not in output
+
+
+@pytest.mark.parametrize(("tail", "schedule", "guessed"), [
+    ("airflow:\n  schedule: '*/2 * * * *'\n  shedule: '@daily'\n", "*/2 * * * *", False),  # a typo beside it
+    ("airflow:\n  schedule: null\n  pool: [not, a, name]\n", None, False),  # manual stays manual
+    ("airflow:\n  schedule: '@hourly'\n  tags: [a\n", "@hourly", False),  # not YAML any more: read by line
+    ("airflow:\n  schedule: '*/5 * * *'\n", "*/5 * * * *", True),  # a schedule Airflow refuses: the default
+    ("typo_key: 1\n", "*/5 * * * *", True),  # no schedule given: the factory's default
+    ("airflow:\n  schedule: '@continuous'\n  shedule: 1\n", "@continuous", False),  # one run after the other
+], ids=["typo-beside", "manual", "not-yaml", "bad-cron", "default", "continuous"])
+def test_an_invalid_file_keeps_the_schedule_it_had(tmp_path: Path, tail: str, schedule: str | None,
+                                                    guessed: bool) -> None:
+    """Issue 29 item 2: a typo in a live spec file must not stop replication silently: the placeholder of
+    the incremental sync keeps the file's schedule (or the default), so its failing runs keep coming."""
+    _write(tmp_path, "live", MINIMAL + tail)
+    with pytest.warns(SpecFileWarning):
+        dags = dags_from_folder(tmp_path)
+    incremental = dags["rowfilter_live_incremental_sync"]
+    assert [t.task_id for t in incremental.tasks] == ["invalid_spec"]
+    expected = DAG(dag_id="x", schedule=schedule, start_date=incremental.start_date, max_active_runs=1).timetable
+    got = incremental.timetable
+    assert (type(got), getattr(got, "expression", None)) == (type(expected), getattr(expected, "expression", None))
+    assert incremental.get_task("invalid_spec").retries == 0
+    assert ("factory's default" in incremental.doc_md) is guessed
+    # The manual DAGs' placeholders stay manual; none is paused when Airflow first sees it.
+    assert type(dags["rowfilter_live_skip_transaction"].timetable).__name__ == "NullTimetable"
+    assert not any(d.is_paused_upon_creation for d in dags.values())

@@ -97,3 +97,20 @@ def test_apply_metrics_name_the_subscription_and_the_table(statsd: StatsdReceive
     assert sent["airflow.rowfilter.s1.public.Order_Items.insert"] == ["2|c"]
     assert sent["airflow.rowfilter.s1.public.Order_Items.filtered"] == ["1|c"]
     assert "airflow.rowfilter.s1.public.Order_Items.update" not in sent  # nothing to count
+
+
+def test_a_failed_apply_run_is_counted_and_its_lag_still_measured(state_db: StateDb, publisher: tuple[str, str],
+                                                                  statsd: StatsdReceiver) -> None:
+    """Issue 29 item 10: failures are counted, and the gauges keep coming from the runs that fail."""
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    _, pub_conn = publisher
+    record_batch(state_db, dt.timedelta(minutes=30))
+    apply = ApplyChangesOperator(task_id="apply", subscription="s1", publications=["p1"], publisher_conn_id=pub_conn,
+                                 subscriber_conn_id=state_db.conn_id, time_budget="soon")
+    with pytest.raises(AirflowFailException, match="time_budget='soon' is not a number of seconds"):
+        apply.execute({})
+    sent = statsd.received()
+    assert sent["airflow.rowfilter.s1.apply.failures"] == ["1|c"] and "airflow.rowfilter.s1.apply.runs" not in sent
+    assert 1790 < float(sent["airflow.rowfilter.s1.batch_age_seconds"][0].split("|")[0]) < 1900
+    assert float(sent["airflow.rowfilter.s1.retained_wal_bytes"][0].split("|")[0]) > 1024 * 1024

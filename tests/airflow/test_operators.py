@@ -235,7 +235,8 @@ def test_an_apply_task_that_cannot_reach_a_database_submits_the_job(
     out, err = capfd.readouterr()
     warned = [line for line in (out + err).splitlines() if "The task could not go on applying itself" in line]
     assert len(warned) == 1 and "[warning" in warned[0] and "skip_when_idle=False" in warned[0], warned
-    assert "(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1)" in warned[0]
+    assert (f"(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1 (Airflow connection "
+            f"'{refused}'))") in warned[0]  # the connection named too (issue 29 item 6)
     assert op._output is not None  # spark-submit ran: the job failed as it would have without the task's attempt
 
 
@@ -726,7 +727,8 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
     assert len(sql_classes) > 1000 and archived > 0.9 * len(sql_classes), (archived, len(sql_classes))
     assert str(e.value).startswith('table public.t1: conflict detected on relation "public.t1": conflict=insert_exists'), \
         str(e.value)
-    assert "HINT:" in str(e.value) and "rowfilter skip --lsn" in str(e.value)
+    # The HINT's command names the task's spec file: it can be pasted into a shell (issue 29 item 6).
+    assert "HINT:" in str(e.value) and f"`rowfilter skip --spec {op.spec} --lsn " in str(e.value)
     with psycopg.connect(dbs.sub) as conn:
         assert conn.execute("SELECT a, b FROM t1 WHERE a >= 8 ORDER BY a").fetchall() == [(8, "already here")]
 
