@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
+from tests.roles import ROLES, PasswordRole
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -65,10 +66,29 @@ def no_class_archives() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def local_pg() -> Iterator[LocalPostgres]:
-    """Return the run's one PostgreSQL cluster (logical replication on), stopped at the end."""
+    """Return the run's one PostgreSQL cluster (logical replication on, SCRAM for every connection), stopped
+    at the end. Its superuser's password file is the run's ``PGPASSFILE`` (as a user keeps ~/.pgpass), so
+    that the tests' own setup and the native referee connect as the superuser; the jobs connect as the
+    password roles of tests/roles.py (:func:`password_roles`)."""
     with LocalPostgres.start() as pg:
         _timings[f"local PostgreSQL {pg.version_num}"] = pg.startup_seconds
-        yield pg
+        before = os.environ.get("PGPASSFILE")
+        os.environ["PGPASSFILE"] = str(pg.passfile)
+        try:
+            yield pg
+        finally:
+            if before is None:
+                os.environ.pop("PGPASSFILE", None)
+            else:
+                os.environ["PGPASSFILE"] = before
+
+
+@pytest.fixture(scope="session")
+def password_roles(local_pg: LocalPostgres) -> dict[str, PasswordRole]:
+    """The run's two password roles (tests/roles.py), ``{"publisher": …, "subscriber": …}``, made once."""
+    for role in ROLES.values():
+        local_pg.create_role(role.name, role.password, superuser=True, replication=True)
+    return ROLES
 
 
 @pytest.fixture
