@@ -7,11 +7,15 @@ no token, no password). Its code prints what it got; the tests assert that it go
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -50,3 +54,15 @@ def _interpreter() -> str:
             continue
         return candidate
     pytest.skip(f"no Python {sys.version_info.major}.{sys.version_info.minor} that uid {NOBODY} may run")
+
+
+@contextlib.contextmanager
+def reachable_directory() -> Iterator[Path]:
+    """A new directory that uid 65534 may enter (0755, in the system's temporary directory; pytest's own are
+    0700, where an attack would fail for that reason alone); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="rowfilter-attacked-"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

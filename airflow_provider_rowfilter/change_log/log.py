@@ -37,7 +37,13 @@ from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import IdentitySpan, RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.private_files import create_private, open_private, private_directory, write_private
+from airflow_provider_rowfilter.core.private_files import (
+    create_private,
+    group_mode,
+    open_private,
+    private_directory,
+    write_private,
+)
 from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, ImageCells
 
 FORMAT_VERSION = 1  # of a segment
@@ -308,14 +314,14 @@ class ChangeLog:
         temp = self.directory / f"{TEMP_PREFIX}{POSITION_FILE}"
         write_private(temp, json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
                                         "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
-                                       sort_keys=True) + "\n")
+                                       sort_keys=True) + "\n", mode=group_mode(self.directory))
         publish(temp, self.directory / POSITION_FILE)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the directory's writer lock; remove what a crashed writer left behind."""
         self._make_directory()
-        with open_private(self.directory / LOCK_FILE, "a+") as lock:
+        with open_private(self.directory / LOCK_FILE, "a+", mode=group_mode(self.directory)) as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as e:
@@ -533,7 +539,9 @@ class SegmentWriter:
         faults.point("capture-mid-read")
 
     def _open(self) -> pq.ParquetWriter:
-        os.close(create_private(self.temp))  # 0600 before a row is in it; Arrow's open truncates and keeps the mode
+        # 0600 (0640 in a directory its owner opened to a group) before a row is in it; Arrow's open truncates
+        # and keeps the mode.
+        os.close(create_private(self.temp, mode=group_mode(self.log.directory)))
         return pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
 
     def finish(self, end_lsn: int) -> Segment | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 FILE_MODE = 0o600
+GROUP_FILE_MODE = 0o640
 DIRECTORY_MODE = 0o700
 
 
@@ -34,32 +35,40 @@ def private_directory(path: str | os.PathLike[str]) -> list[Path]:
     return list(reversed(missing))
 
 
-def create_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC) -> int:
-    """Open ``path`` with ``flags`` (creating it 0600 where they say so); return the descriptor.
+def group_mode(directory: str | os.PathLike[str]) -> int:
+    """The mode for files in ``directory``: 0640 when its owner opened it to its group (``g+rx``, e.g. for the
+    Spark executors of a cluster that run as another user of that group), else 0600. Never world-readable."""
+    return GROUP_FILE_MODE if os.stat(directory).st_mode & 0o050 == 0o050 else FILE_MODE
 
-    A file created here is 0600 whatever the umask; an existing one is made 0600 too (a file of ours
-    written by an older version, or under a looser umask). ``O_NOFOLLOW``: a symlink planted at the
-    name is refused, never followed.
+
+def create_private(path: str | os.PathLike[str], flags: int = os.O_WRONLY | os.O_CREAT | os.O_TRUNC, *,
+                   mode: int = FILE_MODE) -> int:
+    """Open ``path`` with ``flags`` (creating it with ``mode``, 0600, where they say so); return the descriptor.
+
+    A file created here has ``mode`` whatever the umask; an existing one of ours gets it too (a file written by
+    an older version, or under a looser umask). ``O_NOFOLLOW``: a symlink planted at the name is refused,
+    never followed.
     """
-    fd = os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), FILE_MODE)
+    fd = os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
     try:
         if os.fstat(fd).st_uid == os.geteuid():
-            os.fchmod(fd, FILE_MODE)
+            os.fchmod(fd, mode)
     except BaseException:
         os.close(fd)
         raise
     return fd
 
 
-def open_private(path: str | os.PathLike[str], mode: str = "w", **kwargs: Any) -> IO[Any]:
-    """``open(path, mode)`` for ``w``, ``a``, ``a+`` (text or ``b``): the file created 0600 (:func:`create_private`)."""
-    base = mode.replace("b", "").replace("t", "")
+def open_private(path: str | os.PathLike[str], how: str = "w", *, mode: int = FILE_MODE, **kwargs: Any) -> IO[Any]:
+    """``open(path, how)`` for ``w``, ``a``, ``a+``, ``w+`` (text or ``b``): the file created with ``mode``, 0600
+    (:func:`create_private`)."""
+    base = how.replace("b", "").replace("t", "")
     flags = {"w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC, "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
              "a+": os.O_RDWR | os.O_CREAT | os.O_APPEND, "w+": os.O_RDWR | os.O_CREAT | os.O_TRUNC}[base]
-    return os.fdopen(create_private(path, flags), mode, **kwargs)
+    return os.fdopen(create_private(path, flags, mode=mode), how, **kwargs)
 
 
-def write_private(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` to ``path`` (replacing what it held), mode 0600."""
-    with open_private(path, "wb") as out:
+def write_private(path: str | os.PathLike[str], data: str | bytes, *, mode: int = FILE_MODE) -> None:
+    """Write ``data`` to ``path`` (replacing what it held), with ``mode`` (0600)."""
+    with open_private(path, "wb", mode=mode) as out:
         out.write(data.encode("utf-8") if isinstance(data, str) else data)

@@ -95,7 +95,8 @@ class Cluster:
             conn.execute(sql.SQL("CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} "
                                  "WITH (create_slot = false, slot_name = {})").format(
                 sql.Identifier(slot),
-                sql.Literal(f"host={self.pg.host} port={self.pg.port} user={self.pg.user} dbname={self.pub_db}"),
+                sql.Literal(f"host={self.pg.host} port={self.pg.port} user={self.pg.user} dbname={self.pub_db} "
+                            f"passfile={self.pg.passfile}"),
                 sql.SQL(", ").join(sql.Identifier(p) for p in publications), sql.Literal(slot)))
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.dag_factory import (
     DAG_KINDS,
@@ -25,7 +26,9 @@ from airflow_provider_rowfilter.dag_factory import (
     SpecFileWarning,
     build_dags,
     dags_from_folder,
+    tables_waiting_for_copy,
 )
+from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, Cluster
 from tests.airflow.conftest import REPO
@@ -187,6 +190,21 @@ def test_a_bad_file_is_refused_naming_it(tmp_path: Path, text: str, expected: st
     with pytest.warns(SpecFileWarning, match=re.escape(expected)):
         [placeholder] = {dag.description for dag in dags_from_folder(tmp_path).values()}
     assert placeholder.startswith("INVALID SPEC FILE bad.yaml: ") and str(path) in placeholder
+
+
+def test_tables_to_copy_names_them_as_sql_so_the_snapshot_reads_them_back(state_db: Any) -> None:
+    """Issue 28, also found: ``tables_to_copy`` gave ``public.Mixed Case`` unquoted, which the snapshot task read
+    as SQL (``public.mixed`` …) and refused, while ``rowfilter snapshot`` copied the table."""
+    with psycopg.connect(state_db.dsn, autocommit=True) as conn:
+        store = StateStore(conn, "s_quoted")
+        with conn.transaction():
+            store.ensure_subscription(["p1"], "rowfilter_s_quoted", "rowfilter_s_quoted", {"copy_data": True})
+            store.reconcile([TableName("public", "Mixed Case"), TableName("public", "t1")], copy_data=True,
+                            current_lsn="0/0")
+    listed = tables_waiting_for_copy("s_quoted", state_db.conn_id)
+    assert listed == ['public."Mixed Case"', "public.t1"]
+    assert table_names(listed) == [TableName("public", "Mixed Case"), TableName("public", "t1")]
+    assert tables_waiting_for_copy("s_quoted", state_db.conn_id, tables='public."Mixed Case"') == listed[:1]
 
 
 def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
