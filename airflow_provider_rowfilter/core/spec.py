@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -259,18 +260,18 @@ class SubscriptionSpec:
             return None
         path = self.publications_ddl
         try:
-            # Read where the spec's check found it (core/spec_paths.py, ``confine``): a symlink put in its place
-            # since is refused, not followed.
-            if os.path.isabs(path) and os.path.realpath(path) != path:
-                raise SpecError(f"publications_ddl file {path!r} of subscription {self.subscription!r} is now a "
-                                "symbolic link (or lies below one)",
-                                hint="name the file itself in the spec, in the spec file's folder")
+            # The file the spec's check found (core/spec_paths.py ``confine`` resolved its symlinks): a symlink put
+            # in its place since is refused, not followed.
             with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
                 data = file.read()
         except FileNotFoundError as e:
             raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
                             f"{self.subscription!r} does not exist") from e
         except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise SpecError(f"publications_ddl file {path!r} of subscription {self.subscription!r} is a symbolic "
+                                "link", hint="name the file itself in the spec (a spec file's paths are resolved "
+                                "when it is read)") from None
             raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
                             f"{self.subscription!r} cannot be read: {e.strerror}") from None
         try:

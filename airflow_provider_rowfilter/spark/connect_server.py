@@ -124,8 +124,7 @@ def start(state_dir: Path | None = None, *, port: int = DEFAULT_PORT, master: st
     if _listening(port):
         raise ServerError(f"port {port} on {HOST} is already in use by another process",
                           hint="stop it, or start the server on another port (--port) and set spark_remote to match")
-    private_directory(state)
-    os.chmod(state, 0o700)  # the token's directory: its owner's alone, even when it existed
+    private_directory(state)  # 0700 when made here; every file in it is 0600 either way
     log_path, token_path = state / LOG_FILE, state / TOKEN_FILE
     token = secrets.token_urlsafe(32)
     write_private(token_path, token + "\n")

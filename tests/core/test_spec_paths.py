@@ -76,7 +76,7 @@ def test_a_file_replaced_by_a_symlink_after_the_check_is_not_read(folders):
     spec = SubscriptionSpec.load(_spec(specs, "pubs.sql"))
     (specs / "pubs.sql").unlink()
     (specs / "pubs.sql").symlink_to(config / "airflow.cfg")
-    with pytest.raises(SpecError, match="is now a symbolic link") as e:
+    with pytest.raises(SpecError, match="pubs.sql' of subscription 's1' is a symbolic link") as e:
         spec.publications_sql()
     assert SECRET not in str(e.value)
 

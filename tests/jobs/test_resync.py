@@ -115,10 +115,10 @@ def test_a_snapshot_the_publisher_refuses_rolls_the_start_back(setup, spark, cap
     role = f"norepl_{spec.subscription}"
     execute(spec.publisher, f"CREATE ROLE {role} LOGIN PASSWORD 'norepl-Pw-4'; "
                             f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
-    monkeypatch.setenv("ROWFILTER_PUBLISHER_PASSWORD", "norepl-Pw-4")
     try:
         publisher = spec.publisher.replace(f"//{local_pg.user}@", f"//{role}@")
         path, rels, rows = copied(spec, spark, path, publisher=publisher)
+        monkeypatch.setenv("ROWFILTER_PUBLISHER_PASSWORD", "norepl-Pw-4")  # the role's, as the resync's publisher
         assert cli.main(["resync", "--spec", path, "--table", "public.t1", "--copy"]) == 1
         err = capsys.readouterr().err
         assert "cannot connect to the publisher" in err and "permission denied to start WAL sender" in err
