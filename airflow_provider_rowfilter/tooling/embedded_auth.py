@@ -84,19 +84,6 @@ def write_private_text(path: Path, text: str, *, uid: int | None = None, gid: in
     os.replace(temp, path)
 
 
-def read_passfile(path: Path, user: str) -> str | None:
-    """The password of ``user`` in a password file written by :func:`write_passfile`; None when there is none."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        parts = line.split(":")
-        if len(parts) == 5 and parts[3] == user and parts[4]:
-            return parts[4]
-    return None
-
-
 def role_statement(name: str, password: str, *, superuser: bool = False, replication: bool = False,
                    create: bool = True) -> sql.Composed:
     """``CREATE ROLE`` (or ``ALTER ROLE``) ``name`` ``LOGIN`` with ``password`` as a SCRAM verifier."""
