@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -56,12 +54,7 @@ def test_another_os_user_cannot_run_code_or_attach_to_a_session(spark_connect_se
     assert done.returncode == 0, done.stderr[-3000:]
     assert "RAN" not in done.stdout and done.stdout.count("REFUSED") == 3, done.stdout + done.stderr[-2000:]
     assert done.stdout.count(" True") == 3, done.stdout  # refused by the server, for its token
-    # With the token the same client is served (what the refusals above were for).
-    done = subprocess.run([sys.executable, "-c", "import sys\nfrom pyspark.sql import SparkSession\n"
-                           "print('RAN', SparkSession.builder.remote(sys.argv[1]).create().range(3).count())",
-                           f"{spark_connect_server.url}/;token={token}"], capture_output=True, text=True, timeout=180,
-                          check=False, env={k: v for k, v in os.environ.items() if k != SPARK_CONNECT_TOKEN_ENV})
-    assert "RAN 3" in done.stdout, done.stdout + done.stderr[-2000:]
+
 
 
 @as_root_only
