@@ -35,7 +35,7 @@ from airflow_provider_rowfilter.jobs.arguments import interval, positive, second
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
-    from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState
+    from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState, TableCheckRecord
 
 # markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
 console = Console(markup=False, highlight=False)
@@ -94,6 +94,17 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "Drop the slot and the capture publication on the publisher and the subscription's state in the "
              "subscriber; its tables and their data stay.",
              "rowfilter drop --spec s1.yaml"),
+    "verify": ("compare each table with the publisher's rows under its filters (read-only); exit 1 when one differs",
+               "Compare every table (or the --table ones) with the rows a new initial copy would bring: its "
+               "publications' copy filter and column list, at one consistent point of both sides. Prints, per "
+               "table, the rows compared and the rows missing, extra and different, with example keys. Changes "
+               "no table; keeps each table's result for status.",
+               "rowfilter verify --spec s1.yaml --table public.orders"),
+    "reconcile": ("repair tables in place to what a new copy would hold, never emptying them",
+                  "Bring every table (or the --table ones) to exactly what a new initial copy under the current "
+                  "definitions would hold: missing rows inserted, extra ones deleted, different ones updated, range "
+                  "by range; the table stays readable. --dry-run only says what would change.",
+                  "rowfilter reconcile --spec s1.yaml --table public.orders --dry-run"),
 }
 
 
@@ -117,6 +128,20 @@ def _parser() -> argparse.ArgumentParser:
     commands["refresh"].add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a "
                                      "new one and send every table it had positioned back to state i, emptied, "
                                      "for a new copy")
+    commands["refresh"].add_argument("--reconcile", action="store_true", help="reconcile in place instead of "
+                                     "emptying: with --recreate-slot, the tables the lost slot had positioned; and "
+                                     "every table whose copy filter or column list changed (the spec's reconcile: "
+                                     "true does the same)")
+    commands["resync"].add_argument("--reconcile", action="store_true", help="repair the table in place instead of "
+                                    "emptying it (rowfilter reconcile): it stays readable")
+    for name in ("verify", "reconcile"):
+        commands[name].add_argument("--table", action="append", metavar="SCHEMA.TABLE",
+                                    help=f"{name} only this table (repeatable); default every table")
+        commands[name].add_argument("--max-readers", type=positive, default=None, metavar="N",
+                                    help="most parallel readers of one side of one table (default 8)")
+        commands[name].add_argument("--json", action="store_true", help="print the result as JSON")
+    commands["reconcile"].add_argument("--dry-run", action="store_true",
+                                       help="change nothing: verify and say what a reconcile would change")
     commands["snapshot"].add_argument("--table", action="append", metavar="SCHEMA.TABLE",
                                       help="copy only this table (repeatable); default every table in state i or d")
     commands["resync"].add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
@@ -167,7 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return validate(load_spec(args.spec, needs=("publisher",)),
                             fmt=output_format(args.format, console, as_json=args.json))
         if args.command == "refresh":
-            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot)
+            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
+        if args.command in ("verify", "reconcile") or (args.command == "resync" and args.reconcile):
+            return compare(load_spec(args.spec), args)
         if args.command == "status":
             return status(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
         if args.command in ("snapshot", "resync"):
@@ -279,11 +306,15 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
 FILTERING_LABELS = {"source": "source (the publisher's pgoutput)", "spark": "spark (the apply judges)"}
 
 
-def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
+def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: bool | None = None) -> int:
     """Run the RefreshPublication job in-process and say what it added and removed."""
     from airflow_provider_rowfilter.jobs.refresh import refresh as run_refresh
 
-    result = run_refresh(spec, recreate_slot=recreate_slot)
+    result = run_refresh(spec, recreate_slot=recreate_slot, reconcile=reconcile)
+    # A table whose copy filter or column list changed: the job's own WARNING line says what and what to do.
+    for check in result.reconciled:
+        say(f"  reconciled {check['table']}: inserted {check['inserted']:,}, updated {check['updated']:,}, "
+            f"deleted {check['deleted']:,}; state f at {check['lsn']}")
     if not result.changed:
         say(f"subscription {spec.subscription}: up to date ({len(result.tables)} tables, at {result.lsn})")
         return 0
@@ -297,6 +328,45 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
     if result.definitions_changed and not (result.added or result.removed):
         say("  definitions changed: they apply to changes after this position; rows already copied "
             "are not re-copied (as in PostgreSQL)")
+    return 0
+
+
+def compare(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
+    """``verify``, ``reconcile`` (or ``resync --reconcile``), in-process: each table's result, one paragraph each.
+
+    ``verify`` exits 1 when a table differs; ``reconcile`` when a table could not be reconciled.
+    """
+    from airflow_provider_rowfilter.core.relation import TableName
+    from airflow_provider_rowfilter.jobs.reconcile import reconcile
+    from airflow_provider_rowfilter.jobs.verify import MAX_READERS, verify
+
+    tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
+    readers = getattr(args, "max_readers", None) or MAX_READERS
+    if args.command == "verify":
+        checked = verify(spec, tables, max_readers=readers)
+        if args.json:
+            print(json.dumps(checked.summary()))
+        else:
+            for t in checked.tables:
+                say(t.describe(), err=not t.clean and t.checked)
+        if not checked.clean:
+            say(("DIFFERENT:", "bold red"), " ", str(checked.error()), err=True)
+            return 1
+        return 0
+    dry_run = bool(getattr(args, "dry_run", False))
+    result = reconcile(spec, tables, max_readers=readers, dry_run=dry_run)
+    if getattr(args, "json", False):
+        print(json.dumps(result.summary()))
+    else:
+        for t in result.tables:
+            if dry_run and t.checked:
+                say(f"{t.table}: would insert {t.missing:,}, update {t.different:,}, delete {t.extra:,} "
+                    f"(at {t.lsn}; {t.publisher_rows:,} publisher rows, {t.subscriber_rows:,} subscriber rows)")
+            else:
+                say(t.describe())
+    if not result.ok:
+        say(("ERROR:", "bold red"), " ", str(result.error()), err=True)
+        return 1
     return 0
 
 
@@ -320,6 +390,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         subscription = reader.require_subscription()
         tables = reader.tables()
         last = reader.last_batch()
+        checks = reader.checks()
         now = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # the clock finished_at was written by
     current, slot, unreachable, filtering = _publisher_view(spec, subscription.slot_name)
     warnings, broken = _slot_findings(spec, slot, unreachable, tables)
@@ -353,7 +424,9 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
                         "filtering": filtering,
                         "rows_copied": t.rows_copied,
                         "last_batch": last.counts.get(str(t.table), {}) if _in_last_batch(t, last) else {},
-                        "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
+                        "last_error": t.last_error, "updated_at": t.updated_at.isoformat(),
+                        "reconcile_since": t.reconcile_since.isoformat() if t.reconcile_since else None,
+                        "last_check": _check_doc(checks.get(t.table))} for t in tables],
         }))
         for text in warnings:
             say(("WARNING:", "yellow"), " ", text, err=True)
@@ -365,6 +438,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     print_table(console, STATUS_COLUMNS, rows, fmt=fmt, title=[] if fmt == "tsv" else title)
     if fmt != "tsv":
         say(_slot_line(subscription.slot_name, slot))
+        for line in _check_lines(tables, checks, now):
+            say(*line)
     if subscription.last_error:
         say(("last error:", "red"), " ", subscription.last_error, err=True)
     for text in warnings:
@@ -372,6 +447,37 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     if broken:
         say(("BROKEN:", "bold red"), " ", broken, err=True)
     return code
+
+
+def _check_doc(check: TableCheckRecord | None) -> dict | None:
+    """A table's last verify or reconcile in ``status --json``."""
+    if check is None:
+        return None
+    keys = ("missing", "extra", "different", "inserted", "updated", "deleted", "rows", "examples", "seconds")
+    return {"kind": check.kind, "lsn": check.lsn, "clean": check.clean, "checked_at": check.checked_at.isoformat(),
+            **{k: check.result.get(k) for k in keys}}
+
+
+def _check_lines(tables: Sequence[RelState], checks: dict, now: object) -> list[tuple[str | tuple[str, str], ...]]:
+    """One line per table a reconcile holds, or that was verified or reconciled: when, at which LSN, what it found."""
+    lines: list[tuple[str | tuple[str, str], ...]] = []
+    for t in tables:
+        if t.reconcile_since is not None:
+            lines.append(((f"{t.table}:", "yellow"), f" a reconcile holds it in d since {ago(t.reconcile_since, now)} "
+                          "(run `rowfilter reconcile` if none is running)"))
+        check = checks.get(t.table)
+        if check is None:
+            continue
+        r = check.result
+        if check.kind == "reconcile":
+            found = f"inserted {r.get('inserted', 0):,}, updated {r.get('updated', 0):,}, deleted {r.get('deleted', 0):,}"
+        elif check.clean:
+            found = "equal to the publisher's rows"
+        else:
+            found = ", ".join(f"{r.get(k, 0):,} {k}" for k in ("missing", "extra", "different") if r.get(k))
+        lines.append(((f"{t.table}:", "green" if check.clean else "red"),
+                      f" {check.kind} {ago(check.checked_at, now)} at {check.lsn}: {found}"))
+    return lines
 
 
 def _in_last_batch(t: RelState, last: BatchRecord | None) -> bool:

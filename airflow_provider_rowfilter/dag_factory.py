@@ -6,7 +6,10 @@ Each spec file (the YAML the ``rowfilter`` command reads, README "Use") becomes 
   (dynamic task mapping, bounded by a pool), apply, then wait until every table is ``r``;
 - ``<prefix>_incremental_sync`` (scheduled, one run at a time, no catch-up, retries with exponential
   back-off): one ApplyChanges micro-batch per run;
-- ``<prefix>_refresh`` (manual unless scheduled): refresh, then copy the tables it added.
+- ``<prefix>_refresh`` (manual unless scheduled): refresh, then copy the tables it added;
+
+then the operations run by hand with parameters (skip a transaction, resync tables, drop), and
+``<prefix>_verify`` (manual unless ``verify_schedule``) and ``<prefix>_reconcile_tables`` (manual).
 
 ``<prefix>`` is ``rowfilter_<subscription>``. The file's optional ``airflow:`` mapping holds the
 Airflow-only settings (:class:`AirflowSettings`); the ``rowfilter`` command and the jobs ignore it.
@@ -34,10 +37,12 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec, parse_size
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook, parse_tables
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+from airflow_provider_rowfilter.operators.reconcile_tables import ReconcileTablesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
 from airflow_provider_rowfilter.operators.subscription_ops import DropSubscriptionOperator, SkipTransactionOperator
+from airflow_provider_rowfilter.operators.verify_tables import VerifyTablesOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 
 #: The pool that bounds parallel initial copies unless a spec file names another.
@@ -46,7 +51,8 @@ DEFAULT_POOL = "rowfilter_copies"
 WAITING_FOR_COPY = (SyncState.INIT, SyncState.DATA_COPY)
 SPEC_PATTERNS = ("*.yaml", "*.yml")
 #: The DAGs of one spec file: the three that replicate, then the operations, run by hand with parameters.
-DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription")
+DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription",
+             "verify", "reconcile_tables")
 #: An LSN as PostgreSQL writes it, or NONE (the skip DAG's parameter).
 _LSN_PARAM = r"^([0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|NONE|none)$"
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -100,6 +106,8 @@ class AirflowSettings:
     email: tuple[str, ...] | None = None
     #: ``package.module.function`` called with the context when a task fails (imported at parse time).
     on_failure_callback: str | None = None
+    #: Schedule of the verify DAG (every table compared with its publisher's rows); None (default): run it by hand.
+    verify_schedule: str | None = None
     #: Seconds an apply or refresh task may run before Airflow stops it (and retries it): a hung apply
     #: would otherwise hold the incremental sync's only run slot for ever. None: no limit.
     execution_timeout: float | None = 3600.0
@@ -150,7 +158,7 @@ _KINDS: dict[str, Any] = {
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
     "max_retained_wal": "size", "max_batch_age": "seconds",
     "tags": "names", "owner": str, "email": "names", "on_failure_callback": str, "execution_timeout": "timeout",
-    "copy_execution_timeout": "timeout",
+    "copy_execution_timeout": "timeout", "verify_schedule": str,
 }
 
 
@@ -396,6 +404,31 @@ def operations_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[
              render_template_as_native_obj=True, **manual) as dag:
         DropSubscriptionOperator(task_id="drop", spec=job["spec"], confirm="{{ params.confirm }}",
                                  keep_slot="{{ params.keep_slot }}")
+    dags[dag.dag_id] = dag
+    dags.update(check_dags(source, job, common))
+    return dags
+
+
+def check_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[str, Any]) -> dict[str, DAG]:
+    """``verify`` (by hand, or on ``airflow: verify_schedule``): every table, or the chosen ones, compared with the
+    publisher's rows, failing when one differs; ``reconcile_tables`` (by hand): tables repaired in place."""
+    spec, ids, settings = source.spec, source.dag_ids, source.settings
+    tables = Param([], type="array", items={"type": "string"}, title="Tables",
+                   description="schema.table names of the subscription; none: every table")
+    dags: dict[str, DAG] = {}
+    with DAG(dag_id=ids["verify"], description=f"Verify {spec.subscription}: each table against its publisher's "
+             "rows under its filters, at one consistent point (read-only); fails when one differs",
+             params={"tables": tables}, **{**common, "schedule": settings.verify_schedule}) as dag:
+        VerifyTablesOperator(task_id="verify", tables="{{ params.tables | join(',') }}", **job)
+    dags[dag.dag_id] = dag
+    manual = {**common, "schedule": None, "default_args": {**common["default_args"], "retries": 0}}
+    with DAG(dag_id=ids["reconcile_tables"], description=f"Reconcile tables of {spec.subscription} in place: to what "
+             "a new copy would hold, never emptying them (the incremental sync catches them up)",
+             params={"tables": tables, "dry_run": Param(False, type="boolean", title="Dry run",
+                                                        description="change nothing: say what would change")},
+             render_template_as_native_obj=True, **manual) as dag:
+        ReconcileTablesOperator(task_id="reconcile", tables="{{ params.tables | join(',') }}",
+                                dry_run="{{ params.dry_run }}", **job)
     dags[dag.dag_id] = dag
     return dags
 

@@ -38,6 +38,8 @@ def get_provider_info() -> dict:
                     "airflow_provider_rowfilter.operators.snapshot_copy",
                     "airflow_provider_rowfilter.operators.subscription_lag",
                     "airflow_provider_rowfilter.operators.subscription_ops",
+                    "airflow_provider_rowfilter.operators.verify_tables",
+                    "airflow_provider_rowfilter.operators.reconcile_tables",
                 ],
             }
         ],

@@ -231,7 +231,7 @@ def slot_read_alone(pub: str, publication: str) -> tuple[float, int, int]:
 class PhaseTimer:
     """Wall time spent in the apply job's steps, per batch; wraps module attributes while active."""
 
-    STEPS = ("capture", "decide", "facts", "stage", "subscriber")
+    STEPS = ("capture", "decide", "facts", "stage", "reduce", "stage_copy", "subscriber")
 
     def __init__(self) -> None:
         self.current: dict[str, float] = defaultdict(float)
@@ -242,11 +242,13 @@ class PhaseTimer:
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.thread_time()
             try:
                 return original(*args, **kwargs)
             finally:
                 self.current[step] += time.monotonic() - began
+                # the calling thread's own CPU (a capture ahead runs in a thread of its own): robust to a busy machine
+                self.current[f"{step} cpu"] += time.thread_time() - cpu
 
         setattr(owner, attr, timed)
         self._undo.append((owner, attr, original))
@@ -260,6 +262,16 @@ class PhaseTimer:
         self._wrap(apply_frames.DecidedBatch, "facts", "facts")  # first action: read, judge, persist, count
         self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
         self._wrap(apply_job.StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
+        # A batch the publisher judged: reduced in the process, its rows COPYed from it (change_log/net_effect.py).
+        self._wrap(apply_job, "reduce_batch", "reduce")
+        self._wrap(apply_job, "copy_stage_rows", "stage_copy")
+        # Inside the capture: the slot's rows turned into the segment's columns (the decoder), the Parquet
+        # row groups written; the rest of the capture is the wait for the slot function and the fetches.
+        from airflow_provider_rowfilter.change_log import log as change_log
+        from airflow_provider_rowfilter.publisher import capture as capture_module
+
+        self._wrap(capture_module._Reader, "read", "capture: decode")
+        self._wrap(change_log.SegmentWriter, "_write", "capture: parquet")
         return self
 
     def uninstall(self) -> None:
@@ -305,7 +317,7 @@ def phase_breakdown(batches: list[dict], total: float) -> dict[str, float]:
     sums["decide"] = sums.get("decide", 0.0)
     # facts and stage run inside _apply_locked after decide returned; "other": the rest of apply()
     # (migrate, state reads, segment footers, batch_history, commit, prune) and the loop itself.
-    accounted = sum(sums.get(k, 0.0) for k in PhaseTimer.STEPS)
+    accounted = sum(sums.get(k, 0.0) for k in PhaseTimer.STEPS if k != "capture")  # the capture runs ahead
     sums["other"] = max(total - accounted, 0.0)
     return dict(sums)
 

@@ -122,6 +122,13 @@ def setup_ours(pub: str, target: str, name: str, workdir: Path, conf: dict[str, 
     return spec_file, slot, time.monotonic() - began
 
 
+def decoder() -> str:
+    """How our processes decode the stream: ``native`` (the C extension) or ``numpy`` (publisher/pgoutput_columns.py)."""
+    done = subprocess.run([sys.executable, "-c", "from airflow_provider_rowfilter.publisher.pgoutput_columns "
+                           "import DECODER; print(DECODER)"], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
 # --- the options both take ----------------------------------------------------------------------------
 def pgbench_arguments(p: argparse.ArgumentParser) -> None:
     """The publisher's size and pgbench's clients."""

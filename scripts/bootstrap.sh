@@ -23,9 +23,10 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 
-# Reinstall only when what decides the environment changed: the metadata, the pins, the interpreter.
+# Reinstall only when what decides the environment changed: the metadata, the pins, the interpreter, the
+# C extension's source (the editable install compiles it into the package's folder: setup.py).
 stamp=.venv/.bootstrap-stamp
-want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1) $(.venv/bin/python -VV | tr '\n' ' ')"
+want="$(cat pyproject.toml constraints.txt setup.py airflow_provider_rowfilter/publisher/_pgoutput_native.c | sha256sum | cut -d' ' -f1) $(.venv/bin/python -VV | tr '\n' ' ')"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import airflow_provider_rowfilter" 2>/dev/null; then
     echo "bootstrap: pip install -c constraints.txt -e .[test]" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"

@@ -52,6 +52,8 @@ _EXPECTED = {
     "filtering": (f"is not one of {', '.join(FILTERING_MODES)}",
                   "auto (the publisher filters when it is PostgreSQL 15+ and the definitions come from its catalog), "
                   "source or spark"),
+    "reconcile": ("is not true or false", "write reconcile: true (refresh repairs in place a table whose copy filter "
+                  "or column list changed) or reconcile: false (PostgreSQL's behaviour), without quotes"),
     "spark_conf": ("is not a mapping of Spark settings",
                    "write spark_conf: {spark.sql.shuffle.partitions: 8} (each value a string, number or true/false)"),
     "retained_wal_warning": ("is not a size", "write bytes (1073741824) or a size with one of PostgreSQL's units: "
@@ -88,7 +90,10 @@ class SubscriptionSpec:
     ``refuse`` refuses the whole subscription; ``skip`` keeps the subscription for the other tables
     and leaves that one in state ``i`` with the reason as its ``last_error`` (jobs/refresh.py).
     ``filtering`` says who evaluates the publications' filters, publish lists and column lists
-    (:meth:`filtering_mode`; docs/change-log.md, "Two capture modes").
+    (:meth:`filtering_mode`; docs/change-log.md, "Two capture modes"). ``reconcile: true`` makes ``refresh``
+    repair in place (jobs/reconcile.py) a table whose initial-copy filter or column list changed, instead of
+    leaving it as PostgreSQL leaves it, and ``refresh --recreate-slot`` keep and reconcile the tables instead of
+    emptying them (docs/verify.md).
 
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
@@ -112,6 +117,7 @@ class SubscriptionSpec:
     conflict_policy: ConflictPolicy = "error"
     on_invalid_table: InvalidTablePolicy = "refuse"
     filtering: Filtering = "auto"
+    reconcile: bool = False
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None

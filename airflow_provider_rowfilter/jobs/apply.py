@@ -28,7 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -180,7 +180,8 @@ class ApplyResult:
 
 
 def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spark: SparkSession | None = None,
-          capture_first: bool = True, time_budget: float | None = None, without_spark: bool = False) -> ApplyResult:
+          capture_first: bool = True, time_budget: float | None = None, without_spark: bool = False,
+          subscriber: psycopg.Connection | None = None) -> ApplyResult:
     """Apply the slot to the subscriber in batches, each in one transaction, until the run's target or budget.
 
     :param max_changes: each batch's bound: the capture's (slot rows, whole transactions;
@@ -196,6 +197,9 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
         reduced in this process, are applied as usual; the first that needs Spark raises
         :class:`SparkNeeded`, as does a change log here other than the one the
         subscriber records (the task must never capture into a log the job does not read).
+    :param subscriber: run on this subscriber connection (left open), whose session may hold the apply's lock
+        already (advisory locks are re-entrant): a verify applies up to its point while no other run can
+        (jobs/verify.py).
     :raises ConflictError: a change conflicts (that batch changed neither the subscriber nor the
         slot; the run's earlier batches stay committed).
     """
@@ -204,7 +208,7 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     batches: list[ApplyResult] = []
     try:
         _run(spec, result, batches, max_changes, _Session(spec, spark, allowed=not without_spark), capture_first,
-             began, time_budget)
+             began, time_budget, subscriber)
     except (ApplyBusyError, SparkNeeded):
         raise  # another apply runs, or the job must: not a failure of the subscription
     except Exception as e:  # the job boundary: every failure is recorded, as a readable error
@@ -229,9 +233,11 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
 
 
 def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult], max_changes: int,
-         session: _Session, capture_first: bool, began: float, time_budget: float | None) -> None:
+         session: _Session, capture_first: bool, began: float, time_budget: float | None,
+         subscriber: psycopg.Connection | None = None) -> None:
     change_log = ChangeLog(spec.change_log_dir())
-    with connect(spec.subscriber, "subscriber", spec) as sub, session:
+    given = nullcontext(subscriber) if subscriber is not None else connect(spec.subscriber, "subscriber", spec)
+    with given as sub, session:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()

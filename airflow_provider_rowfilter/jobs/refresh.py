@@ -32,6 +32,7 @@ import psycopg
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.core.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
@@ -81,17 +82,26 @@ class RefreshResult:
     refused: dict[str, str] = field(default_factory=dict)  # on_invalid_table: skip: table -> why
     filtering: str = "spark"  # source or spark: who evaluates the definitions (core/spec.py)
     warnings: list[str] = field(default_factory=list)  # what the publisher itself will refuse (filtering: source)
+    #: tables past i whose initial-copy filter or column list changed since the last refresh: what changed
+    copy_definitions_changed: dict[str, str] = field(default_factory=dict)
+    reconciled: list[dict] = field(default_factory=list)  # reconcile: true (or --reconcile): each table's result
 
     @property
     def changed(self) -> bool:
         return bool(self.added or self.removed or self.slot_created or self.capture_publication_changed
-                    or self.definitions_changed or self.resynced)
+                    or self.definitions_changed or self.resynced or self.reconciled)
 
 
-def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshResult:
+def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: bool | None = None) -> RefreshResult:
     """Run RefreshPublication for ``spec``; raise (having changed nothing) when the definitions are invalid
-    or the slot is gone and ``recreate_slot`` was not given."""
+    or the slot is gone and ``recreate_slot`` was not given.
+
+    :param reconcile: repair in place (jobs/reconcile.py) instead of leaving or emptying: the tables a lost slot
+        had positioned (with ``recreate_slot``), and each table whose initial-copy filter or column list changed.
+        None: the spec's ``reconcile``.
+    """
     slot, _ = capture_names(spec.subscription)
+    in_place = spec.reconcile if reconcile is None else reconcile
     resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
         # The definitions and what the drift check holds the catalog against (core/publication_state.py), in one
@@ -111,7 +121,9 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             stranded = _positioned_tables(spec)
             if stranded and not recreate_slot:
                 raise slot_lost(spec, slot, stranded)
-            if stranded:
+            if stranded and in_place:
+                _hold_for_reconcile(spec, stranded)
+            elif stranded:
                 _resync(spec, [r.table for r in stranded])
                 resynced = stranded
         if definitions.filtering == "source":
@@ -152,9 +164,24 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             result.definitions_changed = last is None or last.definitions != document
             if added or removed or result.definitions_changed:
                 store.record_refresh(lsn, added, removed, document)
+            copied = [r.table for r in store.tables() if r.state is not SyncState.INIT and not r.reconciling]
+            changed = copy_definition_changes(None if last is None else last.definitions, document, copied)
     result.added = [str(t) for t in added]
     result.removed = [str(t) for t in removed]
+    result.copy_definitions_changed = {str(t): f"{c}; {AS_POSTGRESQL_LEAVES_IT}" for t, c in changed.items()}
+    for table, change in changed.items():
+        log.warning("%s: %s; %s", table, change, "it is reconciled in place now (reconcile: true)" if in_place else
+                    f"{AS_POSTGRESQL_LEAVES_IT}. `rowfilter reconcile --table {table.as_sql()}` brings it to what a "
+                    "new copy would hold, in place (or set reconcile: true in the spec)")
     log.info("refresh of %s at %s: added %s, removed %s", spec.subscription, lsn, result.added, result.removed)
+    held = [r.table for r in _positioned_tables(spec) if r.reconciling] if in_place else []
+    if in_place and (changed or held):
+        from airflow_provider_rowfilter.jobs.reconcile import reconcile as run_reconcile
+
+        done = run_reconcile(spec, sorted(set(changed) | set(held)))
+        result.reconciled = [t.as_dict() for t in done.tables]
+        if not done.ok:
+            raise done.error()
     return result
 
 
@@ -215,6 +242,22 @@ def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> Sl
         "nothing was changed")
 
 
+def _hold_for_reconcile(spec: SubscriptionSpec, stranded: list[RelState]) -> None:
+    """A lost slot, repaired in place: each table it had positioned is held in ``d`` for a reconcile (its rows kept),
+    in one transaction, before the new slot exists; the reconcile after the refresh compares it at a point of
+    the new slot (jobs/reconcile.py)."""
+    from airflow_provider_rowfilter.jobs.reconcile import hold
+
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        migrate(sub)
+        store = StateStore(sub, spec.subscription)
+        with sub.transaction():
+            for rel in store.tables([r.table for r in stranded]):
+                hold(store, rel.table, rel.state)
+    log.warning("slot of %s recreated: %s kept and held for a reconcile in place", spec.subscription,
+                ", ".join(str(r.table) for r in stranded))
+
+
 def _resync(spec: SubscriptionSpec, tables: list) -> None:
     """Empty the tables and send them back to ``i``, each in one transaction (``rowfilter resync``)."""
     from airflow_provider_rowfilter.jobs.snapshot import resync  # the copy's modules: only on this path
@@ -230,10 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--recreate-slot", action="store_true",
                    help="the slot is gone: create a new one and send the tables it positioned back to i")
+    p.add_argument("--reconcile", action="store_true",
+                   help="repair in place (rowfilter reconcile) instead: the tables a lost slot positioned, and the "
+                   "tables whose copy filter or column list changed (the spec's reconcile: true)")
 
     def body() -> int:
         args, spec = parse(p, argv)
-        result = refresh(spec, recreate_slot=args.recreate_slot)
+        result = refresh(spec, recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
         print(json.dumps({**result.__dict__, "changed": result.changed}))
         return 0
 

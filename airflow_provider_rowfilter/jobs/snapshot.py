@@ -69,7 +69,7 @@ from airflow_provider_rowfilter.subscriber.copy_target import (
     truncate,
 )
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
-from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
+from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock, migrate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -165,12 +165,16 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
     options = options or CopyOptions()
     result = InitialCopyResult(spec.subscription, resync=resync)
     with connect(spec.subscriber, "subscriber", spec) as sub:
+        migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
         chosen = _chosen(store, tables)
-        todo = chosen if resync else [r for r in chosen if r.state in COPYABLE]
+        todo = chosen if resync else [r for r in chosen if r.state in COPYABLE and not r.reconciling]
         for rel in chosen:
-            if rel not in todo:
+            if rel.reconciling and not resync:
+                result.tables.append(TableCopy(str(rel.table), rel.state.value, note="held by a reconcile that did not "
+                                               "finish: run `rowfilter reconcile` for it (its rows are kept)"))
+            elif rel not in todo:
                 result.tables.append(TableCopy(str(rel.table), rel.state.value, rel.rows_copied, rel.lsn,
                                                note=f"already copied (state {rel.state.value}); "
                                                "use resync to copy it again"))
@@ -203,6 +207,7 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
     if copy:
         return _copy_tables(spec, tables, resync=True, spark=spark, options=options)
     with connect(spec.subscriber, "subscriber", spec) as sub:
+        migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
         for rel in _chosen(store, tables):
@@ -332,6 +337,8 @@ class _CopyJob:
     def _copy_locked(self, table: TableName, started: list[CopyTarget]) -> TableCopy:
         sub = self.store.conn
         (rel,) = self.store.tables([table])  # again, under the lock
+        if rel.reconciling and not self.resync:
+            return TableCopy(str(table), rel.state.value, note="held by a reconcile: run `rowfilter reconcile`")
         if rel.state not in COPYABLE and not self.resync:
             return TableCopy(str(table), rel.state.value, rel.rows_copied, rel.lsn,
                              note=f"copied meanwhile by another job (state {rel.state.value})")

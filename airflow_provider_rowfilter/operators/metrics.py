@@ -62,3 +62,20 @@ def lag_metrics(subscription: str, retained_wal_bytes: int | None, batch_age_sec
         stats.gauge(metric(subscription, "retained_wal_bytes"), float(retained_wal_bytes), tags=tags)
     if batch_age_seconds is not None:
         stats.gauge(metric(subscription, "batch_age_seconds"), float(batch_age_seconds), tags=tags)
+
+
+def check_metrics(result: Mapping[str, Any]) -> None:
+    """What a verify or reconcile found per table (its XCom): ``rowfilter.<subscription>.<schema>.<table>.<kind>.``
+    ``missing`` / ``extra`` / ``different`` / ``rows`` (gauges: the last one stands) and, for a reconcile,
+    ``inserted`` / ``updated`` / ``deleted`` (counters)."""
+    name = str(result["subscription"])
+    for check in result.get("tables") or ():
+        table = str(check["table"])
+        schema, _, relname = table.partition(".")
+        kind = str(check.get("kind") or "verify")
+        tags = {"subscription": name, "table": table}
+        for key in ("missing", "extra", "different", "rows"):
+            stats.gauge(metric(name, _part(schema), _part(relname), kind, key), float(check.get(key) or 0), tags=tags)
+        for key in ("inserted", "updated", "deleted"):
+            if check.get(key):
+                stats.incr(metric(name, _part(schema), _part(relname), kind, key), int(check[key]), tags=tags)

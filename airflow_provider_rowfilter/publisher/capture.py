@@ -83,7 +83,7 @@ from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     ChangeColumns,
     Irregular,
     decode_changes,
-    message_buffer,
+    join_rows,
 )
 from airflow_provider_rowfilter.subscriber.state import StateStore
 
@@ -122,6 +122,7 @@ class CaptureResult:
     more: bool = False  # the bound cut the batch: more changes may be waiting
     heartbeat: bool = False  # the slot moved on although nothing was for us
     filtering: str | None = None  # source or spark: who evaluated the publications (core/spec.py)
+    decoder: str = pgoutput_columns.DECODER  # native (the C extension) or numpy (publisher/pgoutput_columns.py)
     recovered_lsn: str | None = None  # an interrupted batch finished: the slot caught up with the log
     lag_bytes: int | None = None  # pg_current_wal_lsn() - end_lsn
     lag_seconds: float | None = None  # now - commit time of the last transaction captured
@@ -294,11 +295,21 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
     return reader.batch
 
 
+class _Datas:
+    """The messages of a fetch's rows, one by one (for those decoded one by one), without a list of them."""
+
+    def __init__(self, rows: list[tuple[int, bytes]]) -> None:
+        self.rows = rows
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.rows[i][1]
+
+
 @dataclass
 class _Fetch:
     """One fetch of slot rows: the messages joined in one buffer (publisher/pgoutput_columns.py)."""
 
-    datas: list[bytes]
+    datas: _Datas | list[bytes]
     lsns: np.ndarray
     buffer: np.ndarray
     starts: np.ndarray
@@ -355,9 +366,8 @@ class _Reader:
         self.batch = _Batch()
 
     def read(self, rows: list[tuple[int, bytes]]) -> None:
-        datas = [r[1] for r in rows]
-        buffer, starts, ends = message_buffer(datas)
-        fetch = _Fetch(datas, np.fromiter((r[0] for r in rows), np.int64, len(rows)), buffer, starts, ends)
+        buffer, lsns, starts, ends = join_rows(rows)
+        fetch = _Fetch(_Datas(rows), lsns, buffer, starts, ends)
         self.batch.messages += len(rows)
         if (ends == starts).any():
             self._refuse(fetch, np.flatnonzero(ends == starts))

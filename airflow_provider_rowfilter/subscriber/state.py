@@ -12,6 +12,7 @@ make. The one exception is ``rowfilter.apply_stage``, the apply's scratch table 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,12 +35,13 @@ from airflow_provider_rowfilter.subscriber.state_reader import (
     StateReader,
     StateReading,
     SubscriptionRow,
+    TableCheckRecord,
     relation_exists,
 )
 
 __all__ = [
     "APPLIED", "APPLY_LOCK", "SCHEMA", "AsyncStateReader", "BatchRecord", "DroppedState", "RefreshRecord",
-    "RelState", "StateError", "StateReader", "StateStore", "SubscriptionRow", "StateReading",
+    "RelState", "StateError", "StateReader", "StateStore", "SubscriptionRow", "StateReading", "TableCheckRecord",
     "job_lock", "job_lock_key", "migrate", "relation_exists",
 ]
 
@@ -113,11 +115,18 @@ class StateStore(StateReader):
             self.conn.execute(
                 f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s AND schema_name = %s "
                 f"AND table_name = %s", (self.subscription, table.schema, table.name))
+            if relation_exists(self.conn, "table_check"):
+                self.conn.execute(f"DELETE FROM {SCHEMA}.table_check WHERE subscription = %s AND schema_name = %s "
+                                  f"AND table_name = %s", (self.subscription, table.schema, table.name))
         return added, removed
 
     def set_state(self, table: TableName, new: SyncState, *, lsn: str | None = None,
-                  rows_copied: int | None = None, resync: bool = False) -> None:
-        """Move one table to ``new`` (row locked; the move must be one the state machine makes)."""
+                  rows_copied: int | None = None, resync: bool = False, reconcile: bool = False) -> None:
+        """Move one table to ``new`` (row locked; the move must be one the state machine makes).
+
+        ``reconcile``: the table is in ``d`` for a reconcile (jobs/reconcile.py), not a copy; any other move
+        clears that mark.
+        """
         row = self.conn.execute(
             f"""SELECT state FROM {SCHEMA}.subscription_rel
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s FOR UPDATE""",
@@ -126,12 +135,16 @@ class StateStore(StateReader):
             raise StateError(f"table {table} is not part of subscription {self.subscription!r}", table=str(table),
                              hint="check the table name, or run `rowfilter refresh` after publishing it")
         check_transition(str(table), SyncState(row[0]), new, resync=resync)
+        if reconcile and new is not SyncState.DATA_COPY:
+            raise ValueError(f"a reconcile holds {table} in state d, not {new.value}")
         self.conn.execute(
             f"""UPDATE {SCHEMA}.subscription_rel SET state = %s, lsn = %s,
                     rows_copied = COALESCE(%s, CASE WHEN %s THEN NULL ELSE rows_copied END),
-                    last_error = NULL, updated_at = now()
+                    last_error = NULL, updated_at = now(),
+                    reconcile_since = CASE WHEN %s THEN coalesce(reconcile_since, now()) END
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s""",
-            (new.value, lsn, rows_copied, new is SyncState.INIT, self.subscription, table.schema, table.name))
+            (new.value, lsn, rows_copied, new is SyncState.INIT, reconcile, self.subscription, table.schema,
+             table.name))
 
     def advance(self, table: TableName, lsn: str) -> None:
         """Move a ready table's applied position (``r`` stays ``r``; its ``lsn`` is where apply resumes)."""
@@ -159,6 +172,23 @@ class StateStore(StateReader):
                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
             (self.subscription, start_lsn, end_lsn, Jsonb(counts), duration_ms, transactions, changes, skipped_lsn,
              lag_bytes, lag_seconds)).fetchone()[0]
+
+    def record_check(self, table: TableName, kind: str, lsn: str | None, clean: bool, result: dict) -> None:
+        """Keep a table's last verify or reconcile (``result``: core/table_compare.py ``TableCheck.as_dict``)."""
+        self.conn.execute(
+            f"""INSERT INTO {SCHEMA}.table_check (subscription, schema_name, table_name, kind, lsn, clean, result)
+                VALUES (%s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (subscription, schema_name, table_name) DO UPDATE SET kind = EXCLUDED.kind,
+                    lsn = EXCLUDED.lsn, clean = EXCLUDED.clean, result = EXCLUDED.result, checked_at = now()""",
+            (self.subscription, table.schema, table.name, kind, lsn, clean, Jsonb(result)))
+
+    def record_reconcile(self, lsn: str, counts: dict, duration_ms: int, changes: int) -> int:
+        """A reconcile's rows written, in the batch history (``kind`` reconcile: the apply's readers pass over it,
+        and the subscription's ``applied_lsn`` stays the apply's); returns the row's id."""
+        return self.conn.execute(
+            f"""INSERT INTO {SCHEMA}.batch_history (subscription, kind, start_lsn, end_lsn, counts, duration_ms,
+                   transactions, changes) VALUES (%s, 'reconcile', NULL, %s, %s, %s, 0, %s) RETURNING id""",
+            (self.subscription, lsn, Jsonb(counts), duration_ms, changes)).fetchone()[0]
 
     def skip_transaction(self, lsn: str) -> str | None:
         """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the next apply drops the remote transaction finished at ``lsn``
@@ -240,15 +270,19 @@ def job_lock_key(subscription: str, scope: str) -> tuple[str, str]:
 
 @contextmanager
 def job_lock(conn: psycopg.Connection, subscription: str, scope: str,
-             busy: Callable[[], RowFilterError]) -> Iterator[None]:
-    """Hold a job's session advisory lock in the subscriber; raise ``busy()`` when another session holds it.
+             busy: Callable[[], RowFilterError], *, wait: float = 0) -> Iterator[None]:
+    """Hold a job's session advisory lock in the subscriber; raise ``busy()`` when another session holds it
+    (still after ``wait`` seconds of trying).
 
     One apply per subscription, one copy or resync per table: the jobs take their locks here, and
     ``rowfilter drop`` takes the apply's and looks for the others (:func:`job_lock_key`).
     """
     key = job_lock_key(subscription, scope)
-    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
-        raise busy()
+    deadline = time.monotonic() + wait
+    while not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            raise busy()
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0.01)))
     try:
         yield
     finally:

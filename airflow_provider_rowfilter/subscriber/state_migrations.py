@@ -119,6 +119,23 @@ MIGRATIONS: list[tuple[int, str]] = [
         ADD COLUMN change_log_host text,
         ADD COLUMN change_log_path text;
     """),
+    # Verify and reconcile (jobs/verify.py, jobs/reconcile.py): a table held in d by a reconcile says so; the
+    # last comparison of each table; a reconcile's counts in the batch history, told from the apply's batches.
+    (5, """
+    ALTER TABLE rowfilter.subscription_rel ADD COLUMN reconcile_since timestamptz;
+    ALTER TABLE rowfilter.batch_history ADD COLUMN kind text NOT NULL DEFAULT 'apply';
+    CREATE TABLE rowfilter.table_check (
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        schema_name   text NOT NULL,
+        table_name    text NOT NULL,
+        kind          text NOT NULL CHECK (kind IN ('verify', 'reconcile')),
+        lsn           pg_lsn,
+        clean         boolean NOT NULL,
+        result        jsonb NOT NULL,
+        checked_at    timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (subscription, schema_name, table_name)
+    );
+    """),
 ]
 
 

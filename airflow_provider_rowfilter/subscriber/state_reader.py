@@ -41,6 +41,24 @@ class RelState:
     rows_copied: int | None
     last_error: str | None
     updated_at: datetime
+    #: Set while a reconcile holds the table in ``d`` (jobs/reconcile.py): since when.
+    reconcile_since: datetime | None = None
+
+    @property
+    def reconciling(self) -> bool:
+        return self.reconcile_since is not None
+
+
+@dataclass(frozen=True)
+class TableCheckRecord:
+    """One ``table_check`` row: the table's last verify or reconcile (``result``: core/table_compare.py TableCheck)."""
+
+    table: TableName
+    kind: str
+    lsn: str | None
+    clean: bool
+    result: dict[str, Any]
+    checked_at: datetime
 
 
 @dataclass(frozen=True)
@@ -106,10 +124,18 @@ class RefreshRecord:
 # --- the plans: SQL and row mapping, once ------------------------------------------------------------
 _SUBSCRIPTION = (f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
                  f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s")
-_TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at "
-           f"FROM {SCHEMA}.subscription_rel WHERE subscription = %s ORDER BY schema_name, table_name")
+# reconcile_since and kind came with migration 5: read through to_jsonb, a subscriber not migrated yet reads as
+# having neither (no reconcile, every batch the apply's).
+_TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at, "
+           f"(to_jsonb(r) ->> 'reconcile_since')::timestamptz "
+           f"FROM {SCHEMA}.subscription_rel r WHERE subscription = %s ORDER BY schema_name, table_name")
 _BATCHES = (f"SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms, "
-            f"skipped_lsn::text, counts, finished_at FROM {SCHEMA}.batch_history WHERE subscription = %s")
+            f"skipped_lsn::text, counts, finished_at FROM {SCHEMA}.batch_history b WHERE subscription = %s "
+            f"AND coalesce(to_jsonb(b) ->> 'kind', 'apply') = 'apply'")
+_CHECKS = (f"SELECT schema_name, table_name, kind, lsn::text, clean, result, checked_at FROM {SCHEMA}.table_check "
+           f"WHERE subscription = %s ORDER BY schema_name, table_name")
+_FEEDERS = (f"SELECT DISTINCT subscription FROM {SCHEMA}.subscription_rel WHERE schema_name = %s AND table_name = %s "
+            f"AND subscription <> %s ORDER BY 1")
 _REFRESHES = (f"SELECT id, lsn::text, added, removed, definitions FROM {SCHEMA}.refresh_history "
               f"WHERE subscription = %s")
 _HISTORIES = ("batch_history", "refresh_history")
@@ -130,8 +156,21 @@ def _subscription(name: str) -> Plan[SubscriptionRow | None]:
 
 def _tables(name: str) -> Plan[list[RelState]]:
     rows = yield _TABLES, (name,)
-    return [RelState(TableName(s, t), SyncState(state), lsn, copied, err, ts)
-            for s, t, state, lsn, copied, err, ts in rows]
+    return [RelState(TableName(s, t), SyncState(state), lsn, copied, err, ts, since)
+            for s, t, state, lsn, copied, err, ts, since in rows]
+
+
+def _checks(name: str) -> Plan[list[TableCheckRecord]]:
+    if not (yield from _exists("table_check")):
+        return []
+    rows = yield _CHECKS, (name,)
+    return [TableCheckRecord(TableName(s, t), kind, lsn, clean, result, at)
+            for s, t, kind, lsn, clean, result, at in rows]
+
+
+def _feeders(name: str, table: TableName) -> Plan[list[str]]:
+    rows = yield _FEEDERS, (table.schema, table.name, name)
+    return [r[0] for r in rows]
 
 
 def _reading(name: str) -> Plan[StateReading]:
@@ -232,6 +271,14 @@ class StateReader:
         """The token of the table's copy attempt: its ``updated_at`` as ``set_state(d)`` wrote it (None: no such
         row, or not in ``state``)."""
         return self._read(_copy_token(self.subscription, table, state))
+
+    def checks(self) -> dict[TableName, TableCheckRecord]:
+        """Each table's last verify or reconcile, by table (none before migration 5)."""
+        return {c.table: c for c in self._read(_checks(self.subscription))}
+
+    def other_subscriptions_of(self, table: TableName) -> list[str]:
+        """The other subscriptions of this subscriber whose state names ``table``: they replicate into it too."""
+        return self._read(_feeders(self.subscription, table))
 
     # --- history --------------------------------------------------------------------------------------
     def last_batch_id(self) -> int:
