@@ -344,8 +344,8 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
          ("rowfilter_dagfactory_resync_tables", {"tables": ["public.t1"]}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactry", "keep_slot": False}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactory", "keep_slot": False})],
-        # The change log outside the spec files' folder: allowed by the deployment (core/spec_paths.py).
-        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)}, timeout=600)
+        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
+        timeout=600)
     too_early, skip, resync, wrong_name, dropped = runs
     output = runs[-1]["output"]
     assert too_early["state"] == "failed", output[-5000:]
