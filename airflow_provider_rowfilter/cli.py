@@ -284,7 +284,8 @@ def spark_server(args: argparse.Namespace) -> int:
                 raise SpecError(f"--conf {item!r} is not KEY=VALUE", hint="write --conf spark.driver.memory=4g")
             conf[key.strip()] = value
         info = connect_server.start(state, port=args.port, master=args.master, conf=conf)
-        say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log})")
+        say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log}; its token, "
+            f"which this user's jobs read from there, in {info.token_file})")
         return 0
     if args.action == "stop":
         info = connect_server.stop(state)
@@ -294,7 +295,8 @@ def spark_server(args: argparse.Namespace) -> int:
     if info is None:
         say("no Spark Connect server is running")
         return EXIT_BROKEN
-    say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log})")
+    say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log}; token in "
+        f"{info.token_file})")
     return 0
 
 

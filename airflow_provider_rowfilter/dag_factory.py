@@ -315,7 +315,8 @@ def tables_waiting_for_copy(subscription: str, subscriber_conn_id: str,
     if unknown:
         raise AirflowFailException(f"table(s) {', '.join(unknown)} not part of subscription {subscription!r} "
                                    f"(its tables: {', '.join(str(t) for t in sorted(states)) or 'none'})")
-    return [str(t) for t in sorted(chosen or states) if states[t] in WAITING_FOR_COPY]
+    # As SQL names (quoted where needed): the snapshot task reads them back as SQL (TableName.from_sql).
+    return [t.as_sql() for t in sorted(chosen or states) if states[t] in WAITING_FOR_COPY]
 
 
 def copy_tasks(*, pool: str, tables: Any, subscription: str, subscriber_conn_id: str,

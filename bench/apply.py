@@ -677,8 +677,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     with contextlib.ExitStack() as stack:
-        admin = stack.enter_context(LocalPostgres.start()).dsn()
-        base = admin.rsplit("/", 1)[0]
+        cluster = stack.enter_context(LocalPostgres.start())
+        os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
+        admin = cluster.dsn()
+        base = admin.partition("?")[0].rsplit("/", 1)[0]
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-apply-")))
         with psycopg.connect(admin) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]

@@ -49,7 +49,7 @@ PUBLICATIONS = {
 def pgbench_env(cluster: LocalPostgres, database: str) -> dict[str, str]:
     """pgbench's connection in libpq's environment variables, never on its command line; timestamps in UTC."""
     return {**os.environ, "PGHOST": cluster.host, "PGPORT": str(cluster.port), "PGUSER": cluster.user,
-            "PGDATABASE": database, "PGTZ": "UTC"}
+            "PGDATABASE": database, "PGTZ": "UTC", "PGPASSFILE": str(cluster.passfile)}
 
 
 def pgbench(cluster: LocalPostgres, database: str, *args: str) -> str:

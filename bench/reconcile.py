@@ -109,8 +109,13 @@ def main(argv: list[str] | None = None) -> int:
         comparison.LOCAL_ROWS = -1 if args.engine == "spark" else 1 << 62
 
     with contextlib.ExitStack() as stack:
-        admin = args.dsn or stack.enter_context(LocalPostgres.start()).dsn()
-        base = admin.rsplit("/", 1)[0]
+        if args.dsn:
+            admin = args.dsn
+        else:
+            cluster = stack.enter_context(LocalPostgres.start())
+            os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
+            admin = cluster.dsn()
+        base = admin.partition("?")[0].rsplit("/", 1)[0]
         pub, ours, theirs = f"{base}/bench_pub", f"{base}/bench_ours", f"{base}/bench_native"
         for name in ("bench_pub", "bench_ours", "bench_native"):
             create_database(admin, name)

@@ -60,8 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         comparison.LOCAL_PAGES = 0 if args.engine == "spark" else 1 << 62
 
     with contextlib.ExitStack() as stack:
-        admin = args.dsn or stack.enter_context(LocalPostgres.start()).dsn()
-        base = admin.rsplit("/", 1)[0]
+        if args.dsn:
+            admin = args.dsn
+        else:
+            cluster = stack.enter_context(LocalPostgres.start())
+            os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
+            admin = cluster.dsn()
+        base = admin.partition("?")[0].rsplit("/", 1)[0]
         pub, ours = f"{base}/bench_pub", f"{base}/bench_ours"
         for name in ("bench_pub", "bench_ours"):
             create_database(admin, name)

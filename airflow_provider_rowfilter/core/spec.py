@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -17,6 +18,7 @@ from pydantic.dataclasses import dataclass
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.names import identifier, quote_identifier
+from airflow_provider_rowfilter.core.spec_paths import check_change_log_location, confine
 
 SPEC_VERSION = 1
 #: What ApplyChanges does when an INSERT finds its key in the subscriber (the spec's ``conflict_policy``).
@@ -162,6 +164,8 @@ class SubscriptionSpec:
                 check_no_password(getattr(self, key), f"the {key} of subscription {self.subscription!r}", key)
         if self.spark_remote is not None:
             check_spark_remote(self.spark_remote, f"spark_remote of subscription {self.subscription!r}")
+        if self.change_log:
+            check_change_log_location(self.change_log, f"subscription {self.subscription!r}")
         if self.filtering == "source" and self.publications_ddl:
             self.filtering_mode(0)  # refused now: a publications file is never the publisher's
         self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
@@ -179,16 +183,20 @@ class SubscriptionSpec:
         if not isinstance(data, dict):
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
         data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
+        source = f"spec file {str(p)!r}"
+        # The files a spec file names stay in its folder, symlinks resolved (core/spec_paths.py).
         if data.get("publications_ddl") and isinstance(data["publications_ddl"], str):
-            data["publications_ddl"] = str((p.parent / data["publications_ddl"]).resolve())
+            data["publications_ddl"] = confine(data["publications_ddl"], "publications_ddl", p.parent, source)
         change_log = data.get("change_log")
         if change_log is not None and not isinstance(change_log, str):
             raise SpecError(f"{str(p)!r}: change_log={change_log!r} is not a directory path",
                             hint="set change_log: path/to/changes (relative to the spec file) or leave it out")
         if change_log or isinstance(data.get("subscription"), str):
             change_log = change_log or default_change_log(data["subscription"])
-            data["change_log"] = str((p.parent / change_log).resolve())
-        return cls.from_dict(data, source=f"spec file {str(p)!r}")
+            if change_log.strip():
+                check_change_log_location(str(p.parent / change_log), f"{source}")
+            data["change_log"] = confine(change_log, "change_log", p.parent, source)
+        return cls.from_dict(data, source=source)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "spec") -> SubscriptionSpec:
@@ -256,11 +264,22 @@ class SubscriptionSpec:
         """The text of ``publications_ddl``, or None when publications come from the publisher's catalog."""
         if not self.publications_ddl:
             return None
+        path = self.publications_ddl
         try:
-            data = Path(self.publications_ddl).read_bytes()
+            # The file the spec's check found (core/spec_paths.py ``confine`` resolved its symlinks): a symlink put
+            # in its place since is refused, not followed.
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
+                data = file.read()
         except FileNotFoundError as e:
             raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
                             f"{self.subscription!r} does not exist") from e
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise SpecError(f"publications_ddl file {path!r} of subscription {self.subscription!r} is a symbolic "
+                                "link", hint="name the file itself in the spec (a spec file's paths are resolved "
+                                "when it is read)") from None
+            raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
+                            f"{self.subscription!r} cannot be read: {e.strerror}") from None
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:

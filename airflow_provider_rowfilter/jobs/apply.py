@@ -20,6 +20,7 @@ Prints one JSON line: the run's summary (each batch is also kept in ``rowfilter.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import json
 import logging
 import sys
@@ -360,7 +361,9 @@ class _CaptureAhead:
     def start(self, target: int | None) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"rowfilter-capture-{self.spec.subscription}")
-        self.pending = self._pool.submit(self._capture, target, self.store.log_needs())
+        # In the run's context: what connection.py ``in_task`` handed the run (the passwords of an operator's
+        # task) is a context variable, which a thread of the pool would not see otherwise.
+        self.pending = self._pool.submit(contextvars.copy_context().run, self._capture, target, self.store.log_needs())
 
     def take(self, target: int | None) -> CaptureResult:
         """The batch's capture: the one started ahead, else one now."""

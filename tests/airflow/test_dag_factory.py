@@ -19,6 +19,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.dag_factory import (
     DAG_KINDS,
@@ -26,7 +27,9 @@ from airflow_provider_rowfilter.dag_factory import (
     SpecFileWarning,
     build_dags,
     dags_from_folder,
+    tables_waiting_for_copy,
 )
+from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, Cluster
 from tests.airflow.conftest import REPO
@@ -190,6 +193,21 @@ def test_a_bad_file_is_refused_naming_it(tmp_path: Path, text: str, expected: st
     assert placeholder.startswith("INVALID SPEC FILE bad.yaml: ") and str(path) in placeholder
 
 
+def test_tables_to_copy_names_them_as_sql_so_the_snapshot_reads_them_back(state_db: Any) -> None:
+    """Issue 28, also found: ``tables_to_copy`` gave ``public.Mixed Case`` unquoted, which the snapshot task read
+    as SQL (``public.mixed`` …) and refused, while ``rowfilter snapshot`` copied the table."""
+    with psycopg.connect(state_db.dsn, autocommit=True) as conn:
+        store = StateStore(conn, "s_quoted")
+        with conn.transaction():
+            store.ensure_subscription(["p1"], "rowfilter_s_quoted", "rowfilter_s_quoted", {"copy_data": True})
+            store.reconcile([TableName("public", "Mixed Case"), TableName("public", "t1")], copy_data=True,
+                            current_lsn="0/0")
+    listed = tables_waiting_for_copy("s_quoted", state_db.conn_id)
+    assert listed == ['public."Mixed Case"', "public.t1"]
+    assert table_names(listed) == [TableName("public", "Mixed Case"), TableName("public", "t1")]
+    assert tables_waiting_for_copy("s_quoted", state_db.conn_id, tables='public."Mixed Case"') == listed[:1]
+
+
 def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
@@ -280,7 +298,8 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
         airflow_db,
         [("rowfilter_dagfactory_initial_sync", None), ("rowfilter_dagfactory_refresh", None),
          ("rowfilter_dagfactory_incremental_sync", None)],
-        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder)},
+        # The change log outside the spec files' folder: allowed by the deployment (core/spec_paths.py).
+        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
         pools={"rowfilter_copies": 2}, between=between, timeout=900)
     elapsed = time.monotonic() - began
     output = initial["output"]
@@ -326,7 +345,8 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
          ("rowfilter_dagfactory_resync_tables", {"tables": ["public.t1"]}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactry", "keep_slot": False}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactory", "keep_slot": False})],
-        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder)}, timeout=600)
+        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
+        timeout=600)
     too_early, skip, resync, wrong_name, dropped = runs
     output = runs[-1]["output"]
     assert too_early["state"] == "failed", output[-5000:]

@@ -30,9 +30,9 @@ from airflow_provider_rowfilter.operators.refresh_publication import RefreshPubl
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from tests.airflow.conftest import StatsdReceiver
+from tests.roles import PUBLISHER, SUBSCRIBER, PasswordRole
 
-PUB_PASSWORD = "pub-Pa55word-7Hq2x"
-SUB_PASSWORD = "sub-Pa55word-Lm4Zr"
+PUB_PASSWORD, SUB_PASSWORD = PUBLISHER.password, SUBSCRIBER.password
 PACKAGE_DIR = Path(airflow_provider_rowfilter.__file__).resolve().parent
 PUBLISHER_SQL = """
 CREATE TABLE t1 (a int PRIMARY KEY, b text);
@@ -49,33 +49,36 @@ class Databases:
         self.pub_conn, self.sub_conn, self.spark_conn = pub_conn, sub_conn, spark_conn
 
 
-def _conn(dsn: str, password: str | None) -> dict[str, Any]:
+def _conn(dsn: str, role: PasswordRole | None) -> dict[str, Any]:
+    """An Airflow postgres connection to ``dsn``'s database as ``role`` with its password (else as the superuser,
+    whose password the run's PGPASSFILE holds)."""
     info = psycopg.conninfo.conninfo_to_dict(dsn)
-    conn = {"conn_type": "postgres", "host": info["host"], "port": int(info["port"]), "login": info["user"],
-            "schema": info["dbname"], "extra": {"sslmode": "disable", "connect_timeout": "10"}}
-    if password:
-        conn["password"] = password
+    conn = {"conn_type": "postgres", "host": info["host"], "port": int(info["port"]),
+            "login": role.name if role else info["user"], "schema": info["dbname"],
+            "extra": {"sslmode": "disable", "connect_timeout": "10"}}
+    if role:
+        conn["password"] = role.password
     return conn
 
 
 @pytest.fixture
-def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> Databases:
+def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str], password_roles: Any) -> Databases:
     """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections.
 
-    The cluster trusts local connections, so the passwords are accepted and ignored: these tests
-    are about where the passwords travel (the DAG test proves one reaches the job and is used).
+    The connections log in as the run's password roles (tests/roles.py) with their passwords: a job that
+    lost one on its way (environment, in the task) could not connect at all.
     """
     pub, sub = fresh_db(), fresh_db()
     with psycopg.connect(pub, autocommit=True) as conn:
         conn.execute(PUBLISHER_SQL)
-    return Databases(pub, sub, airflow_conn(_conn(pub, PUB_PASSWORD), "pub"),
-                     airflow_conn(_conn(sub, SUB_PASSWORD), "sub"),
+    return Databases(pub, sub, airflow_conn(_conn(pub, PUBLISHER), "pub"),
+                     airflow_conn(_conn(sub, SUBSCRIBER), "sub"),
                      airflow_conn({"conn_type": "spark", "host": "local[2]"}, "spark"))
 
 
-def _url(dsn: str) -> str:
+def _url(dsn: str, role: PasswordRole | None = None) -> str:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
-    return (f"postgresql://{info['user']}@{info['host']}:{info['port']}/{info['dbname']}"
+    return (f"postgresql://{role.name if role else info['user']}@{info['host']}:{info['port']}/{info['dbname']}"
             "?connect_timeout=10&sslmode=disable")
 
 
@@ -159,7 +162,8 @@ def test_refresh_operator_submits_the_packaged_job(dbs: Databases, caplog: pytes
     assert Path(application).is_file()
     assert command[command.index(application) + 1:] == ["--spec-json", command[-1]]
     assert _spec_from(command) == SubscriptionSpec(
-        subscription="s_op", publications=("p1", "p2"), publisher=_url(dbs.pub), subscriber=_url(dbs.sub),
+        subscription="s_op", publications=("p1", "p2"), publisher=_url(dbs.pub, PUBLISHER),
+        subscriber=_url(dbs.sub, SUBSCRIBER),
         publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn, spark_master="local[2]")
     # Passwords: in env_vars only; never on the command line, never in a log line.
     assert op.env_vars["ROWFILTER_PUBLISHER_PASSWORD"] == PUB_PASSWORD
@@ -258,8 +262,8 @@ def test_snapshot_command_from_a_templated_spec_file(dbs: Databases, tmp_path: P
     # publications_ddl resolved next to the spec file.
     spec = _spec_from(command)
     assert replace(spec, change_log=None) == SubscriptionSpec(
-        subscription="s1", publications=("p1",), publisher=_url(dbs.pub), subscriber=_url(dbs.sub),
-        publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+        subscription="s1", publications=("p1",), publisher=_url(dbs.pub, PUBLISHER),
+        subscriber=_url(dbs.sub, SUBSCRIBER), publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
         publications_ddl=str(tmp_path / "publications.sql"), spark_master="local[2]")
     # The file's other keys come through as SubscriptionSpec.load resolved them.
     assert spec.change_log == SubscriptionSpec.load(tmp_path / "s1.yaml").change_log

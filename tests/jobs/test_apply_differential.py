@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
+from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.jobs.apply import apply
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
 from tests.jobs.databases import APPLY_PATHS, FILTERING_MODES, apply_path, names, run_ours
@@ -34,12 +35,18 @@ DOC_STEPS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _as_password_roles(dbs, password_roles, monkeypatch):
+    """Every spec here connects as the run's password roles (tests/roles.py), their passwords in the environment."""
+    dbs.authenticate_as(password_roles, monkeypatch)
+
+
 def assert_captured_as(spec, filtering: str) -> None:
     """Every segment of the change log was captured in ``filtering`` mode, and our capture publications exist
     only where the slot is read through them (spark)."""
     segments = ChangeLog(spec.change_log_dir()).segments()
     assert segments and {segment_filtering(s.path) for s in segments} == {filtering}
-    with psycopg.connect(spec.publisher, autocommit=True) as conn:
+    with connect(spec.publisher, "publisher", spec) as conn:
         assert bool(capture_publications(conn, spec.subscription)) == (filtering == "spark")
 
 
