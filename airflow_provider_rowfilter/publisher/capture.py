@@ -78,13 +78,16 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     SlotMissingError,
     capture_names,
     capture_publications,
+    invalidated_error,
 )
+from airflow_provider_rowfilter.publisher.failover import check_lineage, publisher_origin
 from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     ChangeColumns,
     Irregular,
     decode_changes,
     message_buffer,
 )
+from airflow_provider_rowfilter.publisher.slot_health import WAL_END, WAL_NOW, read_retention, read_slot
 from airflow_provider_rowfilter.subscriber.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -154,9 +157,12 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     change_log = ChangeLog(spec.change_log_dir())
     with change_log.locked(), connect(spec.publisher, "publisher", spec) as pub:
         pub.execute("; ".join(_SESSION))
-        confirmed = _confirmed_position(pub, slot)
+        confirmed, synced = _confirmed_position(pub, slot, needs)
         result = CaptureResult(spec.subscription, slot, format_lsn(confirmed), format_lsn(confirmed))
         logged = change_log.captured_through()
+        origin = publisher_origin(pub)
+        check_lineage(spec, slot, change_log.last_origin(), origin, logged=logged, confirmed=confirmed,
+                      synced=synced, needs=needs)
         _check_log(change_log, slot, confirmed, logged, needs)
         if logged is not None and logged > confirmed:
             # The last run made its segment durable and stopped before advancing the slot.
@@ -165,15 +171,16 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
                      slot, format_lsn(logged))
             confirmed = logged
             result.recovered_lsn = result.start_lsn = format_lsn(logged)
-        flushed = parse_lsn(pub.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        flushed = parse_lsn(pub.execute(f"SELECT {WAL_END}::text").fetchone()[0])
         mode = spec.filtering_mode(pub.info.server_version)
         names = _publication_names(pub, spec, mode)
         writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
-            "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode})
+            "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode,
+            "publisher": origin.as_dict()})
         result.filtering = mode
         try:
             batch = _read_slot(pub, writer, slot, ",".join(_quoted(n) for n in names), max_changes=max_changes,
-                               upto_lsn=upto, fetch_rows=fetch_rows, mode=mode)
+                               upto_lsn=upto, fetch_rows=fetch_rows, mode=mode, needs=needs)
             result.more = batch.messages >= max_changes
             target = max(batch.end_lsn or confirmed, confirmed)
             if not result.more:
@@ -196,7 +203,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         result.changes_by_kind = {KINDS[k]: n for k, n in sorted(batch.kinds.items())}
         result.messages = batch.messages
         result.heartbeat = writer.rows == 0 and target > confirmed
-        now, current = pub.execute("SELECT clock_timestamp(), pg_current_wal_lsn() - %s::pg_lsn",
+        now, current = pub.execute(f"SELECT clock_timestamp(), {WAL_NOW} - %s::pg_lsn",
                                    (result.end_lsn,)).fetchone()
         result.lag_bytes = max(int(current), 0)
         if batch.last_commit_ts is not None:
@@ -263,7 +270,8 @@ class _Batch:
 
 
 def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication_names: str, *,
-               max_changes: int, upto_lsn: int | None, fetch_rows: int, mode: str = "spark") -> _Batch:
+               max_changes: int, upto_lsn: int | None, fetch_rows: int, mode: str = "spark",
+               needs: LogNeeds | None = None) -> _Batch:
     """Stream the slot's pending transactions into ``writer``, a fetch at a time."""
     reader = _Reader(writer, _TypeNames(pub), _python_encoding(pub))
     try:
@@ -273,7 +281,12 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
             while rows := cursor.fetchmany(fetch_rows):
                 reader.read(rows)
     except psycopg.Error as e:
-        if mode == "source":
+        if e.sqlstate == "55000" and not pub.broken:
+            # "can no longer access replication slot": invalidated (between our look and the read); name the cause.
+            _, found = read_slot(pub, slot)
+            if found.lost:
+                raise invalidated_error(found, read_retention(pub), _stranded(needs)) from e
+        if mode == "source" and e.sqlstate == "42704":  # undefined_object: publication "p" does not exist
             # pgoutput reads each publication as of each change's position (LoadPublications in pgoutput.c):
             # before PostgreSQL 18, one created after changes the slot still holds fails them, as it fails a
             # native subscription's walsender.
@@ -593,16 +606,25 @@ def _unix_micros(ts: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds + POSTGRES_EPOCH_UNIX_MICROS
 
 
-def _confirmed_position(pub: psycopg.Connection, slot: str) -> int:
-    row = pub.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
-                      "WHERE slot_name = %s", (slot,)).fetchone()
+def _confirmed_position(pub: psycopg.Connection, slot: str, needs: LogNeeds | None) -> tuple[int, bool | None]:
+    """The slot's confirmed position and its ``synced`` flag; refused when it is missing, not ours, or invalidated
+    (naming the cause PostgreSQL records, core/slot_retention.py)."""
+    row = pub.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
     if row is None:
         raise SlotMissingError(slot)
-    plugin, database, confirmed = row
+    plugin, database = row
     if plugin != "pgoutput" or database != pub.info.dbname:
         raise CaptureError(f'replication slot "{slot}" uses plugin {plugin!r} in database {database!r}',
                            hint="it is not ours; drop it or choose another subscription name")
-    return parse_lsn(confirmed)
+    _, found = read_slot(pub, slot)
+    if found.lost:
+        raise invalidated_error(found, read_retention(pub), _stranded(needs))
+    return parse_lsn(found.confirmed_flush_lsn), found.synced
+
+
+def _stranded(needs: LogNeeds | None) -> list[tuple[str, str | None]]:
+    """The tables whose changes an invalidated slot no longer gives (those holding a position)."""
+    return [(t, format_lsn(p)) for t, p in (needs.tables if needs else ())]
 
 
 def _advance(pub: psycopg.Connection, slot: str, lsn: int) -> None:
