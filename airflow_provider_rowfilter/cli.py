@@ -271,7 +271,7 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     from airflow_provider_rowfilter.core.slot_retention import schedule_risks
     from airflow_provider_rowfilter.publisher.capture_objects import capture_names
     from airflow_provider_rowfilter.publisher.definitions import load_definitions
-    from airflow_provider_rowfilter.publisher.failover import readiness, spec_standbys
+    from airflow_provider_rowfilter.publisher.readiness import readiness, spec_standbys
     from airflow_provider_rowfilter.publisher.slot_health import read_retention
     from airflow_provider_rowfilter.publisher.standby import check_capture_source
 

@@ -17,7 +17,7 @@ from airflow_provider_rowfilter.core.slot_retention import KEEP_FIX, WAY_BACK, i
 from airflow_provider_rowfilter.core.spec import parse_size
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.operators.metrics import lag_metrics
-from airflow_provider_rowfilter.publisher.failover import readiness
+from airflow_provider_rowfilter.publisher.readiness import readiness
 from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
 from airflow_provider_rowfilter.subscriber.state_reader import StateReader
 

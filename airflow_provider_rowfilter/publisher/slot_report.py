@@ -18,7 +18,7 @@ from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.schedule import longest_gap
 from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation, schedule_risks
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.publisher.failover import Readiness, readiness, spec_standbys
+from airflow_provider_rowfilter.publisher.readiness import Readiness, readiness, spec_standbys
 from airflow_provider_rowfilter.publisher.slot_health import SlotHealth, read_retention, read_slot
 from airflow_provider_rowfilter.publisher.standby import check_capture_source
 
