@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import json
 import random
 import threading
 import time
@@ -418,7 +419,8 @@ def test_capture_from_a_standby_keeps_the_primary_free_of_our_objects(pair, fres
     pair.drop_slots(db)
 
 
-def test_refresh_switches_an_existing_slot_to_failover_and_readiness_names_what_is_missing(pair, fresh_db, tmp_path):
+def test_refresh_switches_an_existing_slot_to_failover_and_readiness_names_what_is_missing(pair, fresh_db, tmp_path,
+                                                                                            capsys):
     db = f"pub_switch_{next(_names)}"
     create_publisher(pair, db)
     subscriber = fresh_db()
@@ -431,6 +433,15 @@ def test_refresh_switches_an_existing_slot_to_failover_and_readiness_names_what_
     with psycopg.connect(pair.primary.dsn(db), autocommit=True) as pub:
         (found,) = readiness(pub, slot, standby)
     assert not found.ready and f'replication slot "{slot}" is not a failover slot' in found.problems[0], found
+    path = tmp_path / "spec.yaml"  # validate says the same, per standby
+    path.write_text(yaml.safe_dump({"subscription": spec.subscription, "publisher": spec.publisher,
+                                    "publications": list(PUBLICATIONS), "standbys": [pair.standby.dsn(db)],
+                                    "failover": False}))
+    capsys.readouterr()
+    assert cli.main(["validate", "--spec", str(path), "--json"]) == 0
+    (said,) = json.loads(capsys.readouterr().out)["standbys"]
+    assert said["standby"] == f"127.0.0.1:{pair.standby.port}" and not said["ready"], said
+    assert any("is not a failover slot" in p for p in said["problems"]), said
     result = refresh(dataclasses.replace(spec, failover=None))  # the default: on, where the server can
     assert result.failover and result.failover_switched and result.changed
     assert query(pair.primary.dsn(db), "SELECT failover FROM pg_replication_slots WHERE slot_name = %s", (slot,)) == \
