@@ -1,17 +1,19 @@
 """Failover (issue 30): a real PostgreSQL 18 primary and physical standby, the primary killed with SIGKILL.
 
-The pair (tests/jobs/ha_pair.py) is built once for the module; every test creates its own publisher
-database on the current primary, our two subscriptions of it (``filtering: source``, the publisher's
-pgoutput judging, and ``spark``, the apply judging) and a native subscription made with ``failover =
-true`` as the referee, all reaching the publisher through one libpq URL of both servers with
-``target_session_attrs=read-write``. The primary is killed at a moment of one of our runs (a fault
-point of core/faults.py, where the run's own process calls it; or at a random moment of a run beside a
-writing workload; or between runs), the standby promoted, a new standby cloned, and both of ours and
-the referee go on: the tables of each must equal the referee's and the promoted publisher's rows under
+The pair (tests/jobs/ha_pair.py) is built once for the module; each test creates its own publisher
+database on the current primary, a subscription of ours (``filtering: source``, the publisher's
+pgoutput judging; ``spark``, the apply judging; or both) and a native subscription made with
+``failover = true`` as the referee, all reaching the publisher through one libpq URL of both servers
+with ``target_session_attrs=read-write``. The primary is killed at a fault point of one of our runs
+(core/faults.py, reached in the run's own process: the capture mid-read and after its segment, the
+apply after staging, mid-transaction and after commit), between runs, or at a random moment of a run
+beside a writing workload; the standby is promoted, a new standby cloned, more changes made, and ours
+and the referee go on: every table must equal the referee's and the promoted publisher's rows under
 the filters, every table in ``r``. Also: a table in ``d`` and one in ``f`` at the promotion, a standby
 whose slot was not synchronized (refused clearly, nothing lost), a log holding changes the standby
 never received (refused: what ``synchronized_standby_slots`` prevents), capture from a standby, and
-the failover flag switched on an existing slot.
+the failover flag switched on an existing slot, with readiness named by ``readiness``, ``status`` and
+``validate``. Spark judges only where a ``spark`` subscription has changes (4 batches in the module).
 """
 
 from __future__ import annotations
