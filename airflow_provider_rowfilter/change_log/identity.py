@@ -39,7 +39,7 @@ class LogNeeds:
 
 
 @dataclass(frozen=True)
-class Origin:
+class ServerOrigin:
     """Which server a capture read (each segment's metadata, ``publisher``): its cluster's system identifier
     and, on a primary, its timeline (publisher/failover.py ``check_lineage``)."""
 
@@ -50,7 +50,7 @@ class Origin:
         return {"system_identifier": self.system_identifier, "timeline": self.timeline}
 
     @classmethod
-    def from_dict(cls, doc: dict | None) -> Origin | None:
+    def from_dict(cls, doc: dict | None) -> ServerOrigin | None:
         if not isinstance(doc, dict) or "system_identifier" not in doc:
             return None
         return cls(str(doc["system_identifier"]), doc.get("timeline"))

@@ -40,7 +40,7 @@ from typing import NoReturn
 import numpy as np
 import psycopg
 
-from airflow_provider_rowfilter.change_log.identity import LogNeeds
+from airflow_provider_rowfilter.change_log.identity import LogNeeds, ServerOrigin
 from airflow_provider_rowfilter.change_log.log import (
     DEFAULT_ROW_GROUP_ROWS,
     DELETE,
@@ -80,7 +80,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_publications,
     invalidated_error,
 )
-from airflow_provider_rowfilter.publisher.failover import check_lineage, publisher_origin
+from airflow_provider_rowfilter.publisher.failover import ORIGIN_COLUMNS, check_lineage, origin_of
 from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     ChangeColumns,
     Irregular,
@@ -157,10 +157,9 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     change_log = ChangeLog(spec.change_log_dir())
     with change_log.locked(), connect(spec.publisher, "publisher", spec) as pub:
         pub.execute("; ".join(_SESSION))
-        confirmed, synced = _confirmed_position(pub, slot, needs)
+        confirmed, synced, origin = _confirmed_position(pub, slot, needs)
         result = CaptureResult(spec.subscription, slot, format_lsn(confirmed), format_lsn(confirmed))
         logged = change_log.captured_through()
-        origin = publisher_origin(pub)
         check_lineage(spec, slot, change_log.last_origin(), origin, logged=logged, confirmed=confirmed,
                       synced=synced, needs=needs)
         _check_log(change_log, slot, confirmed, logged, needs)
@@ -606,20 +605,28 @@ def _unix_micros(ts: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds + POSTGRES_EPOCH_UNIX_MICROS
 
 
-def _confirmed_position(pub: psycopg.Connection, slot: str, needs: LogNeeds | None) -> tuple[int, bool | None]:
-    """The slot's confirmed position and its ``synced`` flag; refused when it is missing, not ours, or invalidated
-    (naming the cause PostgreSQL records, core/slot_retention.py)."""
-    row = pub.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
-    if row is None:
+def _confirmed_position(pub: psycopg.Connection, slot: str, needs: LogNeeds | None
+                        ) -> tuple[int, bool | None, ServerOrigin]:
+    """The slot's confirmed position, its ``synced`` flag, and which server this is (publisher/failover.py), in one
+    query; refused when the slot is missing, not ours, or invalidated (naming the cause PostgreSQL records:
+    core/slot_retention.py)."""
+    version = pub.info.server_version
+    lost = ("s.invalidation_reason IS NOT NULL" if version >= 170000 else "s.conflicting" if version >= 160000
+            else "false") + (" OR s.wal_status = 'lost'" if version >= 130000 else "")
+    row = pub.execute(
+        f"""SELECT s.slot_name IS NOT NULL, s.plugin, s.database, s.confirmed_flush_lsn::text,
+                   {"s.synced" if version >= 170000 else "NULL::bool"}, coalesce({lost}, false), {ORIGIN_COLUMNS}
+            FROM pg_control_system() LEFT JOIN pg_replication_slots s ON s.slot_name = %s""", (slot,)).fetchone()
+    exists, plugin, database, confirmed, synced, invalidated, system, walfile = row
+    if not exists:
         raise SlotMissingError(slot)
-    plugin, database = row
     if plugin != "pgoutput" or database != pub.info.dbname:
         raise CaptureError(f'replication slot "{slot}" uses plugin {plugin!r} in database {database!r}',
                            hint="it is not ours; drop it or choose another subscription name")
-    _, found = read_slot(pub, slot)
-    if found.lost:
+    if invalidated:
+        _, found = read_slot(pub, slot)
         raise invalidated_error(found, read_retention(pub), _stranded(needs))
-    return parse_lsn(found.confirmed_flush_lsn), found.synced
+    return parse_lsn(confirmed), synced, origin_of(system, walfile)
 
 
 def _stranded(needs: LogNeeds | None) -> list[tuple[str, str | None]]:

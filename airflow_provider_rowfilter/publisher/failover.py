@@ -35,7 +35,7 @@ import time
 
 import psycopg
 
-from airflow_provider_rowfilter.change_log.identity import LogNeeds, Origin
+from airflow_provider_rowfilter.change_log.identity import LogNeeds, ServerOrigin
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -150,13 +150,20 @@ def wait_for_standbys(pub: psycopg.Connection, lsn: str, *, timeout: float = STA
 
 
 # --- carrying on after a promotion -------------------------------------------------------------------
-def publisher_origin(pub: psycopg.Connection) -> Origin:
+#: The select-list columns of :func:`origin_of`: the server's system identifier, and its current WAL file on a
+#: primary (whose name starts with the timeline, 8 hexadecimal digits: XLogFileName in xlog_internal.h).
+ORIGIN_COLUMNS = ("system_identifier::text, CASE WHEN pg_is_in_recovery() THEN NULL "
+                  "ELSE pg_walfile_name(pg_current_wal_lsn()) END")
+
+
+def origin_of(system_identifier: str, walfile: str | None) -> ServerOrigin:
+    """Which server (:data:`ORIGIN_COLUMNS` read from ``pg_control_system()``): the timeline None on a standby."""
+    return ServerOrigin(system_identifier, None if walfile is None else int(walfile[:8], 16))
+
+
+def publisher_origin(pub: psycopg.Connection) -> ServerOrigin:
     """The publisher's system identifier and (on a primary) timeline, as the log records them."""
-    system, walfile = pub.execute(
-        "SELECT system_identifier::text, CASE WHEN pg_is_in_recovery() THEN NULL "
-        "ELSE pg_walfile_name(pg_current_wal_lsn()) END FROM pg_control_system()").fetchone()
-    # A WAL file name starts with its timeline, 8 hexadecimal digits (XLogFileName in xlog_internal.h).
-    return Origin(system, None if walfile is None else int(walfile[:8], 16))
+    return origin_of(*pub.execute(f"SELECT {ORIGIN_COLUMNS} FROM pg_control_system()").fetchone())
 
 
 def timeline_history(spec: SubscriptionSpec, timeline: int) -> list[tuple[int, int]]:
@@ -180,7 +187,7 @@ def timeline_history(spec: SubscriptionSpec, timeline: int) -> list[tuple[int, i
     return history
 
 
-def check_lineage(spec: SubscriptionSpec, slot: str, recorded: Origin | None, current: Origin, *, logged: int | None,
+def check_lineage(spec: SubscriptionSpec, slot: str, recorded: ServerOrigin | None, current: ServerOrigin, *, logged: int | None,
                   confirmed: int, synced: bool | None, needs: LogNeeds | None) -> None:
     """Refuse a publisher on whose history the log's end, a table's position or the slot's start does not lie.
 
