@@ -12,7 +12,11 @@ fill: the driver holds one fetch and one row group, however large the backlog. T
 returns whole transactions in commit order.
 
 Before anything is read, the log must hold everything the subscriber still needs, continuous up to
-the slot's position (``_check_log``); otherwise the capture refuses and changes nothing.
+the slot's position (``_check_log``), and the slot must be readable (an invalidated one is refused
+naming PostgreSQL's ``invalidation_reason``) and continue the log: after a promotion, the log's
+positions must lie on the promoted server's history (publisher/failover.py ``check_lineage``);
+otherwise the capture refuses and changes nothing. Each segment records which server it was read
+from (its system identifier and timeline).
 
 The order is what makes it exactly once (docs/change-log.md): the segment is written under a
 temporary name, fsynced and renamed; the position is recorded; only then is the slot advanced with
