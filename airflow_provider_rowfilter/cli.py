@@ -25,7 +25,7 @@ from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import (
     SubscriptionFilters,
     TableFilters,
@@ -34,7 +34,6 @@ from airflow_provider_rowfilter.core.subscription_filters import (
 from airflow_provider_rowfilter.jobs.arguments import interval, positive, seconds
 
 if TYPE_CHECKING:
-    from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
     from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState, TableCheckRecord
 
 # markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
@@ -98,6 +97,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "enable": ("apply the subscription again (ALTER SUBSCRIPTION ... ENABLE)",
                "The next apply goes on from where the subscription stopped.",
                "rowfilter enable --spec s1.yaml"),
+    "sync-sequences": ("move the subscriber's sequences past the publisher's (before a switchover)",
+                       "For each subscribed table, set every sequence one of its columns owns in the subscriber "
+                       "past the value of the publisher's sequence of the same column (sequences are not "
+                       "replicated). A sequence already past is left alone; --dry-run only says what it would set.",
+                       "rowfilter sync-sequences --spec s1.yaml --table public.orders --dry-run"),
     "drop": ("drop the subscription (DROP SUBSCRIPTION): slot, capture publication, state",
              "Drop the slot and the capture publication on the publisher and the subscription's state in the "
              "subscriber; its tables and their data stay.",
@@ -171,6 +175,10 @@ def _parser() -> argparse.ArgumentParser:
                                    help="start no further batch after this many seconds (a batch is never cut; "
                                    "0: one batch); default: no budget")
     commands["apply"].add_argument("--json", action="store_true", help="print the run's summary as JSON")
+    commands["sync-sequences"].add_argument("--table", action="append", metavar="SCHEMA.TABLE",
+                                            help="only this table (repeatable); default every subscribed table")
+    commands["sync-sequences"].add_argument("--dry-run", action="store_true", help="say what would be set, set nothing")
+    commands["sync-sequences"].add_argument("--json", action="store_true", help="print the result as JSON")
     commands["skip"].add_argument("--lsn", required=True,
                                   help="the finish LSN the conflict error names, e.g. 0/14C0378, or NONE")
     commands["drop"].add_argument("--keep-slot", action="store_true",
@@ -221,6 +229,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
             return skip(load_spec(args.spec, needs=("subscriber",)), args.lsn)
+        if args.command == "sync-sequences":
+            return sync_sequences(load_spec(args.spec), args)
         if args.command == "drop":
             return drop(load_spec(args.spec), keep_slot=args.keep_slot)
         if args.command in ("disable", "enable"):
@@ -241,6 +251,7 @@ def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> 
     ``needs`` has a connection id and no URL: ``validate`` reads the publisher alone."""
     spec = SubscriptionSpec.load(path)
     named = [r for r in needs if getattr(spec, f"{r}_conn_id") and not getattr(spec, r)]
+    named += [f"standbys ({s})" for s in spec.standbys if CONN_ID.match(s)]
     if not named:
         return spec
     import importlib.util
@@ -248,7 +259,8 @@ def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> 
     import subprocess
 
     if importlib.util.find_spec("airflow") is None:
-        raise SpecError(f"spec file {path!r} names Airflow connections ({', '.join(f'{r}_conn_id' for r in named)}), "
+        raise SpecError(f"spec file {path!r} names Airflow connections "
+                        f"({', '.join(r if r.startswith('standbys') else f'{r}_conn_id' for r in named)}), "
                         "and Airflow is not installed here",
                         hint="run the command where Airflow and its connections are, or give "
                         f"{' and '.join(named)} URLs in a spec file of their own")
@@ -303,20 +315,34 @@ def spark_server(args: argparse.Namespace) -> int:
 def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     """Validate the spec's publications against the publisher and print the effective filters."""
     from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.core.schedule import longest_gap
+    from airflow_provider_rowfilter.core.slot_retention import schedule_risks
+    from airflow_provider_rowfilter.publisher.capture_objects import capture_names
     from airflow_provider_rowfilter.publisher.definitions import load_definitions
+    from airflow_provider_rowfilter.publisher.readiness import readiness, spec_standbys
+    from airflow_provider_rowfilter.publisher.slot_health import read_retention
+    from airflow_provider_rowfilter.publisher.standby import check_capture_source
 
     with connect(spec.publisher, "publisher", spec) as conn:
         definitions = load_definitions(spec, conn)
+        # What a standby as the publisher lacks (refused), and what the schedule risks (core/slot_retention.py).
+        warnings = [*definitions.warnings, *check_capture_source(conn, definitions.filtering),
+                    *schedule_risks(read_retention(conn), longest_gap(spec.apply_schedule), spec.apply_schedule)]
+        standbys = readiness(conn, capture_names(spec.subscription)[0], spec_standbys(spec)) if spec.standbys else []
+    warnings += [f"standby {r.standby} is not ready to take over the slot: " + "; ".join(r.problems)
+                 for r in standbys if not r.ready]
     if fmt == "json":
         document = filters_document(definitions.filters, spec.subscription,
                                     untranslatable_ok=definitions.filtering == "source")
         for t in document["tables"]:
             t["filtering"] = definitions.filtering
-        print(json.dumps({**document, "filtering": definitions.filtering, "warnings": list(definitions.warnings)},
-                         indent=2))
+        print(json.dumps({**document, "filtering": definitions.filtering, "warnings": warnings,
+                          "standbys": [r.as_dict() for r in standbys]}, indent=2))
     else:
         print_filters(spec, definitions.filters, definitions.source, fmt, definitions.filtering)
-    for text in definitions.warnings:
+        for r in standbys:
+            say(f"standby {r.standby}: " + ("failover ready" if r.ready else "NOT failover ready"))
+    for text in warnings:
         say(("WARNING:", "yellow"), " ", text, err=True)
     return 0
 
@@ -343,7 +369,10 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
     for name in result.removed:
         say("  ", (f"- {name}", "red"), "  (no longer published; its progress is dropped)")
     if result.slot_created:
-        say(f"  created replication slot rowfilter_{spec.subscription} (pgoutput) on the publisher")
+        say(f"  created replication slot rowfilter_{spec.subscription} (pgoutput{', failover' if result.failover else ''})"
+            " on the publisher")
+    if result.failover_switched:
+        say(f"  replication slot rowfilter_{spec.subscription} is now {'' if result.failover else 'not '}a failover slot")
     if result.definitions_changed and not (result.added or result.removed):
         say("  definitions changed: they apply to changes after this position; rows already copied "
             "are not re-copied (as in PostgreSQL)")
@@ -403,6 +432,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
     """
     from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.publisher.slot_report import findings, publisher_view, readiness_lines, slot_line
     from airflow_provider_rowfilter.subscriber.state import StateReader
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
@@ -412,8 +442,10 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         last = reader.last_batch()
         checks = reader.checks()
         now = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # the clock finished_at was written by
-    current, slot, unreachable, filtering = _publisher_view(spec, subscription.slot_name)
-    warnings, broken = _slot_findings(spec, slot, unreachable, tables)
+    view = publisher_view(spec, subscription.slot_name,
+                          [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
+    current, slot, unreachable, filtering = view.current, view.slot, view.unreachable, view.filtering
+    warnings, broken = findings(spec, view, [str(t.table) for t in tables if t.state.value != "i"])
     fmt = fmt or output_format(None, console)
     lag = {}
     for t in tables:
@@ -432,6 +464,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "measured_at": now.isoformat(),
             "filtering": filtering,
             "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
+            "retention": None if view.retention is None else view.retention.as_dict(),
+            "standbys": [r.as_dict() for r in view.standbys],
             "broken": broken,
             "warnings": warnings,
             "enabled": subscription.enabled,
@@ -460,7 +494,9 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     rows = [_status_row(t, lag.get(t.table), last, filtering) for t in tables]
     print_table(console, STATUS_COLUMNS, rows, fmt=fmt, title=[] if fmt == "tsv" else title)
     if fmt != "tsv":
-        say(_slot_line(subscription.slot_name, slot))
+        say(slot_line(subscription.slot_name, view))
+        for line in readiness_lines(view):
+            say(line)
         for line in _check_lines(tables, checks, now):
             say(*line)
     if subscription.last_error:
@@ -526,71 +562,6 @@ def _status_row(t: RelState, behind: int | None, last: BatchRecord | None, filte
             t.lsn or "",
             "" if behind is None else size(behind), "" if t.rows_copied is None else f"{t.rows_copied:,}",
             counts_text(counts) if counts else "", Text(t.last_error or "", style="red")]
-
-
-def _publisher_view(spec: SubscriptionSpec, slot_name: str
-                    ) -> tuple[int | None, SlotHealth | None, str | None, str | None]:
-    """``(current WAL position, slot, None, filtering)``, or ``(None, None, why, None)`` when the publisher
-    cannot be reached: status still prints the subscriber's side. ``filtering`` is the mode the next
-    capture takes (core/spec.py), or why it refuses."""
-    from airflow_provider_rowfilter.connection import connect
-    from airflow_provider_rowfilter.publisher.slot_health import read_slot
-
-    try:
-        with connect(spec.publisher, "publisher", spec) as pub:
-            current, slot = read_slot(pub, slot_name)
-            version = pub.info.server_version
-    except RowFilterError as e:
-        return None, None, e.message + (f" ({e.detail})" if e.detail else ""), None
-    try:
-        filtering = spec.filtering_mode(version)
-    except RowFilterError as e:
-        filtering = f"refused: {e.message}"
-    return parse_lsn(current), slot, None, filtering
-
-
-def _slot_findings(spec: SubscriptionSpec, slot: SlotHealth | None, unreachable: str | None,
-                   tables: Sequence[RelState]) -> tuple[list[str], str | None]:
-    """What status warns about, and why the subscription is broken (None when it is not)."""
-    if slot is None:
-        return [f"{unreachable}: the replication slot's state is unknown, and lag was not measured"], None
-    name = f'replication slot "{slot.name}"'
-    past = [str(t.table) for t in tables if t.state.value != "i"]
-    if not slot.exists:
-        if not past:
-            return [f"{name} does not exist on the publisher; `rowfilter refresh` creates it"], None
-        return [], (f"{name} does not exist on the publisher, but {', '.join(past)} "
-                    f"{'is' if len(past) == 1 else 'are'} past the initial copy: the changes since "
-                    f"{'its position' if len(past) == 1 else 'their positions'} are lost to this subscription. "
-                    "Copy them again: see `rowfilter refresh --help`")
-    if slot.lost:
-        return [], (f"{name} was invalidated (wal_status lost): the publisher removed WAL it still needed, "
-                    "past max_slot_wal_keep_size; the changes since the tables' positions are lost. Drop the "
-                    "subscription (`rowfilter drop`) and subscribe again, or see `rowfilter refresh --help`")
-    warnings = []
-    if slot.wal_status == "unreserved":
-        warnings.append(f"{name} holds more WAL than max_slot_wal_keep_size allows (wal_status unreserved): "
-                        "the next checkpoint on the publisher removes it and invalidates the slot; run the apply "
-                        "now, or raise max_slot_wal_keep_size")
-    threshold = spec.retained_wal_warning_bytes
-    if slot.retained_bytes is not None and slot.retained_bytes > threshold:
-        warnings.append(f"{name} retains {size(slot.retained_bytes)} of WAL on the publisher, more than "
-                        f"retained_wal_warning ({size(threshold)}): is the subscription's apply running? "
-                        "A subscription you no longer need: `rowfilter drop`")
-    return warnings, None
-
-
-def _slot_line(name: str, slot: SlotHealth | None) -> str:
-    if slot is None:
-        return f"slot {name}: unknown (the publisher cannot be reached)"
-    if not slot.exists:
-        return f"slot {name}: missing on the publisher"
-    parts = [f"wal_status {slot.wal_status or 'n/a'}",
-             "retains " + ("nothing" if slot.retained_bytes is None else size(slot.retained_bytes)) + " of WAL now",
-             "active" if slot.active else "inactive"]
-    if slot.safe_wal_size is not None:
-        parts.append(f"{size(max(slot.safe_wal_size, 0))} more before max_slot_wal_keep_size")
-    return f"slot {name}: " + ", ".join(parts)
 
 
 def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget: float | None = None,
@@ -659,6 +630,27 @@ def set_enabled(spec: SubscriptionSpec, enabled: bool) -> int:
     else:
         say(f"subscription {spec.subscription}: disabled; the apply applies nothing until `rowfilter enable` (the "
             "slot keeps the changes, and the WAL they need, meanwhile)")
+    return 0
+
+
+def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
+    """Run SyncSequences in-process and say, per sequence, what it set (or would)."""
+    from airflow_provider_rowfilter.core.relation import TableName
+    from airflow_provider_rowfilter.jobs.sync_sequences import sync_sequences as run_sync
+
+    tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
+    result = run_sync(spec, tables, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(result.summary()))
+        return 0
+    if not result.sequences:
+        say(f"subscription {spec.subscription}: no subscribed table owns a sequence on the publisher")
+    for s in result.sequences:
+        moved = f": next value {s.before} -> {s.after}" if s.action in ("set", "would set") else ""
+        say(f"  {s.table}.{s.column}: {s.subscriber_sequence or '-'} {s.action}{moved} (publisher's "
+            f"{s.publisher_sequence} at {'-' if s.publisher_last_value is None else s.publisher_last_value})")
+    say(f"subscription {spec.subscription}: {result.changed} sequence{'' if result.changed == 1 else 's'} set"
+        + (" (dry run: nothing was set)" if args.dry_run else ""))
     return 0
 
 

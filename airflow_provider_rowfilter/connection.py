@@ -37,7 +37,9 @@ def in_task(passwords: Mapping[str, str], connect_timeout: int | None = None) ->
 
 def password(role: str) -> str | None:
     """The password of ``role`` (``publisher``/``subscriber``): handed in (:func:`in_task`), else
-    ``ROWFILTER_<ROLE>_PASSWORD``; None leaves it to libpq (``PGPASSWORD``, ``~/.pgpass``)."""
+    ``ROWFILTER_<ROLE>_PASSWORD``; None leaves it to libpq (``PGPASSWORD``, ``~/.pgpass``). A ``standby``
+    (the spec's ``standbys``) is reached with the publisher's: a physical standby has its primary's roles."""
+    role = "publisher" if role == "standby" else role
     handed = _IN_TASK.get()
     return (handed[0].get(role) if handed else None) or os.environ.get(PASSWORD_ENV[role]) or None
 

@@ -33,7 +33,7 @@ from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec, parse_size
+from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec, parse_size
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook, parse_tables
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
@@ -41,7 +41,11 @@ from airflow_provider_rowfilter.operators.reconcile_tables import ReconcileTable
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
-from airflow_provider_rowfilter.operators.subscription_ops import DropSubscriptionOperator, SkipTransactionOperator
+from airflow_provider_rowfilter.operators.subscription_ops import (
+    DropSubscriptionOperator,
+    SkipTransactionOperator,
+    SyncSequencesOperator,
+)
 from airflow_provider_rowfilter.operators.verify_tables import VerifyTablesOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.spec_placeholders import (
@@ -61,7 +65,7 @@ WAITING_FOR_COPY = (SyncState.INIT, SyncState.DATA_COPY)
 SPEC_PATTERNS = ("*.yaml", "*.yml")
 #: The DAGs of one spec file: the three that replicate, then the operations, run by hand with parameters.
 DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription",
-             "verify", "reconcile_tables")
+             "sync_sequences", "verify", "reconcile_tables")
 #: An LSN as PostgreSQL writes it, or NONE (the skip DAG's parameter).
 _LSN_PARAM = r"^([0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|NONE|none)$"
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -387,10 +391,12 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
              **scheduled) as dag:
         apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
                                      asset_alias=alias, **bounded, **job)
-        if s.max_retained_wal is not None or s.max_batch_age is not None:
+        standbys = [c for c in spec.standbys if CONN_ID.match(c)]  # the check reads them through Airflow
+        if s.max_retained_wal is not None or s.max_batch_age is not None or standbys:
             apply >> SubscriptionLagCheckOperator(
                 task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
-                max_batch_age=s.max_batch_age, trigger_rule="none_skipped", retries=0, **who)
+                max_batch_age=s.max_batch_age, standby_conn_ids=standbys, trigger_rule="none_skipped", retries=0,
+                **who)
     dags[dag.dag_id] = dag
 
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
@@ -433,6 +439,15 @@ def operations_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[
              render_template_as_native_obj=True, **manual) as dag:
         DropSubscriptionOperator(task_id="drop", spec=job["spec"], confirm="{{ params.confirm }}",
                                  keep_slot="{{ params.keep_slot }}")
+    dags[dag.dag_id] = dag
+    with DAG(dag_id=ids["sync_sequences"], description=f"Move the sequences of {spec.subscription}'s tables in the "
+             "subscriber past the publisher's (before a switchover: sequences are not replicated)",
+             params={"tables": Param([], type="array", items={"type": "string"}, title="Tables",
+                                     description="schema.table names; none: every table of the subscription"),
+                     "dry_run": Param(False, type="boolean", title="Dry run", description="say what would be set")},
+             render_template_as_native_obj=True, **manual) as dag:
+        SyncSequencesOperator(task_id="sync_sequences", spec=job["spec"], tables="{{ params.tables | join(',') }}",
+                              dry_run="{{ params.dry_run }}")
     dags[dag.dag_id] = dag
     dags.update(check_dags(source, job, common))
     return dags

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
+from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds, ServerOrigin
 from airflow_provider_rowfilter.core import faults
 from airflow_provider_rowfilter.core.apply_plan import IdentitySpan, RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
@@ -183,6 +183,15 @@ class ChangeLog:
         if position is not None:
             ends.append(position["captured_through"])
         return max(ends, default=None)
+
+    def last_origin(self) -> ServerOrigin | None:
+        """Which server the newest segment was captured from (its metadata's ``publisher``); None before any,
+        or for a segment written before the metadata recorded it."""
+        segments = self.segments()
+        if not segments:
+            return None
+        raw = (pq.read_metadata(segments[-1].path).metadata or {}).get(METADATA_KEY.encode())
+        return ServerOrigin.from_dict(json.loads(raw).get("publisher") if raw else None)
 
     def identity(self) -> LogIdentity | None:
         """This log's id (made by the first :meth:`record_position`) and where it is read; None before."""

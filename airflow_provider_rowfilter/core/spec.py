@@ -18,6 +18,7 @@ from pydantic.dataclasses import dataclass
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.names import identifier, quote_identifier
+from airflow_provider_rowfilter.core.schedule import FACTORY_DEFAULT_SCHEDULE, longest_gap
 from airflow_provider_rowfilter.core.spec_paths import check_change_log_location, confine
 
 SPEC_VERSION = 1
@@ -62,7 +63,15 @@ _EXPECTED = {
     "publisher": ("is not a connection string", "write publisher: postgresql://user@host:port/db"),
     "subscriber": ("is not a connection string", "write subscriber: postgresql://user@host:port/db"),
     "spark_remote": ("is not a Spark Connect URL", "write spark_remote: sc://host:15002 or leave it out"),
+    "failover": ("is not true or false", "write failover: true (a failover slot, PostgreSQL 17+), failover: false, "
+                 "or leave it out (on where the publisher supports it)"),
+    "standbys": ("is not a list of standbys", "write standbys: [postgresql://user@standby1:5432/app] (or Airflow "
+                 "connection ids: standbys: [pg_standby1])"),
+    "apply_schedule": ("is not a schedule", "write the apply DAG's schedule ('*/5 * * * *', '@hourly') or a "
+                       "duration ('5min')"),
 }
+#: An Airflow connection id in ``standbys`` (anything else there is a libpq connection string).
+CONN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: The environment variable pyspark's Spark Connect client reads its bearer token from (never the spec).
 SPARK_CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 _SCHEMA = ConfigDict(strict=True, extra="forbid")
@@ -94,6 +103,13 @@ class SubscriptionSpec:
     repair in place (jobs/reconcile.py) a table whose initial-copy filter or column list changed, instead of
     leaving it as PostgreSQL leaves it, and ``refresh --recreate-slot`` keep and reconcile the tables instead of
     emptying them (docs/verify.md).
+    ``failover`` makes the slot a failover slot, synchronized to the publisher's standbys (PostgreSQL
+    17+, ``CREATE SUBSCRIPTION … failover``); None (the default) turns it on where the publisher supports
+    it. ``standbys`` are the publisher's physical standbys (libpq strings, or Airflow connection ids),
+    whose readiness to take over ``status``, ``validate`` and the lag check show (publisher/failover.py).
+    ``apply_schedule`` is how often the apply runs (the apply DAG's cron schedule or a duration; a spec
+    file of the DAG factory takes its ``airflow: schedule``): held against the publisher's limits on an
+    unread slot (core/slot_retention.py).
 
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
@@ -122,11 +138,21 @@ class SubscriptionSpec:
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None
     retained_wal_warning: str | int = "1GB"
+    failover: bool | None = None
+    standbys: tuple[str, ...] = ()
+    apply_schedule: str | int | None = None
     spec_version: int = SPEC_VERSION
 
     @field_validator("publications", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return (value,)
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("standbys", mode="before")
+    @classmethod
+    def _standby_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return (value,)
         return tuple(value) if isinstance(value, list) else value
@@ -162,6 +188,11 @@ class SubscriptionSpec:
         for key in _CONNINFO_KEYS:
             if getattr(self, key):
                 check_no_password(getattr(self, key), f"the {key} of subscription {self.subscription!r}", key)
+        for n, standby in enumerate(self.standbys):
+            if not CONN_ID.match(standby):
+                check_no_password(standby, f"standbys[{n}] of subscription {self.subscription!r}", "publisher")
+        if self.apply_schedule is not None:
+            longest_gap(self.apply_schedule, f"apply_schedule of subscription {self.subscription!r}")
         if self.spark_remote is not None:
             check_spark_remote(self.spark_remote, f"spark_remote of subscription {self.subscription!r}")
         if self.change_log:
@@ -182,7 +213,12 @@ class SubscriptionSpec:
             raise SpecError(f"spec file {str(p)!r} is not valid YAML: {_yaml_problem(e)}") from None
         if not isinstance(data, dict):
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
-        data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
+        factory = data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
+        if isinstance(factory, dict) and "apply_schedule" not in data:
+            # The factory's incremental DAG runs the apply on this schedule (core/schedule.py).
+            schedule = factory.get("schedule", FACTORY_DEFAULT_SCHEDULE)
+            if isinstance(schedule, str):
+                data["apply_schedule"] = schedule
         source = f"spec file {str(p)!r}"
         # The files a spec file names stay in its folder, symlinks resolved (core/spec_paths.py).
         if data.get("publications_ddl") and isinstance(data["publications_ddl"], str):

@@ -19,7 +19,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec
 
 ROLES = ("publisher", "subscriber")
 POSTGRES_CONN_TYPES = ("postgres", "postgresql")
@@ -164,7 +164,9 @@ class RowFilterHook(BaseHook):
             elif role in require and not url:
                 raise SpecError(f"subscription {checked.subscription!r} has no {role}",
                                 hint=f"pass {role}_conn_id= an Airflow postgres connection id")
-        resolved = replace(checked, **{role: e.url for role, e in endpoints.items()})
+        # A standby named by its connection id is reached with the publisher's password (connection.py ``password``).
+        standbys = tuple(self.endpoint(s, "standby").url if CONN_ID.match(s) else s for s in checked.standbys)
+        resolved = replace(checked, standbys=standbys, **{role: e.url for role, e in endpoints.items()})
         return ResolvedSpec(resolved, endpoints)
 
     @staticmethod

@@ -75,6 +75,7 @@ from airflow_provider_rowfilter.jobs.refresh import slot_lost
 from airflow_provider_rowfilter.publisher.capture import DEFAULT_MAX_CHANGES, CaptureResult, capture
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
+from airflow_provider_rowfilter.publisher.slot_health import WAL_END
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
     ConflictError,
@@ -332,7 +333,7 @@ def _drain_report(spec: SubscriptionSpec, result: ApplyResult, first: int | None
 def _flush_position(spec: SubscriptionSpec) -> int:
     """The publisher's WAL flush position now: what the run drains to (every transaction committed before it)."""
     with connect(spec.publisher, "publisher", spec) as pub:
-        return parse_lsn(pub.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        return parse_lsn(pub.execute(f"SELECT {WAL_END}::text").fetchone()[0])  # replayed, on a standby
 
 
 class _CaptureAhead:

@@ -36,6 +36,8 @@ from airflow_provider_rowfilter.core.copy_definitions import AS_POSTGRESQL_LEAVE
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.schedule import longest_gap
+from airflow_provider_rowfilter.core.slot_retention import schedule_risks
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.subscription_filters import (
     filters_document,
@@ -46,15 +48,20 @@ from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture_objects import (
+    CaptureError,
     capture_names,
     current_lsn,
     drop_capture_publications,
     ensure_capture_publications,
     ensure_slot,
+    invalidated_error,
     slot_exists,
 )
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
 from airflow_provider_rowfilter.publisher.definitions import load_definitions
+from airflow_provider_rowfilter.publisher.failover import switch_failover, wanted_failover
+from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
+from airflow_provider_rowfilter.publisher.standby import check_capture_source
 from airflow_provider_rowfilter.subscriber.state import RelState, StateStore, migrate, relation_exists
 
 log = logging.getLogger(__name__)
@@ -81,15 +88,18 @@ class RefreshResult:
     resynced: list[str] = field(default_factory=list)  # sent back to i because the slot had to be recreated
     refused: dict[str, str] = field(default_factory=dict)  # on_invalid_table: skip: table -> why
     filtering: str = "spark"  # source or spark: who evaluates the definitions (core/spec.py)
-    warnings: list[str] = field(default_factory=list)  # what the publisher itself will refuse (filtering: source)
     #: tables past i whose initial-copy filter or column list changed since the last refresh: what changed
     copy_definitions_changed: dict[str, str] = field(default_factory=dict)
     reconciled: list[dict] = field(default_factory=list)  # reconcile: true (or --reconcile): each table's result
+    #: what the publisher itself will refuse (filtering: source), what a standby lacks, and what the schedule risks
+    warnings: list[str] = field(default_factory=list)
+    failover: bool = False  # the slot is a failover slot (publisher/failover.py)
+    failover_switched: bool = False  # an existing slot was switched to (or from) failover
 
     @property
     def changed(self) -> bool:
         return bool(self.added or self.removed or self.slot_created or self.capture_publication_changed
-                    or self.definitions_changed or self.resynced or self.reconciled)
+                    or self.definitions_changed or self.resynced or self.reconciled or self.failover_switched)
 
 
 def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: bool | None = None) -> RefreshResult:
@@ -116,7 +126,11 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
         _refuse_positioned(spec, definitions.filters.refused)
         tables = subscribed_tables(definitions.publications, spec.publication_names, definitions.catalog)
         actions = leaf_actions(definitions.filters, definitions.publications, definitions.catalog)
+        source_warnings = check_capture_source(pub, definitions.filtering)  # a standby: what it cannot do, refused
+        failover = wanted_failover(spec, pub)
         had_slot = slot_exists(pub, slot)
+        if had_slot:
+            had_slot = not _drop_invalidated(spec, pub, slot, recreate_slot)
         if not had_slot:
             stranded = _positioned_tables(spec)
             if stranded and not recreate_slot:
@@ -136,8 +150,15 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
         else:
             # The publications first: pgoutput decodes each change with the catalog as of its position.
             publication_changed = ensure_capture_publications(pub, spec.subscription, actions, slot_exists=had_slot)
-        slot_created = ensure_slot(pub, slot)
+        slot_created = ensure_slot(pub, slot, failover)
         lsn = current_lsn(pub)
+        retention = read_retention(pub)
+    failover_switched = False
+    if not slot_created:
+        try:
+            failover_switched = switch_failover(spec, slot, failover)
+        except CaptureError as e:  # a capture reads the slot: the next refresh switches it
+            source_warnings.append(str(e).replace("\n", " "))
     if slot_created:
         set_aside = ChangeLog(spec.change_log_dir()).set_aside()
         if set_aside is not None:
@@ -149,8 +170,10 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
     result = RefreshResult(spec.subscription, lsn, tables=[str(t) for t in tables], slot_created=slot_created,
                            capture_publication_changed=publication_changed,
                            resynced=[str(r.table) for r in resynced], filtering=definitions.filtering,
-                           warnings=list(definitions.warnings))
-    for text in definitions.warnings:
+                           failover=failover, failover_switched=failover_switched,
+                           warnings=[*definitions.warnings, *source_warnings,
+                                     *schedule_risks(retention, longest_gap(spec.apply_schedule), spec.apply_schedule)])
+    for text in result.warnings:
         log.warning("%s", text)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
@@ -237,8 +260,9 @@ def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> Sl
         f"subscription {spec.subscription!r} is broken: replication slot \"{slot}\" no longer exists on the "
         f"publisher; changes {since} were never captured",
         detail=f"tables whose position came from that slot: {listed}",
-        hint="run `rowfilter refresh --recreate-slot` (RefreshPublicationOperator(recreate_slot=True)): it empties "
-        "these tables in the subscriber, sends them back to state i for a new copy, and creates a new slot; "
+        hint="run `rowfilter refresh --recreate-slot --reconcile` (RefreshPublicationOperator(recreate_slot=True, "
+        "reconcile=True)): it creates a new slot and repairs these tables in place, never emptying them "
+        "(docs/verify.md); without --reconcile it empties them and sends them back to state i for a new copy; "
         "nothing was changed")
 
 
@@ -256,6 +280,20 @@ def _hold_for_reconcile(spec: SubscriptionSpec, stranded: list[RelState]) -> Non
                 hold(store, rel.table, rel.state)
     log.warning("slot of %s recreated: %s kept and held for a reconcile in place", spec.subscription,
                 ", ".join(str(r.table) for r in stranded))
+
+
+def _drop_invalidated(spec: SubscriptionSpec, pub: psycopg.Connection, slot: str, recreate_slot: bool) -> bool:
+    """An invalidated slot (``invalidation_reason``) counts as gone: refused while tables hold positions read from
+    it, unless ``recreate_slot``; then (or when no table has one) it is dropped. Returns whether it was."""
+    _, found = read_slot(pub, slot)
+    if not found.lost:
+        return False
+    stranded = _positioned_tables(spec)
+    if stranded and not recreate_slot:
+        raise invalidated_error(found, read_retention(pub), [(str(r.table), r.lsn) for r in stranded])
+    pub.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    log.warning('replication slot "%s" was invalidated (%s): dropped, a new one is created', slot, found.invalidated)
+    return True
 
 
 def _resync(spec: SubscriptionSpec, tables: list) -> None:

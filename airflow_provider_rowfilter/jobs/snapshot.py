@@ -53,6 +53,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     plan_partitions,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
+from airflow_provider_rowfilter.publisher.failover import wait_for_standbys
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -380,6 +381,8 @@ class _CopyJob:
             with _applies_paused(sub, self.spec.subscription) if self.resync else nullcontext():
                 snap = held.enter_context(exported_snapshot(
                     connect(self.spec.publisher, "publisher", self.spec, replication="database")))
+                with connect(self.spec.publisher, "publisher", self.spec) as pub:  # failover: before the copy
+                    wait_for_standbys(pub, snap.lsn)
                 with sub.transaction():
                     fence_copies(sub, copy_lock_key(self.spec.subscription, table))
                     if direct:

@@ -683,6 +683,57 @@ class LocalPostgres:
     def __repr__(self) -> str:
         return f"LocalPostgres(port={self.port}, data_dir={str(self.data_dir)!r}, version_num={self.version_num})"
 
+    # --- a physical standby of this cluster (the failover tests) --------------------------------
+    def start_standby(self, slot: str, settings: dict[str, str] | None = None) -> LocalPostgres:
+        """Clone this cluster with ``pg_basebackup`` and start the clone as its hot standby; return it.
+
+        The standby streams through the physical slot ``slot``, made on this cluster by the backup
+        (``-C -S``); ``-R`` writes ``primary_conninfo`` (with ``dbname``, which slot synchronization
+        needs) and ``primary_slot_name``. ``settings`` go to the standby's postgresql.conf, e.g.
+        ``{"sync_replication_slots": "on", "hot_standby_feedback": "on"}``. The standby is stopped
+        and its directory removed like a cluster made by :meth:`start`.
+        """
+        began = time.monotonic()
+        data = Path(tempfile.mkdtemp(prefix="rowfilter-standby-"))
+        try:
+            if self._os_user.switch:
+                os.chown(data, self._os_user.uid, self._os_user.gid)
+            data.chmod(0o700)
+            self._os_user.run([str(self.bin_dir / "pg_basebackup"), "-D", str(data), "-R", "-C", "-S", slot,
+                               "-X", "stream", "--no-sync", "--checkpoint=fast",
+                               "-d", f"host={HOST} port={self.port} user={SUPERUSER} dbname=postgres"])
+            (data / "postmaster.pid").unlink(missing_ok=True)
+            if settings:
+                block = "\n".join(f"{name} = {value}" for name, value in settings.items())
+                with (data / "postgresql.conf").open("a") as conf:
+                    conf.write(f"\n# Added for a standby by airflow_provider_rowfilter.tooling.embedded\n{block}\n")
+            chosen = self._start_server(data, self.bin_dir, self._os_user, None)
+        except BaseException:
+            shutil.rmtree(data, ignore_errors=True)
+            raise
+        standby = type(self)(data_dir=data, port=chosen, bin_dir=self.bin_dir, os_user=self._os_user,
+                             remove_data_dir=True, startup_seconds=time.monotonic() - began)
+        standby._start_watchdog()
+        atexit.register(standby.stop)
+        return standby
+
+    def promote(self) -> None:
+        """Promote this standby to a primary (``pg_ctl promote``), once it accepts writes."""
+        self._os_user.run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "60", "promote"])
+
+    def crash(self) -> None:
+        """Kill the postmaster with SIGKILL (a crash, as ``kill -9``) and wait until its processes are gone."""
+        pid = self.postmaster_pid
+        if pid is None:
+            return
+        children = [int(p) for p in self._os_user.run(["/usr/bin/pgrep", "-P", str(pid)], check=False).split()]
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in (pid, *children)):
+            if time.monotonic() > deadline:
+                raise LocalPostgresError(f"the processes of the postmaster {pid} did not end after SIGKILL")
+            time.sleep(0.02)
+
 
 def _check_major_version(data: Path, bin_dir: Path) -> None:
     """Refuse to start a cluster with binaries of another major version (the server would fail obscurely)."""

@@ -142,6 +142,15 @@ def test_lag_thresholds_add_a_check_after_the_apply(tmp_path: Path) -> None:
         build_dags(_write(tmp_path, "badsize", MINIMAL + "airflow:\n  max_retained_wal: lots\n"))
 
 
+def test_standbys_add_a_readiness_check_after_the_apply(tmp_path: Path) -> None:
+    text = MINIMAL + "standbys: [pg_standby1, 'postgresql://u@standby2/app']\n"
+    incremental = build_dags(_write(tmp_path, "ha", text))["rowfilter_ha_incremental_sync"]
+    assert _edges(incremental) == {"apply": ["check_lag"], "check_lag": []}
+    check = incremental.get_task("check_lag")
+    # The connection ids only: a URL's standby has no password the task could use.
+    assert (check.standby_conn_ids, check.max_retained_wal, check.max_batch_age) == (["pg_standby1"], None, None)
+
+
 def test_the_spec_file_stays_valid_for_the_rowfilter_command(fresh_db: Any, tmp_path: Path) -> None:
     pub = fresh_db()
     with psycopg.connect(pub, autocommit=True) as conn:
@@ -343,11 +352,12 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
         [("rowfilter_dagfactory_skip_transaction", {"lsn": "0/10"}),
          ("rowfilter_dagfactory_skip_transaction", {"lsn": "FFFF/0"}),
          ("rowfilter_dagfactory_resync_tables", {"tables": ["public.t1"]}),
+         ("rowfilter_dagfactory_sync_sequences", {"tables": [], "dry_run": True}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactry", "keep_slot": False}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactory", "keep_slot": False})],
         env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
         timeout=600)
-    too_early, skip, resync, wrong_name, dropped = runs
+    too_early, skip, resync, sequences, wrong_name, dropped = runs
     output = runs[-1]["output"]
     assert too_early["state"] == "failed", output[-5000:]
     assert f"skip WAL location (LSN 0/10) must be greater than origin LSN {applied}" in output
@@ -356,6 +366,8 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
     assert resync["state"] == "success", output[-5000:]
     assert resync["rendered"]["resync"]["tables"] == "public.t1"
     assert cluster.rows(cluster.sub_db, "t1") == cluster.rows(cluster.ref_db, "t1")  # copied again, the same rows
+    assert sequences["state"] == "success", output[-5000:]
+    assert sequences["xcoms"]["sync_sequences"]["dry_run"] is True and sequences["xcoms"]["sync_sequences"]["changed"] == 0
     assert wrong_name["state"] == "failed"
     assert "confirm='dagfactry' is not the subscription's name; nothing was dropped" in output
     assert dropped["state"] == "success", output[-5000:]

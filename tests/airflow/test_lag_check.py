@@ -114,3 +114,18 @@ def test_a_failed_apply_run_is_counted_and_its_lag_still_measured(state_db: Stat
     assert sent["airflow.rowfilter.s1.apply.failures"] == ["1|c"] and "airflow.rowfilter.s1.apply.runs" not in sent
     assert 1790 < float(sent["airflow.rowfilter.s1.batch_age_seconds"][0].split("|")[0]) < 1900
     assert float(sent["airflow.rowfilter.s1.retained_wal_bytes"][0].split("|")[0]) > 1024 * 1024
+
+
+def test_a_standby_not_ready_to_take_over_the_slot_fails_the_check(state_db: StateDb, publisher: tuple[str, str],
+                                                                    fresh_db: Callable[..., str],
+                                                                    airflow_conn: Callable[..., str]) -> None:
+    """``standby_conn_ids``: each standby's readiness (publisher/readiness.py); here a server that is no standby,
+    and a slot that is no failover slot, each named with its fix."""
+    _, pub_conn = publisher
+    not_a_standby = airflow_conn(fresh_db(), "standby")
+    with pytest.raises(AirflowFailException) as e:
+        check(state_db, publisher_conn_id=pub_conn, max_retained_wal=None, standby_conn_ids=[not_a_standby]).execute({})
+    message = str(e.value)
+    assert f"standby {not_a_standby} is not ready to take over its slot" in message, message
+    assert 'replication slot "rowfilter_s1" is not a failover slot: `rowfilter refresh` makes it one' in message
+    assert "it is not a standby (pg_is_in_recovery() is false)" in message, message

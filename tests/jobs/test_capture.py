@@ -199,6 +199,8 @@ def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot
     assert 0 <= summary["lag_seconds"] < 600 and summary["lag_bytes"] >= 0
     metadata = json.loads(pq.read_metadata(segments[0].path).metadata[b"rowfilter.change_log"])
     relations = metadata.pop("relations")
+    origin = metadata.pop("publisher")  # which server, for the log's continuity across a promotion
+    assert set(origin) == {"system_identifier", "timeline"} and origin["timeline"] >= 1, origin
     assert metadata == {"format_version": 1, "subscription": "s1", "slot": "rowfilter_s1",
                         "publication": ",".join(capture_publication_names("s1").values()), "filtering": "spark",
                         "start_lsn": format_lsn(start),
