@@ -699,10 +699,17 @@ class LocalPostgres:
             if self._os_user.switch:
                 os.chown(data, self._os_user.uid, self._os_user.gid)
             data.chmod(0o700)
+            conninfo = f"host={HOST} port={self.port} user={SUPERUSER} dbname=postgres"
+            if self.passfile is not None:
+                conninfo += f" passfile={self.passfile}"
             self._os_user.run([str(self.bin_dir / "pg_basebackup"), "-D", str(data), "-R", "-C", "-S", slot,
-                               "-X", "stream", "--no-sync", "--checkpoint=fast",
-                               "-d", f"host={HOST} port={self.port} user={SUPERUSER} dbname=postgres"])
+                               "-X", "stream", "--no-sync", "--checkpoint=fast", "-d", conninfo])
             (data / "postmaster.pid").unlink(missing_ok=True)
+            if self.passfile is not None:
+                # The backup copied the password file with the data directory: the standby's walreceiver
+                # reads its own copy (primary_conninfo, written by -R, named this cluster's).
+                auto = data / "postgresql.auto.conf"
+                auto.write_text(auto.read_text().replace(str(self.passfile), str(data / PASSFILE)))
             if settings:
                 block = "\n".join(f"{name} = {value}" for name, value in settings.items())
                 with (data / "postgresql.conf").open("a") as conf:

@@ -12,10 +12,14 @@ cluster.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
@@ -59,6 +63,15 @@ class HaPair:
 
     def __init__(self) -> None:
         self.primary = LocalPostgres.start()
+        # Every clone carries the superuser's password: one copy of the password file serves both servers,
+        # whichever is primary (a path in the URL, never the password). Mode 0600, owned like the cluster's
+        # own, so that the native subscriptions (run by the servers' OS user) read it too.
+        handle, name = tempfile.mkstemp(prefix="rowfilter-ha-", suffix=".pgpass")
+        os.write(handle, self.primary.passfile.read_bytes())
+        owner = self.primary.passfile.stat()
+        os.fchown(handle, owner.st_uid, owner.st_gid)
+        os.close(handle)
+        self.passfile = Path(name)
         self.standby: LocalPostgres | None = None
         self.generation = 0
         self.failovers: list[float] = []  # seconds each promotion and new standby took
@@ -78,11 +91,11 @@ class HaPair:
     def url(self, db: str) -> str:
         """One libpq URL for both servers: libpq connects to whichever accepts writes."""
         return (f"postgresql://postgres@127.0.0.1:{self.primary.port},127.0.0.1:{self.standby.port}/{db}"
-                "?target_session_attrs=read-write")
+                f"?target_session_attrs=read-write&passfile={quote(str(self.passfile), safe='/')}")
 
     def conninfo(self, db: str) -> str:
         return (f"host=127.0.0.1,127.0.0.1 port={self.primary.port},{self.standby.port} dbname={db} user=postgres "
-                "target_session_attrs=read-write")
+                f"target_session_attrs=read-write passfile={self.passfile}")
 
     def kill_primary(self) -> None:
         self.primary.crash()
@@ -124,6 +137,7 @@ class HaPair:
         for server in (self.standby, self.primary):
             if server is not None:
                 server.stop()
+        self.passfile.unlink(missing_ok=True)
 
 
 def create_publisher(pair: HaPair, db: str) -> str:
