@@ -64,6 +64,8 @@ LAYER_OF = {
     "triggers": "airflow",
     "plugins": "airflow",
     "dag_factory": "airflow",
+    # The DAGs standing for a spec file the factory cannot build.
+    "spec_placeholders": "airflow",
     # The local PostgreSQL, the native referee and the demo: they may use every layer, none uses them.
     "tooling": "tooling",
 }

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters import pg_types as T
-from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE
+from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE, quantified_array
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex, java_regex, similar_to_regex
 
@@ -38,23 +38,6 @@ STRING_FUNCTIONS = {
     "substring": ("ti", "tii"), "left": ("ti",), "right": ("ti",), "position": ("tt",),
     "split_part": ("tti",), "repeat": ("ti",),
 }
-
-
-def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
-    """``ANY (…)``/``SOME (…)``/``ALL (…)`` on the right of a comparison or a LIKE: ("any" | "all", its
-    operand). sqlglot gives a LIKE's ALL as exp.All; our dialect reads a comparison's as a call."""
-    if isinstance(node, (exp.Any, exp.All)):
-        inner = node.this
-    elif isinstance(node, exp.Anonymous) and node.name.upper() in ("ALL", "SOME", "ANY") \
-            and len(node.expressions) == 1:
-        inner = node.expressions[0]
-    else:
-        return None
-    while isinstance(inner, exp.Paren):
-        inner = inner.this
-    kind = "all" if isinstance(node, exp.All) or isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" \
-        else "any"
-    return kind, inner
 
 
 def row_fields(node: exp.Expr) -> list[exp.Expr] | None:
@@ -117,8 +100,9 @@ def folded_error(rf) -> str | None:
     ``split_part('a', ',', 0)``, ``repeat('ab', 1073741823)`` or ``'a' ~ 'a**'`` make every change of
     the table fail on the publisher. Spark would only raise where the call is evaluated. The planner
     folds an OR's arguments only up to its first constant TRUE, and an AND's up to its first constant
-    FALSE (simplify_or_arguments / simplify_and_arguments return at once): what stands after them is
-    never folded, and raises nothing.
+    FALSE (simplify_or_arguments / simplify_and_arguments return at once), a COALESCE's up to its first
+    non-null constant, and drops a searched CASE's WHEN that is constant FALSE or NULL, and what follows
+    one that is constant TRUE, without folding them: what it does not reach raises nothing.
     """
     for node in _folded(rf, rf.tree):
         args = list(node.iter_expressions())
@@ -154,8 +138,37 @@ def _folded(rf, node: exp.Expr) -> Iterator[exp.Expr]:
             if isinstance(value, bool) and value is decisive:
                 return
         return
+    if isinstance(node, exp.Coalesce):
+        # T_CoalesceExpr: the arguments in order, up to the first non-null constant; the rest are dropped
+        for arg in (node.this, *node.expressions):
+            yield from _folded(rf, arg)
+            if _constant(rf, arg) not in (_NOT_CONSTANT, None):
+                return
+        return
+    if isinstance(node, exp.Case) and node.this is None:
+        # T_CaseExpr (a searched CASE): a WHEN whose condition folds to FALSE or NULL is dropped with its
+        # result unfolded; one that folds to TRUE ends the CASE, its result folded, the rest and ELSE not
+        for when in node.args.get("ifs") or ():
+            yield from _folded(rf, when.this)
+            condition = _constant(rf, when.this)
+            if condition is _NOT_CONSTANT or condition is True:
+                yield from _folded(rf, when.args["true"])
+            if condition is True:
+                return
+        if node.args.get("default") is not None:
+            yield from _folded(rf, node.args["default"])
+        return
     for child in node.iter_expressions():
         yield from _folded(rf, child)
+
+
+_NOT_CONSTANT = object()
+
+
+def _constant(rf, node: exp.Expr) -> object:
+    """The value ``node`` folds to (None: the null constant), or _NOT_CONSTANT."""
+    inner = node.unnest()
+    return rf.constants[id(inner)] if id(inner) in rf.constants else _NOT_CONSTANT
 
 
 class TextAnalysis(_Analyzer):
