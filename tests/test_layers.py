@@ -177,6 +177,9 @@ BREAKS = {
     "an operator runs the drop job": ("operators.subscription_ops", "jobs.drop"),
     "the apply imports a job": ("apply.capture_ahead", "jobs.refresh"),
     "the core imports the subscriber": ("core.apply_plan", "subscriber.apply_stage"),
+    # And those main brought while issue 31 was under way (verify/reconcile).
+    "the subscriber's compare target imports the publisher": ("subscriber.compare_target", "publisher.copy_source"),
+    "the subscriber's reconcile imports the publisher": ("subscriber.reconcile_target", "publisher.copy_source"),
 }
 
 

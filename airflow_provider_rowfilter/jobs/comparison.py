@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import ExitStack
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -52,7 +52,13 @@ from airflow_provider_rowfilter.publisher.compare_source import (
     reader_predicates,
     rows_select,
 )
-from airflow_provider_rowfilter.publisher.copy_source import CopySource, ExportedSnapshot, copy_out_sql, table_pages
+from airflow_provider_rowfilter.publisher.copy_source import (
+    CopySource,
+    ExportedSnapshot,
+    copy_out_sql,
+    read_copy,
+    table_pages,
+)
 from airflow_provider_rowfilter.subscriber.compare_target import CompareTarget, compare_target, shape_of
 from airflow_provider_rowfilter.subscriber.reconcile_target import GroupCounts, GroupFix, fix_group
 
@@ -104,8 +110,16 @@ class LocalEngine:
               fixes: Sequence[GroupFix], each: Callable[[GroupCounts], None]) -> None:
         # Each group's transaction touches only its own key ranges: two at once never wait for each other.
         with ThreadPoolExecutor(self.threads, thread_name_prefix="rowfilter-reconcile") as pool:
-            for done in as_completed([pool.submit(fix_group, source, snapshot, target, fix) for fix in fixes]):
+            for done in as_completed([pool.submit(fix_from_publisher, source, snapshot, target, fix) for fix in fixes]):
                 each(done.result())
+
+
+def fix_from_publisher(source: dict[str, str], snapshot: ExportedSnapshot, target: dict[str, str],
+                       fix: GroupFix) -> GroupCounts:
+    """One group's fix: the publisher's rows of the group, read in ``snapshot`` (publisher/copy_source.py
+    ``read_copy``), streamed into the subscriber's transaction that fixes it (subscriber/reconcile_target.py)."""
+    with closing(read_copy(source, fix.copy_out, snapshot)) as blocks:
+        return fix_group(target, fix, blocks)
 
 
 def _summed(rows: Sequence[tuple]) -> list[tuple[str, int]]:
@@ -189,6 +203,7 @@ class TablePlan:
     shape: CompareShape
     source: CopySource  # the publisher's rows (the initial copy's)
     target: CompareTarget  # the subscriber's
+    target_source: CopySource  # the subscriber's rows as a SELECT of the published columns (no filter)
     buckets: Buckets
     publisher_readers: tuple[str | None, ...]
     subscriber_readers: tuple[str | None, ...]
@@ -198,7 +213,7 @@ class TablePlan:
         return rows_select(self.source, predicate)
 
     def subscriber_rows(self, predicate: str | None) -> str:
-        return rows_select(self.target.source, predicate)
+        return rows_select(self.target_source, predicate)
 
 
 def plan_table(pub: psycopg.Connection, sub: psycopg.Connection, subscription: str, filters: TableFilters,
@@ -208,21 +223,22 @@ def plan_table(pub: psycopg.Connection, sub: psycopg.Connection, subscription: s
 
     source = copy_source(filters, relation)
     target = compare_target(sub, subscription, filters.table, source.columns, rerun=rerun)
+    target_source = CopySource(filters.table, source.columns, None, only=target.target.relkind != "p")
     types = {c.name: c.type_name for c in relation.columns}
     shape = shape_of(filters.table, source.columns, types, target,
                      record_hashing=record_hashing(pub, sub, source.columns, types))
-    rows = max(estimated_rows(pub, source), estimated_rows(sub, target.source))
+    rows = max(estimated_rows(pub, source), estimated_rows(sub, target_source))
     buckets: Buckets
     if shape.integer_key:
-        bounds = [b for b in (key_bounds(pub, source, shape.key[0]), key_bounds(sub, target.source, shape.key[0]))
+        bounds = [b for b in (key_bounds(pub, source, shape.key[0]), key_bounds(sub, target_source, shape.key[0]))
                   if b is not None]
         lower, upper = (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else (0, 0)
         buckets = KeyRanges.spanning(shape.key[0], lower, upper, rows)
     else:
         buckets = KeyHashes(shape.key or shape.columns, shape.hashing, bucket_count(rows))
-    pages = max(table_pages(pub, source), table_pages(sub, target.source))
-    return TablePlan(shape, source, target, buckets, tuple(reader_predicates(pub, source, max_readers)),
-                     tuple(reader_predicates(sub, target.source, max_readers)), pages)
+    pages = max(table_pages(pub, source), table_pages(sub, target_source))
+    return TablePlan(shape, source, target, target_source, buckets, tuple(reader_predicates(pub, source, max_readers)),
+                     tuple(reader_predicates(sub, target_source, max_readers)), pages)
 
 
 def record_hashing(pub: psycopg.Connection, sub: psycopg.Connection, columns: Sequence[str],

@@ -198,7 +198,8 @@ def consistent_point(spec: SubscriptionSpec, store: StateStore, wanted: set[Tabl
         capture_through(spec, store, snapshot.lsn)
         apply_log(spec, store, engines)
         conn = held.enter_context(connect(spec.subscriber, "subscriber", spec))
-        sub_snapshot, rels = held.enter_context(exported_positions(conn, spec.subscription))
+        sub_snapshot_id, rels = held.enter_context(exported_positions(conn, spec.subscription))
+        sub_snapshot = ExportedSnapshot(sub_snapshot_id, "", "")  # the subscriber's: no slot, no LSN of its own
     moved = [r for r in rels if r.table in wanted and r.state in APPLIED
              and (r.lsn is None or parse_lsn(r.lsn) != parse_lsn(snapshot.lsn))]
     if moved:  # a copy committed its f meanwhile (a snapshot job does not take the apply's lock)

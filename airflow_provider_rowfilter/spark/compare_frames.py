@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import asdict
 from typing import Any
 
@@ -51,9 +52,15 @@ def run_reads(spark: SparkSession, reads: Sequence[Read]) -> list[list[tuple]]:
 def run_fixes(spark: SparkSession, source: dict[str, str], snapshot: ExportedSnapshot, target: dict[str, str],
               fixes: Sequence[GroupFix]) -> list[GroupCounts]:
     """Each group's fix, one task per group (a retried task redoes its group's fix: it changes nothing more)."""
+    from airflow_provider_rowfilter.publisher.copy_source import read_copy
     from airflow_provider_rowfilter.subscriber.reconcile_target import fix_group
 
-    outs = _run_each(spark, fixes, lambda fix: json.dumps(asdict(fix_group(source, snapshot, target, fix))))
+    def fix_one(fix: GroupFix) -> str:
+        # The publisher's rows of the group, read in the snapshot, streamed into the subscriber's fix.
+        with closing(read_copy(source, fix.copy_out, snapshot)) as blocks:
+            return json.dumps(asdict(fix_group(target, fix, blocks)))
+
+    outs = _run_each(spark, fixes, fix_one)
     return [GroupCounts(**json.loads(out)) for out in outs]
 
 

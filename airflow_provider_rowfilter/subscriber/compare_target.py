@@ -4,7 +4,9 @@ The subscriber's table is matched to the publisher's as the copy and the apply m
 subscriber/copy_target.py ``check_target``; its key as the apply reads it, subscriber/apply_target.py
 ``read_target``). A verify reads it in a snapshot exported by a repeatable-read transaction together with
 the tables' positions (:func:`exported_positions`): rows and positions are committed together by every
-batch, so the snapshot's rows are the table as of the position it shows.
+batch, so the snapshot's rows are the table as of the position it shows. Its rows are read as the
+publisher's are (the comparison's readers, jobs/comparison.py): this module says only what the subscriber
+holds, and imports nothing of the publisher's side.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import psycopg
 
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.table_compare import CompareShape, compare_shape
-from airflow_provider_rowfilter.publisher.copy_source import CopySource, ExportedSnapshot
 from airflow_provider_rowfilter.subscriber.apply_target import read_target
 from airflow_provider_rowfilter.subscriber.copy_target import CopyTarget, check_target
 from airflow_provider_rowfilter.subscriber.state import RelState, StateReader
@@ -28,7 +29,6 @@ class CompareTarget:
     """The subscriber's side of one table's comparison."""
 
     target: CopyTarget
-    source: CopySource  # the subscriber's rows as a SELECT of the published columns (no filter)
     key: tuple[str, ...]
     types: dict[str, str]  # format_type() of each column
 
@@ -41,8 +41,7 @@ def compare_target(conn: psycopg.Connection, subscription: str, table: TableName
     """
     target = check_target(conn, subscription, table, columns, rerun=rerun)
     read = read_target(conn, table, 0)
-    return CompareTarget(target, CopySource(table, columns, None, only=target.relkind != "p"), read.key,
-                         {c.name: c.type_sql for c in read.columns})
+    return CompareTarget(target, read.key, {c.name: c.type_sql for c in read.columns})
 
 
 def shape_of(table: TableName, columns: tuple[str, ...], publisher_types: dict[str, str],
@@ -51,15 +50,16 @@ def shape_of(table: TableName, columns: tuple[str, ...], publisher_types: dict[s
 
 
 @contextmanager
-def exported_positions(conn: psycopg.Connection, subscription: str) -> Iterator[tuple[ExportedSnapshot, list[RelState]]]:
+def exported_positions(conn: psycopg.Connection, subscription: str) -> Iterator[tuple[str, list[RelState]]]:
     """A repeatable-read, read-only transaction on ``conn`` (a connection of its own, kept open and idle while
-    readers import its snapshot) and the subscription's tables as that snapshot sees them."""
+    readers import its snapshot): the id of its exported snapshot, and the subscription's tables as that
+    snapshot sees them."""
     conn.autocommit = False
     try:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         snapshot_id = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         rels = StateReader(conn, subscription).tables()
-        yield ExportedSnapshot(snapshot_id, "", ""), rels
+        yield snapshot_id, rels
     finally:
         if not conn.closed:
             conn.rollback()

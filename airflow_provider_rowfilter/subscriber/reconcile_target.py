@@ -1,7 +1,8 @@
 """A reconcile's writes: one group of the table's rows brought to the publisher's rows, in one subscriber transaction.
 
 The group's rows on the publisher (the initial copy's ``COPY (SELECT … WHERE filter AND group) TO STDOUT``,
-in the reconcile's snapshot) are streamed into a temporary table of the transaction (its columns and types
+in the reconcile's snapshot, read by the caller: publisher/copy_source.py ``read_copy``) are streamed into a
+temporary table of the transaction (its columns and types
 the target's, as the copy's staging table), and three statements make the target's rows of the group equal
 to them: the extra rows deleted, the different ones updated (only the published columns: the others keep
 their values, as the apply leaves them), the missing ones inserted. A row is "different" when its text form
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import closing
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import psycopg
@@ -26,7 +27,6 @@ from psycopg import sql
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.table_compare import ident
 from airflow_provider_rowfilter.identifiers import table_sql
-from airflow_provider_rowfilter.publisher.copy_source import DEFAULT_BLOCK_ROWS, ExportedSnapshot, read_copy
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +57,15 @@ class GroupCounts:
     publisher_rows: int = 0
 
 
-def fix_group(source: dict[str, str], snapshot: ExportedSnapshot, target: dict[str, str], fix: GroupFix, *,
-              block_rows: int = DEFAULT_BLOCK_ROWS) -> GroupCounts:
-    """Bring the target's rows of ``fix``'s group to the publisher's in ``snapshot``, in ONE transaction."""
+def fix_group(target: dict[str, str], fix: GroupFix, blocks: Iterable[bytes]) -> GroupCounts:
+    """Bring the target's rows of ``fix``'s group to the publisher's, in ONE transaction: ``blocks`` are the
+    output of the group's ``copy_out`` (COPY text, whole lines), read once the transaction has begun."""
     with psycopg.connect(**target) as conn:
         with conn.transaction():
             # Room for a group's rows in the session's local buffers (settable before its first temporary table).
             conn.execute(f"SET LOCAL temp_buffers = '{TEMP_BUFFERS}'")
             _replica_role(conn)
-            return _fix(conn, source, snapshot, fix, block_rows)
+            return _fix(conn, fix, blocks)
 
 
 def _replica_role(conn: psycopg.Connection) -> None:
@@ -79,14 +79,13 @@ def _replica_role(conn: psycopg.Connection) -> None:
         conn.execute("ROLLBACK TO SAVEPOINT rowfilter_role")
 
 
-def _fix(conn: psycopg.Connection, source: dict[str, str], snapshot: ExportedSnapshot, fix: GroupFix,
-         block_rows: int) -> GroupCounts:
+def _fix(conn: psycopg.Connection, fix: GroupFix, blocks: Iterable[bytes]) -> GroupCounts:
     began = time.monotonic()
     target = table_sql(fix.table).as_string(conn)
     only = "" if fix.partitioned else "ONLY "
     cols = ", ".join(map(ident, fix.columns))
     conn.execute(f"CREATE TEMP TABLE {STAGE} ON COMMIT DROP AS SELECT {cols} FROM ONLY {target} WITH NO DATA")
-    with conn.cursor() as cur, closing(read_copy(source, fix.copy_out, snapshot, block_rows=block_rows)) as blocks:
+    with conn.cursor() as cur:
         with cur.copy(sql.SQL(f"COPY {STAGE} ({cols}) FROM STDIN")) as copy:
             for block in blocks:
                 copy.write(block)
