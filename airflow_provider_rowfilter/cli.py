@@ -636,7 +636,7 @@ def set_enabled(spec: SubscriptionSpec, enabled: bool) -> int:
 def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run SyncSequences in-process and say, per sequence, what it set (or would)."""
     from airflow_provider_rowfilter.core.relation import TableName
-    from airflow_provider_rowfilter.jobs.sync_sequences import sync_sequences as run_sync
+    from airflow_provider_rowfilter.sequence_sync import sync_sequences as run_sync
 
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
     result = run_sync(spec, tables, dry_run=args.dry_run)

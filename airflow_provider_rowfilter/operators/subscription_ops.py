@@ -148,7 +148,7 @@ class SyncSequencesOperator(_SubscriptionOperator):
     :param dry_run: say what would be set, set nothing. (templated: ``true``/``false`` as rendered text)
 
     Idempotent: a sequence already past is left alone. Returns (XCom) each sequence with its values before and
-    after and what was done (jobs/sync_sequences.py ``SequencesResult``).
+    after and what was done (sequence_sync.py ``SequencesResult``).
     """
 
     template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "tables", "dry_run")
@@ -162,7 +162,7 @@ class SyncSequencesOperator(_SubscriptionOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_rowfilter.core.relation import TableName
-        from airflow_provider_rowfilter.jobs.sync_sequences import sync_sequences
+        from airflow_provider_rowfilter.sequence_sync import sync_sequences
 
         resolved = self.resolve()
         dry_run = _boolean(self.dry_run, f"{self.task_id}: dry_run")
