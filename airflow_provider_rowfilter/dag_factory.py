@@ -254,7 +254,7 @@ def _check(source: str, key: str, value: Any, kind: Any) -> Any:
         try:
             DAG(dag_id="rowfilter_schedule_check", schedule=value, start_date=dt.datetime(2025, 1, 1),
                 max_active_runs=1).timetable.validate()  # the factory's DAGs run one at a time (@continuous needs it)
-        except Exception as e:  # noqa: BLE001 - Airflow's timetable errors have no common base
+        except Exception as e:  # Airflow's timetable errors have no common base
             raise SpecError(f"{source}: airflow: {key}={value!r} is not a schedule Airflow reads: {e}",
                             hint="a cron expression of 5 fields ('*/5 * * * *') or a preset ('@hourly'); "
                             "null: manual runs only") from None

@@ -129,7 +129,7 @@ def _valid_schedule(schedule: Any) -> bool:
     try:
         DAG(dag_id="rowfilter_schedule_probe", schedule=schedule, start_date=dt.datetime(2025, 1, 1),
             max_active_runs=1).timetable.validate()
-    except Exception:  # noqa: BLE001 - whatever Airflow refuses (a bad cron raises its own error types)
+    except Exception:  # whatever Airflow refuses (a bad cron raises its own error types)
         return False
     return True
 

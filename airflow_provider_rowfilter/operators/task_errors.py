@@ -19,7 +19,7 @@ import functools
 import re
 import shlex
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
@@ -98,4 +98,4 @@ def clear_errors(execute: F) -> F:
             clean = type(e)(in_airflow_terms(self, str(e)))
         raise clean from None
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # the wrapper takes and returns what execute does

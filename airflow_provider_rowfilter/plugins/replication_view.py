@@ -99,7 +99,7 @@ def schedule_interval(schedule: str | None, now: dt.datetime) -> float | None:
         it = croniter(schedule, now)
         first = it.get_next(dt.datetime)
         return (it.get_next(dt.datetime) - first).total_seconds()
-    except Exception:  # noqa: BLE001 - not a cron expression croniter reads: no interval to judge by
+    except Exception:  # not a cron expression croniter reads: no interval to judge by
         return None
 
 
@@ -261,7 +261,7 @@ def run_facts(dag_id: str, session: Any, now: dt.datetime) -> RunFacts:
             return RunFacts(None, failed_at)
         return RunFacts({"dag_id": dag_id, "run_id": ti.run_id, "task_id": ti.task_id, "map_index": ti.map_index,
                          "try_number": ti.try_number, "end_date": when(ti.end_date)}, failed_at)
-    except Exception:  # noqa: BLE001 - a best-effort extra: the subscriber's side is what the page is for
+    except Exception:  # a best-effort extra: the subscriber's side is what the page is for
         session.rollback()
         return RunFacts()
 

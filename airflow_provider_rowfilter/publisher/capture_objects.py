@@ -65,7 +65,7 @@ class SlotMissingError(CaptureError):
     """The subscription's slot does not exist on the publisher (never created, or dropped outside the tool).
 
     The hint here fits a subscription with no table past ``i``; with one, the slot was lost under it
-    and the job says so (jobs/refresh.py ``slot_lost``).
+    and the job says so (subscriber/state.py ``slot_lost``).
     """
 
     def __init__(self, slot: str) -> None:

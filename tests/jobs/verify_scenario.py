@@ -74,7 +74,7 @@ class LiveWriter:
                         conn.execute("DELETE FROM t WHERE id = %s", (k - 5,))
                     self.transactions += 1
                     time.sleep(0.01)
-        except BaseException as e:  # noqa: BLE001 - reported by stop()
+        except BaseException as e:  # reported by stop()
             self.error = e
 
     def stop(self) -> int:
