@@ -30,12 +30,16 @@ class LogNeeds:
         ``d``, or none).
     :param tables: those tables (qualified names) with their positions, to name the affected ones.
     :param recorded: the log the subscriber was fed from, None before the first.
+    :param timelines: the tables whose position was taken from the publisher's WAL directly (a copy, a
+        reconcile, refresh without copy), with the publisher's timeline then; the others' are batch ends, in
+        the log (publisher/failover.py ``check_lineage``).
     """
 
     subscription: str
     since: int | None
     tables: tuple[tuple[str, int], ...] = ()
     recorded: LogIdentity | None = None
+    timelines: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

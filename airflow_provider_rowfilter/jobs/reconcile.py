@@ -7,7 +7,9 @@ resync), a reconcile keeps the table readable and writes only what differs. Per 
    it): the apply leaves a table in ``d`` alone, as PostgreSQL's apply worker leaves a table whose sync
    runs, and keeps the change log from its position on (apply/drain.py ``_prune``).
 2. **Snapshot.** A temporary slot exports the publisher's snapshot at its consistent point X, as the
-   initial copy's does (publisher/copy_source.py).
+   initial copy's does (publisher/copy_source.py); as the copy, nothing read at X is written before the
+   standbys of ``synchronized_standby_slots`` have confirmed X (publisher/failover.py), and the hold
+   waits for them too.
 3. **Compare and fix.** The bucket pass of a verify (jobs/comparison.py) finds the key ranges that differ;
    each group of them is fixed in ONE subscriber transaction (subscriber/reconcile_target.py: missing rows
    inserted, extra ones deleted, different ones updated), which brings the group to exactly the publisher's
@@ -46,8 +48,10 @@ from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, s
 from airflow_provider_rowfilter.jobs.comparison import Engines, Sides, bucket_pass, check_of, group_fixes, plan_table
 from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
 from airflow_provider_rowfilter.jobs.verify import LOCK_WAIT, MAX_READERS, chosen_tables, verify
+from airflow_provider_rowfilter.publisher.capture_objects import current_lsn
 from airflow_provider_rowfilter.publisher.copy_source import exported_snapshot
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
+from airflow_provider_rowfilter.publisher.failover import confirmed_timeline, wait_for_standbys
 from airflow_provider_rowfilter.subscriber.compare_target import native_subscriptions_of
 from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
 from airflow_provider_rowfilter.subscriber.reconcile_target import GroupCounts
@@ -182,6 +186,9 @@ class _Reconcile:
                 "their rows as extra", table=str(table),
                 hint="verify it (`rowfilter verify` lists what differs), or reconcile into a table of its own")
         engine = self.engines.for_pages(plan.pages)  # Spark, if needed, starts before the table changes
+        # Failover: a standby of synchronized_standby_slots that does not confirm the publisher's WAL now would not
+        # confirm the snapshot's either: say so before the table is held (publisher/failover.py).
+        wait_for_standbys(self.pub, current_lsn(self.pub))
         with sub.transaction():
             hold(self.store, table, rel.state)
         faults.point("reconcile-after-hold")
@@ -192,6 +199,9 @@ class _Reconcile:
             # (SnapBuildWaitSnapshot in snapbuild.c), ours included when both sides share one.
             snapshot = held.enter_context(exported_snapshot(
                 connect(self.spec.publisher, "publisher", self.spec, replication="database")))
+            # No row read at X is written, and X is not recorded, before the standbys have confirmed X: a promoted
+            # standby then has every row and the position the table gets (as the initial copy waits).
+            timeline = confirmed_timeline(self.pub, snapshot.lsn)
             sides = Sides(self.source, self.target, snapshot, None)
             found = bucket_pass(plan, sides, engine)
             check = check_of(plan, found, snapshot.lsn, kind="reconcile")
@@ -213,7 +223,8 @@ class _Reconcile:
         faults.point("reconcile-before-finish")
         check.seconds = time.monotonic() - began
         with sub.transaction():
-            self.store.set_state(table, SyncState.FINISHED_COPY, lsn=check.lsn, rows_copied=check.publisher_rows)
+            self.store.set_state(table, SyncState.FINISHED_COPY, lsn=check.lsn, rows_copied=check.publisher_rows,
+                                 timeline=timeline)
             self.store.record_check(table, "reconcile", check.lsn, True, check.as_dict())
             counts = {k: v for k, v in (("insert", check.inserted), ("update", check.updated),
                                         ("delete", check.deleted)) if v}

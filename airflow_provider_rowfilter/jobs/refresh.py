@@ -6,7 +6,9 @@ publish each subscribed leaf for the actions its publications publish (``filteri
 object of ours on the publisher can make its DML fail), create the slot if missing,
 then, in one subscriber transaction: a new table gets ``i`` (``r`` at the current position with
 ``copy_data: false``), a table no longer published is removed with its progress, and the definitions
-are recorded with the position from which they apply. Running it twice changes nothing the second time.
+are recorded with the position from which they apply; that position is recorded once the standbys of
+``synchronized_standby_slots`` have confirmed it, so that a promoted standby has it too. Running it
+twice changes nothing the second time.
 
 A slot that is gone while tables hold positions read from it (``d``, ``f``, ``s``, ``r``) means a
 gap: the changes made while it was missing were never decoded. Refresh then refuses, changing
@@ -58,7 +60,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
 )
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
 from airflow_provider_rowfilter.publisher.definitions import load_definitions
-from airflow_provider_rowfilter.publisher.failover import switch_failover, wanted_failover
+from airflow_provider_rowfilter.publisher.failover import confirmed_timeline, switch_failover, wanted_failover
 from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
 from airflow_provider_rowfilter.publisher.standby import check_capture_source
 from airflow_provider_rowfilter.subscriber.state import RelState, StateStore, migrate, relation_exists, slot_lost
@@ -147,6 +149,9 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
             publication_changed = ensure_capture_publications(pub, spec.subscription, actions, slot_exists=had_slot)
         slot_created = ensure_slot(pub, slot, failover)
         lsn = current_lsn(pub)
+        # Recorded below (a table added without copy is r there; the definitions apply from there): never past what
+        # the standbys of synchronized_standby_slots have confirmed, so that a promoted one has it too.
+        timeline = confirmed_timeline(pub, lsn)
         retention = read_retention(pub)
     failover_switched = False
     if not slot_created:
@@ -176,7 +181,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
         with sub.transaction():
             store.ensure_subscription(spec.publication_names, slot, capture_names(spec.subscription)[1],
                                       {"copy_data": spec.copy_data})
-            added, removed = store.reconcile(tables, copy_data=spec.copy_data, current_lsn=lsn)
+            added, removed = store.reconcile(tables, copy_data=spec.copy_data, current_lsn=lsn, timeline=timeline)
             result.refused = _record_refused(store, definitions.filters.refused)
             last = store.last_refresh()
             result.definitions_changed = last is None or last.definitions != document

@@ -55,7 +55,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     read_copy,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
-from airflow_provider_rowfilter.publisher.failover import wait_for_standbys
+from airflow_provider_rowfilter.publisher.failover import confirmed_timeline
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -383,7 +383,7 @@ class _CopyJob:
                 snap = held.enter_context(exported_snapshot(
                     connect(self.spec.publisher, "publisher", self.spec, replication="database")))
                 with connect(self.spec.publisher, "publisher", self.spec) as pub:  # failover: before the copy
-                    wait_for_standbys(pub, snap.lsn)
+                    timeline = confirmed_timeline(pub, snap.lsn)
                 with sub.transaction():
                     fence_copies(sub, copy_lock_key(self.spec.subscription, table))
                     if direct:
@@ -408,7 +408,8 @@ class _CopyJob:
                         with closing(read_copy(self.source_conninfo, reads[0], snap,
                                                block_rows=self.options.fetch_size)) as blocks:
                             rows = copy_direct(sub, blocks, target)
-                        self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
+                        self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows,
+                                             timeline=timeline)
                 else:
                     from airflow_provider_rowfilter.spark.copy_frames import copy_partition, run_partitions
 
@@ -426,7 +427,7 @@ class _CopyJob:
                         f"the partitions staged {staged} rows but {rows} arrived", table=str(table),
                         hint="a Spark task was retried after its COPY committed; run the snapshot again "
                         "(spark.task.maxFailures=1 for the snapshot job avoids it)")
-                self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows)
+                self.store.set_state(table, SyncState.FINISHED_COPY, lsn=snap.lsn, rows_copied=rows, timeline=timeline)
         seconds = time.monotonic() - began
         log.info("%s: %d rows copied in %.1f s (%.0f rows/s), consistent with %s: changes committed from there "
                  "on are the catch-up's; state f", table, rows, seconds, rows / seconds if seconds else 0, snap.lsn)

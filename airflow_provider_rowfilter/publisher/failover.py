@@ -23,9 +23,12 @@ at or behind the log's end (the capture then recognises the changes the log has 
 advances the slot past them; publisher/capture.py). A slot synchronized from the old primary
 passes; one created after the promotion starts past the fork and is refused, as is a log ending past
 the fork (changes the promoted standby never received: what ``synchronized_standby_slots`` prevents)
-and a server of another cluster. An initial copy waits for the standbys of ``synchronized_standby_slots``
-to confirm its position before it starts (:func:`wait_for_standbys`), as decoding does, so that a
-table's copy never holds what a promoted standby lacks (docs/adr/slot-lineage-after-promotion.md).
+and a server of another cluster. A position taken from the publisher's WAL without decoding (a copy's
+or a reconcile's snapshot, refresh's ``r`` without copy) waits for the standbys of
+``synchronized_standby_slots`` to confirm it (:func:`wait_for_standbys`), as decoding does, and is
+recorded with the publisher's timeline (:func:`confirmed_timeline`): one taken on an older timeline past
+the fork (nothing waited: the setting was missing) is refused, naming the tables and ``rowfilter
+reconcile`` as the repair (docs/adr/slot-lineage-after-promotion.md).
 """
 
 from __future__ import annotations
@@ -113,21 +116,23 @@ class StandbyWaitError(CaptureError):
     transient = True
 
 
-def wait_for_standbys(pub: psycopg.Connection, lsn: str, *, timeout: float = STANDBY_WAIT_SECONDS) -> None:
+def wait_for_standbys(pub: psycopg.Connection, lsn: str, *, timeout: float | None = None) -> None:
     """Wait until every physical slot of the primary's ``synchronized_standby_slots`` has confirmed ``lsn``.
 
     PostgreSQL makes logical decoding wait so (WaitForStandbyConfirmation in src/backend/replication/slot.c):
-    nothing reaches a subscriber that a standby to be promoted lacks. The initial copy records a position
-    (its snapshot's) without decoding anything, so it waits here, before the copy starts: a table in ``f``
-    then never holds rows a promoted standby never received. Nothing to wait for on a standby, or without
-    the setting.
+    nothing reaches a subscriber that a standby to be promoted lacks. A position a job takes from the
+    publisher's WAL without decoding (a copy's or a reconcile's snapshot, refresh's ``r`` without copy) waits
+    here before it is recorded or any row read at it is written, so that no table ever holds a position or
+    rows a promoted standby never received. Nothing to wait for on a standby, or without the setting.
 
+    :param timeout: seconds; default :data:`STANDBY_WAIT_SECONDS`.
     :raises StandbyWaitError: naming the slots still behind (transient: the operators retry).
     """
+    timeout = STANDBY_WAIT_SECONDS if timeout is None else timeout
     deadline = time.monotonic() + timeout
     while True:
-        listed, standby = pub.execute("SELECT current_setting('synchronized_standby_slots', true), "
-                                      "pg_is_in_recovery()").fetchone()
+        listed, standby = _one(pub, "SELECT current_setting('synchronized_standby_slots', true), "
+                                    "pg_is_in_recovery()")
         names = [n.strip().strip('"') for n in (listed or "").split(",") if n.strip()]
         if standby or not names:
             return
@@ -140,13 +145,29 @@ def wait_for_standbys(pub: psycopg.Connection, lsn: str, *, timeout: float = STA
             listed_behind = ", ".join(f'"{n}" ({"missing or invalidated" if r is None else "at " + r})'
                                       for n, r in behind)
             raise StandbyWaitError(
-                f"the standbys of synchronized_standby_slots have not confirmed the copy's position {lsn} after "
+                f"the standbys of synchronized_standby_slots have not confirmed the position {lsn} after "
                 f"{timeout:.0f} s: {listed_behind}",
-                detail="the copy waits for them as PostgreSQL's logical decoding does, so that a promoted standby "
-                "never lacks what a table was copied with; nothing was copied",
+                detail="a position taken from the publisher (a copy's or reconcile's snapshot, a table added without "
+                "copy) waits for them as PostgreSQL's logical decoding does, so that a promoted standby never lacks "
+                "what a table holds; nothing was recorded or copied",
                 hint="bring the standby back (or take its slot out of synchronized_standby_slots on the primary), "
-                "then run the snapshot again")
+                "then run the job again")
         time.sleep(0.05)
+
+
+def confirmed_timeline(pub: psycopg.Connection, lsn: str, *, timeout: float | None = None) -> int | None:
+    """Wait for the standbys to confirm ``lsn`` (:func:`wait_for_standbys`); return the publisher's timeline (None
+    on a standby): what a table position taken from ``pub`` is recorded with, so that after a promotion it is told
+    from a position of the new timeline (:func:`check_lineage`). A primary keeps its timeline while it runs."""
+    wait_for_standbys(pub, lsn, timeout=timeout)
+    return origin_of(*_one(pub, f"SELECT {ORIGIN_COLUMNS} FROM pg_control_system()")).timeline
+
+
+def _one(conn: psycopg.Connection, query: str) -> tuple:
+    """The one row of a query that always returns one."""
+    row = conn.execute(query).fetchone()
+    assert row is not None, query
+    return row
 
 
 # --- carrying on after a promotion -------------------------------------------------------------------
@@ -159,11 +180,6 @@ ORIGIN_COLUMNS = ("system_identifier::text, CASE WHEN pg_is_in_recovery() THEN N
 def origin_of(system_identifier: str, walfile: str | None) -> ServerOrigin:
     """Which server (:data:`ORIGIN_COLUMNS` read from ``pg_control_system()``): the timeline None on a standby."""
     return ServerOrigin(system_identifier, None if walfile is None else int(walfile[:8], 16))
-
-
-def publisher_origin(pub: psycopg.Connection) -> ServerOrigin:
-    """The publisher's system identifier and (on a primary) timeline, as the log records them."""
-    return origin_of(*pub.execute(f"SELECT {ORIGIN_COLUMNS} FROM pg_control_system()").fetchone())
 
 
 def timeline_history(spec: SubscriptionSpec, timeline: int) -> list[tuple[int, int]]:
@@ -191,13 +207,14 @@ def check_lineage(spec: SubscriptionSpec, slot: str, recorded: ServerOrigin | No
                   confirmed: int, synced: bool | None, needs: LogNeeds | None) -> None:
     """Refuse a publisher on whose history the log's end, a table's position or the slot's start does not lie.
 
-    :param recorded: where the log's newest segment was captured (None: an older log, not checked).
+    :param recorded: where the log's newest segment was captured (None: an empty or older log).
     :param logged: the log's end; ``confirmed``: the slot's position; ``synced``: its ``synced`` flag.
+    :param needs: the tables' positions, each with the timeline it was taken on where it was taken from the
+        publisher's WAL directly (a copy, a reconcile, refresh without copy); a batch end lies in the log, on the
+        log's timeline.
     :raises LineageError: naming what lies off the history, and the fix; nothing was read or moved.
     """
-    if recorded is None:
-        return
-    if recorded.system_identifier != current.system_identifier:
+    if recorded is not None and recorded.system_identifier != current.system_identifier:
         raise LineageError(
             f"the publisher is another PostgreSQL cluster (system identifier {current.system_identifier}) than the "
             f"one this change log was captured from ({recorded.system_identifier})",
@@ -206,25 +223,66 @@ def check_lineage(spec: SubscriptionSpec, slot: str, recorded: ServerOrigin | No
             hint="point publisher at the cluster the subscription replicates from (or a standby of it, promoted); a "
             "new cluster (restored, pg_upgrade) needs `rowfilter refresh --recreate-slot`, which copies the tables "
             "again")
-    if recorded.timeline is None or current.timeline is None or recorded.timeline == current.timeline:
+    if current.timeline is None:
+        return  # a standby: it follows its primary's history
+    base = None if recorded is None else recorded.timeline
+    taken_on = dict(needs.timelines) if needs else {}
+    positions = [(t, p, taken_on.get(t, base)) for t, p in (needs.tables if needs else ())]
+    if {tl for _, _, tl in positions if tl is not None} | ({base} - {None}) <= {current.timeline}:
         return
     history = dict(timeline_history(spec, current.timeline))
-    if recorded.timeline not in history:
+    if base is not None and base != current.timeline:
+        _check_log_lineage(slot, base, current.timeline, history, logged=logged, confirmed=confirmed, synced=synced,
+                           positions=positions)
+    off = [(t, p, tl) for t, p, tl in positions if not _on_history(p, tl, current.timeline, history)]
+    if off:
+        forks = sorted({(tl, history[tl]) for _, _, tl in off if tl in history})
+        listed = ", ".join(f"{t} at {format_lsn(p)} (taken on timeline {tl})" for t, p, tl in off)
+        left = "; ".join(f"it left timeline {tl} at {format_lsn(end)}" for tl, end in forks) or \
+            "they were taken on timelines that are not in its history"
         raise LineageError(
-            f"the publisher's timeline {current.timeline} does not descend from timeline {recorded.timeline}, on "
-            "which the change log was captured",
+            f"table positions the promoted publisher never had: {listed}; the publisher is on timeline "
+            f"{current.timeline} and {left} (its promotion)",
+            detail="a copy's or a reconcile's snapshot, or a table added without copy, was taken on the old primary "
+            "past what its standby had received (nothing waited for the standby: synchronized_standby_slots did not "
+            "name it): the table may hold rows the promoted publisher never received, and the apply would skip the "
+            "promoted publisher's own changes up to that position. Nothing was captured, applied or advanced",
+            hint=f"`rowfilter reconcile {' '.join(f'--table {t}' for t, _, _ in off)}` repairs each in place from the "
+            "promoted publisher (a new snapshot and position; the table stays readable), then run the apply again. "
+            "To keep it from happening: synchronized_standby_slots on the primary naming the standby's physical slot")
+    if base is not None and base != current.timeline:
+        log.info('replication slot "%s" continues on timeline %d from timeline %d (forked at %s): the log ends at %s, '
+                 "the slot is at %s (synced: %s)", slot, current.timeline, base, format_lsn(history[base]),
+                 "nothing" if logged is None else format_lsn(logged), format_lsn(confirmed), synced)
+
+
+def _on_history(position: int, timeline: int | None, current: int, history: dict[int, int]) -> bool:
+    """Whether ``position``, taken on ``timeline`` (None: unknown), names WAL the ``current`` timeline has: its own,
+    or an ancestor's up to where ``current``'s history left that ancestor."""
+    if timeline is None or timeline == current:
+        return True
+    end = history.get(timeline)
+    return end is not None and position <= end
+
+
+def _check_log_lineage(slot: str, base: int, current: int, history: dict[int, int], *, logged: int | None,
+                       confirmed: int, synced: bool | None, positions: list[tuple[str, int, int | None]]) -> None:
+    """The log (captured on timeline ``base``) and the slot against the promoted publisher's history."""
+    if base not in history:
+        raise LineageError(
+            f"the publisher's timeline {current} does not descend from timeline {base}, on which the change log was "
+            "captured",
             detail="its history forked before the log's changes: they may be missing on this server. Nothing was "
             "captured, applied or advanced",
             hint="point publisher at the server promoted from the old primary's standby; else `rowfilter refresh "
             "--recreate-slot` copies the tables again")
-    fork = history[recorded.timeline]
-    promoted = (f"the publisher's timeline {current.timeline} forked from timeline {recorded.timeline} at "
-                f"{format_lsn(fork)} (its promotion)")
-    # Positions of the tables need no check of their own: those in s and r are batch ends, within the log; one
-    # in f came from a copy, which waited for the standbys before recording it (wait_for_standbys), so past the
-    # fork it can only be a copy made on the promoted server.
+    fork = history[base]
+    promoted = f"the publisher's timeline {current} forked from timeline {base} at {format_lsn(fork)} (its promotion)"
+    # The tables' positions are checked after the log and the slot (check_lineage): a batch end lies within the
+    # log; a copy's, a reconcile's or refresh's waited for the standbys before it was recorded (wait_for_standbys),
+    # which holds only where synchronized_standby_slots names them.
     if logged is not None and logged > fork:
-        ahead = [f"{t} (at {format_lsn(p)})" for t, p in (needs.tables if needs else ()) if p > fork]
+        ahead = [f"{t} (at {format_lsn(p)})" for t, p, _ in positions if p > fork]
         raise LineageError(
             f"the subscription holds changes the promoted publisher never received: the change log ends at "
             f"{format_lsn(logged)}, past {format_lsn(fork)}",
@@ -245,5 +303,3 @@ def check_lineage(spec: SubscriptionSpec, slot: str, recorded: ServerOrigin | No
             "advanced",
             hint="before a failover, check that the standby is ready (`rowfilter status` with standbys in the spec); "
             "now, `rowfilter refresh --recreate-slot` copies the tables again")
-    log.info('replication slot "%s" continues on %s: the log ends at %s, the slot is at %s (synced: %s)',
-             slot, promoted, "nothing" if logged is None else format_lsn(logged), format_lsn(confirmed), synced)

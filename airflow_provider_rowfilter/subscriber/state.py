@@ -80,7 +80,9 @@ class StateStore(StateReader):
         """
         if not relation_exists(self.conn, "subscription"):
             return LogNeeds(self.subscription, None)
-        tables = tuple((str(r.table), parse_lsn(r.lsn)) for r in self.tables() if r.state in APPLIED)
+        rels = [r for r in self.tables() if r.state in APPLIED and r.lsn is not None]
+        tables = tuple((str(r.table), parse_lsn(r.lsn)) for r in rels)
+        timelines = tuple((str(r.table), r.lsn_timeline) for r in rels if r.lsn_timeline is not None)
         row = None
         if self.conn.execute("SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'change_log_id'",
                              (f"{SCHEMA}.subscription",)).fetchone():
@@ -88,7 +90,7 @@ class StateStore(StateReader):
                 f"SELECT change_log_id::text, change_log_host, change_log_path FROM {SCHEMA}.subscription "
                 f"WHERE name = %s AND change_log_id IS NOT NULL", (self.subscription,)).fetchone()
         return LogNeeds(self.subscription, min((p for _, p in tables), default=None), tables,
-                        None if row is None else LogIdentity(*row))
+                        None if row is None else LogIdentity(*row), timelines)
 
     def record_change_log(self, identity: LogIdentity) -> None:
         """The subscription is fed from this change log from now on."""
@@ -98,12 +100,15 @@ class StateStore(StateReader):
             (identity.id, identity.host, identity.path, self.subscription))
 
     # --- tables --------------------------------------------------------------------------------------
-    def reconcile(self, published: Iterable[TableName], *, copy_data: bool,
-                  current_lsn: str) -> tuple[list[TableName], list[TableName]]:
+    def reconcile(self, published: Iterable[TableName], *, copy_data: bool, current_lsn: str,
+                  timeline: int | None = None) -> tuple[list[TableName], list[TableName]]:
         """Add newly published tables (``i``, or ``r`` at ``current_lsn`` without copy), drop unpublished ones.
 
         Tables present before and after are untouched, as ``ALTER SUBSCRIPTION … REFRESH PUBLICATION``
         leaves them (no re-copy even when their filter changed). Runs in the caller's transaction.
+
+        :param timeline: the publisher's timeline ``current_lsn`` was read on (publisher/failover.py
+            ``confirmed_timeline``; the standbys confirmed it).
         """
         existing = {r.table for r in self.tables()}
         wanted = set(published)
@@ -112,9 +117,9 @@ class StateStore(StateReader):
         for table in added:
             state, lsn = (SyncState.INIT, None) if copy_data else (SyncState.READY, current_lsn)
             self.conn.execute(
-                f"""INSERT INTO {SCHEMA}.subscription_rel (subscription, schema_name, table_name, state, lsn)
-                    VALUES (%s, %s, %s, %s, %s)""",
-                (self.subscription, table.schema, table.name, state.value, lsn))
+                f"""INSERT INTO {SCHEMA}.subscription_rel (subscription, schema_name, table_name, state, lsn,
+                        lsn_timeline) VALUES (%s, %s, %s, %s, %s, %s)""",
+                (self.subscription, table.schema, table.name, state.value, lsn, None if lsn is None else timeline))
         for table in removed:
             self.conn.execute(
                 f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s AND schema_name = %s "
@@ -125,11 +130,14 @@ class StateStore(StateReader):
         return added, removed
 
     def set_state(self, table: TableName, new: SyncState, *, lsn: str | None = None,
-                  rows_copied: int | None = None, resync: bool = False, reconcile: bool = False) -> None:
+                  rows_copied: int | None = None, resync: bool = False, reconcile: bool = False,
+                  timeline: int | None = None) -> None:
         """Move one table to ``new`` (row locked; the move must be one the state machine makes).
 
         ``reconcile``: the table is in ``d`` for a reconcile (jobs/reconcile.py), not a copy; any other move
-        clears that mark.
+        clears that mark. ``timeline``: ``lsn`` was taken from the publisher's WAL on that timeline (a copy, a
+        reconcile: publisher/failover.py ``confirmed_timeline``); without it, a position that does not move keeps
+        the timeline it had, and a new one has none (a batch end).
         """
         row = self.conn.execute(
             f"""SELECT state FROM {SCHEMA}.subscription_rel
@@ -145,17 +153,20 @@ class StateStore(StateReader):
             f"""UPDATE {SCHEMA}.subscription_rel SET state = %s, lsn = %s,
                     rows_copied = COALESCE(%s, CASE WHEN %s THEN NULL ELSE rows_copied END),
                     last_error = NULL, updated_at = now(),
-                    reconcile_since = CASE WHEN %s THEN coalesce(reconcile_since, now()) END
+                    reconcile_since = CASE WHEN %s THEN coalesce(reconcile_since, now()) END,
+                    lsn_timeline = CASE WHEN %s::pg_lsn IS NULL THEN NULL WHEN %s::int IS NOT NULL THEN %s::int
+                                        WHEN lsn = %s::pg_lsn THEN lsn_timeline END
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s""",
-            (new.value, lsn, rows_copied, new is SyncState.INIT, reconcile, self.subscription, table.schema,
-             table.name))
+            (new.value, lsn, rows_copied, new is SyncState.INIT, reconcile, lsn, timeline, timeline, lsn,
+             self.subscription, table.schema, table.name))
 
     def advance(self, table: TableName, lsn: str) -> None:
         """Move a ready table's applied position (``r`` stays ``r``; its ``lsn`` is where apply resumes)."""
         self.conn.execute(
-            f"""UPDATE {SCHEMA}.subscription_rel SET lsn = %s, last_error = NULL, updated_at = now()
+            f"""UPDATE {SCHEMA}.subscription_rel SET lsn = %s, last_error = NULL, updated_at = now(),
+                    lsn_timeline = CASE WHEN lsn = %s::pg_lsn THEN lsn_timeline END
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s AND state = 'r'""",
-            (lsn, self.subscription, table.schema, table.name))
+            (lsn, lsn, self.subscription, table.schema, table.name))
 
     def lock_tables(self) -> None:
         """Lock every ``subscription_rel`` row of the subscription until the transaction ends (the apply takes

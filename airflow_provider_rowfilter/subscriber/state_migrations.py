@@ -155,6 +155,12 @@ MIGRATIONS: list[tuple[int, str]] = [
     # the applying transaction use: the same columns as migrations 2 and 3 left, so nothing changes where they
     # ran; a change of the declaration adds a migration running stage_ddl() again (STAGE_MIGRATED tells).
     (7, stage_ddl()),
+    # The publisher's timeline a table's position was taken on, when it came from the publisher's WAL directly
+    # (a copy's or reconcile's snapshot, refresh without copy): after a promotion, such a position past the fork
+    # is told from one of the new timeline (publisher/failover.py check_lineage). NULL: a batch end.
+    (8, """
+    ALTER TABLE rowfilter.subscription_rel ADD COLUMN lsn_timeline int;
+    """),
 ]
 #: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.
 STAGE_MIGRATED = "68882da0365c2814"

@@ -11,7 +11,8 @@ beside a writing workload; the standby is promoted, a new standby cloned, more c
 and the referee go on: every table must equal the referee's and the promoted publisher's rows under
 the filters, every table in ``r``. Also: a table in ``d`` and one in ``f`` at the promotion, a standby
 whose slot was not synchronized (refused clearly, nothing lost), a log holding changes the standby
-never received (refused: what ``synchronized_standby_slots`` prevents), capture from a standby, and
+never received (refused: what ``synchronized_standby_slots`` prevents), table positions taken on the old
+primary past the fork (refused, then repaired in place by ``reconcile``), capture from a standby, and
 the failover flag switched on an existing slot, with readiness named by ``readiness``, ``status`` and
 ``validate``. Spark judges only where a ``spark`` subscription has changes (4 batches in the module).
 """
@@ -37,6 +38,7 @@ from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs.reconcile import reconcile
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.publisher.capture import capture
@@ -345,38 +347,70 @@ def test_a_standby_whose_slot_is_not_synced_is_refused_clearly_and_nothing_is_lo
     pair.drop_slots(db)
 
 
-def test_a_log_holding_changes_the_standby_never_received_is_refused(pair, fresh_db, tmp_path, spark):
-    """Without synchronized_standby_slots the capture may run ahead of the standby: after the promotion, what
-    the log (and the subscriber) holds past the fork was never on the new primary. Refused, naming it."""
+def test_what_the_standby_never_received_is_refused_and_table_positions_are_repaired_in_place(pair, fresh_db,
+                                                                                             tmp_path, spark):
+    """Without synchronized_standby_slots nothing waits for the standby. Two subscriptions, one promotion:
+    ``fork``'s capture runs ahead of the standby: after the promotion, what its log (and subscriber) holds past the
+    fork was never on the new primary: refused, naming it. ``pos`` captures nothing past the fork, but its orders
+    are copied again and its items reconciled on the old primary: their positions (and maybe rows) lie past the
+    fork on the old timeline. Refused, naming both tables and the repair; ``rowfilter reconcile`` repairs them in
+    place from the promoted publisher, and the apply goes on."""
     db = f"pub_failover_{next(_names)}"
     create_publisher(pair, db)
-    subscriber = fresh_db()
-    execute(subscriber, SUBSCRIBER_TABLES)
-    spec = SubscriptionSpec(subscription=f"fo_fork_{next(_names)}", publisher=pair.url(db), subscriber=subscriber,
-                            publications=PUBLICATIONS, change_log=str(tmp_path / "log"))
-    refresh(spec)
-    assert sync_tables(spec, spark=spark).ok
+    specs = {}
+    for name in ("fork", "pos"):
+        subscriber = fresh_db()
+        execute(subscriber, SUBSCRIBER_TABLES)
+        specs[name] = SubscriptionSpec(subscription=f"fo_{name}_{next(_names)}", publisher=pair.url(db),
+                                       subscriber=subscriber, publications=PUBLICATIONS,
+                                       change_log=str(tmp_path / name))
+        refresh(specs[name])
+        assert sync_tables(specs[name], spark=spark).ok
     deadline = time.monotonic() + 60
-    while not query(pair.standby.dsn(), "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND NOT temporary",
-                    (f"rowfilter_{spec.subscription}",)):
+    while len(query(pair.standby.dsn(), "SELECT 1 FROM pg_replication_slots WHERE slot_name = ANY(%s) AND NOT "
+                    "temporary", ([f"rowfilter_{s.subscription}" for s in specs.values()],))) < len(specs):
         execute(pair.primary.dsn(db), "SELECT pg_log_standby_snapshot()")
-        apply(spec, spark=spark)
-        assert time.monotonic() < deadline, "the slot was never synchronized"
+        for spec in specs.values():
+            apply(spec, spark=spark)
+        assert time.monotonic() < deadline, "the slots were never synchronized"
         time.sleep(0.2)
     # The standby stops receiving; the primary no longer waits for it.
     execute(pair.standby.dsn(), "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()")
     execute(pair.primary.dsn(), "ALTER SYSTEM RESET synchronized_standby_slots", "SELECT pg_reload_conf()")
     time.sleep(0.5)
     Workload(seed=9).run(pair.primary.dsn(db), 30)
-    apply(spec, spark=spark)  # captured and applied: the standby has none of it
+    apply(specs["fork"], spark=spark)  # captured and applied: the standby has none of it
+    from airflow_provider_rowfilter.jobs import snapshot
+
+    pos = specs["pos"]
+    assert snapshot.resync(pos, [ORDERS], copy=True, spark=spark).ok  # orders: f, copied past the fork
+    assert reconcile(pos, [ITEMS], spark=spark).ok  # items: f, reconciled past the fork
+    old = dict(query(pos.subscriber, "SELECT table_name, lsn::text FROM rowfilter.subscription_rel"))
     pair.kill_primary()
     pair.promote()
-    spec = dataclasses.replace(spec, publisher=pair.url(db))
+    specs = {name: dataclasses.replace(spec, publisher=pair.url(db)) for name, spec in specs.items()}
     with pytest.raises(LineageError) as refused:
-        apply(spec, spark=spark)
+        apply(specs["fork"], spark=spark)
     text = str(refused.value)
     assert "the subscription holds changes the promoted publisher never received: the change log ends at" in text, text
     assert "forked from timeline" in text and "synchronized_standby_slots" in text, text
+    pos = specs["pos"]
+    began = time.monotonic()
+    with pytest.raises(LineageError) as refused:
+        apply(pos, spark=spark)
+    text = " ".join(str(refused.value).split())
+    assert f"table positions the promoted publisher never had: public.items at {old['items']}" in text, text
+    assert f"public.orders at {old['orders']}" in text, text
+    assert "`rowfilter reconcile --table public.items --table public.orders` repairs each in place" in text, text
+    assert dict(query(pos.subscriber, "SELECT table_name, lsn::text FROM rowfilter.subscription_rel")) == old
+    repaired = reconcile(pos, spark=spark)  # both, from the promoted publisher: new positions on its timeline
+    assert repaired.ok, repaired.summary()
+    Workload(seed=10).run(pair.primary.dsn(db), 20)
+    apply(pos, spark=spark)
+    for table in TABLES:
+        assert table_rows(pos.subscriber, table) == filtered_rows(pair.primary.dsn(db), table), table
+    assert {s for (s,) in query(pos.subscriber, "SELECT state FROM rowfilter.subscription_rel")} == {"r"}
+    print(f"\nrefused, reconciled and applied after the promotion in {time.monotonic() - began:.1f} s")
     pair.drop_slots(db)
 
 
