@@ -642,6 +642,8 @@ def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     result = run_sync(spec, tables, dry_run=args.dry_run)
     if args.json:
         print(json.dumps(result.summary()))
+        if not result.ok:
+            raise result.error()  # said on stderr by main, exit 1
         return 0
     if not result.sequences:
         say(f"subscription {spec.subscription}: no subscribed table owns a sequence on the publisher")
@@ -651,6 +653,8 @@ def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
             f"{s.publisher_sequence} at {'-' if s.publisher_last_value is None else s.publisher_last_value})")
     say(f"subscription {spec.subscription}: {result.changed} sequence{'' if result.changed == 1 else 's'} set"
         + (" (dry run: nothing was set)" if args.dry_run else ""))
+    if not result.ok:
+        raise result.error()  # said by main, exit 1
     return 0
 
 

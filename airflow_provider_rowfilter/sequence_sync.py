@@ -12,6 +12,11 @@ of its columns owns on the publisher is matched with the sequence the same colum
 subscriber, and the subscriber's is moved so that its next value comes after the publisher's last
 (``setval(seq, publisher_last_value, true)``; for a descending sequence, below it). A sequence already
 past is left alone, so running it again changes nothing; ``dry_run`` says what it would do.
+
+A sequence that cannot be synchronized (the publisher's not readable by its role, the subscriber's
+refusing ``setval``, a subscriber sequence whose column owns none on the publisher any more) is
+reported with its fix and the others are still synchronized; the result is then not ``ok``, and
+every entry point exits 1 (fails the task) after saying what was done.
 """
 
 from __future__ import annotations
@@ -24,15 +29,17 @@ from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.sequences import OwnedSequence, owned_sequences
-from airflow_provider_rowfilter.subscriber.sequences import set_past
+from airflow_provider_rowfilter.subscriber.sequences import SequenceSyncError, set_past
 from airflow_provider_rowfilter.subscriber.state import StateError, StateStore
 
 log = logging.getLogger(__name__)
 
 #: What was done to one sequence (``action``).
-SET, WOULD_SET, PAST, UNUSED, NO_SEQUENCE, UNREADABLE = (
+SET, WOULD_SET, PAST, UNUSED, NO_SEQUENCE, UNREADABLE, FAILED, NO_SOURCE = (
     "set", "would set", "already past", "never used on the publisher", "no sequence owned on the subscriber",
-    "not readable on the publisher")
+    "not readable on the publisher", "failed", "no sequence owned on the publisher")
+#: The actions that leave a subscriber sequence that needed moving where it was: the run fails (exit 1).
+PROBLEMS = (UNREADABLE, FAILED, NO_SOURCE)
 
 
 @dataclass
@@ -47,6 +54,7 @@ class SequenceSync:
     before: int | None  # the subscriber's next value before
     after: int | None  # the subscriber's next value after (as it would be, for a dry run)
     action: str
+    error: str | None = None  # why it could not be synchronized (an action of PROBLEMS), with the fix
 
 
 @dataclass
@@ -59,17 +67,35 @@ class SequencesResult:
     def changed(self) -> int:
         return sum(s.action == SET for s in self.sequences)
 
+    @property
+    def failed(self) -> list[SequenceSync]:
+        return [s for s in self.sequences if s.action in PROBLEMS]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
     def summary(self) -> dict:
-        return {**asdict(self), "changed": self.changed}
+        return {**asdict(self), "changed": self.changed, "ok": self.ok}
+
+    def error(self) -> SequenceSyncError:
+        """What failed, each sequence with its fix (the others were synchronized)."""
+        failed = self.failed
+        return SequenceSyncError(
+            f"{len(failed)} sequence{'' if len(failed) == 1 else 's'} of subscription {self.subscription!r} could "
+            "not be synchronized:\n  " + "\n  ".join(f"{s.table}.{s.column}: {s.error}" for s in failed),
+            detail=f"the others were {'checked (dry run)' if self.dry_run else 'synchronized'}: {self.changed} set",
+            hint="fix each as said, then run `rowfilter sync-sequences` again (a sequence already past is left alone)")
 
 
 def sync_sequences(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
                    dry_run: bool = False) -> SequencesResult:
     """Move every sequence the subscribed ``tables`` (default all) own on the subscriber past the publisher's.
 
+    A sequence that cannot be synchronized is reported in the result (not ``ok``; ``error()`` says each with its
+    fix) and the others are synchronized still.
+
     :raises StateError: a table given that is not the subscription's.
-    :raises SequenceSyncError: a sequence that cannot take the value (its bounds, a privilege); the ones
-        before it in the list were moved.
     """
     result = SequencesResult(spec.subscription, dry_run)
     with connect(spec.subscriber, "subscriber", spec) as sub:
@@ -85,20 +111,36 @@ def sync_sequences(spec: SubscriptionSpec, tables: Sequence[TableName] | None = 
         chosen = list(dict.fromkeys(tables)) if tables is not None else known
         with connect(spec.publisher, "publisher", spec) as pub:
             theirs = owned_sequences(pub, chosen)
+            role = pub.execute("SELECT quote_ident(current_user)").fetchone()[0]
         ours = owned_sequences(sub, chosen)
         for (table, column), source in theirs.items():
-            entry = _plan(source, ours.get((table, column)))
-            if entry.action == WOULD_SET and not dry_run:
-                set_past(sub, entry.subscriber_sequence, source.last_value, table=str(table), column=column)
-                entry.action = SET
+            entry = _plan(source, ours.get((table, column)), role)
+            if entry.action == WOULD_SET and not dry_run and entry.subscriber_sequence is not None \
+                    and source.last_value is not None:
+                try:
+                    set_past(sub, entry.subscriber_sequence, source.last_value, table=str(table), column=column)
+                    entry.action = SET
+                except SequenceSyncError as e:  # this one is reported; the others go on
+                    entry.action, entry.error = FAILED, " ".join(str(e).split())
             result.sequences.append(entry)
             log.info("%s.%s: %s %s (publisher %s at %s)", table, column, entry.subscriber_sequence or "-",
                      entry.action, source.sequence, source.last_value)
+        for (table, column), target in ours.items():
+            if (table, column) not in theirs:  # its publisher counterpart was dropped (or never existed)
+                result.sequences.append(SequenceSync(
+                    str(table), column, "-", None, target.sequence, target.next_value, target.next_value, NO_SOURCE,
+                    f"the column owns {target.sequence} on the subscriber but no sequence on the publisher (dropped "
+                    "there?), so nothing tells how far it must move: set it past the table's values on the subscriber "
+                    f"(SELECT setval('{target.sequence}', max({column})) FROM {table}), or drop it there"))
+        for entry in result.sequences:
+            if entry.error:
+                log.error("%s.%s: %s", entry.table, entry.column, entry.error)
     return result
 
 
-def _plan(source: OwnedSequence, target: OwnedSequence | None) -> SequenceSync:
-    """What to do with ``target`` so that its next value comes after ``source``'s last (before, for descending)."""
+def _plan(source: OwnedSequence, target: OwnedSequence | None, role: str) -> SequenceSync:
+    """What to do with ``target`` so that its next value comes after ``source``'s last (before, for descending);
+    ``role``: the publisher's, named in the fix of a sequence it may not read."""
     entry = SequenceSync(str(source.table), source.column, source.sequence, source.last_value,
                          None if target is None else target.sequence, None if target is None else target.next_value,
                          None if target is None else target.next_value, WOULD_SET)
@@ -106,6 +148,8 @@ def _plan(source: OwnedSequence, target: OwnedSequence | None) -> SequenceSync:
         entry.action = NO_SEQUENCE
     elif not source.readable:
         entry.action = UNREADABLE
+        entry.error = (f"permission denied for sequence {source.sequence} on the publisher (role {role} has neither "
+                       f"SELECT nor USAGE on it): GRANT SELECT ON SEQUENCE {source.sequence} TO {role} there")
     elif source.last_value is None:
         entry.action = UNUSED
     elif (target.next_value > source.last_value) if target.increment > 0 else (target.next_value < source.last_value):

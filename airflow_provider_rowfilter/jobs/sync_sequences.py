@@ -2,7 +2,7 @@
 
 The arguments, then one call of sequence_sync.py ``sync_sequences`` (what ``rowfilter sync-sequences`` and
 SyncSequencesOperator run in process). Prints one JSON line: each sequence, its values before and after,
-and what was done.
+and what was done; exit 1 when a sequence could not be synchronized (the others were).
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
         args, spec = parse(p, argv)
         tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
-        print(json.dumps(sync_sequences(spec, tables, dry_run=args.dry_run).summary()))
+        result = sync_sequences(spec, tables, dry_run=args.dry_run)
+        print(json.dumps(result.summary()))
+        if not result.ok:
+            raise result.error()  # exit 1, each sequence with its fix
         return 0
 
     return run_job(body)

@@ -176,6 +176,8 @@ class SyncSequencesOperator(_SubscriptionOperator):
         for s in result.sequences:
             self.log.info("%s.%s: %s %s (publisher's %s at %s)", s.table, s.column, s.subscriber_sequence or "-",
                           s.action, s.publisher_sequence, s.publisher_last_value)
+        if not result.ok:  # the others were synchronized; this task fails, naming each with its fix
+            raise AirflowFailException(f"{self.task_id}: {result.error()}")
         return result.summary()
 
 

@@ -86,3 +86,51 @@ def test_sequences_move_past_the_publishers_once(fresh_db, tmp_path, capsys):
     assert [(s.table, s.action) for s in only.sequences] == [("public.serial_t", "already past")]
     with pytest.raises(StateError, match="table public.nope is not part of subscription"):
         sync_sequences(spec, [TableName("public", "nope")])
+
+
+def test_a_sequence_that_cannot_be_synchronized_fails_the_run_naming_it_after_the_others(fresh_db, tmp_path, capsys,
+                                                                                         monkeypatch):
+    """Exit 0 means every sequence is past: one the publisher's role may not read (permission denied), and one whose
+    publisher sequence was dropped, each fail the run (exit 1) naming the sequence and the fix; the others are set."""
+    pub, sub = fresh_db(), fresh_db()
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute(PUBLISHER)
+        conn.execute("ALTER TABLE plain_t ALTER id DROP DEFAULT; DROP SEQUENCE plain_t_id_seq")  # dropped there
+    with psycopg.connect(sub, autocommit=True) as conn:
+        conn.execute(TABLES)
+        conn.execute("CREATE SEQUENCE plain_t_id_seq OWNED BY plain_t.id")  # still on the subscriber
+    name = f"seq_{next(names)}"
+    path = tmp_path / "spec.yaml"
+    spec = {"subscription": name, "publisher": pub, "subscriber": sub, "publications": ["seqs"],
+            "change_log": str(tmp_path / "log")}
+    path.write_text(yaml.safe_dump(spec))
+    refresh(cli.load_spec(str(path)))
+    role = f"rf_seq_reader_{next(names)}"
+    info = psycopg.conninfo.conninfo_to_dict(pub)
+    with psycopg.connect(pub, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'reader-secret'")
+        conn.execute(f"GRANT USAGE ON SCHEMA public TO {role}; GRANT SELECT ON ALL SEQUENCES IN SCHEMA public TO {role}; "
+                     f"REVOKE SELECT ON SEQUENCE ident_t_n_seq FROM {role}")
+    try:
+        path.write_text(yaml.safe_dump({**spec, "publisher": f"postgresql://{role}@{info['host']}:{info['port']}/"
+                                        f"{info['dbname']}"}))
+        monkeypatch.setenv("ROWFILTER_PUBLISHER_PASSWORD", "reader-secret")
+        capsys.readouterr()
+        assert cli.main(["sync-sequences", "--spec", str(path)]) == 1
+        out = capsys.readouterr()
+        said = " ".join((out.out + out.err).split())
+        assert "public.serial_t.id: public.serial_t_id_seq set: next value 1 -> 41" in said, said  # the others: set
+        assert "3 sequences set" in said and nextval(sub, "serial_t_id_seq") == 41 and nextval(sub, "down_t_id_seq") \
+            == -8, said
+        assert "2 sequences of subscription" in said and "could not be synchronized" in said, said
+        assert (f"public.ident_t.n: permission denied for sequence public.ident_t_n_seq on the publisher (role {role} "
+                f"has neither SELECT nor USAGE on it): GRANT SELECT ON SEQUENCE public.ident_t_n_seq TO {role}") in said
+        assert ("public.plain_t.id: the column owns public.plain_t_id_seq on the subscriber but no sequence on the "
+                "publisher") in said and "SELECT setval('public.plain_t_id_seq', max(id)) FROM public.plain_t" in said
+        assert cli.main(["sync-sequences", "--spec", str(path), "--json"]) == 1  # the same, as JSON
+        result = json.loads(capsys.readouterr().out)
+        assert not result["ok"] and {s["table"]: s["action"] for s in result["sequences"] if s["error"]} == {
+            "public.ident_t": "not readable on the publisher", "public.plain_t": "no sequence owned on the publisher"}
+    finally:
+        with psycopg.connect(pub, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
