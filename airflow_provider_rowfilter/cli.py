@@ -398,7 +398,7 @@ def compare(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
             for t in checked.tables:
                 say(t.describe(), err=not t.clean and t.checked)
         if not checked.clean:
-            say(("DIFFERENT:", "bold red"), " ", str(checked.error()), err=True)
+            say(("DIFFERENT:", "bold red"), " ", str(checked.error(details=False)), err=True)  # printed above
             return 1
         return 0
     dry_run = bool(getattr(args, "dry_run", False))

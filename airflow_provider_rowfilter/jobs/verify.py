@@ -59,6 +59,10 @@ class VerifyError(RowFilterError):
     """A verify could not compare (it changed nothing)."""
 
 
+class SubscriptionDisabledError(VerifyError):
+    """The subscription is disabled: nothing brings its tables to the verify's point."""
+
+
 class ApplyRunningError(VerifyError):
     transient = True  # a later run finds the apply done
 
@@ -88,10 +92,14 @@ class VerifyResult:
         return {"subscription": self.subscription, "lsn": self.lsn, "clean": self.clean,
                 "seconds": round(self.seconds, 3), "tables": [t.as_dict() for t in self.tables]}
 
-    def error(self) -> DifferencesFound:
+    def error(self, *, details: bool = True) -> DifferencesFound:
+        """The tables that differ; ``details``: with each one's counts and example keys (False: their names only,
+        where they were printed already: ``rowfilter verify``)."""
+        listed = (":\n  " + "\n  ".join(t.describe().replace("\n", "\n  ") for t in self.differing)) if details \
+            else ": " + ", ".join(t.table for t in self.differing)
         return DifferencesFound(
             f"{len(self.differing)} table(s) of subscription {self.subscription!r} differ from the publisher's rows "
-            f"at {self.lsn}:\n  " + "\n  ".join(t.describe().replace("\n", "\n  ") for t in self.differing),
+            f"at {self.lsn}" + listed,
             hint="`rowfilter reconcile --table T` brings a table to what a new copy would hold, in place (--dry-run "
             "shows what it would change); docs/verify.md says which repair fits which cause")
 
@@ -128,11 +136,20 @@ def verify(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
             Engines(spec, "verify", spark) as engines, ExitStack() as held:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
-        store.require_subscription()
+        enabled = store.require_subscription().enabled
         chosen = [r.table for r in chosen_tables(store, tables)]
         definitions = load_definitions(spec, pub)
         rels = store.tables(chosen)
         wanted = {r.table for r in rels if why_not_compared(r, definitions) is None}
+        if wanted and not enabled:
+            raise SubscriptionDisabledError(
+                f"subscription {spec.subscription!r} is disabled (`rowfilter disable`): a verify cannot bring its "
+                "tables to one point with the publisher",
+                detail="a verify applies the change log up to the publisher's snapshot before it compares (the apply's "
+                "own batches, on its session), and a disabled subscription applies nothing until it is enabled. "
+                "Nothing was compared or changed",
+                hint="`rowfilter enable --spec …`, then run the verify again; `rowfilter reconcile` (not --dry-run) "
+                "repairs while it is disabled (from a snapshot of its own; the apply replays the rest once enabled)")
         if wanted:
             pub_snapshot, sub_snapshot, rels = consistent_point(spec, store, wanted, held, engines, lock_wait)
             rels = [r for r in rels if r.table in chosen]
@@ -154,8 +171,8 @@ def verify(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
                         store.record_check(TableName.parse(check.table), "verify", check.lsn, check.clean,
                                            check.as_dict())
     result.seconds = time.monotonic() - began
-    for check in result.tables:
-        (log.info if check.clean or not check.checked else log.warning)("%s", check.describe())
+    for check in result.tables:  # said once: by the caller (the CLI's lines, the job's JSON and error)
+        log.info("%s", check.describe())
     return result
 
 

@@ -162,3 +162,38 @@ def test_status_shows_the_last_verify(fresh_db, tmp_path, capsys):
     (t,) = json.loads(capsys.readouterr().out)["tables"]
     assert t["last_check"]["kind"] == "verify" and t["last_check"]["missing"] == 1
     assert t["last_check"]["clean"] is False and t["last_check"]["lsn"] == printed["lsn"]
+
+
+def test_each_difference_is_said_once_and_a_disabled_subscription_is_named_as_such(fresh_db, tmp_path, capsys, caplog):
+    """``rowfilter verify`` prints a differing table once (its paragraph; the closing error only names it). A disabled
+    subscription applies nothing, so a verify cannot bring it to its point: it says so and how to enable it, and
+    changes nothing; a reconcile works meanwhile, as the apply's own rule for a disabled subscription allows."""
+    pub, sub = fresh_db(), fresh_db()
+    execute(pub, "CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t SELECT g, g FROM generate_series(1, 30) g; "
+                 "CREATE PUBLICATION p FOR TABLE t WHERE (id > 3)")
+    execute(sub, "CREATE TABLE t (id int PRIMARY KEY, v int)")
+    path, spec = spec_file(tmp_path, pub, sub, ["p"])
+    refresh(spec)
+    assert sync_tables(spec).ok
+    execute(sub, "DELETE FROM t WHERE id = 10")
+    capsys.readouterr()
+    assert cli.main(["verify", "--spec", str(path)]) == 1
+    out = capsys.readouterr()
+    said = out.out + out.err + "".join(r.getMessage() for r in caplog.records if r.levelno >= 30)
+    assert said.count("missing: (10)") == 1 and said.count("1 missing in 1 ranges") == 1, said
+    assert "1 table(s) of subscription" in said and said.count("public.t") == 2, said  # its paragraph, the error
+
+    assert cli.main(["disable", "--spec", str(path)]) == 0
+    execute(pub, "INSERT INTO t VALUES (31, 31)")  # waiting in the slot
+    capsys.readouterr()
+    assert cli.main(["verify", "--spec", str(path)]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert f"ERROR: subscription '{spec.subscription}' is disabled (`rowfilter disable`): a verify cannot bring" in said
+    assert "`rowfilter enable --spec …`, then run the verify again" in said, said
+    assert "moved past" not in said, said
+    with psycopg.connect(sub) as conn:
+        assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 26  # nothing applied or repaired
+    assert reconcile(spec).ok  # the repair does not need the apply
+    assert cli.main(["enable", "--spec", str(path)]) == 0
+    apply(spec)
+    assert verify(spec).clean
