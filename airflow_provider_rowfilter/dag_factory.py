@@ -115,6 +115,9 @@ class AirflowSettings:
     #: neither set (default): no check task.
     max_retained_wal: str | int | None = None
     max_batch_age: float | None = None
+    #: The same check fails for a table in ``i``, ``d`` or ``f`` for longer than this many seconds with no copy or
+    #: reconcile of it running; None: the operator's default (1 h). Setting it alone adds the check task too.
+    max_sync_age: float | None = None
     #: Name of the ApplyChanges operator's AssetAlias outlet; default ``rowfilter_<subscription>``.
     asset_alias: str | None = None
     tags: tuple[str, ...] = ()
@@ -175,7 +178,7 @@ _KINDS: dict[str, Any] = {
     "start_date": "date", "max_changes": "positive", "time_budget": "seconds", "pool": str, "tables": "names", "retries": "count",
     "retry_delay": "seconds", "retry_exponential_backoff": "seconds", "max_retry_delay": "seconds",
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
-    "max_retained_wal": "size", "max_batch_age": "seconds",
+    "max_retained_wal": "size", "max_batch_age": "seconds", "max_sync_age": "seconds",
     "tags": "names", "owner": str, "email": "names", "on_failure_callback": str, "execution_timeout": "timeout",
     "copy_execution_timeout": "timeout", "verify_schedule": str,
 }
@@ -392,11 +395,12 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
         apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
                                      asset_alias=alias, **bounded, **job)
         standbys = [c for c in spec.standbys if CONN_ID.match(c)]  # the check reads them through Airflow
-        if s.max_retained_wal is not None or s.max_batch_age is not None or standbys:
+        if s.max_retained_wal is not None or s.max_batch_age is not None or s.max_sync_age is not None or standbys:
+            synced = {} if s.max_sync_age is None else {"max_sync_age": s.max_sync_age}
             apply >> SubscriptionLagCheckOperator(
                 task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
                 max_batch_age=s.max_batch_age, standby_conn_ids=standbys, trigger_rule="none_skipped", retries=0,
-                **who)
+                **synced, **who)
     dags[dag.dag_id] = dag
 
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,

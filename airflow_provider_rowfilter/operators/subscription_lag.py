@@ -20,10 +20,15 @@ from airflow_provider_rowfilter.operators.metrics import lag_metrics
 from airflow_provider_rowfilter.operators.task_errors import clear_errors
 from airflow_provider_rowfilter.publisher.readiness import readiness
 from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
-from airflow_provider_rowfilter.subscriber.state_reader import StateReader
+from airflow_provider_rowfilter.subscriber.state import job_lock_key
+from airflow_provider_rowfilter.subscriber.state_reader import RelState, StateReader
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+
+#: The lag check's default ``max_sync_age``: an hour in i, d or f with nothing at work on the table.
+DEFAULT_MAX_SYNC_AGE = dt.timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,8 @@ class Lag:
     last_batch_lag_seconds: float | None  # the commit-time lag that batch had when it ran
     last_error: str | None
     problems: tuple[str, ...] = ()
+    #: The tables in i, d or f for longer than ``max_sync_age`` (and no copy or reconcile of them running now).
+    stuck_tables: tuple[str, ...] = ()
 
 
 class SubscriptionLagCheckOperator(BaseOperator):
@@ -59,6 +66,9 @@ class SubscriptionLagCheckOperator(BaseOperator):
     :param max_retained_wal: a size (``'1GB'``, ``'512MB'``, or bytes); None: not checked. (templated)
     :param max_batch_age: the longest time since the last applied batch (``timedelta`` or seconds);
         None: not checked.
+    :param max_sync_age: the longest time a table may stay in ``i``, ``d`` or ``f`` (``timedelta`` or seconds;
+        default 1 h; None: not checked): past it the check fails naming each such table, its state and what moves
+        it on, unless a copy or reconcile of it holds its lock now (a long copy at work is not stuck).
     :param standby_conn_ids: the publisher's physical standbys (Airflow ``postgres`` connections): the check
         fails when one is not ready to take over the slot (publisher/failover.py, PostgreSQL's "Logical
         Replication Failover" procedure), naming what is wrong and the fix. (templated)
@@ -79,8 +89,10 @@ class SubscriptionLagCheckOperator(BaseOperator):
 
     def __init__(self, *, subscription: str, subscriber_conn_id: str, publisher_conn_id: str | None = None,
                  max_retained_wal: str | int | None = "1GB", max_batch_age: dt.timedelta | float | None = None,
-                 standby_conn_ids: Sequence[str] | None = None, **kwargs: Any) -> None:
+                 standby_conn_ids: Sequence[str] | None = None,
+                 max_sync_age: dt.timedelta | float | None = DEFAULT_MAX_SYNC_AGE, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.max_sync_age = max_sync_age
         self.standby_conn_ids = standby_conn_ids
         self.subscription = subscription
         self.subscriber_conn_id = subscriber_conn_id
@@ -94,7 +106,8 @@ class SubscriptionLagCheckOperator(BaseOperator):
             limit = None if self.max_retained_wal in (None, "") else parse_size(
                 self.max_retained_wal, f"{self.task_id}: max_retained_wal")
             lag = measure(self.subscription, self.subscriber_conn_id, self.publisher_conn_id, limit,
-                          _seconds(self.max_batch_age), tuple(self.standby_conn_ids or ()))
+                          _seconds(self.max_batch_age), tuple(self.standby_conn_ids or ()),
+                          _seconds(self.max_sync_age, "max_sync_age"))
         except (RowFilterError, psycopg.Error) as e:
             raise AirflowFailException(f"{self.task_id}: cannot measure the lag of {self.subscription!r}: "
                                        f"{str(e).strip()}") from e
@@ -106,15 +119,18 @@ class SubscriptionLagCheckOperator(BaseOperator):
 
 
 def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str | None,
-            max_retained_wal: int | None, max_batch_age: float | None, standby_conn_ids: Sequence[str] = ()) -> Lag:
+            max_retained_wal: int | None, max_batch_age: float | None, standby_conn_ids: Sequence[str] = (),
+            max_sync_age: float | None = None) -> Lag:
     """The subscription's lag now, and what is past the thresholds (``problems``)."""
     with RowFilterHook.endpoint(subscriber_conn_id, "subscriber").connect() as conn:
         reader = StateReader(conn, subscription)
         row = reader.require_subscription()
         batch = reader.last_batch()
-        copied = [(str(t.table), t.lsn) for t in reader.tables() if t.state.value == "f" and t.lsn]
+        rels = reader.tables()
+        copied = [(str(t.table), t.lsn) for t in rels if t.state.value == "f" and t.lsn]
         now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
-    problems: list[str] = []
+        stuck = [] if max_sync_age is None else _stuck(conn, subscription, rels, now, max_sync_age)
+    problems: list[str] = [_stuck_problem(stuck, now, max_sync_age)] if stuck and max_sync_age else []
     retained = status = None
     if publisher_conn_id:
         standbys = [RowFilterHook.endpoint(c, "standby") for c in standby_conn_ids]
@@ -153,7 +169,41 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
                             f"more than max_batch_age ({duration(max_batch_age)})")
     return Lag(subscription, now.isoformat(), retained, status,
                None if batch is None else batch.finished_at.isoformat(), None if age is None else round(age, 3),
-               None if batch is None else batch.lag_seconds, row.last_error, tuple(problems))
+               None if batch is None else batch.lag_seconds, row.last_error, tuple(problems),
+               tuple(f"{r.table} ({r.state.value})" for r in stuck))
+
+#: What moves a table on from each state it can be stuck in.
+_MOVES_ON = {"i": "the snapshot copies it (`rowfilter snapshot`, the initial-sync or refresh DAG)",
+             "d": "its copy (or reconcile) did not finish: `rowfilter snapshot` copies it again (`rowfilter reconcile` "
+                  "for one a reconcile holds)",
+             "f": "the apply catches it up (`rowfilter apply`, the incremental-sync DAG): is it paused or failing?"}
+# A copy or a reconcile holds the table's job lock (subscriber/state.py job_lock_key: pg_advisory_lock(hashtext(
+# 'rowfilter:<subscription>'), hashtext('<table>'))) for as long as it runs: pg_locks shows it as two int4 keys.
+_WORKING = ("""SELECT t FROM unnest(%s::text[]) AS t WHERE EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory'
+                   AND granted AND classid = hashtext(%s)::oid AND objid = hashtext(t)::oid AND objsubid = 2)""")
+
+
+def _stuck(conn: psycopg.Connection, subscription: str, rels: list[RelState], now: dt.datetime,
+           limit: float) -> list[RelState]:
+    """The tables in i, d or f for longer than ``limit`` seconds that no copy or reconcile works on now."""
+    old = [r for r in rels if r.state.value in _MOVES_ON and r.state_since is not None
+           and (now - r.state_since).total_seconds() > limit]
+    if not old:
+        return []
+    key = job_lock_key(subscription, "")[0]
+    working = {t for (t,) in conn.execute(_WORKING, ([str(r.table) for r in old], key)).fetchall()}
+    return [r for r in old if str(r.table) not in working]
+
+
+def _stuck_problem(stuck: list[RelState], now: dt.datetime, limit: float) -> str:
+    each = []
+    for r in stuck:
+        error = f"; its last error: {r.last_error.splitlines()[0]}" if r.last_error else ""
+        since = r.state_since or now
+        each.append(f"{r.table} in state {r.state.value} ({r.state.label}) for {duration((now - since).total_seconds())} "
+                    f"(since {since.isoformat()}): {_MOVES_ON[r.state.value]}{error}")
+    return (f"{len(stuck)} table(s) not replicating for more than max_sync_age ({duration(limit)}): "
+            + "; ".join(each))
 
 
 def gauges_now(resolved: ResolvedSpec) -> None:
@@ -189,11 +239,11 @@ def describe(lag: Lag) -> str:
     return "; ".join(parts)
 
 
-def _seconds(value: dt.timedelta | float | None) -> float | None:
+def _seconds(value: dt.timedelta | float | None, what: str = "max_batch_age") -> float | None:
     if value is None:
         return None
     if isinstance(value, dt.timedelta):
         return value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise AirflowFailException(f"max_batch_age={value!r} is not a positive number of seconds or a timedelta")
+        raise AirflowFailException(f"{what}={value!r} is not a positive number of seconds or a timedelta")
     return float(value)

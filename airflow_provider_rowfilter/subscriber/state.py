@@ -154,10 +154,11 @@ class StateStore(StateReader):
                     rows_copied = COALESCE(%s, CASE WHEN %s THEN NULL ELSE rows_copied END),
                     last_error = NULL, updated_at = now(),
                     reconcile_since = CASE WHEN %s THEN coalesce(reconcile_since, now()) END,
+                    state_since = CASE WHEN state = %s THEN state_since ELSE now() END,
                     lsn_timeline = CASE WHEN %s::pg_lsn IS NULL THEN NULL WHEN %s::int IS NOT NULL THEN %s::int
                                         WHEN lsn = %s::pg_lsn THEN lsn_timeline END
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s""",
-            (new.value, lsn, rows_copied, new is SyncState.INIT, reconcile, lsn, timeline, timeline, lsn,
+            (new.value, lsn, rows_copied, new is SyncState.INIT, reconcile, new.value, lsn, timeline, timeline, lsn,
              self.subscription, table.schema, table.name))
 
     def advance(self, table: TableName, lsn: str) -> None:

@@ -158,8 +158,13 @@ MIGRATIONS: list[tuple[int, str]] = [
     # The publisher's timeline a table's position was taken on, when it came from the publisher's WAL directly
     # (a copy's or reconcile's snapshot, refresh without copy): after a promotion, such a position past the fork
     # is told from one of the new timeline (publisher/failover.py check_lineage). NULL: a batch end.
+    # state_since: when the table entered its state (updated_at moves with every recorded error too): how long
+    # it has been in i, d or f, for the lag check (operators/subscription_lag.py).
     (8, """
     ALTER TABLE rowfilter.subscription_rel ADD COLUMN lsn_timeline int;
+    ALTER TABLE rowfilter.subscription_rel ADD COLUMN state_since timestamptz;
+    UPDATE rowfilter.subscription_rel SET state_since = updated_at;
+    ALTER TABLE rowfilter.subscription_rel ALTER COLUMN state_since SET DEFAULT now();
     """),
 ]
 #: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.

@@ -46,6 +46,8 @@ class RelState:
     #: The publisher's timeline ``lsn`` was taken on, when it came from its WAL directly (a copy, a reconcile,
     #: refresh without copy); None for a batch end (in the change log) or a subscriber before migration 8.
     lsn_timeline: int | None = None
+    #: When the table entered ``state`` (``updated_at`` before migration 8; it also moves with a recorded error).
+    state_since: datetime | None = None
 
     @property
     def reconciling(self) -> bool:
@@ -150,10 +152,11 @@ class Overview:
 # --- the plans: SQL and row mapping, once ------------------------------------------------------------
 _SUBSCRIPTION = (f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
                  f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s")
-# reconcile_since and kind came with migration 5, lsn_timeline with 8: read through to_jsonb, a subscriber not
+# reconcile_since and kind came with migration 5, lsn_timeline and state_since with 8: read through to_jsonb, a subscriber not
 # migrated yet reads as having none (no reconcile, every batch the apply's, no position's timeline known).
 _TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at, "
-           f"(to_jsonb(r) ->> 'reconcile_since')::timestamptz, (to_jsonb(r) ->> 'lsn_timeline')::int "
+           f"(to_jsonb(r) ->> 'reconcile_since')::timestamptz, (to_jsonb(r) ->> 'lsn_timeline')::int, "
+           f"coalesce((to_jsonb(r) ->> 'state_since')::timestamptz, updated_at) "
            f"FROM {SCHEMA}.subscription_rel r WHERE subscription = %s ORDER BY schema_name, table_name")
 _BATCHES = (f"SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms, "
             f"skipped_lsn::text, counts, finished_at FROM {SCHEMA}.batch_history b WHERE subscription = %s "
@@ -182,8 +185,8 @@ def _subscription(name: str) -> Plan[SubscriptionRow | None]:
 
 def _tables(name: str) -> Plan[list[RelState]]:
     rows = yield _TABLES, (name,)
-    return [RelState(TableName(s, t), SyncState(state), lsn, copied, err, ts, since, timeline)
-            for s, t, state, lsn, copied, err, ts, since, timeline in rows]
+    return [RelState(TableName(s, t), SyncState(state), lsn, copied, err, ts, since, timeline, entered)
+            for s, t, state, lsn, copied, err, ts, since, timeline, entered in rows]
 
 
 def _checks(name: str) -> Plan[list[TableCheckRecord]]:

@@ -138,6 +138,9 @@ def test_lag_thresholds_add_a_check_after_the_apply(tmp_path: Path) -> None:
     assert (check.max_retained_wal, check.max_batch_age, check.trigger_rule, check.retries) == (
         "512MB", 900.0, "none_skipped", 0)
     assert (check.subscription, check.subscriber_conn_id) == ("watched", "rowfilter_subscriber")
+    assert check.max_sync_age == timedelta(hours=1)  # tables stuck in i, d or f: checked by default
+    stuck = build_dags(_write(tmp_path, "stuck", MINIMAL + "airflow:\n  max_sync_age: 7200\n"))
+    assert stuck["rowfilter_stuck_incremental_sync"].get_task("check_lag").max_sync_age == 7200.0  # alone, a check
     with pytest.raises(SpecError, match=r"airflow: max_retained_wal='lots' is not a size such as '1GB'"):
         build_dags(_write(tmp_path, "badsize", MINIMAL + "airflow:\n  max_retained_wal: lots\n"))
 

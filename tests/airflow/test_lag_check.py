@@ -129,3 +129,31 @@ def test_a_standby_not_ready_to_take_over_the_slot_fails_the_check(state_db: Sta
     assert f"standby {not_a_standby} is not ready to take over its slot" in message, message
     assert 'replication slot "rowfilter_s1" is not a failover slot: `rowfilter refresh` makes it one' in message
     assert "it is not a standby (pg_is_in_recovery() is false)" in message, message
+
+
+def test_a_table_stuck_in_i_d_or_f_fails_naming_it_and_its_state_unless_its_copy_runs(state_db: StateDb) -> None:
+    """LSN lag alone passes while a table never replicates: a table in i, d or f past max_sync_age fails the check,
+    named with its state, how long, its last error and what moves it on; one whose copy holds its lock is at work."""
+    state_db.set_states(**{"public.t1": "d", "public.t2": "f"})
+    state_db.record_error("public.t1", "table public.t1: duplicate key value violates unique constraint")
+    assert check(state_db).execute({})["stuck_tables"] == ()  # just entered: within the default hour
+    with psycopg.connect(state_db.dsn, autocommit=True) as conn:
+        conn.execute("UPDATE rowfilter.subscription_rel SET state_since = now() - interval '2 hours'")
+        with pytest.raises(AirflowFailException) as e:
+            check(state_db, max_sync_age=dt.timedelta(minutes=30)).execute({})
+        said = str(e.value)
+        assert "subscription 's1' is behind: 3 table(s) not replicating for more than max_sync_age (30 min)" in said, said
+        assert "public.t1 in state d (data copy) for 2 h" in said, said
+        assert "its last error: table public.t1: duplicate key value violates unique constraint" in said, said
+        assert "public.t2 in state f (finished copy) for 2 h" in said and "the apply catches it up" in said, said
+        assert "sales.t3 in state i (init) for 2 h" in said and "the snapshot copies it" in said, said
+        # A copy of t1 at work holds its job lock (subscriber/state.py job_lock_key): not stuck.
+        conn.execute("SELECT pg_advisory_lock(hashtext('rowfilter:s1'), hashtext('public.t1'))")
+        with pytest.raises(AirflowFailException) as e:
+            check(state_db).execute({})
+        assert "2 table(s) not replicating" in str(e.value) and "public.t1" not in str(e.value), str(e.value)
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    state_db.set_states(**{"public.t1": "r", "public.t2": "r", "sales.t3": "r"})
+    assert check(state_db, max_sync_age=60).execute({})["stuck_tables"] == ()  # r: replicating
+    with pytest.raises(AirflowFailException, match="max_sync_age=0 is not a positive number of seconds"):
+        check(state_db, max_sync_age=0).execute({})
