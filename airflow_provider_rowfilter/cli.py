@@ -668,8 +668,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
     else:
         say(f"subscription {spec.subscription}: dropped")
     if result.slot_dropped:
-        held = "" if result.slot_retained_bytes is None else f" (it retained {size(result.slot_retained_bytes)} of WAL)"
-        say("  ", (f"- replication slot {result.slot}", "red"), f" on the publisher{held}")
+        say("  ", (f"- replication slot {result.slot}", "red"), f" on the publisher{result.slot_note()}")
     if result.publication_dropped:
         say("  ", (f"- publication {result.publication}", "red"), " on the publisher")
     if result.state_dropped:

@@ -59,6 +59,7 @@ class DropResult:
     keep_slot: bool = False
     slot_dropped: bool = False
     slot_retained_bytes: int | None = None
+    slot_invalidated: str | None = None  # the publisher had invalidated it (``invalidation_reason``): useless, dropped
     publication_dropped: bool = False
     left_alone: list[str] = field(default_factory=list)
     state_dropped: bool = False
@@ -71,14 +72,20 @@ class DropResult:
     def dropped(self) -> bool:
         return bool(self.slot_dropped or self.publication_dropped or self.state_dropped or self.change_log_moved_to)
 
+    def slot_note(self) -> str:
+        """What the slot dropped was: how much WAL it held back, or that the publisher had invalidated it."""
+        if self.slot_invalidated:
+            return (f" (the publisher had invalidated it: {self.slot_invalidated}; it held no change that could "
+                    "still be read, so dropping it lost nothing)")
+        return "" if self.slot_retained_bytes is None else f" (it retained {size(self.slot_retained_bytes)} of WAL)"
+
     def describe(self) -> str:
         """What went, in one line (the task log's and the job's)."""
         if not self.dropped:
             return "nothing to drop"
         parts = []
         if self.slot_dropped:
-            held = "" if self.slot_retained_bytes is None else f" (it retained {size(self.slot_retained_bytes)} of WAL)"
-            parts.append(f"replication slot {self.slot} dropped on the publisher{held}")
+            parts.append(f"replication slot {self.slot} dropped on the publisher{self.slot_note()}")
         elif self.keep_slot:
             parts.append(f"replication slot {self.slot} left on the publisher (keep_slot): it retains WAL until dropped")
         if self.publication_dropped:
@@ -109,6 +116,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
             pub = stack.enter_context(_connect_publisher(spec, slot))
             dropped = drop_capture_objects(pub, spec.subscription)
             result.slot_dropped, result.slot_retained_bytes = dropped.slot_dropped, dropped.retained_bytes
+            result.slot_invalidated = dropped.invalidated
             result.publication = ", ".join(dropped.publications)
             result.publication_dropped, result.left_alone = bool(dropped.publications), list(dropped.left_alone)
         if has_state:

@@ -39,7 +39,7 @@ from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublishActi
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation
 from airflow_provider_rowfilter.identifiers import table_sql
-from airflow_provider_rowfilter.publisher.slot_health import WAL_NOW, SlotHealth
+from airflow_provider_rowfilter.publisher.slot_health import WAL_NOW, SlotHealth, read_slot
 
 MARKER = "managed by airflow-provider-rowfilter for subscription "
 NAMEDATALEN = 64  # PostgreSQL's limit: names are at most 63 bytes
@@ -252,6 +252,8 @@ class DroppedCapture:
     slot_dropped: bool = False
     retained_bytes: int | None = None  # WAL the slot was holding back when it was dropped
     left_alone: tuple[str, ...] = ()  # objects of our names that we did not create, untouched
+    #: Why PostgreSQL had invalidated the slot dropped (``invalidation_reason``), None when it could still be read.
+    invalidated: str | None = None
 
 
 #: The fix for every refusal of ``rowfilter drop`` while the subscription is in use.
@@ -284,6 +286,9 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
                           "is not the capture slot of this subscription")
     if slot_ours and row[3] is not None:
         raise slot_active_error(slot, row[3])
+    # An invalidated slot holds nothing that can still be decoded (and, but for wal_removed, PostgreSQL keeps its
+    # restart_lsn: the "retained" WAL is not retained for it): dropped all the same, said as such.
+    invalidated = read_slot(conn, slot)[1].invalidated if slot_ours else None
     names = list(capture_publication_names(subscription).values())
     ours = capture_publications(conn, subscription)
     for (name,) in conn.execute("SELECT pubname FROM pg_publication WHERE pubname = ANY(%s) ORDER BY pubname",
@@ -299,8 +304,9 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
             raise CaptureError(f'cannot drop replication slot "{slot}": {e.diag.message_primary}',
                                hint="the publisher role needs REPLICATION (docs/operators.md, Security)") from e
     _drop_publications(conn, ours)
-    return DroppedCapture(slot, tuple(ours), slot_dropped=slot_ours, retained_bytes=row[4] if slot_ours else None,
-                          left_alone=tuple(left_alone))
+    return DroppedCapture(slot, tuple(ours), slot_dropped=slot_ours,
+                          retained_bytes=row[4] if slot_ours and not invalidated else None,
+                          left_alone=tuple(left_alone), invalidated=invalidated)
 
 
 def _drop_publications(conn: psycopg.Connection, names: Iterable[str]) -> None:

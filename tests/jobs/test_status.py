@@ -14,6 +14,7 @@ import json
 import re
 from pathlib import Path
 
+import psycopg
 import yaml
 
 from airflow_provider_rowfilter import cli
@@ -78,8 +79,9 @@ def test_a_slot_dropped_outside_the_tool_is_reported_broken(setup, spark, capsys
     assert code == 3 and doc["slot"]["exists"] is False and "does not exist" in doc["broken"]
 
 
-def test_an_invalidated_slot_is_reported_broken(setup, spark, capsys, local_pg):  # noqa: F811
-    """max_slot_wal_keep_size on the publisher: past it a checkpoint removes the WAL, the slot is lost."""
+def test_an_invalidated_slot_is_reported_broken_and_dropped(setup, spark, capsys, local_pg):  # noqa: F811
+    """max_slot_wal_keep_size on the publisher: past it a checkpoint removes the WAL, the slot is lost; `rowfilter
+    drop` drops it, saying it was invalidated."""
     spec, path = setup
     copied(spec, spark)
     admin = local_pg.dsn()
@@ -99,6 +101,21 @@ def test_an_invalidated_slot_is_reported_broken(setup, spark, capsys, local_pg):
     assert doc["slot"]["wal_status"] == "lost", doc["slot"]
     assert code == 3 and "was invalidated by the publisher (wal_removed): the publisher removed WAL" in doc["broken"]
     assert "max_slot_wal_keep_size (1.0 MB)" in doc["broken"] and "refresh --recreate-slot" in doc["broken"]
+    # `rowfilter drop` drops the useless slot and says what it was (no WAL "retained" by it).
+    capsys.readouterr()
+    assert cli.main(["drop", "--spec", str(path)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert (f"- replication slot rowfilter_{spec.subscription} on the publisher (the publisher had invalidated it: "
+            "wal_removed; it held no change that could still be read, so dropping it lost nothing)") in said, said
+    assert "retained" not in said, said
+    assert not query_rows(spec.publisher, "SELECT 1 FROM pg_replication_slots WHERE slot_name = %s",
+                          (f"rowfilter_{spec.subscription}",))
+
+
+
+def query_rows(dsn: str, statement: str, params: tuple) -> list[tuple]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(statement, params).fetchall()
 
 
 def test_status_without_the_publisher_prints_the_subscriber_side(setup, spark, capsys):  # noqa: F811
