@@ -26,6 +26,7 @@ from airflow_provider_rowfilter.change_log.log import (
     segment_identities,
     segment_relations,
 )
+from airflow_provider_rowfilter.change_log.unrecorded import remove_unrecorded
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.apply_plan import (
     PASS_THROUGH,
@@ -152,6 +153,9 @@ def _check_log(spec: SubscriptionSpec, store: StateStore, change_log: ChangeLog,
                         identity.location, identity.id)
         with store.conn.transaction():
             store.record_change_log(identity)
+        remove_unrecorded(change_log, identity, previous=needs.recorded)  # the one it replaced, and any set aside
+    elif identity is not None:
+        remove_unrecorded(change_log, identity)  # set aside by a refresh --recreate-slot (or left by a locked run)
     return segments
 
 

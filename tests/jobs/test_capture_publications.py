@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
+from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.publisher.capture import capture
@@ -202,8 +203,12 @@ def test_a_slot_dropped_outside_the_tool_is_refused_then_recopied_on_request(set
     with psycopg.connect(dbs.ours) as conn:
         assert {s for (s,) in conn.execute("SELECT state FROM rowfilter.subscription_rel")} == {"i"}
     assert table_rows(dbs.ours, "k") == table_rows(dbs.ours, "t") == []
+    (replaced,) = log_dir.parent.glob(f"{log_dir.name}.replaced-*")  # the old slot's log, set aside
+    assert sorted((p.name, p.read_bytes()) for p in replaced.iterdir() if p.is_file()) == log_before
     assert sync_tables(spec, spark=spark).ok
     execute(dbs.publisher, "INSERT INTO t VALUES (4, 'after')")
     apply(spec, spark=spark)
     for table in ("k", "t"):
         assert table_rows(dbs.ours, table) == table_rows(dbs.publisher, table), table
+    # The apply recorded the new log: the one set aside, of a slot that no longer exists, is removed.
+    assert not replaced.exists() and ChangeLog(log_dir).segments()

@@ -193,7 +193,13 @@ def test_a_log_behind_the_tables_applies_nothing_and_records_no_batch(job, capsy
                     .fetchone(), conn.execute("SELECT applied_lsn::text FROM rowfilter.subscription").fetchall())
 
     before, history = snapshot_of(job), recorded()
+    newest = sorted(p.name for p in job.change_log.iterdir())
     result = apply_job.apply(SubscriptionSpec.load(older_spec), capture_first=False, spark=spark)
     assert (result.changes, result.start_lsn, result.end_lsn, result.batch_id) == (0, None, None, None)
     assert snapshot_of(job) == before and recorded() == history
     assert history[0][1] is True
+    # The log it was fed from ends later than the one now recorded: no longer recorded, but kept (a warning).
+    assert sorted(p.name for p in job.change_log.iterdir()) == newest
+    # Back to it: the older copy (same log, ending earlier) holds nothing it lacks, and is removed.
+    apply_job.apply(SubscriptionSpec.load(job.spec_path), capture_first=False, spark=spark)
+    assert not older.exists() and sorted(p.name for p in job.change_log.iterdir()) == newest
