@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import psycopg
 
@@ -62,11 +63,11 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
     check_no_password(url, what, role)
     try:
         handed, secret = _IN_TASK.get(), password(role)
-        extra: dict[str, str] = {"password": secret} if secret else {}
+        extra: dict[str, Any] = {"password": secret} if secret else {}  # libpq parameters, all text
         if handed and handed[1] and not any(p.key == "connect_timeout" for p in parse(url)):
             extra["connect_timeout"] = str(handed[1])
-        return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}",
-                               **extra, **params)
+        extra.update(params)
+        return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}", **extra)
     except psycopg.OperationalError as e:
         # libpq's and the server's texts quote values of the string: only host, port, user and dbname
         # may show (core/conninfo.py, scrub); the traceback's chain would repeat the raw text
@@ -133,3 +134,12 @@ def is_transient(error: BaseException) -> bool:
             return False
         current = current.__cause__ or current.__context__
     return False
+
+
+def one(cursor: psycopg.Cursor) -> tuple:
+    """The row of a query that always returns one (an aggregate, a function call, ``EXISTS``): for the type checker,
+    and a clear failure should it ever return none."""
+    row = cursor.fetchone()
+    if row is None:  # pragma: no cover - such a query always returns a row
+        raise RuntimeError("a query that always returns a row returned none")
+    return row

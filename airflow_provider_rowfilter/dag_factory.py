@@ -347,8 +347,9 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     source = SubscriptionFile.load(path)
     spec, s = source.spec, source.settings
     ids = source.dag_ids
-    job = {"spec": str(source.path), "conn_id": s.spark_conn_id, "conf": dict(s.conf)}
-    who = {"subscription": spec.subscription, "subscriber_conn_id": spec.subscriber_conn_id}
+    # Keyword arguments shared by several operators: typed as Any (each operator checks its own at runtime).
+    job: dict[str, Any] = {"spec": str(source.path), "conn_id": s.spark_conn_id, "conf": dict(s.conf)}
+    who: dict[str, Any] = {"subscription": spec.subscription, "subscriber_conn_id": spec.subscriber_conn_id}
     alias = s.asset_alias or f"rowfilter_{spec.subscription}"
     default_args: dict[str, Any] = {
         "retries": s.retries,
@@ -363,9 +364,10 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
         callbacks.append(callback_from(s.on_failure_callback, str(source.path)))
     if callbacks:
         default_args["on_failure_callback"] = callbacks
-    bounded = {"execution_timeout": None if s.execution_timeout is None else dt.timedelta(seconds=s.execution_timeout)}
+    bounded: dict[str, Any] = {
+        "execution_timeout": None if s.execution_timeout is None else dt.timedelta(seconds=s.execution_timeout)}
     copy_bound = None if s.copy_execution_timeout is None else dt.timedelta(seconds=s.copy_execution_timeout)
-    common = {
+    common: dict[str, Any] = {
         "start_date": s.start_date, "catchup": False, "max_active_runs": 1, "default_args": default_args,
         "is_paused_upon_creation": False,
         "tags": ["rowfilter", f"subscription:{spec.subscription}", *s.tags],
@@ -396,7 +398,7 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
                                      asset_alias=alias, **bounded, **job)
         standbys = [c for c in spec.standbys if CONN_ID.match(c)]  # the check reads them through Airflow
         if s.max_retained_wal is not None or s.max_batch_age is not None or s.max_sync_age is not None or standbys:
-            synced = {} if s.max_sync_age is None else {"max_sync_age": s.max_sync_age}
+            synced: dict[str, Any] = {} if s.max_sync_age is None else {"max_sync_age": s.max_sync_age}
             apply >> SubscriptionLagCheckOperator(
                 task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
                 max_batch_age=s.max_batch_age, standby_conn_ids=standbys, trigger_rule="none_skipped", retries=0,

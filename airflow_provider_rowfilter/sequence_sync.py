@@ -25,7 +25,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.connection import connect, one
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.sequences import OwnedSequence, owned_sequences
@@ -111,7 +111,7 @@ def sync_sequences(spec: SubscriptionSpec, tables: Sequence[TableName] | None = 
         chosen = list(dict.fromkeys(tables)) if tables is not None else known
         with connect(spec.publisher, "publisher", spec) as pub:
             theirs = owned_sequences(pub, chosen)
-            role = pub.execute("SELECT quote_ident(current_user)").fetchone()[0]
+            role = one(pub.execute("SELECT quote_ident(current_user)"))[0]
         ours = owned_sequences(sub, chosen)
         for (table, column), source in theirs.items():
             entry = _plan(source, ours.get((table, column)), role)

@@ -64,7 +64,7 @@ KEEP_FIX = ("raise max_slot_wal_keep_size on the publisher (ALTER SYSTEM SET max
             "the apply more often")
 
 
-def schedule_risks(retention: Retention, gap: float | None, schedule: str | None) -> list[str]:
+def schedule_risks(retention: Retention, gap: float | None, schedule: str | int | None) -> list[str]:
     """Warnings, each with its fix, when the schedule (its longest ``gap`` between two runs, seconds) or a pause
     of up to :data:`PAUSE_RUNS` missed runs would leave the slot to be invalidated."""
     every = "" if schedule is None else f" ({schedule})"

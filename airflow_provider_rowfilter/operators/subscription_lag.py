@@ -11,6 +11,7 @@ import psycopg
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.slot_retention import KEEP_FIX, WAY_BACK, idle_alert, invalidation
 from airflow_provider_rowfilter.core.spec import parse_size
@@ -128,7 +129,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
         batch = reader.last_batch()
         rels = reader.tables()
         copied = [(str(t.table), t.lsn) for t in rels if t.state.value == "f" and t.lsn]
-        now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        now = one(conn.execute("SELECT clock_timestamp()"))[0]
         stuck = [] if max_sync_age is None else _stuck(conn, subscription, rels, now, max_sync_age)
     problems: list[str] = [_stuck_problem(stuck, now, max_sync_age)] if stuck and max_sync_age else []
     retained = status = None
@@ -137,7 +138,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
         with RowFilterHook.endpoint(publisher_conn_id, "publisher").connect() as conn:
             _, slot = read_slot(conn, row.slot_name)
             retention = read_retention(conn)
-            published_now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            published_now = one(conn.execute("SELECT clock_timestamp()"))[0]
             ready = readiness(conn, row.slot_name, [(e.conn_id or e.url, e.connect) for e in standbys], copied)
         if not slot.exists:
             problems.append(f'its replication slot "{row.slot_name}" does not exist on the publisher '
@@ -214,7 +215,7 @@ def gauges_now(resolved: ResolvedSpec) -> None:
         with resolved.connect("subscriber") as conn:
             reader = StateReader(conn, name)
             row, batch = reader.subscription_row(), reader.last_batch()
-            now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            now = one(conn.execute("SELECT clock_timestamp()"))[0]
         age = None if batch is None else max((now - batch.finished_at).total_seconds(), 0.0)
         retained = None
         if row is not None and resolved.spec.publisher:

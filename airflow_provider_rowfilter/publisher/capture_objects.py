@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublishAction
 from airflow_provider_rowfilter.core.relation import TableName
@@ -88,12 +89,12 @@ def capture_publication_names(subscription: str) -> dict[PublishAction | None, s
 
 def current_lsn(conn: psycopg.Connection) -> str:
     """Where the publisher's WAL is now (replayed, on a standby)."""
-    return conn.execute(f"SELECT {WAL_NOW}::text").fetchone()[0]
+    return one(conn.execute(f"SELECT {WAL_NOW}::text"))[0]
 
 
 def slot_exists(conn: psycopg.Connection, slot: str) -> bool:
-    return conn.execute("SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %s)",
-                        (slot,)).fetchone()[0]
+    return one(conn.execute("SELECT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %s)",
+                            (slot,)))[0]
 
 
 def ensure_slot(conn: psycopg.Connection, slot: str, failover: bool = False) -> bool:
@@ -173,7 +174,7 @@ def ensure_capture_publications(conn: psycopg.Connection, subscription: str,
     """
     marker = MARKER + subscription
     layout = capture_layout(subscription, actions)
-    existing = dict(conn.execute(
+    existing: dict[str, str | None] = dict(conn.execute(
         """SELECT pubname, obj_description(oid, 'pg_publication') FROM pg_publication
            WHERE pubname = ANY(%s)""", (list(layout),)).fetchall())
     for name, comment in sorted(existing.items()):
@@ -214,8 +215,8 @@ def _set_publication(conn: psycopg.Connection, name: str, publish: frozenset[Pub
                      leaves: frozenset[TableName]) -> bool:
     ident = sql.Identifier(name)
     changed = False
-    flags = conn.execute("SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s",
-                         (name,)).fetchone()
+    flags = one(conn.execute(
+        "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication WHERE pubname = %s", (name,)))
     if frozenset(a for a, on in zip(PublishAction, flags, strict=True) if on) != publish:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET ({})").format(ident, _publish_option(publish)))
         changed = True
@@ -284,8 +285,9 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
     if row is not None and not slot_ours:
         left_alone.append(f'replication slot "{slot}" ({row[2]}, plugin {row[1]!r}, database {row[0]!r}) '
                           "is not the capture slot of this subscription")
-    if slot_ours and row[3] is not None:
-        raise slot_active_error(slot, row[3])
+    active_pid, retained = (None, None) if row is None else (row[3], row[4])
+    if slot_ours and active_pid is not None:
+        raise slot_active_error(slot, active_pid)
     # An invalidated slot holds nothing that can still be decoded (and, but for wal_removed, PostgreSQL keeps its
     # restart_lsn: the "retained" WAL is not retained for it): dropped all the same, said as such.
     invalidated = read_slot(conn, slot)[1].invalidated if slot_ours else None
@@ -305,7 +307,7 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
                                hint="the publisher role needs REPLICATION (docs/operators.md, Security)") from e
     _drop_publications(conn, ours)
     return DroppedCapture(slot, tuple(ours), slot_dropped=slot_ours,
-                          retained_bytes=row[4] if slot_ours and not invalidated else None,
+                          retained_bytes=retained if slot_ours and not invalidated else None,
                           left_alone=tuple(left_alone), invalidated=invalidated)
 
 

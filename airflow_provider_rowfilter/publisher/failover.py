@@ -59,7 +59,7 @@ class LineageError(CaptureError):
 def wanted_failover(spec: SubscriptionSpec, conn: psycopg.Connection) -> bool:
     """Whether the subscription's slot is a failover slot on this publisher: the spec's ``failover``, on by
     default where the server can (a primary of 17+); refused when asked for where it cannot."""
-    standby = conn.execute("SELECT pg_is_in_recovery()").fetchone()[0]
+    standby = _one(conn, "SELECT pg_is_in_recovery()")[0]
     version = conn.info.server_version
     if spec.failover is False or (spec.failover is None and (standby or version < FAILOVER_VERSION)):
         return False
@@ -189,12 +189,12 @@ def timeline_history(spec: SubscriptionSpec, timeline: int) -> list[tuple[int, i
         return []
     try:
         with connect(spec.publisher, "publisher", spec, replication="database") as repl:
-            _, content = repl.execute(f"TIMELINE_HISTORY {int(timeline)}").fetchone()
+            _, content = _one(repl, f"TIMELINE_HISTORY {int(timeline)}")
     except psycopg.Error as e:
         raise CaptureError(f"cannot read the publisher's timeline history (timeline {timeline}): {primary_message(e)}",
                            hint="the capture reads it once after a promotion, over a replication connection: the "
                            "publisher's role needs REPLICATION and a pg_hba.conf 'replication' line") from e
-    text = content.decode() if isinstance(content, bytes | bytearray | memoryview) else str(content)
+    text = bytes(content).decode() if isinstance(content, bytes | bytearray | memoryview) else str(content)
     history = []
     for line in text.splitlines():
         fields = line.strip().split("\t")

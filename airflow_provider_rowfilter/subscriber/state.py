@@ -22,6 +22,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
+from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
@@ -81,7 +82,7 @@ class StateStore(StateReader):
         if not relation_exists(self.conn, "subscription"):
             return LogNeeds(self.subscription, None)
         rels = [r for r in self.tables() if r.state in APPLIED and r.lsn is not None]
-        tables = tuple((str(r.table), parse_lsn(r.lsn)) for r in rels)
+        tables = tuple((str(r.table), parse_lsn(r.lsn)) for r in rels if r.lsn is not None)
         timelines = tuple((str(r.table), r.lsn_timeline) for r in rels if r.lsn_timeline is not None)
         row = None
         if self.conn.execute("SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'change_log_id'",
@@ -182,12 +183,12 @@ class StateStore(StateReader):
         a ``batch_history`` row; returns the row's id. In the batch's own transaction, with its data."""
         self.conn.execute(f"UPDATE {SCHEMA}.subscription SET applied_lsn = %s, last_error = NULL, updated_at = now() "
                           f"WHERE name = %s", (end_lsn, self.subscription))
-        return self.conn.execute(
+        return one(self.conn.execute(
             f"""INSERT INTO {SCHEMA}.batch_history (subscription, start_lsn, end_lsn, counts, duration_ms,
                    transactions, changes, skipped_lsn, lag_bytes, lag_seconds)
                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
             (self.subscription, start_lsn, end_lsn, Jsonb(counts), duration_ms, transactions, changes, skipped_lsn,
-             lag_bytes, lag_seconds)).fetchone()[0]
+             lag_bytes, lag_seconds)))[0]
 
     def record_check(self, table: TableName, kind: str, lsn: str | None, clean: bool, result: dict) -> None:
         """Keep a table's last verify or reconcile (``result``: core/table_compare.py ``TableCheck.as_dict``)."""
@@ -201,10 +202,10 @@ class StateStore(StateReader):
     def record_reconcile(self, lsn: str, counts: dict, duration_ms: int, changes: int) -> int:
         """A reconcile's rows written, in the batch history (``kind`` reconcile: the apply's readers pass over it,
         and the subscription's ``applied_lsn`` stays the apply's); returns the row's id."""
-        return self.conn.execute(
+        return one(self.conn.execute(
             f"""INSERT INTO {SCHEMA}.batch_history (subscription, kind, start_lsn, end_lsn, counts, duration_ms,
                    transactions, changes) VALUES (%s, 'reconcile', NULL, %s, %s, %s, 0, %s) RETURNING id""",
-            (self.subscription, lsn, Jsonb(counts), duration_ms, changes)).fetchone()[0]
+            (self.subscription, lsn, Jsonb(counts), duration_ms, changes)))[0]
 
     def skip_transaction(self, lsn: str) -> str | None:
         """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the next apply drops the remote transaction finished at ``lsn``
@@ -272,8 +273,8 @@ class StateStore(StateReader):
             f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s RETURNING schema_name, table_name", name)]
         refreshes = self.conn.execute(f"DELETE FROM {SCHEMA}.refresh_history WHERE subscription = %s", name).rowcount
         batches = self.conn.execute(f"DELETE FROM {SCHEMA}.batch_history WHERE subscription = %s", name).rowcount
-        slot = self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s RETURNING slot_name",
-                                 name).fetchone()[0]
+        slot = one(self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s RETURNING slot_name",
+                                     name))[0]
         if relation_exists(self.conn, "drop_history"):  # a subscriber migrated before version 6 keeps no line
             self.conn.execute(f"INSERT INTO {SCHEMA}.drop_history (subscription, slot_name, tables, kept_slot) "
                               "VALUES (%s, %s, %s, %s)", (self.subscription, slot, [str(t) for t in sorted(tables)],
@@ -310,7 +311,7 @@ def job_lock(conn: psycopg.Connection, subscription: str, scope: str,
     """
     key = job_lock_key(subscription, scope)
     deadline = time.monotonic() + wait
-    while not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
+    while not one(conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key))[0]:
         if time.monotonic() >= deadline:
             raise busy()
         time.sleep(min(0.5, max(deadline - time.monotonic(), 0.01)))
