@@ -41,9 +41,10 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.reconcile import reconcile
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
+from airflow_provider_rowfilter.publisher import failover
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_names
-from airflow_provider_rowfilter.publisher.failover import LineageError
+from airflow_provider_rowfilter.publisher.failover import LineageError, StandbyWaitError
 from airflow_provider_rowfilter.publisher.readiness import readiness
 from airflow_provider_rowfilter.subscriber.state import SlotLostError
 from airflow_provider_rowfilter.tooling.native import table_rows
@@ -348,12 +349,14 @@ def test_a_standby_whose_slot_is_not_synced_is_refused_clearly_and_nothing_is_lo
 
 
 def test_what_the_standby_never_received_is_refused_and_table_positions_are_repaired_in_place(pair, fresh_db,
-                                                                                             tmp_path, spark):
+                                                                                             tmp_path, spark,
+                                                                                             monkeypatch):
     """Without synchronized_standby_slots nothing waits for the standby. Two subscriptions, one promotion:
     ``fork``'s capture runs ahead of the standby: after the promotion, what its log (and subscriber) holds past the
     fork was never on the new primary: refused, naming it. ``pos`` captures nothing past the fork, but its orders
     are copied again and its items reconciled on the old primary: their positions (and maybe rows) lie past the
-    fork on the old timeline. Refused, naming both tables and the repair; ``rowfilter reconcile`` repairs them in
+    fork on the old timeline. (Before the primary stops waiting for the standby, a reconcile and a refresh wait for
+    it and fail, changing nothing.) Refused, naming both tables and the repair; ``rowfilter reconcile`` repairs them in
     place from the promoted publisher, and the apply goes on."""
     db = f"pub_failover_{next(_names)}"
     create_publisher(pair, db)
@@ -374,15 +377,27 @@ def test_what_the_standby_never_received_is_refused_and_table_positions_are_repa
             apply(spec, spark=spark)
         assert time.monotonic() < deadline, "the slots were never synchronized"
         time.sleep(0.2)
-    # The standby stops receiving; the primary no longer waits for it.
+    # The standby stops receiving. While the primary names it in synchronized_standby_slots, a reconcile and a
+    # refresh (a position each) wait for it, then fail, holding and recording nothing.
     execute(pair.standby.dsn(), "ALTER SYSTEM SET primary_conninfo = ''", "SELECT pg_reload_conf()")
-    execute(pair.primary.dsn(), "ALTER SYSTEM RESET synchronized_standby_slots", "SELECT pg_reload_conf()")
     time.sleep(0.5)
     Workload(seed=9).run(pair.primary.dsn(db), 30)
+    pos = specs["pos"]
+    states = query(pos.subscriber, "SELECT table_name, state, lsn::text FROM rowfilter.subscription_rel ORDER BY 1")
+    monkeypatch.setattr(failover, "STANDBY_WAIT_SECONDS", 1.0)
+    waited = reconcile(pos, [ITEMS], spark=spark)
+    assert "the standbys of synchronized_standby_slots have not confirmed the position" in waited.errors[str(ITEMS)]
+    with pytest.raises(StandbyWaitError, match=f'"standby_{pair.generation}" \\(at '):
+        refresh(pos)
+    assert query(pos.subscriber, "SELECT table_name, state, lsn::text FROM rowfilter.subscription_rel ORDER BY 1") \
+        == states
+    monkeypatch.undo()
+    # The primary no longer waits for it.
+    execute(pair.primary.dsn(), "ALTER SYSTEM RESET synchronized_standby_slots", "SELECT pg_reload_conf()")
+    time.sleep(0.5)
     apply(specs["fork"], spark=spark)  # captured and applied: the standby has none of it
     from airflow_provider_rowfilter.jobs import snapshot
 
-    pos = specs["pos"]
     assert snapshot.resync(pos, [ORDERS], copy=True, spark=spark).ok  # orders: f, copied past the fork
     assert reconcile(pos, [ITEMS], spark=spark).ok  # items: f, reconciled past the fork
     old = dict(query(pos.subscriber, "SELECT table_name, lsn::text FROM rowfilter.subscription_rel"))
@@ -405,6 +420,8 @@ def test_what_the_standby_never_received_is_refused_and_table_positions_are_repa
     assert dict(query(pos.subscriber, "SELECT table_name, lsn::text FROM rowfilter.subscription_rel")) == old
     repaired = reconcile(pos, spark=spark)  # both, from the promoted publisher: new positions on its timeline
     assert repaired.ok, repaired.summary()
+    # The rows the old primary had past the fork (the workload's) were undone in place, not by emptying the tables.
+    assert sum(t.inserted + t.updated + t.deleted for t in repaired.tables) > 0, repaired.summary()
     Workload(seed=10).run(pair.primary.dsn(db), 20)
     apply(pos, spark=spark)
     for table in TABLES:
