@@ -113,7 +113,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
         row = reader.require_subscription()
         batch = reader.last_batch()
         copied = [(str(t.table), t.lsn) for t in reader.tables() if t.state.value == "f" and t.lsn]
-        now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]
     problems: list[str] = []
     retained = status = None
     if publisher_conn_id:
@@ -121,7 +121,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
         with RowFilterHook.endpoint(publisher_conn_id, "publisher").connect() as conn:
             _, slot = read_slot(conn, row.slot_name)
             retention = read_retention(conn)
-            published_now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            published_now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]
             ready = readiness(conn, row.slot_name, [(e.conn_id or e.url, e.connect) for e in standbys], copied)
         if not slot.exists:
             problems.append(f'its replication slot "{row.slot_name}" does not exist on the publisher '
@@ -164,7 +164,7 @@ def gauges_now(resolved: ResolvedSpec) -> None:
         with resolved.connect("subscriber") as conn:
             reader = StateReader(conn, name)
             row, batch = reader.subscription_row(), reader.last_batch()
-            now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]
         age = None if batch is None else max((now - batch.finished_at).total_seconds(), 0.0)
         retained = None
         if row is not None and resolved.spec.publisher:

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
 
+_native: ModuleType | None  # the C extension (its types: _pgoutput_native.pyi), or None
 try:
     from airflow_provider_rowfilter.publisher import _pgoutput_native as _native
 except ImportError:  # installed where no C compiler was found: the numpy decoder does the same
