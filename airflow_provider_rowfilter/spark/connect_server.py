@@ -110,9 +110,8 @@ def _pointer(port: int) -> Path:
 def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, *,
                    local_dir: str | None = None) -> list[str]:
     """The spark-submit command line of the server: loopback only, Spark's RPC and block transfers
-    authenticated and encrypted (spark/settings.py ``network_security``: the secret is Spark's own, made in
-    the server's JVM, never on this line), scratch files in ``local_dir``, the jobs' JVM options, the
-    caller's ``conf``."""
+    authenticated (spark/settings.py ``network_security``: the secret is Spark's own, made in the server's
+    JVM, never on this line), scratch files in ``local_dir``, the jobs' JVM options, the caller's ``conf``."""
     settings = {
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
