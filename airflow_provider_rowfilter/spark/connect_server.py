@@ -107,11 +107,10 @@ def _pointer(port: int) -> Path:
     return _xdg_state_dir() / SERVERS_DIR / str(port)
 
 
-def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None, *,
-                   local_dir: str | None = None) -> list[str]:
+def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None) -> list[str]:
     """The spark-submit command line of the server: loopback only, Spark's RPC and block transfers
     authenticated (spark/settings.py ``network_security``: the secret is Spark's own, made in the server's
-    JVM, never on this line), scratch files in ``local_dir``, the jobs' JVM options, the caller's ``conf``."""
+    JVM, never on this line), the jobs' JVM options, the caller's ``conf``."""
     settings = {
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
@@ -121,7 +120,6 @@ def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, s
         "spark.sql.session.timeZone": "UTC",
         **STATIC_SQL_SETTINGS,
         **network_security(master, conf),
-        **({"spark.local.dir": local_dir} if local_dir else {}),
         **(conf or {}),
     }
     settings = with_jvm_options(settings)  # a long-lived JVM: both JIT compilers (no short-batch option)
@@ -164,11 +162,14 @@ def start(state_dir: Path | None = None, *, port: int = DEFAULT_PORT, master: st
     token = secrets.token_urlsafe(32)
     write_private(token_path, token + "\n")
     environment = server_environment(token)
-    # Its shuffle and spill files (replicated rows) in a directory of its user's alone.
+    # Its shuffle and spill files (replicated rows) in a directory of its user's alone: Spark's own variable,
+    # which it takes silently (spark.local.dir makes it warn that a cluster manager would override it).
     local_dir = private_local_dir("rowfilter-spark-server-", remove_at_exit=False) \
         if wants_local_dir({"spark.master": master, **(conf or {})}, environment) else ""
+    if local_dir:
+        environment["SPARK_LOCAL_DIRS"] = local_dir
     with open_private(log_path, "ab") as log:
-        process = subprocess.Popen(server_command(port, master, conf, local_dir=local_dir), stdin=subprocess.DEVNULL,
+        process = subprocess.Popen(server_command(port, master, conf), stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,
                                    umask=0o077)
     info = ServerInfo(process.pid, f"sc://{URL_HOST}:{port}", str(log_path), str(token_path), local_dir)

@@ -109,9 +109,12 @@ def build_session(
     """
     builder = SparkSession.builder.appName(app_name)
     settings = session_conf(master, conf, short_batch=short_batch)
+    scratch = None
     if SparkContext._active_spark_context is None and wants_local_dir(settings):
         # Shuffle and spill files (replicated rows) in a directory of this user's alone, whatever the umask.
-        settings["spark.local.dir"] = private_local_dir()
+        scratch = private_local_dir()
+        if SparkContext._gateway is not None:  # the JVM runs already (spark-submit started it): a setting
+            settings["spark.local.dir"], scratch = scratch, None
     if settings["spark.master"].startswith("local"):
         # The Python workers of a local master run here: give them this interpreter and its packages
         # (psycopg for the copy's writers), not whichever `python3` comes first on PATH. PySpark reads
@@ -119,10 +122,26 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _scratch_environment(scratch):
+        session = builder.getOrCreate()
     mark_session()  # the operator keeps the class archive this JVM writes when it exits (spark/class_archive.py)
     logger.info("Spark session %r on %s (Spark %s)", app_name, session.sparkContext.master, session.version)
     return session
+
+
+@contextmanager
+def _scratch_environment(scratch: str | None) -> Iterator[None]:
+    """``SPARK_LOCAL_DIRS=scratch`` in the environment of the JVM started in the block (pyspark's gateway copies
+    this process's): Spark takes its own variable silently, where ``spark.local.dir`` makes it warn in every
+    job's log that a cluster manager would override it. This process's environment is put back after."""
+    if scratch is None:
+        yield
+        return
+    os.environ["SPARK_LOCAL_DIRS"] = scratch
+    try:
+        yield
+    finally:
+        os.environ.pop("SPARK_LOCAL_DIRS", None)
 
 
 def remote_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:

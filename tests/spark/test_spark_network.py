@@ -89,10 +89,13 @@ def test_another_os_user_cannot_call_the_connect_server_s_spark_ports(spark_conn
 
 @as_root_only
 def test_spark_s_scratch_files_are_its_user_s_alone(spark, spark_connect_server):
-    local_dirs = [spark.sparkContext.getConf().get("spark.local.dir"), spark_connect_server.local_dir]
+    # Where the session's block manager keeps its files (given as SPARK_LOCAL_DIRS to the JVM started here).
+    blockmgr = [str(f) for f in spark.sparkContext._jsc.sc().env().blockManager().diskBlockManager().localDirs()]
+    assert len(blockmgr) == 1 and Path(blockmgr[0]).name.startswith("blockmgr-")
+    local_dirs = [str(Path(blockmgr[0]).parent), spark_connect_server.local_dir]
+    assert Path(local_dirs[0]).name.startswith("rowfilter-spark-") and "SPARK_LOCAL_DIRS" not in os.environ
     for path in local_dirs:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o700, path
-    assert any(p.name.startswith("blockmgr-") for p in Path(local_dirs[0]).iterdir())  # Spark writes there
     done = run_as_nobody(f"""
         import os
         for path in {local_dirs!r}:
@@ -125,10 +128,9 @@ def test_the_scratch_directory_is_given_to_a_local_master_unless_one_is_chosen()
     assert not wants_local_dir({"spark.master": "local[2]", "spark.local.dir": "/srv/spark"}, {})
     assert not wants_local_dir({"spark.master": "local[2]"}, {"SPARK_LOCAL_DIRS": "/srv/spark"})
     assert not wants_local_dir({"spark.master": "yarn"}, {})  # a path here would not exist on the executors
-    command = connect_server.server_command(15002, local_dir="/tmp/x")
+    command = connect_server.server_command(15002)
     settings = dict(command[i + 1].split("=", 1) for i, part in enumerate(command) if part == "--conf")
-    assert settings["spark.local.dir"] == "/tmp/x"
-    assert settings["spark.authenticate"] == "true"
+    assert settings["spark.authenticate"] == "true" and "spark.local.dir" not in settings
 
 
 def _listening_ports(pid: int) -> set[int]:
