@@ -34,6 +34,8 @@ from airflow_provider_rowfilter.humane import PROGRESS_LOGGER, ago, batch_lag, c
 from airflow_provider_rowfilter.jobs.arguments import interval, positive, seconds
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState, TableCheckRecord
 
 # markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
@@ -197,8 +199,9 @@ def _parser() -> argparse.ArgumentParser:
                "  rowfilter spark-server status")
     server.add_argument("action", choices=("start", "stop", "status"),
                         help="start a server (or say which runs), stop it, or show it (exit 3: none runs)")
-    server.add_argument("--state-dir", help="where its process id and log are kept "
-                        "(default $XDG_STATE_HOME/rowfilter/spark-server)")
+    server.add_argument("--state-dir", help="where its process id, log and token are kept (default "
+                        "$ROWFILTER_SPARK_SERVER_DIR, else $XDG_STATE_HOME/rowfilter/spark-server); this user's jobs "
+                        "find its token either way")
     server.add_argument("--port", type=positive, default=15002, help="its port on 127.0.0.1 (default 15002)")
     server.add_argument("--master", default="local[*]", help="its Spark master (default local[*])")
     server.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -300,13 +303,14 @@ def spark_server(args: argparse.Namespace) -> int:
             f"which this user's jobs read from there, in {info.token_file})")
         return 0
     if args.action == "stop":
-        info = connect_server.stop(state)
-        say(f"stopped the Spark Connect server (pid {info.pid})" if info else "no Spark Connect server was running")
+        stopped = connect_server.stop(state)
+        say(f"stopped the Spark Connect server (pid {stopped.pid})" if stopped else "no Spark Connect server was running")
         return 0
-    info = connect_server.status(state)
-    if info is None:
+    running = connect_server.status(state)
+    if running is None:
         say("no Spark Connect server is running")
         return EXIT_BROKEN
+    info = running
     say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log}; token in "
         f"{info.token_file})")
     return 0
@@ -327,7 +331,8 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         definitions = load_definitions(spec, conn)
         # What a standby as the publisher lacks (refused), and what the schedule risks (core/slot_retention.py).
         warnings = [*definitions.warnings, *check_capture_source(conn, definitions.filtering),
-                    *schedule_risks(read_retention(conn), longest_gap(spec.apply_schedule), spec.apply_schedule)]
+                    *schedule_risks(read_retention(conn), longest_gap(spec.apply_schedule),
+                                    None if spec.apply_schedule is None else str(spec.apply_schedule))]
         standbys = readiness(conn, capture_names(spec.subscription)[0], spec_standbys(spec)) if spec.standbys else []
     warnings += [f"standby {r.standby} is not ready to take over the slot: " + "; ".join(r.problems)
                  for r in standbys if not r.ready]
@@ -441,7 +446,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         tables = reader.tables()
         last = reader.last_batch()
         checks = reader.checks()
-        now = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # the clock finished_at was written by
+        now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]  # the clock finished_at was written by
     view = publisher_view(spec, subscription.slot_name,
                           [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
     current, slot, unreachable, filtering = view.current, view.slot, view.unreachable, view.filtering
@@ -475,10 +480,11 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "last_batch": batch,
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
                         "lag_bytes": lag.get(t.table),
-                        "lag_seconds": last.lag_seconds if _in_last_batch(t, last) else None,
+                        "lag_seconds": last.lag_seconds if last is not None and _in_last_batch(t, last) else None,
                         "filtering": filtering,
                         "rows_copied": t.rows_copied,
-                        "last_batch": last.counts.get(str(t.table), {}) if _in_last_batch(t, last) else {},
+                        "last_batch": last.counts.get(str(t.table), {}) if last is not None and _in_last_batch(t, last)
+                        else {},
                         "last_error": t.last_error, "updated_at": t.updated_at.isoformat(),
                         "reconcile_since": t.reconcile_since.isoformat() if t.reconcile_since else None,
                         "last_check": _check_doc(checks.get(t.table))} for t in tables],
@@ -497,8 +503,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         say(slot_line(subscription.slot_name, view))
         for line in readiness_lines(view):
             say(line)
-        for line in _check_lines(tables, checks, now):
-            say(*line)
+        for parts in _check_lines(tables, checks, now):
+            say(*parts)
     if subscription.last_error:
         say(("last error:", "red"), " ", subscription.last_error, err=True)
     for text in warnings:
@@ -517,7 +523,7 @@ def _check_doc(check: TableCheckRecord | None) -> dict | None:
             **{k: check.result.get(k) for k in keys}}
 
 
-def _check_lines(tables: Sequence[RelState], checks: dict, now: object) -> list[tuple[str | tuple[str, str], ...]]:
+def _check_lines(tables: Sequence[RelState], checks: dict, now: datetime) -> list[tuple[str | tuple[str, str], ...]]:
     """One line per table a reconcile holds, or that was verified or reconciled: when, at which LSN, what it found."""
     lines: list[tuple[str | tuple[str, str], ...]] = []
     for t in tables:
@@ -546,7 +552,7 @@ def _in_last_batch(t: RelState, last: BatchRecord | None) -> bool:
             and parse_lsn(t.lsn) == parse_lsn(last.end_lsn))
 
 
-def _batch_line(last: BatchRecord, now: object) -> str:
+def _batch_line(last: BatchRecord, now: datetime) -> str:
     """When the last batch was applied, how far it reached, and how late it was then (not now)."""
     line = (f"last batch {last.id} applied {ago(last.finished_at, now)} ({last.finished_at:%Y-%m-%d %H:%M:%S %Z}), "
             f"through {last.end_lsn}")
@@ -699,8 +705,8 @@ def sync_tables(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
     bars = wants_bars(err_console)
     every = args.progress_interval if args.progress_interval is not None else 1.0 if bars else None
-    options = CopyOptions(max_partitions=args.max_partitions,
-                          **({} if every is None else {"progress_interval": every}))
+    options = CopyOptions(max_partitions=args.max_partitions) if every is None else \
+        CopyOptions(max_partitions=args.max_partitions, progress_interval=every)
     with progress_bars(bars):
         if args.command == "resync":
             result = run_resync(_one_bar(spec, bars), tables or [], copy=args.copy, options=options)
@@ -736,7 +742,7 @@ def print_filters(spec: SubscriptionSpec, filters: SubscriptionFilters, source: 
             return Text("not published", style="dim")
         return Text(t.filter_sql(action) or "all rows", style="" if t.filter_sql(action) else "green")
 
-    rows = []
+    rows: list[list[str | Text]] = []
     for name, t in filters.tables.items():
         rows.append([
             Text.assemble(str(name), ("" if t.leaves == (name,) else (f"\nvia {', '.join(map(str, t.leaves))}", "dim"))),

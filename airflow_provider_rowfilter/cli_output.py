@@ -53,14 +53,14 @@ def print_table(console: Console, columns: Sequence[Column], rows: Sequence[Sequ
     """Print ``rows`` under ``columns`` in ``fmt`` (``table``, ``plain`` or ``tsv``), after the ``title`` lines
     (not in ``tsv``: its output is the header and the rows only)."""
     if fmt == "tsv":
-        for line in ([c.name for c in columns], *([_plain(cell) for cell in row] for row in rows)):
-            console.file.write("\t".join(_escape(value) for value in line) + "\n")
+        for values in ([c.name for c in columns], *([_plain(cell) for cell in row] for row in rows)):
+            console.file.write("\t".join(_escape(value) for value in values) + "\n")
         return
-    for line in title:  # on a terminal wrapped between words (an LSN is one), else one line as it is
+    for heading in title:  # on a terminal wrapped between words (an LSN is one), else one line as it is
         if fmt == "plain":
-            console.file.write(_plain(line) + "\n")
+            console.file.write(_plain(heading) + "\n")
         else:
-            console.print(line, highlight=False)
+            console.print(heading, highlight=False)
     if fmt == "plain":
         lines = [[c.name for c in columns], *([" ".join(_plain(cell).split("\n")) for cell in row] for row in rows)]
         widths = [max(cell_len(line[i]) for line in lines) for i in range(len(columns))]  # a CJK character is 2

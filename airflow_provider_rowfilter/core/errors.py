@@ -110,5 +110,10 @@ class SparkUnavailableError(RowFilterError):
     transient = True
 
 
+class SparkAuthenticationError(RowFilterError):
+    """The Spark Connect server of ``spark_remote`` refused the job's token (or its lack of one): a retry
+    would meet the same refusal; the error names where the job looked for the token and the fix."""
+
+
 class ApplyError(RowFilterError):
     """The batch cannot be applied (nothing of it was)."""

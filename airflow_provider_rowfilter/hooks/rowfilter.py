@@ -46,7 +46,7 @@ class Endpoint:
     password: str | None = field(default=None, repr=False)
     role: str = "database"
 
-    def connect_kwargs(self) -> dict[str, str]:
+    def connect_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``psycopg.connect(url, **kwargs)``."""
         return {"password": self.password} if self.password else {}
 
@@ -166,7 +166,8 @@ class RowFilterHook(BaseHook):
                                 hint=f"pass {role}_conn_id= an Airflow postgres connection id")
         # A standby named by its connection id is reached with the publisher's password (connection.py ``password``).
         standbys = tuple(self.endpoint(s, "standby").url if CONN_ID.match(s) else s for s in checked.standbys)
-        resolved = replace(checked, standbys=standbys, **{role: e.url for role, e in endpoints.items()})
+        urls: dict[str, Any] = {role: e.url for role, e in endpoints.items()}
+        resolved = replace(checked, standbys=standbys, **urls)
         return ResolvedSpec(resolved, endpoints)
 
     @staticmethod

@@ -320,10 +320,10 @@ class ApplyChangesOperator(RowFilterJobOperator):
 
     # --- execution: the batch, then its asset events ----------------------------------------------------
     @clear_errors
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]  # SparkSubmitOperator's returns None
         self._assets = []
         self._lineage = None
-        self._resolved: ResolvedSpec | None = None
+        self._resolved = None
         try:
             result = super().execute(context)
         except AirflowSkipException:

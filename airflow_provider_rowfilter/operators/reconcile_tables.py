@@ -40,7 +40,7 @@ class ReconcileTablesOperator(RowFilterJobOperator):
                  max_readers: int | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tables = tables
-        self.dry_run = dry_run
+        self.dry_run = dry_run  # type: ignore[method-assign,assignment]  # the parameter; shadows BaseOperator.dry_run()
         self.max_readers = max_readers
 
     @property

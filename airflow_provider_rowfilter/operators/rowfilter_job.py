@@ -174,7 +174,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
 
     # --- execution -----------------------------------------------------------------------------------
     @clear_errors
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]  # SparkSubmitOperator's returns None
         if self._is_connect():
             return self._execute_connect()
         resolved = self.prepare_submit()
@@ -182,7 +182,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self._output = None
         if self.run_in_task(resolved):
             return self._result(resolved, before)
-        self.application_args = [*self.application_args[:2], *self.job_arguments()]  # after the task's own run
+        self.application_args = [*(self.application_args or [])[:2], *self.job_arguments()]  # after the task's own run
         self.log.info("Submitting the %s job of subscription %s (publications %s) to %s: %s",
                       self.job, resolved.spec.subscription, ", ".join(resolved.spec.publications),
                       self._master, self.application)
@@ -195,7 +195,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
             if self._archive is not None:
                 self._archive.discard()
             self.log.info("::endgroup::")
-            if self._output is None or self._output.error_text is None:
+            output = self._job_output()  # set while super().execute ran (hooks/spark_submit_job.py)
+            if output is None or output.error_text is None:
                 raise  # not the job's own error (spark-submit or the JVM failed): SparkSubmitHook's, retried
             self.log.error("The %s job failed (%s): %s", self.job,
                            "no retry" if isinstance(e, AirflowFailException) else "a retry may pass",
@@ -272,6 +273,10 @@ class RowFilterJobOperator(SparkSubmitOperator):
         return resolved
 
     # --- Spark Connect: the job as a plain Python process ---------------------------------------------
+    def _job_output(self) -> JobOutput | None:
+        """The job's output as read so far (the hook's, set while ``SparkSubmitOperator.execute`` ran)."""
+        return self._output
+
     def _is_connect(self) -> bool:
         try:
             conn = SparkConnectHook.get_connection(self.conn_id)

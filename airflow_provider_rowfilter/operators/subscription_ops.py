@@ -158,7 +158,7 @@ class SyncSequencesOperator(_SubscriptionOperator):
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tables = tables
-        self.dry_run = dry_run
+        self.dry_run = dry_run  # type: ignore[method-assign,assignment]  # the parameter; shadows BaseOperator.dry_run()
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_rowfilter.core.relation import TableName

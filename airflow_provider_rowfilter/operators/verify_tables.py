@@ -89,7 +89,7 @@ class VerifyTablesOperator(RowFilterJobOperator):
                           t["lsn"], t["missing"], t["extra"], t["different"], t["rows"])
         return result
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]  # SparkSubmitOperator's returns None
         try:
             return super().execute(context)
         except AirflowException:

@@ -21,6 +21,13 @@ static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
 }
 
+/* The i-th native int64 of a caller's buffer, which need not be aligned (a memoryview sliced at an odd byte). */
+static int64_t int64_at(const void *buffer, Py_ssize_t i) {
+    int64_t value;
+    memcpy(&value, (const char *)buffer + i * 8, 8);
+    return value;
+}
+
 /* ---- join_rows ------------------------------------------------------------------------------- */
 
 static const char join_rows_doc[] =
@@ -34,13 +41,26 @@ static PyObject *join_rows(PyObject *self, PyObject *args) {
     Py_ssize_t padding;
     if (!PyArg_ParseTuple(args, "O!n", &PyList_Type, &rows, &padding))
         return NULL;
+    if (padding < 0) { /* a negative one would make the buffer shorter than the rows copied into it */
+        PyErr_SetString(PyExc_ValueError, "join_rows: padding must not be negative");
+        return NULL;
+    }
     Py_ssize_t n = PyList_GET_SIZE(rows), total = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *row = PyList_GET_ITEM(rows, i);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != 2 || !PyLong_Check(PyTuple_GET_ITEM(row, 0)) ||
             !PyBytes_Check(PyTuple_GET_ITEM(row, 1)))
             Py_RETURN_NONE;
-        total += PyBytes_GET_SIZE(PyTuple_GET_ITEM(row, 1));
+        /* An LSN is PostgreSQL's uint64 (XLogRecPtr); one past int64 is left to the Python join, whose
+         * error (or result) is then the only one. */
+        int overflow;
+        PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(row, 0), &overflow);
+        if (overflow)
+            Py_RETURN_NONE;
+        Py_ssize_t size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(row, 1));
+        if (size > PY_SSIZE_T_MAX - padding - total)
+            return PyErr_NoMemory();
+        total += size;
     }
     PyObject *buffer = PyBytes_FromStringAndSize(NULL, total + padding);
     PyObject *lsns = PyBytes_FromStringAndSize(NULL, n * 8);
@@ -82,7 +102,7 @@ typedef struct {
 
 typedef struct {
     const unsigned char *b;
-    const int64_t *starts, *ends;
+    const void *starts, *ends; /* native int64, perhaps unaligned: read with int64_at */
     Py_ssize_t n;
     /* per message, filled by the first pass */
     int64_t *old_at, *new_at; /* where the old and new TupleData start, -1 when absent */
@@ -121,7 +141,7 @@ static int64_t walk_tuple(const unsigned char *b, int64_t at, int64_t end, Py_ss
 static int survey(Messages *m, Image *new, Image *old) {
     const unsigned char *b = m->b;
     for (Py_ssize_t i = 0; i < m->n; i++) {
-        int64_t s = m->starts[i], e = m->ends[i];
+        int64_t s = int64_at(m->starts, i), e = int64_at(m->ends, i);
         if (e - s < 7)
             return -1;
         unsigned char kind = b[s], marker = b[s + 5];
@@ -238,7 +258,8 @@ static PyObject *decode_changes(PyObject *self, PyObject *args) {
         goto done;
     }
     for (Py_ssize_t i = 0; i < m.n; i++) {
-        if (m.starts[i] < 0 || m.ends[i] < m.starts[i] || m.ends[i] > buffer.len) {
+        int64_t s = int64_at(m.starts, i), e = int64_at(m.ends, i);
+        if (s < 0 || e < s || e > buffer.len) {
             PyErr_SetString(PyExc_ValueError, "decode_changes: a message outside the buffer");
             goto done;
         }
@@ -270,7 +291,7 @@ static PyObject *decode_changes(PyObject *self, PyObject *args) {
         Cursor cn = {0, 0}, co = {0, 0};
         ((int32_t *)new.list_offsets)[0] = ((int32_t *)old.list_offsets)[0] = 0;
         for (Py_ssize_t i = 0; i < m.n; i++) {
-            int64_t s = m.starts[i];
+            int64_t s = int64_at(m.starts, i);
             oid[i] = (int64_t)be32(b + s + 1);
             kind[i] = m.old_at[i] < 0 ? -1 : (b[s + 5] == 'O' ? 1 : 0);
             fill(b, m.new_at[i], i, &new, &cn);

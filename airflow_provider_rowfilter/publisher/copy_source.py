@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -345,7 +345,7 @@ def exported_snapshot(conn: psycopg.Connection) -> Iterator[ExportedSnapshot]:
 
 # --- one reader -----------------------------------------------------------------------------------
 def read_copy(conninfo: dict[str, str], statement: str, snapshot: ExportedSnapshot | None = None, *,
-              block_rows: int = DEFAULT_BLOCK_ROWS) -> Iterator[bytearray]:
+              block_rows: int = DEFAULT_BLOCK_ROWS) -> Generator[bytearray, None, None]:
     """Run ``statement`` (a ``COPY … TO STDOUT``) in ``snapshot``; yield its output in blocks of whole lines.
 
     Runs on a Spark executor. Each block is ``block_rows`` rows of COPY text (newlines included),

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, replace
+from types import ModuleType
 
 import numpy as np
 import pyarrow as pa
 
+_native: ModuleType | None  # the C extension (its types: _pgoutput_native.pyi), or None
 try:
     from airflow_provider_rowfilter.publisher import _pgoutput_native as _native
 except ImportError:  # installed where no C compiler was found: the numpy decoder does the same
@@ -146,7 +148,8 @@ def message_buffer(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.nd
 def join_rows(rows: list[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A fetch of slot rows ``(lsn, data)`` as :func:`message_buffer` joins their data, with each row's LSN:
     ``(buffer, lsns, starts, ends)``. In C where the extension is built (no Python object per row)."""
-    joined = None if _native is None else _native.join_rows(rows, PADDING)
+    # The C join leaves to this one what it does not take: rows of another shape, an LSN past int64.
+    joined = None if _native is None or not isinstance(rows, list) else _native.join_rows(rows, PADDING)
     if joined is None:
         buffer, starts, ends = message_buffer([r[1] for r in rows])
         return buffer, np.fromiter((r[0] for r in rows), np.int64, len(rows)), starts, ends

@@ -35,6 +35,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -59,24 +60,24 @@ from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, ST
 _OP = {ChangeKind.INSERT: "I", ChangeKind.UPDATE: "U", ChangeKind.DELETE: "D", None: "x"}
 
 
-def _text(e: exp.Expression, alias: str | None = None) -> str:
+def _text(e: exp.Expr, alias: str | None = None) -> str:
     """Spark SQL text of ``e`` (``AS alias``), for ``selectExpr``: one Py4J call per projection, not per node."""
     return (exp.alias_(e, alias) if alias else e).sql(dialect="spark", identify=True)
 
 
-def _sql(e: exp.Expression) -> Column:
+def _sql(e: exp.Expr) -> Column:
     return F.expr(_text(e))
 
 
-def _fn(name: str, *args: exp.Expression) -> exp.Expression:
+def _fn(name: str, *args: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
-def _col(name: str) -> exp.Expression:
+def _col(name: str) -> exp.Expr:
     return exp.column(name)
 
 
-def _lit(value: object) -> exp.Expression:
+def _lit(value: object) -> exp.Expr:
     if value is None:
         return exp.Null()
     if isinstance(value, bool):
@@ -86,21 +87,21 @@ def _lit(value: object) -> exp.Expression:
     return exp.Literal.string(str(value))
 
 
-def _is(target: TargetPlan, epoch: int | None = None) -> exp.Expression:
-    cond = exp.EQ(this=_col("_tgt"), expression=_lit(target.index))
+def _is(target: TargetPlan, epoch: int | None = None) -> exp.Expr:
+    cond: exp.Expr = exp.EQ(this=_col("_tgt"), expression=_lit(target.index))
     if epoch is not None:
         cond = exp.and_(cond, exp.EQ(this=_col("_epoch"), expression=_lit(epoch)))
     return cond
 
 
-def _per_rules(plan: ApplyPlan, value, default: exp.Expression) -> exp.Expression:
+def _per_rules(plan: ApplyPlan, value, default: exp.Expr) -> exp.Expr:
     """CASE over (table, epoch): ``value(target, rules)`` where the table is subscribed in that epoch."""
     return case_over(
         ((_is(t, e), value(t, rules)) for t in plan.targets for e, rules in enumerate(t.rules) if rules is not None),
         default)
 
 
-def _published(plan: ApplyPlan, action: str) -> exp.Expression:
+def _published(plan: ApplyPlan, action: str) -> exp.Expr:
     return _per_rules(plan, lambda t, r: _lit(action in r.actions), _lit(False))
 
 
@@ -124,20 +125,20 @@ class BatchColumns:
 
     # element_at, not get/[]: Spark's optimizer inlines an array into every get() of it, which would
     # repeat the realignment (and the filters) in every expression that reads a value.
-    def read(self, values: str, name: str) -> exp.Expression:
+    def read(self, values: str, name: str) -> exp.Expr:
         return _fn("element_at", _col(values), _lit(self.position[name] + 1))
 
 
-def evaluated_filter(rules: EpochRules, action: str, names: BatchColumns, values: str) -> exp.Expression | None:
+def evaluated_filter(rules: EpochRules, action: str, names: BatchColumns, values: str) -> exp.Expr | None:
     """The action's effective filter (ORed publications) on one side of the change, as the apply evaluates it
     (``None``: unfiltered). tests/core/filters/test_row_filter_differential.py holds this against PostgreSQL."""
     tree = rules.filters.get(action)
     return None if tree is None else filter_expression(tree, rules.column_types, lambda n: names.read(values, n))
 
 
-def _matches(plan: ApplyPlan, names: BatchColumns, action: str, values: str) -> exp.Expression:
+def _matches(plan: ApplyPlan, names: BatchColumns, action: str, values: str) -> exp.Expr:
     """The action's effective filter on one side of the change; NULL counts as no match."""
-    def one(target: TargetPlan, rules: EpochRules) -> exp.Expression:
+    def one(target: TargetPlan, rules: EpochRules) -> exp.Expr:
         matched = evaluated_filter(rules, action, names, values)
         return _lit(True) if matched is None else exp.func("coalesce", matched, _lit(False))
     return _per_rules(plan, one, _lit(False))
@@ -149,7 +150,7 @@ _PUBLISHED = {"_pi": "insert", "_pu": "update", "_pd": "delete", "_pt": "truncat
 _MATCHED = {"_fi": ("insert", "_nv"), "_fun": ("update", "_nv"), "_fuo": ("update", "_ov"), "_fd": ("delete", "_ov")}
 
 
-def _decision() -> exp.Expression:
+def _decision() -> exp.Expr:
     """What each change is applied as (``_op``), from the judged booleans."""
     new_u, old_u = _col("_fun"), _col("_fuo")
     transform = exp.Case()
@@ -160,28 +161,28 @@ def _decision() -> exp.Expression:
     update = exp.If(this=exp.Is(this=_col("old_kind"), expression=exp.Null()),
                     true=exp.If(this=new_u.copy(), true=_lit("U"), false=_lit("x")), false=transform)
 
-    def gated(published: str, decided: exp.Expression) -> exp.Expression:
+    def gated(published: str, decided: exp.Expr) -> exp.Expr:
         return exp.If(this=_col(published), true=decided, false=_lit("u"))
 
-    kind = _col("kind")
+    kind_column = _col("kind")
     return (exp.Case()
-            .when(exp.EQ(this=kind, expression=_lit("insert")),
+            .when(exp.EQ(this=kind_column, expression=_lit("insert")),
                   gated("_pi", exp.If(this=_col("_fi"), true=_lit("I"), false=_lit("x"))))
-            .when(exp.EQ(this=kind, expression=_lit("update")), gated("_pu", update))
-            .when(exp.EQ(this=kind, expression=_lit("delete")),
+            .when(exp.EQ(this=kind_column, expression=_lit("update")), gated("_pu", update))
+            .when(exp.EQ(this=kind_column, expression=_lit("delete")),
                   gated("_pd", exp.If(this=_col("_fd"), true=_lit("D"), false=_lit("x"))))
-            .when(exp.EQ(this=kind, expression=_lit("truncate")), gated("_pt", _lit("T")))
+            .when(exp.EQ(this=kind_column, expression=_lit("truncate")), gated("_pt", _lit("T")))
             .else_(_lit("u")))
 
 
-def _per_target(plan: ApplyPlan, build) -> exp.Expression:
+def _per_target(plan: ApplyPlan, build) -> exp.Expr:
     """``CASE WHEN _tgt = i THEN build(target) … END`` (NULL for no target)."""
     return case_over((_is(t), build(t)) for t in plan.targets)
 
 
-def _flags(plan: ApplyPlan, names: BatchColumns) -> exp.Expression:
+def _flags(plan: ApplyPlan, names: BatchColumns) -> exp.Expr:
     """One character per subscriber column: 0 the change carries it, 1 it does not (see subscriber/apply_target.py)."""
-    def one(target: TargetPlan, rules: EpochRules) -> exp.Expression:
+    def one(target: TargetPlan, rules: EpochRules) -> exp.Expr:
         cells = []
         for c in target.columns:
             carried = (exp.GT(this=names.read("_p", c), expression=_lit(0)) if rules.publishes_column(c)
@@ -203,7 +204,7 @@ class DecidedBatch:
 
     def release(self) -> None:
         """Drop the checkpointed rows now, rather than when the JVM's garbage collector finds them."""
-        cached = getattr(self.frame, "_plan", None)
+        cached: Any = getattr(self.frame, "_plan", None)
         if getattr(cached, "_relation_id", None) is not None:  # Spark Connect: a checkpoint the server keeps
             # Send now the RemoveRemoteCachedRelation its finalizer would send (pyspark.sql.connect.plan).
             cached.__del__()
@@ -215,7 +216,7 @@ class DecidedBatch:
 
     def facts(self) -> BatchFacts:
         if self._facts is None:
-            self._facts = read_facts(self.plan, self._facts_frame().collect())
+            self._facts = read_facts(self.plan, (row.asDict() for row in self._facts_frame().collect()))
         return self._facts
 
     def _facts_frame(self) -> DataFrame:
@@ -323,45 +324,48 @@ class DecidedBatch:
 def _sql_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
     """``settings`` in ``spark``'s session for the block, then put back as they were (the session
     serves the job's next batch and, through Spark Connect, its next run)."""
-    previous = {key: spark.conf.get(key) for key in settings}
+    previous: dict[str, str | None] = {key: spark.conf.get(key) for key in settings}
     try:
         for key, value in settings.items():
             spark.conf.set(key, value)
         yield
     finally:
-        for key, value in previous.items():
-            spark.conf.set(key, value)
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
-def _null(type_: str) -> exp.Expression:
+def _null(type_: str) -> exp.Expr:
     return exp.cast(exp.Null(), type_)
 
 
-def _long(value: int) -> exp.Expression:
+def _long(value: int) -> exp.Expr:
     return exp.cast(_lit(value), "bigint")
 
 
-def _get(of: exp.Expression, field: str) -> exp.Expression:
+def _get(of: exp.Expr, field: str) -> exp.Expr:
     """``of.field``: a field of a struct (a lambda variable's, or an array element's)."""
     return exp.Dot(this=of, expression=exp.to_identifier(field))
 
 
-def _var(name: str) -> exp.Expression:
+def _var(name: str) -> exp.Expr:
     """A lambda variable."""
     return exp.column(name)
 
 
-def _lambda(body: exp.Expression, *variables: str) -> exp.Expression:
+def _lambda(body: exp.Expr, *variables: str) -> exp.Expr:
     return exp.Lambda(this=body, expressions=[exp.to_identifier(v) for v in variables])
 
 
-def _struct(**fields: exp.Expression) -> exp.Expression:
+def _struct(**fields: exp.Expr) -> exp.Expr:
     return _fn("named_struct", *(e for name, value in fields.items() for e in (_lit(name), value)))
 
 
-def _outcome(present: exp.Expression, vals: exp.Expression | None = None, flags: exp.Expression | None = None,
-             clsn: exp.Expression | None = None, cxid: exp.Expression | None = None,
-             mu: exp.Expression | None = None, md: exp.Expression | None = None) -> exp.Expression:
+def _outcome(present: exp.Expr, vals: exp.Expr | None = None, flags: exp.Expr | None = None,
+             clsn: exp.Expr | None = None, cxid: exp.Expr | None = None,
+             mu: exp.Expr | None = None, md: exp.Expr | None = None) -> exp.Expr:
     """A key's net effect from one start: subscriber/apply_stage.py ``OUTCOME_FIELDS``, and the values."""
     return _struct(present=present, vals=_null("array<string>") if vals is None else vals,
                    flags=_null("string") if flags is None else flags,
@@ -370,14 +374,14 @@ def _outcome(present: exp.Expression, vals: exp.Expression | None = None, flags:
                    missing_update=_long(0) if mu is None else mu, missing_delete=_long(0) if md is None else md)
 
 
-def _by_op(op: exp.Expression, insert: exp.Expression, update: exp.Expression,
-           delete: exp.Expression) -> exp.Expression:
+def _by_op(op: exp.Expr, insert: exp.Expr, update: exp.Expr,
+           delete: exp.Expr) -> exp.Expr:
     """``CASE op WHEN 'I' THEN insert WHEN 'U' THEN update ELSE delete END``."""
     return exp.Case(this=op, ifs=[exp.If(this=_lit("I"), true=insert), exp.If(this=_lit("U"), true=update)],
                     default=delete)
 
 
-def _single(existed: bool, policy: str) -> exp.Expression:
+def _single(existed: bool, policy: str) -> exp.Expr:
     """The net effect of a key's only change (most keys of a batch), without a fold.
 
     The same as :func:`_folded` on a one-element list, but without the values: they are the change's
@@ -397,7 +401,7 @@ def _single(existed: bool, policy: str) -> exp.Expression:
     return _by_op(_get(o, "_op"), insert, update, delete)
 
 
-def _folded(existed: bool, policy: str) -> exp.Expression:
+def _folded(existed: bool, policy: str) -> exp.Expr:
     """The net effect of a key's changes, in commit order, from a start where the key existed or not.
 
     State: present, cells (value and flag per column; 2 = the subscriber's current value), the first
@@ -406,13 +410,13 @@ def _folded(existed: bool, policy: str) -> exp.Expression:
     """
     s, o = _var("s"), _var("o")
 
-    def state(present: exp.Expression, cells: exp.Expression, *, clsn: exp.Expression | None = None,
-              cxid: exp.Expression | None = None, mu: exp.Expression | None = None) -> exp.Expression:
+    def state(present: exp.Expr, cells: exp.Expr, *, clsn: exp.Expr | None = None,
+              cxid: exp.Expr | None = None, mu: exp.Expr | None = None) -> exp.Expr:
         return _struct(present=present, cells=cells, clsn=_get(s, "clsn") if clsn is None else clsn,
                        cxid=_get(s, "cxid") if cxid is None else cxid, mu=_get(s, "mu") if mu is None else mu,
                        md=_get(s, "md"))
 
-    def cell(value: exp.Expression, flag: exp.Expression) -> exp.Expression:
+    def cell(value: exp.Expr, flag: exp.Expr) -> exp.Expr:
         return _struct(v=value, f=flag)
 
     # the change's cells: its values, each with its flag as a number
@@ -471,7 +475,7 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
     frame = (raw.join(F.broadcast(table), (raw["schema"] == table["_leaf_schema"])
                       & (raw["table"] == table["_leaf_table"]))
              .where(F.col("commit_lsn") >= F.col("_position")))
-    epoch: exp.Expression = _lit(0)
+    epoch: exp.Expr = _lit(0)
     for i, start in enumerate(plan.epochs[1:], start=1):
         epoch = exp.If(this=exp.GTE(this=_col("commit_lsn"), expression=_lit(start)), true=_lit(i), false=epoch)
     keyless = [t for t in plan.targets if not t.key]
@@ -486,14 +490,14 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
         _text(exp.Array(expressions=[exp.cast(_fn("array_position", _col("column_names"), _lit(n)), "int")
                                      for n in names.names]), "_p"))
 
-    def realigned(build: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+    def realigned(build: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
         cells = []
         for i in positions:
             p = _fn("element_at", _col("_p"), _lit(i))
             cells.append(exp.If(this=exp.GT(this=p, expression=_lit(0)), true=build(p), false=exp.Null()))
         return exp.Array(expressions=cells)
 
-    def at(values: str, p: exp.Expression) -> exp.Expression:
+    def at(values: str, p: exp.Expr) -> exp.Expr:
         return _fn("try_element_at", _col(values), p.copy())
 
     is_full = exp.EQ(this=_col("old_kind"), expression=_lit("O"))
@@ -521,7 +525,7 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
         decision = exp.If(this=exp.EQ(this=_col("commit_lsn"), expression=_lit(plan.skip_lsn)), true=_lit("s"),
                           false=decision)
 
-    def key(values: str) -> exp.Expression:
+    def key(values: str) -> exp.Expr:
         return _per_target(plan, lambda t: exp.Array(expressions=[names.read(values, k) for k in t.key])
                            if t.key else _identity())
     frame = frame.selectExpr(*kept, "_nv", "_um", "_ov", "_p", _text(decision, "_op"), _text(key("_nv"), "_newkey"),
@@ -530,7 +534,7 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
     op = _col("_op")
     dml = exp.In(this=op, expressions=[_lit("I"), _lit("U")])
     has_old_row = exp.Not(this=exp.Is(this=_col("_ov"), expression=exp.Null()))  # has_old, on what step 2 kept
-    found_by = (exp.Case()
+    found_by: exp.Expr = (exp.Case()
                 .when(exp.EQ(this=op.copy(), expression=_lit("I")), _col("_newkey"))
                 .when(exp.EQ(this=op.copy(), expression=_lit("D")), _col("_oldkey"))
                 .when(exp.EQ(this=op.copy(), expression=_lit("U")),
@@ -538,7 +542,7 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
     values = _per_target(plan, lambda t: exp.Array(expressions=[names.read("_nv", c) for c in t.columns]))
     key_changed = exp.and_(exp.EQ(this=op.copy(), expression=_lit("U")), has_old_row.copy(),
                            exp.not_(exp.NullSafeEQ(this=_col("_oldkey"), expression=_col("_newkey"))))
-    staged_op: exp.Expression = op.copy()
+    staged_op: exp.Expr = op.copy()
     barrier = key_changed
     if keyless:
         # A table without a key (relation.c logicalrep_rel_mark_updatable): its INSERTs are found by
@@ -564,7 +568,7 @@ def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:
     return DecidedBatch(frame.localCheckpoint(eager=False), plan)
 
 
-def _single_vals() -> exp.Expression:
+def _single_vals() -> exp.Expr:
     """A single change's values, staged as they are (``NULL`` for a DELETE's, or for a fold)."""
     o = exp.Bracket(this=_col("ops"), expressions=[_lit(0)])
     return exp.If(this=exp.and_(exp.EQ(this=_fn("size", _col("ops")), expression=_lit(1)),
@@ -572,7 +576,7 @@ def _single_vals() -> exp.Expression:
                   true=_get(o.copy(), "_vals"), false=exp.Null())
 
 
-def _identity() -> exp.Expression:
+def _identity() -> exp.Expr:
     """A change's own identity, ``[commit_lsn, seq]``: the "key" of a change to a table without one."""
     return exp.Array(expressions=[exp.cast(_col("commit_lsn"), "string"), exp.cast(_col("seq"), "string")])
 

@@ -108,9 +108,9 @@ def diff_rows(spark: SparkSession, publisher: Sequence[Read], subscriber: Sequen
         diff = RowDiff()
         for row in classified.groupBy("kind").agg(F.sum("n").alias("n")).collect():
             setattr(diff, row["kind"], int(row["n"]))
-        for kind in ("missing", "extra", "different"):
-            if getattr(diff, kind):
-                diff.examples[kind] = [r["k"] for r in classified.where(F.col("kind") == kind)
+        for name in ("missing", "extra", "different"):
+            if getattr(diff, name):
+                diff.examples[name] = [r["k"] for r in classified.where(F.col("kind") == name)
                                        .orderBy("k").limit(EXAMPLES).select("k").collect()]
         return diff
     finally:

@@ -13,8 +13,10 @@ to the server in its environment (``SPARK_CONNECT_AUTHENTICATE_TOKEN``, which Sp
 ``spark.connect.authenticate.token`` is not set: a setting would show on its command line). The jobs
 find it there (:func:`local_token`) or in their own environment. The server's environment is this
 module's, not the caller's (:data:`SERVER_ENVIRONMENT`): no Airflow connection, password or cloud key
-of the shell that starts it reaches the code it runs; and it runs with umask 077, so that what Spark
-writes (shuffle and spill files of replicated rows, the clients' artifacts) is its user's alone.
+of the shell that starts it reaches the code it runs; and it runs with umask 077, its scratch files
+(``spark.local.dir``: shuffle and spill files of replicated rows) in a 0700 directory of its own, so that
+what Spark writes is its user's alone. Spark's own ports of its JVM (driver RPC, block manager) ask for
+the secret Spark makes in it (spark/settings.py ``network_security``).
 
 A cluster's own Connect server is not started here: point ``spark_remote`` at it (docs/apply.md says how
 to require a token there).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,7 +42,13 @@ from airflow_provider_rowfilter.core.private_files import open_private, private_
 from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV, remote_params
 from airflow_provider_rowfilter.spark.processes import alive
 from airflow_provider_rowfilter.spark.remote import remote_address
-from airflow_provider_rowfilter.spark.settings import STATIC_SQL_SETTINGS, with_jvm_options
+from airflow_provider_rowfilter.spark.settings import (
+    STATIC_SQL_SETTINGS,
+    network_security,
+    private_local_dir,
+    wants_local_dir,
+    with_jvm_options,
+)
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
@@ -51,6 +60,12 @@ URL_HOST = "localhost"
 STATE_FILE = "server.json"
 LOG_FILE = "server.log"
 TOKEN_FILE = "token"
+#: Where ``rowfilter spark-server`` keeps its files without ``--state-dir``, and where the jobs look for its
+#: token first: the same for both when set in the environment of both.
+STATE_DIR_ENV = "ROWFILTER_SPARK_SERVER_DIR"
+#: In the default state directory: one file per port of a server started with another ``--state-dir``,
+#: naming that directory (:func:`local_token` reads it).
+SERVERS_DIR = "servers"
 #: What the server's process keeps of the environment of whoever starts it: where programs, Java and the
 #: locale are, nothing else (no AIRFLOW_CONN_*, ROWFILTER_*_PASSWORD, PGPASSWORD, AWS_*, …).
 SERVER_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JAVA_HOME",
@@ -69,16 +84,33 @@ class ServerInfo:
     url: str
     log: str
     token_file: str = ""
+    local_dir: str = ""  # its spark.local.dir when made here (0700, removed when it is stopped)
 
 
 def default_state_dir() -> Path:
-    """``$XDG_STATE_HOME/rowfilter/spark-server`` (``~/.local/state/…`` without it)."""
+    """``$ROWFILTER_SPARK_SERVER_DIR``, else ``$XDG_STATE_HOME/rowfilter/spark-server`` (``~/.local/state/…``
+    without it): where ``rowfilter spark-server`` keeps its files unless given ``--state-dir``, and where
+    the jobs look for its token first."""
+    if os.environ.get(STATE_DIR_ENV):
+        return Path(os.environ[STATE_DIR_ENV])
+    return _xdg_state_dir()
+
+
+def _xdg_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(base) / "rowfilter" / "spark-server"
 
 
+def _pointer(port: int) -> Path:
+    """Where a server started with another ``--state-dir`` says which it is, by its port (0600, this user's):
+    so that the jobs find its token with nothing more."""
+    return _xdg_state_dir() / SERVERS_DIR / str(port)
+
+
 def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, str] | None = None) -> list[str]:
-    """The spark-submit command line of the server: loopback only, the jobs' JVM options, the caller's ``conf``."""
+    """The spark-submit command line of the server: loopback only, Spark's RPC and block transfers
+    authenticated (spark/settings.py ``network_security``: the secret is Spark's own, made in the server's
+    JVM, never on this line), the jobs' JVM options, the caller's ``conf``."""
     settings = {
         "spark.connect.grpc.binding.address": HOST,
         "spark.connect.grpc.binding.port": str(port),
@@ -87,6 +119,7 @@ def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, s
         "spark.ui.enabled": "false",
         "spark.sql.session.timeZone": "UTC",
         **STATIC_SQL_SETTINGS,
+        **network_security(master, conf),
         **(conf or {}),
     }
     settings = with_jvm_options(settings)  # a long-lived JVM: both JIT compilers (no short-batch option)
@@ -128,20 +161,32 @@ def start(state_dir: Path | None = None, *, port: int = DEFAULT_PORT, master: st
     log_path, token_path = state / LOG_FILE, state / TOKEN_FILE
     token = secrets.token_urlsafe(32)
     write_private(token_path, token + "\n")
+    environment = server_environment(token)
+    # Its shuffle and spill files (replicated rows) in a directory of its user's alone: Spark's own variable,
+    # which it takes silently (spark.local.dir makes it warn that a cluster manager would override it).
+    local_dir = private_local_dir("rowfilter-spark-server-", remove_at_exit=False) \
+        if wants_local_dir({"spark.master": master, **(conf or {})}, environment) else ""
+    if local_dir:
+        environment["SPARK_LOCAL_DIRS"] = local_dir
     with open_private(log_path, "ab") as log:
-        process = subprocess.Popen(server_command(port, master, conf), stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, env=server_environment(token), start_new_session=True,
+        process = subprocess.Popen(server_command(port, master, conf), stdin=subprocess.DEVNULL,
+                                   stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,
                                    umask=0o077)
-    info = ServerInfo(process.pid, f"sc://{URL_HOST}:{port}", str(log_path), str(token_path))
+    info = ServerInfo(process.pid, f"sc://{URL_HOST}:{port}", str(log_path), str(token_path), local_dir)
     deadline = time.monotonic() + timeout
     while not _listening(port):
         if process.poll() is not None or time.monotonic() > deadline:
             if process.poll() is None:
                 _terminate(process.pid)
+            if local_dir:
+                shutil.rmtree(local_dir, ignore_errors=True)
             raise ServerError(f"the Spark Connect server did not start (exit status {process.poll()})",
                               detail=_tail(log_path), hint=f"see its log {log_path}")
         time.sleep(0.2)
     write_private(state / STATE_FILE, json.dumps(vars(info)))
+    if state.resolve() != _xdg_state_dir().resolve():
+        private_directory(_pointer(port).parent)
+        write_private(_pointer(port), str(state.resolve()))
     return info
 
 
@@ -154,29 +199,63 @@ def server_environment(token: str, environ: Mapping[str, str] | None = None) -> 
 
 
 def local_token(remote: str, state_dir: Path | None = None) -> str | None:
-    """The token of the local server (this user's, in ``state_dir``) when ``remote`` is its address; else None.
+    """The token of the local server (this user's) when ``remote`` is its address; else None (:func:`find_token`)."""
+    return _local_token(remote, state_dir)[0]
 
-    So that ``rowfilter apply`` after ``rowfilter spark-server start`` needs nothing more; any other server's
-    token comes from the environment (``SPARK_CONNECT_AUTHENTICATE_TOKEN``) or, in Airflow, the Token of the
-    ``spark_connect`` connection.
+
+def _local_token(remote: str, state_dir: Path | None = None) -> tuple[str | None, list[str]]:
+    """The token of this user's local server at ``remote``'s port, and the token files looked at.
+
+    Looked for in ``state_dir`` when given; else in :func:`default_state_dir` (``$ROWFILTER_SPARK_SERVER_DIR``
+    or the XDG one), then in the directory a server started with ``--state-dir`` named for its port
+    (:func:`_pointer`). So ``rowfilter apply`` after ``rowfilter spark-server start [--state-dir D]`` needs
+    nothing more; any other server's token comes from the environment (``SPARK_CONNECT_AUTHENTICATE_TOKEN``)
+    or, in Airflow, the Token of the ``spark_connect`` connection.
     """
     host, port = remote_address(remote)
     if host not in ("localhost", "127.0.0.1", "::1"):
-        return None
-    info = status(state_dir)
-    if info is None or remote_address(info.url)[1] != port or not info.token_file:
-        return None
-    try:
-        return Path(info.token_file).read_text().strip() or None
-    except OSError:
-        return None
+        return None, []
+    candidates = [Path(state_dir)] if state_dir is not None else [default_state_dir()]
+    if state_dir is None:
+        try:
+            candidates.append(Path(_pointer(port).read_text().strip()))
+        except (OSError, ValueError):
+            pass
+    looked = []
+    for directory in candidates:
+        looked.append(str(directory / TOKEN_FILE))
+        info = status(directory)
+        if info is None or remote_address(info.url)[1] != port or not info.token_file:
+            continue
+        try:
+            token = Path(info.token_file).read_text().strip()
+        except OSError:
+            continue
+        if token:
+            return token, looked
+    return None, looked
 
 
 def token_of(remote: str) -> str | None:
     """The token a client of ``remote`` sends: the URL's ``token`` parameter, else the environment's, else
     :func:`local_token`."""
+    return find_token(remote)[0]
+
+
+def find_token(remote: str) -> tuple[str | None, str]:
+    """:func:`token_of`'s token and where it came from, or where it was looked for (for an error message)."""
     given = next((value for key, value in remote_params(remote)[1] if key == "token"), None)
-    return given or os.environ.get(SPARK_CONNECT_TOKEN_ENV) or local_token(remote)
+    if given:
+        return given, "the token parameter of spark_remote"
+    if os.environ.get(SPARK_CONNECT_TOKEN_ENV):
+        return os.environ[SPARK_CONNECT_TOKEN_ENV], f"the environment's {SPARK_CONNECT_TOKEN_ENV}"
+    token, looked = _local_token(remote)
+    if token:
+        return token, f"the token file {looked[-1]}"
+    if not looked:
+        return None, f"{SPARK_CONNECT_TOKEN_ENV} is not set (and it is not the address of a local server)"
+    return None, (f"{SPARK_CONNECT_TOKEN_ENV} is not set, and no token of a server at port {remote_address(remote)[1]} "
+                  f"is in {' or '.join(looked)}")
 
 
 def stop(state_dir: Path | None = None, timeout: float = 60.0) -> ServerInfo | None:
@@ -188,6 +267,14 @@ def stop(state_dir: Path | None = None, timeout: float = 60.0) -> ServerInfo | N
     _terminate(info.pid, timeout)
     (state / STATE_FILE).unlink(missing_ok=True)
     (state / TOKEN_FILE).unlink(missing_ok=True)  # a stopped server's token opens nothing: one less secret on disk
+    pointer = _pointer(remote_address(info.url)[1])
+    try:
+        if pointer.read_text().strip() == str(state.resolve()):
+            pointer.unlink()
+    except OSError:
+        pass
+    if info.local_dir:
+        shutil.rmtree(info.local_dir, ignore_errors=True)
     return info
 
 

@@ -20,15 +20,24 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from typing import Any, cast
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SparkAuthenticationError, SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params, with_remote_params
 from airflow_provider_rowfilter.spark.class_archive import mark_session
 from airflow_provider_rowfilter.spark.remote import remote_address, require_server
-from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS, STATIC_SQL_SETTINGS, with_jvm_options
+from airflow_provider_rowfilter.spark.settings import (
+    SMALL_BATCH_SQL_SETTINGS,
+    STATIC_SQL_SETTINGS,
+    network_security,
+    private_local_dir,
+    wants_local_dir,
+    with_jvm_options,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +85,8 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
         # the host name resolves to.
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
+    # Spark's RPC and block transfers answer only holders of the secret Spark makes (spark/settings.py).
+    settings.update(network_security(settings["spark.master"], conf))
     settings.update(conf or {})
     # The JVMs' own zone (java.time conversions read it) and the JIT for long
     # generated methods, added to the caller's Java options (spark/settings.py SPARK_JVM_OPTIONS).
@@ -98,6 +109,12 @@ def build_session(
     """
     builder = SparkSession.builder.appName(app_name)
     settings = session_conf(master, conf, short_batch=short_batch)
+    scratch = None
+    if SparkContext._active_spark_context is None and wants_local_dir(settings):
+        # Shuffle and spill files (replicated rows) in a directory of this user's alone, whatever the umask.
+        scratch = private_local_dir()
+        if SparkContext._gateway is not None:  # the JVM runs already (spark-submit started it): a setting
+            settings["spark.local.dir"], scratch = scratch, None
     if settings["spark.master"].startswith("local"):
         # The Python workers of a local master run here: give them this interpreter and its packages
         # (psycopg for the copy's writers), not whichever `python3` comes first on PATH. PySpark reads
@@ -105,10 +122,26 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _scratch_environment(scratch):
+        session = builder.getOrCreate()
     mark_session()  # the operator keeps the class archive this JVM writes when it exits (spark/class_archive.py)
     logger.info("Spark session %r on %s (Spark %s)", app_name, session.sparkContext.master, session.version)
     return session
+
+
+@contextmanager
+def _scratch_environment(scratch: str | None) -> Iterator[None]:
+    """``SPARK_LOCAL_DIRS=scratch`` in the environment of the JVM started in the block (pyspark's gateway copies
+    this process's): Spark takes its own variable silently, where ``spark.local.dir`` makes it warn in every
+    job's log that a cluster manager would override it. This process's environment is put back after."""
+    if scratch is None:
+        yield
+        return
+    os.environ["SPARK_LOCAL_DIRS"] = scratch
+    try:
+        yield
+    finally:
+        os.environ.pop("SPARK_LOCAL_DIRS", None)
 
 
 def remote_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -149,7 +182,7 @@ def reused_session_id(token: str | None, subscription: str, job: str, conf: Mapp
 
 
 def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_id: str | None = None, *,
-                    token: str | None = None) -> SparkSession:
+                    token: str | None = None, token_from: str = "") -> SparkSession:
     """A Spark Connect session on the server at ``remote`` (``sc://host:port``), with :func:`remote_conf`.
 
     :param session_id: attach to this server-side session (created on first use) and leave it to the
@@ -157,11 +190,13 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
         session the server has closed is replaced by a new one.
     :param token: the server's token (spark/connect_server.py ``token_of``), sent with every request; a
         loopback address is then named ``localhost``, which pyspark's client reaches without TLS.
+    :param token_from: where ``token`` was found, or where it was looked for (spark/connect_server.py
+        ``find_token``), for the error when the server refuses it.
+    :raises SparkAuthenticationError: the server refused the token, or asks for one and none was found
+        (not transient: a retry meets the same refusal).
     :raises SparkUnavailableError: nothing listens at ``remote`` (transient: a later run may find it up).
     :raises SpecError: the server refuses one of the settings (named, with the fix).
     """
-    from pyspark import SparkContext
-
     if SparkContext._active_spark_context is not None:
         # pyspark runs one mode per process: a Connect session marks the whole process as Connect
         # (SPARK_CONNECT_MODE_ENABLED), after which the classic session's functions build Connect columns.
@@ -170,7 +205,17 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
                         hint="run the job in a process of its own (`python -m airflow_provider_rowfilter.jobs.<job>`, "
                         "as the operators do), or leave spark_remote out of the spec")
     require_server(remote)
-    session = _attach(_with_token(remote, token), session_id)
+    session = None
+    try:
+        session = _attach(_with_token(remote, token), session_id)
+        _ = session.version  # the first request (none yet without a session id): a refused token is refused here
+    except Exception as e:
+        if not _unauthenticated(e):
+            raise
+        if session is not None:
+            with suppress(Exception):
+                session.stop()
+        raise _token_refused(remote, e, token, token_from) from None
     settings = remote_conf(conf)
     for key in SMALL_BATCH_SQL_SETTINGS.keys() - settings.keys():
         # A reused session keeps what its last run set: a run killed during a small batch's action
@@ -188,6 +233,30 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
                             "cluster's Spark Connect configuration) and remove it from spark_conf") from None
     logger.info("Spark Connect session on %s (Spark %s)", remote.partition(";")[0], session.version)
     return session
+
+
+def _unauthenticated(error: BaseException) -> bool:
+    """``error`` is the server's refusal of the client's token (gRPC's ``UNAUTHENTICATED``)."""
+    code = getattr(error, "getGrpcStatusCode", lambda: None)()
+    return getattr(code, "name", None) == "UNAUTHENTICATED" or "UNAUTHENTICATED" in str(error)
+
+
+def _token_refused(remote: str, error: BaseException, token: str | None, token_from: str) -> SparkAuthenticationError:
+    """The error of a job whose token the server at ``remote`` refused: where the job looked, and the fix."""
+    said = next((line.split("=", 1)[1].strip().strip('"') for line in str(error).splitlines()
+                 if line.strip().startswith("details")), "UNAUTHENTICATED")
+    address = remote.partition(";")[0].rstrip("/")
+    if token:
+        what = f"refused this job's token, from {token_from or 'the caller'}: {said}"
+        fix = ("the local server makes a new token at every start: give the job the current one (the server's "
+               "token file, `rowfilter spark-server status` names it), or, in Airflow, the spark_connect "
+               "connection's Token")
+    else:
+        what = f"asks for a token and this job found none ({said}): {token_from or 'none was given'}"
+        fix = ("for the local server, set ROWFILTER_SPARK_SERVER_DIR to the --state-dir it was started with "
+               "(its token is that directory's file `token`), or give the token in SPARK_CONNECT_AUTHENTICATE_TOKEN; "
+               "in Airflow, set the spark_connect connection's Token")
+    return SparkAuthenticationError(f"the Spark Connect server at spark_remote {address!r} {what}", hint=fix)
 
 
 def _with_token(remote: str, token: str | None) -> str:
@@ -210,10 +279,10 @@ def _attach(remote: str, session_id: str | None) -> SparkSession:
     named_by_user = any(key == "session_id" for key, _ in params)
     if session_id is None or named_by_user:
         session = SparkSession.builder.remote(remote).create()
-        session.release_session_on_close = not named_by_user  # a session named in spark_remote is the user's
+        cast(Any, session).release_session_on_close = not named_by_user  # one named in spark_remote is the user's
         return session
     session = SparkSession.builder.remote(with_remote_params(base, [*params, ("session_id", session_id)])).create()
-    session.release_session_on_close = False
+    cast(Any, session).release_session_on_close = False  # a Connect session's attribute
     try:
         _ = session.version  # the first request: the server refuses here an id it has closed
     except Exception as e:
@@ -243,12 +312,12 @@ def job_session(spec: SubscriptionSpec, job: str, spark: SparkSession | None = N
         yield existing
         return
     if spec.spark_remote:
-        from airflow_provider_rowfilter.spark.connect_server import token_of
+        from airflow_provider_rowfilter.spark.connect_server import find_token
 
-        token = token_of(spec.spark_remote)
+        token, token_from = find_token(spec.spark_remote)
         session = connect_session(spec.spark_remote, spec.spark_conf,
                                   reused_session_id(token, spec.subscription, job, remote_conf(spec.spark_conf)),
-                                  token=token)
+                                  token=token, token_from=token_from)
         try:
             yield session
         finally:

@@ -7,6 +7,11 @@ settings (spark/session.py). Measurements behind each choice: docs/apply.md, "Sp
 
 from __future__ import annotations
 
+import atexit
+import os
+import re
+import shutil
+import tempfile
 from collections.abc import Mapping
 
 #: JVM options of the jobs' driver and executors, given to spark-submit by the operators and to a
@@ -43,6 +48,52 @@ STATIC_SQL_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
 #: empty tasks per stage. Set for that action only; a Connect session a killed run left them set on
 #: is reset when a job attaches to it (spark/session.py ``connect_session``).
 SMALL_BATCH_SQL_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.shuffle.partitions": "1"}
+#: Spark's own RPC (the driver's endpoints) and block transfers (cached and shuffled rows) answer only a peer
+#: that proves it holds the application's secret: without it another user of the host fetched a session's
+#: cached rows from its block manager port with a few lines of Python (tests/spark/test_spark_network.py).
+#: Under a local master, YARN and Kubernetes, Spark makes the secret itself (256 random bits,
+#: ``SecurityManager.initializeAuth``) and hands it to its executors itself: it is in no setting, on no
+#: command line and in no log.
+NETWORK_AUTH_SETTINGS = {"spark.authenticate": "true"}
+#: Added off a local master, where Spark's traffic crosses the network: encrypted (Spark's AES-based protocol).
+#: Not under a local master: its peers are one JVM and loopback, which no other unprivileged user can read,
+#: and with it the Connect server's first query of a new session hung in 2 of 8 trials (its executor fetching
+#: the session's classes from the driver's file server: 120 s, then "Connection … closed"), none of 8 without.
+NETWORK_CRYPTO_SETTINGS = {"spark.network.crypto.enabled": "true"}
+#: Masters whose Spark makes the secret itself: a standalone cluster (``spark://``) needs one shared with its
+#: master and workers in their spark-defaults.conf (docs/operations.md, "Security"), so it is left to them.
+_OWN_SECRET = re.compile(r"local(\[.*\])?|yarn|k8s://.*")
+
+
+def network_security(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """:data:`NETWORK_AUTH_SETTINGS` for a Spark whose ``master`` makes its own secret (and
+    :data:`NETWORK_CRYPTO_SETTINGS` off a local master), unless ``conf`` (the user's settings) decides
+    ``spark.authenticate`` itself; nothing for a standalone cluster, whose master and workers must hold the
+    application's secret (their spark-defaults.conf says whether they do)."""
+    master = master.strip()
+    if not _OWN_SECRET.fullmatch(master) or "spark.authenticate" in (conf or {}):
+        return {}
+    return {**NETWORK_AUTH_SETTINGS, **({} if master.startswith("local") else NETWORK_CRYPTO_SETTINGS)}
+
+
+def private_local_dir(prefix: str = "rowfilter-spark-", *, remove_at_exit: bool = True) -> str:
+    """A new 0700 directory in the system's temporary directory for Spark's scratch files (``spark.local.dir``:
+    shuffle and spill files, which hold replicated rows), whatever the umask; removed when this process exits
+    unless ``remove_at_exit`` is false (a server's, removed when it is stopped). Spark removes what it made
+    inside when it stops."""
+    path = tempfile.mkdtemp(prefix=prefix)  # 0700, made by this user only
+    if remove_at_exit:
+        atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def wants_local_dir(conf: Mapping[str, str], environ: Mapping[str, str] | None = None) -> bool:
+    """Whether a Spark of these settings and this environment takes the scratch directory given to it: not
+    when ``spark.local.dir`` is set, nor when ``SPARK_LOCAL_DIRS`` is (Spark prefers that), nor off a local
+    master (a path made here would not exist on the executors' hosts)."""
+    environ = os.environ if environ is None else environ
+    return (conf.get("spark.master", "local").startswith("local") and "spark.local.dir" not in conf
+            and not environ.get("SPARK_LOCAL_DIRS"))
 
 
 def with_jvm_options(conf: Mapping[str, str] | None, *, short_batch: bool = False) -> dict[str, str]:

@@ -215,7 +215,8 @@ def fence_copies(conn: psycopg.Connection, fence_key: tuple[str, str]) -> None:
     conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), hashtext(%s))", fence_key)
 
 
-def write_copy(conninfo: dict[str, str], statement: str, blocks: Iterable[bytes], fence: CopyFence | None = None) -> int:
+def write_copy(conninfo: dict[str, str], statement: str, blocks: Iterable[bytes | bytearray],
+               fence: CopyFence | None = None) -> int:
     """Run ``statement`` (a COPY FROM STDIN) with ``blocks`` in ONE transaction; return the rows written.
 
     Runs on a Spark executor: ``blocks`` are COPY text, whole lines with their newlines. A failure

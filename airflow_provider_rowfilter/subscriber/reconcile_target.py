@@ -57,7 +57,7 @@ class GroupCounts:
     publisher_rows: int = 0
 
 
-def fix_group(target: dict[str, str], fix: GroupFix, blocks: Iterable[bytes]) -> GroupCounts:
+def fix_group(target: dict[str, str], fix: GroupFix, blocks: Iterable[bytes | bytearray]) -> GroupCounts:
     """Bring the target's rows of ``fix``'s group to the publisher's, in ONE transaction: ``blocks`` are the
     output of the group's ``copy_out`` (COPY text, whole lines), read once the transaction has begun."""
     with psycopg.connect(**target) as conn:

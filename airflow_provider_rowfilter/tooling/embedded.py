@@ -42,7 +42,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import quote
 
 import psycopg
@@ -242,7 +242,7 @@ class _OsUser:
         """Run a command as this user and return its combined output; ``stdin``: its standard input (a pipe)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, Any] = {}
         if self.switch:
             kwargs = {"user": self.uid, "group": self.gid, "extra_groups": []}
         # Output goes to a file, not a pipe: the postmaster started by pg_ctl must not inherit
@@ -544,7 +544,7 @@ class LocalPostgres:
         )
 
     def _start_watchdog(self) -> None:
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, Any] = {}
         if self._os_user.switch:
             kwargs = {"user": self._os_user.uid, "group": self._os_user.gid, "extra_groups": []}
         self._watchdog = subprocess.Popen(

@@ -58,7 +58,7 @@ class NativeSubscription:
     def wait_caught_up(self, *, timeout: float = 60) -> str:
         """Wait until the apply worker confirmed everything the publisher has written so far; return that LSN."""
         with psycopg.connect(self.publisher, autocommit=True) as conn:
-            target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+            target = conn.execute("SELECT pg_current_wal_lsn()::text").fetchall()[0][0]
             deadline = time.monotonic() + timeout
             while True:
                 done = conn.execute(

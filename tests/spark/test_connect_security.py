@@ -11,11 +11,15 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
+from airflow_provider_rowfilter.jobs.exit_status import EXIT_ERROR
 from airflow_provider_rowfilter.spark import connect_server
 from airflow_provider_rowfilter.spark.session import SESSION_REUSE_SECONDS, remote_conf, reused_session_id
 from tests.attacker import as_root_only, run_as_nobody
@@ -118,3 +122,56 @@ def test_a_job_finds_the_local_server_s_token_in_its_state_directory(spark_conne
     monkeypatch.setenv(SPARK_CONNECT_TOKEN_ENV, "from-the-environment")
     assert connect_server.token_of(f"sc://127.0.0.1:{port}") == "from-the-environment"
     assert SESSION_REUSE_SECONDS > 0 and os.path.exists(spark_connect_server.log)
+
+
+# --- the review after issue 28, item 5: a server started with --state-dir, and a token refused -------------
+
+JOB = """
+import sys
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs.exit_status import run_job
+from airflow_provider_rowfilter.spark.session import job_session
+def body():
+    with job_session(SubscriptionSpec(subscription="s1", publications=("p1",), spark_remote=sys.argv[1]), "apply") as s:
+        print("ran", s.range(3).count())
+        return 0
+sys.exit(run_job(body))
+"""
+
+
+def _job(url: str, **environ: str | None) -> tuple[int, str, float]:
+    """A job process attaching to ``url`` with this environment changed (None: removed): exit status, output, seconds."""
+    env = {k: v for k, v in {**os.environ, SPARK_CONNECT_TOKEN_ENV: None, **environ}.items() if v is not None}
+    began = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", JOB, url], capture_output=True, text=True, timeout=180, check=False,
+                          env=env)
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - began  # stdout first: "ran …" leads
+
+
+def test_a_job_finds_the_token_of_a_server_started_with_a_state_dir(spark_connect_server, tmp_path):
+    """The run's server was started with a state directory of its own (tests/conftest.py), as
+    ``rowfilter spark-server start --state-dir D`` does: a job with nothing in its environment finds its token
+    (the server named D for its port in the default state directory), and so does one told D."""
+    state = Path(spark_connect_server.token_file).parent
+    port = int(spark_connect_server.url.rsplit(":", 1)[1])
+    assert connect_server._pointer(port).read_text() == str(state.resolve())
+    status, out, _ = _job(f"sc://127.0.0.1:{port}")
+    assert (status, out.startswith("ran 3")) == (0, True), out[-3000:]
+    status, out, _ = _job(f"sc://127.0.0.1:{port}", XDG_STATE_HOME=str(tmp_path),
+                          **{connect_server.STATE_DIR_ENV: str(state)})
+    assert (status, out.startswith("ran 3")) == (0, True), out[-3000:]
+
+
+def test_a_token_refused_fails_at_once_without_retry_naming_the_token_file_and_the_fix(spark_connect_server, tmp_path):
+    port = int(spark_connect_server.url.rsplit(":", 1)[1])
+    status, out, took = _job(f"sc://127.0.0.1:{port}", XDG_STATE_HOME=str(tmp_path))  # where no server says it is
+    assert status == EXIT_ERROR and took < 60, out[-3000:]  # not 75: the operators do not retry it
+    assert f"ERROR: the Spark Connect server at spark_remote 'sc://127.0.0.1:{port}' asks for a token and this job " \
+           "found none (No authentication token provided)" in out, out[-3000:]
+    assert f"no token of a server at port {port} is in {tmp_path}/rowfilter/spark-server/token" in out
+    assert f"set {connect_server.STATE_DIR_ENV} to the --state-dir it was started with" in out
+    assert "Traceback" not in out
+    status, out, _ = _job(f"sc://127.0.0.1:{port}", **{SPARK_CONNECT_TOKEN_ENV: "stale-token"})
+    assert status == EXIT_ERROR, out[-3000:]
+    assert f"refused this job's token, from the environment's {SPARK_CONNECT_TOKEN_ENV}: Invalid authentication " \
+           "token" in out and "stale-token" not in out, out[-3000:]

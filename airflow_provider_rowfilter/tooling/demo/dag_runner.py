@@ -139,7 +139,7 @@ def run_dags(airflow_db: dict[str, str], runs: list[tuple[str, dict[str, Any] | 
                 lines.append(line)
                 if on_line is not None:
                     on_line(line)
-                if barrier is not None and line.startswith(RESULT_PREFIX):
+                if barrier is not None and between is not None and line.startswith(RESULT_PREFIX):
                     done += 1
                     if done < len(runs):
                         between(json.loads(line[len(RESULT_PREFIX):]))

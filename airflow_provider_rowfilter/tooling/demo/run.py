@@ -164,7 +164,7 @@ def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batch
               spark_connect: bool = False) -> bool:
     with console.status("preparing Airflow: airflow db migrate…"):
         env = airflow_home(workdir / "airflow")
-    spark = {"conn_type": "spark", "host": "local[2]"}
+    spark: dict[str, str | int] = {"conn_type": "spark", "host": "local[2]"}
     server_dir = workdir / "spark-server"
     if spark_connect:
         with console.status("starting a local Spark Connect server (rowfilter spark-server start)…"):
