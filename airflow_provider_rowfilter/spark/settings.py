@@ -51,29 +51,22 @@ SMALL_BATCH_SQL_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.sh
 #: Spark's own RPC (the driver's endpoints) and block transfers (cached and shuffled rows) answer only a peer
 #: that proves it holds the application's secret: without it another user of the host fetched a session's
 #: cached rows from its block manager port with a few lines of Python (tests/spark/test_spark_network.py).
-#: Under a local master, YARN and Kubernetes, Spark makes the secret itself (256 random bits,
-#: ``SecurityManager.initializeAuth``) and hands it to its executors itself: it is in no setting, on no
-#: command line and in no log.
+#: Under a local master Spark makes the secret itself (256 random bits, ``SecurityManager.initializeAuth``):
+#: it is in no setting, on no command line and in no log. Not encrypted: the peers are one JVM and loopback,
+#: which no other unprivileged user can read (and with ``spark.network.crypto.enabled`` the Connect server's
+#: first query of a new session hung in 2 of 8 trials, none of 8 without).
 NETWORK_AUTH_SETTINGS = {"spark.authenticate": "true"}
-#: Added off a local master, where Spark's traffic crosses the network: encrypted (Spark's AES-based protocol).
-#: Not under a local master: its peers are one JVM and loopback, which no other unprivileged user can read,
-#: and with it the Connect server's first query of a new session hung in 2 of 8 trials (its executor fetching
-#: the session's classes from the driver's file server: 120 s, then "Connection … closed"), none of 8 without.
-NETWORK_CRYPTO_SETTINGS = {"spark.network.crypto.enabled": "true"}
-#: Masters whose Spark makes the secret itself: a standalone cluster (``spark://``) needs one shared with its
-#: master and workers in their spark-defaults.conf (docs/operations.md, "Security"), so it is left to them.
-_OWN_SECRET = re.compile(r"local(\[.*\])?|yarn|k8s://.*")
 
 
 def network_security(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
-    """:data:`NETWORK_AUTH_SETTINGS` for a Spark whose ``master`` makes its own secret (and
-    :data:`NETWORK_CRYPTO_SETTINGS` off a local master), unless ``conf`` (the user's settings) decides
-    ``spark.authenticate`` itself; nothing for a standalone cluster, whose master and workers must hold the
-    application's secret (their spark-defaults.conf says whether they do)."""
-    master = master.strip()
-    if not _OWN_SECRET.fullmatch(master) or "spark.authenticate" in (conf or {}):
+    """:data:`NETWORK_AUTH_SETTINGS` for a Spark this package starts on this host (a local master), unless
+    ``conf`` (the user's settings) decides ``spark.authenticate`` itself. Nothing for a cluster (YARN,
+    Kubernetes, standalone): its security is its own configuration's (an external shuffle service on YARN, as
+    EMR and Dataproc run, refuses executors of an authenticated application unless its NodeManagers are
+    configured for it; docs/operations.md, "Security")."""
+    if not re.fullmatch(r"local(\[.*\])?", master.strip()) or "spark.authenticate" in (conf or {}):
         return {}
-    return {**NETWORK_AUTH_SETTINGS, **({} if master.startswith("local") else NETWORK_CRYPTO_SETTINGS)}
+    return dict(NETWORK_AUTH_SETTINGS)
 
 
 def private_local_dir(prefix: str = "rowfilter-spark-", *, remove_at_exit: bool = True) -> str:

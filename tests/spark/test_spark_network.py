@@ -20,7 +20,6 @@ from airflow_provider_rowfilter.spark import connect_server
 from airflow_provider_rowfilter.spark.session import session_conf
 from airflow_provider_rowfilter.spark.settings import (
     NETWORK_AUTH_SETTINGS,
-    NETWORK_CRYPTO_SETTINGS,
     network_security,
     wants_local_dir,
 )
@@ -109,18 +108,14 @@ def test_spark_s_scratch_files_are_its_user_s_alone(spark, spark_connect_server)
 
 @pytest.mark.parametrize("master, expected", [
     ("local[*]", NETWORK_AUTH_SETTINGS), ("local", NETWORK_AUTH_SETTINGS), ("local[4, 2]", NETWORK_AUTH_SETTINGS),
-    ("yarn", {**NETWORK_AUTH_SETTINGS, **NETWORK_CRYPTO_SETTINGS}),
-    ("k8s://https://k8s.example:6443", {**NETWORK_AUTH_SETTINGS, **NETWORK_CRYPTO_SETTINGS}),
+    ("yarn", {}), ("k8s://https://k8s.example:6443", {}),
     ("spark://master.example:7077", {}), ("local-cluster[2, 1, 1024]", {})])
-def test_spark_makes_and_asks_for_its_secret_where_it_can_make_it(master, expected):
-    """Encrypted where Spark's traffic leaves the host; a standalone cluster is left to its spark-defaults.conf."""
+def test_spark_asks_for_its_secret_where_this_package_starts_it(master, expected):
+    """A local master asks for Spark's own secret; a cluster is left to its own configuration."""
     assert network_security(master) == expected
-    keys = {**NETWORK_AUTH_SETTINGS, **NETWORK_CRYPTO_SETTINGS}
-    assert {k: v for k, v in session_conf(master).items() if k in keys} == expected
+    assert {k: v for k, v in session_conf(master).items() if k in NETWORK_AUTH_SETTINGS} == expected
     # A user's own choice stands (a standalone cluster whose spark-defaults.conf holds a secret, say).
     assert session_conf(master, {"spark.authenticate": "false"})["spark.authenticate"] == "false"
-    assert session_conf(master, {"spark.network.crypto.enabled": "false"})["spark.network.crypto.enabled"] == (
-        "false")
 
 
 def test_the_scratch_directory_is_given_to_a_local_master_unless_one_is_chosen():
