@@ -15,7 +15,7 @@ from urllib.parse import unquote, urlsplit
 
 from airflow_provider_rowfilter.core.errors import SpecError
 
-#: URL schemes of object stores a change log may live on (change_log/store.py opens them).
+#: URL schemes of object stores a change log may live on.
 REMOTE_SCHEMES: tuple[str, ...] = ()
 #: Other spellings of a store's scheme (Hadoop's connectors, older names) and the one a spec writes.
 _SPELLINGS = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfss": "abfs", "wasb": "abfs", "wasbs": "abfs"}
