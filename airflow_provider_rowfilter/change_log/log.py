@@ -9,14 +9,14 @@ the log is continuous (:meth:`ChangeLog.continuous`). ``_position.json`` records
 identity (a uuid made when the log is first written); the newest segment, which the apply never
 prunes, records where the log ends (``captured_through``). Segments are written under a
 temporary name, fsynced, renamed and the directory fsynced; only then may the slot be advanced
-(docs/change-log.md). Names starting with ``.`` or ``_`` are invisible to Spark's Parquet reader,
+(docs/change-log.md). One writer at a time: the capture holds a lock in the database
+(publisher/writer_lock.py), not in the file system. Names starting with ``.`` or ``_`` are invisible to Spark's Parquet reader,
 so the directory can be read whole.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -40,7 +40,6 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.private_files import (
     create_private,
     group_mode,
-    open_private,
     private_directory,
     write_private,
 )
@@ -49,7 +48,7 @@ FORMAT_VERSION = 1  # of a segment
 POSITION_FORMAT_VERSION = 2  # of the position file: 2 added the log's id
 METADATA_KEY = "rowfilter.change_log"
 POSITION_FILE = "_position.json"
-LOCK_FILE = ".lock"
+LOCK_FILE = ".lock"  # the flock of releases before the database held the writer lock: removed when met
 TEMP_PREFIX = ".tmp-"
 DEFAULT_ROW_GROUP_ROWS = 10_000
 _SEGMENT = re.compile(r"^([0-9A-F]{16})-([0-9A-F]{16})\.parquet$")
@@ -95,7 +94,7 @@ SCHEMA = pa.schema([
 
 
 class ChangeLogError(RowFilterError):
-    """The change-log directory cannot be used: locked, unwritable, or inconsistent with the slot."""
+    """The change log cannot be used: held by another capture, unwritable, or inconsistent with the slot."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +154,7 @@ def publish(temp: Path, final: Path) -> None:
 
 
 class ChangeLog:
-    """A change-log directory: its segments, its capture position, and the lock of the one writer."""
+    """A change-log directory: its segments and its capture position (its one writer holds publisher/writer_lock.py)."""
 
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
@@ -288,7 +287,7 @@ class ChangeLog:
         """``rowfilter drop``: move the log aside as ``<directory>.dropped-<time>``, never deleting a segment.
 
         Returns where it went; None when nothing was ever captured, and then an empty directory (or
-        one holding only the lock file) is removed. Call it holding :meth:`locked`.
+        one holding only an old release's lock file) is removed. Call it holding the writer lock (publisher/writer_lock.py).
         """
         if not self.directory.is_dir():
             return None
@@ -326,22 +325,16 @@ class ChangeLog:
         publish(temp, self.directory / POSITION_FILE)
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the directory's writer lock; remove what a crashed writer left behind."""
+    def writing(self) -> Iterator[None]:
+        """Make the directory; remove what a crashed writer left behind (temporary files, an old release's lock file).
+
+        Call it holding the writer lock (publisher/writer_lock.py): only the one writer may remove a temporary file.
+        """
         self._make_directory()
-        with open_private(self.directory / LOCK_FILE, "a+", mode=group_mode(self.directory)) as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as e:
-                raise ChangeLogError(f"another capture holds the change log {str(self.directory)!r}",
-                                     hint="let it finish; captures of one subscription run one at a time") from e
-            try:
-                for entry in os.scandir(self.directory):
-                    if entry.name.startswith(TEMP_PREFIX):
-                        os.unlink(entry.path)
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        for entry in os.scandir(self.directory):
+            if entry.name.startswith(TEMP_PREFIX) or entry.name == LOCK_FILE:
+                os.unlink(entry.path)
+        yield
 
     def _make_directory(self) -> None:
         try:
