@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError
+from airflow_provider_rowfilter.change_log.log import ChangeLogError
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import CatalogError, RowFilterError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -98,7 +99,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
     slot = capture_names(spec.subscription)[0]
     names = ", ".join(capture_publication_names(spec.subscription).values())
     result = DropResult(spec.subscription, slot, names, keep_slot=keep_slot)
-    change_log = ChangeLog(spec.change_log_dir())
+    change_log = open_change_log(spec)
     with ExitStack() as stack:
         sub = stack.enter_context(connect(spec.subscriber, "subscriber", spec))
         has_state = relation_exists(sub, "subscription")

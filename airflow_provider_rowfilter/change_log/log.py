@@ -99,7 +99,11 @@ class ChangeLogError(RowFilterError):
 
 @dataclass(frozen=True)
 class Segment:
-    """One segment file and the LSN range it covers (start exclusive, end inclusive)."""
+    """One segment file and the LSN range it covers (start exclusive, end inclusive).
+
+    ``path`` is a local :class:`~pathlib.Path`, or an object's :class:`~airflow_provider_rowfilter.change_log.store.ObjectPath`
+    (``str()`` is its URL, ``name`` its file name, ``unlink()`` deletes it).
+    """
 
     path: Path
     start_lsn: int
@@ -159,6 +163,11 @@ class ChangeLog:
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
 
+    @property
+    def where(self) -> str:
+        """The log's location as messages name it: the directory, or the object store's URL."""
+        return str(self.directory)
+
     def segments(self) -> list[Segment]:
         """Every segment, in LSN order."""
         if not self.directory.is_dir():
@@ -188,7 +197,7 @@ class ChangeLog:
         segments = self.segments()
         if not segments:
             return None
-        raw = (pq.read_metadata(segments[-1].path).metadata or {}).get(METADATA_KEY.encode())
+        raw = (read_metadata(segments[-1].path).metadata or {}).get(METADATA_KEY.encode())
         return ServerOrigin.from_dict(json.loads(raw).get("publisher") if raw else None)
 
     def identity(self) -> LogIdentity | None:
@@ -196,13 +205,22 @@ class ChangeLog:
         position = self._position()
         if position is None or "id" not in position:
             return None
-        return LogIdentity(position["id"], socket.gethostname(), str(self.directory.resolve()))
+        return LogIdentity(position["id"], *self._here())
+
+    def _here(self) -> tuple[str, str]:
+        """(host, path) a log identity records of this location."""
+        return socket.gethostname(), str(self.directory.resolve())
+
+    def _read_position(self) -> str | None:
+        try:
+            return (self.directory / POSITION_FILE).read_text()
+        except FileNotFoundError:
+            return None
 
     def _position(self) -> dict | None:
-        path = self.directory / POSITION_FILE
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
+        path = f"{self.where}/{POSITION_FILE}"
+        text = self._read_position()
+        if text is None:
             return None
         try:
             data = json.loads(text)
@@ -210,7 +228,7 @@ class ChangeLog:
             if "id" in data:
                 position["id"] = str(uuid.UUID(data["id"]))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ChangeLogError(f"the change-log position file {str(path)!r} is unreadable: {e}",
+            raise ChangeLogError(f"the change-log position file {path!r} is unreadable: {e}",
                                  hint="restore it from a backup of the log; nothing was captured or applied") from e
         return position
 
@@ -237,7 +255,7 @@ class ChangeLog:
             if found and segment.start_lsn < reached:
                 raise ChangeLogError(
                     f"the change-log segments {found[-1].path.name} and {segment.path.name} overlap",
-                    detail=f"change log {str(self.directory)!r}: segments of another log were copied into it",
+                    detail=f"change log {self.where!r}: segments of another log were copied into it",
                     hint="remove the segments that do not belong to this log (compare their rowfilter.change_log "
                     "metadata: subscription, slot); nothing was captured or applied")
             found.append(segment)
@@ -249,7 +267,7 @@ class ChangeLog:
 
     def _gap(self, since: int, end: int, gap_from: int, gap_to: int, needs: LogNeeds | None,
              found: str) -> ChangeLogError:
-        where = str(self.directory)
+        where = self.where
         detail = (f"The log must be continuous from {format_lsn(since)} to {format_lsn(end)}; {found}. Nothing was "
                   "captured, applied or advanced")
         affected = [t for t, position in (needs.tables if needs else ()) if position < gap_to]
@@ -257,7 +275,8 @@ class ChangeLog:
                   if affected else "resync the affected tables with `rowfilter resync --table T --copy`")
         recorded = needs.recorded if needs else None
         if needs is not None and recorded is not None and not self.is_at(recorded):
-            here = where if recorded.host == socket.gethostname() else f"{socket.gethostname()}:{where}"
+            host = self._here()[0]
+            here = where if recorded.host == host or not host else f"{host}:{where}"
             return ChangeLogError(
                 f"subscription {needs.subscription}'s change log is at {recorded.location} (id {recorded.id}); "
                 f"this run reads {here}: set change_log in the spec to that directory",
@@ -273,8 +292,8 @@ class ChangeLog:
             f"directory that holds them; otherwise {resync}")
 
     def is_at(self, identity: LogIdentity) -> bool:
-        """Whether ``identity`` was recorded at this directory on this host."""
-        return (identity.host, identity.path) == (socket.gethostname(), str(self.directory.resolve()))
+        """Whether ``identity`` was recorded at this location (this directory on this host, or this URL)."""
+        return (identity.host, identity.path) == self._here()
 
     def set_aside(self) -> Path | None:
         """Move a log that belongs to an earlier slot out of the way (its positions mean nothing to a new slot).
@@ -318,11 +337,27 @@ class ChangeLog:
         The first record gives the log its id; later ones keep it.
         """
         position = self._position() or {}
+        self._write_position(json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
+                                         "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
+                                        sort_keys=True) + "\n")
+
+    def _write_position(self, text: str) -> None:
         temp = self.directory / f"{TEMP_PREFIX}{POSITION_FILE}"
-        write_private(temp, json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
-                                        "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
-                                       sort_keys=True) + "\n", mode=group_mode(self.directory))
+        write_private(temp, text, mode=group_mode(self.directory))
         publish(temp, self.directory / POSITION_FILE)
+
+    def staging_path(self, start_lsn: int) -> Path:
+        """Where a segment of ``start_lsn`` is written before :meth:`publish_segment` (private to its owner)."""
+        return self.directory / f"{TEMP_PREFIX}{start_lsn:016X}-{os.getpid()}.parquet"
+
+    def staging_mode(self) -> int:
+        return group_mode(self.directory)
+
+    def publish_segment(self, staged: Path, start_lsn: int, end_lsn: int) -> Segment:
+        """Make the staged file the durable segment ``(start, end]``: fsync, rename, fsync the directory."""
+        final = self.directory / segment_name(start_lsn, end_lsn)
+        publish(staged, final)
+        return Segment(final, start_lsn, end_lsn)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -440,7 +475,7 @@ class SegmentWriter:
         self.metadata = dict(metadata or {})
         self.rows = 0
         self.transactions = 0
-        self.temp = log.directory / f"{TEMP_PREFIX}{start_lsn:016X}-{os.getpid()}.parquet"
+        self.temp = log.staging_path(start_lsn)
         self._writer: pq.ParquetWriter | None = None
         self._pending: list[pa.Table] = []  # changes not yet written, in order
         self._pending_rows = 0
@@ -484,7 +519,7 @@ class SegmentWriter:
     def _open(self) -> pq.ParquetWriter:
         # 0600 (0640 in a directory its owner opened to a group) before a row is in it; Arrow's open truncates
         # and keeps the mode.
-        os.close(create_private(self.temp, mode=group_mode(self.log.directory)))
+        os.close(create_private(self.temp, mode=self.log.staging_mode()))
         return pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
 
     def finish(self, end_lsn: int) -> Segment | None:
@@ -509,9 +544,7 @@ class SegmentWriter:
         }, sort_keys=True)})
         self._writer.close()
         self._writer = None
-        final = self.log.directory / segment_name(self.start_lsn, end_lsn)
-        publish(self.temp, final)
-        return Segment(final, self.start_lsn, end_lsn)
+        return self.log.publish_segment(self.temp, self.start_lsn, end_lsn)
 
     def abort(self) -> None:
         """Drop what was written; the temporary file never becomes a segment."""
@@ -523,9 +556,27 @@ class SegmentWriter:
             self.temp.unlink()
 
 
+def read_metadata(path: str | os.PathLike) -> pq.FileMetaData:
+    """A segment's Parquet footer, from a local path or an object (:class:`~.store.ObjectPath`)."""
+    opened = getattr(path, "reader_args", None)
+    if opened:
+        where, filesystem = opened()
+        return pq.read_metadata(where, filesystem=filesystem)
+    return pq.read_metadata(path)
+
+
+def read_table(path: str | os.PathLike, **options) -> pa.Table:
+    """``pq.read_table`` of a local path or an object (:class:`~.store.ObjectPath`)."""
+    opened = getattr(path, "reader_args", None)
+    if opened:
+        where, filesystem = opened()
+        return pq.read_table(where, filesystem=filesystem, **options)
+    return pq.read_table(path, **options)
+
+
 def segment_counts(path: str | os.PathLike) -> tuple[int, int]:
     """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
-    footer = pq.read_metadata(path)
+    footer = read_metadata(path)
     raw = (footer.metadata or {}).get(METADATA_KEY.encode())
     facts = json.loads(raw) if raw else {}
     return int(facts.get("transactions", 0)), footer.num_rows
@@ -535,7 +586,7 @@ def segment_filtering(path: str | os.PathLike) -> str:
     """Who evaluated the publications for a segment's changes: ``source`` (the publisher's pgoutput, through
     the subscription's publications) or ``spark`` (captured unfiltered; also every segment written before the
     metadata recorded it). The apply never mixes the two in one batch (apply/batch_plan.py)."""
-    raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY.encode())
+    raw = (read_metadata(path).metadata or {}).get(METADATA_KEY.encode())
     return (json.loads(raw) if raw else {}).get("filtering") or "spark"
 
 
@@ -545,13 +596,13 @@ def segment_relations(path: str | os.PathLike) -> list[RelationSpan]:
     From the segment's metadata (``relations``); a segment written before the metadata recorded them
     is read for the few columns that say it (row groups of names and LSNs, not the values).
     """
-    metadata = pq.read_metadata(path).metadata or {}
+    metadata = read_metadata(path).metadata or {}
     raw = metadata.get(METADATA_KEY.encode())
     facts = json.loads(raw) if raw else {}
     if "relations" in facts:
         return [RelationSpan.from_document(d) for d in facts["relations"]]
-    table = pq.read_table(path, columns=["commit_lsn", "lsn", "relation_oid", "schema", "table", "column_names",
-                                         "column_types"])
+    table = read_table(path, columns=["commit_lsn", "lsn", "relation_oid", "schema", "table", "column_names",
+                                      "column_types"])
     joined = table.append_column("_names", pc.binary_join(table["column_names"], "\x00")) \
                   .append_column("_types", pc.binary_join(table["column_types"], "\x00"))
     grouped = joined.group_by(["relation_oid", "schema", "table", "_names", "_types"]).aggregate(
@@ -567,14 +618,14 @@ def read_segments(segments: Sequence[Segment]) -> pa.Table:
     """Read segments into one Arrow table (tests and tools; the apply job reads them with Spark)."""
     if not segments:
         return SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(s.path, schema=SCHEMA) for s in segments)
+    return pa.concat_tables(read_table(s.path, schema=SCHEMA) for s in segments)
 
 
 def segment_identities(path: str | os.PathLike) -> list[IdentitySpan]:
     """The replica identities the UPDATEs and DELETEs of a segment were logged under (core/apply_plan.py
     ``check_identities``): one entry per table, operation, identity and key, with where it first and last appears.
     Reads the few columns that say it, not the values."""
-    table = pq.ParquetFile(path).read(columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",
+    table = read_table(path, columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",
                                                "column_names", "key_columns"])
     table = table.filter(pc.is_in(table["kind"], pa.array(["update", "delete"])))
     if not table.num_rows:

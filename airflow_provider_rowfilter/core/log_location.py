@@ -15,8 +15,8 @@ from urllib.parse import unquote, urlsplit
 
 from airflow_provider_rowfilter.core.errors import SpecError
 
-#: URL schemes of object stores a change log may live on.
-REMOTE_SCHEMES: tuple[str, ...] = ()
+#: URL schemes of object stores a change log may live on: pyarrow's filesystems (change_log/store.py).
+REMOTE_SCHEMES: tuple[str, ...] = ("s3", "gs", "abfs", "hdfs")
 #: Other spellings of a store's scheme (Hadoop's connectors, older names) and the one a spec writes.
 _SPELLINGS = {"s3a": "s3", "s3n": "s3", "gcs": "gs", "abfss": "abfs", "wasb": "abfs", "wasbs": "abfs"}
 # A scheme (RFC 3986: a letter, then letters, digits, + - .) and a colon, then a slash: a URL, never a path.

@@ -59,6 +59,7 @@ from airflow_provider_rowfilter.change_log.log import (
     LoggedRelation,
     SegmentWriter,
 )
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
@@ -160,7 +161,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     upto = None if upto_lsn is None else parse_lsn(upto_lsn)
     began = time.monotonic()
     slot = capture_names(spec.subscription)[0]
-    change_log = ChangeLog(spec.change_log_dir())
+    change_log = open_change_log(spec)
     with writer_lock(spec) as lock, change_log.writing(), connect(spec.publisher, "publisher", spec) as pub:
         pub.execute("; ".join(_SESSION))
         confirmed, synced, origin = _confirmed_position(pub, slot, needs)
