@@ -96,7 +96,7 @@ class ObjectStoreLog(ChangeLog):
         self.scheme = location.scheme
         self.directory = Path(location.path)  # for messages only: nothing local is ever made there
         try:
-            self.fs, self.key = (filesystem, location.path) if filesystem else pafs.FileSystem.from_uri(self.url)
+            self.fs, self.key = (filesystem, location.path) if filesystem else _filesystem(location)
         except (OSError, ValueError) as e:
             raise ChangeLogError(f"cannot open the change log {self.url!r}: {e}",
                                  hint=_CREDENTIALS_HINT) from e
@@ -240,6 +240,24 @@ class ObjectStoreLog(ChangeLog):
         for info in infos:
             self._store("delete from", lambda i=info: self.fs.delete_file(i.path))
         return f"{self.scheme}://{aside}"
+
+
+#: Seconds a request to the store may take before the capture gives up on it (connect and each request; the
+#: S3 client tries three times): a store that stops answering fails the run where Airflow alerts, not after minutes.
+TIMEOUT_ENV = "ROWFILTER_STORE_TIMEOUT"
+DEFAULT_TIMEOUT = 30.0
+
+
+def _filesystem(location: LogLocation) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for the URL and the log's path in it. S3 is configured here (the endpoint from
+    ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, bounded timeouts); the others as pyarrow reads their URLs."""
+    assert location.url is not None
+    if location.scheme != "s3":
+        return pafs.FileSystem.from_uri(location.url)
+    timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    return pafs.S3FileSystem(endpoint_override=endpoint, request_timeout=timeout, connect_timeout=timeout,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3)), location.path
 
 
 _CREDENTIALS_HINT = ("check the store is reachable and the credentials in the environment of the capture and the apply "

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import yaml
 
-from airflow_provider_rowfilter.change_log.store import open_change_log
+from airflow_provider_rowfilter.change_log.store import TIMEOUT_ENV, open_change_log
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import capture as capture_job
@@ -38,6 +38,7 @@ def proxied(s3, fresh_db, tmp_path, monkeypatch):
         conn.execute(f"INSERT INTO t1 SELECT g, repeat('v', 200) || g FROM generate_series(1, {ROWS}) g")
     with fault_proxy(s3.endpoint) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+        monkeypatch.setenv(TIMEOUT_ENV, "1")  # a request unanswered for 1 s fails (30 s by default)
         yield proxy, pub, path, spec
 
 
@@ -49,13 +50,14 @@ def slot(pub: str) -> int:
 
 @pytest.mark.parametrize(("fault", "message"), [
     ("cut-put", r"could not write the segment [0-9A-F-]+\.parquet to the change log 's3://"),
-    ("hang", r"could not (write the segment [0-9A-F-]+\.parquet to|list) the change log 's3://"),
+    ("hang", r"could not write the segment [0-9A-F-]+\.parquet to the change log 's3://"),
     ("expired", r"could not (list|read the position of) the change log 's3://.*(ExpiredToken|token has expired)"),
-], ids=["put-cut-half-way", "timeout", "expired-credentials"])
+    ("slow-list", r"could not list the change log 's3://"),
+], ids=["put-cut-half-way", "put-timeout", "expired-credentials", "listing-slower-than-the-timeout"])
 def test_a_store_fault_stops_the_capture_clearly_and_the_next_run_loses_nothing(proxied, capsys, fault, message):
     proxy, pub, path, spec = proxied
     began, before = time.monotonic(), slot(pub)
-    proxy.fault = fault
+    proxy.fault, proxy.slow_seconds = fault, 3.0
     assert capture_job.main(["--spec", str(path)]) == 1
     err = capsys.readouterr().err
     assert proxy.hits and re.search(message, err), err[-3000:]
@@ -69,10 +71,11 @@ def test_a_store_fault_stops_the_capture_clearly_and_the_next_run_loses_nothing(
     print(f"{fault}: {time.monotonic() - began:.1f} s")
 
 
-def test_a_slow_listing_is_waited_for(proxied, capsys):
-    """A listing answered in 2 s (under the client's timeout) slows the capture; it completes, nothing lost."""
+def test_a_slow_listing_is_waited_for(proxied, capsys, monkeypatch):
+    """A listing answered in 1.5 s (under the client's timeout, 5 s here) slows the capture; it completes."""
     proxy, pub, path, _ = proxied
-    proxy.fault = "slow-list"
+    monkeypatch.setenv(TIMEOUT_ENV, "5")
+    proxy.fault, proxy.slow_seconds = "slow-list", 1.5
     assert capture_job.main(["--spec", str(path)]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert proxy.hits and summary["changes"] == ROWS and slot(pub) == parse_lsn(summary["end_lsn"])
