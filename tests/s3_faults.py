@@ -45,7 +45,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: FaultProxy
 
-    def log_message(self, format: str, *args) -> None:  # noqa: A002 -- quiet
+    def log_message(self, fmt: str, *args) -> None:  # quiet
         pass
 
     def _body(self) -> bytes:

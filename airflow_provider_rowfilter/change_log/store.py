@@ -118,7 +118,7 @@ class ObjectStoreLog(ChangeLog):
         for info in infos:
             lsns = parse_segment_name(info.base_name) if info.type == pafs.FileType.File else None
             if lsns is not None:
-                found.append(Segment(self._object(info.base_name), *lsns))  # type: ignore[arg-type]
+                found.append(Segment(self._object(info.base_name), *lsns))
         return sorted(found, key=lambda s: (s.start_lsn, s.end_lsn))
 
     def captured_through(self) -> int | None:
@@ -191,7 +191,7 @@ class ObjectStoreLog(ChangeLog):
             self._store(f"write the segment {name} to", lambda: self._put(target.key, chunks()))
         finally:
             staged.unlink(missing_ok=True)
-        return Segment(target, start_lsn, end_lsn)  # type: ignore[arg-type]
+        return Segment(target, start_lsn, end_lsn)
 
     def _put(self, key: str, blocks) -> None:
         """One object, whole: on any failure the object (possibly completed with part of the data, as pyarrow's
@@ -225,10 +225,10 @@ class ObjectStoreLog(ChangeLog):
     def set_aside(self) -> str | None:
         return self._move_aside("replaced")
 
-    def retire(self) -> str | None:  # type: ignore[override]
+    def retire(self) -> str | None:
         return self._move_aside("dropped")
 
-    def _move_aside(self, label: str) -> str | None:  # type: ignore[override]
+    def _move_aside(self, label: str) -> str | None:
         """Copy every object of the log under ``<prefix>.<label>-<time>`` then delete the originals (no rename)."""
         infos = [i for i in self._store("list", lambda: self.fs.get_file_info(
             pafs.FileSelector(self.key, allow_not_found=True, recursive=True))) if i.type == pafs.FileType.File]

@@ -54,9 +54,9 @@ def read_segments(spark: SparkSession, paths: list[str]) -> DataFrame:
 def _hadoop_reads(spark: SparkSession, scheme: str) -> bool:
     """Whether the session's Hadoop has a file system for ``scheme`` (True when it cannot be asked: Spark Connect)."""
     try:
-        jvm = spark._jvm  # type: ignore[attr-defined]
-        conf = spark._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+        jvm = spark._jvm
+        conf = spark._jsc.hadoopConfiguration()
         jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
         return True
-    except Exception as e:  # noqa: BLE001 -- py4j's error for "No FileSystem for scheme", or no JVM (Connect)
+    except Exception as e:  # py4j's "No FileSystem for scheme", or no JVM (Connect)
         return "No FileSystem for scheme" not in str(e) and "ClassNotFound" not in str(e)
