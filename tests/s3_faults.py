@@ -32,6 +32,7 @@ class FaultProxy(ThreadingHTTPServer):
         self.fault: str | None = None  # "cut-put", "hang", "expired", "slow-list"
         self.slow_seconds = 2.0
         self.hits = 0  # requests the fault struck
+        self.requests: dict[str, int] = {}  # every request relayed or struck, by method (what a capture costs)
 
     def handle_error(self, request, client_address) -> None:
         pass  # a client that gave up (the timeout under test) breaks the pipe: expected, not news
@@ -61,6 +62,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _relay(self) -> None:
+        self.server.requests[self.command] = self.server.requests.get(self.command, 0) + 1
         fault = self.server.fault
         is_put = self.command == "PUT" and ".parquet" in self.path
         is_list = self.command == "GET" and "list-type=2" in self.path

@@ -257,7 +257,8 @@ def _filesystem(location: LogLocation) -> tuple[pafs.FileSystem, str]:
     timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
     return pafs.S3FileSystem(endpoint_override=endpoint, request_timeout=timeout, connect_timeout=timeout,
-                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3)), location.path
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+                             allow_delayed_open=True), location.path  # a small object: one PutObject
 
 
 _CREDENTIALS_HINT = ("check the store is reachable and the credentials in the environment of the capture and the apply "

@@ -76,6 +76,8 @@ def test_a_slow_listing_is_waited_for(proxied, capsys, monkeypatch):
     proxy, pub, path, _ = proxied
     monkeypatch.setenv(TIMEOUT_ENV, "5")
     proxy.fault, proxy.slow_seconds = "slow-list", 1.5
+    proxy.requests.clear()
     assert capture_job.main(["--spec", str(path)]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    print(f"one capture's requests to the store: {proxy.requests}")
     assert proxy.hits and summary["changes"] == ROWS and slot(pub) == parse_lsn(summary["end_lsn"])
