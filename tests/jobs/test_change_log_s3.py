@@ -3,8 +3,9 @@
 A cheap subset of the directory's tests, with the log in a bucket and every job given the store's
 credentials through the standard environment (tests/s3_server.py), never a command line:
 
-- killed at the capture's two fault points (where the store changes what "durable" means) and after the
-  subscriber's commit, then rerun: the subscriber matches the native one (a differential check per point);
+- killed at every fault point, then rerun: the subscriber matches the native one (a differential check per
+  point; the capture's two points are where the store changes what "durable" means);
+- the differential test's step-by-step example in both capture modes (``spark`` has Spark read the segments);
 - a backlog drained by one run in several batches, judged in Spark (whose executors, here a ``local``
   session without hadoop-aws, read the segments through the driver: spark/log_reader.py).
 
@@ -14,13 +15,17 @@ every other point and case; what differs on a store is only change_log/store.py.
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
 import pytest
 
+from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.apply.drain import apply
+from airflow_provider_rowfilter.change_log.log import segment_filtering
 from airflow_provider_rowfilter.change_log.store import open_change_log
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from tests.jobs.apply_scenario import (
     PUBLICATIONS,
     PUBLISHER,
@@ -33,7 +38,8 @@ from tests.jobs.apply_scenario import (
     publish,
     write_spec,
 )
-from tests.jobs.databases import run_ours
+from tests.jobs.databases import FILTERING_MODES, names, run_ours
+from tests.jobs.differential_cases import DOC_PUBLISHER, DOC_STEPS, DOC_TABLES
 from tests.jobs.test_apply_drain import BATCH, backlog
 from tests.jobs.test_apply_drain import PUBLISHER as DRAIN_PUBLISHER
 
@@ -54,7 +60,7 @@ def objects(s3, url: str) -> list[str]:
     return [k[len(prefix) + 1:] for k in s3.keys(bucket, prefix + "/")]
 
 
-@pytest.mark.parametrize("point", ["capture-mid-read", "capture-after-segment", "apply-after-commit"])
+@pytest.mark.parametrize("point", faults.POINTS)
 def test_killed_at_a_fault_point_with_the_log_on_s3_then_rerun_matches_native(s3, s3_job, s3_log, point):
     job = s3_job
     began = time.monotonic()
@@ -95,3 +101,23 @@ def test_a_backlog_is_drained_by_one_run_with_the_log_on_s3(dbs, spark, s3, s3_l
     # Pruned as in a directory: the newest segment stays, it records where the log ends.
     assert [o for o in objects(s3, s3_log) if o.endswith(".parquet")] == [open_change_log(spec).segments()[-1].path.name]
     print(f"drain on S3: {time.monotonic() - began:.1f} s")
+
+
+@pytest.mark.parametrize("filtering", FILTERING_MODES)
+def test_update_transformation_example_step_by_step_with_the_log_on_s3(dbs, spark, s3_log, filtering):
+    """test_apply_differential.py's first case, the log in a bucket: each step's batch equals native's."""
+    began = time.monotonic()
+    dbs.create(DOC_PUBLISHER, DOC_TABLES)
+    native = dbs.subscribe_native(("p1",))
+    local = dbs.spec(("p1",), f"ours_{next(names)}", filtering)
+    spec = SubscriptionSpec.from_dict({**json.loads(local.to_json()), "change_log": s3_log})
+    run_ours(spec, spark)
+    for step in DOC_STEPS:
+        publish(dbs.publisher, [step])
+        apply(spec, spark=spark)
+        native.wait_caught_up()
+        dbs.assert_same(("t1",))
+    segments = open_change_log(spec).segments()
+    assert segments and {segment_filtering(s.path) for s in segments} == {filtering}
+    assert all(str(s.path).startswith(s3_log + "/") for s in segments)
+    print(f"differential example on S3, {filtering}: {time.monotonic() - began:.1f} s")
