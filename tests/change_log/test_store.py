@@ -40,6 +40,7 @@ def test_segments_chain_in_the_bucket_and_the_log_keeps_its_identity(s3, s3_log)
     assert again.captured_through() == 300
     identity = again.identity()
     assert identity == LogIdentity(log.identity().id, "", s3_log) and again.is_at(identity)
+    assert identity.location == s3_log
     assert str(first.path) == f"{s3_log}/0000000000000064-00000000000000C8.parquet"
     assert read_segments(again.segments()).column("new_values").to_pylist() == [["0", "x"], ["1", "x"], ["2", "x"]]
     assert [s.table for s in segment_relations(again.segments()[0].path)] == ["t1"]
