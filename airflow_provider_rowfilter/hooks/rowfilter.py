@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
+from airflow_provider_rowfilter.core.log_location import is_url
 from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec
 
 ROLES = ("publisher", "subscriber")
@@ -148,7 +149,7 @@ class RowFilterHook(BaseHook):
         if "publications" in data:
             data["publications"] = _names(data["publications"], "publications")
         for key in ("publications_ddl", "change_log"):  # paths given to the operator: from the DAG's folder
-            if data.get(key) and key in given and isinstance(data[key], str):
+            if data.get(key) and key in given and isinstance(data[key], str) and not is_url(data[key]):
                 data[key] = _absolute(data[key], base_dir)
         if "subscription" not in data:
             raise SpecError("no subscription name", hint="pass subscription='s1' or spec='path/to/s1.yaml'")

@@ -64,6 +64,21 @@ def test_relative_paths_are_taken_from_the_dag_folder(tmp_path: Path, airflow_co
     assert spec.publications_ddl == str(tmp_path / "sql" / "pubs.sql")
 
 
+@pytest.mark.parametrize(("value", "refused"), [("s3://bucket/subs/s1", None), ("s3a://bucket/s1", "s3a://")])
+def test_a_change_log_url_given_to_the_operator_is_never_a_path_of_the_dag_folder(
+        tmp_path: Path, airflow_conn: Callable[..., str], value: str, refused: str | None) -> None:
+    """Issue 32: the operator's change_log went through the DAG folder's join, so s3://… became <dags>/s3:/…"""
+    conn = airflow_conn("postgresql://u@h:5432/d", "pg")
+    fields = {"subscription": "s1", "publications": ["p1"], "publisher_conn_id": conn, "subscriber_conn_id": conn,
+              "change_log": value}
+    if refused:
+        with pytest.raises(SpecError, match=f"the URL scheme {refused} is not served"):
+            RowFilterHook().resolve_spec(fields=fields, base_dir=str(tmp_path))
+    else:
+        assert RowFilterHook().resolve_spec(fields=fields, base_dir=str(tmp_path)).spec.change_log == value
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_unknown_operator_field_is_refused() -> None:
     with pytest.raises(SpecError, match="'publisher' is not a spec field an operator takes"):
         RowFilterHook().resolve_spec(fields={"subscription": "s1", "publisher": "postgresql://u@h/d"})
