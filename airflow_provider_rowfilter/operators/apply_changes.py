@@ -98,7 +98,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
     :param change_log: directory of the subscription's durable change log (spec key ``change_log``);
         relative to the DAG's folder. Default: the spec file's (beside the file), else
         ``$AIRFLOW_HOME/rowfilter/<subscription>/changes``. Every run of a subscription must use the
-        same directory: put it on storage every worker sees. (templated)
+        same directory: put it on storage every worker sees, or give a URL of object storage
+        (``s3://bucket/prefix/s1``, ``gs://``, ``abfs://``, ``hdfs://``; docs/change-log.md). (templated)
     :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` outlet that receives an asset
         event for each subscriber table the batch changed. Default ``rowfilter_<subscription>``
         when ``subscription`` is a plain name; ``""`` declares none. Any other ``AssetAlias`` in
