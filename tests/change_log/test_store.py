@@ -83,3 +83,12 @@ def test_drop_moves_the_log_aside_in_the_bucket(s3, s3_log):
     objects = [k for k in s3.keys(bucket) if not k.endswith("/")]  # pyarrow keeps an emptied folder as "subs/"
     assert [k.split("/")[-1] for k in objects] == ["0000000000000064-00000000000000C8.parquet", "_position.json"]
     assert all(k.startswith(prefix + ".dropped-") for k in objects)
+
+
+def test_spark_reads_the_store_s_objects_by_their_hadoop_urls():
+    """A cluster's executors read s3a:// (hadoop-aws), abfss:// (hadoop-azure), gs:// and hdfs://; paths as they are."""
+    from airflow_provider_rowfilter.spark.log_reader import hadoop_url
+    assert [hadoop_url(u) for u in ("s3://b/p/x.parquet", "abfs://c@a.dfs.core.windows.net/p/x.parquet",
+                                    "gs://b/x.parquet", "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet")] == [
+        "s3a://b/p/x.parquet", "abfss://c@a.dfs.core.windows.net/p/x.parquet", "gs://b/x.parquet",
+        "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet"]

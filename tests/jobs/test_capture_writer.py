@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 import yaml
 
-from airflow_provider_rowfilter.change_log.log import ChangeLog
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import capture as capture_job
@@ -24,25 +25,29 @@ LOCK_HOLDER = """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND grante
                    AND classid = hashtext(%s)::oid AND objid = hashtext(%s)::oid"""
 
 
-def worker_spec(tmp_path: Path, name: str, pub: str, sub: str) -> Path:
-    """A worker's spec file, its change log on a disk of its own (a folder no other worker reads)."""
+def worker_spec(tmp_path: Path, name: str, pub: str, sub: str, change_log: str | None = None) -> Path:
+    """A worker's spec file, its change log on a disk of its own (a folder no other worker reads), or ``change_log``."""
     folder = tmp_path / name
     folder.mkdir()
     path = folder / "s1.yaml"
     path.write_text(yaml.safe_dump({"subscription": "s1", "publisher": pub, "subscriber": sub,
-                                    "publications": ["p1"], "filtering": "spark"}))
+                                    "publications": ["p1"], "filtering": "spark",
+                                    **({"change_log": change_log} if change_log else {})}))
     return path
 
 
+@pytest.mark.parametrize("where", ["two-disks", "one-bucket"])
 def test_two_workers_without_a_shared_disk_race_for_one_subscription_and_only_one_captures(fresh_db, tmp_path,
-                                                                                           capsys):
+                                                                                           capsys, request, where):
     """Issue 32, item 2: the flock of a local ``.lock`` file held nothing between two machines; each worker would
     capture into its own disk, and the slot would advance past changes the other log holds. The writer lock is in
-    the subscriber: worker B is refused while A captures, naming A's session, and its log stays empty."""
+    the subscriber: worker B is refused while A captures, naming A's session, and its log stays empty. The same
+    with both workers' log in one bucket (where there is no flock at all)."""
     pub, sub = fresh_db(), fresh_db()
     with psycopg.connect(pub, autocommit=True) as conn:
         conn.execute("CREATE TABLE t1 (a int PRIMARY KEY, b text); CREATE PUBLICATION p1 FOR TABLE t1")
-    a_path, b_path = worker_spec(tmp_path, "worker-a", pub, sub), worker_spec(tmp_path, "worker-b", pub, sub)
+    url = request.getfixturevalue("s3_log") if where == "one-bucket" else None
+    a_path, b_path = (worker_spec(tmp_path, "worker-a", pub, sub, url), worker_spec(tmp_path, "worker-b", pub, sub, url))
     refresh(SubscriptionSpec.load(a_path))
     with psycopg.connect(pub, autocommit=True) as conn:
         conn.execute("INSERT INTO t1 SELECT g, 'v' || g FROM generate_series(1, 3000) g")
@@ -61,7 +66,7 @@ def test_two_workers_without_a_shared_disk_race_for_one_subscription_and_only_on
         assert capture_job.main(["--spec", str(b_path)]) == 1
         err = capsys.readouterr().err
         assert f"another capture of subscription 's1' holds its change log (PID {holder} in the subscriber)" in err
-        assert not ChangeLog(SubscriptionSpec.load(b_path).change_log_dir()).segments()
+        assert not open_change_log(SubscriptionSpec.load(b_path)).segments()
     finally:
         os.kill(worker_a.pid, signal.SIGCONT)
         out, err_a = worker_a.communicate(timeout=120)
