@@ -71,6 +71,8 @@ class ResolvedSpec:
 
     spec: SubscriptionSpec
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict, repr=False)
+    #: the change log's object-store credentials from ``change_log_conn_id`` (hooks/store_connection.py)
+    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def connect(self, role: str) -> psycopg.Connection:
         """Open an autocommit connection to the publisher or subscriber (for reading its state)."""
@@ -81,8 +83,10 @@ class ResolvedSpec:
         return psycopg.connect(getattr(self.spec, role), autocommit=True)
 
     def password_env(self) -> dict[str, str]:
-        """``{"ROWFILTER_PUBLISHER_PASSWORD": …, …}`` for the endpoints that have a password."""
-        return {PASSWORD_ENV[role]: e.password for role, e in self.endpoints.items() if e.password}
+        """``{"ROWFILTER_PUBLISHER_PASSWORD": …, …}`` for the endpoints that have a password, and the change log's
+        store credentials (``AWS_…``) when an Airflow connection gives them."""
+        return {**{PASSWORD_ENV[role]: e.password for role, e in self.endpoints.items() if e.password},
+                **self.store_env}
 
 
 class RowFilterHook(BaseHook):

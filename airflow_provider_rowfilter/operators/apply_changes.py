@@ -224,11 +224,12 @@ class ApplyChangesOperator(RowFilterJobOperator):
         # pyarrow with it) when the scheduler parses it.
         from airflow_provider_rowfilter.apply.drain import SparkNeeded, apply
         from airflow_provider_rowfilter.connection import in_task, is_transient
+        from airflow_provider_rowfilter.hooks.store_connection import environment
 
         bound, budget = self._max_changes(), self._time_budget()
         try:
             passwords = {role: e.password for role, e in resolved.endpoints.items() if e.password}
-            with in_task(passwords, connect_timeout=IN_TASK_CONNECT_TIMEOUT):
+            with in_task(passwords, connect_timeout=IN_TASK_CONNECT_TIMEOUT), environment(resolved.store_env):
                 result = apply(resolved.spec, max_changes=DEFAULT_MAX_CHANGES if bound is None else bound,
                                time_budget=budget, without_spark=True)
         except SparkNeeded as e:
