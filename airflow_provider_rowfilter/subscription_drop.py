@@ -1,7 +1,7 @@
 """DropSubscription: ``DROP SUBSCRIPTION`` for a rowfilter subscription (``rowfilter drop``).
 
 Checks first, then drops, so that a refusal changes nothing: no apply, snapshot or resync of the
-subscription may be running (their advisory locks in the subscriber, the change log's lock), and,
+subscription may be running (their advisory locks in the subscriber, the capture's among them), and,
 unless ``keep_slot``, the publisher must be reachable and the slot not active. Then, in this order:
 the slot and the capture publications on the publisher (only the ones we created), the
 subscription's rows in schema ``rowfilter`` of the subscriber (its tables' states, its refresh and
@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError
+from airflow_provider_rowfilter.change_log.log import ChangeLogError
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import CatalogError, RowFilterError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -34,6 +35,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_publication_names,
     drop_capture_objects,
 )
+from airflow_provider_rowfilter.publisher.writer_lock import holders, writer_lock_on
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
 from airflow_provider_rowfilter.subscriber.copy_target import drop_stagings
 from airflow_provider_rowfilter.subscriber.state import (
@@ -104,14 +106,13 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
     slot = capture_names(spec.subscription)[0]
     names = ", ".join(capture_publication_names(spec.subscription).values())
     result = DropResult(spec.subscription, slot, names, keep_slot=keep_slot)
-    change_log = ChangeLog(spec.change_log_dir())
+    change_log = open_change_log(spec)
     with ExitStack() as stack:
         sub = stack.enter_context(connect(spec.subscriber, "subscriber", spec))
         has_state = relation_exists(sub, "subscription")
         if has_state:
             stack.enter_context(_no_job_running(sub, spec.subscription))
-        if change_log.directory.is_dir():
-            stack.enter_context(_change_log_locked(change_log, spec.subscription))
+        _no_capture_running(stack, sub, spec.subscription)
         if not keep_slot:
             pub = stack.enter_context(_connect_publisher(spec, slot))
             dropped = drop_capture_objects(pub, spec.subscription)
@@ -163,18 +164,15 @@ def _holders(sub: psycopg.Connection, key1: str, key2: str | None = None) -> str
     return ", ".join(str(pid) for (pid,) in rows)
 
 
-@contextmanager
-def _change_log_locked(change_log: ChangeLog, subscription: str) -> Iterator[None]:
-    locked = False
+def _no_capture_running(stack: ExitStack, sub: psycopg.Connection, subscription: str) -> None:
+    """Hold the capture's writer lock (publisher/writer_lock.py) while the log is moved aside; refuse while a
+    capture holds it."""
     try:
-        with change_log.locked():
-            locked = True
-            yield
+        stack.enter_context(writer_lock_on(sub, subscription, "subscriber"))
     except ChangeLogError as e:
-        if locked or "another capture holds" not in e.message:
-            raise
-        raise DropError(f"a capture of subscription {subscription!r} is running (it holds the change log "
-                        f"{str(change_log.directory)!r})", hint=STOP_BEFORE_DROP) from e
+        raise DropError(f"a capture of subscription {subscription!r} is running (PID "
+                        f"{holders(sub, subscription) or '?'} in the subscriber holds its change log)",
+                        hint=STOP_BEFORE_DROP) from e
 
 
 @contextmanager

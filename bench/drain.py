@@ -28,6 +28,8 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
     python bench/drain.py --time-budget 50             # passed to every `rowfilter apply` run
     python bench/drain.py --spark-connect              # our processes as clients of a local Connect server
     python bench/drain.py --pglogical                  # beside pglogical too (PostgreSQL 15)
+    python bench/drain.py --s3                         # a second subscription of ours, its change log on an
+        # S3-compatible server on 127.0.0.1 (moto's, tests/s3_server.py), timed after the local one: both ratios
     python bench/drain.py --workload update --scale 20 --phases
         # instead of pgbench, ONE transaction updating every published account (1M at scale 20);
         # --phases: ours in this process, timed by phase (bench/apply.py PhaseTimer)
@@ -132,7 +134,8 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
     admin = cluster.dsn()
     pub, native_db, ours_db, pgl_db = (cluster.dsn(n) for n in ("bench_pub", "bench_native", "bench_ours",
                                                                  "bench_pglogical"))
-    databases = ("bench_pub", "bench_native", "bench_ours", *(["bench_pglogical"] if args.pglogical else []))
+    databases = ("bench_pub", "bench_native", "bench_ours", *(["bench_pglogical"] if args.pglogical else []),
+                 *(["bench_ours_s3"] if args.s3 else []))
     for name in databases:
         create_database(admin, name)
     init_s = publisher_setup(cluster, "bench_pub", args.scale)
@@ -144,6 +147,11 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
     native = NativeSubscription(pub, native_db, "bench_native", tuple(PUBLICATIONS)).create(timeout=3600)
     native_copy = time.monotonic() - began
     spec_file, slot, our_copy = setup_ours(pub, ours_db, "bench_ours", workdir, args.conf, remote)
+    s3_ours = None
+    if args.s3:  # the same subscription of ours again, its change log in a bucket
+        (workdir / "s3").mkdir()
+        s3_ours = setup_ours(pub, cluster.dsn("bench_ours_s3"), "bench_ours_s3", workdir / "s3", args.conf, remote,
+                             change_log=f"s3://{args.s3.bucket()}/bench/changes")
     native.wait_caught_up(timeout=600)
     peer, pgl_copy = None, None
     if args.pglogical:
@@ -205,6 +213,19 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
         print(f"ours: {our_s:.2f} s in {len(runs)} rowfilter apply processes ({changes:,} changes in {txns:,} "
               f"transactions in their summaries), {our_cpu.seconds:.1f} core-seconds busy; load average {load_ours}", flush=True)
 
+        s3_figures = None
+        if s3_ours is not None:
+            began = time.monotonic()
+            s3_runs = drain_processes(s3_ours[0], pub, s3_ours[1], target, extra, verbose=True)
+            s3_s = time.monotonic() - began
+            s3_batches, local_batches = (sum(r.get("batches") or 1 for r in rs) for rs in (s3_runs, runs))
+            s3_figures = {"ours_s3_seconds": s3_s, "ratio_s3": native_s / s3_s, "s3_processes": len(s3_runs),
+                          "s3_batches": s3_batches, "local_batches": local_batches,
+                          "s3_cost_per_batch_seconds": s3_s / s3_batches - our_s / local_batches,
+                          "s3_runs": s3_runs, "s3_table_rows": compare(native_db, cluster.dsn("bench_ours_s3"), TABLES)}
+            print(f"ours, change log on S3: {s3_s:.2f} s in {len(s3_runs)} processes, {s3_batches} batches "
+                  f"(local: {our_s:.2f} s, {local_batches} batches); ratio native/ours-on-S3 "
+                  f"{native_s / s3_s:.3f}", flush=True)
         native.wait_caught_up(timeout=600)
         rows = compare(native_db, ours_db, TABLES)
         print("subscribers equal: " + ", ".join(f"{t} {n:,} rows" for t, n in rows.items()), flush=True)
@@ -233,7 +254,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
             "tables_equal": True, "table_rows": rows, "load_average_native": load_native,
             "load_average_ours": load_ours, "cpus": os.cpu_count(), "postgres": server_version(cluster),
-            "date": time.strftime("%Y-%m-%d %H:%M")}
+            "date": time.strftime("%Y-%m-%d %H:%M"), **(s3_figures or {})}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
     p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "
                    f"{DEFAULT_BIN_DIR} with --pglogical)")
+    p.add_argument("--s3", action="store_true",
+                   help="also drain a subscription of ours whose change log is on an S3-compatible server on 127.0.0.1")
     apply_arguments(p, "drain.json")
     args = parse(p, argv)
 
@@ -258,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             cluster = stack.enter_context(LocalPostgres.start(bin_dir=args.bin_dir))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-drain-")))
+        if args.s3:
+            from tests.s3_server import s3_server  # moto's server, as the tests run it
+            args.s3 = stack.enter_context(s3_server())
+            os.environ.update(args.s3.environment())  # the standard variables every job process reads
         print(f"PostgreSQL {server_version(cluster)}; {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
         f = run(args, cluster, workdir, stack.enter_context(spark_server(args.spark_connect, workdir)))
 
@@ -274,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{f['applied_changes']:,} changes in {f['applied_transactions']:,} transactions in our runs' summaries; "
           f"tables identical")
     print("per process: " + ", ".join(f"{r['wall']:.1f} s" for r in f["runs"]))
+    if f.get("ratio_s3") is not None:
+        print(f"ratio native/ours with the change log on S3: {f['ratio_s3']:.3f}; the store costs "
+              f"{f['s3_cost_per_batch_seconds']:+.3f} s per batch ({f['s3_batches']} batches)")
     print(f"written to {args.out}")
     return 0
 

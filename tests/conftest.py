@@ -18,6 +18,7 @@ import pytest
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from tests.roles import ROLES, PasswordRole
+from tests.s3_server import S3Server, s3_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -172,3 +173,28 @@ def spark_connect_server() -> Iterator[ServerInfo]:
 def spark_connect_url(spark_connect_server: ServerInfo) -> str:
     """Return the ``sc://`` URL of the run's one local Spark Connect server (:func:`spark_connect_server`)."""
     return spark_connect_server.url
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """The run's S3-compatible server on 127.0.0.1 (moto's, a process of its own: tests/s3_server.py), its
+    credentials and endpoint in the run's environment (``AWS_*``), as a deployment gives them to every job."""
+    began = time.monotonic()
+    with s3_server() as server:
+        _timings["S3-compatible server"] = round(time.monotonic() - began, 2)
+        saved = {k: os.environ.get(k) for k in server.environment()}
+        os.environ.update(server.environment())
+        try:
+            yield server
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+
+@pytest.fixture
+def s3_log(s3: S3Server) -> str:
+    """A change-log URL in a bucket of its own: ``s3://<bucket>/subs/changes``."""
+    return f"s3://{s3.bucket()}/subs/changes"

@@ -37,6 +37,7 @@ from airflow_provider_rowfilter.apply.capture_ahead import CaptureAhead
 from airflow_provider_rowfilter.apply.reducers import SparkNeeded, SparkOnDemand, reduce
 from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.change_log.log import ChangeLog
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.errors import ApplyError, RowFilterError, UnreachableError
@@ -124,7 +125,7 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
 def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult], max_changes: int,
          spark: SparkOnDemand, capture_first: bool, began: float, time_budget: float | None,
          subscriber: psycopg.Connection | None = None) -> None:
-    change_log = ChangeLog(spec.change_log_dir())
+    change_log = open_change_log(spec)
     given = nullcontext(subscriber) if subscriber is not None else connect(spec.subscriber, "subscriber", spec)
     with given as sub, spark:
         migrate(sub)
@@ -247,7 +248,7 @@ def _require_recorded_log(change_log: ChangeLog, store: StateStore) -> None:
     """Raise :class:`SparkNeeded` unless ``change_log`` is the log the subscriber records (same id)."""
     recorded, here = store.log_needs().recorded, change_log.identity()
     if recorded is None or here is None or here.id != recorded.id:
-        raise SparkNeeded(f"subscription {store.subscription}: the change log at {change_log.directory} is not "
+        raise SparkNeeded(f"subscription {store.subscription}: the change log at {change_log.where} is not "
                           f"the one on record ({'none yet' if recorded is None else recorded.location})")
 
 

@@ -18,7 +18,8 @@ class LogIdentity:
 
     @property
     def location(self) -> str:
-        return f"{self.host}:{self.path}"
+        """``host:/path`` of a directory; a URL (the same log from every machine) as it is."""
+        return f"{self.host}:{self.path}" if self.host else self.path
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,14 @@ the log is continuous (:meth:`ChangeLog.continuous`). ``_position.json`` records
 identity (a uuid made when the log is first written); the newest segment, which the apply never
 prunes, records where the log ends (``captured_through``). Segments are written under a
 temporary name, fsynced, renamed and the directory fsynced; only then may the slot be advanced
-(docs/change-log.md). Names starting with ``.`` or ``_`` are invisible to Spark's Parquet reader,
+(docs/change-log.md). One writer at a time: the capture holds a lock in the database
+(publisher/writer_lock.py), not in the file system. Names starting with ``.`` or ``_`` are invisible to Spark's Parquet reader,
 so the directory can be read whole.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -40,7 +40,6 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.private_files import (
     create_private,
     group_mode,
-    open_private,
     private_directory,
     write_private,
 )
@@ -49,7 +48,7 @@ FORMAT_VERSION = 1  # of a segment
 POSITION_FORMAT_VERSION = 2  # of the position file: 2 added the log's id
 METADATA_KEY = "rowfilter.change_log"
 POSITION_FILE = "_position.json"
-LOCK_FILE = ".lock"
+LOCK_FILE = ".lock"  # the flock of releases before the database held the writer lock: removed when met
 TEMP_PREFIX = ".tmp-"
 DEFAULT_ROW_GROUP_ROWS = 10_000
 _SEGMENT = re.compile(r"^([0-9A-F]{16})-([0-9A-F]{16})\.parquet$")
@@ -95,12 +94,16 @@ SCHEMA = pa.schema([
 
 
 class ChangeLogError(RowFilterError):
-    """The change-log directory cannot be used: locked, unwritable, or inconsistent with the slot."""
+    """The change log cannot be used: held by another capture, unwritable, or inconsistent with the slot."""
 
 
 @dataclass(frozen=True)
 class Segment:
-    """One segment file and the LSN range it covers (start exclusive, end inclusive)."""
+    """One segment file and the LSN range it covers (start exclusive, end inclusive).
+
+    ``path`` is a local :class:`~pathlib.Path`, or an object's :class:`~airflow_provider_rowfilter.change_log.store.ObjectPath`
+    (``str()`` is its URL, ``name`` its file name, ``unlink()`` deletes it).
+    """
 
     path: Path
     start_lsn: int
@@ -155,10 +158,18 @@ def publish(temp: Path, final: Path) -> None:
 
 
 class ChangeLog:
-    """A change-log directory: its segments, its capture position, and the lock of the one writer."""
+    """A change-log directory: its segments and its capture position (its one writer holds publisher/writer_lock.py)."""
+
+    #: A directory of this host (not an object store's prefix): what change_log/unrecorded.py may clean.
+    on_this_host = True
 
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory)
+
+    @property
+    def where(self) -> str:
+        """The log's location as messages name it: the directory, or the object store's URL."""
+        return str(self.directory)
 
     def segments(self) -> list[Segment]:
         """Every segment, in LSN order."""
@@ -189,7 +200,7 @@ class ChangeLog:
         segments = self.segments()
         if not segments:
             return None
-        raw = (pq.read_metadata(segments[-1].path).metadata or {}).get(METADATA_KEY.encode())
+        raw = (read_metadata(segments[-1].path).metadata or {}).get(METADATA_KEY.encode())
         return ServerOrigin.from_dict(json.loads(raw).get("publisher") if raw else None)
 
     def identity(self) -> LogIdentity | None:
@@ -197,13 +208,22 @@ class ChangeLog:
         position = self._position()
         if position is None or "id" not in position:
             return None
-        return LogIdentity(position["id"], socket.gethostname(), str(self.directory.resolve()))
+        return LogIdentity(position["id"], *self._here())
+
+    def _here(self) -> tuple[str, str]:
+        """(host, path) a log identity records of this location."""
+        return socket.gethostname(), str(self.directory.resolve())
+
+    def _read_position(self) -> str | None:
+        try:
+            return (self.directory / POSITION_FILE).read_text()
+        except FileNotFoundError:
+            return None
 
     def _position(self) -> dict | None:
-        path = self.directory / POSITION_FILE
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
+        path = f"{self.where}/{POSITION_FILE}"
+        text = self._read_position()
+        if text is None:
             return None
         try:
             data = json.loads(text)
@@ -211,7 +231,7 @@ class ChangeLog:
             if "id" in data:
                 position["id"] = str(uuid.UUID(data["id"]))
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ChangeLogError(f"the change-log position file {str(path)!r} is unreadable: {e}",
+            raise ChangeLogError(f"the change-log position file {path!r} is unreadable: {e}",
                                  hint="restore it from a backup of the log; nothing was captured or applied") from e
         return position
 
@@ -238,7 +258,7 @@ class ChangeLog:
             if found and segment.start_lsn < reached:
                 raise ChangeLogError(
                     f"the change-log segments {found[-1].path.name} and {segment.path.name} overlap",
-                    detail=f"change log {str(self.directory)!r}: segments of another log were copied into it",
+                    detail=f"change log {self.where!r}: segments of another log were copied into it",
                     hint="remove the segments that do not belong to this log (compare their rowfilter.change_log "
                     "metadata: subscription, slot); nothing was captured or applied")
             found.append(segment)
@@ -250,7 +270,7 @@ class ChangeLog:
 
     def _gap(self, since: int, end: int, gap_from: int, gap_to: int, needs: LogNeeds | None,
              found: str) -> ChangeLogError:
-        where = str(self.directory)
+        where = self.where
         detail = (f"The log must be continuous from {format_lsn(since)} to {format_lsn(end)}; {found}. Nothing was "
                   "captured, applied or advanced")
         affected = [t for t, position in (needs.tables if needs else ()) if position < gap_to]
@@ -258,7 +278,8 @@ class ChangeLog:
                   if affected else "resync the affected tables with `rowfilter resync --table T --copy`")
         recorded = needs.recorded if needs else None
         if needs is not None and recorded is not None and not self.is_at(recorded):
-            here = where if recorded.host == socket.gethostname() else f"{socket.gethostname()}:{where}"
+            host = self._here()[0]
+            here = where if recorded.host == host or not host else f"{host}:{where}"
             return ChangeLogError(
                 f"subscription {needs.subscription}'s change log is at {recorded.location} (id {recorded.id}); "
                 f"this run reads {here}: set change_log in the spec to that directory",
@@ -274,8 +295,8 @@ class ChangeLog:
             f"directory that holds them; otherwise {resync}")
 
     def is_at(self, identity: LogIdentity) -> bool:
-        """Whether ``identity`` was recorded at this directory on this host."""
-        return (identity.host, identity.path) == (socket.gethostname(), str(self.directory.resolve()))
+        """Whether ``identity`` was recorded at this location (this directory on this host, or this URL)."""
+        return (identity.host, identity.path) == self._here()
 
     def set_aside(self) -> Path | None:
         """Move a log that belongs to an earlier slot out of the way (its positions mean nothing to a new slot).
@@ -288,7 +309,7 @@ class ChangeLog:
         """``rowfilter drop``: move the log aside as ``<directory>.dropped-<time>``, never deleting a segment.
 
         Returns where it went; None when nothing was ever captured, and then an empty directory (or
-        one holding only the lock file) is removed. Call it holding :meth:`locked`.
+        one holding only an old release's lock file) is removed. Call it holding the writer lock (publisher/writer_lock.py).
         """
         if not self.directory.is_dir():
             return None
@@ -319,29 +340,39 @@ class ChangeLog:
         The first record gives the log its id; later ones keep it.
         """
         position = self._position() or {}
+        self._write_position(json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
+                                         "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
+                                        sort_keys=True) + "\n")
+
+    def _write_position(self, text: str) -> None:
         temp = self.directory / f"{TEMP_PREFIX}{POSITION_FILE}"
-        write_private(temp, json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
-                                        "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
-                                       sort_keys=True) + "\n", mode=group_mode(self.directory))
+        write_private(temp, text, mode=group_mode(self.directory))
         publish(temp, self.directory / POSITION_FILE)
 
+    def staging_path(self, start_lsn: int) -> Path:
+        """Where a segment of ``start_lsn`` is written before :meth:`publish_segment` (private to its owner)."""
+        return self.directory / f"{TEMP_PREFIX}{start_lsn:016X}-{os.getpid()}.parquet"
+
+    def staging_mode(self) -> int:
+        return group_mode(self.directory)
+
+    def publish_segment(self, staged: Path, start_lsn: int, end_lsn: int) -> Segment:
+        """Make the staged file the durable segment ``(start, end]``: fsync, rename, fsync the directory."""
+        final = self.directory / segment_name(start_lsn, end_lsn)
+        publish(staged, final)
+        return Segment(final, start_lsn, end_lsn)
+
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the directory's writer lock; remove what a crashed writer left behind."""
+    def writing(self) -> Iterator[None]:
+        """Make the directory; remove what a crashed writer left behind (temporary files, an old release's lock file).
+
+        Call it holding the writer lock (publisher/writer_lock.py): only the one writer may remove a temporary file.
+        """
         self._make_directory()
-        with open_private(self.directory / LOCK_FILE, "a+", mode=group_mode(self.directory)) as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as e:
-                raise ChangeLogError(f"another capture holds the change log {str(self.directory)!r}",
-                                     hint="let it finish; captures of one subscription run one at a time") from e
-            try:
-                for entry in os.scandir(self.directory):
-                    if entry.name.startswith(TEMP_PREFIX):
-                        os.unlink(entry.path)
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        for entry in os.scandir(self.directory):
+            if entry.name.startswith(TEMP_PREFIX) or entry.name == LOCK_FILE:
+                os.unlink(entry.path)
+        yield
 
     def _make_directory(self) -> None:
         try:
@@ -447,7 +478,7 @@ class SegmentWriter:
         self.metadata = dict(metadata or {})
         self.rows = 0
         self.transactions = 0
-        self.temp = log.directory / f"{TEMP_PREFIX}{start_lsn:016X}-{os.getpid()}.parquet"
+        self.temp = log.staging_path(start_lsn)
         self._writer: pq.ParquetWriter | None = None
         self._pending: list[pa.Table] = []  # changes not yet written, in order
         self._pending_rows = 0
@@ -491,7 +522,7 @@ class SegmentWriter:
     def _open(self) -> pq.ParquetWriter:
         # 0600 (0640 in a directory its owner opened to a group) before a row is in it; Arrow's open truncates
         # and keeps the mode.
-        os.close(create_private(self.temp, mode=group_mode(self.log.directory)))
+        os.close(create_private(self.temp, mode=self.log.staging_mode()))
         return pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
 
     def finish(self, end_lsn: int) -> Segment | None:
@@ -516,9 +547,7 @@ class SegmentWriter:
         }, sort_keys=True)})
         self._writer.close()
         self._writer = None
-        final = self.log.directory / segment_name(self.start_lsn, end_lsn)
-        publish(self.temp, final)
-        return Segment(final, self.start_lsn, end_lsn)
+        return self.log.publish_segment(self.temp, self.start_lsn, end_lsn)
 
     def abort(self) -> None:
         """Drop what was written; the temporary file never becomes a segment."""
@@ -530,9 +559,27 @@ class SegmentWriter:
             self.temp.unlink()
 
 
+def read_metadata(path: str | os.PathLike) -> pq.FileMetaData:
+    """A segment's Parquet footer, from a local path or an object (:class:`~.store.ObjectPath`)."""
+    opened = getattr(path, "reader_args", None)
+    if opened:
+        where, filesystem = opened()
+        return pq.read_metadata(where, filesystem=filesystem)
+    return pq.read_metadata(path)
+
+
+def read_table(path: str | os.PathLike, **options) -> pa.Table:
+    """``pq.read_table`` of a local path or an object (:class:`~.store.ObjectPath`)."""
+    opened = getattr(path, "reader_args", None)
+    if opened:
+        where, filesystem = opened()
+        return pq.read_table(where, filesystem=filesystem, **options)
+    return pq.read_table(path, **options)
+
+
 def segment_counts(path: str | os.PathLike) -> tuple[int, int]:
     """(transactions, changes) of a segment: its metadata's transactions, the footer's row count."""
-    footer = pq.read_metadata(path)
+    footer = read_metadata(path)
     raw = (footer.metadata or {}).get(METADATA_KEY.encode())
     facts = json.loads(raw) if raw else {}
     return int(facts.get("transactions", 0)), footer.num_rows
@@ -542,7 +589,7 @@ def segment_filtering(path: str | os.PathLike) -> str:
     """Who evaluated the publications for a segment's changes: ``source`` (the publisher's pgoutput, through
     the subscription's publications) or ``spark`` (captured unfiltered; also every segment written before the
     metadata recorded it). The apply never mixes the two in one batch (apply/batch_plan.py)."""
-    raw = (pq.read_metadata(path).metadata or {}).get(METADATA_KEY.encode())
+    raw = (read_metadata(path).metadata or {}).get(METADATA_KEY.encode())
     return (json.loads(raw) if raw else {}).get("filtering") or "spark"
 
 
@@ -552,13 +599,13 @@ def segment_relations(path: str | os.PathLike) -> list[RelationSpan]:
     From the segment's metadata (``relations``); a segment written before the metadata recorded them
     is read for the few columns that say it (row groups of names and LSNs, not the values).
     """
-    metadata = pq.read_metadata(path).metadata or {}
+    metadata = read_metadata(path).metadata or {}
     raw = metadata.get(METADATA_KEY.encode())
     facts = json.loads(raw) if raw else {}
     if "relations" in facts:
         return [RelationSpan.from_document(d) for d in facts["relations"]]
-    table = pq.read_table(path, columns=["commit_lsn", "lsn", "relation_oid", "schema", "table", "column_names",
-                                         "column_types"])
+    table = read_table(path, columns=["commit_lsn", "lsn", "relation_oid", "schema", "table", "column_names",
+                                      "column_types"])
     joined = table.append_column("_names", pc.binary_join(table["column_names"], "\x00")) \
                   .append_column("_types", pc.binary_join(table["column_types"], "\x00"))
     grouped = joined.group_by(["relation_oid", "schema", "table", "_names", "_types"]).aggregate(
@@ -574,14 +621,14 @@ def read_segments(segments: Sequence[Segment]) -> pa.Table:
     """Read segments into one Arrow table (tests and tools; the apply job reads them with Spark)."""
     if not segments:
         return SCHEMA.empty_table()
-    return pa.concat_tables(pq.read_table(s.path, schema=SCHEMA) for s in segments)
+    return pa.concat_tables(read_table(s.path, schema=SCHEMA) for s in segments)
 
 
 def segment_identities(path: str | os.PathLike) -> list[IdentitySpan]:
     """The replica identities the UPDATEs and DELETEs of a segment were logged under (core/apply_plan.py
     ``check_identities``): one entry per table, operation, identity and key, with where it first and last appears.
     Reads the few columns that say it, not the values."""
-    table = pq.ParquetFile(path).read(columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",
+    table = read_table(path, columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",
                                                "column_names", "key_columns"])
     table = table.filter(pc.is_in(table["kind"], pa.array(["update", "delete"])))
     if not table.num_rows:

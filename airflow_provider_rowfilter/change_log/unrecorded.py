@@ -11,15 +11,15 @@ A log stops being the subscription's in two ways, and neither is read again:
   new one holds all it had); another log is kept, with a warning.
 
 The apply removes them (:func:`remove_unrecorded`) once the subscriber records the current log: only logs on this
-host, other than the directory on record, that no capture is writing (their lock), and only our files in them
-(segments, the position file, the lock file, a writer's temporary files); a directory that then holds anything
+host, other than the directory on record (a log on object storage leaves its replaced prefixes to the bucket's
+lifecycle rules), and only our files in them (segments, the position file, an older release's lock file, a
+writer's temporary files); a directory that then holds anything
 else is kept, with a warning naming it. ``<change_log>.dropped-<time>`` (``rowfilter drop``) is the user's to
 delete: kept.
 """
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import socket
@@ -58,7 +58,7 @@ def remove_unrecorded(current: ChangeLog, recorded: LogIdentity | None,
     """
     if recorded is None or not current.is_at(recorded):
         return []
-    candidates = replaced_logs(current)
+    candidates = replaced_logs(current) if current.on_this_host else []
     if previous is not None and previous.host == socket.gethostname() and previous.path != recorded.path \
             and _superseded(ChangeLog(previous.path), current, recorded):
         candidates.append(Path(previous.path))
@@ -91,31 +91,22 @@ def _superseded(old: ChangeLog, current: ChangeLog, recorded: LogIdentity) -> bo
 
 
 def _remove(directory: Path) -> bool:
-    """Remove our files of one unrecorded log, then the directory when nothing else is in it; skip it while a
-    capture holds its lock."""
+    """Remove our files of one unrecorded log, then the directory when nothing else is in it.
+
+    No capture writes there: the subscription's one capture (publisher/writer_lock.py) writes the log the spec
+    names, and a worker left with an older spec that captured into it would leave the recorded log a gap, which
+    the continuity rule refuses (change_log/log.py ``continuous``): nothing is lost unseen."""
     if not directory.is_dir():
         return False
-    lock_path = directory / LOCK_FILE
     try:
-        lock = open(lock_path, "a+")  # held while the files go
-    except OSError as e:
-        log.warning("change log %s is no longer recorded, but cannot be removed: %s", directory, e)
+        ChangeLog(directory).identity()  # a log of ours: its position file is readable
+    except ChangeLogError as e:
+        log.warning("%s is not removed: %s", directory, e.message)
         return False
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("change log %s is no longer recorded but a capture holds it: left for a later run", directory)
-            return False
-        try:
-            ChangeLog(directory).identity()  # a log of ours: its position file is readable
-        except ChangeLogError as e:
-            log.warning("%s is not removed: %s", directory, e.message)
-            return False
-        for entry in os.scandir(directory):
-            if entry.name in (POSITION_FILE, LOCK_FILE) or entry.name.startswith(TEMP_PREFIX) \
-                    or parse_segment_name(entry.name) is not None:
-                os.unlink(entry.path)
+    for entry in os.scandir(directory):
+        if entry.name in (POSITION_FILE, LOCK_FILE) or entry.name.startswith(TEMP_PREFIX) \
+                or parse_segment_name(entry.name) is not None:
+            os.unlink(entry.path)
     try:
         directory.rmdir()
     except OSError:

@@ -17,6 +17,7 @@ from pydantic.dataclasses import dataclass
 
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.log_location import LogLocation, is_url, parse_location
 from airflow_provider_rowfilter.core.names import identifier, quote_identifier
 from airflow_provider_rowfilter.core.schedule import FACTORY_DEFAULT_SCHEDULE, longest_gap
 from airflow_provider_rowfilter.core.spec_paths import check_change_log_location, confine
@@ -196,7 +197,9 @@ class SubscriptionSpec:
         if self.spark_remote is not None:
             check_spark_remote(self.spark_remote, f"spark_remote of subscription {self.subscription!r}")
         if self.change_log:
-            check_change_log_location(self.change_log, f"subscription {self.subscription!r}")
+            where = parse_location(self.change_log, f"subscription {self.subscription!r}")  # a URL is never a path
+            if where.local:
+                check_change_log_location(where.path, f"subscription {self.subscription!r}")
         if self.filtering == "source" and self.publications_ddl:
             self.filtering_mode(0)  # refused now: a publications file is never the publisher's
         self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
@@ -227,7 +230,12 @@ class SubscriptionSpec:
         if change_log is not None and not isinstance(change_log, str):
             raise SpecError(f"{str(p)!r}: change_log={change_log!r} is not a directory path",
                             hint="set change_log: path/to/changes (relative to the spec file) or leave it out")
-        if change_log or isinstance(data.get("subscription"), str):
+        if change_log and is_url(change_log):
+            where = parse_location(change_log, source)  # refused here unless served: never a local path
+            change_log = where.path if where.local else None
+            if not where.local:
+                data["change_log"] = where.url  # object storage: no folder of the spec file's to confine it to
+        if change_log or (isinstance(data.get("subscription"), str) and not data.get("change_log")):
             change_log = change_log or default_change_log(data["subscription"])
             if change_log.strip():
                 check_change_log_location(str(p.parent / change_log), f"{source}")
@@ -292,9 +300,14 @@ class SubscriptionSpec:
                             hint="set filtering: auto (or spark): the apply then evaluates the definitions in Spark")
         return self.filtering
 
+    def change_log_location(self) -> LogLocation:
+        """Where the change log lives: ``change_log`` (a path, ``file://`` or a served URL), or the default."""
+        return parse_location(self.change_log or default_change_log(self.subscription),
+                              f"subscription {self.subscription!r}")
+
     def change_log_dir(self) -> Path:
         """The change-log directory: ``change_log``, or the default under the working directory."""
-        return Path(self.change_log or default_change_log(self.subscription))
+        return Path(self.change_log_location().path)
 
     def publications_sql(self) -> str | None:
         """The text of ``publications_ddl``, or None when publications come from the publisher's catalog."""

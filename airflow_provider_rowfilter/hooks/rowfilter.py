@@ -19,6 +19,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
+from airflow_provider_rowfilter.core.log_location import is_url
 from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec
 
 ROLES = ("publisher", "subscriber")
@@ -70,6 +71,8 @@ class ResolvedSpec:
 
     spec: SubscriptionSpec
     endpoints: Mapping[str, Endpoint] = field(default_factory=dict, repr=False)
+    #: the change log's object-store credentials from ``change_log_conn_id`` (hooks/store_connection.py)
+    store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def connect(self, role: str) -> psycopg.Connection:
         """Open an autocommit connection to the publisher or subscriber (for reading its state)."""
@@ -80,8 +83,10 @@ class ResolvedSpec:
         return psycopg.connect(getattr(self.spec, role), autocommit=True)
 
     def password_env(self) -> dict[str, str]:
-        """``{"ROWFILTER_PUBLISHER_PASSWORD": …, …}`` for the endpoints that have a password."""
-        return {PASSWORD_ENV[role]: e.password for role, e in self.endpoints.items() if e.password}
+        """``{"ROWFILTER_PUBLISHER_PASSWORD": …, …}`` for the endpoints that have a password, and the change log's
+        store credentials (``AWS_…``) when an Airflow connection gives them."""
+        return {**{PASSWORD_ENV[role]: e.password for role, e in self.endpoints.items() if e.password},
+                **self.store_env}
 
 
 class RowFilterHook(BaseHook):
@@ -148,7 +153,7 @@ class RowFilterHook(BaseHook):
         if "publications" in data:
             data["publications"] = _names(data["publications"], "publications")
         for key in ("publications_ddl", "change_log"):  # paths given to the operator: from the DAG's folder
-            if data.get(key) and key in given and isinstance(data[key], str):
+            if data.get(key) and key in given and isinstance(data[key], str) and not is_url(data[key]):
                 data[key] = _absolute(data[key], base_dir)
         if "subscription" not in data:
             raise SpecError("no subscription name", hint="pass subscription='s1' or spec='path/to/s1.yaml'")

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from airflow_provider_rowfilter.change_log.log import ChangeLog
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
 from airflow_provider_rowfilter.core.errors import RowFilterError
@@ -160,7 +160,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
         except CaptureError as e:  # a capture reads the slot: the next refresh switches it
             source_warnings.append(str(e).replace("\n", " "))
     if slot_created:
-        set_aside = ChangeLog(spec.change_log_dir()).set_aside()
+        set_aside = open_change_log(spec).set_aside()
         if set_aside is not None:
             log.warning("a new slot %s was created: the change log of the previous one was moved to %s", slot, set_aside)
     document = filters_document(definitions.filters, spec.subscription, with_trees=True,

@@ -98,7 +98,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
     :param change_log: directory of the subscription's durable change log (spec key ``change_log``);
         relative to the DAG's folder. Default: the spec file's (beside the file), else
         ``$AIRFLOW_HOME/rowfilter/<subscription>/changes``. Every run of a subscription must use the
-        same directory: put it on storage every worker sees. (templated)
+        same directory: put it on storage every worker sees, or give a URL of object storage
+        (``s3://bucket/prefix/s1``, ``gs://``, ``abfs://``, ``hdfs://``; docs/change-log.md). (templated)
     :param asset_alias: name of the :class:`~airflow.sdk.AssetAlias` outlet that receives an asset
         event for each subscriber table the batch changed. Default ``rowfilter_<subscription>``
         when ``subscription`` is a plain name; ``""`` declares none. Any other ``AssetAlias`` in
@@ -223,11 +224,12 @@ class ApplyChangesOperator(RowFilterJobOperator):
         # pyarrow with it) when the scheduler parses it.
         from airflow_provider_rowfilter.apply.drain import SparkNeeded, apply
         from airflow_provider_rowfilter.connection import in_task, is_transient
+        from airflow_provider_rowfilter.hooks.store_connection import environment
 
         bound, budget = self._max_changes(), self._time_budget()
         try:
             passwords = {role: e.password for role, e in resolved.endpoints.items() if e.password}
-            with in_task(passwords, connect_timeout=IN_TASK_CONNECT_TIMEOUT):
+            with in_task(passwords, connect_timeout=IN_TASK_CONNECT_TIMEOUT), environment(resolved.store_env):
                 result = apply(resolved.spec, max_changes=DEFAULT_MAX_CHANGES if bound is None else bound,
                                time_budget=budget, without_spark=True)
         except SparkNeeded as e:

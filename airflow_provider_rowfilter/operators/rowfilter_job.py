@@ -38,6 +38,7 @@ from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.hooks.job_output import JobOutput, connect_url, job_failure
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.hooks.spark_submit_job import JobSubmitHook
+from airflow_provider_rowfilter.hooks.store_connection import store_environment
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, in_airflow_terms
 from airflow_provider_rowfilter.spark.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
 from airflow_provider_rowfilter.spark.settings import with_jvm_options
@@ -77,6 +78,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
     :param forward_passwords: hand the connections' passwords to the job as the environment
         variables ``ROWFILTER_PUBLISHER_PASSWORD``/``ROWFILTER_SUBSCRIBER_PASSWORD`` (default). Set
         False where the cluster provides them itself (a Kubernetes secret, a ``~/.pgpass``).
+    :param change_log_conn_id: an Airflow ``aws``, ``google_cloud_platform`` or ``wasb`` connection whose
+        credentials the task and the job use for a change log on object storage, handed by environment like the
+        passwords (hooks/store_connection.py). Default: the workers' own environment or role. (templated)
     :param jdbc_jar: deprecated and ignored: no job uses JDBC (the copy and the apply talk to
         PostgreSQL through psycopg), so no driver jar is shipped. Passing it warns
         (``AirflowProviderDeprecationWarning``); it will be removed in 1.0. A jar your own Spark
@@ -103,6 +107,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         "publications",
         "publisher_conn_id",
         "subscriber_conn_id",
+        "change_log_conn_id",
         "publications_ddl",
     )
     ui_color = "#c8e6f5"
@@ -119,6 +124,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         copy_data: bool | None = None,
         spark_conf: dict[str, str] | None = None,
         forward_passwords: bool = True,
+        change_log_conn_id: str | None = None,
         jdbc_jar: str | None = None,
         conn_id: str = "spark_default",
         **kwargs: Any,
@@ -141,6 +147,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self.copy_data = copy_data
         self.spark_conf = spark_conf
         self.forward_passwords = forward_passwords
+        self.change_log_conn_id = change_log_conn_id
         if jdbc_jar is not None:
             warnings.warn(
                 f"{type(self).__name__}(jdbc_jar=...) is deprecated and ignored: no rowfilter job uses JDBC any "
@@ -375,8 +382,11 @@ class RowFilterJobOperator(SparkSubmitOperator):
         fields = self.spec_fields()
         base_dir = self.dag.folder if self.has_dag() else None
         try:
-            return RowFilterHook().resolve_spec(spec=self.spec, fields=fields, base_dir=base_dir,
-                                                require=self.roles)
+            resolved = RowFilterHook().resolve_spec(spec=self.spec, fields=fields, base_dir=base_dir,
+                                                    require=self.roles)
+            if self.change_log_conn_id:
+                resolved = replace(resolved, store_env=store_environment(self.change_log_conn_id))
+            return resolved
         except RowFilterError as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e
         except TypeError as e:  # a key of the wrong kind reached the spec dataclass

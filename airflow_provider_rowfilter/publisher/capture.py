@@ -59,6 +59,7 @@ from airflow_provider_rowfilter.change_log.log import (
     LoggedRelation,
     SegmentWriter,
 )
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
@@ -93,6 +94,7 @@ from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     join_rows,
 )
 from airflow_provider_rowfilter.publisher.slot_health import WAL_END, WAL_NOW, read_retention, read_slot
+from airflow_provider_rowfilter.publisher.writer_lock import writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +161,8 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     upto = None if upto_lsn is None else parse_lsn(upto_lsn)
     began = time.monotonic()
     slot = capture_names(spec.subscription)[0]
-    change_log = ChangeLog(spec.change_log_dir())
-    with change_log.locked(), connect(spec.publisher, "publisher", spec) as pub:
+    change_log = open_change_log(spec)
+    with writer_lock(spec) as lock, change_log.writing(), connect(spec.publisher, "publisher", spec) as pub:
         pub.execute("; ".join(_SESSION))
         confirmed, synced, origin = _confirmed_position(pub, slot, needs)
         result = CaptureResult(spec.subscription, slot, format_lsn(confirmed), format_lsn(confirmed))
@@ -191,12 +193,14 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
                 # Decoding went through everything flushed before the read: nothing more there is ours.
                 complete = flushed if upto is None else min(flushed, upto)
                 target = max(target, complete)
+            lock.check()  # still the one writer: nothing durable yet
             segment = writer.finish(target)
         except BaseException:
             writer.abort()
             raise
         faults.point("capture-after-segment")
         if target > confirmed:
+            lock.check()
             if change_log.identity() is None:
                 change_log.record_position(target, slot)  # a new log: its id (the segment records the end)
             _advance(pub, slot, target)

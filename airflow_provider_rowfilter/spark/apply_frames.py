@@ -53,6 +53,7 @@ from airflow_provider_rowfilter.core.apply_plan import (
     read_facts,
 )
 from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
+from airflow_provider_rowfilter.spark.log_reader import read_segments
 from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS
 from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, STAGE_COLUMNS, copy_stage
 
@@ -453,7 +454,7 @@ def _folded(existed: bool, policy: str) -> exp.Expr:
 
 def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBatch:
     """Read the segments and judge every change of the subscribed tables (checkpointed locally on first use)."""
-    return decide_frame(spark.read.parquet(*paths), plan)
+    return decide_frame(read_segments(spark, paths), plan)
 
 
 def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:

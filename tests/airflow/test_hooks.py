@@ -64,6 +64,21 @@ def test_relative_paths_are_taken_from_the_dag_folder(tmp_path: Path, airflow_co
     assert spec.publications_ddl == str(tmp_path / "sql" / "pubs.sql")
 
 
+@pytest.mark.parametrize(("value", "refused"), [("s3://bucket/subs/s1", None), ("s3a://bucket/s1", "s3a://")])
+def test_a_change_log_url_given_to_the_operator_is_never_a_path_of_the_dag_folder(
+        tmp_path: Path, airflow_conn: Callable[..., str], value: str, refused: str | None) -> None:
+    """Issue 32: the operator's change_log went through the DAG folder's join, so s3://… became <dags>/s3:/…"""
+    conn = airflow_conn("postgresql://u@h:5432/d", "pg")
+    fields = {"subscription": "s1", "publications": ["p1"], "publisher_conn_id": conn, "subscriber_conn_id": conn,
+              "change_log": value}
+    if refused:
+        with pytest.raises(SpecError, match=f"the URL scheme {refused} is not served"):
+            RowFilterHook().resolve_spec(fields=fields, base_dir=str(tmp_path))
+    else:
+        assert RowFilterHook().resolve_spec(fields=fields, base_dir=str(tmp_path)).spec.change_log == value
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_unknown_operator_field_is_refused() -> None:
     with pytest.raises(SpecError, match="'publisher' is not a spec field an operator takes"):
         RowFilterHook().resolve_spec(fields={"subscription": "s1", "publisher": "postgresql://u@h/d"})
@@ -88,3 +103,22 @@ def test_the_sensor_refuses_tables_the_copy_operator_refuses(tables: Any, refusa
     assert str(e.value).startswith(refusal)
     assert parse_tables(" t2 , public.t1,,t2") == [TableName("public", "t1"), TableName("public", "t2")]
     assert parse_tables("") is None and parse_tables(None) is None
+
+
+def test_the_change_log_store_s_credentials_come_from_an_airflow_connection(airflow_conn: Callable[..., str]) -> None:
+    """Issue 32: an ``aws``, ``google_cloud_platform`` or ``wasb`` connection gives the store's SDK its standard
+    environment (handed to the task's run and the job by environment, like the passwords)."""
+    from airflow_provider_rowfilter.hooks.store_connection import store_environment
+    aws = airflow_conn({"conn_type": "aws", "login": "AKIAEXAMPLE", "password": "s3cr/et",
+                        "extra": {"region_name": "eu-west-1", "endpoint_url": "http://127.0.0.1:9000",
+                                  "aws_session_token": "tok"}}, "aws")
+    assert store_environment(aws) == {"AWS_ACCESS_KEY_ID": "AKIAEXAMPLE", "AWS_SECRET_ACCESS_KEY": "s3cr/et",
+                                      "AWS_SESSION_TOKEN": "tok", "AWS_REGION": "eu-west-1",
+                                      "AWS_ENDPOINT_URL": "http://127.0.0.1:9000"}
+    gcp = airflow_conn({"conn_type": "google_cloud_platform", "extra": {"key_path": "/secrets/sa.json"}}, "gcp")
+    assert store_environment(gcp) == {"GOOGLE_APPLICATION_CREDENTIALS": "/secrets/sa.json"}
+    pg = airflow_conn("postgresql://u@h:5432/d", "pg")
+    with pytest.raises(SpecError, match=rf"change_log_conn_id '{pg}' is a 'postgres' connection, not an object store"):
+        store_environment(pg)
+    with pytest.raises(SpecError, match="change_log_conn_id 'rf_nowhere': no such Airflow connection"):
+        store_environment("rf_nowhere")

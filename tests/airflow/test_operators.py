@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 from collections.abc import Callable
 from dataclasses import replace
@@ -749,3 +750,42 @@ def test_the_job_s_lines_keep_their_level_and_its_error_is_kept() -> None:
     retried = job_failure(output, 75, hooks_own)
     assert not isinstance(retried, AirflowFailException) and str(retried) == output.error_text
     assert job_failure(JobOutput(recorder), 1, hooks_own) is hooks_own  # a crash without our ERROR: retries
+
+
+def test_apply_in_the_task_takes_the_store_s_credentials_from_its_connection(
+        dbs: Databases, tmp_path: Path, s3: Any, s3_log: str, airflow_conn: Callable[..., str],
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 32: the change log in a bucket, the workers' environment without the store's keys: the task's own run
+    captures and applies with the credentials of the ``aws`` connection named by change_log_conn_id."""
+    from airflow_provider_rowfilter.apply.drain import apply
+    from airflow_provider_rowfilter.change_log.store import open_change_log
+    from airflow_provider_rowfilter.jobs.refresh import refresh
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    with psycopg.connect(dbs.sub, autocommit=True) as conn:
+        conn.execute("CREATE TABLE t1 (a int PRIMARY KEY, b text); CREATE TABLE t2 (id int PRIMARY KEY, region text)")
+    (tmp_path / "s3.yaml").write_text("subscription: s_s3\npublications: [p1, p2]\nfiltering: source\n"
+                                      f"copy_data: false\nchange_log: {s3_log}\n")
+    spec = SubscriptionSpec(subscription="s_s3", publications=("p1", "p2"), publisher=dbs.pub, subscriber=dbs.sub,
+                            filtering="source", copy_data=False, change_log=s3_log)
+    refresh(spec)
+    apply(spec)  # the first run records the log the subscriber is fed from (with the run's own AWS_* keys)
+    aws = airflow_conn({"conn_type": "aws", "login": s3.access_key, "password": s3.secret_key,
+                        "extra": {"region_name": "us-east-1", "endpoint_url": s3.endpoint}}, "aws")
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key)
+    with psycopg.connect(dbs.pub, autocommit=True) as conn:
+        conn.execute("INSERT INTO t1 VALUES (7, 'b7'), (0, 'filtered out'); INSERT INTO t2 VALUES (1, 'EU')")
+    op = ApplyChangesOperator(task_id="apply", spec=str(tmp_path / "s3.yaml"), publisher_conn_id=dbs.pub_conn,
+                              subscriber_conn_id=dbs.sub_conn, conn_id=dbs.spark_conn, change_log_conn_id=aws)
+    caplog.set_level("INFO")
+    result = op.execute({})
+    assert "applied s_s3: 1 batch(es), 2 changes" in caplog.text  # by the task itself (apply/drain.py, in process)
+    assert result["counts"]["public.t1"]["insert"] == 1 and result["counts"]["public.t2"]["insert"] == 1
+    with psycopg.connect(dbs.sub) as conn:
+        assert conn.execute("SELECT a, b FROM t1 ORDER BY a").fetchall() == [(7, "b7")]
+    assert "AWS_ACCESS_KEY_ID" not in os.environ  # the connection's keys were the task's run's alone
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)
+    assert open_change_log(spec).segments()  # the segments went to the bucket

@@ -104,7 +104,7 @@ def test_segment_names_sort_in_lsn_order_and_parse_back():
 def test_rows_of_a_transaction_span_row_groups_and_fetches_with_their_transaction_and_relation(tmp_path):
     log = ChangeLog(tmp_path / "log")
     first, second = (200, TS_US, 7, "upstream"), (300, TS_US + 1, 8, None)
-    with log.locked():
+    with log.writing():
         writer = SegmentWriter(log, 100, row_group_rows=2, metadata={"slot": "s"})
         # Transaction 7 (with its origin) spans two fetches; the second fetch starts with it.
         writer.append(fetch([first], [
@@ -118,7 +118,7 @@ def test_rows_of_a_transaction_span_row_groups_and_fetches_with_their_transactio
         segment = writer.finish(400)
     assert segment.path.name == segment_name(100, 400) and (segment.start_lsn, segment.end_lsn) == (100, 400)
     assert pq.ParquetFile(segment.path).metadata.num_row_groups == 3
-    assert sorted(p.name for p in segment.path.parent.iterdir()) == [".lock", segment.path.name]
+    assert sorted(p.name for p in segment.path.parent.iterdir()) == [segment.path.name]
     table = read_segments([segment])
     assert table.schema == SCHEMA
     rows = [(r["commit_lsn"], r["commit_ts"], r["xid"], r["origin"], r["seq"], r["lsn"], r["kind"],
@@ -254,20 +254,20 @@ def test_position_is_the_furthest_of_the_position_file_and_the_segments(tmp_path
         log.captured_through()
 
 
-def test_one_writer_at_a_time_and_leftovers_are_removed(tmp_path):
+def test_what_a_crashed_writer_left_is_removed_when_the_next_writes(tmp_path):
+    """The one writer (its lock is in the database: publisher/writer_lock.py) removes temporary files and an old
+    release's flock file."""
     log = ChangeLog(tmp_path / "a" / "b")
-    with log.locked():
+    with log.writing():
         (log.directory / ".tmp-0000000000000064-1.parquet").write_bytes(b"half")
-        with pytest.raises(ChangeLogError, match="another capture holds the change log"):
-            with ChangeLog(tmp_path / "a" / "b").locked():
-                pass
-    with log.locked():
-        assert [p.name for p in log.directory.iterdir()] == [".lock"]
+        (log.directory / ".lock").write_bytes(b"")
+    with log.writing():
+        assert [p.name for p in log.directory.iterdir()] == []
 
 
 def test_text_values_are_the_publishers_utf8_bytes_checked_before_a_segment_is_written(tmp_path):
     log = ChangeLog(tmp_path / "log")
-    with log.locked():
+    with log.writing():
         writer = SegmentWriter(log, 100)
         writer.append(fetch([(200, TS_US, 7, None)], [
             (0, 0, 150, T1, insert(tup("1", "é✓"))),
@@ -277,7 +277,7 @@ def test_text_values_are_the_publishers_utf8_bytes_checked_before_a_segment_is_w
     assert table.column("new_values").to_pylist() == [["1", "é✓"], ["2", ""]]
     assert table.column("old_values").to_pylist() == [None, ["1", None]]
 
-    with log.locked():
+    with log.writing():
         writer = SegmentWriter(log, 300)
         with pytest.raises(ChangeLogError, match=r"a text value is not valid UTF-8"):
             writer.append(fetch([(400, TS_US, 8, None)], [(0, 0, 350, T1, insert(tup("1", b"\xff")))]))
@@ -292,7 +292,7 @@ def test_what_the_log_writes_is_its_owner_s_alone_whatever_the_umask(tmp_path, u
     before = os.umask(umask)
     try:
         log = ChangeLog(tmp_path / "dags" / ".rowfilter" / "s1" / "changes")
-        with log.locked():
+        with log.writing():
             writer = SegmentWriter(log, 100)
             writer.append(fetch([(200, TS_US, 7, None)], [(0, 0, 150, T1, insert(tup("1", "secret row")))]))
             writer.end_transactions(1)
@@ -303,7 +303,7 @@ def test_what_the_log_writes_is_its_owner_s_alone_whatever_the_umask(tmp_path, u
     made = [tmp_path / "dags", *(p for p in segment.path.parents if tmp_path / "dags" in p.parents)]
     assert {str(d): oct(stat.S_IMODE(d.stat().st_mode)) for d in made} == {str(d): "0o700" for d in made}
     files = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in log.directory.iterdir()}
-    assert files == {".lock": "0o600", "_position.json": "0o600", segment.path.name: "0o600"}
+    assert files == {"_position.json": "0o600", segment.path.name: "0o600"}
 
 
 def test_a_log_directory_opened_to_a_group_gets_files_its_group_may_read(tmp_path):
@@ -312,11 +312,11 @@ def test_a_log_directory_opened_to_a_group_gets_files_its_group_may_read(tmp_pat
     (tmp_path / "changes").mkdir(mode=0o750)
     os.chmod(tmp_path / "changes", 0o2750)
     log = ChangeLog(tmp_path / "changes")
-    with log.locked():
+    with log.writing():
         segment = SegmentWriter(log, 100).finish(200)
         log.record_position(200, "slot")
     assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in log.directory.iterdir()} == {
-        ".lock": "0o640", "_position.json": "0o640", segment.path.name: "0o640"}
+        "_position.json": "0o640", segment.path.name: "0o640"}
 
 
 @as_root_only
@@ -325,7 +325,7 @@ def test_another_os_user_reads_nothing_of_the_log():
     have been made by hand with a looser mode, each file is 0600)."""
     with reachable_directory() as base:
         log = ChangeLog(base / "changes")
-        with log.locked():
+        with log.writing():
             writer = SegmentWriter(log, 100)
             writer.append(fetch([(200, TS_US, 7, None)], [(0, 0, 150, T1, insert(tup("1", "secret row")))]))
             writer.end_transactions(1)

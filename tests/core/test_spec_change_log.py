@@ -73,3 +73,46 @@ def test_without_a_file_the_default_is_under_the_working_directory():
 def test_not_a_path_is_refused(tmp_path):
     with pytest.raises(SpecError, match=r"change_log=\[1\] is not a directory path"):
         SubscriptionSpec.load(write(tmp_path, "change_log: [1]\n"))
+
+
+@pytest.mark.parametrize("value", ["s3a://bucket/s1", "S3N://bucket/s1", "https://example.com/s1", "ftp://h/s1",
+                                   "c:/logs"], ids=lambda v: v)
+def test_a_url_of_a_scheme_not_served_is_refused_never_a_local_path(tmp_path, monkeypatch, value):
+    """Issue 32: ``s3://bucket/subs/s1`` became a local directory ``s3:`` under the working directory, the bucket
+    stayed empty. A value that starts like a URL is a URL: served, or refused at spec load; nothing is created."""
+    monkeypatch.chdir(tmp_path)
+    path = write(tmp_path, f"change_log: {value}\n")
+    scheme = value.split(":")[0].lower()
+    hint = "write it as s3://" if scheme in ("s3a", "s3n") else "use a directory every capture and apply reaches"
+    with pytest.raises(SpecError, match=rf"change_log '{re.escape(value)}': the URL scheme {re.escape(scheme)}:// is "
+                       rf"not served by this release; it is never taken as a local path\nHINT:  {hint}"):
+        SubscriptionSpec.load(path)
+    with pytest.raises(SpecError, match=rf"subscription 's1': change_log '{re.escape(value)}'"):
+        SubscriptionSpec(subscription="s1", publications=("p1",), change_log=value)  # the JSON's spec too
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["specs"]  # no "s3:" directory anywhere
+    assert sorted(p.name for p in path.parent.iterdir()) == ["s1.yaml"]
+
+
+@pytest.mark.parametrize("value", ["s3://bucket/subs/s1", "gs://bucket/s1", "abfs://c@acct.dfs.core.windows.net/s1",
+                                   "hdfs://nn:8020/logs/s1"], ids=lambda v: v.split(":")[0])
+def test_an_object_store_url_is_kept_as_a_url(tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)
+    spec = SubscriptionSpec.load(write(tmp_path, f"change_log: {value}\n"))
+    assert spec.change_log == value and not spec.change_log_location().local
+    assert SubscriptionSpec.from_json(spec.to_json()).change_log == value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["specs"]
+
+
+def test_an_object_store_url_without_a_bucket_is_refused(tmp_path):
+    with pytest.raises(SpecError, match=r"change_log 's3:/bucket/s1' names no bucket\nHINT:  write s3://bucket/"):
+        SubscriptionSpec.load(write(tmp_path, "change_log: s3:/bucket/s1\n"))
+
+
+def test_a_file_url_is_the_local_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv(ALLOWED_PATHS_ENV, str(tmp_path))
+    spec = SubscriptionSpec.load(write(tmp_path, f"change_log: file://{tmp_path}/logs/s1\n"))
+    assert spec.change_log == str(tmp_path / "logs" / "s1")
+    given = SubscriptionSpec(subscription="s1", publications=("p1",), change_log=f"file://localhost{tmp_path}/x")
+    assert given.change_log_dir() == tmp_path / "x"
+    with pytest.raises(SpecError, match=r"change_log 'file://otherhost/x' is not a local file URL"):
+        SubscriptionSpec(subscription="s1", publications=("p1",), change_log="file://otherhost/x")

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS, ChangeLog
+from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS
+from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import apply as apply_job
@@ -87,14 +88,14 @@ def publish(dsn: str, statements: list[str]) -> None:
 class Job:
     """One subscription of ours, driven through the job's command line."""
 
-    def __init__(self, dbs: Databases, tmp_path: Path, filtering: str = "auto") -> None:
+    def __init__(self, dbs: Databases, tmp_path: Path, filtering: str = "auto", change_log: str | None = None) -> None:
         self.dbs = dbs
         self.name = f"fault_{uuid.uuid4().hex[:10]}"
-        self.change_log = tmp_path / "changes"
+        self.change_log = tmp_path / "changes"  # a directory; or the spec's change_log URL (an object store)
         self.spec_path = tmp_path / "spec.yaml"
         self.spec_path.write_text(yaml.safe_dump({
             "subscription": self.name, "publisher": dbs.publisher, "subscriber": dbs.ours,
-            "publications": list(PUBLICATIONS), "change_log": str(self.change_log),
+            "publications": list(PUBLICATIONS), "change_log": change_log or str(self.change_log),
             "spark_master": "local[2]", "spark_conf": SPARK_CONF, "filtering": filtering}))
         self.spec = SubscriptionSpec.load(self.spec_path)
         self.slot = capture_names(self.name)[0]
@@ -145,7 +146,7 @@ class Job:
 
     def check_slot_within_log(self) -> None:
         """The slot is never confirmed past what the change log holds durably."""
-        logged = ChangeLog(self.change_log).captured_through()
+        logged = open_change_log(self.spec).captured_through()
         slot = self.slot_position()
         if logged is None:
             assert slot == self.initial_slot, "the slot moved although the log holds nothing"

@@ -21,6 +21,7 @@ from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import _table_lock
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
+from airflow_provider_rowfilter.publisher.writer_lock import writer_lock_on
 
 SUB = "drop_s1"
 SLOT = f"rowfilter_{SUB}"
@@ -178,7 +179,7 @@ def test_a_running_job_of_the_subscription_is_not_interrupted(dbs, tmp_path, cap
     expected = {
         "apply": f"an apply of subscription '{SUB}' is running (PID",
         "snapshot": f"a snapshot or resync of subscription '{SUB}' is running (PID",
-        "capture": f"a capture of subscription '{SUB}' is running (it holds the change log",
+        "capture": f"a capture of subscription '{SUB}' is running (PID",
     }[job]
     # The very locks the jobs hold while they run.
     with psycopg.connect(sub, autocommit=True) as holder:
@@ -188,13 +189,12 @@ def test_a_running_job_of_the_subscription_is_not_interrupted(dbs, tmp_path, cap
         elif job == "snapshot":
             held = _table_lock(holder, SUB, TableName("public", "t1"))
         else:
-            held = ChangeLog(spec.change_log_dir()).locked()
+            held = writer_lock_on(holder, SUB, "subscriber")
         with held:
             code, out, err = run(capsys, "--spec", str(path))
     assert code == 1 and out == ""
     assert expected in err and "stop the subscription's DAG first" in err
-    if job != "capture":
-        assert f"PID {holder_pid} in the subscriber" in err
+    assert f"PID {holder_pid} in the subscriber" in err
     assert publisher_objects(pub) == {"slot": True, "publication": True}
     assert state_rows(sub)["subscription_rel"] == 2
     assert spec.change_log_dir().is_dir()

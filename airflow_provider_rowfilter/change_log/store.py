@@ -1,0 +1,273 @@
+"""The change log on object storage (``s3://``, ``gs://``, ``abfs://``, ``hdfs://``) through pyarrow's filesystems.
+
+The same log as a directory (change_log/log.py: the names, the chain, the continuity rule, the id), with
+its guarantees re-derived for a store that has no rename and no fsync:
+
+- **A segment is visible whole or not at all.** It is written to a private local file first, then sent
+  under its final name in one upload: a single PUT, or a multipart upload that becomes visible only when
+  it completes (S3, GCS and Azure all give a new object whole or not at all, and strong
+  read-after-write consistency). A process killed mid-upload leaves no object (an incomplete multipart
+  upload is invisible; a bucket rule ``AbortIncompleteMultipartUpload`` reclaims its parts). An upload
+  that fails is deleted and raises; the slot has not moved, so the next run reads the range again and
+  writes the same name. Before the capture trusts a segment ahead of the slot (finishing an
+  interrupted batch), its footer must read and name its range (:meth:`ObjectStoreLog.captured_through`).
+- **Durable before the slot moves.** A completed PUT is durable in the store; only then is the slot
+  advanced (publisher/capture.py), as after the directory's fsync.
+- **The position object** (``_position.json``: the log's id) is one small PUT of the whole document.
+- **One writer:** held by the database (publisher/writer_lock.py), not by the store.
+
+Credentials and endpoint come from the environment the store's own SDK reads (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``AWS_PROFILE``
+and ``~/.aws``, an instance or pod role; ``GOOGLE_APPLICATION_CREDENTIALS``; ``AZURE_STORAGE_*``), never
+from the spec or a command line (docs/change-log.md, "On object storage").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.fs as pafs
+
+from airflow_provider_rowfilter.change_log.log import (
+    POSITION_FILE,
+    ChangeLog,
+    ChangeLogError,
+    Segment,
+    parse_segment_name,
+    read_metadata,
+    segment_name,
+)
+from airflow_provider_rowfilter.core.log_location import LogLocation
+from airflow_provider_rowfilter.core.lsn import format_lsn
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+
+_CHUNK = 8 << 20  # bytes per write of an upload (pyarrow sends parts of its own size)
+
+
+@dataclass(frozen=True)
+class ObjectPath:
+    """An object of the log: ``str()`` is its URL (what Spark and messages read), ``name`` its file name."""
+
+    url: str
+    key: str  # bucket/prefix/name, the filesystem's path
+    fs: pafs.FileSystem = field(compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return self.url
+
+    @property
+    def name(self) -> str:
+        return self.key.rsplit("/", 1)[-1]
+
+    def reader_args(self) -> tuple[str, pafs.FileSystem]:
+        return self.key, self.fs
+
+    def unlink(self, missing_ok: bool = False) -> None:
+        try:
+            self.fs.delete_file(self.key)
+        except FileNotFoundError:
+            if not missing_ok:
+                raise
+
+    def read_bytes(self) -> bytes:
+        with self.fs.open_input_stream(self.key) as stream:
+            return stream.read()
+
+
+def open_change_log(spec: SubscriptionSpec) -> ChangeLog:
+    """The spec's change log: a directory (:class:`ChangeLog`) or on object storage (:class:`ObjectStoreLog`)."""
+    where = spec.change_log_location()
+    return ChangeLog(where.path) if where.local else ObjectStoreLog(where)
+
+
+class ObjectStoreLog(ChangeLog):
+    """A change log under a URL's prefix on object storage; see the module's docstring for its guarantees."""
+
+    on_this_host = False  # its replaced logs are the bucket's lifecycle rules' (docs/change-log.md)
+
+    def __init__(self, location: LogLocation, filesystem: pafs.FileSystem | None = None) -> None:
+        assert location.url is not None
+        self.url = location.url
+        self.scheme = location.scheme
+        self.directory = Path(location.path)  # for messages only: nothing local is ever made there
+        try:
+            self.fs, self.key = (filesystem, location.path) if filesystem else _filesystem(location)
+        except (OSError, ValueError) as e:
+            raise ChangeLogError(f"cannot open the change log {self.url!r}: {e}",
+                                 hint=_CREDENTIALS_HINT) from e
+        self._staging: str | None = None  # the private local folder of the segment being written
+
+    @property
+    def where(self) -> str:
+        return self.url
+
+    def _here(self) -> tuple[str, str]:
+        return "", self.url  # the same log from every machine
+
+    def _object(self, name: str) -> ObjectPath:
+        return ObjectPath(f"{self.url}/{name}", f"{self.key}/{name}", self.fs)
+
+    def segments(self) -> list[Segment]:
+        infos = self._store("list", lambda: self.fs.get_file_info(pafs.FileSelector(self.key, allow_not_found=True)))
+        found = []
+        for info in infos:
+            lsns = parse_segment_name(info.base_name) if info.type == pafs.FileType.File else None
+            if lsns is not None:
+                found.append(Segment(self._object(info.base_name), *lsns))
+        return sorted(found, key=lambda s: (s.start_lsn, s.end_lsn))
+
+    def captured_through(self) -> int | None:
+        """As for a directory, after checking the newest segment is whole (its footer names its range)."""
+        segments = self.segments()
+        if segments:
+            self._check_whole(segments[-1])
+        ends = [s.end_lsn for s in segments]
+        position = self._position()
+        if position is not None:
+            ends.append(position["captured_through"])
+        return max(ends, default=None)
+
+    def _check_whole(self, segment: Segment) -> None:
+        try:
+            facts = (read_metadata(segment.path).metadata or {}).get(b"rowfilter.change_log")
+        except (OSError, ValueError) as e:
+            facts, problem = None, str(e)
+        else:
+            problem = "its footer has no rowfilter.change_log metadata"
+        if facts is not None and json.loads(facts).get("end_lsn") == format_lsn(segment.end_lsn):
+            return
+        raise ChangeLogError(f"the change-log segment {str(segment.path)!r} is not whole: {problem}",
+                             detail="a segment on object storage is written in one upload; this one was cut or "
+                             "replaced by something else. Nothing was captured, applied or advanced",
+                             hint="if the slot has not passed its start, delete the object and run again (the slot "
+                             "still holds its changes); otherwise restore it from a copy")
+
+    def _read_position(self) -> str | None:
+        def read() -> str | None:
+            try:
+                with self.fs.open_input_stream(f"{self.key}/{POSITION_FILE}") as stream:
+                    return stream.read().decode()
+            except FileNotFoundError:
+                return None
+        return self._store("read the position of", read)
+
+    def _write_position(self, text: str) -> None:
+        data = text.encode()
+        self._store("write the position of", lambda: self._put(f"{self.key}/{POSITION_FILE}", [data]))
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """A private local folder for the segment being written; the store needs no directory."""
+        with tempfile.TemporaryDirectory(prefix="rowfilter-segment-") as folder:  # 0700, removed after
+            self._staging = folder
+            try:
+                yield
+            finally:
+                self._staging = None
+
+    def staging_path(self, start_lsn: int) -> Path:
+        if self._staging is None:
+            raise ChangeLogError("a segment is written inside ObjectStoreLog.writing()")
+        return Path(self._staging) / f"{start_lsn:016X}-{os.getpid()}.parquet"
+
+    def staging_mode(self) -> int:
+        return 0o600
+
+    def publish_segment(self, staged: Path, start_lsn: int, end_lsn: int) -> Segment:
+        """Upload the staged file under its final name in one upload; delete a failed one; remove the local file."""
+        name = segment_name(start_lsn, end_lsn)
+        target = self._object(name)
+
+        def chunks() -> Iterator[bytes]:
+            with open(staged, "rb") as local:
+                while block := local.read(_CHUNK):
+                    yield block
+        try:
+            self._store(f"write the segment {name} to", lambda: self._put(target.key, chunks()))
+        finally:
+            staged.unlink(missing_ok=True)
+        return Segment(target, start_lsn, end_lsn)
+
+    def _put(self, key: str, blocks) -> None:
+        """One object, whole: on any failure the object (possibly completed with part of the data, as pyarrow's
+        stream completes what it has when it is dropped) is deleted, and the error raised."""
+        stream = None
+        try:
+            stream = self.fs.open_output_stream(key)
+            for block in blocks:
+                stream.write(block)
+            stream.close()
+        except BaseException:
+            if stream is not None:
+                with contextlib.suppress(Exception):
+                    stream.close()  # pyarrow has no abort: complete it, then delete it
+            with contextlib.suppress(Exception):
+                self.fs.delete_file(key)
+            raise
+
+    def _store(self, what: str, call):
+        """Run a store operation; turn its failure into a ChangeLogError naming the log and the cause."""
+        try:
+            return call()
+        except ChangeLogError:
+            raise
+        except OSError as e:
+            raise ChangeLogError(f"could not {what} the change log {self.url!r}: {_first_line(e)}",
+                                 detail="nothing was advanced: the slot still holds every change not in a "
+                                 "complete segment, and the next run goes on from there",
+                                 hint=_CREDENTIALS_HINT) from e
+
+    def set_aside(self) -> str | None:
+        return self._move_aside("replaced")
+
+    def retire(self) -> str | None:
+        return self._move_aside("dropped")
+
+    def _move_aside(self, label: str) -> str | None:
+        """Copy every object of the log under ``<prefix>.<label>-<time>`` then delete the originals (no rename)."""
+        infos = [i for i in self._store("list", lambda: self.fs.get_file_info(
+            pafs.FileSelector(self.key, allow_not_found=True, recursive=True))) if i.type == pafs.FileType.File]
+        if not infos:
+            return None
+        aside = f"{self.key}.{label}-{int(time.time())}"
+        for info in infos:
+            self._store("copy", lambda i=info: self.fs.copy_file(i.path, aside + i.path[len(self.key):]))
+        for info in infos:
+            self._store("delete from", lambda i=info: self.fs.delete_file(i.path))
+        return f"{self.scheme}://{aside}"
+
+
+#: Seconds a request to the store may take before the capture gives up on it (connect and each request; the
+#: S3 client tries three times): a store that stops answering fails the run where Airflow alerts, not after minutes.
+TIMEOUT_ENV = "ROWFILTER_STORE_TIMEOUT"
+DEFAULT_TIMEOUT = 30.0
+
+
+def _filesystem(location: LogLocation) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for the URL and the log's path in it. S3 is configured here (the endpoint from
+    ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, bounded timeouts); the others as pyarrow reads their URLs."""
+    assert location.url is not None
+    if location.scheme != "s3":
+        return pafs.FileSystem.from_uri(location.url)
+    timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+    return pafs.S3FileSystem(endpoint_override=endpoint, request_timeout=timeout, connect_timeout=timeout,
+                             retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
+                             allow_delayed_open=True), location.path  # a small object: one PutObject
+
+
+_CREDENTIALS_HINT = ("check the store is reachable and the credentials in the environment of the capture and the apply "
+                     "(for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL "
+                     "for an S3-compatible server; docs/change-log.md, \"On object storage\")")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -1,0 +1,94 @@
+"""The change log on object storage (change_log/store.py) against the run's S3-compatible server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
+from airflow_provider_rowfilter.change_log.log import ChangeLogError, SegmentWriter, read_segments, segment_relations
+from airflow_provider_rowfilter.change_log.store import ObjectStoreLog, open_change_log
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from tests.change_log.test_log import T1, TS_US, fetch, insert, tup
+
+
+def spec_on(url: str) -> SubscriptionSpec:
+    return SubscriptionSpec(subscription="s1", publications=("p1",), change_log=url)
+
+
+def write(log: ObjectStoreLog, start: int, end: int, rows: int = 1):
+    with log.writing():
+        writer = SegmentWriter(log, start)
+        if rows:
+            writer.append(fetch([(end - 1, TS_US, 7, None)],
+                                [(0, i, start + 1 + i, T1, insert(tup(str(i), "x"))) for i in range(rows)]))
+            writer.end_transactions(1)
+        return writer.finish(end)
+
+
+def test_segments_chain_in_the_bucket_and_the_log_keeps_its_identity(s3, s3_log):
+    """Issue 32, item 1: the same log as a directory: names, chain, position object, id, continuity."""
+    log = open_change_log(spec_on(s3_log))
+    assert isinstance(log, ObjectStoreLog) and log.segments() == [] and log.captured_through() is None
+    first = write(log, 100, 200, rows=3)
+    log.record_position(200, "rowfilter_s1")
+    write(log, 200, 300, rows=0)  # a heartbeat: an empty segment, still in the chain
+    bucket, prefix = s3_log[len("s3://"):].split("/", 1)
+    assert s3.keys(bucket) == [f"{prefix}/0000000000000064-00000000000000C8.parquet",
+                               f"{prefix}/00000000000000C8-000000000000012C.parquet", f"{prefix}/_position.json"]
+    again = open_change_log(spec_on(s3_log))  # another machine: the same log, the same id
+    assert [s.end_lsn for s in again.continuous(100, 300)] == [200, 300]
+    assert again.captured_through() == 300
+    identity = again.identity()
+    assert identity == LogIdentity(log.identity().id, "", s3_log) and again.is_at(identity)
+    assert identity.location == s3_log
+    assert str(first.path) == f"{s3_log}/0000000000000064-00000000000000C8.parquet"
+    assert read_segments(again.segments()).column("new_values").to_pylist() == [["0", "x"], ["1", "x"], ["2", "x"]]
+    assert [s.table for s in segment_relations(again.segments()[0].path)] == ["t1"]
+    # A lost segment is a hole in the chain: refused naming the URL, nothing assumed.
+    again.segments()[0].path.unlink()
+    with pytest.raises(ChangeLogError, match=rf"the change log '{s3_log}' is missing the changes from 0/64 to 0/C8"):
+        again.continuous(100, 300, LogNeeds("s1", 100, (), identity))
+
+
+def test_a_segment_cut_short_is_never_taken_for_a_whole_one(s3, s3_log):
+    """A segment is visible whole or not at all; one that is not (put there by something else) stops the capture
+    before it trusts it, naming it."""
+    log = open_change_log(spec_on(s3_log))
+    segment = write(log, 100, 200, rows=50)
+    whole = segment.path.read_bytes()
+    bucket, key = str(segment.path)[len("s3://"):].split("/", 1)
+    s3.client().put_object(Bucket=bucket, Key=key, Body=whole[: len(whole) // 2])
+    with pytest.raises(ChangeLogError, match=r"the change-log segment .*0000000000000064-00000000000000C8.parquet' is "
+                       r"not whole"):
+        log.captured_through()
+
+
+def test_wrong_credentials_stop_with_the_store_s_error_and_the_fix(s3, s3_log, monkeypatch):
+    log = open_change_log(spec_on(s3_log))
+    write(log, 100, 200)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "expired")
+    with pytest.raises(ChangeLogError, match=rf"could not list the change log '{s3_log}': .*SIGNATURE_DOES_NOT_MATCH"
+                       r"(.|\n)*HINT:  check the store is reachable and the credentials"):
+        open_change_log(spec_on(s3_log)).segments()
+
+
+def test_drop_moves_the_log_aside_in_the_bucket(s3, s3_log):
+    log = open_change_log(spec_on(s3_log))
+    write(log, 100, 200)
+    log.record_position(200, "rowfilter_s1")
+    aside = log.retire()
+    assert aside is not None and aside.startswith(s3_log + ".dropped-")
+    assert log.segments() == [] and log.identity() is None
+    bucket, prefix = s3_log[len("s3://"):].split("/", 1)
+    objects = [k for k in s3.keys(bucket) if not k.endswith("/")]  # pyarrow keeps an emptied folder as "subs/"
+    assert [k.split("/")[-1] for k in objects] == ["0000000000000064-00000000000000C8.parquet", "_position.json"]
+    assert all(k.startswith(prefix + ".dropped-") for k in objects)
+
+
+def test_spark_reads_the_store_s_objects_by_their_hadoop_urls():
+    """A cluster's executors read s3a:// (hadoop-aws), abfss:// (hadoop-azure), gs:// and hdfs://; paths as they are."""
+    from airflow_provider_rowfilter.spark.log_reader import hadoop_url
+    assert [hadoop_url(u) for u in ("s3://b/p/x.parquet", "abfs://c@a.dfs.core.windows.net/p/x.parquet",
+                                    "gs://b/x.parquet", "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet")] == [
+        "s3a://b/p/x.parquet", "abfss://c@a.dfs.core.windows.net/p/x.parquet", "gs://b/x.parquet",
+        "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet"]
