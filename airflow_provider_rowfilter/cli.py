@@ -29,13 +29,12 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import (
 )
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.publication import PublishAction
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER, ago, batch_lag, counts_text, duration, size
 from airflow_provider_rowfilter.jobs.arguments import interval, positive, seconds
 
 if TYPE_CHECKING:
-    from airflow_provider_rowfilter.publisher.slot_health import SlotHealth
-    from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState
+    from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState, TableCheckRecord
 
 # markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
 console = Console(markup=False, highlight=False)
@@ -90,10 +89,34 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "The next apply drops that one remote transaction (the LSN a conflict error names); --lsn NONE "
              "clears a pending skip.",
              "rowfilter skip --spec s1.yaml --lsn 0/14C0378"),
+    "disable": ("stop applying the subscription (ALTER SUBSCRIPTION ... DISABLE)",
+                "The apply (the command, the operator, the incremental-sync DAG) applies nothing until the "
+                "subscription is enabled again, and says so; the slot keeps the changes meanwhile (and the WAL "
+                "they need). status and the Replication page show it disabled.",
+                "rowfilter disable --spec s1.yaml"),
+    "enable": ("apply the subscription again (ALTER SUBSCRIPTION ... ENABLE)",
+               "The next apply goes on from where the subscription stopped.",
+               "rowfilter enable --spec s1.yaml"),
+    "sync-sequences": ("move the subscriber's sequences past the publisher's (before a switchover)",
+                       "For each subscribed table, set every sequence one of its columns owns in the subscriber "
+                       "past the value of the publisher's sequence of the same column (sequences are not "
+                       "replicated). A sequence already past is left alone; --dry-run only says what it would set.",
+                       "rowfilter sync-sequences --spec s1.yaml --table public.orders --dry-run"),
     "drop": ("drop the subscription (DROP SUBSCRIPTION): slot, capture publication, state",
              "Drop the slot and the capture publication on the publisher and the subscription's state in the "
              "subscriber; its tables and their data stay.",
              "rowfilter drop --spec s1.yaml"),
+    "verify": ("compare each table with the publisher's rows under its filters (read-only); exit 1 when one differs",
+               "Compare every table (or the --table ones) with the rows a new initial copy would bring: its "
+               "publications' copy filter and column list, at one consistent point of both sides. Prints, per "
+               "table, the rows compared and the rows missing, extra and different, with example keys. Changes "
+               "no table; keeps each table's result for status.",
+               "rowfilter verify --spec s1.yaml --table public.orders"),
+    "reconcile": ("repair tables in place to what a new copy would hold, never emptying them",
+                  "Bring every table (or the --table ones) to exactly what a new initial copy under the current "
+                  "definitions would hold: missing rows inserted, extra ones deleted, different ones updated, range "
+                  "by range; the table stays readable. --dry-run only says what would change.",
+                  "rowfilter reconcile --spec s1.yaml --table public.orders --dry-run"),
 }
 
 
@@ -117,6 +140,20 @@ def _parser() -> argparse.ArgumentParser:
     commands["refresh"].add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a "
                                      "new one and send every table it had positioned back to state i, emptied, "
                                      "for a new copy")
+    commands["refresh"].add_argument("--reconcile", action="store_true", help="reconcile in place instead of "
+                                     "emptying: with --recreate-slot, the tables the lost slot had positioned; and "
+                                     "every table whose copy filter or column list changed (the spec's reconcile: "
+                                     "true does the same)")
+    commands["resync"].add_argument("--reconcile", action="store_true", help="repair the table in place instead of "
+                                    "emptying it (rowfilter reconcile): it stays readable")
+    for name in ("verify", "reconcile"):
+        commands[name].add_argument("--table", action="append", metavar="SCHEMA.TABLE",
+                                    help=f"{name} only this table (repeatable); default every table")
+        commands[name].add_argument("--max-readers", type=positive, default=None, metavar="N",
+                                    help="most parallel readers of one side of one table (default 8)")
+        commands[name].add_argument("--json", action="store_true", help="print the result as JSON")
+    commands["reconcile"].add_argument("--dry-run", action="store_true",
+                                       help="change nothing: verify and say what a reconcile would change")
     commands["snapshot"].add_argument("--table", action="append", metavar="SCHEMA.TABLE",
                                       help="copy only this table (repeatable); default every table in state i or d")
     commands["resync"].add_argument("--table", action="append", required=True, metavar="SCHEMA.TABLE",
@@ -138,15 +175,28 @@ def _parser() -> argparse.ArgumentParser:
                                    help="start no further batch after this many seconds (a batch is never cut; "
                                    "0: one batch); default: no budget")
     commands["apply"].add_argument("--json", action="store_true", help="print the run's summary as JSON")
+    commands["sync-sequences"].add_argument("--table", action="append", metavar="SCHEMA.TABLE",
+                                            help="only this table (repeatable); default every subscribed table")
+    commands["sync-sequences"].add_argument("--dry-run", action="store_true", help="say what would be set, set nothing")
+    commands["sync-sequences"].add_argument("--json", action="store_true", help="print the result as JSON")
     commands["skip"].add_argument("--lsn", required=True,
                                   help="the finish LSN the conflict error names, e.g. 0/14C0378, or NONE")
     commands["drop"].add_argument("--keep-slot", action="store_true",
                                   help="drop the subscriber side only and leave the slot on the publisher, e.g. when "
                                   "it cannot be reached (ALTER SUBSCRIPTION ... SET (slot_name = NONE)); the slot "
                                   "retains WAL until dropped")
-    server = sub.add_parser("spark-server", help="start, stop or show the local Spark Connect server the specs' "
-                            "spark_remote can point at (127.0.0.1 only)")
-    server.add_argument("action", choices=("start", "stop", "status"))
+    server = sub.add_parser(
+        "spark-server", help="start, stop or show the local Spark Connect server the specs' spark_remote can point at "
+        "(127.0.0.1 only)", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=textwrap.fill(
+            "A Spark Connect server on this machine, listening on 127.0.0.1 only, that the jobs attach to as "
+            "clients (a spec's spark_remote: sc://127.0.0.1:PORT, or an Airflow spark_connect connection): no JVM "
+            "starts in the job or the task, and the runs of a subscription share its warm sessions. start returns "
+            "once the server answers; stop ends it; status exits 3 when none runs.", 100),
+        epilog="example:\n  rowfilter spark-server start --port 15002 --conf spark.driver.memory=4g\n"
+               "  rowfilter spark-server status")
+    server.add_argument("action", choices=("start", "stop", "status"),
+                        help="start a server (or say which runs), stop it, or show it (exit 3: none runs)")
     server.add_argument("--state-dir", help="where its process id and log are kept "
                         "(default $XDG_STATE_HOME/rowfilter/spark-server)")
     server.add_argument("--port", type=positive, default=15002, help="its port on 127.0.0.1 (default 15002)")
@@ -167,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return validate(load_spec(args.spec, needs=("publisher",)),
                             fmt=output_format(args.format, console, as_json=args.json))
         if args.command == "refresh":
-            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot)
+            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
+        if args.command in ("verify", "reconcile") or (args.command == "resync" and args.reconcile):
+            return compare(load_spec(args.spec), args)
         if args.command == "status":
             return status(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
         if args.command in ("snapshot", "resync"):
@@ -177,8 +229,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
             return skip(load_spec(args.spec, needs=("subscriber",)), args.lsn)
+        if args.command == "sync-sequences":
+            return sync_sequences(load_spec(args.spec), args)
         if args.command == "drop":
             return drop(load_spec(args.spec), keep_slot=args.keep_slot)
+        if args.command in ("disable", "enable"):
+            return set_enabled(load_spec(args.spec, needs=("subscriber",)), args.command == "enable")
         if args.command == "spark-server":
             return spark_server(args)
     except RowFilterError as e:
@@ -195,6 +251,7 @@ def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> 
     ``needs`` has a connection id and no URL: ``validate`` reads the publisher alone."""
     spec = SubscriptionSpec.load(path)
     named = [r for r in needs if getattr(spec, f"{r}_conn_id") and not getattr(spec, r)]
+    named += [f"standbys ({s})" for s in spec.standbys if CONN_ID.match(s)]
     if not named:
         return spec
     import importlib.util
@@ -202,7 +259,8 @@ def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> 
     import subprocess
 
     if importlib.util.find_spec("airflow") is None:
-        raise SpecError(f"spec file {path!r} names Airflow connections ({', '.join(f'{r}_conn_id' for r in named)}), "
+        raise SpecError(f"spec file {path!r} names Airflow connections "
+                        f"({', '.join(r if r.startswith('standbys') else f'{r}_conn_id' for r in named)}), "
                         "and Airflow is not installed here",
                         hint="run the command where Airflow and its connections are, or give "
                         f"{' and '.join(named)} URLs in a spec file of their own")
@@ -238,7 +296,8 @@ def spark_server(args: argparse.Namespace) -> int:
                 raise SpecError(f"--conf {item!r} is not KEY=VALUE", hint="write --conf spark.driver.memory=4g")
             conf[key.strip()] = value
         info = connect_server.start(state, port=args.port, master=args.master, conf=conf)
-        say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log})")
+        say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log}; its token, "
+            f"which this user's jobs read from there, in {info.token_file})")
         return 0
     if args.action == "stop":
         info = connect_server.stop(state)
@@ -248,27 +307,42 @@ def spark_server(args: argparse.Namespace) -> int:
     if info is None:
         say("no Spark Connect server is running")
         return EXIT_BROKEN
-    say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log})")
+    say(f"Spark Connect server running (pid {info.pid}): spark_remote: {info.url}  (log {info.log}; token in "
+        f"{info.token_file})")
     return 0
 
 
 def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     """Validate the spec's publications against the publisher and print the effective filters."""
     from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.core.schedule import longest_gap
+    from airflow_provider_rowfilter.core.slot_retention import schedule_risks
+    from airflow_provider_rowfilter.publisher.capture_objects import capture_names
     from airflow_provider_rowfilter.publisher.definitions import load_definitions
+    from airflow_provider_rowfilter.publisher.readiness import readiness, spec_standbys
+    from airflow_provider_rowfilter.publisher.slot_health import read_retention
+    from airflow_provider_rowfilter.publisher.standby import check_capture_source
 
     with connect(spec.publisher, "publisher", spec) as conn:
         definitions = load_definitions(spec, conn)
+        # What a standby as the publisher lacks (refused), and what the schedule risks (core/slot_retention.py).
+        warnings = [*definitions.warnings, *check_capture_source(conn, definitions.filtering),
+                    *schedule_risks(read_retention(conn), longest_gap(spec.apply_schedule), spec.apply_schedule)]
+        standbys = readiness(conn, capture_names(spec.subscription)[0], spec_standbys(spec)) if spec.standbys else []
+    warnings += [f"standby {r.standby} is not ready to take over the slot: " + "; ".join(r.problems)
+                 for r in standbys if not r.ready]
     if fmt == "json":
         document = filters_document(definitions.filters, spec.subscription,
                                     untranslatable_ok=definitions.filtering == "source")
         for t in document["tables"]:
             t["filtering"] = definitions.filtering
-        print(json.dumps({**document, "filtering": definitions.filtering, "warnings": list(definitions.warnings)},
-                         indent=2))
+        print(json.dumps({**document, "filtering": definitions.filtering, "warnings": warnings,
+                          "standbys": [r.as_dict() for r in standbys]}, indent=2))
     else:
         print_filters(spec, definitions.filters, definitions.source, fmt, definitions.filtering)
-    for text in definitions.warnings:
+        for r in standbys:
+            say(f"standby {r.standby}: " + ("failover ready" if r.ready else "NOT failover ready"))
+    for text in warnings:
         say(("WARNING:", "yellow"), " ", text, err=True)
     return 0
 
@@ -277,11 +351,15 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
 FILTERING_LABELS = {"source": "source (the publisher's pgoutput)", "spark": "spark (the apply judges)"}
 
 
-def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
+def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: bool | None = None) -> int:
     """Run the RefreshPublication job in-process and say what it added and removed."""
     from airflow_provider_rowfilter.jobs.refresh import refresh as run_refresh
 
-    result = run_refresh(spec, recreate_slot=recreate_slot)
+    result = run_refresh(spec, recreate_slot=recreate_slot, reconcile=reconcile)
+    # A table whose copy filter or column list changed: the job's own WARNING line says what and what to do.
+    for check in result.reconciled:
+        say(f"  reconciled {check['table']}: inserted {check['inserted']:,}, updated {check['updated']:,}, "
+            f"deleted {check['deleted']:,}; state f at {check['lsn']}")
     if not result.changed:
         say(f"subscription {spec.subscription}: up to date ({len(result.tables)} tables, at {result.lsn})")
         return 0
@@ -291,17 +369,60 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> int:
     for name in result.removed:
         say("  ", (f"- {name}", "red"), "  (no longer published; its progress is dropped)")
     if result.slot_created:
-        say(f"  created replication slot rowfilter_{spec.subscription} (pgoutput) on the publisher")
+        say(f"  created replication slot rowfilter_{spec.subscription} (pgoutput{', failover' if result.failover else ''})"
+            " on the publisher")
+    if result.failover_switched:
+        say(f"  replication slot rowfilter_{spec.subscription} is now {'' if result.failover else 'not '}a failover slot")
     if result.definitions_changed and not (result.added or result.removed):
         say("  definitions changed: they apply to changes after this position; rows already copied "
             "are not re-copied (as in PostgreSQL)")
     return 0
 
 
+def compare(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
+    """``verify``, ``reconcile`` (or ``resync --reconcile``), in-process: each table's result, one paragraph each.
+
+    ``verify`` exits 1 when a table differs; ``reconcile`` when a table could not be reconciled.
+    """
+    from airflow_provider_rowfilter.core.relation import TableName
+    from airflow_provider_rowfilter.jobs.reconcile import reconcile
+    from airflow_provider_rowfilter.jobs.verify import MAX_READERS, verify
+
+    tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
+    readers = getattr(args, "max_readers", None) or MAX_READERS
+    if args.command == "verify":
+        checked = verify(spec, tables, max_readers=readers)
+        if args.json:
+            print(json.dumps(checked.summary()))
+        else:
+            for t in checked.tables:
+                say(t.describe(), err=not t.clean and t.checked)
+        if not checked.clean:
+            say(("DIFFERENT:", "bold red"), " ", str(checked.error()), err=True)
+            return 1
+        return 0
+    dry_run = bool(getattr(args, "dry_run", False))
+    result = reconcile(spec, tables, max_readers=readers, dry_run=dry_run)
+    if getattr(args, "json", False):
+        print(json.dumps(result.summary()))
+    else:
+        for t in result.tables:
+            if dry_run and t.checked:
+                say(f"{t.table}: would insert {t.missing:,}, update {t.different:,}, delete {t.extra:,} "
+                    f"(at {t.lsn}; {t.publisher_rows:,} publisher rows, {t.subscriber_rows:,} subscriber rows)")
+            else:
+                say(t.describe())
+    if not result.ok:
+        say(("ERROR:", "bold red"), " ", str(result.error()), err=True)
+        return 1
+    return 0
+
+
 #: The columns of ``rowfilter status`` (a column is added here and in :func:`_status_row`).
-STATUS_COLUMNS = (Column("table", whole=True), Column("filtering", whole=True), Column("state"), Column("lsn", whole=True),
-                  Column("behind now", whole=True), Column("rows copied", whole=True), Column("last batch"),
-                  Column("last error"))
+STATUS_COLUMNS = (Column("table", whole=True), Column("filtering", whole=True, detail=True), Column("state", whole=True),
+                  Column("lsn", whole=True), Column("behind now", whole=True),
+                  Column("rows copied", whole=True, detail=True), Column("last batch", detail=True),
+                  Column("last error", detail=True))
 
 
 def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
@@ -311,6 +432,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     Returns 0, or :data:`EXIT_BROKEN` when the slot is gone while tables are past ``i``, or invalidated.
     """
     from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.publisher.slot_report import findings, publisher_view, readiness_lines, slot_line
     from airflow_provider_rowfilter.subscriber.state import StateReader
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
@@ -318,9 +440,12 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         subscription = reader.require_subscription()
         tables = reader.tables()
         last = reader.last_batch()
+        checks = reader.checks()
         now = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # the clock finished_at was written by
-    current, slot, unreachable, filtering = _publisher_view(spec, subscription.slot_name)
-    warnings, broken = _slot_findings(spec, slot, unreachable, tables)
+    view = publisher_view(spec, subscription.slot_name,
+                          [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
+    current, slot, unreachable, filtering = view.current, view.slot, view.unreachable, view.filtering
+    warnings, broken = findings(spec, view, [str(t.table) for t in tables if t.state.value != "i"])
     fmt = fmt or output_format(None, console)
     lag = {}
     for t in tables:
@@ -339,8 +464,11 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "measured_at": now.isoformat(),
             "filtering": filtering,
             "slot": {**slot_doc, "retained_wal_warning_bytes": spec.retained_wal_warning_bytes},
+            "retention": None if view.retention is None else view.retention.as_dict(),
+            "standbys": [r.as_dict() for r in view.standbys],
             "broken": broken,
             "warnings": warnings,
+            "enabled": subscription.enabled,
             "applied_lsn": subscription.applied_lsn,
             "skip_lsn": subscription.skip_lsn,
             "last_error": subscription.last_error,
@@ -351,18 +479,26 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
                         "filtering": filtering,
                         "rows_copied": t.rows_copied,
                         "last_batch": last.counts.get(str(t.table), {}) if _in_last_batch(t, last) else {},
-                        "last_error": t.last_error, "updated_at": t.updated_at.isoformat()} for t in tables],
+                        "last_error": t.last_error, "updated_at": t.updated_at.isoformat(),
+                        "reconcile_since": t.reconcile_since.isoformat() if t.reconcile_since else None,
+                        "last_check": _check_doc(checks.get(t.table))} for t in tables],
         }))
         for text in warnings:
             say(("WARNING:", "yellow"), " ", text, err=True)
         return code
     title = [Text(f"subscription {spec.subscription} (publications {', '.join(subscription.publications)})")]
+    if not subscription.enabled:
+        title[0].append("  DISABLED: nothing is applied until `rowfilter enable`", style="bold yellow")
     if last is not None:
         title.append(Text(_batch_line(last, now)))
     rows = [_status_row(t, lag.get(t.table), last, filtering) for t in tables]
     print_table(console, STATUS_COLUMNS, rows, fmt=fmt, title=[] if fmt == "tsv" else title)
     if fmt != "tsv":
-        say(_slot_line(subscription.slot_name, slot))
+        say(slot_line(subscription.slot_name, view))
+        for line in readiness_lines(view):
+            say(line)
+        for line in _check_lines(tables, checks, now):
+            say(*line)
     if subscription.last_error:
         say(("last error:", "red"), " ", subscription.last_error, err=True)
     for text in warnings:
@@ -370,6 +506,37 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     if broken:
         say(("BROKEN:", "bold red"), " ", broken, err=True)
     return code
+
+
+def _check_doc(check: TableCheckRecord | None) -> dict | None:
+    """A table's last verify or reconcile in ``status --json``."""
+    if check is None:
+        return None
+    keys = ("missing", "extra", "different", "inserted", "updated", "deleted", "rows", "examples", "seconds")
+    return {"kind": check.kind, "lsn": check.lsn, "clean": check.clean, "checked_at": check.checked_at.isoformat(),
+            **{k: check.result.get(k) for k in keys}}
+
+
+def _check_lines(tables: Sequence[RelState], checks: dict, now: object) -> list[tuple[str | tuple[str, str], ...]]:
+    """One line per table a reconcile holds, or that was verified or reconciled: when, at which LSN, what it found."""
+    lines: list[tuple[str | tuple[str, str], ...]] = []
+    for t in tables:
+        if t.reconcile_since is not None:
+            lines.append(((f"{t.table}:", "yellow"), f" a reconcile holds it in d since {ago(t.reconcile_since, now)} "
+                          "(run `rowfilter reconcile` if none is running)"))
+        check = checks.get(t.table)
+        if check is None:
+            continue
+        r = check.result
+        if check.kind == "reconcile":
+            found = f"inserted {r.get('inserted', 0):,}, updated {r.get('updated', 0):,}, deleted {r.get('deleted', 0):,}"
+        elif check.clean:
+            found = "equal to the publisher's rows"
+        else:
+            found = ", ".join(f"{r.get(k, 0):,} {k}" for k in ("missing", "extra", "different") if r.get(k))
+        lines.append(((f"{t.table}:", "green" if check.clean else "red"),
+                      f" {check.kind} {ago(check.checked_at, now)} at {check.lsn}: {found}"))
+    return lines
 
 
 def _in_last_batch(t: RelState, last: BatchRecord | None) -> bool:
@@ -397,71 +564,6 @@ def _status_row(t: RelState, behind: int | None, last: BatchRecord | None, filte
             counts_text(counts) if counts else "", Text(t.last_error or "", style="red")]
 
 
-def _publisher_view(spec: SubscriptionSpec, slot_name: str
-                    ) -> tuple[int | None, SlotHealth | None, str | None, str | None]:
-    """``(current WAL position, slot, None, filtering)``, or ``(None, None, why, None)`` when the publisher
-    cannot be reached: status still prints the subscriber's side. ``filtering`` is the mode the next
-    capture takes (core/spec.py), or why it refuses."""
-    from airflow_provider_rowfilter.connection import connect
-    from airflow_provider_rowfilter.publisher.slot_health import read_slot
-
-    try:
-        with connect(spec.publisher, "publisher", spec) as pub:
-            current, slot = read_slot(pub, slot_name)
-            version = pub.info.server_version
-    except RowFilterError as e:
-        return None, None, e.message + (f" ({e.detail})" if e.detail else ""), None
-    try:
-        filtering = spec.filtering_mode(version)
-    except RowFilterError as e:
-        filtering = f"refused: {e.message}"
-    return parse_lsn(current), slot, None, filtering
-
-
-def _slot_findings(spec: SubscriptionSpec, slot: SlotHealth | None, unreachable: str | None,
-                   tables: Sequence[RelState]) -> tuple[list[str], str | None]:
-    """What status warns about, and why the subscription is broken (None when it is not)."""
-    if slot is None:
-        return [f"{unreachable}: the replication slot's state is unknown, and lag was not measured"], None
-    name = f'replication slot "{slot.name}"'
-    past = [str(t.table) for t in tables if t.state.value != "i"]
-    if not slot.exists:
-        if not past:
-            return [f"{name} does not exist on the publisher; `rowfilter refresh` creates it"], None
-        return [], (f"{name} does not exist on the publisher, but {', '.join(past)} "
-                    f"{'is' if len(past) == 1 else 'are'} past the initial copy: the changes since "
-                    f"{'its position' if len(past) == 1 else 'their positions'} are lost to this subscription. "
-                    "Copy them again: see `rowfilter refresh --help`")
-    if slot.lost:
-        return [], (f"{name} was invalidated (wal_status lost): the publisher removed WAL it still needed, "
-                    "past max_slot_wal_keep_size; the changes since the tables' positions are lost. Drop the "
-                    "subscription (`rowfilter drop`) and subscribe again, or see `rowfilter refresh --help`")
-    warnings = []
-    if slot.wal_status == "unreserved":
-        warnings.append(f"{name} holds more WAL than max_slot_wal_keep_size allows (wal_status unreserved): "
-                        "the next checkpoint on the publisher removes it and invalidates the slot; run the apply "
-                        "now, or raise max_slot_wal_keep_size")
-    threshold = spec.retained_wal_warning_bytes
-    if slot.retained_bytes is not None and slot.retained_bytes > threshold:
-        warnings.append(f"{name} retains {size(slot.retained_bytes)} of WAL on the publisher, more than "
-                        f"retained_wal_warning ({size(threshold)}): is the subscription's apply running? "
-                        "A subscription you no longer need: `rowfilter drop`")
-    return warnings, None
-
-
-def _slot_line(name: str, slot: SlotHealth | None) -> str:
-    if slot is None:
-        return f"slot {name}: unknown (the publisher cannot be reached)"
-    if not slot.exists:
-        return f"slot {name}: missing on the publisher"
-    parts = [f"wal_status {slot.wal_status or 'n/a'}",
-             "retains " + ("nothing" if slot.retained_bytes is None else size(slot.retained_bytes)) + " of WAL now",
-             "active" if slot.active else "inactive"]
-    if slot.safe_wal_size is not None:
-        parts.append(f"{size(max(slot.safe_wal_size, 0))} more before max_slot_wal_keep_size")
-    return f"slot {name}: " + ", ".join(parts)
-
-
 def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget: float | None = None,
                 as_json: bool) -> int:
     """Run ApplyChanges in-process: batches until drained (or the budget is spent), each in one transaction."""
@@ -474,6 +576,10 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
                        time_budget=time_budget)
     if as_json:
         print(json.dumps(result.summary()))
+        return 0
+    if result.disabled:
+        say(f"subscription {spec.subscription}: ", ("disabled", "yellow"), ": nothing applied (`rowfilter enable` "
+            "enables it)")
         return 0
     say(f"subscription {spec.subscription}: applied {result.changes:,} changes in {result.batches} "
         f"batch{'es' if result.batches != 1 else ''} through {result.end_lsn or '-'} in "
@@ -507,6 +613,44 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
     say(f"subscription {spec.subscription}: " + (
         f"the remote transaction finished at {value} will be skipped by the next apply" if value
         else "skip-LSN cleared"))
+    return 0
+
+
+def set_enabled(spec: SubscriptionSpec, enabled: bool) -> int:
+    """``ALTER SUBSCRIPTION … ENABLE`` / ``DISABLE``."""
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.subscriber.state import StateStore
+
+    with connect(spec.subscriber, "subscriber", spec) as conn:
+        was = StateStore(conn, spec.subscription).set_enabled(enabled)
+    if was == enabled:
+        say(f"subscription {spec.subscription}: already {'enabled' if enabled else 'disabled'}")
+    elif enabled:
+        say(f"subscription {spec.subscription}: enabled; the next apply goes on from where it stopped")
+    else:
+        say(f"subscription {spec.subscription}: disabled; the apply applies nothing until `rowfilter enable` (the "
+            "slot keeps the changes, and the WAL they need, meanwhile)")
+    return 0
+
+
+def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
+    """Run SyncSequences in-process and say, per sequence, what it set (or would)."""
+    from airflow_provider_rowfilter.core.relation import TableName
+    from airflow_provider_rowfilter.sequence_sync import sync_sequences as run_sync
+
+    tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
+    result = run_sync(spec, tables, dry_run=args.dry_run)
+    if args.json:
+        print(json.dumps(result.summary()))
+        return 0
+    if not result.sequences:
+        say(f"subscription {spec.subscription}: no subscribed table owns a sequence on the publisher")
+    for s in result.sequences:
+        moved = f": next value {s.before} -> {s.after}" if s.action in ("set", "would set") else ""
+        say(f"  {s.table}.{s.column}: {s.subscriber_sequence or '-'} {s.action}{moved} (publisher's "
+            f"{s.publisher_sequence} at {'-' if s.publisher_last_value is None else s.publisher_last_value})")
+    say(f"subscription {spec.subscription}: {result.changed} sequence{'' if result.changed == 1 else 's'} set"
+        + (" (dry run: nothing was set)" if args.dry_run else ""))
     return 0
 
 

@@ -38,7 +38,9 @@ def in_task(passwords: Mapping[str, str], connect_timeout: int | None = None) ->
 
 def password(role: str) -> str | None:
     """The password of ``role`` (``publisher``/``subscriber``): handed in (:func:`in_task`), else
-    ``ROWFILTER_<ROLE>_PASSWORD``; None leaves it to libpq (``PGPASSWORD``, ``~/.pgpass``)."""
+    ``ROWFILTER_<ROLE>_PASSWORD``; None leaves it to libpq (``PGPASSWORD``, ``~/.pgpass``). A ``standby``
+    (the spec's ``standbys``) is reached with the publisher's: a physical standby has its primary's roles."""
+    role = "publisher" if role == "standby" else role
     handed = _IN_TASK.get()
     return (handed[0].get(role) if handed else None) or os.environ.get(PASSWORD_ENV[role]) or None
 
@@ -70,7 +72,9 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
         # may show (core/conninfo.py, scrub); the traceback's chain would repeat the raw text
         host = next((p.value for p in parse(url) if p.key == "host"), "?")
         text = scrub(str(e).strip(), url)
-        raise UnreachableError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}",
+        conn_id = getattr(spec, f"{role}_conn_id", None)  # the spec came from Airflow: name its connection too
+        via = f" (Airflow connection {conn_id!r})" if conn_id else ""
+        raise UnreachableError(f"cannot connect to the {role} of subscription {spec.subscription!r} at host {host}{via}",
                                detail=text.splitlines()[0] if text else None) from None
     except psycopg.ProgrammingError as e:  # libpq refused a keyword or value
         raise SpecError(f"{what} is not a valid connection string: {scrub(str(e).strip(), url)}") from None

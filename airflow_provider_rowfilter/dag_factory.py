@@ -6,7 +6,10 @@ Each spec file (the YAML the ``rowfilter`` command reads, README "Use") becomes 
   (dynamic task mapping, bounded by a pool), apply, then wait until every table is ``r``;
 - ``<prefix>_incremental_sync`` (scheduled, one run at a time, no catch-up, retries with exponential
   back-off): one ApplyChanges micro-batch per run;
-- ``<prefix>_refresh`` (manual unless scheduled): refresh, then copy the tables it added.
+- ``<prefix>_refresh`` (manual unless scheduled): refresh, then copy the tables it added;
+
+then the operations run by hand with parameters (skip a transaction, resync tables, drop), and
+``<prefix>_verify`` (manual unless ``verify_schedule``) and ``<prefix>_reconcile_tables`` (manual).
 
 ``<prefix>`` is ``rowfilter_<subscription>``. The file's optional ``airflow:`` mapping holds the
 Airflow-only settings (:class:`AirflowSettings`); the ``rowfilter`` command and the jobs ignore it.
@@ -30,15 +33,30 @@ from airflow.sdk import DAG, Param, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec, parse_size
+from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec, parse_size
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook, parse_tables
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+from airflow_provider_rowfilter.operators.reconcile_tables import ReconcileTablesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
-from airflow_provider_rowfilter.operators.subscription_ops import DropSubscriptionOperator, SkipTransactionOperator
+from airflow_provider_rowfilter.operators.subscription_ops import (
+    DropSubscriptionOperator,
+    SkipTransactionOperator,
+    SyncSequencesOperator,
+)
+from airflow_provider_rowfilter.operators.verify_tables import VerifyTablesOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
+from airflow_provider_rowfilter.spec_placeholders import (
+    SpecFileWarning,
+    invalid_spec_dag,
+    lenient_settings,
+    placeholder_ids,
+)
+
+__all__ = ["DAG_KINDS", "SPEC_PATTERNS", "AirflowSettings", "SpecFileWarning", "SubscriptionFile", "build_dags",
+           "dags_from_folder", "invalid_spec_dag"]
 
 #: The pool that bounds parallel initial copies unless a spec file names another.
 DEFAULT_POOL = "rowfilter_copies"
@@ -46,7 +64,8 @@ DEFAULT_POOL = "rowfilter_copies"
 WAITING_FOR_COPY = (SyncState.INIT, SyncState.DATA_COPY)
 SPEC_PATTERNS = ("*.yaml", "*.yml")
 #: The DAGs of one spec file: the three that replicate, then the operations, run by hand with parameters.
-DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription")
+DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription",
+             "sync_sequences", "verify", "reconcile_tables")
 #: An LSN as PostgreSQL writes it, or NONE (the skip DAG's parameter).
 _LSN_PARAM = r"^([0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}|NONE|none)$"
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
@@ -68,6 +87,11 @@ class AirflowSettings:
     schedule: str | None = "*/5 * * * *"
     #: Schedule of the refresh DAG; None (default): run it after changing the publications.
     refresh_schedule: str | None = None
+    #: Whether the scheduled DAGs (the incremental sync, a scheduled refresh) are paused when Airflow first
+    #: sees them. Default no: an incremental run before the initial sync is skipped, saying so
+    #: (operators/subscription_guard.py). The manual DAGs (initial sync, operations) are never paused at
+    #: creation: a skip or a drop must run when triggered in the middle of an incident.
+    paused_upon_creation: bool = False
     start_date: dt.datetime = dt.datetime(2025, 1, 1)
     #: Most changes one incremental run captures (``--max-changes``); None for the job's default.
     max_changes: int | None = None
@@ -100,6 +124,8 @@ class AirflowSettings:
     email: tuple[str, ...] | None = None
     #: ``package.module.function`` called with the context when a task fails (imported at parse time).
     on_failure_callback: str | None = None
+    #: Schedule of the verify DAG (every table compared with its publisher's rows); None (default): run it by hand.
+    verify_schedule: str | None = None
     #: Seconds an apply or refresh task may run before Airflow stops it (and retries it): a hung apply
     #: would otherwise hold the incremental sync's only run slot for ever. None: no limit.
     execution_timeout: float | None = 3600.0
@@ -144,13 +170,14 @@ class AirflowSettings:
 
 
 _KINDS: dict[str, Any] = {
-    "dag_id_prefix": str, "spark_conn_id": str, "conf": dict, "schedule": str, "refresh_schedule": str,
+    "dag_id_prefix": str, "spark_conn_id": str, "conf": dict, "schedule": "schedule", "refresh_schedule": "schedule",
+    "paused_upon_creation": bool,
     "start_date": "date", "max_changes": "positive", "time_budget": "seconds", "pool": str, "tables": "names", "retries": "count",
     "retry_delay": "seconds", "retry_exponential_backoff": "seconds", "max_retry_delay": "seconds",
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
     "max_retained_wal": "size", "max_batch_age": "seconds",
     "tags": "names", "owner": str, "email": "names", "on_failure_callback": str, "execution_timeout": "timeout",
-    "copy_execution_timeout": "timeout",
+    "copy_execution_timeout": "timeout", "verify_schedule": str,
 }
 
 
@@ -219,6 +246,18 @@ def _check(source: str, key: str, value: Any, kind: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise bad("a number of seconds > 0 (null: no limit)")
         return float(value)
+    elif kind == "schedule":
+        # What DagBag checks when it bags a DAG: checked here, so that a cron Airflow cannot read fails this
+        # file alone (its placeholder), instead of the loader file losing that DAG with an import error.
+        if not isinstance(value, str) or not value.strip():
+            raise bad("a cron expression or preset ('*/5 * * * *', '@hourly'), or null")
+        try:
+            DAG(dag_id="rowfilter_schedule_check", schedule=value, start_date=dt.datetime(2025, 1, 1),
+                max_active_runs=1).timetable.validate()  # the factory's DAGs run one at a time (@continuous needs it)
+        except Exception as e:  # Airflow's timetable errors have no common base
+            raise SpecError(f"{source}: airflow: {key}={value!r} is not a schedule Airflow reads: {e}",
+                            hint="a cron expression of 5 fields ('*/5 * * * *') or a preset ('@hourly'); "
+                            "null: manual runs only") from None
     elif kind == "names":
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
@@ -280,7 +319,8 @@ def tables_waiting_for_copy(subscription: str, subscriber_conn_id: str,
     if unknown:
         raise AirflowFailException(f"table(s) {', '.join(unknown)} not part of subscription {subscription!r} "
                                    f"(its tables: {', '.join(str(t) for t in sorted(states)) or 'none'})")
-    return [str(t) for t in sorted(chosen or states) if states[t] in WAITING_FOR_COPY]
+    # As SQL names (quoted where needed): the snapshot task reads them back as SQL (TableName.from_sql).
+    return [t.as_sql() for t in sorted(chosen or states) if states[t] in WAITING_FOR_COPY]
 
 
 def copy_tasks(*, pool: str, tables: Any, subscription: str, subscriber_conn_id: str,
@@ -324,6 +364,7 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     copy_bound = None if s.copy_execution_timeout is None else dt.timedelta(seconds=s.copy_execution_timeout)
     common = {
         "start_date": s.start_date, "catchup": False, "max_active_runs": 1, "default_args": default_args,
+        "is_paused_upon_creation": False,
         "tags": ["rowfilter", f"subscription:{spec.subscription}", *s.tags],
         "doc_md": f"Subscription `{spec.subscription}` (publications {', '.join(spec.publications)}), "
                   f"from `{source.path}` (airflow_provider_rowfilter.dag_factory).",
@@ -344,20 +385,23 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
         snapshot >> apply >> ready
     dags[dag.dag_id] = dag
 
+    scheduled = {**common, "is_paused_upon_creation": s.paused_upon_creation}
     with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
              description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
-             **common) as dag:
+             **scheduled) as dag:
         apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
                                      asset_alias=alias, **bounded, **job)
-        if s.max_retained_wal is not None or s.max_batch_age is not None:
+        standbys = [c for c in spec.standbys if CONN_ID.match(c)]  # the check reads them through Airflow
+        if s.max_retained_wal is not None or s.max_batch_age is not None or standbys:
             apply >> SubscriptionLagCheckOperator(
                 task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
-                max_batch_age=s.max_batch_age, trigger_rule="all_done", retries=0, **who)
+                max_batch_age=s.max_batch_age, standby_conn_ids=standbys, trigger_rule="none_skipped", retries=0,
+                **who)
     dags[dag.dag_id] = dag
 
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
              description=f"Refresh publication of {spec.subscription}, then copy the tables it added",
-             **common) as dag:
+             **(scheduled if s.refresh_schedule else common)) as dag:
         refresh = RefreshPublicationOperator(task_id="refresh", **bounded, **job)
         listed, _ = copy_tasks(pool=s.pool, tables=None, execution_timeout=copy_bound, **who, **job)
         refresh >> listed
@@ -396,6 +440,40 @@ def operations_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[
         DropSubscriptionOperator(task_id="drop", spec=job["spec"], confirm="{{ params.confirm }}",
                                  keep_slot="{{ params.keep_slot }}")
     dags[dag.dag_id] = dag
+    with DAG(dag_id=ids["sync_sequences"], description=f"Move the sequences of {spec.subscription}'s tables in the "
+             "subscriber past the publisher's (before a switchover: sequences are not replicated)",
+             params={"tables": Param([], type="array", items={"type": "string"}, title="Tables",
+                                     description="schema.table names; none: every table of the subscription"),
+                     "dry_run": Param(False, type="boolean", title="Dry run", description="say what would be set")},
+             render_template_as_native_obj=True, **manual) as dag:
+        SyncSequencesOperator(task_id="sync_sequences", spec=job["spec"], tables="{{ params.tables | join(',') }}",
+                              dry_run="{{ params.dry_run }}")
+    dags[dag.dag_id] = dag
+    dags.update(check_dags(source, job, common))
+    return dags
+
+
+def check_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[str, Any]) -> dict[str, DAG]:
+    """``verify`` (by hand, or on ``airflow: verify_schedule``): every table, or the chosen ones, compared with the
+    publisher's rows, failing when one differs; ``reconcile_tables`` (by hand): tables repaired in place."""
+    spec, ids, settings = source.spec, source.dag_ids, source.settings
+    tables = Param([], type="array", items={"type": "string"}, title="Tables",
+                   description="schema.table names of the subscription; none: every table")
+    dags: dict[str, DAG] = {}
+    with DAG(dag_id=ids["verify"], description=f"Verify {spec.subscription}: each table against its publisher's "
+             "rows under its filters, at one consistent point (read-only); fails when one differs",
+             params={"tables": tables}, **{**common, "schedule": settings.verify_schedule}) as dag:
+        VerifyTablesOperator(task_id="verify", tables="{{ params.tables | join(',') }}", **job)
+    dags[dag.dag_id] = dag
+    manual = {**common, "schedule": None, "default_args": {**common["default_args"], "retries": 0}}
+    with DAG(dag_id=ids["reconcile_tables"], description=f"Reconcile tables of {spec.subscription} in place: to what "
+             "a new copy would hold, never emptying them (the incremental sync catches them up)",
+             params={"tables": tables, "dry_run": Param(False, type="boolean", title="Dry run",
+                                                        description="change nothing: say what would change")},
+             render_template_as_native_obj=True, **manual) as dag:
+        ReconcileTablesOperator(task_id="reconcile", tables="{{ params.tables | join(',') }}",
+                                dry_run="{{ params.dry_run }}", **job)
+    dags[dag.dag_id] = dag
     return dags
 
 
@@ -403,11 +481,13 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
     """The DAGs of every spec file in ``folder`` (not recursive), by DAG id.
 
     Each file stands alone: one that is not a valid spec (or repeats another file's subscription or
-    DAG ids) does not stop the others. It becomes a placeholder DAG (:func:`invalid_spec_dag`) whose
+    DAG ids) does not stop the others. It becomes a placeholder DAG (spec_placeholders.py) whose
     only task fails with the error naming the file, under the file's own DAG ids when its
     ``subscription`` (and ``airflow.dag_id_prefix``) can be read, so that the subscription stays in
-    the UI and a run in flight fails with the reason instead of "Dag not found". The error is also
-    issued as a warning (Airflow records it against the loader file) and logged.
+    the UI and a run in flight fails with the reason instead of "Dag not found"; the incremental
+    sync's placeholder keeps the file's schedule and failure callbacks, so the failure recurs on the
+    subscription's schedule and alerts. The error is also issued as a warning (Airflow records it
+    against the loader file) and logged.
     """
     folder = Path(folder)
     files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
@@ -429,44 +509,10 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
             error = e if str(path.resolve()) in str(e) or str(path) in str(e) else SpecError(f"{path}: {e}")
             log.error("%s", error)
             warnings.warn(str(error), SpecFileWarning, stacklevel=2)
-            for dag_id in _placeholder_ids(path, taken=set(dags)):
-                dags[dag_id] = invalid_spec_dag(dag_id, path, error)
+            kept = lenient_settings(path, AirflowSettings.from_mapping, _email_notifier)
+            for dag_id, kind in placeholder_ids(path, set(dags), DAG_KINDS).items():
+                dags[dag_id] = invalid_spec_dag(dag_id, path, error, kind=kind, settings=kept)
             continue
         seen[name] = path
         dags.update(built)
     return dags
-
-
-class SpecFileWarning(UserWarning):
-    """A spec file of the DAG factory's folder is invalid (its placeholder DAG's task says why)."""
-
-
-def invalid_spec_dag(dag_id: str, path: Path, error: Exception) -> DAG:
-    """A manual DAG standing for an invalid spec file: its one task fails, without retry, with ``error``."""
-
-    def fail() -> None:
-        raise AirflowFailException(str(error))
-
-    with DAG(dag_id=dag_id, schedule=None, start_date=dt.datetime(2025, 1, 1), catchup=False,
-             tags=["rowfilter", "invalid-spec"],
-             description=f"INVALID SPEC FILE {path.name}: {str(error).splitlines()[0]}"[:500],
-             doc_md=f"The spec file `{path}` is invalid; fix it and the subscription's DAGs come back.\n\n"
-                    f"```\n{error}\n```") as dag:
-        task(task_id="invalid_spec", retries=0)(fail)()
-    return dag
-
-
-def _placeholder_ids(path: Path, taken: set[str]) -> list[str]:
-    """The DAG ids an invalid file stands under: its own ones when they can be read and are free,
-    else ``rowfilter_invalid_<file name>``."""
-    try:
-        raw = yaml.safe_load(path.read_text())
-        name = raw.get("subscription")
-        prefix = (raw.get("airflow") or {}).get("dag_id_prefix") or f"rowfilter_{name}"
-        if isinstance(name, str) and isinstance(prefix, str) and _DAG_ID.match(prefix):
-            ids = [f"{prefix}_{kind}" for kind in DAG_KINDS]
-            if not taken & set(ids):
-                return ids
-    except (OSError, yaml.YAMLError, AttributeError):
-        pass
-    return [f"rowfilter_invalid_{re.sub(r'[^A-Za-z0-9_.-]', '_', path.name)}"]

@@ -21,6 +21,13 @@ POINTS = (
     "apply-after-commit",      # the subscriber committed; old segments not yet removed
 )
 
+#: Where a reconcile can be killed (docs/verify.md, "A reconcile killed"), in the order it reaches them.
+RECONCILE_POINTS = (
+    "reconcile-after-hold",    # the table is in d for the reconcile, nothing of it fixed yet
+    "reconcile-mid-groups",    # the first group of rows fixed and committed, the others not yet
+    "reconcile-before-finish",  # every group fixed, the table not yet back in f
+)
+
 
 def point(name: str) -> None:
     """Kill this process with SIGKILL when ``ROWFILTER_FAULT`` names ``name``."""

@@ -33,13 +33,19 @@ def get_provider_info() -> dict:
                     "airflow_provider_rowfilter.operators.apply_changes",
                     "airflow_provider_rowfilter.operators.metrics",
                     "airflow_provider_rowfilter.operators.refresh_publication",
+                    "airflow_provider_rowfilter.operators.replication_link",
                     "airflow_provider_rowfilter.operators.rowfilter_job",
                     "airflow_provider_rowfilter.operators.snapshot_copy",
+                    "airflow_provider_rowfilter.operators.subscription_guard",
                     "airflow_provider_rowfilter.operators.subscription_lag",
                     "airflow_provider_rowfilter.operators.subscription_ops",
+                    "airflow_provider_rowfilter.operators.verify_tables",
+                    "airflow_provider_rowfilter.operators.reconcile_tables",
+                    "airflow_provider_rowfilter.operators.task_errors",
                 ],
             }
         ],
+        "extra-links": ["airflow_provider_rowfilter.operators.replication_link.ReplicationPageLink"],
         "sensors": [
             {
                 "integration-name": INTEGRATION,

@@ -27,6 +27,7 @@ from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import CatalogError, RowFilterError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.humane import size
 from airflow_provider_rowfilter.publisher.capture_objects import (
     STOP_BEFORE_DROP,
     capture_names,
@@ -40,6 +41,7 @@ from airflow_provider_rowfilter.subscriber.state import (
     StateStore,
     job_lock,
     job_lock_key,
+    migrate,
     relation_exists,
 )
 
@@ -69,6 +71,26 @@ class DropResult:
     def dropped(self) -> bool:
         return bool(self.slot_dropped or self.publication_dropped or self.state_dropped or self.change_log_moved_to)
 
+    def describe(self) -> str:
+        """What went, in one line (the task log's and the job's)."""
+        if not self.dropped:
+            return "nothing to drop"
+        parts = []
+        if self.slot_dropped:
+            held = "" if self.slot_retained_bytes is None else f" (it retained {size(self.slot_retained_bytes)} of WAL)"
+            parts.append(f"replication slot {self.slot} dropped on the publisher{held}")
+        elif self.keep_slot:
+            parts.append(f"replication slot {self.slot} left on the publisher (keep_slot): it retains WAL until dropped")
+        if self.publication_dropped:
+            parts.append(f"publication {self.publication} dropped on the publisher")
+        if self.state_dropped:
+            parts.append(f"state of {len(self.tables)} table(s) ({', '.join(self.tables) or 'none'}), "
+                         f"{self.refreshes} refresh(es) and {self.batches} batch(es) of history dropped in the subscriber")
+        if self.change_log_moved_to:
+            parts.append(f"change log moved to {self.change_log_moved_to}")
+        parts.extend(f"left alone: {note}" for note in self.left_alone)
+        return "dropped: " + "; ".join(parts) + "; the subscriber's tables and their data are kept"
+
 
 def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
     """Drop ``spec``'s subscription; raise, having dropped nothing, when it is in use or the publisher is unreachable."""
@@ -90,18 +112,19 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
             result.publication = ", ".join(dropped.publications)
             result.publication_dropped, result.left_alone = bool(dropped.publications), list(dropped.left_alone)
         if has_state:
+            migrate(sub)  # drop_history, where the drop is remembered (a subscriber of an older release lacks it)
             with sub.transaction():
                 if relation_exists(sub, "apply_stage"):
                     clear_stage(sub, spec.subscription)
                 drop_stagings(sub, spec.subscription, [r.table for r in StateStore(sub, spec.subscription).tables()])
-                state = StateStore(sub, spec.subscription).drop()
+                state = StateStore(sub, spec.subscription).drop(kept_slot=keep_slot)
             if state is not None:
                 result.state_dropped = True
                 result.tables = [str(t) for t in state.tables]
                 result.refreshes, result.batches = state.refreshes, state.batches
         moved = change_log.retire()
         result.change_log_moved_to = None if moved is None else str(moved)
-    log.info("dropped %s: %s", spec.subscription, result)
+    log.info("subscription %s: %s", spec.subscription, result.describe())
     return result
 
 

@@ -231,7 +231,7 @@ def slot_read_alone(pub: str, publication: str) -> tuple[float, int, int]:
 class PhaseTimer:
     """Wall time spent in the apply job's steps, per batch; wraps module attributes while active."""
 
-    STEPS = ("capture", "decide", "facts", "stage", "subscriber")
+    STEPS = ("capture", "decide", "facts", "stage", "reduce", "stage_copy", "subscriber")
 
     def __init__(self) -> None:
         self.current: dict[str, float] = defaultdict(float)
@@ -242,11 +242,13 @@ class PhaseTimer:
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
-            began = time.monotonic()
+            began, cpu = time.monotonic(), time.thread_time()
             try:
                 return original(*args, **kwargs)
             finally:
                 self.current[step] += time.monotonic() - began
+                # the calling thread's own CPU (a capture ahead runs in a thread of its own): robust to a busy machine
+                self.current[f"{step} cpu"] += time.thread_time() - cpu
 
         setattr(owner, attr, timed)
         self._undo.append((owner, attr, original))
@@ -261,6 +263,18 @@ class PhaseTimer:
         self._wrap(apply_frames.DecidedBatch, "facts", "facts")  # first action: read, judge, persist, count
         self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
         self._wrap(StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
+        # A batch the publisher judged: reduced in the process, its rows COPYed from it (apply/net_effect.py).
+        from airflow_provider_rowfilter.apply import net_effect, reducers
+
+        self._wrap(net_effect, "reduce_batch", "reduce")  # called as net_effect.reduce_batch: looked up per call
+        self._wrap(reducers, "copy_stage_rows", "stage_copy")
+        # Inside the capture: the slot's rows turned into the segment's columns (the decoder), the Parquet
+        # row groups written; the rest of the capture is the wait for the slot function and the fetches.
+        from airflow_provider_rowfilter.change_log import log as change_log
+        from airflow_provider_rowfilter.publisher import capture as capture_module
+
+        self._wrap(capture_module._Reader, "read", "capture: decode")
+        self._wrap(change_log.SegmentWriter, "_write", "capture: parquet")
         return self
 
     def uninstall(self) -> None:
@@ -306,7 +320,7 @@ def phase_breakdown(batches: list[dict], total: float) -> dict[str, float]:
     sums["decide"] = sums.get("decide", 0.0)
     # facts and stage run inside apply/reducers.py reduce after decide returned; "other": the rest of apply()
     # (migrate, state reads, segment footers, batch_history, commit, prune) and the loop itself.
-    accounted = sum(sums.get(k, 0.0) for k in PhaseTimer.STEPS)
+    accounted = sum(sums.get(k, 0.0) for k in PhaseTimer.STEPS if k != "capture")  # the capture runs ahead
     sums["other"] = max(total - accounted, 0.0)
     return dict(sums)
 
@@ -666,8 +680,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     with contextlib.ExitStack() as stack:
-        admin = stack.enter_context(LocalPostgres.start()).dsn()
-        base = admin.rsplit("/", 1)[0]
+        cluster = stack.enter_context(LocalPostgres.start())
+        os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
+        admin = cluster.dsn()
+        base = admin.partition("?")[0].rsplit("/", 1)[0]
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-apply-")))
         with psycopg.connect(admin) as conn:
             version = conn.execute("SHOW server_version").fetchone()[0]

@@ -7,8 +7,8 @@
 
 Plain SVG, no plotting library: two panels (initial copy in rows/s, apply in changes/s), each with
 native and ours as bars on a linear scale, and the ratio. ``--keepup`` draws bench/keepup.py's
-result instead: the lag in seconds and in MiB at the end of each scheduled run, over time, with the
-two-interval line.
+result instead: per phase, the lag in seconds of every subscription it sampled (ours, native,
+pglogical) over time, ours also at the end of each scheduled run, with the two-interval line.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from xml.sax.saxutils import escape
 
 WIDTH, PANEL, HEIGHT, BAR = 720, 340, 300, 90
 KEEPUP_PANEL = 240  # the height of one lag panel
-COLOURS = {"native": "#4c72b0", "ours": "#dd8452"}
+COLOURS = {"native": "#4c72b0", "ours": "#dd8452", "pglogical": "#55a868"}
 
 
 def panel(x0: int, title: str, unit: str, native: float, ours: float) -> list[str]:
@@ -37,12 +37,12 @@ def panel(x0: int, title: str, unit: str, native: float, ours: float) -> list[st
     return out
 
 
-def lag_panel(y0: int, title: str, points: list[tuple[float, float]], x_max: float, limit: float | None,
-              unit: str, stop: float | None = None) -> list[str]:
-    """One line chart: ``points`` (seconds since pgbench started, value), a dashed ``limit`` line, a dotted
-    line where pgbench stopped (``stop``)."""
+def lag_panel(y0: int, title: str, lines: dict[str, list[tuple[float, float]]], x_max: float, limit: float | None,
+              unit: str, stop: float | None = None, marks: list[tuple[float, float]] = ()) -> list[str]:
+    """One line chart: per subscription, ``lines`` of (seconds since pgbench started, value); ``marks``: ours
+    at the end of each run; a dashed ``limit`` line, a dotted line where pgbench stopped (``stop``)."""
     left, right, top, bottom = 70, WIDTH - 20, y0 + 30, y0 + KEEPUP_PANEL - 30
-    y_max = max([v for _, v in points] + [limit or 0, 1e-9]) * 1.1
+    y_max = max([v for line in lines.values() for _, v in line] + [v for _, v in marks] + [limit or 0, 1e-9]) * 1.1
 
     def xy(t: float, v: float) -> str:
         return f"{left + t / x_max * (right - left):.1f},{bottom - v / y_max * (bottom - top):.1f}"
@@ -62,29 +62,41 @@ def lag_panel(y0: int, title: str, points: list[tuple[float, float]], x_max: flo
                 'fill="none"/>',
                 f'<text x="{right}" y="{bottom - limit / y_max * (bottom - top) - 6:.1f}" text-anchor="end" '
                 f'fill="#c44e52">two intervals, {limit:,.0f} {unit}</text>']
-    if points:
-        out.append(f'<polyline points="{" ".join(xy(t, v) for t, v in points)}" stroke="{COLOURS["ours"]}" '
-                   'stroke-width="2" fill="none"/>')
-        out += [f'<circle cx="{xy(t, v).split(",")[0]}" cy="{xy(t, v).split(",")[1]}" r="3" '
-                f'fill="{COLOURS["ours"]}"/>' for t, v in points]
+    for name, points in lines.items():
+        if points:
+            out.append(f'<polyline points="{" ".join(xy(t, v) for t, v in points)}" stroke="{COLOURS[name]}" '
+                       'stroke-width="2" fill="none"/>')
+    out += [f'<circle cx="{xy(t, v).split(",")[0]}" cy="{xy(t, v).split(",")[1]}" r="3" '
+            f'fill="{COLOURS["ours"]}"/>' for t, v in marks]
     return out
 
 
 
 def keepup_chart(result: dict) -> list[str]:
-    """Lag at the end of each scheduled run of bench/keepup.py: seconds (with the goal) and MiB of WAL."""
-    runs = result["runs"]
-    x_max = max([result["seconds"]] + [r["end"] for r in runs])
-    head = (f"keep-up: pgbench {result['pgbench_tps']:,.0f} tps for {result['seconds']} s, "
-            f"rowfilter apply every {result['interval']:.0f} s")
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{2 * KEEPUP_PANEL + 30}" '
+    """bench/keepup.py's lag over time: one panel per phase (a fraction of the machine's rate), seconds behind
+    the publisher's last commit for every subscription it sampled, ours also at the end of each run."""
+    phases = result.get("phases") or [{"fraction": None, "pgbench_tps": result["pgbench_tps"], "runs": result["runs"],
+                                       "samples": []}]
+    head = (f"keep-up: pgbench -c {result['clients']} for {result['seconds']} s per phase, rowfilter apply every "
+            f"{result['interval']:.0f} s" + (f"; the machine's rate {result['calibrated_tps']:,.0f} tps"
+                                             if result.get("calibrated_tps") else ""))
+    names = result.get("subscriptions") or ["ours"]
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{len(phases) * KEEPUP_PANEL + 50}" '
              'font-family="sans-serif" font-size="13">', '<rect width="100%" height="100%" fill="white"/>',
              f'<text x="{WIDTH / 2}" y="20" text-anchor="middle">{escape(head)}</text>']
-    parts += lag_panel(30, "lag at the end of each run, seconds behind the publisher's last commit",
-                       [(r["end"], r["lag_seconds"]) for r in runs if r["lag_seconds"] is not None], x_max,
-                       2 * result["interval"], "s", result["seconds"])
-    parts += lag_panel(30 + KEEPUP_PANEL, "lag at the end of each run, WAL behind (pg_current_wal_lsn - slot)",
-                       [(r["end"], r["lag_bytes"] / 2**20) for r in runs], x_max, None, "MiB", result["seconds"])
+    for i, name in enumerate(names):
+        parts.append(f'<text x="{90 + i * 130}" y="40" fill="{COLOURS[name]}" font-weight="bold">— {name}</text>')
+    for k, phase in enumerate(phases):
+        runs, samples = phase["runs"], phase["samples"]
+        lines = {name: [(x["t"], x[f"{name}_seconds"]) for x in samples if x.get(f"{name}_seconds") is not None]
+                 for name in names}
+        if not samples:
+            lines["ours"] = [(r["end"], r["lag_seconds"]) for r in runs if r["lag_seconds"] is not None]
+        x_max = max([result["seconds"]] + [r["end"] for r in runs] + [t for line in lines.values() for t, _ in line])
+        share = "" if phase["fraction"] is None else f"{phase['fraction']:.0%} of the rate, "
+        parts += lag_panel(45 + k * KEEPUP_PANEL, f"{share}{phase['pgbench_tps']:,.0f} tps: lag, seconds behind the "
+                           "publisher's last commit", lines, x_max, 2 * result["interval"], "s", result["seconds"],
+                           marks=[(r["end"], r["lag_seconds"]) for r in runs if r["lag_seconds"] is not None])
     parts.append("</svg>")
     return parts
 

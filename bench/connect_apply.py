@@ -41,7 +41,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV, SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.spark import connect_server  # noqa: E402
@@ -141,10 +141,14 @@ def main() -> None:
         state = workdir / "spark-server"
         began = time.monotonic()
         server = connect_server.start(state, port=15433, master="local[2]", conf=CONF)
+        # Its token, for this process's copy and every job process (its state directory is not the default one).
+        os.environ[SPARK_CONNECT_TOKEN_ENV] = Path(server.token_file).read_text().strip()
         print(f"Spark Connect server started in {time.monotonic() - began:.1f} s ({server.url})")
         try:
+            # Judged by Spark: a batch the publisher judged (filtering: source) is reduced in the job's process.
             spec = SubscriptionSpec(subscription="bench", publisher=pub, subscriber=sub, publications=("p",),
-                                    change_log=str(workdir / "changes"), spark_master="local[2]", spark_conf=CONF)
+                                    change_log=str(workdir / "changes"), spark_master="local[2]", spark_conf=CONF,
+                                    filtering="spark")
             refresh(spec)
             assert sync_tables(remote(spec, server.url)).ok
             results: dict[str, list[dict[str, float]]] = {mode: [] for mode in args.modes.split(",")}

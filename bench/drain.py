@@ -18,10 +18,19 @@ transaction). The publisher's WAL position at its end is the target; timed apart
 Then every published table is compared whole, native's against ours, and the result is written as
 JSON (``--out``). Not part of the test suite.
 
+With ``--pglogical`` a pglogical 2 subscription (bench/pglogical_peer.py: replication sets with the
+same row filters, database ``bench_pglogical``) is copied beside them, disabled with the native one,
+and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with pglogical preloaded
+(``--bin-dir``).
+
     python bench/drain.py                              # scale 10, 60 s of pgbench (about 10 minutes)
     python bench/drain.py --scale 1 --seconds 10       # smoke run
     python bench/drain.py --time-budget 50             # passed to every `rowfilter apply` run
     python bench/drain.py --spark-connect              # our processes as clients of a local Connect server
+    python bench/drain.py --pglogical                  # beside pglogical too (PostgreSQL 15)
+    python bench/drain.py --workload update --scale 20 --phases
+        # instead of pgbench, ONE transaction updating every published account (1M at scale 20);
+        # --phases: ours in this process, timed by phase (bench/apply.py PhaseTimer)
 """
 
 from __future__ import annotations
@@ -35,24 +44,30 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from apply import (  # noqa: E402  (bench/apply.py: the shared helpers; puts this checkout on the path)
     CLI,
     CpuMeter,
+    PhaseTimer,
     compare,
     create_database,
     current_lsn,
     drain_processes,
     load_average,
+    phase_breakdown,
     run_job,
     set_native,
     slot_behind,
 )
 from pgbench_common import (  # noqa: E402  (the pgbench scenario, shared with bench/keepup.py)
+    ACCOUNTS_FILTER,
     PUBLICATIONS,
     apply_arguments,
     apply_flags,
+    decoder,
     parse,
     pgbench,
     pgbench_arguments,
@@ -63,6 +78,7 @@ from pgbench_common import (  # noqa: E402  (the pgbench scenario, shared with b
     spark_server,
     subscriber_setup,
 )
+from pglogical_peer import DEFAULT_BIN_DIR, PglogicalSubscription, remove, start_cluster  # noqa: E402
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.tooling.native import NativeSubscription  # noqa: E402
@@ -74,23 +90,54 @@ def native_catch_up(native: NativeSubscription, target: str, timeout: float = 72
     """ENABLE the native subscription; seconds until its slot's confirmed_flush_lsn reaches ``target``."""
     began = time.monotonic()
     set_native(native, True)
-    deadline = began + timeout
-    while slot_behind(native.publisher, native.name, target) > 0:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"native subscription {native.name} has not confirmed {target} after {timeout} s")
-        time.sleep(0.02)
+    wait_confirmed(native.publisher, native.name, target, began + timeout)
     return time.monotonic() - began
+
+
+def pglogical_catch_up(peer: PglogicalSubscription, target: str, timeout: float = 7200) -> float:
+    """Enable the pglogical subscription; seconds until its slot's confirmed_flush_lsn reaches ``target``."""
+    slot = peer.slot
+    began = time.monotonic()
+    peer.set_enabled(True)
+    wait_confirmed(peer.publisher, slot, target, began + timeout)
+    return time.monotonic() - began
+
+
+def wait_confirmed(pub: str, slot: str, target: str, deadline: float) -> None:
+    while slot_behind(pub, slot, target) > 0:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"slot {slot} has not confirmed {target} in time")
+        time.sleep(0.02)
+
+
+def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
+    """Ours as one draining run in this process (the job's ``apply``), its time by phase."""
+    from airflow_provider_rowfilter.apply.drain import apply
+    from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+
+    spec = SubscriptionSpec.load(spec_file)
+    timer = PhaseTimer().install()
+    try:
+        began = time.monotonic()
+        result = apply(spec, **({"max_changes": args.max_changes} if args.max_changes else {}))
+        wall = time.monotonic() - began
+    finally:
+        timer.uninstall()
+    run = {"wall": wall, "changes": result.changes, "transactions": result.transactions, "batches": result.batches}
+    return [run], phase_breakdown([{"phases": timer.take()}], wall)
 
 
 # --- main ---------------------------------------------------------------------------------------------
 def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) -> dict:
     admin = cluster.dsn()
-    pub, native_db, ours_db = (cluster.dsn(n) for n in ("bench_pub", "bench_native", "bench_ours"))
-    for name in ("bench_pub", "bench_native", "bench_ours"):
+    pub, native_db, ours_db, pgl_db = (cluster.dsn(n) for n in ("bench_pub", "bench_native", "bench_ours",
+                                                                 "bench_pglogical"))
+    databases = ("bench_pub", "bench_native", "bench_ours", *(["bench_pglogical"] if args.pglogical else []))
+    for name in databases:
         create_database(admin, name)
     init_s = publisher_setup(cluster, "bench_pub", args.scale)
-    subscriber_setup(cluster, "bench_native")
-    subscriber_setup(cluster, "bench_ours")
+    for name in databases[1:]:
+        subscriber_setup(cluster, name)
     print(f"publisher: pgbench -i -s {args.scale} in {init_s:.1f} s; load average {load_average()}", flush=True)
 
     began = time.monotonic()
@@ -98,15 +145,32 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
     native_copy = time.monotonic() - began
     spec_file, slot, our_copy = setup_ours(pub, ours_db, "bench_ours", workdir, args.conf, remote)
     native.wait_caught_up(timeout=600)
-    print(f"initial copies: native {native_copy:.1f} s, ours {our_copy:.1f} s (refresh, snapshot, apply processes)",
-          flush=True)
+    peer, pgl_copy = None, None
+    if args.pglogical:
+        began = time.monotonic()
+        peer = PglogicalSubscription(pub, pgl_db, "bench_pgl").create()
+        pgl_copy = time.monotonic() - began
+    print(f"initial copies: native {native_copy:.1f} s, ours {our_copy:.1f} s (refresh, snapshot, apply processes)"
+          + (f", pglogical {pgl_copy:.1f} s" if peer else ""), flush=True)
+    pgl_s = pgl_cpu = load_pgl = None
     try:
         set_native(native, False)
-        bench_args = ["-n", "-P", "10", "-c", str(args.clients), "-j", str(args.threads), "-T", str(args.seconds)]
-        began = time.monotonic()
-        output = pgbench(cluster, "bench_pub", *bench_args)
-        written = time.monotonic() - began
-        bench = pgbench_figures(output)
+        if peer:
+            peer.set_enabled(False)
+        if args.workload == "update":
+            bench_args = [f"UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE {ACCOUNTS_FILTER}"]
+            began = time.monotonic()
+            with psycopg.connect(pub, autocommit=True) as conn:
+                updated = conn.execute(bench_args[0]).rowcount
+            written = time.monotonic() - began
+            bench = {"transactions": 1, "tps": 1 / written, "progress": [], "rows_updated": updated}
+            print(f"one transaction updated {updated:,} published rows", flush=True)
+        else:
+            bench_args = ["-n", "-P", "10", "-c", str(args.clients), "-j", str(args.threads), "-T", str(args.seconds)]
+            began = time.monotonic()
+            output = pgbench(cluster, "bench_pub", *bench_args)
+            written = time.monotonic() - began
+            bench = pgbench_figures(output)
         target = current_lsn(pub)
         backlog = slot_behind(pub, native.name, target)
         print(f"pgbench {' '.join(bench_args)}: {bench['transactions']:,} transactions ({bench['tps']:,.0f} tps) in "
@@ -117,13 +181,26 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             native_s = native_catch_up(native, target)
         print(f"native catch-up: {native_s:.2f} s, {native_cpu.seconds:.1f} core-seconds busy; "
               f"load average {load_native}", flush=True)
+        if peer:
+            load_pgl = load_average()
+            with CpuMeter() as meter:
+                pgl_s = pglogical_catch_up(peer, target)
+            pgl_cpu = meter.seconds
+            print(f"pglogical catch-up: {pgl_s:.2f} s, {pgl_cpu:.1f} core-seconds busy; load average {load_pgl}",
+                  flush=True)
 
         extra = apply_flags(args)
         load_ours = load_average()
+        phases = None
         began = time.monotonic()
         with CpuMeter() as our_cpu:
-            runs = drain_processes(spec_file, pub, slot, target, extra, verbose=True)
+            if args.phases:
+                runs, phases = in_process(spec_file, args)
+            else:
+                runs = drain_processes(spec_file, pub, slot, target, extra, verbose=True)
         our_s = time.monotonic() - began
+        if phases:
+            print("ours by phase: " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()), flush=True)
         changes, txns = sum(r["changes"] for r in runs), sum(r["transactions"] for r in runs)
         print(f"ours: {our_s:.2f} s in {len(runs)} rowfilter apply processes ({changes:,} changes in {txns:,} "
               f"transactions in their summaries), {our_cpu.seconds:.1f} core-seconds busy; load average {load_ours}", flush=True)
@@ -131,10 +208,16 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
         native.wait_caught_up(timeout=600)
         rows = compare(native_db, ours_db, TABLES)
         print("subscribers equal: " + ", ".join(f"{t} {n:,} rows" for t, n in rows.items()), flush=True)
+        if peer:
+            print("pglogical's equal native's: " + ", ".join(
+                f"{t} {n:,} rows" for t, n in compare(native_db, pgl_db, TABLES).items()), flush=True)
         empty = run_job([CLI, "apply", "--spec", str(spec_file), "--json"], workdir)["wall"]
     finally:
         with contextlib.suppress(Exception):
             native.drop()
+        if peer:
+            with contextlib.suppress(Exception):
+                peer.drop()
 
     return {"scale": args.scale, "clients": args.clients, "threads": args.threads, "seconds": args.seconds,
             "max_changes": args.max_changes, "time_budget": args.time_budget, "spark_conf": args.conf,
@@ -142,6 +225,9 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "pgbench_transactions": bench["transactions"], "pgbench_tps": bench["tps"],
             "pgbench_progress": bench["progress"], "backlog_wal_bytes": backlog, "target_lsn": target,
             "native_seconds": native_s, "ours_seconds": our_s, "ratio": native_s / our_s,
+            "pglogical_seconds": pgl_s, "ratio_pglogical": None if pgl_s is None else pgl_s / our_s,
+            "pglogical_cpu_seconds": pgl_cpu, "pglogical_copy_seconds": pgl_copy, "load_average_pglogical": load_pgl,
+            "decoder": decoder(), "workload": args.workload, "phases_seconds": phases,
             "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
@@ -154,11 +240,23 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     pgbench_arguments(p)
     p.add_argument("--seconds", type=int, default=60, help="pgbench -T: how long it writes (default 60)")
+    p.add_argument("--workload", choices=("pgbench", "update"), default="pgbench",
+                   help="pgbench for --seconds (default), or ONE transaction updating every published account")
+    p.add_argument("--phases", action="store_true", help="ours in this process, timed by phase")
+    p.add_argument("--pglogical", action="store_true",
+                   help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
+    p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "
+                   f"{DEFAULT_BIN_DIR} with --pglogical)")
     apply_arguments(p, "drain.json")
     args = parse(p, argv)
 
     with contextlib.ExitStack() as stack:
-        cluster = stack.enter_context(LocalPostgres.start())
+        if args.pglogical:
+            cluster, data = start_cluster(args.bin_dir or DEFAULT_BIN_DIR)
+            stack.callback(remove, data)
+            stack.callback(cluster.stop)
+        else:
+            cluster = stack.enter_context(LocalPostgres.start(bin_dir=args.bin_dir))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-drain-")))
         print(f"PostgreSQL {server_version(cluster)}; {os.cpu_count()} CPUs; load average {load_average()}", flush=True)
         f = run(args, cluster, workdir, stack.enter_context(spark_server(args.spark_connect, workdir)))
@@ -167,7 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"{'':34}{'seconds':>10}")
     print(f"{'native catch-up':34}{f['native_seconds']:>10.2f}")
+    if f["pglogical_seconds"] is not None:
+        print(f"{'pglogical catch-up':34}{f['pglogical_seconds']:>10.2f}")
     print(f"{'rowfilter apply, ' + str(f['processes']) + ' processes':34}{f['ours_seconds']:>10.2f}")
+    if f["ratio_pglogical"] is not None:
+        print(f"ratio pglogical/ours: {f['ratio_pglogical']:.3f}")
     print(f"ratio native/ours: {f['ratio']:.3f}  (goal >= 1.0); {f['pgbench_transactions']:,} pgbench transactions, "
           f"{f['applied_changes']:,} changes in {f['applied_transactions']:,} transactions in our runs' summaries; "
           f"tables identical")

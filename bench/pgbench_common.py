@@ -49,7 +49,7 @@ PUBLICATIONS = {
 def pgbench_env(cluster: LocalPostgres, database: str) -> dict[str, str]:
     """pgbench's connection in libpq's environment variables, never on its command line; timestamps in UTC."""
     return {**os.environ, "PGHOST": cluster.host, "PGPORT": str(cluster.port), "PGUSER": cluster.user,
-            "PGDATABASE": database, "PGTZ": "UTC"}
+            "PGDATABASE": database, "PGTZ": "UTC", "PGPASSFILE": str(cluster.passfile)}
 
 
 def pgbench(cluster: LocalPostgres, database: str, *args: str) -> str:
@@ -120,6 +120,13 @@ def setup_ours(pub: str, target: str, name: str, workdir: Path, conf: dict[str, 
     cli(spec_file, "snapshot")
     drain_processes(spec_file, pub, slot, current_lsn(pub))
     return spec_file, slot, time.monotonic() - began
+
+
+def decoder() -> str:
+    """How our processes decode the stream: ``native`` (the C extension) or ``numpy`` (publisher/pgoutput_columns.py)."""
+    done = subprocess.run([sys.executable, "-c", "from airflow_provider_rowfilter.publisher.pgoutput_columns "
+                           "import DECODER; print(DECODER)"], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
 
 
 # --- the options both take ----------------------------------------------------------------------------

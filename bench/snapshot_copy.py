@@ -178,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.dsn:
             admin = args.dsn
         else:
-            admin = stack.enter_context(LocalPostgres.start()).dsn()
-        base = admin.rsplit("/", 1)[0]
+            cluster = stack.enter_context(LocalPostgres.start())
+            os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
+            admin = cluster.dsn()
+        base = admin.partition("?")[0].rsplit("/", 1)[0]
         pub = f"{base}/bench_pub"
         create_database(admin, "bench_pub")
         began = time.monotonic()

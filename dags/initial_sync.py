@@ -25,8 +25,8 @@ it again (docs/operators.md).
 Runs as-is against the embedded PostgreSQL with the demo's tables and publications
 (docs/operators.md, "Try it")::
 
-    export AIRFLOW_CONN_ROWFILTER_PUBLISHER='postgresql://postgres@127.0.0.1:PORT/rowfilter_pub'
-    export AIRFLOW_CONN_ROWFILTER_SUBSCRIBER='postgresql://postgres@127.0.0.1:PORT/rowfilter_sub'
+    export AIRFLOW_CONN_ROWFILTER_PUBLISHER='postgresql://postgres@127.0.0.1:PORT/rowfilter_pub?passfile=PASSFILE'
+    export AIRFLOW_CONN_ROWFILTER_SUBSCRIBER='postgresql://postgres@127.0.0.1:PORT/rowfilter_sub?passfile=PASSFILE'
     export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[*]"}'
     airflow pools set rowfilter_copies 2 "rowfilter initial copies"
     airflow dags test rowfilter_initial_sync

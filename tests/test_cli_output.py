@@ -80,8 +80,12 @@ def test_status_in_a_terminal_never_splits_an_lsn_or_a_name(subscription, column
     if columns == 200:  # a table, one row a line
         (row,) = lines_with(out, LONG)
         assert lsn in row and "r ready" in row and "1,234,567" in row, out
-    else:  # too narrow for the table: one field a line, as psql's \x auto
-        assert "-[ RECORD 1 ]" in out and re.search(rf"^lsn +{re.escape(lsn)}", out, re.M), out
+    else:  # too narrow for every column: one line a table, its details under it (issue 29 item 8)
+        (row,) = lines_with(out, LONG)
+        assert lsn in row and "r ready" in row and "RECORD" not in out, out
+        assert re.search(r"^  rows copied: 1,234,567$", out, re.M) and "\n  last batch: insert 3, skipped 2\n" in out, out
+        assert re.search(r"^filtering: (source|spark)$", out, re.M), out  # the same for both tables: once
+        assert len(out.splitlines()) <= 14, out
     # what is live and what is from the batch, each with when
     assert re.search(r"last batch 1 applied 20 min( \d+ s)? ago", out) and "11.9 s behind the publisher then" in out, out
     assert "11.852699" not in out and "None" not in out
@@ -144,6 +148,8 @@ def test_help_is_plain_text_with_an_example_per_command_and_a_version():
         text = subprocess.run([exe(), name, "--help"], capture_output=True, text=True, check=True).stdout
         assert "``" not in text and f"example:\n  rowfilter {name} --spec" in text, text
         assert len(text.split("\n\n")[1]) > 40, text  # a description, not only the usage
+    server = subprocess.run([exe(), "spark-server", "--help"], capture_output=True, text=True, check=True).stdout
+    assert "example:\n  rowfilter spark-server start" in server and len(server.split("\n\n")[1]) > 40, server
     version = subprocess.run([exe(), "--version"], capture_output=True, text=True, check=True).stdout
     assert version.strip() == f"rowfilter {__version__}"
 
@@ -152,3 +158,25 @@ def test_format_and_json_together_are_refused(subscription):
     path, _ = subscription
     result = subprocess.run([exe(), "status", "--spec", path, "--format", "tsv", "--json"], capture_output=True, text=True)
     assert result.returncode == 2 and "not allowed with argument" in result.stderr
+
+
+def test_disable_enable_and_drop_are_said_by_status_and_apply(subscription, capsys):
+    """Issue 29 items 5 and 9: ALTER SUBSCRIPTION … DISABLE/ENABLE; a dropped subscription says so."""
+    path, _ = subscription
+    assert cli.main(["disable", "--spec", path]) == 0
+    assert "disabled; the apply applies nothing until `rowfilter enable`" in capsys.readouterr().out
+    assert cli.main(["status", "--spec", path, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["enabled"] is False
+    assert cli.main(["status", "--spec", path]) == 0
+    assert "DISABLED: nothing is applied until `rowfilter enable`" in capsys.readouterr().out
+    assert cli.main(["apply", "--spec", path]) == 0  # no batch, no Spark: says why
+    assert "subscription s1: disabled: nothing applied (`rowfilter enable` enables it)" in capsys.readouterr().out
+    assert cli.main(["enable", "--spec", path]) == 0
+    assert "enabled; the next apply goes on from where it stopped" in capsys.readouterr().out
+
+    assert cli.main(["drop", "--spec", path]) == 0
+    capsys.readouterr()
+    assert cli.main(["status", "--spec", path]) == 1
+    err = capsys.readouterr().err
+    assert re.search(r"subscription 's1' was dropped at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(DROP SUBSCRIPTION\)", err), err
+    assert "run `rowfilter refresh`" not in err.split("HINT:")[0]

@@ -51,9 +51,10 @@ LAYER_OF = {
     # PySpark (never Airflow); a few modules without pyspark (the JVM's settings, its class archive).
     "spark": "spark",
     # A run in process: the apply's drain and its batches (pyspark loaded only when a batch needs Spark),
-    # DROP SUBSCRIPTION. The jobs, the CLI and the operators' in-task runs call them.
+    # DROP SUBSCRIPTION, the sequences' sync. The jobs, the CLI and the operators' in-task runs call them.
     "apply": "flow",
     "subscription_drop": "flow",
+    "sequence_sync": "flow",
     # Entry points: the jobs spark-submit runs, and the console command that runs them in process.
     "jobs": "entry",
     "cli": "entry",
@@ -64,6 +65,8 @@ LAYER_OF = {
     "triggers": "airflow",
     "plugins": "airflow",
     "dag_factory": "airflow",
+    # The DAGs standing for a spec file the factory cannot build.
+    "spec_placeholders": "airflow",
     # The local PostgreSQL, the native referee and the demo: they may use every layer, none uses them.
     "tooling": "tooling",
 }
@@ -175,6 +178,10 @@ BREAKS = {
     "an operator runs the drop job": ("operators.subscription_ops", "jobs.drop"),
     "the apply imports a job": ("apply.capture_ahead", "jobs.refresh"),
     "the core imports the subscriber": ("core.apply_plan", "subscriber.apply_stage"),
+    # And those main brought while issue 31 was under way (verify/reconcile, sync-sequences).
+    "the subscriber's compare target imports the publisher": ("subscriber.compare_target", "publisher.copy_source"),
+    "the subscriber's reconcile imports the publisher": ("subscriber.reconcile_target", "publisher.copy_source"),
+    "an operator runs the sync-sequences job": ("operators.subscription_ops", "jobs.sync_sequences"),
 }
 
 

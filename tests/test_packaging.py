@@ -31,10 +31,10 @@ print(json.dumps({"entry_point": ep.value, "package": info["package-name"], "fil
 """
 
 
-def _run(*command: str | Path, cwd: Path = REPO) -> str:
+def _run(*command: str | Path, cwd: Path = REPO, env: dict[str, str] | None = None) -> str:
     # Without PYTHONPATH (the tests run with this checkout on it): pip would take the checkout's metadata
     # for an installed distribution and install nothing.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PYTHON")}
     done = subprocess.run([str(c) for c in command], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600, check=False)
     assert done.returncode == 0, f"{command}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
@@ -45,17 +45,27 @@ def test_the_sdist_and_wheel_build_check_and_install(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     _run(sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", dist, REPO)
     version = airflow_provider_rowfilter.__version__
-    wheel = dist / f"airflow_provider_rowfilter-{version}-py3-none-any.whl"
+    # A platform wheel: it holds the capture's C decoder (setup.py), built by the C compiler found here.
+    (wheel,) = dist.glob(f"airflow_provider_rowfilter-{version}-cp*-*.whl")
     sdist = dist / f"airflow_provider_rowfilter-{version}.tar.gz"
     assert sorted(p.name for p in dist.iterdir()) == sorted([sdist.name, wheel.name])
     assert "PASSED" in _run(sys.executable, "-m", "twine", "check", "--strict", sdist, wheel)
 
     # What the wheel holds: the jobs spark-submit runs, the demo's SQL, the typing marker; no tests.
     names = zipfile.ZipFile(wheel).namelist()
-    for shipped in ("jobs/apply.py", "jobs/snapshot.py", "jobs/refresh.py", "tooling/demo/publications.sql", "py.typed"):
+    for shipped in ("jobs/apply.py", "jobs/snapshot.py", "jobs/refresh.py", "tooling/demo/publications.sql", "py.typed",
+                    "plugins/replication.js"):
         assert f"airflow_provider_rowfilter/{shipped}" in names, shipped
     assert not [n for n in names if n.startswith("tests/")]
+    assert [n for n in names if n.startswith("airflow_provider_rowfilter/publisher/_pgoutput_native.") and n.endswith(".so")]
     assert any(n.endswith("/jobs/apply.py") for n in tarfile.open(sdist).getnames())
+    assert any(n.endswith("/publisher/_pgoutput_native.c") for n in tarfile.open(sdist).getnames())
+
+    # Where no C compiler is, the sdist still installs: without the extension (the numpy decoder does the same).
+    bare = tmp_path / "bare"
+    _run(sys.executable, "-m", "build", "--wheel", "--outdir", bare, sdist, env={**os.environ, "CC": "/bin/false"})
+    (plain,) = bare.glob("*.whl")
+    assert not [n for n in zipfile.ZipFile(plain).namelist() if n.endswith(".so")]
 
     scratch = tmp_path / "venv"
     venv.create(scratch, with_pip=True)

@@ -53,7 +53,7 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
-        replica_role(sub, "apply")
+        replica_role(sub, "apply", tables=[rel.table for index, rel in enumerate(batch.rels) if index in batch.targets])
         conflicts: list[ConflictError] = []
         counts: dict[TableName, TableCounts] = {}
         for index, rel in enumerate(batch.rels):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -42,7 +43,9 @@ class CaptureAhead:
     def start(self, target: int | None) -> None:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"rowfilter-capture-{self.spec.subscription}")
-        self.pending = self._pool.submit(self._capture, target, self.store.log_needs())
+        # In the run's context: what connection.py ``in_task`` handed the run (the passwords of an operator's
+        # task) is a context variable, which a thread of the pool would not see otherwise.
+        self.pending = self._pool.submit(contextvars.copy_context().run, self._capture, target, self.store.log_needs())
 
     def take(self, target: int | None) -> CaptureResult:
         """The batch's capture: the one started ahead, else one now."""

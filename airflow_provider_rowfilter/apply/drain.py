@@ -26,7 +26,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -69,7 +69,8 @@ class ApplyBusyError(ApplyError):
 
 
 def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spark: SparkSession | None = None,
-          capture_first: bool = True, time_budget: float | None = None, without_spark: bool = False) -> ApplyResult:
+          capture_first: bool = True, time_budget: float | None = None, without_spark: bool = False,
+          subscriber: psycopg.Connection | None = None) -> ApplyResult:
     """Apply the slot to the subscriber in batches, each in one transaction, until the run's target or budget.
 
     :param max_changes: each batch's bound: the capture's (slot rows, whole transactions;
@@ -85,6 +86,9 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
         reduced in this process, are applied as usual; the first that needs Spark raises
         :class:`SparkNeeded`, as does a change log here other than the one the
         subscriber records (the task must never capture into a log the job does not read).
+    :param subscriber: run on this subscriber connection (left open), whose session may hold the apply's lock
+        already (advisory locks are re-entrant): a verify applies up to its point while no other run can
+        (jobs/verify.py).
     :raises ConflictError: a change conflicts (that batch changed neither the subscriber nor the
         slot; the run's earlier batches stay committed).
     """
@@ -93,7 +97,7 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     batches: list[ApplyResult] = []
     try:
         _run(spec, result, batches, max_changes, SparkOnDemand(spec, spark, allowed=not without_spark),
-             capture_first, began, time_budget)
+             capture_first, began, time_budget, subscriber)
     except (ApplyBusyError, SparkNeeded):
         raise  # another apply runs, or the job must: not a failure of the subscription
     except Exception as e:  # the job boundary: every failure is recorded, as a readable error
@@ -118,12 +122,18 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
 
 
 def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult], max_changes: int,
-         spark: SparkOnDemand, capture_first: bool, began: float, time_budget: float | None) -> None:
+         spark: SparkOnDemand, capture_first: bool, began: float, time_budget: float | None,
+         subscriber: psycopg.Connection | None = None) -> None:
     change_log = ChangeLog(spec.change_log_dir())
-    with connect(spec.subscriber, "subscriber", spec) as sub, spark:
+    given = nullcontext(subscriber) if subscriber is not None else connect(spec.subscriber, "subscriber", spec)
+    with given as sub, spark:
         migrate(sub)
         store = StateStore(sub, spec.subscription)
-        store.require_subscription()
+        if not store.require_subscription().enabled:  # ALTER SUBSCRIPTION … DISABLE: no apply worker runs
+            result.disabled = True
+            log.warning("%s: the subscription is disabled (`rowfilter disable`): nothing was applied; its slot keeps "
+                        "the changes until `rowfilter enable`", spec.subscription)
+            return
         with apply_lock(sub, spec.subscription):
             if not spark.allowed:
                 _require_recorded_log(change_log, store)

@@ -35,6 +35,7 @@ class ApplyResult:
     drained: bool = False  # everything committed before target_lsn (or, without a capture, logged) is applied
     budget_exhausted: bool = False  # the time budget stopped the run before it drained
     time_budget: float | None = None  # seconds
+    disabled: bool = False  # the subscription is disabled (ALTER SUBSCRIPTION … DISABLE): nothing was applied
 
     @property
     def changed_tables(self) -> list[str]:

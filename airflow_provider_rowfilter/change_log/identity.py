@@ -36,3 +36,21 @@ class LogNeeds:
     since: int | None
     tables: tuple[tuple[str, int], ...] = ()
     recorded: LogIdentity | None = None
+
+
+@dataclass(frozen=True)
+class ServerOrigin:
+    """Which server a capture read (each segment's metadata, ``publisher``): its cluster's system identifier
+    and, on a primary, its timeline (publisher/failover.py ``check_lineage``)."""
+
+    system_identifier: str
+    timeline: int | None  # None on a standby (it follows its primary's history)
+
+    def as_dict(self) -> dict:
+        return {"system_identifier": self.system_identifier, "timeline": self.timeline}
+
+    @classmethod
+    def from_dict(cls, doc: dict | None) -> ServerOrigin | None:
+        if not isinstance(doc, dict) or "system_identifier" not in doc:
+            return None
+        return cls(str(doc["system_identifier"]), doc.get("timeline"))

@@ -33,10 +33,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
+from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds, ServerOrigin
 from airflow_provider_rowfilter.core.apply_plan import IdentitySpan, RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
+from airflow_provider_rowfilter.core.private_files import (
+    create_private,
+    group_mode,
+    open_private,
+    private_directory,
+    write_private,
+)
 
 FORMAT_VERSION = 1  # of a segment
 POSITION_FORMAT_VERSION = 2  # of the position file: 2 added the log's id
@@ -176,6 +183,15 @@ class ChangeLog:
             ends.append(position["captured_through"])
         return max(ends, default=None)
 
+    def last_origin(self) -> ServerOrigin | None:
+        """Which server the newest segment was captured from (its metadata's ``publisher``); None before any,
+        or for a segment written before the metadata recorded it."""
+        segments = self.segments()
+        if not segments:
+            return None
+        raw = (pq.read_metadata(segments[-1].path).metadata or {}).get(METADATA_KEY.encode())
+        return ServerOrigin.from_dict(json.loads(raw).get("publisher") if raw else None)
+
     def identity(self) -> LogIdentity | None:
         """This log's id (made by the first :meth:`record_position`) and where it is read; None before."""
         position = self._position()
@@ -304,16 +320,16 @@ class ChangeLog:
         """
         position = self._position() or {}
         temp = self.directory / f"{TEMP_PREFIX}{POSITION_FILE}"
-        temp.write_text(json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
-                                    "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
-                                   sort_keys=True) + "\n")
+        write_private(temp, json.dumps({"format_version": POSITION_FORMAT_VERSION, "captured_through": format_lsn(lsn),
+                                        "id": position.get("id") or str(uuid.uuid4()), "slot": slot},
+                                       sort_keys=True) + "\n", mode=group_mode(self.directory))
         publish(temp, self.directory / POSITION_FILE)
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         """Hold the directory's writer lock; remove what a crashed writer left behind."""
         self._make_directory()
-        with open(self.directory / LOCK_FILE, "a+") as lock:
+        with open_private(self.directory / LOCK_FILE, "a+", mode=group_mode(self.directory)) as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError as e:
@@ -328,13 +344,12 @@ class ChangeLog:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _make_directory(self) -> None:
-        missing = [d for d in (self.directory, *self.directory.parents) if not d.exists()]
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            missing = private_directory(self.directory)  # 0700: the segments hold replicated rows
         except OSError as e:
             raise ChangeLogError(f"cannot create the change-log directory {str(self.directory)!r}: {e}",
                                  hint="set change_log in the spec to a writable directory") from e
-        for created in reversed(missing):
+        for created in missing:
             fsync_directory(created.parent)
 
 
@@ -467,11 +482,17 @@ class SegmentWriter:
         if full == 0:
             return
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
+            self._writer = self._open()
         self._writer.write_table(table.slice(0, full), row_group_size=self.row_group_rows)
         rest = table.slice(full)
         self._pending, self._pending_rows = ([rest] if rest.num_rows else []), rest.num_rows
         faults.point("capture-mid-read")
+
+    def _open(self) -> pq.ParquetWriter:
+        # 0600 (0640 in a directory its owner opened to a group) before a row is in it; Arrow's open truncates
+        # and keeps the mode.
+        os.close(create_private(self.temp, mode=group_mode(self.log.directory)))
+        return pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
 
     def finish(self, end_lsn: int) -> Segment | None:
         """Flush, close, and durably publish the segment ``(start, end]``; None when the range is empty.
@@ -487,7 +508,7 @@ class SegmentWriter:
             return None
         self._write(final=True)
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self.temp, SCHEMA, compression="zstd", write_statistics=True)
+            self._writer = self._open()
         self._writer.add_key_value_metadata({METADATA_KEY: json.dumps({
             **self.metadata, "format_version": FORMAT_VERSION, "start_lsn": format_lsn(self.start_lsn),
             "end_lsn": format_lsn(end_lsn), "transactions": self.transactions, "changes": self.rows,

@@ -34,6 +34,7 @@ from airflow_provider_rowfilter.core.publication import (
     PublishedTable,
 )
 from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
+from airflow_provider_rowfilter.core.script_excerpt import STATEMENT_WORDS, quoting_only_sql
 
 #: Set by :func:`table_refusals`: a table's refused row filter is kept on its entry instead of raised.
 _DEFER_FILTER_ERRORS: ContextVar[bool] = ContextVar("defer_filter_errors", default=False)
@@ -52,7 +53,16 @@ def table_refusals() -> Iterator[None]:
 
 
 def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:
-    """Apply a script of publication statements to ``base`` (default: none) and return the result."""
+    """Apply a script of publication statements to ``base`` (default: none) and return the result.
+
+    Its errors quote the script only inside an SQL statement, secrets masked (core/script_excerpt.py): the
+    script is a file a spec named, which may be any file.
+    """
+    with quoting_only_sql(sql):
+        return _apply_script(sql, catalog, base)
+
+
+def _apply_script(sql: str, catalog: PublisherCatalog, base: PublicationSet | None) -> PublicationSet:
     result = PublicationSet(dict(base.publications) if base is not None else {})
     for statement in parse_statements(sql, server_version_num=catalog.server_version_num):
         if isinstance(statement, CreatePublication):
@@ -64,11 +74,20 @@ def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: Publication
         elif isinstance(statement, exp.Command) and statement.name.upper() in ("SET", "RESET", "BEGIN", "COMMIT"):
             continue
         else:
+            # Named by its kind only: the statement may be a line of a file that is not SQL (a secret's assignment).
             raise PublicationError(
-                f"unexpected statement in a publications file: {statement.sql(dialect='postgres')[:60]!r}",
+                f"unexpected statement in a publications file: {_statement_kind(statement)}",
                 hint="the file may hold only CREATE, ALTER and DROP PUBLICATION statements",
             )
     return result
+
+
+def _statement_kind(statement: exp.Expr) -> str:
+    """``a SELECT statement``, ``a CREATE statement``…; or that it is no SQL statement (no text of it)."""
+    word = statement.name.upper() if isinstance(statement, exp.Command) else statement.key.upper()
+    if word in STATEMENT_WORDS:
+        return f"a {word} statement"
+    return "text that is not an SQL statement (check that publications_ddl names the right file)"
 
 
 # --- options ----------------------------------------------------------------------------------------

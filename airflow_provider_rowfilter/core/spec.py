@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -17,6 +18,8 @@ from pydantic.dataclasses import dataclass
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.names import identifier, quote_identifier
+from airflow_provider_rowfilter.core.schedule import FACTORY_DEFAULT_SCHEDULE, longest_gap
+from airflow_provider_rowfilter.core.spec_paths import check_change_log_location, confine
 
 SPEC_VERSION = 1
 #: What ApplyChanges does when an INSERT finds its key in the subscriber (the spec's ``conflict_policy``).
@@ -50,6 +53,8 @@ _EXPECTED = {
     "filtering": (f"is not one of {', '.join(FILTERING_MODES)}",
                   "auto (the publisher filters when it is PostgreSQL 15+ and the definitions come from its catalog), "
                   "source or spark"),
+    "reconcile": ("is not true or false", "write reconcile: true (refresh repairs in place a table whose copy filter "
+                  "or column list changed) or reconcile: false (PostgreSQL's behaviour), without quotes"),
     "spark_conf": ("is not a mapping of Spark settings",
                    "write spark_conf: {spark.sql.shuffle.partitions: 8} (each value a string, number or true/false)"),
     "retained_wal_warning": ("is not a size", "write bytes (1073741824) or a size with one of PostgreSQL's units: "
@@ -58,7 +63,15 @@ _EXPECTED = {
     "publisher": ("is not a connection string", "write publisher: postgresql://user@host:port/db"),
     "subscriber": ("is not a connection string", "write subscriber: postgresql://user@host:port/db"),
     "spark_remote": ("is not a Spark Connect URL", "write spark_remote: sc://host:15002 or leave it out"),
+    "failover": ("is not true or false", "write failover: true (a failover slot, PostgreSQL 17+), failover: false, "
+                 "or leave it out (on where the publisher supports it)"),
+    "standbys": ("is not a list of standbys", "write standbys: [postgresql://user@standby1:5432/app] (or Airflow "
+                 "connection ids: standbys: [pg_standby1])"),
+    "apply_schedule": ("is not a schedule", "write the apply DAG's schedule ('*/5 * * * *', '@hourly') or a "
+                       "duration ('5min')"),
 }
+#: An Airflow connection id in ``standbys`` (anything else there is a libpq connection string).
+CONN_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 #: The environment variable pyspark's Spark Connect client reads its bearer token from (never the spec).
 SPARK_CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 _SCHEMA = ConfigDict(strict=True, extra="forbid")
@@ -86,7 +99,17 @@ class SubscriptionSpec:
     ``refuse`` refuses the whole subscription; ``skip`` keeps the subscription for the other tables
     and leaves that one in state ``i`` with the reason as its ``last_error`` (jobs/refresh.py).
     ``filtering`` says who evaluates the publications' filters, publish lists and column lists
-    (:meth:`filtering_mode`; docs/change-log.md, "Two capture modes").
+    (:meth:`filtering_mode`; docs/change-log.md, "Two capture modes"). ``reconcile: true`` makes ``refresh``
+    repair in place (jobs/reconcile.py) a table whose initial-copy filter or column list changed, instead of
+    leaving it as PostgreSQL leaves it, and ``refresh --recreate-slot`` keep and reconcile the tables instead of
+    emptying them (docs/verify.md).
+    ``failover`` makes the slot a failover slot, synchronized to the publisher's standbys (PostgreSQL
+    17+, ``CREATE SUBSCRIPTION … failover``); None (the default) turns it on where the publisher supports
+    it. ``standbys`` are the publisher's physical standbys (libpq strings, or Airflow connection ids),
+    whose readiness to take over ``status``, ``validate`` and the lag check show (publisher/failover.py).
+    ``apply_schedule`` is how often the apply runs (the apply DAG's cron schedule or a duration; a spec
+    file of the DAG factory takes its ``airflow: schedule``): held against the publisher's limits on an
+    unread slot (core/slot_retention.py).
 
     Every key is type-checked strictly (pydantic): ``copy_data: "false"`` is refused, not read as
     true. ``publications`` may be one name; ``spark_conf`` values may be numbers or booleans, which
@@ -110,15 +133,26 @@ class SubscriptionSpec:
     conflict_policy: ConflictPolicy = "error"
     on_invalid_table: InvalidTablePolicy = "refuse"
     filtering: Filtering = "auto"
+    reconcile: bool = False
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None
     retained_wal_warning: str | int = "1GB"
+    failover: bool | None = None
+    standbys: tuple[str, ...] = ()
+    apply_schedule: str | int | None = None
     spec_version: int = SPEC_VERSION
 
     @field_validator("publications", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return (value,)
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("standbys", mode="before")
+    @classmethod
+    def _standby_list(cls, value: Any) -> Any:
         if isinstance(value, str):
             return (value,)
         return tuple(value) if isinstance(value, list) else value
@@ -154,8 +188,15 @@ class SubscriptionSpec:
         for key in _CONNINFO_KEYS:
             if getattr(self, key):
                 check_no_password(getattr(self, key), f"the {key} of subscription {self.subscription!r}", key)
+        for n, standby in enumerate(self.standbys):
+            if not CONN_ID.match(standby):
+                check_no_password(standby, f"standbys[{n}] of subscription {self.subscription!r}", "publisher")
+        if self.apply_schedule is not None:
+            longest_gap(self.apply_schedule, f"apply_schedule of subscription {self.subscription!r}")
         if self.spark_remote is not None:
             check_spark_remote(self.spark_remote, f"spark_remote of subscription {self.subscription!r}")
+        if self.change_log:
+            check_change_log_location(self.change_log, f"subscription {self.subscription!r}")
         if self.filtering == "source" and self.publications_ddl:
             self.filtering_mode(0)  # refused now: a publications file is never the publisher's
         self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
@@ -172,17 +213,26 @@ class SubscriptionSpec:
             raise SpecError(f"spec file {str(p)!r} is not valid YAML: {_yaml_problem(e)}") from None
         if not isinstance(data, dict):
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
-        data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
+        factory = data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
+        if isinstance(factory, dict) and "apply_schedule" not in data:
+            # The factory's incremental DAG runs the apply on this schedule (core/schedule.py).
+            schedule = factory.get("schedule", FACTORY_DEFAULT_SCHEDULE)
+            if isinstance(schedule, str):
+                data["apply_schedule"] = schedule
+        source = f"spec file {str(p)!r}"
+        # The files a spec file names stay in its folder, symlinks resolved (core/spec_paths.py).
         if data.get("publications_ddl") and isinstance(data["publications_ddl"], str):
-            data["publications_ddl"] = str((p.parent / data["publications_ddl"]).resolve())
+            data["publications_ddl"] = confine(data["publications_ddl"], "publications_ddl", p.parent, source)
         change_log = data.get("change_log")
         if change_log is not None and not isinstance(change_log, str):
             raise SpecError(f"{str(p)!r}: change_log={change_log!r} is not a directory path",
                             hint="set change_log: path/to/changes (relative to the spec file) or leave it out")
         if change_log or isinstance(data.get("subscription"), str):
             change_log = change_log or default_change_log(data["subscription"])
-            data["change_log"] = str((p.parent / change_log).resolve())
-        return cls.from_dict(data, source=f"spec file {str(p)!r}")
+            if change_log.strip():
+                check_change_log_location(str(p.parent / change_log), f"{source}")
+            data["change_log"] = confine(change_log, "change_log", p.parent, source)
+        return cls.from_dict(data, source=source)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "spec") -> SubscriptionSpec:
@@ -250,11 +300,22 @@ class SubscriptionSpec:
         """The text of ``publications_ddl``, or None when publications come from the publisher's catalog."""
         if not self.publications_ddl:
             return None
+        path = self.publications_ddl
         try:
-            data = Path(self.publications_ddl).read_bytes()
+            # The file the spec's check found (core/spec_paths.py ``confine`` resolved its symlinks): a symlink put
+            # in its place since is refused, not followed.
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
+                data = file.read()
         except FileNotFoundError as e:
             raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
                             f"{self.subscription!r} does not exist") from e
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise SpecError(f"publications_ddl file {path!r} of subscription {self.subscription!r} is a symbolic "
+                                "link", hint="name the file itself in the spec (a spec file's paths are resolved "
+                                "when it is read)") from None
+            raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
+                            f"{self.subscription!r} cannot be read: {e.strerror}") from None
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError as e:

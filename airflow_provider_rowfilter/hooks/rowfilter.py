@@ -17,9 +17,9 @@ import psycopg
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
-from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact
-from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact, scrub
+from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
+from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec
 
 ROLES = ("publisher", "subscriber")
 POSTGRES_CONN_TYPES = ("postgres", "postgresql")
@@ -44,14 +44,24 @@ class Endpoint:
     conn_id: str | None
     url: str
     password: str | None = field(default=None, repr=False)
+    role: str = "database"
 
     def connect_kwargs(self) -> dict[str, str]:
         """Keyword arguments for ``psycopg.connect(url, **kwargs)``."""
         return {"password": self.password} if self.password else {}
 
     def connect(self, **params: Any) -> psycopg.Connection:
-        """An autocommit connection (for reading state); ``params`` more libpq parameters (``connect_timeout``)."""
-        return psycopg.connect(self.url, autocommit=True, **params, **self.connect_kwargs())
+        """An autocommit connection (for reading state); ``params`` more libpq parameters (``connect_timeout``).
+
+        :raises UnreachableError: naming the Airflow connection and the host, with libpq's reason.
+        """
+        try:
+            return psycopg.connect(self.url, autocommit=True, **params, **self.connect_kwargs())
+        except psycopg.OperationalError as e:
+            host = str(psycopg.conninfo.conninfo_to_dict(self.url).get("host") or "localhost")
+            text = scrub(str(e).strip(), self.url)
+            raise UnreachableError(f"cannot connect to the {self.role} at host {host} (Airflow connection "
+                                   f"{self.conn_id!r})", detail=text.splitlines()[0] if text else None) from None
 
 
 @dataclass(frozen=True)
@@ -154,7 +164,9 @@ class RowFilterHook(BaseHook):
             elif role in require and not url:
                 raise SpecError(f"subscription {checked.subscription!r} has no {role}",
                                 hint=f"pass {role}_conn_id= an Airflow postgres connection id")
-        resolved = replace(checked, **{role: e.url for role, e in endpoints.items()})
+        # A standby named by its connection id is reached with the publisher's password (connection.py ``password``).
+        standbys = tuple(self.endpoint(s, "standby").url if CONN_ID.match(s) else s for s in checked.standbys)
+        resolved = replace(checked, standbys=standbys, **{role: e.url for role, e in endpoints.items()})
         return ResolvedSpec(resolved, endpoints)
 
     @staticmethod
@@ -184,13 +196,14 @@ def _endpoint(conn: Any, conn_id: str, role: str) -> Endpoint:
         raise SpecError(f"{role}_conn_id={conn_id!r} is a connection of type {conn.conn_type!r}",
                         hint="use a connection of type 'postgres' (postgresql://… in AIRFLOW_CONN_*)")
     return Endpoint(conn_id, libpq_url(conn.host, conn.port, conn.login, conn.schema, conn.extra_dejson),
-                    conn.password or None)
+                    conn.password or None, role)
 
 
 def _missing(conn_id: str, role: str) -> SpecError:
     return SpecError(f"{role}_conn_id={conn_id!r}: no such Airflow connection",
-                     hint=f"create it (Admin > Connections, or the AIRFLOW_CONN_{conn_id.upper()} environment "
-                     "variable) or fix the id")
+                     hint=f"create it (Admin > Connections, `airflow connections add {conn_id} --conn-uri "
+                     f"postgresql://user@host:5432/db --conn-password …`, or the AIRFLOW_CONN_{conn_id.upper()} "
+                     "environment variable) or fix the id")
 
 
 def _absolute(path: str, base_dir: str | None) -> str:

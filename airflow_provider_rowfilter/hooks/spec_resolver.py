@@ -5,8 +5,11 @@ The console command stays free of Airflow (its layer never imports it), so when 
 it runs ``python -m airflow_provider_rowfilter.hooks.spec_resolver`` with the file's path and reads
 back, on this process's stdout (a pipe, never a command line or a log), one JSON document:
 ``{"spec": <the spec with URLs, as SubscriptionSpec.to_json>, "passwords": {"ROWFILTER_…_PASSWORD": …}}``.
-The connections are looked up as every Airflow task does (the metadata database, ``AIRFLOW_CONN_*``,
-a secrets backend), with :class:`~airflow_provider_rowfilter.hooks.rowfilter.RowFilterHook`.
+The connections are looked up wherever Airflow keeps them: ``AIRFLOW_CONN_*``, a secrets backend and
+the metadata database (:class:`MetastoreHook`). In a plain process, Airflow 3's task SDK
+(``BaseHook.get_connection``) looks at the first two only, since a task reads the metastore through
+the api-server; so this process asks Airflow's own ``airflow.models.Connection``, which walks the
+configured backends ending with the metastore, exactly as ``airflow connections get`` does.
 An error is one JSON document ``{"error": …, "hint": …}`` and exit status 1.
 """
 
@@ -15,9 +18,28 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.rowfilter import ROLES, RowFilterHook
+
+
+class MetastoreHook(RowFilterHook):
+    """:class:`RowFilterHook` for a process outside a task: connections from the environment, the secrets
+    backends and the metadata database, in Airflow's own order (``[secrets] backend`` first, then
+    ``AIRFLOW_CONN_*``, then the metastore)."""
+
+    @classmethod
+    def get_connection(cls, conn_id: str) -> Any:
+        from airflow.exceptions import AirflowNotFoundException as CoreNotFound
+        from airflow.models.connection import Connection
+
+        try:
+            return Connection.get_connection_from_secrets(conn_id)
+        except CoreNotFound as e:
+            raise AirflowNotFoundException(str(e)) from e
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,7 +48,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps({"error": "usage: python -m airflow_provider_rowfilter.hooks.spec_resolver SPEC_FILE"}))
         return 2
     try:
-        resolved = RowFilterHook().resolve_spec(spec=args[0], require=ROLES)
+        resolved = MetastoreHook().resolve_spec(spec=args[0], require=ROLES)
     except RowFilterError as e:
         print(json.dumps({"error": e.message, "hint": e.hint}))
         return 1

@@ -32,6 +32,7 @@ import psycopg
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.core.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.filters.subscription_filters import (
     filters_document,
@@ -39,20 +40,27 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import (
     subscribed_tables,
 )
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.schedule import longest_gap
+from airflow_provider_rowfilter.core.slot_retention import schedule_risks
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture_objects import (
+    CaptureError,
     capture_names,
     current_lsn,
     drop_capture_publications,
     ensure_capture_publications,
     ensure_slot,
+    invalidated_error,
     slot_exists,
 )
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state
 from airflow_provider_rowfilter.publisher.definitions import load_definitions
+from airflow_provider_rowfilter.publisher.failover import switch_failover, wanted_failover
+from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
+from airflow_provider_rowfilter.publisher.standby import check_capture_source
 from airflow_provider_rowfilter.subscriber.state import RelState, StateStore, migrate, relation_exists, slot_lost
 
 log = logging.getLogger(__name__)
@@ -75,18 +83,30 @@ class RefreshResult:
     resynced: list[str] = field(default_factory=list)  # sent back to i because the slot had to be recreated
     refused: dict[str, str] = field(default_factory=dict)  # on_invalid_table: skip: table -> why
     filtering: str = "spark"  # source or spark: who evaluates the definitions (core/spec.py)
-    warnings: list[str] = field(default_factory=list)  # what the publisher itself will refuse (filtering: source)
+    #: tables past i whose initial-copy filter or column list changed since the last refresh: what changed
+    copy_definitions_changed: dict[str, str] = field(default_factory=dict)
+    reconciled: list[dict] = field(default_factory=list)  # reconcile: true (or --reconcile): each table's result
+    #: what the publisher itself will refuse (filtering: source), what a standby lacks, and what the schedule risks
+    warnings: list[str] = field(default_factory=list)
+    failover: bool = False  # the slot is a failover slot (publisher/failover.py)
+    failover_switched: bool = False  # an existing slot was switched to (or from) failover
 
     @property
     def changed(self) -> bool:
         return bool(self.added or self.removed or self.slot_created or self.capture_publication_changed
-                    or self.definitions_changed or self.resynced)
+                    or self.definitions_changed or self.resynced or self.reconciled or self.failover_switched)
 
 
-def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshResult:
+def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: bool | None = None) -> RefreshResult:
     """Run RefreshPublication for ``spec``; raise (having changed nothing) when the definitions are invalid
-    or the slot is gone and ``recreate_slot`` was not given."""
+    or the slot is gone and ``recreate_slot`` was not given.
+
+    :param reconcile: repair in place (jobs/reconcile.py) instead of leaving or emptying: the tables a lost slot
+        had positioned (with ``recreate_slot``), and each table whose initial-copy filter or column list changed.
+        None: the spec's ``reconcile``.
+    """
     slot, _ = capture_names(spec.subscription)
+    in_place = spec.reconcile if reconcile is None else reconcile
     resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
         # The definitions and what the drift check holds the catalog against (core/publication_state.py), in one
@@ -101,12 +121,18 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
         _refuse_positioned(spec, definitions.filters.refused)
         tables = subscribed_tables(definitions.publications, spec.publication_names, definitions.catalog)
         actions = leaf_actions(definitions.filters, definitions.publications, definitions.catalog)
+        source_warnings = check_capture_source(pub, definitions.filtering)  # a standby: what it cannot do, refused
+        failover = wanted_failover(spec, pub)
         had_slot = slot_exists(pub, slot)
+        if had_slot:
+            had_slot = not _drop_invalidated(spec, pub, slot, recreate_slot)
         if not had_slot:
             stranded = _positioned_tables(spec)
             if stranded and not recreate_slot:
                 raise slot_lost(spec, slot, stranded)
-            if stranded:
+            if stranded and in_place:
+                _hold_for_reconcile(spec, stranded)
+            elif stranded:
                 _resync(spec, [r.table for r in stranded])
                 resynced = stranded
         if definitions.filtering == "source":
@@ -119,8 +145,15 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
         else:
             # The publications first: pgoutput decodes each change with the catalog as of its position.
             publication_changed = ensure_capture_publications(pub, spec.subscription, actions, slot_exists=had_slot)
-        slot_created = ensure_slot(pub, slot)
+        slot_created = ensure_slot(pub, slot, failover)
         lsn = current_lsn(pub)
+        retention = read_retention(pub)
+    failover_switched = False
+    if not slot_created:
+        try:
+            failover_switched = switch_failover(spec, slot, failover)
+        except CaptureError as e:  # a capture reads the slot: the next refresh switches it
+            source_warnings.append(str(e).replace("\n", " "))
     if slot_created:
         set_aside = ChangeLog(spec.change_log_dir()).set_aside()
         if set_aside is not None:
@@ -132,8 +165,10 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
     result = RefreshResult(spec.subscription, lsn, tables=[str(t) for t in tables], slot_created=slot_created,
                            capture_publication_changed=publication_changed,
                            resynced=[str(r.table) for r in resynced], filtering=definitions.filtering,
-                           warnings=list(definitions.warnings))
-    for text in definitions.warnings:
+                           failover=failover, failover_switched=failover_switched,
+                           warnings=[*definitions.warnings, *source_warnings,
+                                     *schedule_risks(retention, longest_gap(spec.apply_schedule), spec.apply_schedule)])
+    for text in result.warnings:
         log.warning("%s", text)
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
@@ -147,9 +182,24 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False) -> RefreshRe
             result.definitions_changed = last is None or last.definitions != document
             if added or removed or result.definitions_changed:
                 store.record_refresh(lsn, added, removed, document)
+            copied = [r.table for r in store.tables() if r.state is not SyncState.INIT and not r.reconciling]
+            changed = copy_definition_changes(None if last is None else last.definitions, document, copied)
     result.added = [str(t) for t in added]
     result.removed = [str(t) for t in removed]
+    result.copy_definitions_changed = {str(t): f"{c}; {AS_POSTGRESQL_LEAVES_IT}" for t, c in changed.items()}
+    for table, change in changed.items():
+        log.warning("%s: %s; %s", table, change, "it is reconciled in place now (reconcile: true)" if in_place else
+                    f"{AS_POSTGRESQL_LEAVES_IT}. `rowfilter reconcile --table {table.as_sql()}` brings it to what a "
+                    "new copy would hold, in place (or set reconcile: true in the spec)")
     log.info("refresh of %s at %s: added %s, removed %s", spec.subscription, lsn, result.added, result.removed)
+    held = [r.table for r in _positioned_tables(spec) if r.reconciling] if in_place else []
+    if in_place and (changed or held):
+        from airflow_provider_rowfilter.jobs.reconcile import reconcile as run_reconcile
+
+        done = run_reconcile(spec, sorted(set(changed) | set(held)))
+        result.reconciled = [t.as_dict() for t in done.tables]
+        if not done.ok:
+            raise done.error()
     return result
 
 
@@ -195,6 +245,36 @@ def _positioned_tables(spec: SubscriptionSpec) -> list[RelState]:
         return [r for r in StateStore(sub, spec.subscription).tables() if r.state is not SyncState.INIT]
 
 
+def _hold_for_reconcile(spec: SubscriptionSpec, stranded: list[RelState]) -> None:
+    """A lost slot, repaired in place: each table it had positioned is held in ``d`` for a reconcile (its rows kept),
+    in one transaction, before the new slot exists; the reconcile after the refresh compares it at a point of
+    the new slot (jobs/reconcile.py)."""
+    from airflow_provider_rowfilter.jobs.reconcile import hold
+
+    with connect(spec.subscriber, "subscriber", spec) as sub:
+        migrate(sub)
+        store = StateStore(sub, spec.subscription)
+        with sub.transaction():
+            for rel in store.tables([r.table for r in stranded]):
+                hold(store, rel.table, rel.state)
+    log.warning("slot of %s recreated: %s kept and held for a reconcile in place", spec.subscription,
+                ", ".join(str(r.table) for r in stranded))
+
+
+def _drop_invalidated(spec: SubscriptionSpec, pub: psycopg.Connection, slot: str, recreate_slot: bool) -> bool:
+    """An invalidated slot (``invalidation_reason``) counts as gone: refused while tables hold positions read from
+    it, unless ``recreate_slot``; then (or when no table has one) it is dropped. Returns whether it was."""
+    _, found = read_slot(pub, slot)
+    if not found.lost:
+        return False
+    stranded = _positioned_tables(spec)
+    if stranded and not recreate_slot:
+        raise invalidated_error(found, read_retention(pub), [(str(r.table), r.lsn) for r in stranded])
+    pub.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+    log.warning('replication slot "%s" was invalidated (%s): dropped, a new one is created', slot, found.invalidated)
+    return True
+
+
 def _resync(spec: SubscriptionSpec, tables: list) -> None:
     """Empty the tables and send them back to ``i``, each in one transaction (``rowfilter resync``)."""
     from airflow_provider_rowfilter.jobs.snapshot import resync  # the copy's modules: only on this path
@@ -210,10 +290,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--recreate-slot", action="store_true",
                    help="the slot is gone: create a new one and send the tables it positioned back to i")
+    p.add_argument("--reconcile", action="store_true",
+                   help="repair in place (rowfilter reconcile) instead: the tables a lost slot positioned, and the "
+                   "tables whose copy filter or column list changed (the spec's reconcile: true)")
 
     def body() -> int:
         args, spec = parse(p, argv)
-        result = refresh(spec, recreate_slot=args.recreate_slot)
+        result = refresh(spec, recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
         print(json.dumps({**result.__dict__, "changed": result.changed}))
         return 0
 

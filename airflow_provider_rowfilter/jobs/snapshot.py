@@ -55,6 +55,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
     read_copy,
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
+from airflow_provider_rowfilter.publisher.failover import wait_for_standbys
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -70,7 +71,7 @@ from airflow_provider_rowfilter.subscriber.copy_target import (
     truncate,
 )
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
-from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock
+from airflow_provider_rowfilter.subscriber.state import APPLY_LOCK, RelState, StateError, StateStore, job_lock, migrate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,12 +167,16 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
     options = options or CopyOptions()
     result = TableSyncResult(spec.subscription, resync=resync)
     with connect(spec.subscriber, "subscriber", spec) as sub:
+        migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
         chosen = _chosen(store, tables)
-        todo = chosen if resync else [r for r in chosen if r.state in COPYABLE]
+        todo = chosen if resync else [r for r in chosen if r.state in COPYABLE and not r.reconciling]
         for rel in chosen:
-            if rel not in todo:
+            if rel.reconciling and not resync:
+                result.tables.append(TableCopy(str(rel.table), rel.state.value, note="held by a reconcile that did not "
+                                               "finish: run `rowfilter reconcile` for it (its rows are kept)"))
+            elif rel not in todo:
                 result.tables.append(TableCopy(str(rel.table), rel.state.value, rel.rows_copied, rel.lsn,
                                                note=f"already copied (state {rel.state.value}); "
                                                "use resync to copy it again"))
@@ -204,6 +209,7 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
     if copy:
         return _copy_tables(spec, tables, resync=True, spark=spark, options=options)
     with connect(spec.subscriber, "subscriber", spec) as sub:
+        migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
         for rel in _chosen(store, tables):
@@ -333,6 +339,8 @@ class _CopyJob:
     def _copy_locked(self, table: TableName, started: list[CopyTarget]) -> TableCopy:
         sub = self.store.conn
         (rel,) = self.store.tables([table])  # again, under the lock
+        if rel.reconciling and not self.resync:
+            return TableCopy(str(table), rel.state.value, note="held by a reconcile: run `rowfilter reconcile`")
         if rel.state not in COPYABLE and not self.resync:
             return TableCopy(str(table), rel.state.value, rel.rows_copied, rel.lsn,
                              note=f"copied meanwhile by another job (state {rel.state.value})")
@@ -374,6 +382,8 @@ class _CopyJob:
             with _applies_paused(sub, self.spec.subscription) if self.resync else nullcontext():
                 snap = held.enter_context(exported_snapshot(
                     connect(self.spec.publisher, "publisher", self.spec, replication="database")))
+                with connect(self.spec.publisher, "publisher", self.spec) as pub:  # failover: before the copy
+                    wait_for_standbys(pub, snap.lsn)
                 with sub.transaction():
                     fence_copies(sub, copy_lock_key(self.spec.subscription, table))
                     if direct:

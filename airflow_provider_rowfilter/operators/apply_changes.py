@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
 from airflow.sdk import Asset, AssetAlias
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
@@ -21,8 +21,12 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.humane import batch_lag, counts_text, duration
-from airflow_provider_rowfilter.operators.metrics import apply_metrics
+from airflow_provider_rowfilter.operators.metrics import apply_metrics, failure_metrics, metrics_on
+from airflow_provider_rowfilter.operators.replication_link import ReplicationPageLink, subscription_of
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
+from airflow_provider_rowfilter.operators.subscription_guard import skip_unless_subscribed
+from airflow_provider_rowfilter.operators.subscription_lag import gauges_now
+from airflow_provider_rowfilter.operators.task_errors import clear_errors, factory_prefix, in_airflow_terms
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.subscriber.state import StateReader
 
@@ -125,6 +129,7 @@ class ApplyChangesOperator(RowFilterJobOperator):
     template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "change_log", "max_changes",
                                       "time_budget")
     ui_color = "#b9e3cf"
+    operator_extra_links = (ReplicationPageLink(),)
 
     def __init__(self, *, max_changes: int | str | None = None, change_log: str | None = None,
                  asset_alias: str | None = None, time_budget: float | str | timedelta | None = None,
@@ -146,19 +151,20 @@ class ApplyChangesOperator(RowFilterJobOperator):
         self._budget_spent = 0.0  # seconds of time_budget the task's own run spent before it handed over
         self._lineage: dict[str, list[tuple[str, str]]] | None = None
         self._assets: list[tuple[str, str]] = []
+        self._resolved: ResolvedSpec | None = None
 
     # --- the spec and the job's arguments ------------------------------------------------------------
     def spec_fields(self) -> dict[str, Any]:
         return {**super().spec_fields(), "change_log": self.change_log}
 
     def resolve_spec(self) -> ResolvedSpec:
-        resolved = super().resolve_spec()
+        resolved = self._resolved = super().resolve_spec()
         if resolved.spec.change_log is None:
             # Without a spec file the job would use a directory under its working directory, which is
             # not the same from one task to the next: the log must outlive the run.
             home = os.path.expanduser(os.environ.get("AIRFLOW_HOME") or "~/airflow")
             path = os.path.join(os.path.abspath(home), "rowfilter", resolved.spec.subscription, "changes")
-            resolved = replace(resolved, spec=replace(resolved.spec, change_log=path))
+            resolved = self._resolved = replace(resolved, spec=replace(resolved.spec, change_log=path))
         return resolved
 
     def job_arguments(self) -> list[str]:
@@ -208,6 +214,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
         (none has a change, or the publisher judged them: apply/net_effect.py); else what it captured
         stays in the log and the job is submitted for the rest."""
         self._in_task, self._budget_spent = None, 0.0
+        prefix = factory_prefix(self)
+        skip_unless_subscribed(resolved, f"{prefix}_initial_sync" if prefix else None)
         if not self.skip_when_idle:
             return False
         began = time.monotonic()
@@ -234,7 +242,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
                              str(e).strip().splitlines()[0], self.job)
             return False
         except (RowFilterError, psycopg.Error) as e:
-            text = str(e).strip()  # the job's own ERROR text, as when the job fails (hooks/job_output.py)
+            # the job's own ERROR text, as when the job fails (hooks/job_output.py), in Airflow's terms
+            text = in_airflow_terms(self, str(e).strip())
             self.log.error("%s", text)
             raise (AirflowException if is_transient(e) else AirflowFailException)(text) from None
         self._in_task = result.summary()
@@ -310,13 +319,30 @@ class ApplyChangesOperator(RowFilterJobOperator):
             self.log.info("Not ready yet: %s", ", ".join(waiting))
 
     # --- execution: the batch, then its asset events ----------------------------------------------------
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         self._assets = []
         self._lineage = None
-        result = super().execute(context)
+        self._resolved: ResolvedSpec | None = None
+        try:
+            result = super().execute(context)
+        except AirflowSkipException:
+            raise
+        except Exception:
+            name = self._resolved.spec.subscription if self._resolved is not None else subscription_of(self)
+            if name:
+                failure_metrics(name)
+            self._gauges()
+            raise
         self._emit_asset_events(context, result)
         apply_metrics(result)
+        self._gauges()
         return result
+
+    def _gauges(self) -> None:
+        """Retained WAL and batch age after every run, failed or not (operators/metrics.py), when metrics are on."""
+        if self._resolved is not None and metrics_on():
+            gauges_now(self._resolved)
 
     def _emit_asset_events(self, context: Context, result: Mapping[str, Any]) -> None:
         """An asset event per changed subscriber table, on every ``AssetAlias`` outlet."""

@@ -5,13 +5,16 @@ are dropped, as Airflow's own are. Plain StatsD has no tags, so the subscription
 part of each name; the same values also carry ``subscription``/``table`` tags for backends that keep
 tags (DogStatsD, OpenTelemetry). Names are under ``rowfilter.`` (docs/operations.md lists them):
 
-- ``rowfilter.<subscription>.apply.runs`` / ``.changes`` / ``.transactions`` / ``.batches`` (counters),
-  ``.apply.duration`` (timing, ms);
+- ``rowfilter.<subscription>.apply.runs`` / ``.changes`` / ``.transactions`` / ``.batches`` (counters of the
+  successful runs), ``.apply.failures`` (counter: runs that failed, retried or not), ``.apply.duration``
+  (timing, ms);
 - ``rowfilter.<subscription>.lag_bytes`` / ``.lag_seconds`` (gauges: the WAL behind the publisher's
   position and the commit-time lag at the end of the last batch);
 - ``rowfilter.<subscription>.<schema>.<table>.<operation>`` (counters: ``insert``, ``update``, …);
-- ``rowfilter.<subscription>.retained_wal_bytes`` and ``.batch_age_seconds`` (gauges, from
-  :class:`~airflow_provider_rowfilter.operators.subscription_lag.SubscriptionLagCheckOperator`).
+- ``rowfilter.<subscription>.retained_wal_bytes`` and ``.batch_age_seconds`` (gauges, measured after every
+  ApplyChanges run, failed or not, and by
+  :class:`~airflow_provider_rowfilter.operators.subscription_lag.SubscriptionLagCheckOperator`): a failing
+  subscription's gauges keep growing instead of freezing at the last success.
 """
 
 from __future__ import annotations
@@ -62,3 +65,32 @@ def lag_metrics(subscription: str, retained_wal_bytes: int | None, batch_age_sec
         stats.gauge(metric(subscription, "retained_wal_bytes"), float(retained_wal_bytes), tags=tags)
     if batch_age_seconds is not None:
         stats.gauge(metric(subscription, "batch_age_seconds"), float(batch_age_seconds), tags=tags)
+
+
+def check_metrics(result: Mapping[str, Any]) -> None:
+    """What a verify or reconcile found per table (its XCom): ``rowfilter.<subscription>.<schema>.<table>.<kind>.``
+    ``missing`` / ``extra`` / ``different`` / ``rows`` (gauges: the last one stands) and, for a reconcile,
+    ``inserted`` / ``updated`` / ``deleted`` (counters)."""
+    name = str(result["subscription"])
+    for check in result.get("tables") or ():
+        table = str(check["table"])
+        schema, _, relname = table.partition(".")
+        kind = str(check.get("kind") or "verify")
+        tags = {"subscription": name, "table": table}
+        for key in ("missing", "extra", "different", "rows"):
+            stats.gauge(metric(name, _part(schema), _part(relname), kind, key), float(check.get(key) or 0), tags=tags)
+        for key in ("inserted", "updated", "deleted"):
+            if check.get(key):
+                stats.incr(metric(name, _part(schema), _part(relname), kind, key), int(check[key]), tags=tags)
+
+
+def failure_metrics(subscription: str) -> None:
+    """One failed ApplyChanges run (a retry is one more)."""
+    stats.incr(metric(subscription, "apply", "failures"), tags={"subscription": subscription})
+
+
+def metrics_on() -> bool:
+    """Whether Airflow sends metrics anywhere (``[metrics] statsd_on`` or ``otel_on``): else nothing is measured."""
+    from airflow.configuration import conf
+
+    return any(conf.getboolean("metrics", key, fallback=False) for key in ("statsd_on", "otel_on"))

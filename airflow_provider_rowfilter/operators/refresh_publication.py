@@ -20,6 +20,9 @@ class RefreshPublicationOperator(RowFilterJobOperator):
     :param recreate_slot: the subscription's slot was dropped on the publisher (a gap: the changes
         made meanwhile were never captured): empty every table that had a position, send it back to
         ``i`` for a new copy, and create a new slot. Without it such a refresh fails, changing nothing.
+    :param reconcile: repair in place instead (``--reconcile``, docs/verify.md): with ``recreate_slot``, keep
+        those tables and reconcile them against the new slot; and reconcile every table whose initial-copy
+        filter or column list changed. None: the spec's ``reconcile``.
 
     Takes the parameters of :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
 
@@ -31,12 +34,13 @@ class RefreshPublicationOperator(RowFilterJobOperator):
     job: ClassVar[str] = "refresh"
     archives_classes: ClassVar[bool] = False  # starts a Spark session only to resync a table
 
-    def __init__(self, *, recreate_slot: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, recreate_slot: bool = False, reconcile: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.recreate_slot = recreate_slot
+        self.reconcile = reconcile
 
     def job_arguments(self) -> list[str]:
-        return ["--recreate-slot"] if self.recreate_slot else []
+        return (["--recreate-slot"] if self.recreate_slot else []) + (["--reconcile"] if self.reconcile else [])
 
     def before_submit(self, resolved: ResolvedSpec) -> int:
         with resolved.connect("subscriber") as conn:

@@ -38,6 +38,7 @@ from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.hooks.job_output import JobOutput, connect_url, job_failure
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.hooks.spark_submit_job import JobSubmitHook
+from airflow_provider_rowfilter.operators.task_errors import clear_errors, in_airflow_terms
 from airflow_provider_rowfilter.spark.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
 from airflow_provider_rowfilter.spark.settings import with_jvm_options
 
@@ -172,6 +173,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         return {"subscription": resolved.spec.subscription}
 
     # --- execution -----------------------------------------------------------------------------------
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         if self._is_connect():
             return self._execute_connect()
@@ -196,7 +198,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
             if self._output is None or self._output.error_text is None:
                 raise  # not the job's own error (spark-submit or the JVM failed): SparkSubmitHook's, retried
             self.log.error("The %s job failed (%s): %s", self.job,
-                           "no retry" if isinstance(e, AirflowFailException) else "a retry may pass", e)
+                           "no retry" if isinstance(e, AirflowFailException) else "a retry may pass",
+                           in_airflow_terms(self, str(e)))
             raise
         self.log.info("::endgroup::")
         if self._archive is not None and self._archive.keep():

@@ -12,11 +12,14 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.slot_retention import KEEP_FIX, WAY_BACK, idle_alert, invalidation
 from airflow_provider_rowfilter.core.spec import parse_size
-from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
+from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.operators.metrics import lag_metrics
-from airflow_provider_rowfilter.publisher.slot_health import read_slot
+from airflow_provider_rowfilter.operators.task_errors import clear_errors
+from airflow_provider_rowfilter.publisher.readiness import readiness
+from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
 from airflow_provider_rowfilter.subscriber.state_reader import StateReader
 
 if TYPE_CHECKING:
@@ -56,30 +59,42 @@ class SubscriptionLagCheckOperator(BaseOperator):
     :param max_retained_wal: a size (``'1GB'``, ``'512MB'``, or bytes); None: not checked. (templated)
     :param max_batch_age: the longest time since the last applied batch (``timedelta`` or seconds);
         None: not checked.
+    :param standby_conn_ids: the publisher's physical standbys (Airflow ``postgres`` connections): the check
+        fails when one is not ready to take over the slot (publisher/failover.py, PostgreSQL's "Logical
+        Replication Failover" procedure), naming what is wrong and the fix. (templated)
+
+    With ``publisher_conn_id`` it also fails, before it happens, when the slot has been idle for half of the
+    publisher's ``idle_replication_slot_timeout`` (``inactive_since``, PostgreSQL 17+) or holds more WAL than
+    ``max_slot_wal_keep_size`` allows; an invalidated slot fails it with the cause PostgreSQL records
+    (``invalidation_reason``). Put the check in a DAG of its own, on a schedule, to be told also when the
+    apply's DAG is paused.
 
     Returns (XCom) the measures: ``{"subscription": "s1", "retained_wal_bytes": 16777216, "wal_status":
     "reserved", "batch_age_seconds": 42.0, "last_batch_lag_seconds": 0.8, "problems": [], …}``.
     """
 
-    template_fields: Sequence[str] = ("subscription", "subscriber_conn_id", "publisher_conn_id", "max_retained_wal")
+    template_fields: Sequence[str] = ("subscription", "subscriber_conn_id", "publisher_conn_id", "max_retained_wal",
+                                      "standby_conn_ids")
     ui_color = "#f6e0c0"
 
     def __init__(self, *, subscription: str, subscriber_conn_id: str, publisher_conn_id: str | None = None,
                  max_retained_wal: str | int | None = "1GB", max_batch_age: dt.timedelta | float | None = None,
-                 **kwargs: Any) -> None:
+                 standby_conn_ids: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.standby_conn_ids = standby_conn_ids
         self.subscription = subscription
         self.subscriber_conn_id = subscriber_conn_id
         self.publisher_conn_id = publisher_conn_id
         self.max_retained_wal = max_retained_wal
         self.max_batch_age = max_batch_age
 
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         try:
             limit = None if self.max_retained_wal in (None, "") else parse_size(
                 self.max_retained_wal, f"{self.task_id}: max_retained_wal")
             lag = measure(self.subscription, self.subscriber_conn_id, self.publisher_conn_id, limit,
-                          _seconds(self.max_batch_age))
+                          _seconds(self.max_batch_age), tuple(self.standby_conn_ids or ()))
         except (RowFilterError, psycopg.Error) as e:
             raise AirflowFailException(f"{self.task_id}: cannot measure the lag of {self.subscription!r}: "
                                        f"{str(e).strip()}") from e
@@ -91,24 +106,40 @@ class SubscriptionLagCheckOperator(BaseOperator):
 
 
 def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str | None,
-            max_retained_wal: int | None, max_batch_age: float | None) -> Lag:
+            max_retained_wal: int | None, max_batch_age: float | None, standby_conn_ids: Sequence[str] = ()) -> Lag:
     """The subscription's lag now, and what is past the thresholds (``problems``)."""
     with RowFilterHook.endpoint(subscriber_conn_id, "subscriber").connect() as conn:
         reader = StateReader(conn, subscription)
         row = reader.require_subscription()
         batch = reader.last_batch()
+        copied = [(str(t.table), t.lsn) for t in reader.tables() if t.state.value == "f" and t.lsn]
         now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
     problems: list[str] = []
     retained = status = None
     if publisher_conn_id:
+        standbys = [RowFilterHook.endpoint(c, "standby") for c in standby_conn_ids]
         with RowFilterHook.endpoint(publisher_conn_id, "publisher").connect() as conn:
             _, slot = read_slot(conn, row.slot_name)
+            retention = read_retention(conn)
+            published_now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            ready = readiness(conn, row.slot_name, [(e.conn_id or e.url, e.connect) for e in standbys], copied)
         if not slot.exists:
             problems.append(f'its replication slot "{row.slot_name}" does not exist on the publisher '
                             "(see `rowfilter refresh --recreate-slot`)")
         elif slot.lost:
-            problems.append(f'its replication slot "{row.slot_name}" is lost (wal_status lost): the WAL it needed '
-                            "was removed")
+            cause, fix = invalidation(slot.invalidated or "wal_removed", retention, slot.inactive_since)
+            problems.append(f'its replication slot "{row.slot_name}" was invalidated ({slot.invalidated}): {cause}. '
+                            f"To keep it from happening again: {fix}; {WAY_BACK}")
+        else:
+            alert = idle_alert(retention, None if slot.active else slot.inactive_since, published_now)
+            if alert:
+                problems.append(alert)
+            if slot.wal_status == "unreserved":
+                problems.append(f'its replication slot "{row.slot_name}" holds more WAL than max_slot_wal_keep_size '
+                                "allows (wal_status unreserved): the publisher's next checkpoint invalidates it; run "
+                                f"the apply now. {KEEP_FIX[0].upper()}{KEEP_FIX[1:]}")
+        problems += [f"standby {r.standby} is not ready to take over its slot: " + "; ".join(r.problems)
+                     for r in ready if not r.ready]
         retained, status = slot.retained_bytes, slot.wal_status
         if max_retained_wal is not None and retained is not None and retained > max_retained_wal:
             problems.append(f'its slot "{row.slot_name}" holds back {size(retained)} of WAL on the publisher, '
@@ -123,6 +154,25 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
     return Lag(subscription, now.isoformat(), retained, status,
                None if batch is None else batch.finished_at.isoformat(), None if age is None else round(age, 3),
                None if batch is None else batch.lag_seconds, row.last_error, tuple(problems))
+
+
+def gauges_now(resolved: ResolvedSpec) -> None:
+    """Send the retained WAL and batch-age gauges of ``resolved``'s subscription, measured now (after an
+    ApplyChanges run, failed or not); best effort: what cannot be read is not sent, and nothing raises."""
+    name = resolved.spec.subscription
+    try:
+        with resolved.connect("subscriber") as conn:
+            reader = StateReader(conn, name)
+            row, batch = reader.subscription_row(), reader.last_batch()
+            now = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+        age = None if batch is None else max((now - batch.finished_at).total_seconds(), 0.0)
+        retained = None
+        if row is not None and resolved.spec.publisher:
+            with resolved.connect("publisher") as conn:
+                retained = read_slot(conn, row.slot_name)[1].retained_bytes
+    except (RowFilterError, psycopg.Error):
+        return
+    lag_metrics(name, retained, age)
 
 
 def describe(lag: Lag) -> str:

@@ -1,4 +1,4 @@
-"""The operations of a subscription as Airflow tasks: skip a remote transaction, drop the subscription.
+"""The operations of a subscription as Airflow tasks: skip a remote transaction, sync sequences, drop the subscription.
 
 What ``rowfilter skip`` and ``rowfilter drop`` do, with Airflow connections instead of URLs, so that
 nobody writes a second spec at 3 a.m.; the DAG factory makes a parameterised DAG of each (and one
@@ -20,6 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_rowfilter.connection import in_task
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
+from airflow_provider_rowfilter.operators.task_errors import clear_errors, factory_prefix
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -73,6 +74,7 @@ class SkipTransactionOperator(_SubscriptionOperator):
         super().__init__(**kwargs)
         self.lsn = lsn
 
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_rowfilter.subscriber.state import StateStore
 
@@ -109,6 +111,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
         self.confirm = confirm
         self.keep_slot = keep_slot
 
+    @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_rowfilter.subscription_drop import drop
 
@@ -123,8 +126,57 @@ class DropSubscriptionOperator(_SubscriptionOperator):
                 result = drop(resolved.spec, keep_slot=keep_slot)
         except (RowFilterError, psycopg.Error) as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e
-        self.log.info("Subscription %s: %s", name, "dropped" if result.dropped else "nothing to drop")
+        self.log.info("Subscription %s: %s", name, result.describe())
+        prefix = factory_prefix(self)
+        if result.dropped:
+            # A task cannot pause a DAG in Airflow 3 (the Execution API has no such call): the scheduled apply
+            # skips its runs from now on, saying the subscription was dropped (operators/subscription_guard.py).
+            self.log.info("From now on the runs of %s skip, saying the subscription was dropped. Remove its spec "
+                          "file%s to remove its DAGs (or pause them); to subscribe again, trigger %s",
+                          f"the DAG {prefix}_incremental_sync" if prefix else "its incremental sync",
+                          f" ({self.spec})" if self.spec else "",
+                          f"the DAG {prefix}_initial_sync" if prefix else "its refresh and initial copy")
         return asdict(result)
+
+
+class SyncSequencesOperator(_SubscriptionOperator):
+    """Move the subscriber's sequences past the publisher's (``rowfilter sync-sequences``): before a switchover or
+    a failover to the subscriber, since logical replication does not replicate sequences.
+
+    :param tables: the tables whose owned sequences are moved (``schema.table`` names, a list or a comma-separated
+        string); None: every table of the subscription. (templated)
+    :param dry_run: say what would be set, set nothing. (templated: ``true``/``false`` as rendered text)
+
+    Idempotent: a sequence already past is left alone. Returns (XCom) each sequence with its values before and
+    after and what was done (sequence_sync.py ``SequencesResult``).
+    """
+
+    template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "tables", "dry_run")
+    roles = ("publisher", "subscriber")
+
+    def __init__(self, *, tables: Sequence[str] | str | None = None, dry_run: bool | str = False,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tables = tables
+        self.dry_run = dry_run
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_rowfilter.core.relation import TableName
+        from airflow_provider_rowfilter.sequence_sync import sync_sequences
+
+        resolved = self.resolve()
+        dry_run = _boolean(self.dry_run, f"{self.task_id}: dry_run")
+        names = self.tables.split(",") if isinstance(self.tables, str) else list(self.tables or [])
+        try:
+            tables = [TableName.from_sql(t.strip(), "tables") for t in names if t.strip()] or None
+            with _passwords(resolved):
+                result = sync_sequences(resolved.spec, tables, dry_run=dry_run)
+        except (RowFilterError, psycopg.Error) as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        for s in result.sequences:
+            self.log.info("%s.%s: %s %s (publisher's %s at %s)", s.table, s.column, s.subscriber_sequence or "-",
+                          s.action, s.publisher_sequence, s.publisher_last_value)
+        return result.summary()
 
 
 def _boolean(value: Any, what: str) -> bool:

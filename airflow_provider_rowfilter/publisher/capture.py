@@ -12,7 +12,11 @@ fill: the driver holds one fetch and one row group, however large the backlog. T
 returns whole transactions in commit order.
 
 Before anything is read, the log must hold everything the subscriber still needs, continuous up to
-the slot's position (``_check_log``); otherwise the capture refuses and changes nothing.
+the slot's position (``_check_log``), and the slot must be readable (an invalidated one is refused
+naming PostgreSQL's ``invalidation_reason``) and continue the log: after a promotion, the log's
+positions must lie on the promoted server's history (publisher/failover.py ``check_lineage``);
+otherwise the capture refuses and changes nothing. Each segment records which server it was read
+from (its system identifier and timeline).
 
 The order is what makes it exactly once (docs/change-log.md): the segment is written under a
 temporary name, fsynced and renamed; the position is recorded; only then is the slot advanced with
@@ -41,7 +45,7 @@ import numpy as np
 import psycopg
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.change_log.identity import LogNeeds
+from airflow_provider_rowfilter.change_log.identity import LogNeeds, ServerOrigin
 from airflow_provider_rowfilter.change_log.log import (
     DEFAULT_ROW_GROUP_ROWS,
     DELETE,
@@ -78,14 +82,17 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     SlotMissingError,
     capture_names,
     capture_publications,
+    invalidated_error,
 )
+from airflow_provider_rowfilter.publisher.failover import ORIGIN_COLUMNS, check_lineage, origin_of
 from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     ChangeColumns,
     Irregular,
     decode_changes,
-    message_buffer,
+    join_rows,
 )
+from airflow_provider_rowfilter.publisher.slot_health import WAL_END, WAL_NOW, read_retention, read_slot
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +128,7 @@ class CaptureResult:
     more: bool = False  # the bound cut the batch: more changes may be waiting
     heartbeat: bool = False  # the slot moved on although nothing was for us
     filtering: str | None = None  # source or spark: who evaluated the publications (core/spec.py)
+    decoder: str = pgoutput_columns.DECODER  # native (the C extension) or numpy (publisher/pgoutput_columns.py)
     recovered_lsn: str | None = None  # an interrupted batch finished: the slot caught up with the log
     lag_bytes: int | None = None  # pg_current_wal_lsn() - end_lsn
     lag_seconds: float | None = None  # now - commit time of the last transaction captured
@@ -154,9 +162,11 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     change_log = ChangeLog(spec.change_log_dir())
     with change_log.locked(), connect(spec.publisher, "publisher", spec) as pub:
         pub.execute("; ".join(_SESSION))
-        confirmed = _confirmed_position(pub, slot)
+        confirmed, synced, origin = _confirmed_position(pub, slot, needs)
         result = CaptureResult(spec.subscription, slot, format_lsn(confirmed), format_lsn(confirmed))
         logged = change_log.captured_through()
+        check_lineage(spec, slot, change_log.last_origin(), origin, logged=logged, confirmed=confirmed,
+                      synced=synced, needs=needs)
         _check_log(change_log, slot, confirmed, logged, needs)
         if logged is not None and logged > confirmed:
             # The last run made its segment durable and stopped before advancing the slot.
@@ -165,15 +175,16 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
                      slot, format_lsn(logged))
             confirmed = logged
             result.recovered_lsn = result.start_lsn = format_lsn(logged)
-        flushed = parse_lsn(pub.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+        flushed = parse_lsn(pub.execute(f"SELECT {WAL_END}::text").fetchone()[0])
         mode = spec.filtering_mode(pub.info.server_version)
         names = _publication_names(pub, spec, mode)
         writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
-            "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode})
+            "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode,
+            "publisher": origin.as_dict()})
         result.filtering = mode
         try:
             batch = _read_slot(pub, writer, slot, ",".join(_quoted(n) for n in names), max_changes=max_changes,
-                               upto_lsn=upto, fetch_rows=fetch_rows, mode=mode)
+                               upto_lsn=upto, fetch_rows=fetch_rows, mode=mode, needs=needs)
             result.more = batch.messages >= max_changes
             target = max(batch.end_lsn or confirmed, confirmed)
             if not result.more:
@@ -196,7 +207,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         result.changes_by_kind = {KINDS[k]: n for k, n in sorted(batch.kinds.items())}
         result.messages = batch.messages
         result.heartbeat = writer.rows == 0 and target > confirmed
-        now, current = pub.execute("SELECT clock_timestamp(), pg_current_wal_lsn() - %s::pg_lsn",
+        now, current = pub.execute(f"SELECT clock_timestamp(), {WAL_NOW} - %s::pg_lsn",
                                    (result.end_lsn,)).fetchone()
         result.lag_bytes = max(int(current), 0)
         if batch.last_commit_ts is not None:
@@ -257,7 +268,8 @@ class _Batch:
 
 
 def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication_names: str, *,
-               max_changes: int, upto_lsn: int | None, fetch_rows: int, mode: str = "spark") -> _Batch:
+               max_changes: int, upto_lsn: int | None, fetch_rows: int, mode: str = "spark",
+               needs: LogNeeds | None = None) -> _Batch:
     """Stream the slot's pending transactions into ``writer``, a fetch at a time."""
     reader = _Reader(writer, _TypeNames(pub), _python_encoding(pub))
     try:
@@ -267,7 +279,12 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
             while rows := cursor.fetchmany(fetch_rows):
                 reader.read(rows)
     except psycopg.Error as e:
-        if mode == "source":
+        if e.sqlstate == "55000" and not pub.broken:
+            # "can no longer access replication slot": invalidated (between our look and the read); name the cause.
+            _, found = read_slot(pub, slot)
+            if found.lost:
+                raise invalidated_error(found, read_retention(pub), _stranded(needs)) from e
+        if mode == "source" and e.sqlstate == "42704":  # undefined_object: publication "p" does not exist
             # pgoutput reads each publication as of each change's position (LoadPublications in pgoutput.c):
             # before PostgreSQL 18, one created after changes the slot still holds fails them, as it fails a
             # native subscription's walsender.
@@ -288,11 +305,21 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
     return reader.batch
 
 
+class _Datas:
+    """The messages of a fetch's rows, one by one (for those decoded one by one), without a list of them."""
+
+    def __init__(self, rows: list[tuple[int, bytes]]) -> None:
+        self.rows = rows
+
+    def __getitem__(self, i: int) -> bytes:
+        return self.rows[i][1]
+
+
 @dataclass
 class _Fetch:
     """One fetch of slot rows: the messages joined in one buffer (publisher/pgoutput_columns.py)."""
 
-    datas: list[bytes]
+    datas: _Datas | list[bytes]
     lsns: np.ndarray
     buffer: np.ndarray
     starts: np.ndarray
@@ -349,9 +376,8 @@ class _Reader:
         self.batch = _Batch()
 
     def read(self, rows: list[tuple[int, bytes]]) -> None:
-        datas = [r[1] for r in rows]
-        buffer, starts, ends = message_buffer(datas)
-        fetch = _Fetch(datas, np.fromiter((r[0] for r in rows), np.int64, len(rows)), buffer, starts, ends)
+        buffer, lsns, starts, ends = join_rows(rows)
+        fetch = _Fetch(_Datas(rows), lsns, buffer, starts, ends)
         self.batch.messages += len(rows)
         if (ends == starts).any():
             self._refuse(fetch, np.flatnonzero(ends == starts))
@@ -587,16 +613,33 @@ def _unix_micros(ts: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds + POSTGRES_EPOCH_UNIX_MICROS
 
 
-def _confirmed_position(pub: psycopg.Connection, slot: str) -> int:
-    row = pub.execute("SELECT plugin, database, confirmed_flush_lsn::text FROM pg_replication_slots "
-                      "WHERE slot_name = %s", (slot,)).fetchone()
-    if row is None:
+def _confirmed_position(pub: psycopg.Connection, slot: str, needs: LogNeeds | None
+                        ) -> tuple[int, bool | None, ServerOrigin]:
+    """The slot's confirmed position, its ``synced`` flag, and which server this is (publisher/failover.py), in one
+    query; refused when the slot is missing, not ours, or invalidated (naming the cause PostgreSQL records:
+    core/slot_retention.py)."""
+    version = pub.info.server_version
+    lost = ("s.invalidation_reason IS NOT NULL" if version >= 170000 else "s.conflicting" if version >= 160000
+            else "false") + (" OR s.wal_status = 'lost'" if version >= 130000 else "")
+    row = pub.execute(
+        f"""SELECT s.slot_name IS NOT NULL, s.plugin, s.database, s.confirmed_flush_lsn::text,
+                   {"s.synced" if version >= 170000 else "NULL::bool"}, coalesce({lost}, false), {ORIGIN_COLUMNS}
+            FROM pg_control_system() LEFT JOIN pg_replication_slots s ON s.slot_name = %s""", (slot,)).fetchone()
+    exists, plugin, database, confirmed, synced, invalidated, system, walfile = row
+    if not exists:
         raise SlotMissingError(slot)
-    plugin, database, confirmed = row
     if plugin != "pgoutput" or database != pub.info.dbname:
         raise CaptureError(f'replication slot "{slot}" uses plugin {plugin!r} in database {database!r}',
                            hint="it is not ours; drop it or choose another subscription name")
-    return parse_lsn(confirmed)
+    if invalidated:
+        _, found = read_slot(pub, slot)
+        raise invalidated_error(found, read_retention(pub), _stranded(needs))
+    return parse_lsn(confirmed), synced, origin_of(system, walfile)
+
+
+def _stranded(needs: LogNeeds | None) -> list[tuple[str, str | None]]:
+    """The tables whose changes an invalidated slot no longer gives (those holding a position)."""
+    return [(t, format_lsn(p)) for t, p in (needs.tables if needs else ())]
 
 
 def _advance(pub: psycopg.Connection, slot: str, lsn: int) -> None:

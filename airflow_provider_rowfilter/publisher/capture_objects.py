@@ -28,7 +28,7 @@ fail) them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -37,7 +37,9 @@ from psycopg import sql
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublishAction
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation
 from airflow_provider_rowfilter.identifiers import table_sql
+from airflow_provider_rowfilter.publisher.slot_health import WAL_NOW, SlotHealth
 
 MARKER = "managed by airflow-provider-rowfilter for subscription "
 NAMEDATALEN = 64  # PostgreSQL's limit: names are at most 63 bytes
@@ -51,11 +53,19 @@ class CaptureError(RowFilterError):
     """The publisher's slot or capture publication cannot be created or used."""
 
 
+class SlotInvalidatedError(CaptureError):
+    """PostgreSQL invalidated the subscription's slot (``invalidation_reason``): its changes can no longer be read."""
+
+    def __init__(self, message: str, *, reason: str, detail: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, detail=detail, hint=hint)
+        self.reason = reason
+
+
 class SlotMissingError(CaptureError):
     """The subscription's slot does not exist on the publisher (never created, or dropped outside the tool).
 
     The hint here fits a subscription with no table past ``i``; with one, the slot was lost under it
-    and the job says so (jobs/refresh.py ``slot_lost``).
+    and the job says so (subscriber/state.py ``slot_lost``).
     """
 
     def __init__(self, slot: str) -> None:
@@ -77,7 +87,8 @@ def capture_publication_names(subscription: str) -> dict[PublishAction | None, s
 
 
 def current_lsn(conn: psycopg.Connection) -> str:
-    return conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
+    """Where the publisher's WAL is now (replayed, on a standby)."""
+    return conn.execute(f"SELECT {WAL_NOW}::text").fetchone()[0]
 
 
 def slot_exists(conn: psycopg.Connection, slot: str) -> bool:
@@ -85,8 +96,15 @@ def slot_exists(conn: psycopg.Connection, slot: str) -> bool:
                         (slot,)).fetchone()[0]
 
 
-def ensure_slot(conn: psycopg.Connection, slot: str) -> bool:
-    """Create the logical slot with pgoutput unless it exists; return whether it was created."""
+def ensure_slot(conn: psycopg.Connection, slot: str, failover: bool = False) -> bool:
+    """Create the logical slot with pgoutput unless it exists; return whether it was created.
+
+    ``failover`` (PostgreSQL 17+, publisher/failover.py ``wanted_failover``) creates it as a failover
+    slot, synchronized to standbys (the fifth argument of pg_create_logical_replication_slot; an
+    existing slot is switched by publisher/failover.py ``switch_failover``). On a standby the call
+    waits for the primary's next running-transactions record (a busy primary writes one every 15 s;
+    ``SELECT pg_log_standby_snapshot()`` on it ends the wait).
+    """
     row = conn.execute("SELECT plugin, database FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
     if row is not None:
         plugin, database = row
@@ -96,12 +114,33 @@ def ensure_slot(conn: psycopg.Connection, slot: str) -> bool:
                                "subscription name")
         return False
     try:
-        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        if failover:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', false, false, true)", (slot,))
+        else:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
     except psycopg.Error as e:
         raise CaptureError(f'cannot create logical replication slot "{slot}": {e.diag.message_primary}',
-                           hint="the publisher needs wal_level=logical, a free max_replication_slots entry, and "
-                           "a role with REPLICATION") from e
+                           detail=e.diag.message_detail,
+                           hint=e.diag.message_hint or "the publisher needs wal_level=logical (a standby: on its "
+                           "primary), a free max_replication_slots entry, and a role with REPLICATION") from e
     return True
+
+
+def invalidated_error(slot: SlotHealth, retention: Retention | None = None,
+                      stranded: Sequence[tuple[str, str | None]] = ()) -> SlotInvalidatedError:
+    """The error for a slot PostgreSQL invalidated, naming its cause from ``invalidation_reason``.
+
+    :param stranded: the tables past ``i`` with their positions: their changes since are gone from the slot.
+    """
+    reason = slot.invalidated or "wal_removed"
+    cause, fix = invalidation(reason, retention, slot.inactive_since)
+    listed = ", ".join(f"{t} ({'no position' if lsn is None else 'at ' + lsn})" for t, lsn in stranded)
+    detail = (f"pg_replication_slots.invalidation_reason = {reason}: {cause}. PostgreSQL can no longer decode the "
+              "slot" + (f"; the changes after the positions of {listed} cannot be read from it" if stranded else "")
+              + ". Nothing was captured, applied or advanced")
+    return SlotInvalidatedError(
+        f'replication slot "{slot.name}" was invalidated by the publisher ({reason})', detail=detail,
+        hint=f"to keep it from happening again: {fix}. {WAY_BACK[0].upper()}{WAY_BACK[1:]}", reason=reason)
 
 
 def capture_layout(subscription: str, actions: Mapping[TableName, frozenset[PublishAction]]
@@ -236,8 +275,8 @@ def drop_capture_objects(conn: psycopg.Connection, subscription: str) -> Dropped
     slot = capture_names(subscription)[0]
     left_alone = []
     row = conn.execute(
-        """SELECT database, plugin, slot_type, active_pid,
-                  pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+        f"""SELECT database, plugin, slot_type, active_pid,
+                  pg_wal_lsn_diff({WAL_NOW}, restart_lsn)::bigint
            FROM pg_replication_slots WHERE slot_name = %s""", (slot,)).fetchone()
     slot_ours = row is not None and row[:3] == (conn.info.dbname, "pgoutput", "logical")
     if row is not None and not slot_ours:

@@ -28,6 +28,7 @@ from airflow_provider_rowfilter.core.relation import (
     TableName,
 )
 from airflow_provider_rowfilter.publisher.catalog_features import refuse_unknown_features
+from airflow_provider_rowfilter.publisher.slot_health import WAL_END
 
 log = logging.getLogger(__name__)
 
@@ -282,8 +283,9 @@ def read_publication_state(conn: psycopg.Connection, publications: Sequence[str]
 
 
 def flush_position(conn: psycopg.Connection) -> int:
-    """The publisher's WAL flush position now: every transaction committed before it is decodable."""
-    return parse_lsn(conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()[0])
+    """The publisher's WAL flush position now: every transaction committed before it is decodable (replayed,
+    on a standby: publisher/slot_health.py ``WAL_END``)."""
+    return parse_lsn(conn.execute(f"SELECT {WAL_END}::text").fetchone()[0])
 
 
 def tables_present(conn: psycopg.Connection, names: Sequence[TableName]) -> bool:

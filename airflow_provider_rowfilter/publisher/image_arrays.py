@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from airflow_provider_rowfilter.change_log.log import SCHEMA, ChangeLogError
-from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, ImageCells
+from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, GatheredImages, ImageCells
 
 TEXTS = SCHEMA.field("new_values").type
 FLAGS = SCHEMA.field("new_unchanged").type
@@ -47,7 +47,7 @@ def _decodes(value: bytes, encoding: str) -> bool:
     return True
 
 
-def image_arrays(buffer: np.ndarray, images: ImageCells, encoding: str = "utf-8",
+def image_arrays(buffer: np.ndarray, images: ImageCells | GatheredImages, encoding: str = "utf-8",
                  where: Callable[[int, int], str] | None = None) -> tuple[pa.Array, pa.Array]:
     """The ``(values, unchanged)`` list arrays of decoded images (publisher/pgoutput_columns.py).
 
@@ -56,18 +56,23 @@ def image_arrays(buffer: np.ndarray, images: ImageCells, encoding: str = "utf-8"
 
     :param where: describes the value of (image, column) for an error about it.
     """
-    text = images.kinds == TEXT
-    lengths = np.where(text, images.lengths, 0)
-    ends = np.cumsum(lengths)
-    total = int(ends[-1]) if len(ends) else 0
-    offsets = np.zeros(len(lengths) + 1, np.int64)
-    offsets[1:] = ends
-    data = buffer[np.repeat(images.starts - offsets[:-1], lengths) + np.arange(total)]
-    binary_type, offset_type = (pa.binary(), np.int32) if total < 2**31 else (pa.large_binary(), np.int64)
-    binary = pa.Array.from_buffers(
-        binary_type, len(lengths),
-        [pa.py_buffer(np.packbits(text, bitorder="little")), pa.py_buffer(offsets.astype(offset_type)),
-         pa.py_buffer(data)], null_count=int(len(lengths) - np.count_nonzero(text)))
+    if isinstance(images, GatheredImages):  # the C decoder gathered them (publisher/pgoutput_columns.py)
+        binary, unchanged = images.values, images.unchanged
+    else:
+        text = images.kinds == TEXT
+        lengths = np.where(text, images.lengths, 0)
+        ends = np.cumsum(lengths)
+        total = int(ends[-1]) if len(ends) else 0
+        offsets = np.zeros(len(lengths) + 1, np.int64)
+        offsets[1:] = ends
+        data = buffer[np.repeat(images.starts - offsets[:-1], lengths) + np.arange(total)]
+        binary_type, offset_type = (pa.binary(), np.int32) if total < 2**31 else (pa.large_binary(), np.int64)
+        binary = pa.Array.from_buffers(
+            binary_type, len(lengths),
+            [pa.py_buffer(np.packbits(text, bitorder="little")), pa.py_buffer(offsets.astype(offset_type)),
+             pa.py_buffer(data)], null_count=int(len(lengths) - np.count_nonzero(text)))
+        unchanged = pa.array(images.kinds == UNCHANGED)
+
     def cell(i: int) -> str:
         image = int(np.searchsorted(images.offsets, i, side="right")) - 1
         return where(image, i - int(images.offsets[image])) if where else f"value {i}"
@@ -75,4 +80,4 @@ def image_arrays(buffer: np.ndarray, images: ImageCells, encoding: str = "utf-8"
     lists = pa.array(images.offsets.astype(np.int32))
     mask = pa.array(~images.present)
     return (pa.ListArray.from_arrays(lists, texts, type=TEXTS, mask=mask),
-            pa.ListArray.from_arrays(lists, pa.array(images.kinds == UNCHANGED), type=FLAGS, mask=mask))
+            pa.ListArray.from_arrays(lists, unchanged, type=FLAGS, mask=mask))

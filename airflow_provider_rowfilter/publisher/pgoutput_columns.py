@@ -1,4 +1,4 @@
-"""Decode the row images of many pgoutput change messages at once, into columns (numpy).
+"""Decode the row images of many pgoutput change messages at once, into columns (in C where built, else numpy).
 
 :mod:`~airflow_provider_rowfilter.core.pgoutput` decodes one message into Python objects: the
 reference, and what every message other than INSERT, UPDATE and DELETE goes through. Those three
@@ -12,13 +12,31 @@ Anything unexpected (a column kind other than ``t``, ``n`` and ``u``, a tuple th
 where its message does, a missing ``N``/``K``/``O`` marker) raises :class:`Irregular`; the caller
 then decodes the messages one by one with :func:`~airflow_provider_rowfilter.core.pgoutput.decode_message`,
 which names the message and what is wrong with it.
+
+The same decoding exists in C (``_pgoutput_native.c``, built by the package's install where a C
+compiler is found): :func:`decode_changes` uses it when it is there, and it then gathers the values
+into Arrow's buffers itself, without the GIL, so a capture running in a thread beside the apply
+decodes while the apply's Python runs. Both give the same arrays (tests/publisher/test_pgoutput_columns.py);
+``ROWFILTER_PGOUTPUT_DECODER=numpy`` in the environment makes a process use this module's numpy
+decoder (to compare them), and :data:`DECODER` says which one a process uses.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, replace
 
 import numpy as np
+import pyarrow as pa
+
+try:
+    from airflow_provider_rowfilter.publisher import _pgoutput_native as _native
+except ImportError:  # installed where no C compiler was found: the numpy decoder does the same
+    _native = None
+if os.environ.get("ROWFILTER_PGOUTPUT_DECODER", "").lower() == "numpy":
+    _native = None
+#: "native" (the C extension) or "numpy": how this process decodes a fetch's changes.
+DECODER = "numpy" if _native is None else "native"
 
 INSERT, UPDATE, DELETE = ord("I"), ord("U"), ord("D")
 BEGIN, COMMIT = ord("B"), ord("C")
@@ -52,13 +70,34 @@ class ImageCells:
 
     def placed(self, where: np.ndarray, total: int) -> ImageCells:
         """These images as those of rows ``where`` (ascending) among ``total`` rows, absent elsewhere."""
-        present = np.zeros(total, bool)
-        present[where] = self.present
-        counts = np.zeros(total, np.int64)
-        counts[where] = np.diff(self.offsets)
-        offsets = np.zeros(total + 1, np.int64)
-        np.cumsum(counts, out=offsets[1:])
-        return ImageCells(present, offsets, self.kinds, self.starts, self.lengths)
+        return replace(self, **_placed(self.present, self.offsets, where, total))
+
+
+@dataclass(frozen=True)
+class GatheredImages:
+    """:class:`ImageCells` whose values the C decoder already gathered into Arrow arrays: image ``i``
+    holds elements ``offsets[i]:offsets[i + 1]`` of ``values`` (binary, NULL unless sent as text) and of
+    ``unchanged`` (bool)."""
+
+    present: np.ndarray  # bool, per message
+    offsets: np.ndarray  # int64, per message + 1
+    values: pa.Array
+    unchanged: pa.Array
+
+    def placed(self, where: np.ndarray, total: int) -> GatheredImages:
+        """These images as those of rows ``where`` (ascending) among ``total`` rows, absent elsewhere."""
+        return replace(self, **_placed(self.present, self.offsets, where, total))
+
+
+def _placed(present: np.ndarray, offsets: np.ndarray, where: np.ndarray, total: int) -> dict[str, np.ndarray]:
+    """``present`` and ``offsets`` of images moved to rows ``where`` among ``total`` (the cells stay)."""
+    placed = np.zeros(total, bool)
+    placed[where] = present
+    counts = np.zeros(total, np.int64)
+    counts[where] = np.diff(offsets)
+    moved = np.zeros(total + 1, np.int64)
+    np.cumsum(counts, out=moved[1:])
+    return {"present": placed, "offsets": moved}
 
 
 @dataclass(frozen=True)
@@ -92,8 +131,8 @@ class ChangeColumns:
 
     relation_oid: np.ndarray  # int64, per message
     old_kind: np.ndarray  # int8, per message: -1 none, 0 K (old key), 1 O (old full row)
-    new: ImageCells
-    old: ImageCells
+    new: ImageCells | GatheredImages
+    old: ImageCells | GatheredImages
 
 
 def message_buffer(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -102,6 +141,18 @@ def message_buffer(messages: list[bytes]) -> tuple[np.ndarray, np.ndarray, np.nd
     ends = np.cumsum(lengths)
     buffer = np.frombuffer(b"".join(messages) + bytes(PADDING), np.uint8)
     return buffer, ends - lengths, ends
+
+
+def join_rows(rows: list[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A fetch of slot rows ``(lsn, data)`` as :func:`message_buffer` joins their data, with each row's LSN:
+    ``(buffer, lsns, starts, ends)``. In C where the extension is built (no Python object per row)."""
+    joined = None if _native is None else _native.join_rows(rows, PADDING)
+    if joined is None:
+        buffer, starts, ends = message_buffer([r[1] for r in rows])
+        return buffer, np.fromiter((r[0] for r in rows), np.int64, len(rows)), starts, ends
+    buffer, lsns, starts, ends = joined
+    return (np.frombuffer(buffer, np.uint8), np.frombuffer(lsns, np.int64), np.frombuffer(starts, np.int64),
+            np.frombuffer(ends, np.int64))
 
 
 def _uint(buffer: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
@@ -158,7 +209,40 @@ def _tuples(buffer: np.ndarray, starts: np.ndarray, limits: np.ndarray) -> tuple
 
 
 def decode_changes(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> ChangeColumns:
-    """Decode the INSERT, UPDATE and DELETE messages at ``starts``/``ends`` of ``buffer``.
+    """Decode the INSERT, UPDATE and DELETE messages at ``starts``/``ends`` of ``buffer``: in C without
+    the GIL when the extension is built (:data:`DECODER`), else with numpy (:func:`decode_changes_numpy`).
+
+    :raises Irregular: a message is not a well-formed INSERT/UPDATE/DELETE of text values.
+    """
+    if _native is None:
+        return decode_changes_numpy(buffer, starts, ends)
+    return decode_changes_native(buffer, starts, ends)
+
+
+def decode_changes_native(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> ChangeColumns:
+    """:func:`decode_changes_numpy`'s result from the C decoder, the values gathered into Arrow arrays."""
+    if _native is None:
+        raise RuntimeError("the C decoder (publisher/_pgoutput_native) is not built in this installation")
+    decoded = _native.decode_changes(buffer, np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64))
+    if decoded is None:
+        raise Irregular("not the regular INSERT/UPDATE/DELETE messages of text values the C decoder reads")
+    oids, old_kind, new, old = decoded
+    return ChangeColumns(np.frombuffer(oids, np.int64), np.frombuffer(old_kind, np.int8), _gathered(new, len(starts)),
+                         _gathered(old, len(starts)))
+
+
+def _gathered(image: tuple, n: int) -> GatheredImages:
+    """The C decoder's buffers of one image (_pgoutput_native.c ``image_tuple``) as arrays."""
+    cells, _absent, list_valid, list_offsets, valid, offsets, data, unchanged, large = image
+    values = pa.Array.from_buffers(pa.large_binary() if large else pa.binary(), cells,
+                                   [pa.py_buffer(valid), pa.py_buffer(offsets), pa.py_buffer(data)])
+    present = np.unpackbits(np.frombuffer(list_valid, np.uint8), count=n, bitorder="little").astype(bool)
+    return GatheredImages(present, np.frombuffer(list_offsets, np.int32).astype(np.int64), values,
+                          pa.Array.from_buffers(pa.bool_(), cells, [None, pa.py_buffer(unchanged)]))
+
+
+def decode_changes_numpy(buffer: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> ChangeColumns:
+    """Decode the INSERT, UPDATE and DELETE messages at ``starts``/``ends`` of ``buffer`` with numpy.
 
     :raises Irregular: a message is not a well-formed INSERT/UPDATE/DELETE of text values.
     """

@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from airflow_provider_rowfilter.core.private_files import private_directory
+
 #: Where the archives are kept, when set (``off``: no archive); else ``$XDG_CACHE_HOME/rowfilter/class-archives``.
 ARCHIVE_DIR_ENV = "ROWFILTER_CLASS_ARCHIVE_DIR"
 #: The JVM's own options that decide class sharing: when the caller gives one, it is left alone.
@@ -155,7 +157,7 @@ def class_archive(job: str, conf: Mapping[str, str], directory: Path | None = No
     directory = directory or archive_dir()
     try:
         if not directory.is_dir():  # the first task on this disk: whether the disk outlives it, the next one sees
-            directory.mkdir(parents=True, exist_ok=True)
+            private_directory(directory)  # 0700: a JVM maps what it finds there
             return None
         _remove_stale(directory)
         key = archive_key(job, java, jars, conf)

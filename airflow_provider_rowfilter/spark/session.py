@@ -3,13 +3,17 @@
 With the spec's ``spark_remote`` (``sc://host:port``) the session is a Spark Connect client of a
 running server instead: no JVM in this process, the server's warm JIT and caches reused from run to
 run. Only SQL settings reach a Connect session; the JVM options and Spark core settings are the
-server's (``rowfilter spark-server start``, spark/connect_server.py). The runs of one job of one
-subscription attach to one server-side session (:func:`reused_session_id`), so the Python workers
-the server started for it (a copy's, a large batch's) serve the next run too.
+server's (``rowfilter spark-server start``, spark/connect_server.py). The client sends the server's token
+(spark/connect_server.py ``token_of``), and the runs of one job of one subscription attach to one
+server-side session whose id only a holder of that token can compute (:func:`reused_session_id`), so the
+Python workers the server started for it (a copy's, a large batch's) serve the next run too. Without a
+token each run takes a new, random session and releases it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import sys
@@ -23,7 +27,7 @@ from pyspark.sql import SparkSession
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params, with_remote_params
 from airflow_provider_rowfilter.spark.class_archive import mark_session
-from airflow_provider_rowfilter.spark.remote import require_server
+from airflow_provider_rowfilter.spark.remote import remote_address, require_server
 from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS, STATIC_SQL_SETTINGS, with_jvm_options
 
 logger = logging.getLogger(__name__)
@@ -37,7 +41,9 @@ HUGE_METHOD_LIMIT = "8000"
 #: (``spark.connect.session.manager.defaultSessionTimeout``, 60 minutes by default), after which the
 #: server closes a session and refuses its id for good.
 SESSION_REUSE_SECONDS = 1800
-_SESSION_NAMESPACE = uuid.UUID("6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10")
+#: The host names of this machine's loopback, which pyspark's client reaches with a token and without TLS
+#: under the name ``localhost`` only (spark/connect_server.py ``URL_HOST``).
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
 def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None, *,
@@ -117,27 +123,40 @@ def remote_conf(conf: Mapping[str, str] | None = None) -> dict[str, str]:
     return settings
 
 
-def reused_session_id(subscription: str, job: str, conf: Mapping[str, str], now: float | None = None) -> str:
+def reused_session_id(token: str | None, subscription: str, job: str, conf: Mapping[str, str],
+                      now: float | None = None) -> str | None:
     """The Spark Connect session id of ``job``'s runs for ``subscription`` with the session settings ``conf``
-    in this period of :data:`SESSION_REUSE_SECONDS`: the same in every process, another in the next period,
-    and another when the settings change (a session keeps what was set on it).
+    in this period of :data:`SESSION_REUSE_SECONDS`, on the server whose token is ``token``: the same in every
+    process, another in the next period, and another when the settings change (a session keeps what was set
+    on it). None without a token: each run then takes a new random session and releases it.
 
     A new session costs its first queries: the server starts Python workers for each session (a
-    copy's writers, a large batch's), and a session's state is built anew. Within a period every run
-    attaches to the same one and is never idle for longer than the period, so the server never
-    expires it under a run; the next period's id is new, never one the server closed.
+    copy's writers, a large batch's), and a session's plans compile anew (docs/apply.md, "Spark Connect").
+    Within a period every run attaches to the same one and is never idle for longer than the period, so the
+    server never expires it under a run; the next period's id is new, never one the server closed.
+
+    The id is an HMAC of those under the token: whoever could attach to the session (read its temporary
+    views, its settings) must hold the token, which lets them run code on the server anyway. An id made
+    from names alone could be computed by anyone who knows the subscription's name.
     """
+    if not token:
+        return None
     period = int((time.time() if now is None else now) // SESSION_REUSE_SECONDS)
     settings = "\0".join(f"{k}={v}" for k, v in sorted(conf.items()))
-    return str(uuid.uuid5(_SESSION_NAMESPACE, f"{subscription}\0{job}\0{period}\0{settings}"))
+    digest = hmac.new(token.encode(), f"rowfilter-session\0{subscription}\0{job}\0{period}\0{settings}".encode(),
+                      hashlib.sha256).digest()
+    return str(uuid.UUID(bytes=digest[:16], version=4))  # the server takes only UUIDs as session ids
 
 
-def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_id: str | None = None) -> SparkSession:
+def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_id: str | None = None, *,
+                    token: str | None = None) -> SparkSession:
     """A Spark Connect session on the server at ``remote`` (``sc://host:port``), with :func:`remote_conf`.
 
     :param session_id: attach to this server-side session (created on first use) and leave it to the
         server when done, for the next run; unless ``remote`` names one itself (``;session_id=``). A
         session the server has closed is replaced by a new one.
+    :param token: the server's token (spark/connect_server.py ``token_of``), sent with every request; a
+        loopback address is then named ``localhost``, which pyspark's client reaches without TLS.
     :raises SparkUnavailableError: nothing listens at ``remote`` (transient: a later run may find it up).
     :raises SpecError: the server refuses one of the settings (named, with the fix).
     """
@@ -151,7 +170,7 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
                         hint="run the job in a process of its own (`python -m airflow_provider_rowfilter.jobs.<job>`, "
                         "as the operators do), or leave spark_remote out of the spec")
     require_server(remote)
-    session = _attach(remote, session_id)
+    session = _attach(_with_token(remote, token), session_id)
     settings = remote_conf(conf)
     for key in SMALL_BATCH_SQL_SETTINGS.keys() - settings.keys():
         # A reused session keeps what its last run set: a run killed during a small batch's action
@@ -169,6 +188,20 @@ def connect_session(remote: str, conf: Mapping[str, str] | None = None, session_
                             "cluster's Spark Connect configuration) and remove it from spark_conf") from None
     logger.info("Spark Connect session on %s (Spark %s)", remote.partition(";")[0], session.version)
     return session
+
+
+def _with_token(remote: str, token: str | None) -> str:
+    """``remote`` with ``;token=`` (kept in this process: the URL is never logged), its loopback host as
+    ``localhost``: with a token pyspark's client insists on TLS for any other name, and the local server
+    (127.0.0.1 only) has none; ``localhost`` gets gRPC's local credentials, for loopback connections only."""
+    if not token:
+        return remote
+    base, params = remote_params(remote)
+    host, port = remote_address(remote)
+    use_ssl = any(key == "use_ssl" and value.lower() == "true" for key, value in params)
+    if host in _LOOPBACK and not use_ssl:
+        base = f"sc://localhost:{port}/"
+    return with_remote_params(base, [*((k, v) for k, v in params if k != "token"), ("token", token)])
 
 
 def _attach(remote: str, session_id: str | None) -> SparkSession:
@@ -210,8 +243,12 @@ def job_session(spec: SubscriptionSpec, job: str, spark: SparkSession | None = N
         yield existing
         return
     if spec.spark_remote:
+        from airflow_provider_rowfilter.spark.connect_server import token_of
+
+        token = token_of(spec.spark_remote)
         session = connect_session(spec.spark_remote, spec.spark_conf,
-                                  reused_session_id(spec.subscription, job, remote_conf(spec.spark_conf)))
+                                  reused_session_id(token, spec.subscription, job, remote_conf(spec.spark_conf)),
+                                  token=token)
         try:
             yield session
         finally:

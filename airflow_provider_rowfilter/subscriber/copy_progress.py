@@ -12,6 +12,7 @@ A reading that fails is skipped: progress never fails a copy.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -99,7 +100,9 @@ def copy_progress(connect: Callable[[], psycopg.Connection], table: TableName, s
         except Exception as e:  # progress is an extra: it never fails the copy
             log.debug("progress of %s not reported: %s", table, e)
 
-    thread = threading.Thread(target=watch, name=f"copy-progress-{table}", daemon=True)
+    # In the caller's context: the passwords connection.py ``in_task`` handed it are a context variable.
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(watch,), name=f"copy-progress-{table}",
+                              daemon=True)
     thread.start()
     try:
         yield

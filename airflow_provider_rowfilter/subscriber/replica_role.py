@@ -10,6 +10,7 @@ do the same through :func:`replica_role`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import psycopg
 
@@ -18,16 +19,23 @@ from airflow_provider_rowfilter.core.relation import TableName
 log = logging.getLogger(__name__)
 
 
-def replica_role(sub: psycopg.Connection, job: str, table: TableName | None = None) -> None:
+#: What this process already warned about: (role, job, tables), once each (a draining run applies many batches).
+_warned: set[tuple[str, str, tuple[str, ...]]] = set()
+
+
+def replica_role(sub: psycopg.Connection, job: str, table: TableName | None = None, *,
+                 tables: Sequence[TableName] | None = None) -> None:
     """``SET LOCAL session_replication_role = replica`` in ``sub``'s open transaction, when the role may.
 
     Setting it takes a superuser or, from PostgreSQL 15, ``GRANT SET ON PARAMETER`` (guc.c,
     set_config_with_handle: "permission denied to set parameter"). Without it the ``job`` (``apply``,
     ``copy``) runs all the same; the one-line warning (with the fix) is given only when it changes
-    something: when the subscriber has a trigger that fires in one role and not the other
-    (``tgenabled`` ``O``, which includes the foreign keys' internal triggers, or ``R``; ``A`` fires in
-    both, ``D`` in neither: commands/trigger.c, TriggerEnabled). For a copy of ``table``, only that
-    table's triggers (and its partitions') count: one line per table copied.
+    something: when a table the transaction writes has a trigger that fires in one role and not the
+    other (``tgenabled`` ``O``, which includes the foreign keys' internal triggers, or ``R``; ``A`` fires in
+    both, ``D`` in neither: commands/trigger.c, TriggerEnabled), on itself or its partitions: ``table``
+    for a copy, ``tables`` for an apply's batch (None: every table of the database). A foreign key's
+    checks are triggers of both its tables (ri_triggers.c), so its referencing and referenced tables are
+    both found. Once per process for the same role, job and tables; otherwise a DEBUG line.
     """
     sub.execute("SAVEPOINT rowfilter_role")
     try:
@@ -36,19 +44,28 @@ def replica_role(sub: psycopg.Connection, job: str, table: TableName | None = No
         return
     except psycopg.errors.InsufficientPrivilege:
         sub.execute("ROLLBACK TO SAVEPOINT rowfilter_role")
+    written = [table] if table is not None else list(tables) if tables is not None else None
+    if written == []:
+        return  # a batch that writes no table: nothing can fire
     # pg_partition_tree lists a partitioned table's tree, and nothing for a plain table.
-    on = "" if table is None else (" AND (tgrelid = %(t)s::regclass"
-                                   " OR tgrelid IN (SELECT relid FROM pg_partition_tree(%(t)s::regclass)))")
+    on = "" if written is None else (
+        " AND tgrelid IN (SELECT t::regclass FROM unnest(%(t)s::text[]) AS t"
+        " UNION ALL SELECT relid FROM unnest(%(t)s::text[]) AS t, pg_partition_tree(t::regclass))")
     role, version, fires = sub.execute(
         "SELECT current_user, current_setting('server_version_num')::int, "
-        f"EXISTS (SELECT 1 FROM pg_trigger WHERE tgenabled IN ('O', 'R'){on})",
-        {} if table is None else {"t": table.as_sql()}).fetchone()
+        f"array(SELECT DISTINCT tgrelid::regclass::text FROM pg_trigger WHERE tgenabled IN ('O', 'R'){on} ORDER BY 1)",
+        {} if written is None else {"t": [t.as_sql() for t in written]}).fetchone()
     fix = (f"GRANT SET ON PARAMETER session_replication_role TO {role}" if version >= 150000
            else f"ALTER ROLE {role} SUPERUSER")
     if not fires:
-        log.info("session_replication_role stays origin (role %s may not set it); no trigger or foreign key of "
-                 "the subscriber fires differently", role)
+        log.debug("session_replication_role stays origin (role %s may not set it); no trigger or foreign key of the "
+                  "tables written fires differently", role)
         return
-    log.warning("session_replication_role stays origin: the subscriber's triggers and foreign keys fire during "
-                "this %s%s, unlike PostgreSQL's %s worker; fix: %s", job, "" if table is None else f" of {table}",
+    key = (role, job, tuple(fires))
+    if key in _warned:
+        log.debug("session_replication_role stays origin for this %s too (triggers of %s)", job, ", ".join(fires))
+        return
+    _warned.add(key)
+    log.warning("session_replication_role stays origin: the triggers and foreign keys of %s fire during this %s, "
+                "unlike PostgreSQL's %s worker; fix: %s", ", ".join(fires), job,
                 "apply" if job == "apply" else "table-sync", fix)

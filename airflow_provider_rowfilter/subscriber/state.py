@@ -12,6 +12,7 @@ make. The one exception is ``rowfilter.apply_stage``, the apply's scratch table 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from airflow_provider_rowfilter.subscriber.state_reader import (
     StateReader,
     StateReading,
     SubscriptionRow,
+    TableCheckRecord,
     relation_exists,
 )
 
@@ -44,7 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPLIED", "APPLY_LOCK", "SCHEMA", "AsyncStateReader", "BatchRecord", "DroppedState", "RefreshRecord",
     "RelState", "SlotLostError", "StateError", "StateReader", "StateStore", "SubscriptionRow", "StateReading",
-    "job_lock", "job_lock_key", "migrate", "relation_exists", "slot_lost",
+    "TableCheckRecord", "job_lock", "job_lock_key", "migrate", "relation_exists", "slot_lost",
 ]
 
 #: The states whose tables the apply serves (PostgreSQL's apply worker: FINISHEDCOPY, SYNCDONE, READY).
@@ -117,11 +119,18 @@ class StateStore(StateReader):
             self.conn.execute(
                 f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s AND schema_name = %s "
                 f"AND table_name = %s", (self.subscription, table.schema, table.name))
+            if relation_exists(self.conn, "table_check"):
+                self.conn.execute(f"DELETE FROM {SCHEMA}.table_check WHERE subscription = %s AND schema_name = %s "
+                                  f"AND table_name = %s", (self.subscription, table.schema, table.name))
         return added, removed
 
     def set_state(self, table: TableName, new: SyncState, *, lsn: str | None = None,
-                  rows_copied: int | None = None, resync: bool = False) -> None:
-        """Move one table to ``new`` (row locked; the move must be one the state machine makes)."""
+                  rows_copied: int | None = None, resync: bool = False, reconcile: bool = False) -> None:
+        """Move one table to ``new`` (row locked; the move must be one the state machine makes).
+
+        ``reconcile``: the table is in ``d`` for a reconcile (jobs/reconcile.py), not a copy; any other move
+        clears that mark.
+        """
         row = self.conn.execute(
             f"""SELECT state FROM {SCHEMA}.subscription_rel
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s FOR UPDATE""",
@@ -130,12 +139,16 @@ class StateStore(StateReader):
             raise StateError(f"table {table} is not part of subscription {self.subscription!r}", table=str(table),
                              hint="check the table name, or run `rowfilter refresh` after publishing it")
         check_transition(str(table), SyncState(row[0]), new, resync=resync)
+        if reconcile and new is not SyncState.DATA_COPY:
+            raise ValueError(f"a reconcile holds {table} in state d, not {new.value}")
         self.conn.execute(
             f"""UPDATE {SCHEMA}.subscription_rel SET state = %s, lsn = %s,
                     rows_copied = COALESCE(%s, CASE WHEN %s THEN NULL ELSE rows_copied END),
-                    last_error = NULL, updated_at = now()
+                    last_error = NULL, updated_at = now(),
+                    reconcile_since = CASE WHEN %s THEN coalesce(reconcile_since, now()) END
                 WHERE subscription = %s AND schema_name = %s AND table_name = %s""",
-            (new.value, lsn, rows_copied, new is SyncState.INIT, self.subscription, table.schema, table.name))
+            (new.value, lsn, rows_copied, new is SyncState.INIT, reconcile, self.subscription, table.schema,
+             table.name))
 
     def advance(self, table: TableName, lsn: str) -> None:
         """Move a ready table's applied position (``r`` stays ``r``; its ``lsn`` is where apply resumes)."""
@@ -164,6 +177,23 @@ class StateStore(StateReader):
             (self.subscription, start_lsn, end_lsn, Jsonb(counts), duration_ms, transactions, changes, skipped_lsn,
              lag_bytes, lag_seconds)).fetchone()[0]
 
+    def record_check(self, table: TableName, kind: str, lsn: str | None, clean: bool, result: dict) -> None:
+        """Keep a table's last verify or reconcile (``result``: core/table_compare.py ``TableCheck.as_dict``)."""
+        self.conn.execute(
+            f"""INSERT INTO {SCHEMA}.table_check (subscription, schema_name, table_name, kind, lsn, clean, result)
+                VALUES (%s, %s, %s, %s, %s, %s, %s)
+                ON CONFLICT (subscription, schema_name, table_name) DO UPDATE SET kind = EXCLUDED.kind,
+                    lsn = EXCLUDED.lsn, clean = EXCLUDED.clean, result = EXCLUDED.result, checked_at = now()""",
+            (self.subscription, table.schema, table.name, kind, lsn, clean, Jsonb(result)))
+
+    def record_reconcile(self, lsn: str, counts: dict, duration_ms: int, changes: int) -> int:
+        """A reconcile's rows written, in the batch history (``kind`` reconcile: the apply's readers pass over it,
+        and the subscription's ``applied_lsn`` stays the apply's); returns the row's id."""
+        return self.conn.execute(
+            f"""INSERT INTO {SCHEMA}.batch_history (subscription, kind, start_lsn, end_lsn, counts, duration_ms,
+                   transactions, changes) VALUES (%s, 'reconcile', NULL, %s, %s, %s, 0, %s) RETURNING id""",
+            (self.subscription, lsn, Jsonb(counts), duration_ms, changes)).fetchone()[0]
+
     def skip_transaction(self, lsn: str) -> str | None:
         """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the next apply drops the remote transaction finished at ``lsn``
         (``NONE`` clears it). Returns the LSN set, None when cleared.
@@ -183,6 +213,14 @@ class StateStore(StateReader):
         """``ALTER SUBSCRIPTION … SKIP (lsn = …)``: the remote transaction finishing at ``lsn`` is skipped once."""
         self.conn.execute(f"UPDATE {SCHEMA}.subscription SET skip_lsn = %s, updated_at = now() WHERE name = %s",
                           (lsn, self.subscription))
+
+    def set_enabled(self, enabled: bool) -> bool:
+        """``ALTER SUBSCRIPTION … ENABLE`` / ``DISABLE``: a disabled subscription is not applied (its slot keeps
+        the changes). Returns whether it was enabled before."""
+        before = self.require_subscription().enabled
+        self.conn.execute(f"UPDATE {SCHEMA}.subscription SET enabled = %s, updated_at = now() WHERE name = %s",
+                          (enabled, self.subscription))
+        return before
 
     def record_error(self, table: TableName | None, error: str | None) -> None:
         """Remember why the last attempt failed (for the sensor and ``status``; None clears it); commits on
@@ -204,13 +242,15 @@ class StateStore(StateReader):
                 VALUES (%s, %s, %s, %s, %s)""",
             (self.subscription, lsn, [str(t) for t in added], [str(t) for t in removed], Jsonb(definitions)))
 
-    def drop(self) -> DroppedState | None:
+    def drop(self, *, kept_slot: bool = False) -> DroppedState | None:
         """Forget the subscription (``DROP SUBSCRIPTION``'s subscriber side); None when there was none.
 
         Deletes its row, its tables' states and positions, and its refresh and batch history: the
         history's positions belong to the slot that goes with it, and apply reads the refresh history,
         so a later subscription of the same name must not inherit it. The subscriber's tables and
-        their data stay. Runs in the caller's transaction.
+        their data stay. A line of ``drop_history`` remembers the drop (``kept_slot``: the slot was left on
+        the publisher), so that what runs next says the subscription was dropped. Runs in the caller's
+        transaction.
         """
         name = (self.subscription,)
         row = self.conn.execute(f"SELECT 1 FROM {SCHEMA}.subscription WHERE name = %s FOR UPDATE", name).fetchone()
@@ -220,7 +260,12 @@ class StateStore(StateReader):
             f"DELETE FROM {SCHEMA}.subscription_rel WHERE subscription = %s RETURNING schema_name, table_name", name)]
         refreshes = self.conn.execute(f"DELETE FROM {SCHEMA}.refresh_history WHERE subscription = %s", name).rowcount
         batches = self.conn.execute(f"DELETE FROM {SCHEMA}.batch_history WHERE subscription = %s", name).rowcount
-        self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s", name)
+        slot = self.conn.execute(f"DELETE FROM {SCHEMA}.subscription WHERE name = %s RETURNING slot_name",
+                                 name).fetchone()[0]
+        if relation_exists(self.conn, "drop_history"):  # a subscriber migrated before version 6 keeps no line
+            self.conn.execute(f"INSERT INTO {SCHEMA}.drop_history (subscription, slot_name, tables, kept_slot) "
+                              "VALUES (%s, %s, %s, %s)", (self.subscription, slot, [str(t) for t in sorted(tables)],
+                                                         kept_slot))
         return DroppedState(sorted(tables), refreshes, batches)
 
 
@@ -244,15 +289,19 @@ def job_lock_key(subscription: str, scope: str) -> tuple[str, str]:
 
 @contextmanager
 def job_lock(conn: psycopg.Connection, subscription: str, scope: str,
-             busy: Callable[[], RowFilterError]) -> Iterator[None]:
-    """Hold a job's session advisory lock in the subscriber; raise ``busy()`` when another session holds it.
+             busy: Callable[[], RowFilterError], *, wait: float = 0) -> Iterator[None]:
+    """Hold a job's session advisory lock in the subscriber; raise ``busy()`` when another session holds it
+    (still after ``wait`` seconds of trying).
 
     One apply per subscription, one copy or resync per table: the jobs take their locks here, and
     ``rowfilter drop`` takes the apply's and looks for the others (:func:`job_lock_key`).
     """
     key = job_lock_key(subscription, scope)
-    if not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
-        raise busy()
+    deadline = time.monotonic() + wait
+    while not conn.execute("SELECT pg_try_advisory_lock(hashtext(%s), hashtext(%s))", key).fetchone()[0]:
+        if time.monotonic() >= deadline:
+            raise busy()
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0.01)))
     try:
         yield
     finally:
@@ -275,6 +324,7 @@ def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> Sl
         f"subscription {spec.subscription!r} is broken: replication slot \"{slot}\" no longer exists on the "
         f"publisher; changes {since} were never captured",
         detail=f"tables whose position came from that slot: {listed}",
-        hint="run `rowfilter refresh --recreate-slot` (RefreshPublicationOperator(recreate_slot=True)): it empties "
-        "these tables in the subscriber, sends them back to state i for a new copy, and creates a new slot; "
+        hint="run `rowfilter refresh --recreate-slot --reconcile` (RefreshPublicationOperator(recreate_slot=True, "
+        "reconcile=True)): it creates a new slot and repairs these tables in place, never emptying them "
+        "(docs/verify.md); without --reconcile it empties them and sends them back to state i for a new copy; "
         "nothing was changed")

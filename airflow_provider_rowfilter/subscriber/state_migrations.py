@@ -121,10 +121,40 @@ MIGRATIONS: list[tuple[int, str]] = [
         ADD COLUMN change_log_host text,
         ADD COLUMN change_log_path text;
     """),
+    # Verify and reconcile (jobs/verify.py, jobs/reconcile.py): a table held in d by a reconcile says so; the
+    # last comparison of each table; a reconcile's counts in the batch history, told from the apply's batches.
+    (5, """
+    ALTER TABLE rowfilter.subscription_rel ADD COLUMN reconcile_since timestamptz;
+    ALTER TABLE rowfilter.batch_history ADD COLUMN kind text NOT NULL DEFAULT 'apply';
+    CREATE TABLE rowfilter.table_check (
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        schema_name   text NOT NULL,
+        table_name    text NOT NULL,
+        kind          text NOT NULL CHECK (kind IN ('verify', 'reconcile')),
+        lsn           pg_lsn,
+        clean         boolean NOT NULL,
+        result        jsonb NOT NULL,
+        checked_at    timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (subscription, schema_name, table_name)
+    );
+    """),
+    # DROP SUBSCRIPTION leaves a line: a scheduled apply, status and the Replication page then say the
+    # subscription was dropped, and when, instead of "run refresh first" (which would make it anew).
+    (6, """
+    CREATE TABLE rowfilter.drop_history (
+        id            bigserial PRIMARY KEY,
+        subscription  text NOT NULL,
+        slot_name     text NOT NULL,
+        tables        text[] NOT NULL,
+        kept_slot     boolean NOT NULL,
+        dropped_at    timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX drop_history_subscription ON rowfilter.drop_history (subscription, id);
+    """),
     # The stage as subscriber/apply_stage.py declares it (STAGE_COLUMNS), the one declaration both reducers and
     # the applying transaction use: the same columns as migrations 2 and 3 left, so nothing changes where they
     # ran; a change of the declaration adds a migration running stage_ddl() again (STAGE_MIGRATED tells).
-    (5, stage_ddl()),
+    (7, stage_ddl()),
 ]
 #: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.
 STAGE_MIGRATED = "68882da0365c2814"

@@ -41,6 +41,24 @@ class RelState:
     rows_copied: int | None
     last_error: str | None
     updated_at: datetime
+    #: Set while a reconcile holds the table in ``d`` (jobs/reconcile.py): since when.
+    reconcile_since: datetime | None = None
+
+    @property
+    def reconciling(self) -> bool:
+        return self.reconcile_since is not None
+
+
+@dataclass(frozen=True)
+class TableCheckRecord:
+    """One ``table_check`` row: the table's last verify or reconcile (``result``: core/table_compare.py TableCheck)."""
+
+    table: TableName
+    kind: str
+    lsn: str | None
+    clean: bool
+    result: dict[str, Any]
+    checked_at: datetime
 
 
 @dataclass(frozen=True)
@@ -103,13 +121,44 @@ class RefreshRecord:
     definitions: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class DropRecord:
+    """One ``drop_history`` row: when the subscription was dropped (``DROP SUBSCRIPTION``), and what it had."""
+
+    id: int
+    dropped_at: datetime
+    slot_name: str
+    tables: list[str]
+    kept_slot: bool
+
+
+@dataclass(frozen=True)
+class Overview:
+    """What the Replication page shows of one subscription, read in one go: the state (``reading``), the
+    subscriber's clock (``now``), the last batches (newest first), those of the chart's window, the last drop."""
+
+    reading: StateReading
+    now: datetime
+    batches: tuple[BatchRecord, ...]
+    window: tuple[BatchRecord, ...]
+    last_drop: DropRecord | None
+
+
 # --- the plans: SQL and row mapping, once ------------------------------------------------------------
 _SUBSCRIPTION = (f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
                  f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s")
-_TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at "
-           f"FROM {SCHEMA}.subscription_rel WHERE subscription = %s ORDER BY schema_name, table_name")
+# reconcile_since and kind came with migration 5: read through to_jsonb, a subscriber not migrated yet reads as
+# having neither (no reconcile, every batch the apply's).
+_TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at, "
+           f"(to_jsonb(r) ->> 'reconcile_since')::timestamptz "
+           f"FROM {SCHEMA}.subscription_rel r WHERE subscription = %s ORDER BY schema_name, table_name")
 _BATCHES = (f"SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms, "
-            f"skipped_lsn::text, counts, finished_at FROM {SCHEMA}.batch_history WHERE subscription = %s")
+            f"skipped_lsn::text, counts, finished_at FROM {SCHEMA}.batch_history b WHERE subscription = %s "
+            f"AND coalesce(to_jsonb(b) ->> 'kind', 'apply') = 'apply'")
+_CHECKS = (f"SELECT schema_name, table_name, kind, lsn::text, clean, result, checked_at FROM {SCHEMA}.table_check "
+           f"WHERE subscription = %s ORDER BY schema_name, table_name")
+_FEEDERS = (f"SELECT DISTINCT subscription FROM {SCHEMA}.subscription_rel WHERE schema_name = %s AND table_name = %s "
+            f"AND subscription <> %s ORDER BY 1")
 _REFRESHES = (f"SELECT id, lsn::text, added, removed, definitions FROM {SCHEMA}.refresh_history "
               f"WHERE subscription = %s")
 _HISTORIES = ("batch_history", "refresh_history")
@@ -130,8 +179,21 @@ def _subscription(name: str) -> Plan[SubscriptionRow | None]:
 
 def _tables(name: str) -> Plan[list[RelState]]:
     rows = yield _TABLES, (name,)
-    return [RelState(TableName(s, t), SyncState(state), lsn, copied, err, ts)
-            for s, t, state, lsn, copied, err, ts in rows]
+    return [RelState(TableName(s, t), SyncState(state), lsn, copied, err, ts, since)
+            for s, t, state, lsn, copied, err, ts, since in rows]
+
+
+def _checks(name: str) -> Plan[list[TableCheckRecord]]:
+    if not (yield from _exists("table_check")):
+        return []
+    rows = yield _CHECKS, (name,)
+    return [TableCheckRecord(TableName(s, t), kind, lsn, clean, result, at)
+            for s, t, kind, lsn, clean, result, at in rows]
+
+
+def _feeders(name: str, table: TableName) -> Plan[list[str]]:
+    rows = yield _FEEDERS, (table.schema, table.name, name)
+    return [r[0] for r in rows]
 
 
 def _reading(name: str) -> Plan[StateReading]:
@@ -157,6 +219,27 @@ def _batches(name: str, tail: str, params: tuple = ()) -> Plan[list[BatchRecord]
 def _refreshes(name: str, tail: str, params: tuple = ()) -> Plan[list[RefreshRecord]]:
     rows = yield f"{_REFRESHES} {tail}", (name, *params)
     return [RefreshRecord(*row) for row in rows]
+
+
+def _last_drop(name: str) -> Plan[DropRecord | None]:
+    if not (yield from _exists("drop_history")):
+        return None
+    rows = yield (f"SELECT id, dropped_at, slot_name, tables, kept_slot FROM {SCHEMA}.drop_history "
+                  "WHERE subscription = %s ORDER BY id DESC LIMIT 1"), (name,)
+    return DropRecord(*rows[0]) if rows else None
+
+
+def _overview(name: str, shown: int, window_seconds: float, most: int) -> Plan[Overview]:
+    reading = yield from _reading(name)
+    now = (yield "SELECT clock_timestamp()", ())[0][0]
+    batches: list[BatchRecord] = []
+    window: list[BatchRecord] = []
+    if reading.exists:
+        batches = yield from _batches(name, "ORDER BY id DESC LIMIT %s", (shown,))
+        window = yield from _batches(name, "AND finished_at > %s - make_interval(secs => %s) ORDER BY id DESC LIMIT %s",
+                                     (now, window_seconds, most))
+    drop = (yield from _last_drop(name)) if not reading.exists else None
+    return Overview(reading, now, tuple(batches), tuple(window), drop)
 
 
 def _copy_token(name: str, table: TableName, state: SyncState | None) -> Plan[str | None]:
@@ -214,9 +297,25 @@ class StateReader:
     def require_subscription(self) -> SubscriptionRow:
         row = self.subscription_row()
         if row is None:
+            drop = self.last_drop()
+            if drop is not None:
+                raise StateError(
+                    f"subscription {self.subscription!r} was dropped at {drop.dropped_at:%Y-%m-%d %H:%M:%S %Z} "
+                    f"(DROP SUBSCRIPTION): its slot{' was left on the publisher' if drop.kept_slot else ''} "
+                    "and its state are gone", hint="subscribe again with `rowfilter refresh` and a new initial copy "
+                    "(the initial-sync DAG), or remove the subscription's spec file")
             raise StateError(f"subscription {self.subscription!r} has no state in the subscriber",
                              hint=f"run `rowfilter refresh` (RefreshPublicationOperator) for {self.subscription!r} first")
         return row
+
+    def last_drop(self) -> DropRecord | None:
+        """When the subscription was last dropped (None: never, or no schema yet)."""
+        return self._read(_last_drop(self.subscription))
+
+    def overview(self, *, shown: int = 10, window_seconds: float = 6 * 3600, most: int = 2000) -> Overview:
+        """The state, the ``shown`` newest batches, the batches of the last ``window_seconds`` (at most ``most``),
+        and the last drop when the subscription has no state: the Replication page's one read."""
+        return self._read(_overview(self.subscription, shown, window_seconds, most))
 
     def tables(self, tables: Iterable[TableName] | None = None) -> list[RelState]:
         """The subscription's tables and their states, by name (only ``tables`` when given)."""
@@ -232,6 +331,14 @@ class StateReader:
         """The token of the table's copy attempt: its ``updated_at`` as ``set_state(d)`` wrote it (None: no such
         row, or not in ``state``)."""
         return self._read(_copy_token(self.subscription, table, state))
+
+    def checks(self) -> dict[TableName, TableCheckRecord]:
+        """Each table's last verify or reconcile, by table (none before migration 5)."""
+        return {c.table: c for c in self._read(_checks(self.subscription))}
+
+    def other_subscriptions_of(self, table: TableName) -> list[str]:
+        """The other subscriptions of this subscriber whose state names ``table``: they replicate into it too."""
+        return self._read(_feeders(self.subscription, table))
 
     # --- history --------------------------------------------------------------------------------------
     def last_batch_id(self) -> int:

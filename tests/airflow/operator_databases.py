@@ -11,8 +11,9 @@ from typing import Any
 
 import psycopg
 
-PUB_PASSWORD = "pub-Pa55word-7Hq2x"
-SUB_PASSWORD = "sub-Pa55word-Lm4Zr"
+from tests.roles import PUBLISHER, SUBSCRIBER, PasswordRole
+
+PUB_PASSWORD, SUB_PASSWORD = PUBLISHER.password, SUBSCRIBER.password
 PUBLISHER_SQL = """
 CREATE TABLE t1 (a int PRIMARY KEY, b text);
 CREATE TABLE t2 (id int PRIMARY KEY, region text);
@@ -28,25 +29,28 @@ class Databases:
         self.pub_conn, self.sub_conn, self.spark_conn = pub_conn, sub_conn, spark_conn
 
 
-def postgres_conn(dsn: str, password: str | None) -> dict[str, Any]:
-    """An Airflow ``postgres`` connection (JSON form) to ``dsn``, with ``password`` when given."""
+def postgres_conn(dsn: str, role: PasswordRole | None) -> dict[str, Any]:
+    """An Airflow ``postgres`` connection (JSON form) to ``dsn``'s database as ``role`` with its password (else
+    as the superuser, whose password the run's PGPASSFILE holds)."""
     info = psycopg.conninfo.conninfo_to_dict(dsn)
-    conn = {"conn_type": "postgres", "host": info["host"], "port": int(info["port"]), "login": info["user"],
-            "schema": info["dbname"], "extra": {"sslmode": "disable", "connect_timeout": "10"}}
-    if password:
-        conn["password"] = password
+    conn = {"conn_type": "postgres", "host": info["host"], "port": int(info["port"]),
+            "login": role.name if role else info["user"], "schema": info["dbname"],
+            "extra": {"sslmode": "disable", "connect_timeout": "10"}}
+    if role:
+        conn["password"] = role.password
     return conn
 
 
 def operator_databases(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> Databases:
     """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections.
 
-    The cluster trusts local connections, so the passwords are accepted and ignored: these tests
-    are about where the passwords travel (the DAG test proves one reaches the job and is used).
+    The connections log in as the run's password roles (tests/roles.py, made by the ``password_roles``
+    fixture, which the caller's fixture requests) with their passwords: a job that lost one on its way
+    (environment, in the task) could not connect at all.
     """
     pub, sub = fresh_db(), fresh_db()
     with psycopg.connect(pub, autocommit=True) as conn:
         conn.execute(PUBLISHER_SQL)
-    return Databases(pub, sub, airflow_conn(postgres_conn(pub, PUB_PASSWORD), "pub"),
-                     airflow_conn(postgres_conn(sub, SUB_PASSWORD), "sub"),
+    return Databases(pub, sub, airflow_conn(postgres_conn(pub, PUBLISHER), "pub"),
+                     airflow_conn(postgres_conn(sub, SUBSCRIBER), "sub"),
                      airflow_conn({"conn_type": "spark", "host": "local[2]"}, "spark"))

@@ -16,8 +16,10 @@ from typing import Any
 
 import psycopg
 import pytest
+from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.dag_factory import (
     DAG_KINDS,
@@ -25,7 +27,9 @@ from airflow_provider_rowfilter.dag_factory import (
     SpecFileWarning,
     build_dags,
     dags_from_folder,
+    tables_waiting_for_copy,
 )
+from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, Cluster
 from tests.airflow.conftest import REPO
@@ -132,10 +136,19 @@ def test_lag_thresholds_add_a_check_after_the_apply(tmp_path: Path) -> None:
     check = incremental.get_task("check_lag")
     assert type(check).__name__ == "SubscriptionLagCheckOperator"
     assert (check.max_retained_wal, check.max_batch_age, check.trigger_rule, check.retries) == (
-        "512MB", 900.0, "all_done", 0)
+        "512MB", 900.0, "none_skipped", 0)
     assert (check.subscription, check.subscriber_conn_id) == ("watched", "rowfilter_subscriber")
     with pytest.raises(SpecError, match=r"airflow: max_retained_wal='lots' is not a size such as '1GB'"):
         build_dags(_write(tmp_path, "badsize", MINIMAL + "airflow:\n  max_retained_wal: lots\n"))
+
+
+def test_standbys_add_a_readiness_check_after_the_apply(tmp_path: Path) -> None:
+    text = MINIMAL + "standbys: [pg_standby1, 'postgresql://u@standby2/app']\n"
+    incremental = build_dags(_write(tmp_path, "ha", text))["rowfilter_ha_incremental_sync"]
+    assert _edges(incremental) == {"apply": ["check_lag"], "check_lag": []}
+    check = incremental.get_task("check_lag")
+    # The connection ids only: a URL's standby has no password the task could use.
+    assert (check.standby_conn_ids, check.max_retained_wal, check.max_batch_age) == (["pg_standby1"], None, None)
 
 
 def test_the_spec_file_stays_valid_for_the_rowfilter_command(fresh_db: Any, tmp_path: Path) -> None:
@@ -187,6 +200,21 @@ def test_a_bad_file_is_refused_naming_it(tmp_path: Path, text: str, expected: st
     with pytest.warns(SpecFileWarning, match=re.escape(expected)):
         [placeholder] = {dag.description for dag in dags_from_folder(tmp_path).values()}
     assert placeholder.startswith("INVALID SPEC FILE bad.yaml: ") and str(path) in placeholder
+
+
+def test_tables_to_copy_names_them_as_sql_so_the_snapshot_reads_them_back(state_db: Any) -> None:
+    """Issue 28, also found: ``tables_to_copy`` gave ``public.Mixed Case`` unquoted, which the snapshot task read
+    as SQL (``public.mixed`` …) and refused, while ``rowfilter snapshot`` copied the table."""
+    with psycopg.connect(state_db.dsn, autocommit=True) as conn:
+        store = StateStore(conn, "s_quoted")
+        with conn.transaction():
+            store.ensure_subscription(["p1"], "rowfilter_s_quoted", "rowfilter_s_quoted", {"copy_data": True})
+            store.reconcile([TableName("public", "Mixed Case"), TableName("public", "t1")], copy_data=True,
+                            current_lsn="0/0")
+    listed = tables_waiting_for_copy("s_quoted", state_db.conn_id)
+    assert listed == ['public."Mixed Case"', "public.t1"]
+    assert table_names(listed) == [TableName("public", "Mixed Case"), TableName("public", "t1")]
+    assert tables_waiting_for_copy("s_quoted", state_db.conn_id, tables='public."Mixed Case"') == listed[:1]
 
 
 def test_a_folder_of_spec_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -279,7 +307,8 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
         airflow_db,
         [("rowfilter_dagfactory_initial_sync", None), ("rowfilter_dagfactory_refresh", None),
          ("rowfilter_dagfactory_incremental_sync", None)],
-        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder)},
+        # The change log outside the spec files' folder: allowed by the deployment (core/spec_paths.py).
+        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
         pools={"rowfilter_copies": 2}, between=between, timeout=900)
     elapsed = time.monotonic() - began
     output = initial["output"]
@@ -323,10 +352,12 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
         [("rowfilter_dagfactory_skip_transaction", {"lsn": "0/10"}),
          ("rowfilter_dagfactory_skip_transaction", {"lsn": "FFFF/0"}),
          ("rowfilter_dagfactory_resync_tables", {"tables": ["public.t1"]}),
+         ("rowfilter_dagfactory_sync_sequences", {"tables": [], "dry_run": True}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactry", "keep_slot": False}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactory", "keep_slot": False})],
-        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder)}, timeout=600)
-    too_early, skip, resync, wrong_name, dropped = runs
+        env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
+        timeout=600)
+    too_early, skip, resync, sequences, wrong_name, dropped = runs
     output = runs[-1]["output"]
     assert too_early["state"] == "failed", output[-5000:]
     assert f"skip WAL location (LSN 0/10) must be greater than origin LSN {applied}" in output
@@ -335,6 +366,8 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
     assert resync["state"] == "success", output[-5000:]
     assert resync["rendered"]["resync"]["tables"] == "public.t1"
     assert cluster.rows(cluster.sub_db, "t1") == cluster.rows(cluster.ref_db, "t1")  # copied again, the same rows
+    assert sequences["state"] == "success", output[-5000:]
+    assert sequences["xcoms"]["sync_sequences"]["dry_run"] is True and sequences["xcoms"]["sync_sequences"]["changed"] == 0
     assert wrong_name["state"] == "failed"
     assert "confirm='dagfactry' is not the subscription's name; nothing was dropped" in output
     assert dropped["state"] == "success", output[-5000:]
@@ -345,3 +378,30 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
     assert cluster.rows(cluster.sub_db, "t2") == cluster.rows(cluster.ref_db, "t2")  # the tables stay
     for secret in (cluster.pub_password, cluster.sub_password):
         assert secret not in output
+
+
+@pytest.mark.parametrize(("tail", "schedule", "guessed"), [
+    ("airflow:\n  schedule: '*/2 * * * *'\n  shedule: '@daily'\n", "*/2 * * * *", False),  # a typo beside it
+    ("airflow:\n  schedule: null\n  pool: [not, a, name]\n", None, False),  # manual stays manual
+    ("airflow:\n  schedule: '@hourly'\n  tags: [a\n", "@hourly", False),  # not YAML any more: read by line
+    ("airflow:\n  schedule: '*/5 * * *'\n", "*/5 * * * *", True),  # a schedule Airflow refuses: the default
+    ("typo_key: 1\n", "*/5 * * * *", True),  # no schedule given: the factory's default
+    ("airflow:\n  schedule: '@continuous'\n  shedule: 1\n", "@continuous", False),  # one run after the other
+], ids=["typo-beside", "manual", "not-yaml", "bad-cron", "default", "continuous"])
+def test_an_invalid_file_keeps_the_schedule_it_had(tmp_path: Path, tail: str, schedule: str | None,
+                                                    guessed: bool) -> None:
+    """Issue 29 item 2: a typo in a live spec file must not stop replication silently: the placeholder of
+    the incremental sync keeps the file's schedule (or the default), so its failing runs keep coming."""
+    _write(tmp_path, "live", MINIMAL + tail)
+    with pytest.warns(SpecFileWarning):
+        dags = dags_from_folder(tmp_path)
+    incremental = dags["rowfilter_live_incremental_sync"]
+    assert [t.task_id for t in incremental.tasks] == ["invalid_spec"]
+    expected = DAG(dag_id="x", schedule=schedule, start_date=incremental.start_date, max_active_runs=1).timetable
+    got = incremental.timetable
+    assert (type(got), getattr(got, "expression", None)) == (type(expected), getattr(expected, "expression", None))
+    assert incremental.get_task("invalid_spec").retries == 0
+    assert ("factory's default" in incremental.doc_md) is guessed
+    # The manual DAGs' placeholders stay manual; none is paused when Airflow first sees it.
+    assert type(dags["rowfilter_live_skip_transaction"].timetable).__name__ == "NullTimetable"
+    assert not any(d.is_paused_upon_creation for d in dags.values())

@@ -97,3 +97,35 @@ def test_apply_metrics_name_the_subscription_and_the_table(statsd: StatsdReceive
     assert sent["airflow.rowfilter.s1.public.Order_Items.insert"] == ["2|c"]
     assert sent["airflow.rowfilter.s1.public.Order_Items.filtered"] == ["1|c"]
     assert "airflow.rowfilter.s1.public.Order_Items.update" not in sent  # nothing to count
+
+
+def test_a_failed_apply_run_is_counted_and_its_lag_still_measured(state_db: StateDb, publisher: tuple[str, str],
+                                                                  statsd: StatsdReceiver) -> None:
+    """Issue 29 item 10: failures are counted, and the gauges keep coming from the runs that fail."""
+    from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+
+    _, pub_conn = publisher
+    record_batch(state_db, dt.timedelta(minutes=30))
+    apply = ApplyChangesOperator(task_id="apply", subscription="s1", publications=["p1"], publisher_conn_id=pub_conn,
+                                 subscriber_conn_id=state_db.conn_id, time_budget="soon")
+    with pytest.raises(AirflowFailException, match="time_budget='soon' is not a number of seconds"):
+        apply.execute({})
+    sent = statsd.received()
+    assert sent["airflow.rowfilter.s1.apply.failures"] == ["1|c"] and "airflow.rowfilter.s1.apply.runs" not in sent
+    assert 1790 < float(sent["airflow.rowfilter.s1.batch_age_seconds"][0].split("|")[0]) < 1900
+    assert float(sent["airflow.rowfilter.s1.retained_wal_bytes"][0].split("|")[0]) > 1024 * 1024
+
+
+def test_a_standby_not_ready_to_take_over_the_slot_fails_the_check(state_db: StateDb, publisher: tuple[str, str],
+                                                                    fresh_db: Callable[..., str],
+                                                                    airflow_conn: Callable[..., str]) -> None:
+    """``standby_conn_ids``: each standby's readiness (publisher/readiness.py); here a server that is no standby,
+    and a slot that is no failover slot, each named with its fix."""
+    _, pub_conn = publisher
+    not_a_standby = airflow_conn(fresh_db(), "standby")
+    with pytest.raises(AirflowFailException) as e:
+        check(state_db, publisher_conn_id=pub_conn, max_retained_wal=None, standby_conn_ids=[not_a_standby]).execute({})
+    message = str(e.value)
+    assert f"standby {not_a_standby} is not ready to take over its slot" in message, message
+    assert 'replication slot "rowfilter_s1" is not a failover slot: `rowfilter refresh` makes it one' in message
+    assert "it is not a standby (pg_is_in_recovery() is false)" in message, message

@@ -37,19 +37,21 @@ from tests.airflow.operator_databases import (
     operator_databases,
     postgres_conn,
 )
+from tests.roles import PUBLISHER, SUBSCRIBER, PasswordRole
 
 PACKAGE_DIR = Path(airflow_provider_rowfilter.__file__).resolve().parent
 
 
 @pytest.fixture
-def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> Databases:
-    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections."""
+def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str], password_roles: Any) -> Databases:
+    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections
+    (tests/airflow/operator_databases.py), as the run's password roles."""
     return operator_databases(fresh_db, airflow_conn)
 
 
-def _url(dsn: str) -> str:
+def _url(dsn: str, role: PasswordRole | None = None) -> str:
     info = psycopg.conninfo.conninfo_to_dict(dsn)
-    return (f"postgresql://{info['user']}@{info['host']}:{info['port']}/{info['dbname']}"
+    return (f"postgresql://{role.name if role else info['user']}@{info['host']}:{info['port']}/{info['dbname']}"
             "?connect_timeout=10&sslmode=disable")
 
 
@@ -133,7 +135,8 @@ def test_refresh_operator_submits_the_packaged_job(dbs: Databases, caplog: pytes
     assert Path(application).is_file()
     assert command[command.index(application) + 1:] == ["--spec-json", command[-1]]
     assert _spec_from(command) == SubscriptionSpec(
-        subscription="s_op", publications=("p1", "p2"), publisher=_url(dbs.pub), subscriber=_url(dbs.sub),
+        subscription="s_op", publications=("p1", "p2"), publisher=_url(dbs.pub, PUBLISHER),
+        subscriber=_url(dbs.sub, SUBSCRIBER),
         publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn, spark_master="local[2]")
     # Passwords: in env_vars only; never on the command line, never in a log line.
     assert op.env_vars["ROWFILTER_PUBLISHER_PASSWORD"] == PUB_PASSWORD
@@ -209,7 +212,8 @@ def test_an_apply_task_that_cannot_reach_a_database_submits_the_job(
     out, err = capfd.readouterr()
     warned = [line for line in (out + err).splitlines() if "The task could not go on applying itself" in line]
     assert len(warned) == 1 and "[warning" in warned[0] and "skip_when_idle=False" in warned[0], warned
-    assert "(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1)" in warned[0]
+    assert (f"(cannot connect to the subscriber of subscription 's1' at host 127.0.0.1 (Airflow connection "
+            f"'{refused}'))") in warned[0]  # the connection named too (issue 29 item 6)
     assert op._output is not None  # spark-submit ran: the job failed as it would have without the task's attempt
 
 
@@ -231,8 +235,8 @@ def test_snapshot_command_from_a_templated_spec_file(dbs: Databases, tmp_path: P
     # publications_ddl resolved next to the spec file.
     spec = _spec_from(command)
     assert replace(spec, change_log=None) == SubscriptionSpec(
-        subscription="s1", publications=("p1",), publisher=_url(dbs.pub), subscriber=_url(dbs.sub),
-        publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
+        subscription="s1", publications=("p1",), publisher=_url(dbs.pub, PUBLISHER),
+        subscriber=_url(dbs.sub, SUBSCRIBER), publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
         publications_ddl=str(tmp_path / "publications.sql"), spark_master="local[2]")
     # The file's other keys come through as SubscriptionSpec.load resolved them.
     assert spec.change_log == SubscriptionSpec.load(tmp_path / "s1.yaml").change_log
@@ -700,7 +704,8 @@ def test_apply_operator_runs_a_batch_and_emits_asset_events(dbs: Databases, tmp_
     assert len(sql_classes) > 1000 and archived > 0.9 * len(sql_classes), (archived, len(sql_classes))
     assert str(e.value).startswith('table public.t1: conflict detected on relation "public.t1": conflict=insert_exists'), \
         str(e.value)
-    assert "HINT:" in str(e.value) and "rowfilter skip --lsn" in str(e.value)
+    # The HINT's command names the task's spec file: it can be pasted into a shell (issue 29 item 6).
+    assert "HINT:" in str(e.value) and f"`rowfilter skip --spec {op.spec} --lsn " in str(e.value)
     with psycopg.connect(dbs.sub) as conn:
         assert conn.execute("SELECT a, b FROM t1 WHERE a >= 8 ORDER BY a").fetchall() == [(8, "already here")]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlparse
 
 import psycopg
@@ -22,8 +23,9 @@ TOKEN = "tok-Vq93LmX2-connect"
 
 
 @pytest.fixture
-def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str]) -> Databases:
-    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections."""
+def dbs(fresh_db: Callable[..., str], airflow_conn: Callable[..., str], password_roles: Any) -> Databases:
+    """A publisher with t1, t2 and publications p1 (filtered), p2; an empty subscriber; connections
+    (tests/airflow/operator_databases.py), as the run's password roles."""
     return operator_databases(fresh_db, airflow_conn)
 
 

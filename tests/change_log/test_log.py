@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import stat
 import struct
 from datetime import datetime, timezone
 
@@ -29,6 +31,7 @@ from airflow_provider_rowfilter.change_log.log import (
 )
 from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import decode_changes, message_buffer
+from tests.attacker import as_root_only, reachable_directory, run_as_nobody
 
 T1 = LoggedRelation(16400, "public", "t1", "d", ("a", "b"), ("integer", "text"), (23, 25), (-1, -1), (True, False))
 T1_V2 = LoggedRelation(16400, "public", "t1", "d", ("a", "b", "c"), ("integer", "text", "bigint"), (23, 25, 20),
@@ -280,3 +283,66 @@ def test_text_values_are_the_publishers_utf8_bytes_checked_before_a_segment_is_w
             writer.append(fetch([(400, TS_US, 8, None)], [(0, 0, 350, T1, insert(tup("1", b"\xff")))]))
         writer.abort()
     assert [s.end_lsn for s in log.segments()] == [300]
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000], ids=["umask-022", "umask-000"])
+def test_what_the_log_writes_is_its_owner_s_alone_whatever_the_umask(tmp_path, umask):
+    """Issue 28, item 6: segments were 0644 in a 0755 folder (by default inside the DAGs folder), and another user
+    read replicated rows out of them. Now every directory the log makes is 0700 and every file 0600."""
+    before = os.umask(umask)
+    try:
+        log = ChangeLog(tmp_path / "dags" / ".rowfilter" / "s1" / "changes")
+        with log.locked():
+            writer = SegmentWriter(log, 100)
+            writer.append(fetch([(200, TS_US, 7, None)], [(0, 0, 150, T1, insert(tup("1", "secret row")))]))
+            writer.end_transactions(1)
+            segment = writer.finish(400)
+            log.record_position(400, "slot")
+    finally:
+        os.umask(before)
+    made = [tmp_path / "dags", *(p for p in segment.path.parents if tmp_path / "dags" in p.parents)]
+    assert {str(d): oct(stat.S_IMODE(d.stat().st_mode)) for d in made} == {str(d): "0o700" for d in made}
+    files = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in log.directory.iterdir()}
+    assert files == {".lock": "0o600", "_position.json": "0o600", segment.path.name: "0o600"}
+
+
+def test_a_log_directory_opened_to_a_group_gets_files_its_group_may_read(tmp_path):
+    """A cluster's executors may run as another user of a shared group: a directory its owner made g+rx (say 2750)
+    gets 0640 files; never more."""
+    (tmp_path / "changes").mkdir(mode=0o750)
+    os.chmod(tmp_path / "changes", 0o2750)
+    log = ChangeLog(tmp_path / "changes")
+    with log.locked():
+        segment = SegmentWriter(log, 100).finish(200)
+        log.record_position(200, "slot")
+    assert {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in log.directory.iterdir()} == {
+        ".lock": "0o640", "_position.json": "0o640", segment.path.name: "0o640"}
+
+
+@as_root_only
+def test_another_os_user_reads_nothing_of_the_log():
+    """As found: uid 65534 read replicated row values out of a segment. The log's directory is 0700 (and, should it
+    have been made by hand with a looser mode, each file is 0600)."""
+    with reachable_directory() as base:
+        log = ChangeLog(base / "changes")
+        with log.locked():
+            writer = SegmentWriter(log, 100)
+            writer.append(fetch([(200, TS_US, 7, None)], [(0, 0, 150, T1, insert(tup("1", "secret row")))]))
+            writer.end_transactions(1)
+            segment = writer.finish(400)
+            log.record_position(400, "slot")
+        attack = f"""
+            import os
+            print(os.listdir({str(base)!r}))  # it reaches the log's folder
+            for path in ({str(log.directory)!r}, {str(segment.path)!r}, {str(log.directory / '_position.json')!r}):
+                try:
+                    print("READ", os.listdir(path) if os.path.isdir(path) else len(open(path, "rb").read()))
+                except OSError as e:
+                    print(type(e).__name__)
+        """
+        done = run_as_nobody(attack)
+        assert done.stdout.split() == ["['changes']", *["PermissionError"] * 3], done.stdout + done.stderr
+        os.chmod(log.directory, 0o755)  # opened by hand: the names show, the files stay closed
+        done = run_as_nobody(attack)
+        assert "READ" in done.stdout.splitlines()[1] and done.stdout.split()[-2:] == ["PermissionError"] * 2, \
+            done.stdout + done.stderr

@@ -169,7 +169,8 @@ def test_a_connection_error_quotes_no_other_value(local_pg) -> None:
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.core.errors import RowFilterError
 
-    url = f"{local_pg.dsn()}?sslmode={SECRET}"
+    dsn = local_pg.dsn()
+    url = f"{dsn}{'&' if '?' in dsn else '?'}sslmode={SECRET}"
     with pytest.raises(RowFilterError) as e:
         connect(url, "publisher", SimpleNamespace(subscription="s1"))
     assert SECRET not in str(e.value) and '"********"' in str(e.value), str(e.value)

@@ -183,7 +183,7 @@ def write_spec(dbs: Databases, tmp_path: Path, **extra) -> tuple[Path, Subscript
     name = f"opt_{next(names)}"
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump({
-        "subscription": name, "publisher": dbs.publisher, "subscriber": dbs.ours,
+        "subscription": name, "publisher": dbs.spec_publisher, "subscriber": dbs.spec_ours,
         "publications": list(PUBLICATIONS), "change_log": str(tmp_path / name / "changes"), **extra}))
     return path, SubscriptionSpec.load(path)
 

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 
+from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, TableSyncResult, sync_tables
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
+from tests.roles import PasswordRole
 
 names = itertools.count(1)  # unique subscription names within the run
 #: Who evaluates the publications (core/spec.py): the differential and fault tests run in both modes.
@@ -82,10 +85,29 @@ class Databases:
         return native.create()
 
     change_logs: Path | None = None
+    #: The URLs the specs made here connect with: the superuser's (the cluster's password file), or the
+    #: password roles' after :meth:`authenticate_as`.
+    spec_urls: tuple[str, str] | None = None
+
+    def authenticate_as(self, roles: Mapping[str, PasswordRole], monkeypatch) -> None:
+        """Specs made from now on connect as the password roles, their passwords in the environment as a user
+        gives them (``ROWFILTER_PUBLISHER_PASSWORD``, ``ROWFILTER_SUBSCRIBER_PASSWORD``); the test's own
+        statements, the native referee and the checks stay the superuser's."""
+        self.spec_urls = (roles["publisher"].url(self.publisher), roles["subscriber"].url(self.ours))
+        for role, env in PASSWORD_ENV.items():
+            monkeypatch.setenv(env, roles[role].password)
+
+    @property
+    def spec_publisher(self) -> str:
+        return self.publisher if self.spec_urls is None else self.spec_urls[0]
+
+    @property
+    def spec_ours(self) -> str:
+        return self.ours if self.spec_urls is None else self.spec_urls[1]
 
     def spec(self, publications: tuple[str, ...], name: str, filtering: str = "auto") -> SubscriptionSpec:
         change_log = None if self.change_logs is None else str(self.change_logs / name)
-        return SubscriptionSpec(subscription=name, publisher=self.publisher, subscriber=self.ours,
+        return SubscriptionSpec(subscription=name, publisher=self.spec_publisher, subscriber=self.spec_ours,
                                 publications=publications, change_log=change_log, filtering=filtering)
 
     def assert_same(self, tables: tuple[str, ...]) -> None:

@@ -17,34 +17,22 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import names
 from tests.jobs.differential_cases import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES
 from tests.jobs.snapshot_scenario import SPLIT_SNAPSHOT, T1_SECOND_PAGE
+from tests.roles import SUBSCRIBER
 
 JOB_TIMEOUT = 300
-SCRAM_PASSWORD = "connect-Xr83bQm-subscriber"
+SCRAM_PASSWORD = SUBSCRIBER.password
 
 
 @pytest.fixture
-def scram_role(local_pg):
-    """A superuser role that must authenticate with scram (a line ahead of the cluster's trust lines)."""
-    role = f"rf_connect_{os.getpid()}"
-    hba = Path(local_pg.data_dir) / "pg_hba.conf"
-    original = hba.read_text()
-    with psycopg.connect(local_pg.dsn(), autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(sql.Identifier(role),
-                                                                                 sql.Literal(SCRAM_PASSWORD)))
-        hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + original)
-        conn.execute("SELECT pg_reload_conf()")
-    yield role
-    hba.write_text(original)
-    with psycopg.connect(local_pg.dsn(), autocommit=True) as conn:
-        conn.execute("SELECT pg_reload_conf()")
-        conn.execute(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
+def scram_role(password_roles):
+    """The run's subscriber password role (tests/roles.py): a superuser that must authenticate with SCRAM."""
+    return password_roles["subscriber"].name
 
 
 def connect_spec(dbs, publications, url):

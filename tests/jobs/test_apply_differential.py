@@ -7,15 +7,21 @@ publisher; then every table must be equal, row for row, in its text form.
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
+from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
 from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import APPLY_PATHS, FILTERING_MODES, apply_path, names, run_ours
 from tests.jobs.differential_cases import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES
+
+
+@pytest.fixture(autouse=True)
+def _as_password_roles(dbs, password_roles, monkeypatch):
+    """Every spec here connects as the run's password roles (tests/roles.py), their passwords in the environment."""
+    dbs.authenticate_as(password_roles, monkeypatch)
 
 
 def assert_captured_as(spec, filtering: str) -> None:
@@ -23,7 +29,7 @@ def assert_captured_as(spec, filtering: str) -> None:
     only where the slot is read through them (spark)."""
     segments = ChangeLog(spec.change_log_dir()).segments()
     assert segments and {segment_filtering(s.path) for s in segments} == {filtering}
-    with psycopg.connect(spec.publisher, autocommit=True) as conn:
+    with connect(spec.publisher, "publisher", spec) as conn:
         assert bool(capture_publications(conn, spec.subscription)) == (filtering == "spark")
 
 

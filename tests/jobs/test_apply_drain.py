@@ -25,6 +25,7 @@ from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.apply import capture_ahead
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
+from airflow_provider_rowfilter.connection import in_task
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.jobs import apply as apply_job
@@ -66,6 +67,12 @@ def history(dbs, spec) -> list[tuple]:
         return conn.execute("SELECT id, transactions, changes, start_lsn::text, end_lsn::text "
                             "FROM rowfilter.batch_history WHERE subscription = %s ORDER BY id",
                             (spec.subscription,)).fetchall()
+
+
+@pytest.fixture(autouse=True)
+def _as_password_roles(dbs, password_roles, monkeypatch):
+    """Every spec here connects as the run's password roles (tests/roles.py), their passwords in the environment."""
+    dbs.authenticate_as(password_roles, monkeypatch)
 
 
 @pytest.fixture
@@ -132,6 +139,41 @@ def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscri
     progress = [r.message for r in caplog.records if r.name == PROGRESS_LOGGER]
     assert len(progress) == result.batches - 1 and "changes in" in progress[0], progress
     assert f"of WAL to the run's target {result.target_lsn}" in progress[0] and "% done" in progress[0], progress
+
+
+def test_a_drain_in_a_task_captures_ahead_with_the_passwords_it_was_handed(dbs, spark, tmp_path, monkeypatch, caplog,
+                                                                         password_roles):
+    """Issue 29, item 1: ApplyChangesOperator runs the job's batches in its task, the passwords handed in through
+    connection.py ``in_task`` (a context variable), none in the environment. The capture ahead of the next batch
+    runs in a thread: it must get them too, so that a multi-batch run with password roles neither falls back to
+    the Spark job nor warns."""
+    dbs.create(PUBLISHER, SUBSCRIBER)
+    native = dbs.subscribe_native(PUBLICATIONS)
+    _, spec = write_spec(dbs, tmp_path, filtering="source")  # judged by the publisher: no batch needs Spark
+    run_ours(spec, spark)
+    apply(spec, spark=spark)  # the job's first run records its change log (a task's run goes on only in that one)
+    for env in ("ROWFILTER_PUBLISHER_PASSWORD", "ROWFILTER_SUBSCRIBER_PASSWORD"):
+        monkeypatch.delenv(env)
+    publish(dbs.publisher, backlog(24))
+    captured_on = []
+    real_capture = capture_ahead.capture
+
+    def traced(*args, **kwargs):
+        captured_on.append(threading.current_thread().name)
+        return real_capture(*args, **kwargs)
+
+    monkeypatch.setattr(capture_ahead, "capture", traced)
+    caplog.set_level(logging.INFO)
+    handed = {role: password_roles[role].password for role in ("publisher", "subscriber")}
+    with in_task(handed, connect_timeout=10):
+        result = apply(spec, max_changes=BATCH, without_spark=True)
+
+    assert result.drained and result.batches >= 3, result.summary()
+    assert all(name.startswith(f"rowfilter-capture-{spec.subscription}") for name in captured_on[1:]), captured_on
+    assert len(captured_on) == result.batches, captured_on
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    native.wait_caught_up()
+    dbs.assert_same(TABLES)
 
 
 def test_a_backlog_already_in_the_log_is_applied_in_slices(dbs, spark, subscribed):

@@ -1,7 +1,7 @@
 """ApplyChanges killed for real at every fault point, then rerun: nothing lost, nothing applied twice.
 
 Each case runs the job as its own process (``python -m airflow_provider_rowfilter.jobs.apply``) with
-``ROWFILTER_FAULT`` naming one point of core/faults.POINTS, so the process SIGKILLs itself there (no
+``ROWFILTER_FAULT`` naming one point of faults.POINTS, so the process SIGKILLs itself there (no
 ``finally``, no rollback by us: the server sees the connection drop). Then the job runs again
 without the fault and the subscriber's tables must equal PostgreSQL's own logical replication of the
 same changes (a native subscription made before them). After every run the slot's

@@ -31,6 +31,7 @@ from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.publisher import capture as capture_module
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
+from airflow_provider_rowfilter.publisher.pgoutput_columns import DECODER
 
 BIG = "0123456789" * 1000  # 10 kB, stored out of line (STORAGE EXTERNAL)
 
@@ -193,11 +194,13 @@ def test_capture_writes_whole_transactions_in_commit_order_and_advances_the_slot
         "subscription": "s1", "slot": "rowfilter_s1", "start_lsn": format_lsn(start), "end_lsn": format_lsn(end),
         "segment": str(segments[0].path), "transactions": 6, "changes": 20, "messages": summary["messages"],
         "changes_by_kind": {"insert": 8, "update": 5, "delete": 3, "truncate": 4}, "more": False,
-        "heartbeat": False, "filtering": "spark", "recovered_lsn": None, "lag_bytes": 0, "lag_seconds": 0, "seconds": 0,
-        "changes_per_second": 0}
+        "heartbeat": False, "filtering": "spark", "decoder": DECODER, "recovered_lsn": None, "lag_bytes": 0,
+        "lag_seconds": 0, "seconds": 0, "changes_per_second": 0}
     assert 0 <= summary["lag_seconds"] < 600 and summary["lag_bytes"] >= 0
     metadata = json.loads(pq.read_metadata(segments[0].path).metadata[b"rowfilter.change_log"])
     relations = metadata.pop("relations")
+    origin = metadata.pop("publisher")  # which server, for the log's continuity across a promotion
+    assert set(origin) == {"system_identifier", "timeline"} and origin["timeline"] >= 1, origin
     assert metadata == {"format_version": 1, "subscription": "s1", "slot": "rowfilter_s1",
                         "publication": ",".join(capture_publication_names("s1").values()), "filtering": "spark",
                         "start_lsn": format_lsn(start),

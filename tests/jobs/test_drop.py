@@ -123,7 +123,7 @@ def test_drop_removes_slot_publication_state_and_sets_the_change_log_aside(dbs, 
     assert main(["refresh", "--spec", str(path)]) == 0  # the name is free again: a new slot, every table new
     out = " ".join(capsys.readouterr().out.split())
     assert "+ public.t1 (r)" in out and "+ public.t2 (r)" in out
-    assert f"created replication slot {SLOT} (pgoutput) on the publisher" in out
+    assert f"created replication slot {SLOT} (pgoutput, failover) on the publisher" in out  # PostgreSQL 17+
 
 
 def test_an_active_slot_is_not_dropped(dbs, tmp_path, capsys, local_pg):

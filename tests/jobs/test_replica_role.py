@@ -1,8 +1,10 @@
-"""The apply's session_replication_role (issue 18, item 10): a role that may not set it warned on every run.
+"""The apply's session_replication_role (issue 18, item 10; issue 29, item 7).
 
-On a real subscriber, as a role without superuser: no warning when nothing fires differently; one
-line naming the fix (PostgreSQL 15's ``GRANT SET ON PARAMETER``) when a foreign key would fire; and,
-once granted, the apply runs as ``replica`` as PostgreSQL's apply worker does.
+On a real subscriber, as a role without superuser: nothing said when nothing the transaction writes
+fires differently (a foreign key elsewhere in the database does not count); one line naming the fix
+(PostgreSQL 15's ``GRANT SET ON PARAMETER``) when a written table's foreign key would fire, once per
+process however many batches; and, once granted, the apply runs as ``replica`` as PostgreSQL's apply
+worker does.
 """
 
 from __future__ import annotations
@@ -36,30 +38,39 @@ def applier(fresh_db):
         conn.execute(f"DROP ROLE {ROLE}")
 
 
-def role_in_a_batch(conn: psycopg.Connection) -> str:
+def role_in_a_batch(conn: psycopg.Connection, *tables: str) -> str:
     with conn.transaction():
-        replica_role(conn, "apply")
+        replica_role(conn, "apply", tables=[TableName("public", t) for t in tables or ("child",)])
         return conn.execute("SHOW session_replication_role").fetchone()[0]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process_memory(monkeypatch):
+    from airflow_provider_rowfilter.subscriber import replica_role as module
+
+    monkeypatch.setattr(module, "_warned", set())
 
 
 def test_nothing_fires_differently_no_warning(applier, caplog):
     _, conn = applier
-    conn.execute("CREATE TABLE t (id int PRIMARY KEY)")
+    conn.execute("CREATE TABLE t (id int PRIMARY KEY); "
+                 "CREATE TABLE parent (id int PRIMARY KEY); CREATE TABLE child (id int PRIMARY KEY, p int REFERENCES parent)")
     caplog.set_level(logging.INFO, logger="airflow_provider_rowfilter.subscriber.replica_role")
-    assert role_in_a_batch(conn) == "origin"
-    assert [r.levelname for r in caplog.records] == ["INFO"], caplog.text
-    assert "no trigger or foreign key of the subscriber fires differently" in caplog.text
+    assert role_in_a_batch(conn, "t") == "origin"  # the foreign key of child and parent is not written to
+    assert caplog.records == [], caplog.text
 
 
 def test_a_foreign_key_warns_once_with_the_fix_then_the_grant_fixes_it(applier, caplog):
     dsn, conn = applier
     conn.execute("CREATE TABLE parent (id int PRIMARY KEY); "
-                 "CREATE TABLE child (id int PRIMARY KEY, p int REFERENCES parent)")
+                 "CREATE TABLE child (id int PRIMARY KEY, p int REFERENCES parent); CREATE TABLE t (id int)")
     conn.commit()
     caplog.set_level(logging.INFO, logger="airflow_provider_rowfilter.subscriber.replica_role")
-    assert role_in_a_batch(conn) == "origin"
+    assert role_in_a_batch(conn, "child", "t") == "origin"
+    assert role_in_a_batch(conn, "child", "t") == "origin"  # the next batch of the run: said once
     (record,) = caplog.records
     assert record.levelname == "WARNING" and "\n" not in record.getMessage()
+    assert "the triggers and foreign keys of child fire during this apply" in record.getMessage()
     assert f"fix: GRANT SET ON PARAMETER session_replication_role TO {ROLE}" in record.getMessage()
 
     with psycopg.connect(dsn, autocommit=True) as admin:  # the fix the warning names
@@ -80,5 +91,5 @@ def test_a_copy_warns_only_for_a_table_whose_own_triggers_fire_differently(appli
     for table in ("t", "child"):
         with conn.transaction():
             replica_role(conn, "copy", TableName("public", table))
-    assert [r.levelname for r in caplog.records] == ["INFO", "WARNING"], caplog.text
-    assert "during this copy of public.child, unlike PostgreSQL's table-sync worker" in caplog.records[1].getMessage()
+    assert [r.levelname for r in caplog.records] == ["WARNING"], caplog.text
+    assert "of child fire during this copy, unlike PostgreSQL's table-sync worker" in caplog.records[0].getMessage()

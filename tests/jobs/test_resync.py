@@ -107,15 +107,18 @@ def test_a_table_locked_by_another_session_changes_nothing(setup, spark, capsys,
     unchanged(spec, rels, rows)
 
 
-def test_a_snapshot_the_publisher_refuses_rolls_the_start_back(setup, spark, capsys, local_pg):  # noqa: F811
+def test_a_snapshot_the_publisher_refuses_rolls_the_start_back(setup, spark, capsys, local_pg,  # noqa: F811
+                                                               monkeypatch):
     """The last step before rows move: the publisher refuses the connection that creates the copy's
     snapshot (a role without REPLICATION may not start a WAL sender). Nothing was emptied or moved."""
     spec, path = setup
     role = f"norepl_{spec.subscription}"
-    execute(spec.publisher, f"CREATE ROLE {role} LOGIN; GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    execute(spec.publisher, f"CREATE ROLE {role} LOGIN PASSWORD 'norepl-Pw-4'; "
+                            f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
     try:
         publisher = spec.publisher.replace(f"//{local_pg.user}@", f"//{role}@")
         path, rels, rows = copied(spec, spark, path, publisher=publisher)
+        monkeypatch.setenv("ROWFILTER_PUBLISHER_PASSWORD", "norepl-Pw-4")  # the role's, as the resync's publisher
         assert cli.main(["resync", "--spec", path, "--table", "public.t1", "--copy"]) == 1
         err = capsys.readouterr().err
         assert "cannot connect to the publisher" in err and "permission denied to start WAL sender" in err

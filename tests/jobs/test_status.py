@@ -97,7 +97,8 @@ def test_an_invalidated_slot_is_reported_broken(setup, spark, capsys, local_pg):
         execute(admin, "SELECT pg_reload_conf()")
     doc = json.loads(out)
     assert doc["slot"]["wal_status"] == "lost", doc["slot"]
-    assert code == 3 and "was invalidated (wal_status lost)" in doc["broken"]
+    assert code == 3 and "was invalidated by the publisher (wal_removed): the publisher removed WAL" in doc["broken"]
+    assert "max_slot_wal_keep_size (1.0 MB)" in doc["broken"] and "refresh --recreate-slot" in doc["broken"]
 
 
 def test_status_without_the_publisher_prints_the_subscriber_side(setup, spark, capsys):  # noqa: F811

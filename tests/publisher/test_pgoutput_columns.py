@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_rowfilter.change_log.log import ChangeLogError
 from airflow_provider_rowfilter.core.pgoutput import (
     Begin,
     Commit,
@@ -26,7 +27,15 @@ from airflow_provider_rowfilter.core.pgoutput import (
     decode_message,
 )
 from airflow_provider_rowfilter.core.relation import ReplicaIdentity
-from airflow_provider_rowfilter.publisher.pgoutput_columns import Irregular, decode_changes, message_buffer
+from airflow_provider_rowfilter.publisher import pgoutput_columns
+from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
+from airflow_provider_rowfilter.publisher.pgoutput_columns import (
+    Irregular,
+    decode_changes_native,
+    decode_changes_numpy,
+    join_rows,
+    message_buffer,
+)
 from tests.pgoutput_messages import EDGE_CASES, encode, oid_, tuples
 
 # --- many change messages at once (publisher/pgoutput_columns.py) -------------------------------------------
@@ -42,7 +51,7 @@ _changes = st.one_of(
 
 def _columns(messages: list[bytes]):
     buffer, starts, ends = message_buffer(messages)
-    return buffer, decode_changes(buffer, starts, ends)
+    return buffer, decode_changes_numpy(buffer, starts, ends)
 
 
 def _image_at(buffer, images, i):
@@ -92,6 +101,87 @@ def test_what_decode_changes_does_not_know_is_irregular(data):
     good = encode(EDGE_CASES["old-full-row"])
     with pytest.raises(Irregular):
         _columns([good, data, good])
+
+
+# --- the C decoder (publisher/_pgoutput_native.c) against the numpy one ------------------------------------
+
+native = pytest.mark.skipif(pgoutput_columns._native is None, reason="the C decoder is not built (no C compiler)")
+
+
+def test_the_c_decoder_is_built_where_a_compiler_is():
+    """`pip install -e .` builds it (setup.py); its absence here would silently cost the capture its speed."""
+    import shutil
+    import sysconfig
+
+    if not shutil.which(sysconfig.get_config_var("CC").split()[0] or "cc"):
+        pytest.skip("no C compiler: the numpy decoder is the one installed")
+    from airflow_provider_rowfilter.publisher import _pgoutput_native  # noqa: F401
+
+
+def _both(raw: list[bytes]):
+    """Each decoder's result as comparable arrays, or "irregular"."""
+    buffer, starts, ends = message_buffer(raw)
+    out = []
+    for decode in (decode_changes_native, decode_changes_numpy):
+        try:
+            d = decode(buffer, starts, ends)
+        except Irregular:
+            out.append("irregular")
+            continue
+        try:
+            arrays = [a for image in (d.new, d.old) for a in image_arrays(buffer, image)]
+        except ChangeLogError as e:  # a damaged value that is not UTF-8
+            arrays = [str(e), e.detail]
+        out.append((d.relation_oid.tolist(), d.old_kind.tolist(), arrays))
+    return out
+
+
+@native
+@settings(deadline=None)  # the first example imports the change log's pyarrow
+@given(st.lists(_changes, max_size=25), st.lists(st.integers(0, 2000), max_size=3))
+def test_the_c_decoder_equals_the_numpy_one_on_changes_and_on_damaged_ones(messages, damage):
+    raw = [encode(m) for m in messages]
+    native_out, numpy_out = _both(raw)
+    assert native_out == numpy_out
+    if raw:
+        # Cut, padded or with a byte changed: both call the same messages irregular, or decode them alike.
+        i = damage[0] % len(raw) if damage else 0
+        for bad in (raw[i][:len(raw[i]) // 2], raw[i] + b"t", raw[i][:-1] + bytes([sum(damage) % 256])):
+            native_out, numpy_out = _both([*raw[:i], bad, *raw[i + 1:]])
+            assert native_out == numpy_out
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.binary(max_size=40)), max_size=20))
+def test_a_fetch_s_rows_are_joined_as_message_buffer_joins_them(rows):
+    buffer, lsns, starts, ends = join_rows(rows)
+    expected_buffer, expected_starts, expected_ends = message_buffer([data for _, data in rows])
+    assert buffer.tobytes() == expected_buffer.tobytes()
+    assert (lsns.tolist(), starts.tolist(), ends.tolist()) == (
+        [lsn for lsn, _ in rows], expected_starts.tolist(), expected_ends.tolist())
+
+
+@native
+def test_rows_of_another_shape_are_joined_in_python():
+    assert pgoutput_columns._native.join_rows([(1, memoryview(b"x"))], 8) is None
+    buffer, lsns, starts, ends = join_rows([(1, b"ab"), (2, b"c")])
+    assert (buffer.tobytes(), lsns.tolist()) == (b"abc" + bytes(8), [1, 2])
+
+
+@native
+@pytest.mark.parametrize("data", [
+    encode(EDGE_CASES["insert-binary-value"]),
+    encode(EDGE_CASES["begin"]),
+    b"I\x00\x00\x40\x10N\x00\x01x",
+    b"I\x00\x00\x40\x10N\x00\x01t\xff\xff\xff\xff",
+    b"I\x00\x00\x40\x10K\x00\x00",
+    b"U\x00\x00\x40\x10K\x00\x00X\x00\x00",
+], ids=["binary-value", "not-a-change", "unknown-column-kind", "negative-length", "insert-without-new",
+        "update-without-new-after-old"])
+def test_what_the_c_decoder_does_not_know_is_irregular(data):
+    good = encode(EDGE_CASES["old-full-row"])
+    buffer, starts, ends = message_buffer([good, data, good])
+    with pytest.raises(Irregular):
+        decode_changes_native(buffer, starts, ends)
 
 
 # --- the transactions' Begin and Commit of a fetch at once (publisher/capture.py ``_walk_transactions``) -----------

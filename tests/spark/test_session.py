@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_provider_rowfilter.spark.session import SESSION_REUSE_SECONDS, reused_session_id, session_conf
+from airflow_provider_rowfilter.spark.session import SESSION_REUSE_SECONDS, _with_token, reused_session_id, session_conf
 
 
 def test_session_settings(spark: SparkSession) -> None:
@@ -104,14 +104,46 @@ def test_spark_logs_warnings_only_unless_told_otherwise() -> None:
     assert session_conf(None, {"spark.log.level": "INFO"})["spark.log.level"] == "INFO"
 
 
+TOKEN = "a-servers-token-0123456789"
+
+
 def test_a_job_s_connect_session_is_one_per_period_job_subscription_and_settings() -> None:
     """spark/session.py reused_session_id: what decides which server-side session a Spark Connect run attaches to."""
     start = 1_000 * SESSION_REUSE_SECONDS  # the start of a period
-    one = reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "2"}, start)
-    assert reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "2"}, start + SESSION_REUSE_SECONDS - 1) == one
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    one = reused_session_id(TOKEN, "s1", "apply", conf, start)
+    assert reused_session_id(TOKEN, "s1", "apply", conf, start + SESSION_REUSE_SECONDS - 1) == one
     assert len({one,
-                reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "2"}, start + SESSION_REUSE_SECONDS),
-                reused_session_id("s1", "snapshot", {"spark.sql.shuffle.partitions": "2"}, start),
-                reused_session_id("s2", "apply", {"spark.sql.shuffle.partitions": "2"}, start),
-                reused_session_id("s1", "apply", {"spark.sql.shuffle.partitions": "3"}, start)}) == 5
-    assert str(uuid.UUID(one)) == one  # what pyspark's ChannelBuilder takes
+                reused_session_id(TOKEN, "s1", "apply", conf, start + SESSION_REUSE_SECONDS),
+                reused_session_id(TOKEN, "s1", "snapshot", conf, start),
+                reused_session_id(TOKEN, "s2", "apply", conf, start),
+                reused_session_id(TOKEN, "s1", "apply", {"spark.sql.shuffle.partitions": "3"}, start)}) == 5
+    assert str(uuid.UUID(one)) == one and uuid.UUID(one).version == 4  # what the server takes as a session id
+
+
+def test_a_connect_session_id_cannot_be_computed_without_the_server_s_token() -> None:
+    """Issue 28, item 2: the id was a uuid5 of the subscription, job, half hour and settings, which anyone who knew
+    the subscription's name could compute and attach to. Now it is an HMAC under the server's token; without a
+    token there is no reused session at all (each run a random one, released)."""
+    start = 1_000 * SESSION_REUSE_SECONDS
+    conf = {"spark.sql.shuffle.partitions": "2"}
+    one = reused_session_id(TOKEN, "s1", "apply", conf, start)
+    assert reused_session_id(TOKEN + "x", "s1", "apply", conf, start) != one
+    assert one != str(uuid.uuid5(uuid.UUID("6b2f0d3e-8f63-4c4e-9a53-2f7d3c1a9e10"), f"s1\0apply\0{1000}\0"
+                                 "spark.sql.shuffle.partitions=2"))  # the old id
+    assert reused_session_id(None, "s1", "apply", conf, start) is None
+    assert reused_session_id("", "s1", "apply", conf, start) is None
+
+
+@pytest.mark.parametrize(("remote", "expected"), [
+    ("sc://127.0.0.1:15002", "sc://localhost:15002/;token=T"),
+    ("sc://[::1]:15002/;user_id=etl", "sc://localhost:15002/;user_id=etl;token=T"),
+    ("sc://localhost", "sc://localhost:15002/;token=T"),
+    ("sc://spark.example:15002/;use_ssl=true", "sc://spark.example:15002/;use_ssl=true;token=T"),
+    ("sc://127.0.0.1:15002/;use_ssl=true", "sc://127.0.0.1:15002/;use_ssl=true;token=T"),
+], ids=["loopback", "ipv6-loopback", "no-port", "remote-tls", "loopback-tls"])
+def test_a_token_goes_with_the_url_and_loopback_is_named_localhost(remote: str, expected: str) -> None:
+    """pyspark's client sends a token without TLS only to ``localhost`` (gRPC local credentials); to any other name
+    it insists on TLS, which the local server has not."""
+    assert _with_token(remote, "T") == expected
+    assert _with_token(remote, None) == remote

@@ -45,3 +45,33 @@ def test_a_stage_of_an_earlier_shape_is_replaced_while_empty_and_refused_while_i
         conn.execute("DELETE FROM rowfilter.apply_stage")  # that apply finished
         migrate(conn)
         assert conn.execute(_COLUMNS).fetchall() == _declared()
+
+
+def test_a_database_main_migrated_to_6_migrates_to_7_and_a_fresh_one_gets_every_version(fresh_db, monkeypatch) -> None:
+    """Issue 31's stage migration came after main's 5 (verify/reconcile) and 6 (drop_history): a subscriber
+    at 6, with a batch staged by a running apply, keeps the batch and every table; a fresh one gets 1 to 7."""
+    from airflow_provider_rowfilter.subscriber import state_migrations
+
+    released = [m for m in state_migrations.MIGRATIONS if m[0] <= 6]
+    with psycopg.connect(fresh_db(), autocommit=True) as conn:
+        monkeypatch.setattr(state_migrations, "MIGRATIONS", released)
+        assert migrate(conn) == 6
+        monkeypatch.undo()
+        assert conn.execute(_COLUMNS).fetchall() == _declared()  # migrations 2 and 3 left the declared stage
+        conn.execute("INSERT INTO rowfilter.apply_stage (token, target, phase, row_kind) VALUES ('s1:x', 0, 0, 'K')")
+        conn.execute("INSERT INTO rowfilter.drop_history (subscription, slot_name, tables, kept_slot) "
+                     "VALUES ('gone', 'rowfilter_gone', '{}', false)")
+        assert migrate(conn) == 7
+        assert [v for (v,) in conn.execute("SELECT version FROM rowfilter.schema_version ORDER BY 1")] == [*range(1, 8)]
+        assert conn.execute(_COLUMNS).fetchall() == _declared()
+        assert conn.execute("SELECT count(*) FROM rowfilter.apply_stage").fetchone()[0] == 1  # the batch kept
+        assert conn.execute("SELECT count(*) FROM rowfilter.drop_history").fetchone()[0] == 1
+    with psycopg.connect(fresh_db(), autocommit=True) as conn:
+        assert migrate(conn) == 7
+        assert [v for (v,) in conn.execute("SELECT version FROM rowfilter.schema_version ORDER BY 1")] == [*range(1, 8)]
+        assert conn.execute(_COLUMNS).fetchall() == _declared()
+        tables = {t for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'rowfilter'")}
+        assert {"table_check", "drop_history", "apply_stage", "batch_history"} <= tables
+        columns = {c for (c,) in conn.execute("SELECT attname FROM pg_attribute WHERE attnum > 0 AND attrelid IN "
+                                              "('rowfilter.subscription_rel'::regclass, 'rowfilter.batch_history'::regclass)")}
+        assert {"reconcile_since", "kind"} <= columns

@@ -7,7 +7,9 @@ import time
 
 import psycopg
 
+from airflow_provider_rowfilter.connection import connect, in_task
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.subscriber.copy_progress import copy_progress, copy_report
 
@@ -36,6 +38,27 @@ def test_progress_counts_the_rows_committed_into_the_staging_table(fresh_db, cap
             time.sleep(0.2)
     lines = [r.message for r in caplog.records if r.name == PROGRESS_LOGGER]
     assert any(line.startswith("public.t: 3,000 rows copied in ") and "75% of ~4,000" in line for line in lines), lines
+
+
+def test_the_progress_thread_connects_with_the_passwords_handed_to_the_task(fresh_db, caplog, password_roles) -> None:
+    """Issue 29, item 1: the passwords an operator's task hands the job's code (connection.py ``in_task``) are a
+    context variable; the thread that reads the progress runs in the caller's context, so it connects too."""
+    dsn = fresh_db()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE staged (id int)")
+    role = password_roles["subscriber"]
+    spec = SubscriptionSpec(subscription="s1", publications=("p1",), subscriber=role.url(dsn))
+    caplog.set_level(logging.DEBUG)
+    with in_task({"subscriber": role.password}), copy_progress(
+            lambda: connect(spec.subscriber, "subscriber", spec), TableName("public", "t"),
+            TableName("public", "staged"), None, interval=0.1):
+        with psycopg.connect(dsn, autocommit=True) as writer:
+            writer.execute("INSERT INTO staged SELECT g FROM generate_series(1, 500) g")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and not any("500 rows copied" in r.message for r in caplog.records):
+            time.sleep(0.1)
+    assert any("500 rows copied" in r.message for r in caplog.records if r.name == PROGRESS_LOGGER), \
+        [r.getMessage() for r in caplog.records]
 
 
 def test_a_copy_straight_into_the_table_counts_its_own_rows_only(fresh_db, caplog) -> None:

@@ -19,11 +19,14 @@ import pytest
 
 from airflow_provider_rowfilter.spark.processes import alive
 from airflow_provider_rowfilter.tooling.embedded import (
+    _OLD_TRUST_HBA,
     DEFAULT_OS_USER,
     LocalPostgres,
     LocalPostgresError,
     find_bin_dir,
 )
+from airflow_provider_rowfilter.tooling.embedded_auth import PASSFILE, scram_verifier
+from tests.attacker import as_root_only, run_as_nobody
 
 MODULE = "airflow_provider_rowfilter.tooling.embedded"
 
@@ -68,8 +71,10 @@ def _assert_gone(pids: dict[int, int], port: int) -> None:
 
 
 def test_reachable_over_tcp_on_loopback(local_pg: LocalPostgres) -> None:
-    assert local_pg.dsn() == f"postgresql://postgres@127.0.0.1:{local_pg.port}/postgres"
-    with psycopg.connect(host="127.0.0.1", port=local_pg.port, user="postgres", dbname="postgres") as conn:
+    assert local_pg.dsn() == (f"postgresql://postgres@127.0.0.1:{local_pg.port}/postgres"
+                              f"?passfile={local_pg.data_dir}/{PASSFILE}")
+    with psycopg.connect(host="127.0.0.1", port=local_pg.port, user="postgres", dbname="postgres",
+                         passfile=str(local_pg.passfile)) as conn:
         row = conn.execute(
             "SELECT host(inet_server_addr()), inet_server_port(), current_user, current_setting('listen_addresses')"
         ).fetchone()
@@ -150,9 +155,10 @@ def test_native_subscription_between_databases_of_the_cluster(
         conn.execute("SELECT pg_create_logical_replication_slot('nat', 'pgoutput')")
     with psycopg.connect(sub, autocommit=True) as conn:
         conn.execute("CREATE TABLE t (id int PRIMARY KEY, v text)")
+        # The walreceiver authenticates with the superuser's password file (it runs as the server's OS user).
         conn.execute(
             f"CREATE SUBSCRIPTION nat CONNECTION 'host=127.0.0.1 port={local_pg.port} user=postgres "
-            f"dbname={pub_name}' PUBLICATION p WITH (create_slot = false, slot_name = 'nat')"
+            f"dbname={pub_name} passfile={local_pg.passfile}' PUBLICATION p WITH (create_slot = false, slot_name = 'nat')"
         )
         assert _wait_until(
             lambda: (
@@ -169,6 +175,96 @@ def test_native_subscription_between_databases_of_the_cluster(
         assert _wait_until(
             lambda: conn.execute("SELECT * FROM t ORDER BY id").fetchall() == expected, seconds=60
         )
+
+
+def _connects(**params: str) -> str:
+    """``ok`` when a connection with these libpq parameters authenticates, else libpq's reason."""
+    try:
+        psycopg.connect(**params, connect_timeout=10).close()
+    except psycopg.OperationalError as e:
+        return str(e).strip().splitlines()[-1]
+    return "ok"
+
+
+def test_every_connection_needs_a_password(local_pg: LocalPostgres, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 28, item 4: no trust line; the superuser's password is in a 0600 file only the cluster's owner reads."""
+    monkeypatch.delenv("PGPASSFILE")
+    hba = [line.split() for line in (local_pg.data_dir / "pg_hba.conf").read_text().splitlines()
+           if line.strip() and not line.startswith("#")]
+    assert hba and all(entry[0] == "host" and entry[-1] == "scram-sha-256" for entry in hba), hba
+    address = {"host": "127.0.0.1", "port": str(local_pg.port), "dbname": "postgres"}
+    assert "no password supplied" in _connects(**address, user="postgres")
+    assert "password authentication failed" in _connects(**address, user="postgres", password="postgres")
+    assert _connects(**address, user="postgres", passfile=str(local_pg.passfile)) == "ok"
+    mode = local_pg.passfile.stat()
+    assert (oct(mode.st_mode & 0o777), mode.st_uid) == ("0o600", pwd.getpwnam(local_pg.os_user).pw_uid)
+    assert oct(local_pg.data_dir.stat().st_mode & 0o777) == "0o700"
+
+
+def test_a_password_role_authenticates_with_scram(local_pg: LocalPostgres) -> None:
+    """The option users choose for their applications (and the tests' roles): its password is stored as a SCRAM
+    verifier, and the server never saw it as text (nothing in its log)."""
+    secret = "role-Pw-9f3Kq2"
+    url = local_pg.create_role("rf_embedded_test", secret, replication=True)
+    try:
+        assert url == f"postgresql://rf_embedded_test@127.0.0.1:{local_pg.port}/postgres"
+        with psycopg.connect(url, password=secret) as conn:
+            assert conn.execute("SELECT current_user, rolreplication, rolsuper FROM pg_roles WHERE rolname = "
+                                "current_user").fetchone() == ("rf_embedded_test", True, False)
+        assert "password authentication failed" in _connects(conninfo=url, password="wrong")
+        with psycopg.connect(local_pg.dsn()) as conn:
+            stored = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = 'rf_embedded_test'").fetchone()
+        assert stored is not None and stored[0].startswith("SCRAM-SHA-256$4096:")
+        assert secret not in (local_pg.data_dir / "postgresql.log").read_text(errors="replace")
+    finally:
+        with psycopg.connect(local_pg.dsn(), autocommit=True) as conn:
+            conn.execute("DROP ROLE rf_embedded_test")
+
+
+def test_scram_verifier_matches_libpq() -> None:
+    """Our verifier (RFC 5802/7677) is the one libpq computes for the same salt and iterations."""
+    from psycopg import pq
+
+    ours = scram_verifier("s3cr3t", salt=b"0123456789abcdef")
+    conn = pq.PGconn.connect_start(b"")  # libpq's encrypt_password needs a connection object, not a server
+    try:
+        theirs = conn.encrypt_password(b"s3cr3t", b"u", b"scram-sha-256").decode()
+    finally:
+        conn.finish()
+    # libpq's salt is random: compare the parts that do not depend on it, then recompute ours with its salt.
+    iterations, salt = theirs.split("$")[1].split(":")
+    import base64
+
+    assert ours.split("$")[1].startswith(f"{iterations}:")
+    assert scram_verifier("s3cr3t", salt=base64.b64decode(salt), iterations=int(iterations)) == theirs
+
+
+@as_root_only
+def test_another_os_user_cannot_get_in(local_pg: LocalPostgres, password_roles) -> None:
+    """Issue 28, item 4, as found: uid 65534 ran ``COPY … FROM PROGRAM 'id'`` through the trusted superuser. Now
+    it can neither read the password file nor log in as any role; so no statement of its runs at all."""
+    done = run_as_nobody(f"""
+        import psycopg
+        try:
+            open({str(local_pg.passfile)!r}).read()
+            print("READ passfile")
+        except OSError as e:
+            print("passfile:", type(e).__name__)
+        for user, password in (("postgres", None), ("postgres", "postgres"), ({password_roles["publisher"].name!r}, None),
+                               ({password_roles["subscriber"].name!r}, "")):
+            try:
+                with psycopg.connect(host="127.0.0.1", port={local_pg.port}, user=user, dbname="postgres",
+                                     passfile={str(local_pg.passfile)!r}, password=password or None,
+                                     connect_timeout=10, autocommit=True) as conn:
+                    conn.execute("CREATE TEMP TABLE o (line text)")
+                    conn.execute("COPY o FROM PROGRAM 'id'")
+                    print("RAN", conn.execute("SELECT line FROM o").fetchone())
+            except psycopg.OperationalError as e:
+                print(user, "refused:", str(e).strip().splitlines()[-1])
+    """)
+    assert done.returncode == 0, done.stderr
+    assert "passfile: PermissionError" in done.stdout and "READ" not in done.stdout, done.stdout
+    assert "RAN" not in done.stdout and done.stdout.count("refused") == 4, done.stdout
 
 
 def test_server_runs_as_unprivileged_os_user(local_pg: LocalPostgres) -> None:
@@ -294,6 +390,27 @@ def test_detached_command_line_cluster(tmp_path: Path) -> None:
     status = cli("status")
     assert (status.returncode, status.stdout) == (3, "")
     assert (data_dir / "PG_VERSION").exists()  # a directory named by the user is never removed
+
+    # A data directory made before passwords (trust for all, no password file) is started with a new superuser
+    # password, set in single-user mode before the server listens, and this module's pg_hba.conf; the `role`
+    # command adds a password role, its password read from standard input (never an argument).
+    (data_dir / "pg_hba.conf").write_text(_OLD_TRUST_HBA + "\nhost all all 127.0.0.1/32 trust\n")
+    (data_dir / PASSFILE).unlink()
+    started = cli("start")
+    try:
+        assert started.returncode == 0, started.stderr
+        assert "trust" not in (data_dir / "pg_hba.conf").read_text()
+        port = str(psycopg.conninfo.conninfo_to_dict(started.stdout.strip())["port"])
+        assert "no password supplied" in _connects(host="127.0.0.1", port=port, user="postgres", dbname="postgres",
+                                                   passfile="/nonexistent")
+        assert _connects(conninfo=started.stdout.strip()) == "ok"
+        made = subprocess.run([sys.executable, "-m", MODULE, "role", "app", "--dir", str(data_dir)],
+                              input="app-Pw-31x\n", capture_output=True, text=True, timeout=60, check=False)
+        assert made.returncode == 0, made.stderr
+        assert made.stdout.strip() == f"postgresql://app@127.0.0.1:{port}/postgres"
+        assert _connects(conninfo=made.stdout.strip(), password="app-Pw-31x", passfile="/nonexistent") == "ok"
+    finally:
+        cli("stop")
 
 
 @pytest.mark.skipif(

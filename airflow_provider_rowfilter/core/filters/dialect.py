@@ -7,7 +7,10 @@ filters come out as real syntax trees with token positions, and nothing is parse
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import NoReturn
 
 from sqlglot import exp
@@ -295,13 +298,36 @@ def parse_statements(sql: str, *, server_version_num: int = 180000) -> list[exp.
     dialect = RowFilterPostgres()
     try:
         tokens = pg_tokenize(dialect, sql, server_version_num=server_version_num)
-        return [s for s in dialect.parser().parse(tokens, sql) if s is not None]
+        with _quiet_sqlglot():
+            return [s for s in dialect.parser().parse(tokens, sql) if s is not None]
     except PublicationError:
         raise
     except ParseError as e:
+        # The description only: str(e) and the error's context quote the text (perhaps not SQL at all).
         first = e.errors[0] if e.errors else {}
         raise PublicationSyntaxError(
-            f"syntax error: {first.get('description', str(e))}",
+            f"syntax error: {first.get('description', 'the text does not parse')}",
             source=sql,
             position=None,
         ) from e
+
+
+class _DropWhileParsing(logging.Filter):
+    """sqlglot logs a statement it cannot parse, whole, at WARNING ("… contains unsupported syntax"): a line of
+    a file that may not be SQL, into task logs. While :func:`parse_statements` runs, it says nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _PARSING.get()
+
+
+_PARSING: ContextVar[bool] = ContextVar("rowfilter_parsing", default=False)
+logging.getLogger("sqlglot").addFilter(_DropWhileParsing())
+
+
+@contextmanager
+def _quiet_sqlglot() -> Iterator[None]:
+    token = _PARSING.set(True)
+    try:
+        yield
+    finally:
+        _PARSING.reset(token)

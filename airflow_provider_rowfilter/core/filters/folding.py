@@ -36,9 +36,10 @@ from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters.analysis import in_list_groups
 from airflow_provider_rowfilter.core.filters.functions import function_name
+from airflow_provider_rowfilter.core.filters.grammar import quantified_array
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex
-from airflow_provider_rowfilter.core.filters.text import quantified_array, regex_of
+from airflow_provider_rowfilter.core.filters.text import regex_of
 
 
 class _Unknown:

@@ -104,19 +104,47 @@ def _check_lists(sql: str, tokens: list) -> None:
             raise_pg_syntax_error(sql, tok)
 
 
+def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
+    """``ANY (…)``/``SOME (…)``/``ALL (…)`` on the right of a comparison or a LIKE: ("any" | "all", its
+    operand). sqlglot gives a LIKE's ALL as exp.All; our dialect reads a comparison's as a call."""
+    if isinstance(node, (exp.Any, exp.All)):
+        inner = node.this
+    elif isinstance(node, exp.Anonymous) and node.name.upper() in ("ALL", "SOME", "ANY") \
+            and len(node.expressions) == 1:
+        inner = node.expressions[0]
+    else:
+        return None
+    while isinstance(inner, exp.Paren):
+        inner = inner.this
+    kind = "all" if isinstance(node, exp.All) or isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" \
+        else "any"
+    return kind, inner
+
+
 # gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax
 # errors there, while sqlglot nests them (wrapping the IS case in a parenthesis of its own).
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
+_OPERATOR_WORDS = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}
 _RESETS_IS = {TokenType.AND, TokenType.OR, TokenType.COMMA, TokenType.THEN, TokenType.WHEN, TokenType.ELSE,
               TokenType.END, TokenType.CASE}
 
 
 def _check_nonassociative(sql: str, tree: exp.Expr, tokens: list) -> None:
     for node in tree.walk():
-        if isinstance(node, _COMPARISONS) and isinstance(node.this, _COMPARISONS):
-            word = {exp.EQ: "=", exp.NEQ: "<>", exp.LT: "<", exp.LTE: "<=", exp.GT: ">", exp.GTE: ">="}[type(node)]
+        # `a < ALL (…)` is a subquery_Op rule reduced with Op's precedence (%prec Op), above the
+        # comparisons: `a < ALL (…) <= b` parses there, as (a < ALL (…)) <= b.
+        if isinstance(node, _COMPARISONS) and isinstance(node.this, _COMPARISONS) \
+                and quantified_array(node.this.expression) is None:
+            word = _OPERATOR_WORDS[type(node)]
             raise PublicationSyntaxError(f'syntax error at or near "{word}"', source=sql,
-                                         position=node_position(node.expression))
+                                         position=_operator_after(node.this, tokens))
+        # sqlglot binds < <= > >= tighter than = and <> (MySQL's levels), nesting `a = b < c` to the
+        # right; gram.y has one %nonassoc level since PostgreSQL 9.5, so the second operator is the error.
+        if isinstance(node, _COMPARISONS) and isinstance(node.expression, _COMPARISONS):
+            inner = node.expression
+            word = _OPERATOR_WORDS[type(inner)]
+            raise PublicationSyntaxError(f'syntax error at or near "{word}"', source=sql,
+                                         position=_operator_after(inner.this, tokens))
     # `a IS DISTINCT FROM b IS …`: the rule ending in an expression conflicts with the next IS, which
     # %nonassoc turns into a syntax error; postfix tests (IS NULL, IS TRUE …) chain freely. Found on
     # the tokens: an IS after IS [NOT] DISTINCT FROM at the same depth, with no AND/OR/NOT/","/CASE
@@ -137,6 +165,16 @@ def _check_nonassociative(sql: str, tree: exp.Expr, tokens: list) -> None:
             after_distinct[depth] = following[:1] == ["DISTINCT"] or following == ["NOT", "DISTINCT"]
         elif kind in _RESETS_IS or (kind == TokenType.NOT and tokens[i - 1].token_type != TokenType.IS):
             after_distinct[depth] = False
+
+
+def _operator_after(left: exp.Expr, tokens: list) -> int | None:
+    """The 1-based position of the first comparison operator after the expression ``left`` ends."""
+    ends = [n.meta["end"] for n in left.walk() if isinstance(n.meta, dict) and "end" in n.meta]
+    after = max(ends, default=-1)
+    return next((t.start + 1 for t in tokens if t.start > after and t.token_type in _COMPARISON_TOKENS), None)
+
+
+_COMPARISON_TOKENS = {TokenType.EQ, TokenType.NEQ, TokenType.LT, TokenType.LTE, TokenType.GT, TokenType.GTE}
 
 
 # gram.y puts BETWEEN, IN, LIKE, ILIKE and SIMILAR on one %nonassoc level: `a ILIKE b NOT BETWEEN c

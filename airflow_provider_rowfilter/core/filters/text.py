@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters import pg_types as T
-from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE
+from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE, quantified_array
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex, java_regex, similar_to_regex
 
@@ -37,23 +37,6 @@ STRING_FUNCTIONS = {
     "substring": ("ti", "tii"), "left": ("ti",), "right": ("ti",), "position": ("tt",),
     "split_part": ("tti",), "repeat": ("ti",),
 }
-
-
-def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
-    """``ANY (…)``/``SOME (…)``/``ALL (…)`` on the right of a comparison or a LIKE: ("any" | "all", its
-    operand). sqlglot gives a LIKE's ALL as exp.All; our dialect reads a comparison's as a call."""
-    if isinstance(node, (exp.Any, exp.All)):
-        inner = node.this
-    elif isinstance(node, exp.Anonymous) and node.name.upper() in ("ALL", "SOME", "ANY") \
-            and len(node.expressions) == 1:
-        inner = node.expressions[0]
-    else:
-        return None
-    while isinstance(inner, exp.Paren):
-        inner = inner.this
-    kind = "all" if isinstance(node, exp.All) or isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" \
-        else "any"
-    return kind, inner
 
 
 def row_fields(node: exp.Expr) -> list[exp.Expr] | None:

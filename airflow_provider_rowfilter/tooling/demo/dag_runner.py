@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_rowfilter.core.private_files import private_directory
+
 RESULT_PREFIX = "DAG-TEST-RESULT "
 #: The example DAGs of a source checkout (the demo runs them as they are).
 EXAMPLE_DAGS = Path(__file__).resolve().parents[3] / "dags"  # the checkout's dags/, beside the package
@@ -36,7 +38,7 @@ def airflow_home(home: Path, dags_folder: Path = EXAMPLE_DAGS, *, timeout: float
 
     Returns the environment that selects it (this process's, without its ``AIRFLOW*`` variables).
     """
-    home.mkdir(parents=True, exist_ok=True)
+    private_directory(home)  # 0700 when made here: its database holds the connections' passwords
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env.update(
         AIRFLOW_HOME=str(home),

@@ -34,6 +34,7 @@ from rich.text import Text
 
 from airflow_provider_rowfilter.cli import console, print_filters, say, status
 from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.core.private_files import private_directory
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.spark import connect_server
@@ -72,7 +73,7 @@ def run_demo(keep: str | None = None, *, batches: int = INCREMENTAL_BATCHES, pg:
         (spark/connect_server.py) instead of through spark-submit.
     """
     workdir = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="rowfilter-demo-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    private_directory(workdir)  # 0700 when made here: it holds the change logs, the Airflow home, the server's token
     if not (EXAMPLE_DAGS / "initial_sync.py").is_file():
         say((f"the example DAGs are not at {EXAMPLE_DAGS}", "red"), ": run the demo from a source checkout "
             "(scripts/demo.sh)")
@@ -168,8 +169,11 @@ def _run_dags(pg: LocalPostgres, publisher: str, ours: str, workdir: Path, batch
     if spark_connect:
         with console.status("starting a local Spark Connect server (rowfilter spark-server start)…"):
             server = connect_server.start(server_dir, port=_free_port(), master="local[2]")
-        spark = {"conn_type": "spark_connect", "host": "127.0.0.1", "port": int(server.url.rsplit(":", 1)[1])}
-        say(f"   Spark Connect server {server.url} (pid {server.pid}, log {server.log}): the jobs attach to it")
+        # Its token as the connection's Token (the operator gives it to the job in its environment only).
+        spark = {"conn_type": "spark_connect", "host": "localhost", "port": int(server.url.rsplit(":", 1)[1]),
+                 "password": Path(server.token_file).read_text().strip()}
+        say(f"   Spark Connect server {server.url} (pid {server.pid}, log {server.log}, token in {server.token_file}): "
+            "the jobs attach to it")
     say("\n", ("5.", "bold"), f" Airflow home {workdir / 'airflow'} (sqlite); connections rowfilter_publisher, "
         f"rowfilter_subscriber (postgres) and spark_default ({spark['conn_type']}) as AIRFLOW_CONN_* variables")
     connections = {

@@ -212,6 +212,17 @@ CASES = (
     Case("constant_call_raises_in_any_branch", "CASE WHEN i4 > 0 THEN substring('ab' FROM 0 FOR -1) = 'a' END",
          ({"i4": "-1"},), ERROR,
          "the planner folds a call of constants wherever it stands, and raises (differential test)"),
+    Case("coalesce_after_a_constant_is_not_folded", "starts_with(t, COALESCE('a', substring('ab' FROM 3 FOR -1)))",
+         ({"t": "ab"}, {"t": "b"}), (True, False),
+         "T_CoalesceExpr drops the arguments after a non-null constant unfolded (differential test)"),
+    Case("coalesce_after_a_null_constant_is_folded", "starts_with(t, COALESCE(NULL, substring('ab' FROM 3 FOR -1)))",
+         ({"t": "ab"},), ERROR, "a NULL constant is dropped and the next argument folded"),
+    Case("case_after_a_true_when_is_not_folded",
+         "CASE WHEN true THEN t = 'a' WHEN i4 > 0 THEN substring('ab' FROM 0 FOR -1) = 'a' END",
+         ({"t": "a", "i4": "1"}, {"t": "b"}), (True, False), "T_CaseExpr stops at a WHEN that folds to TRUE"),
+    Case("case_with_a_false_when_is_not_folded",
+         "CASE WHEN false THEN substring('ab' FROM 0 FOR -1) = 'a' ELSE t = 'a' END",
+         ({"t": "a"}, {"t": "b"}), (True, False), "T_CaseExpr drops a WHEN that folds to FALSE, its result unfolded"),
     Case("split_part_field_zero_raises", "split_part(t, ',', i4) = 'a'", ({"t": "a", "i4": "0"},), ERROR,
          "'field position must not be zero'"),
     Case("repeat_negative_is_empty", "repeat(t, i4) = ''", ({"t": "ab", "i4": "-1"}, {"t": "ab", "i4": "1"}),
@@ -224,6 +235,9 @@ CASES = (
          "the array is double precision[], so i8 is compared as double precision (unlike IN's pairwise items)"),
     Case("all_array_with_null", "i4 <> ALL (ARRAY[1, NULL])", ({"i4": "2"}, {"i4": "1"}, {}), (None, False, None),
          "ALL is false at the first false, else NULL when an element is NULL"),
+    Case("all_compared_as_a_boolean", "i4 < ALL (ARRAY[i8]) <= (i2 IS NULL)",
+         ({"i4": "1", "i8": "2"}, {"i4": "3", "i8": "2", "i2": "1"}, {"i4": "1", "i8": "2", "i2": "1"}, {"i8": "2"}),
+         (True, True, False, None), "(a < ALL (…)) <= b: the quantified comparison is an operand (differential test)"),
     # x [NOT] LIKE|ILIKE ANY/ALL (ARRAY[…]): the pattern operator on each element (PostgreSQL accepts them;
     # they were refused as untranslatable).
     Case("like_any_array", "t LIKE ANY (ARRAY['a%', 'b_'])", ({"t": "abc"}, {"t": "bc"}, {"t": "bcd"}, {}),
@@ -315,6 +329,15 @@ VALIDITY = (
     ("similar_to_any_is_a_syntax_error", "t SIMILAR TO ANY (ARRAY['a%'])", PublicationError),
     ("not_similar_to_all_is_a_syntax_error", "t NOT SIMILAR TO ALL (ARRAY['a%'])", PublicationError),
     ("like_any_then_in_parses", "t LIKE ANY (ARRAY['a%']) IN (true)", "accepted"),
+    # `op ANY/ALL (…)` reduces with Op's precedence, so a comparison may follow it (differential test),
+    # but not precede it: `a <= b < ALL (…)` chains two comparisons
+    ("all_then_a_comparison_parses", "i4 < ALL (ARRAY[i8]) <= (i2 IS NOT DISTINCT FROM length(v))", "accepted"),
+    ("any_then_any_parses", "i4 = ANY (ARRAY[i8]) = ANY (ARRAY[b])", "accepted"),
+    ("a_comparison_then_all_is_a_syntax_error", "i4 <= i8 < ALL (ARRAY[i2])", PublicationError),
+    ("all_then_two_comparisons_is_a_syntax_error", "i4 < ALL (ARRAY[i8]) = b < true", PublicationError),
+    # sqlglot nests `a = b < c` to the right (< binds tighter there); PostgreSQL has one level
+    ("equality_then_an_ordering_is_a_syntax_error", "b = i4 < 3", PublicationError),
+    ("inequality_then_an_ordering_is_a_syntax_error", "b <> (i4) >= 3", PublicationError),
 )
 
 
