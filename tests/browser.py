@@ -59,7 +59,13 @@ class Page:
     def wait_for(self, expression: str, timeout: float = 60, what: str = "") -> Any:
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression)
+            try:
+                value = self.evaluate(expression)
+            except RuntimeError:
+                # Evaluated between two documents (a reload under way: no document element yet): not yet.
+                if time.monotonic() > deadline:
+                    raise
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:

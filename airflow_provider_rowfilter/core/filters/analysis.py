@@ -66,6 +66,11 @@ _STABLE_CASTS = {
 }
 
 
+#: Type families whose = operators take any two members as they are (pg_operator: int24eq, int48eq, float48eq,
+#: date_eq_timestamp, timestamp_eq_timestamptz …).
+_CROSS_TYPE_EQUALITY = ({"int2", "int4", "int8"}, {"float4", "float8"}, {"date", "timestamp", "timestamptz"})
+
+
 @dataclass(frozen=True)
 class FilterContext:
     """What the publisher contributes to analysis: its functions, default collation and time zone."""
@@ -637,7 +642,12 @@ class _Analyzer(TextAnalysis):
         self.coerce(node.this, lt, common)
         self.coerce(node.expression, rt, common)
         self._inherit(node, node.this)
-        return common if not lt.is_unknown else T.TEXT
+        # NULLIF returns the first argument of its = operator (transformNullIf, parse_expr.c): a cross-type
+        # operator of the same family (int24eq, float48eq, date_eq_timestamp …) takes it unconverted, so
+        # NULLIF(i2, i4) is a smallint (and i2 * i2 of it overflows as smallint); otherwise the converted value.
+        if any(lt.name in family and rt.name in family for family in _CROSS_TYPE_EQUALITY):
+            return lt
+        return common
 
     def _a_Case(self, node: exp.Case) -> PgType:
         subject = node.this

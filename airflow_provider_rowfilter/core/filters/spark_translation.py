@@ -435,7 +435,10 @@ class _Translator:
             # equal ignoring trailing spaces, but the value returned keeps its own
             equal = exp.EQ(this=self._compared(node.this), expression=self._compared(node.expression))
             return exp.Case(ifs=[exp.If(this=equal, true=_cast(exp.Null(), t))], default=self.value(node.this))
-        return exp.Nullif(this=self.value(node.this), expression=self.value(node.expression))
+        compared = self.rf.targets.get(id(node.this), self.rf.types[id(node.this)])
+        value = exp.Nullif(this=self.value(node.this), expression=self.value(node.expression))
+        # compared in the common type, returned in the first argument's (core/filters: _a_Nullif)
+        return value if compared == t else _cast(value, t)
 
     def _t_Case(self, node, t):
         subject = node.this
