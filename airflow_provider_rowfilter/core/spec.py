@@ -27,6 +27,10 @@ ConflictPolicy = Literal["error", "upsert"]
 CONFLICT_POLICIES: tuple[str, ...] = get_args(ConflictPolicy)
 #: What refresh does with a table whose definition it refuses (the spec's ``on_invalid_table``).
 InvalidTablePolicy = Literal["refuse", "skip"]
+#: Where ApplyChanges records the conflicts it skips (the spec's ``conflict_log``): counts only, or also a row
+#: each in ``rowfilter.conflict_log`` (subscriber/conflicts.py).
+ConflictLogMode = Literal["none", "table"]
+CONFLICT_LOG_MODES: tuple[str, ...] = get_args(ConflictLogMode)
 INVALID_TABLE_POLICIES: tuple[str, ...] = get_args(InvalidTablePolicy)
 #: Who evaluates the row filters, publish lists and column lists (the spec's ``filtering``): ``source``
 #: the publisher's own pgoutput, reading the slot through the subscription's publications; ``spark`` the
@@ -47,6 +51,9 @@ _EXPECTED = {
     "copy_data": ("is not true or false", "write copy_data: true or copy_data: false, without quotes"),
     "conflict_policy": (f"is not one of {', '.join(CONFLICT_POLICIES)}",
                         "error (PostgreSQL's behaviour: stop at a duplicate key) or upsert (last writer wins)"),
+    "conflict_log": (f"is not one of {', '.join(CONFLICT_LOG_MODES)}",
+                     "none (skipped conflicts are counted: rowfilter.subscription_stats) or table (each also gets a "
+                     "row in rowfilter.conflict_log)"),
     "on_invalid_table": (f"is not one of {', '.join(INVALID_TABLE_POLICIES)}",
                          "refuse (the whole subscription, PostgreSQL's all-or-nothing) or skip (the other tables "
                          "replicate; the refused one waits in state i with the reason)"),
@@ -89,7 +96,9 @@ class SubscriptionSpec:
     ``.rowfilter/<subscription>/changes`` beside the spec file (beside the working directory when the
     spec did not come from a file). ``conflict_policy`` is what ApplyChanges does when an INSERT finds
     its key in the subscriber: ``error`` stops the batch as PostgreSQL does, ``upsert`` overwrites (and
-    an UPDATE that finds no row inserts it). ``retained_wal_warning`` is how much WAL the
+    an UPDATE that finds no row inserts it). ``conflict_log: table`` also keeps a row per skipped conflict
+    (``update_missing``, ``delete_missing``) in ``rowfilter.conflict_log``; every conflict is counted either way
+    (docs/operations.md, "Conflicts"). ``retained_wal_warning`` is how much WAL the
     subscription's slot may hold back on the publisher before ``status`` warns (a size such as
     ``'1GB'``, or bytes). ``spark_remote`` (``sc://host:port``) runs the job's Spark work as a Spark
     Connect client of that server instead of in a Spark driver of its own (``spark_master`` is then
@@ -131,6 +140,7 @@ class SubscriptionSpec:
     copy_data: bool = True
     change_log: str | None = None
     conflict_policy: ConflictPolicy = "error"
+    conflict_log: ConflictLogMode = "none"
     on_invalid_table: InvalidTablePolicy = "refuse"
     filtering: Filtering = "auto"
     reconcile: bool = False

@@ -5,7 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, stage_fingerprint
+from airflow_provider_rowfilter.subscriber import state_migrations
+from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, stage_ddl, stage_fingerprint
 from airflow_provider_rowfilter.subscriber.state_migrations import STAGE_MIGRATED, migrate
 
 _COLUMNS = """SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull FROM pg_attribute a
@@ -33,7 +34,8 @@ def test_a_stage_of_an_earlier_shape_is_replaced_while_empty_and_refused_while_i
     dsn = fresh_db()
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate(conn)
-        last = conn.execute("SELECT max(version) FROM rowfilter.schema_version").fetchone()[0]
+        # The last migration that makes the stage (stage_ddl()), whichever migrations follow it.
+        last = max(v for v, ddl in state_migrations.MIGRATIONS if ddl == stage_ddl())
         # As an earlier version left it (migration 2 alone: two copies of the values), holding a batch.
         conn.execute("ALTER TABLE rowfilter.apply_stage RENAME COLUMN vals TO p_vals")
         conn.execute("ALTER TABLE rowfilter.apply_stage ADD COLUMN a_vals text")
@@ -47,11 +49,14 @@ def test_a_stage_of_an_earlier_shape_is_replaced_while_empty_and_refused_while_i
         assert conn.execute(_COLUMNS).fetchall() == _declared()
 
 
+#: Every migration's number (9 follows 7: 8 is another branch's, independent of 9).
+VERSIONS = [v for v, _ in state_migrations.MIGRATIONS]
+LAST = max(VERSIONS)
+
+
 def test_a_database_main_migrated_to_6_migrates_to_7_and_a_fresh_one_gets_every_version(fresh_db, monkeypatch) -> None:
     """Issue 31's stage migration came after main's 5 (verify/reconcile) and 6 (drop_history): a subscriber
     at 6, with a batch staged by a running apply, keeps the batch and every table; a fresh one gets 1 to 7."""
-    from airflow_provider_rowfilter.subscriber import state_migrations
-
     released = [m for m in state_migrations.MIGRATIONS if m[0] <= 6]
     with psycopg.connect(fresh_db(), autocommit=True) as conn:
         monkeypatch.setattr(state_migrations, "MIGRATIONS", released)
@@ -61,14 +66,14 @@ def test_a_database_main_migrated_to_6_migrates_to_7_and_a_fresh_one_gets_every_
         conn.execute("INSERT INTO rowfilter.apply_stage (token, target, phase, row_kind) VALUES ('s1:x', 0, 0, 'K')")
         conn.execute("INSERT INTO rowfilter.drop_history (subscription, slot_name, tables, kept_slot) "
                      "VALUES ('gone', 'rowfilter_gone', '{}', false)")
-        assert migrate(conn) == 7
-        assert [v for (v,) in conn.execute("SELECT version FROM rowfilter.schema_version ORDER BY 1")] == [*range(1, 8)]
+        assert migrate(conn) == LAST
+        assert [v for (v,) in conn.execute("SELECT version FROM rowfilter.schema_version ORDER BY 1")] == VERSIONS
         assert conn.execute(_COLUMNS).fetchall() == _declared()
         assert conn.execute("SELECT count(*) FROM rowfilter.apply_stage").fetchone()[0] == 1  # the batch kept
         assert conn.execute("SELECT count(*) FROM rowfilter.drop_history").fetchone()[0] == 1
     with psycopg.connect(fresh_db(), autocommit=True) as conn:
-        assert migrate(conn) == 7
-        assert [v for (v,) in conn.execute("SELECT version FROM rowfilter.schema_version ORDER BY 1")] == [*range(1, 8)]
+        assert migrate(conn) == LAST
+        assert [v for (v,) in conn.execute("SELECT version FROM rowfilter.schema_version ORDER BY 1")] == VERSIONS
         assert conn.execute(_COLUMNS).fetchall() == _declared()
         tables = {t for (t,) in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'rowfilter'")}
         assert {"table_check", "drop_history", "apply_stage", "batch_history"} <= tables
