@@ -27,7 +27,7 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.subscriber import conflicts
+from airflow_provider_rowfilter.subscriber import conflicts, replication_origin
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
@@ -50,7 +50,11 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
     :raises ApplyError: a table refused a value or a statement (nothing of the batch was applied).
     """
     faults.point("apply-after-stage")
-    with sub.transaction():
+    # Tagged with the subscription's replication origin, as the apply worker's writes are (a downstream
+    # origin = none then skips them: subscriber/replication_origin.py).
+    with replication_origin.session_origin(sub, spec.subscription) as tagged, sub.transaction():
+        if tagged:
+            replication_origin.record_progress(sub, format_lsn(batch.end))
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}

@@ -45,6 +45,7 @@ def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> D
         publications = read_publications(publisher)
         source = "publisher catalog"
     filtering = spec.filtering_mode(publisher.info.server_version)
+    spec.origin_option(publisher.info.server_version)  # origin = none before PostgreSQL 16: refused here, first
     if filtering == "spark":
         filters = subscription_filters(publications, spec.publication_names, catalog, skip_invalid=skip)
         return Definitions(catalog, publications, filters, source)
