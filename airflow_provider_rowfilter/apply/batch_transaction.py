@@ -74,7 +74,7 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 sub.execute("SAVEPOINT rowfilter_table")
                 try:
                     counts[rel.table] = StagedTable(sub, staged.token, target, spec.conflict_policy,
-                                                    conflict_log).apply()
+                                                    conflict_log, result.span).apply()
                     sub.execute("RELEASE SAVEPOINT rowfilter_table")
                 except ConflictError as e:
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
@@ -92,7 +92,9 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 faults.point("apply-mid-transaction")
             _move(store, rel, batch.end)
         if stops:
-            raise min(stops, key=lambda c: c.commit_lsn)  # the first in commit order, as PostgreSQL stops
+            # The first in commit order, as PostgreSQL stops; a conflict on another unique index is known by its batch
+            # only: after those of a known transaction.
+            raise min(stops, key=lambda c: (c.commit_lsn is None, c.commit_lsn or 0))
         skip_lsn = batch.skip_lsn
         if skip_lsn is not None and (staged.skipped or skip_lsn < batch.end):
             if staged.skipped:

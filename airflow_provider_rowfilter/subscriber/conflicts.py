@@ -41,12 +41,14 @@ FROM_COUNTS = {"missing_update": "update_missing", "missing_delete": "delete_mis
 
 @dataclass(frozen=True)
 class LocalRow:
-    """The subscriber's row a change conflicts with, as PostgreSQL 18's DETAIL names it (conflict.c
+    """A subscriber row a change conflicts with, in one unique index, as PostgreSQL 18's DETAIL names it (conflict.c
     ``errdetail_apply_conflict``, ``build_tuple_value_details``)."""
 
     index: str  # the unique index the key exists in
-    xmin: str  # the transaction that last modified it
+    xmin: str  # the transaction that last modified the row
     values: tuple[str | None, ...]  # its columns' text, in the table's order
+    key_columns: tuple[str, ...] = ()  # the index's columns
+    key: tuple[str | None, ...] = ()  # their values
 
 
 def _tuple(values: Sequence[str | None]) -> str:
@@ -55,32 +57,39 @@ def _tuple(values: Sequence[str | None]) -> str:
 
 
 class ConflictError(RowFilterError):
-    """A change conflicts with the subscriber's data (PostgreSQL's ``insert_exists``/``update_exists``)."""
+    """A change conflicts with the subscriber's data: PostgreSQL 18's ``insert_exists``, ``update_exists`` (one
+    unique index) or ``multiple_unique_conflicts`` (several), which stop its apply worker."""
 
     def __init__(self, table: TableName, kind: str, key_columns: Sequence[str], key: Sequence[str | None],
-                 commit_lsn: int, xid: int | None, local: LocalRow | None = None,
-                 remote: Sequence[str | None] | None = None) -> None:
+                 commit_lsn: int | None, xid: int | None, found: Sequence[LocalRow] = (),
+                 remote: Sequence[str | None] | None = None, batch: str | None = None) -> None:
         self.kind = kind
         self.commit_lsn = commit_lsn
         self.xid = xid
         self.key = tuple(key)
-        lsn = format_lsn(commit_lsn)
-        shown = ", ".join("null" if v is None else v for v in key)
-        # PostgreSQL 18's DETAIL (conflict.c errdetail_apply_conflict), then where the change came from (its CONTEXT).
-        lines = [f'Key already exists in unique index "{local.index}", modified in transaction {local.xmin}.'
-                 if local is not None else "Key already exists in the subscriber."]
-        values = f"Key ({', '.join(key_columns)})=({shown})"
-        if local is not None:
-            values += f"; existing local tuple {_tuple(local.values)}"
-        if remote is not None:
-            values += f"; remote tuple {_tuple(remote)}"
-        lines.append(values + ".")
+        # PostgreSQL 18's DETAIL (conflict.c errdetail_apply_conflict: one part per conflicting unique index), then
+        # where the change came from (its CONTEXT).
+        parts = []
+        for local in found or [LocalRow("", "", (), tuple(key_columns), tuple(key))]:
+            shown = ", ".join("null" if v is None else v for v in local.key)
+            values = f"Key ({', '.join(local.key_columns)})=({shown})"
+            if local.index:
+                values += f"; existing local tuple {_tuple(local.values)}"
+            if remote is not None:
+                values += f"; remote tuple {_tuple(remote)}"
+            parts.append((f'Key already exists in unique index "{local.index}", modified in transaction {local.xmin}.'
+                          if local.index else "Key already exists in the subscriber.") + "\n" + values + ".")
+        if commit_lsn is not None:
+            lsn = format_lsn(commit_lsn)
+            where = f"Remote transaction {xid} finished at {lsn}."
+            hint = (f"remove or change the subscriber's row and run again; or skip the whole remote transaction with "
+                    f"`rowfilter skip --lsn {lsn}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert")
+        else:  # a reduced INSERT: its transaction is within the batch, not told apart
+            where = f"The INSERT is one of the batch's changes ({batch})."
+            hint = "remove or change the subscriber's row and run again"
         super().__init__(
             f'conflict detected on relation "{table}": conflict={kind}',
-            detail="\n".join(lines) + f"\nRemote transaction {xid} finished at {lsn}. Nothing of the batch was applied.",
-            hint=f"remove or change the subscriber's row and run again; or skip the whole remote transaction with "
-            f"`rowfilter skip --lsn {lsn}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert",
-            table=str(table))
+            detail="\n".join(parts) + f"\n{where} Nothing of the batch was applied.", hint=hint, table=str(table))
 
 
 _COLUMNS = [sql.Identifier(f"confl_{t}") for t in CONFLICT_TYPES]
