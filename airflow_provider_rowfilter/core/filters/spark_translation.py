@@ -79,6 +79,8 @@ def _fn(name: str, *args: exp.Expr) -> exp.Expr:
 # The element of an array column, in exists()/forall(): a name no column of a filter's reads can take (they are
 # the table's own names, or the apply's element_at(_nv, n)).
 _LAMBDA_ELEMENT = exp.Var(this="__rowfilter_element")
+# The compared value x of ``x op ANY/ALL (array_column)``, bound once outside the elements' lambda.
+_LAMBDA_SCALAR = exp.Var(this="__rowfilter_scalar")
 
 # The elements of PostgreSQL's text form of an array (arrayfuncs.c array_out): a quoted element (backslash before
 # " and \) or an unquoted one; braces of every dimension and the bounds decoration ([0:1]={…}) are no element.
@@ -278,9 +280,14 @@ class _Translator:
         assert element is not None and common is not None  # the analysis types an array column so
         item = self.convert(_LAMBDA_ELEMENT.copy(), element, common)
         item = _fn("rtrim", item) if common.name == "bpchar" else _operand(item)
-        test = cls(this=self._compared(node.left), expression=item)
-        return _fn("exists" if kind == "any" else "forall", self.value(array),
-                   exp.Lambda(this=test, expressions=[_LAMBDA_ELEMENT.copy()]))
+        test = cls(this=_LAMBDA_SCALAR.copy(), expression=item)
+        quantified = _fn("exists" if kind == "any" else "forall", self.value(array),
+                         exp.Lambda(this=test, expressions=[_LAMBDA_ELEMENT.copy()]))
+        # x is evaluated once, whatever the array holds, as ExecEvalScalarArrayOp has it evaluated before it looks
+        # at the array (an error of x, an overflow, is raised for an empty or NULL array too): bound by a lambda over
+        # a one-element array, whose exists() is the inner result itself (true, false or NULL).
+        return _fn("exists", exp.Array(expressions=[self._compared(node.left)]),
+                   exp.Lambda(this=quantified, expressions=[_LAMBDA_SCALAR.copy()]))
 
     def _t_EQ(self, node, t):  return self._cmp(exp.EQ, node)
     def _t_NEQ(self, node, t): return self._cmp(exp.NEQ, node)
