@@ -116,6 +116,22 @@ def fresh_db(local_pg: LocalPostgres, request: pytest.FixtureRequest) -> Iterato
     yield make
     for name in reversed(created):
         local_pg.drop_database(name)
+    drop_origins(local_pg)
+
+
+def drop_origins(pg: LocalPostgres) -> None:
+    """Drop the replication origins our applies made (subscriber/replication_origin.py): they belong to the cluster,
+    not to the test's databases, and each holds one of its max_active_replication_origins states until dropped, as
+    a native subscription's does until DROP SUBSCRIPTION."""
+    import psycopg
+
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        for (name,) in conn.execute("SELECT roname FROM pg_replication_origin WHERE roname LIKE 'rowfilter\\_%'"
+                                    ).fetchall():
+            try:
+                conn.execute("SELECT pg_replication_origin_drop(%s)", (name,))
+            except psycopg.errors.ObjectInUse:
+                pass  # a job of the test still runs (its process is being stopped): the next test drops it
 
 
 @pytest.fixture(scope="session")
@@ -145,6 +161,7 @@ def fresh_db16(local_pg16: LocalPostgres, request: pytest.FixtureRequest) -> Ite
     yield make
     for name in reversed(created):
         local_pg16.drop_database(name)
+    drop_origins(local_pg16)
 
 
 @pytest.fixture(scope="session")
