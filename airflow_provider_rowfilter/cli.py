@@ -36,6 +36,7 @@ from airflow_provider_rowfilter.jobs.arguments import interval, positive, second
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from airflow_provider_rowfilter.subscriber.conflicts import ConflictStats
     from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState, TableCheckRecord
 
 # markup=False: a "[/x]" in a key or "[p1, …]" in a hint is text, never a style tag.
@@ -91,6 +92,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
              "The next apply drops that one remote transaction (the LSN a conflict error names); --lsn NONE "
              "clears a pending skip.",
              "rowfilter skip --spec s1.yaml --lsn 0/14C0378"),
+    "reset-conflicts": ("set the subscription's conflict counts back to zero (pg_stat_reset_subscription_stats)",
+                        "The running counts of the conflicts the apply met (rowfilter.subscription_stats, per table in "
+                        "rowfilter.conflict_stats, shown by status) start again from zero, and stats_reset says when; "
+                        "the conflict log's rows stay.",
+                        "rowfilter reset-conflicts --spec s1.yaml"),
     "disable": ("stop applying the subscription (ALTER SUBSCRIPTION ... DISABLE)",
                 "The apply (the command, the operator, the incremental-sync DAG) applies nothing until the "
                 "subscription is enabled again, and says so; the slot keeps the changes meanwhile (and the WAL "
@@ -236,6 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return sync_sequences(load_spec(args.spec), args)
         if args.command == "drop":
             return drop(load_spec(args.spec), keep_slot=args.keep_slot)
+        if args.command == "reset-conflicts":
+            return reset_conflicts(load_spec(args.spec, needs=("subscriber",)))
         if args.command in ("disable", "enable"):
             return set_enabled(load_spec(args.spec, needs=("subscriber",)), args.command == "enable")
         if args.command == "spark-server":
@@ -438,7 +446,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     """
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.slot_report import findings, publisher_view, readiness_lines, slot_line
-    from airflow_provider_rowfilter.subscriber.state import StateReader
+    from airflow_provider_rowfilter.subscriber import conflicts
+    from airflow_provider_rowfilter.subscriber.state import StateReader, relation_exists
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
         reader = StateReader(conn, spec.subscription)
@@ -446,6 +455,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         tables = reader.tables()
         last = reader.last_batch()
         checks = reader.checks()
+        conflict_stats = conflicts.read(conn, spec.subscription) if relation_exists(conn, "conflict_stats") else None
         now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]  # the clock finished_at was written by
     view = publisher_view(spec, subscription.slot_name,
                           [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
@@ -478,6 +488,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "skip_lsn": subscription.skip_lsn,
             "last_error": subscription.last_error,
             "last_batch": batch,
+            "conflicts": None if conflict_stats is None else conflict_stats.as_dict(),
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
                         "lag_bytes": lag.get(t.table),
                         "lag_seconds": last.lag_seconds if last is not None and _in_last_batch(t, last) else None,
@@ -505,6 +516,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             say(line)
         for parts in _check_lines(tables, checks, now):
             say(*parts)
+        if conflict_stats is not None and any(conflict_stats.total.values()):
+            say(("conflicts:", "yellow"), " ", _conflict_line(conflict_stats))
     if subscription.last_error:
         say(("last error:", "red"), " ", subscription.last_error, err=True)
     for text in warnings:
@@ -512,6 +525,15 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     if broken:
         say(("BROKEN:", "bold red"), " ", broken, err=True)
     return code
+
+
+def _conflict_line(stats: ConflictStats) -> str:
+    """The running conflict counts (rowfilter.subscription_stats): in total, then per table."""
+    def some(counts: dict[str, int]) -> str:
+        return ", ".join(f"{kind} {n:,}" for kind, n in counts.items() if n)
+    since = f" since {stats.stats_reset:%Y-%m-%d %H:%M:%S %Z}" if stats.stats_reset else ""
+    return (f"{some(stats.total)}{since} (" + "; ".join(f"{t}: {some(c)}" for t, c in stats.tables.items() if any(
+        c.values())) + "); `rowfilter reset-conflicts` resets them")
 
 
 def _check_doc(check: TableCheckRecord | None) -> dict | None:
@@ -619,6 +641,20 @@ def skip(spec: SubscriptionSpec, lsn: str) -> int:
     say(f"subscription {spec.subscription}: " + (
         f"the remote transaction finished at {value} will be skipped by the next apply" if value
         else "skip-LSN cleared"))
+    return 0
+
+
+def reset_conflicts(spec: SubscriptionSpec) -> int:
+    """``pg_stat_reset_subscription_stats``: the subscription's conflict counts back to zero."""
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.subscriber import conflicts
+    from airflow_provider_rowfilter.subscriber.state import StateStore, migrate
+
+    with connect(spec.subscriber, "subscriber", spec) as conn:
+        migrate(conn)
+        StateStore(conn, spec.subscription).require_subscription()
+        conflicts.reset(conn, spec.subscription)
+    say(f"subscription {spec.subscription}: conflict counts reset to zero")
     return 0
 
 

@@ -38,6 +38,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
 from airflow_provider_rowfilter.publisher.writer_lock import holders, writer_lock_on
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
 from airflow_provider_rowfilter.subscriber.copy_target import drop_stagings
+from airflow_provider_rowfilter.subscriber.replication_origin import drop_origin
 from airflow_provider_rowfilter.subscriber.state import (
     APPLY_LOCK,
     StateStore,
@@ -127,6 +128,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
                     clear_stage(sub, spec.subscription)
                 drop_stagings(sub, spec.subscription, [r.table for r in StateStore(sub, spec.subscription).tables()])
                 state = StateStore(sub, spec.subscription).drop(kept_slot=keep_slot)
+            drop_origin(sub, spec.subscription)  # its replication origin, as DROP SUBSCRIPTION drops the worker's
             if state is not None:
                 result.state_dropped = True
                 result.tables = [str(t) for t in state.tables]

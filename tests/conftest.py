@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by the expensive fixtures they use, so ``-m "not spark"`` gives a quick run."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if "local_pg" in fixtures or "fresh_db" in fixtures:
+        if any(f in fixtures for f in ("local_pg", "fresh_db", "local_pg16", "fresh_db16")):
             item.add_marker(pytest.mark.postgres)
         if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
@@ -117,6 +117,52 @@ def fresh_db(local_pg: LocalPostgres, request: pytest.FixtureRequest) -> Iterato
     yield make
     for name in reversed(created):
         local_pg.drop_database(name)
+    drop_origins(local_pg)
+
+
+def drop_origins(pg: LocalPostgres) -> None:
+    """Drop the replication origins our applies made (subscriber/replication_origin.py): they belong to the cluster,
+    not to the test's databases, and each holds one of its max_active_replication_origins states until dropped, as
+    a native subscription's does until DROP SUBSCRIPTION."""
+    import psycopg
+
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        for (name,) in conn.execute("SELECT roname FROM pg_replication_origin WHERE roname LIKE 'rowfilter\\_%'"
+                                    ).fetchall():
+            try:
+                conn.execute("SELECT pg_replication_origin_drop(%s)", (name,))
+            except psycopg.errors.ObjectInUse:
+                pass  # a job of the test still runs (its process is being stopped): the next test drops it
+
+
+@pytest.fixture(scope="session")
+def local_pg16() -> Iterator[LocalPostgres]:
+    """A PostgreSQL 16 cluster beside the run's 18 one, for the tests that hold us to a 16 publisher (and a 16
+    native referee): the ``pgserver`` wheel's 16.2 server (pgoutput, walreceiver), started once, on first use
+    (about 2 s). Its URLs carry their own password file, as the 18 cluster's do."""
+    import pgserver
+
+    bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
+    with LocalPostgres.start(bin_dir=bin_dir) as pg:
+        _timings[f"local PostgreSQL {pg.version_num}"] = pg.startup_seconds
+        yield pg
+
+
+@pytest.fixture
+def fresh_db16(local_pg16: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """:func:`fresh_db` on the PostgreSQL 16 cluster."""
+    created: list[str] = []
+
+    def make() -> str:
+        stem = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:40]
+        name = f"t16_{stem}_{next(_db_counter)}"
+        created.append(name)
+        return local_pg16.create_database(name)
+
+    yield make
+    for name in reversed(created):
+        local_pg16.drop_database(name)
+    drop_origins(local_pg16)
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,7 @@ from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.subscriber import conflicts, replication_origin
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
@@ -49,13 +50,19 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
     :raises ApplyError: a table refused a value or a statement (nothing of the batch was applied).
     """
     faults.point("apply-after-stage")
-    with sub.transaction():
+    # Tagged with the subscription's replication origin, as the apply worker's writes are (a downstream
+    # origin = none then skips them: subscriber/replication_origin.py).
+    with replication_origin.session_origin(sub, spec.subscription) as tagged, sub.transaction():
+        if tagged:
+            replication_origin.record_progress(sub, format_lsn(batch.end))
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
         replica_role(sub, "apply", tables=[rel.table for index, rel in enumerate(batch.rels) if index in batch.targets])
-        conflicts: list[ConflictError] = []
+        stops: list[ConflictError] = []
         counts: dict[TableName, TableCounts] = {}
+        conflict_log = (conflicts.ConflictLog(spec.subscription, result.start_lsn, format_lsn(batch.end))
+                        if spec.conflict_log == "table" else None)
         for index, rel in enumerate(batch.rels):
             now = current.get(rel.table)
             if now is None or (now.state, now.lsn) != (rel.state, rel.lsn):
@@ -66,11 +73,12 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 target = batch.targets[index]
                 sub.execute("SAVEPOINT rowfilter_table")
                 try:
-                    counts[rel.table] = StagedTable(sub, staged.token, target, spec.conflict_policy).apply()
+                    counts[rel.table] = StagedTable(sub, staged.token, target, spec.conflict_policy,
+                                                    conflict_log, result.span).apply()
                     sub.execute("RELEASE SAVEPOINT rowfilter_table")
                 except ConflictError as e:
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
-                    conflicts.append(e)
+                    stops.append(e)
                     continue
                 except psycopg.errors.DataError as e:  # SQLSTATE class 22: a value the column cannot take
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
@@ -79,10 +87,14 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 except (psycopg.errors.IntegrityError, psycopg.errors.ProgrammingError) as e:
                     raise _table_error(target, result, e) from e
                 counts[rel.table].extra = staged.extra.get(index, {})
+                # The skipped conflicts' running counts, committed with the batch (subscriber/conflicts.py).
+                conflicts.count(sub, spec.subscription, rel.table, conflicts.conflicts_of(counts[rel.table].as_dict()))
                 faults.point("apply-mid-transaction")
             _move(store, rel, batch.end)
-        if conflicts:
-            raise min(conflicts, key=lambda c: c.commit_lsn)  # the first in commit order, as PostgreSQL stops
+        if stops:
+            # The first in commit order, as PostgreSQL stops; a conflict on another unique index is known by its batch
+            # only: after those of a known transaction.
+            raise min(stops, key=lambda c: (c.commit_lsn is None, c.commit_lsn or 0))
         skip_lsn = batch.skip_lsn
         if skip_lsn is not None and (staged.skipped or skip_lsn < batch.end):
             if staged.skipped:

@@ -46,6 +46,8 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.humane import ProgressReport, duration, report_progress, size
 from airflow_provider_rowfilter.publisher.catalog_reader import flush_position
+from airflow_provider_rowfilter.subscriber import conflicts
+from airflow_provider_rowfilter.subscriber.apply_target import ConflictError
 from airflow_provider_rowfilter.subscriber.state import (
     APPLIED,
     APPLY_LOCK,
@@ -290,6 +292,11 @@ def _record_failure(spec: SubscriptionSpec, error: RowFilterError) -> None:
             store.record_error(None, str(error))
             if error.table:
                 store.record_error(TableName.parse(error.table), str(error))
+            if isinstance(error, ConflictError) and relation_exists(sub, "conflict_stats"):
+                # PostgreSQL counts a conflict that stops the apply each time it is met (conflict.c
+                # ReportApplyConflict): the batch rolled back, the count is committed on its own.
+                with sub.transaction():
+                    conflicts.count(sub, spec.subscription, TableName.parse(error.table), {error.kind: 1})
     except (RowFilterError, psycopg.Error) as e:
         log.error("could not record the error in the subscriber (%s); it is only in this log and the exit code",
                   e)

@@ -29,6 +29,7 @@ from sqlglot import exp, serde
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters import pg_types
+from airflow_provider_rowfilter.core.filters.spark_translation import typed_read
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import ConflictPolicy
@@ -203,7 +204,8 @@ def filter_expression(tree: exp.Expr, column_types: dict[str, str],
     """The filter with each column reference replaced by ``read(name)`` cast to the column's Spark type.
 
     ``CAST(<read('a')> AS INT)``: the value's PostgreSQL text form, converted the way the
-    differential tests check; a column the change does not carry reads as NULL. ``tree`` is not changed.
+    differential tests check (an array's elements one by one, spark_translation.py ``typed_read``); a column
+    the change does not carry reads as NULL. ``tree`` is not changed.
     """
 
     def typed(node: exp.Expr) -> exp.Expr:
@@ -211,12 +213,12 @@ def filter_expression(tree: exp.Expr, column_types: dict[str, str],
             return node
         name = node.name
         type_name = column_types.get(name)
-        spark_type = None if type_name is None else pg_types.spark_type(pg_types.parse_type(type_name))
-        if spark_type is None:
+        pg_type = None if type_name is None else pg_types.parse_type(type_name)
+        if pg_type is None or pg_types.spark_type(pg_type) is None:
             raise UntranslatableFilterError(
                 f'the filter column "{name}" has no recorded type the apply can read it as',
                 hint="run `rowfilter refresh` again so the definitions record the filter columns' types")
-        return exp.Cast(this=read(name), to=exp.DataType.build(spark_type, dialect="spark"))
+        return typed_read(read(name), pg_type)
 
     return tree.transform(typed)
 

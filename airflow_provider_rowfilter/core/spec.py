@@ -28,6 +28,10 @@ ConflictPolicy = Literal["error", "upsert"]
 CONFLICT_POLICIES: tuple[str, ...] = get_args(ConflictPolicy)
 #: What refresh does with a table whose definition it refuses (the spec's ``on_invalid_table``).
 InvalidTablePolicy = Literal["refuse", "skip"]
+#: Where ApplyChanges records the conflicts it skips (the spec's ``conflict_log``): counts only, or also a row
+#: each in ``rowfilter.conflict_log`` (subscriber/conflicts.py).
+ConflictLogMode = Literal["none", "table"]
+CONFLICT_LOG_MODES: tuple[str, ...] = get_args(ConflictLogMode)
 INVALID_TABLE_POLICIES: tuple[str, ...] = get_args(InvalidTablePolicy)
 #: Who evaluates the row filters, publish lists and column lists (the spec's ``filtering``): ``source``
 #: the publisher's own pgoutput, reading the slot through the subscription's publications; ``spark`` the
@@ -37,6 +41,13 @@ FILTERING_MODES: tuple[str, ...] = get_args(Filtering)
 #: pgoutput filters rows (and projects column lists) from PostgreSQL 15 (pgoutput_row_filter in
 #: src/backend/replication/pgoutput/pgoutput.c).
 SOURCE_FILTERING_VERSION = 150000
+#: Which changes the publisher sends by their replication origin (the spec's ``origin``, CREATE SUBSCRIPTION's
+#: ``origin``): ``any`` every change, ``none`` only those that did not come from replication themselves.
+Origin = Literal["any", "none"]
+ORIGINS: tuple[str, ...] = get_args(Origin)
+#: pgoutput takes the ``origin`` option from PostgreSQL 16 (parse_output_parameters in pgoutput.c;
+#: libpqwalreceiver.c sends it only to a server of 16 or later).
+ORIGIN_VERSION = 160000
 #: A subscription name the spec accepts: it also names the slot and the capture publications.
 SUBSCRIPTION_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _CONNINFO_KEYS = ("publisher", "subscriber")
@@ -48,6 +59,12 @@ _EXPECTED = {
     "copy_data": ("is not true or false", "write copy_data: true or copy_data: false, without quotes"),
     "conflict_policy": (f"is not one of {', '.join(CONFLICT_POLICIES)}",
                         "error (PostgreSQL's behaviour: stop at a duplicate key) or upsert (last writer wins)"),
+    "conflict_log": (f"is not one of {', '.join(CONFLICT_LOG_MODES)}",
+                     "none (skipped conflicts are counted: rowfilter.subscription_stats) or table (each also gets a "
+                     "row in rowfilter.conflict_log)"),
+    "origin": (f"is not one of {', '.join(ORIGINS)}",
+               "any (every change, PostgreSQL's default) or none (only changes that did not come from replication: "
+               "cascades and two-way setups without loops; PostgreSQL 16+ publishers)"),
     "on_invalid_table": (f"is not one of {', '.join(INVALID_TABLE_POLICIES)}",
                          "refuse (the whole subscription, PostgreSQL's all-or-nothing) or skip (the other tables "
                          "replicate; the refused one waits in state i with the reason)"),
@@ -90,7 +107,11 @@ class SubscriptionSpec:
     ``.rowfilter/<subscription>/changes`` beside the spec file (beside the working directory when the
     spec did not come from a file). ``conflict_policy`` is what ApplyChanges does when an INSERT finds
     its key in the subscriber: ``error`` stops the batch as PostgreSQL does, ``upsert`` overwrites (and
-    an UPDATE that finds no row inserts it). ``retained_wal_warning`` is how much WAL the
+    an UPDATE that finds no row inserts it). ``conflict_log: table`` also keeps a row per skipped conflict
+    (``update_missing``, ``delete_missing``) in ``rowfilter.conflict_log``; every conflict is counted either way
+    (docs/operations.md, "Conflicts"). ``origin: none`` asks the publisher (16+) for the changes that did not
+    come from replication only (:meth:`origin_option`); the apply's own writes carry a replication origin either
+    way (subscriber/replication_origin.py). ``retained_wal_warning`` is how much WAL the
     subscription's slot may hold back on the publisher before ``status`` warns (a size such as
     ``'1GB'``, or bytes). ``spark_remote`` (``sc://host:port``) runs the job's Spark work as a Spark
     Connect client of that server instead of in a Spark driver of its own (``spark_master`` is then
@@ -132,6 +153,8 @@ class SubscriptionSpec:
     copy_data: bool = True
     change_log: str | None = None
     conflict_policy: ConflictPolicy = "error"
+    conflict_log: ConflictLogMode = "none"
+    origin: Origin = "any"
     on_invalid_table: InvalidTablePolicy = "refuse"
     filtering: Filtering = "auto"
     reconcile: bool = False
@@ -304,6 +327,22 @@ class SubscriptionSpec:
         """Where the change log lives: ``change_log`` (a path, ``file://`` or a served URL), or the default."""
         return parse_location(self.change_log or default_change_log(self.subscription),
                               f"subscription {self.subscription!r}")
+
+    def origin_option(self, server_version: int) -> str | None:
+        """The ``origin`` option pgoutput is given for a publisher of ``server_version``: sent from PostgreSQL 16
+        on, as the apply worker's walreceiver sends it (libpqwalreceiver.c ``libpqrcv_startstreaming``); before
+        16 ``any`` sends nothing (every change, the only behaviour there) and ``none`` is refused, since pgoutput
+        there knows no such option."""
+        if server_version >= ORIGIN_VERSION:
+            return self.origin
+        if self.origin == "none":
+            raise SpecError(
+                f"subscription {self.subscription!r}: origin = none needs a publisher of PostgreSQL 16 or later; "
+                f"this one is PostgreSQL {server_version // 10000}",
+                detail='its pgoutput has no origin option ("unrecognized pgoutput option: origin"): it sends every '
+                "change, those that came from replication too",
+                hint="set origin: any (and make sure no change comes back in a loop), or upgrade the publisher")
+        return None
 
     def change_log_dir(self) -> Path:
         """The change-log directory: ``change_log``, or the default under the working directory."""

@@ -39,6 +39,7 @@ from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.filters.subscription_filters import (
     filters_document,
     leaf_actions,
+    leaf_capture_columns,
     subscribed_tables,
 )
 from airflow_provider_rowfilter.core.relation import TableName
@@ -146,7 +147,9 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
                 log.info("filtering: source: dropped the capture publications %s", ", ".join(dropped))
         else:
             # The publications first: pgoutput decodes each change with the catalog as of its position.
-            publication_changed = ensure_capture_publications(pub, spec.subscription, actions, slot_exists=had_slot)
+            publication_changed = ensure_capture_publications(
+                pub, spec.subscription, actions, slot_exists=had_slot,
+                columns=leaf_capture_columns(definitions.filters, definitions.catalog))
         slot_created = ensure_slot(pub, slot, failover)
         lsn = current_lsn(pub)
         # Recorded below (a table added without copy is r there; the definitions apply from there): never past what

@@ -11,6 +11,9 @@ tags (DogStatsD, OpenTelemetry). Names are under ``rowfilter.`` (docs/operations
 - ``rowfilter.<subscription>.lag_bytes`` / ``.lag_seconds`` (gauges: the WAL behind the publisher's
   position and the commit-time lag at the end of the last batch);
 - ``rowfilter.<subscription>.<schema>.<table>.<operation>`` (counters: ``insert``, ``update``, …);
+- ``rowfilter.<subscription>.conflicts.<type>`` (counters, tagged with the table: the skipped conflicts by
+  PostgreSQL 18's type, ``update_missing``, ``delete_missing``; the running totals are in the subscriber,
+  ``rowfilter.subscription_stats``);
 - ``rowfilter.<subscription>.retained_wal_bytes`` and ``.batch_age_seconds`` (gauges, measured after every
   ApplyChanges run, failed or not, and by
   :class:`~airflow_provider_rowfilter.operators.subscription_lag.SubscriptionLagCheckOperator`): a failing
@@ -24,6 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow.sdk.observability import stats
+
+from airflow_provider_rowfilter.subscriber.conflicts import conflicts_of
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -56,6 +61,8 @@ def apply_metrics(result: Mapping[str, Any]) -> None:
             if n:
                 stats.incr(metric(name, _part(schema), _part(relname), _part(operation)), int(n),
                            tags={**tags, "table": str(table), "operation": operation})
+        for kind, n in conflicts_of(counts).items():  # PostgreSQL 18's names (pg_stat_subscription_stats confl_*)
+            stats.incr(metric(name, "conflicts", kind), n, tags={**tags, "table": str(table), "conflict": kind})
 
 
 def lag_metrics(subscription: str, retained_wal_bytes: int | None, batch_age_seconds: float | None) -> None:

@@ -102,7 +102,7 @@ DEFAULT_FETCH_ROWS = 10_000
 PROTO_VERSION = "1"
 
 _PEEK = ("SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM pg_logical_slot_peek_binary_changes("
-         "%s, %s::pg_lsn, %s, 'proto_version', %s, 'publication_names', %s)")
+         "%s, %s::pg_lsn, %s, 'proto_version', %s, 'publication_names', %s{origin})")
 _CHANGE_CODES = (pgoutput_columns.INSERT, pgoutput_columns.UPDATE, pgoutput_columns.DELETE)
 _KIND_OF_CODE = np.zeros(256, np.int8)  # a change message's first byte -> its kind in the log
 _KIND_OF_CODE[list(_CHANGE_CODES)] = INSERT, UPDATE, DELETE
@@ -179,6 +179,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
             result.recovered_lsn = result.start_lsn = format_lsn(logged)
         flushed = parse_lsn(pub.execute(f"SELECT {WAL_END}::text").fetchone()[0])
         mode = spec.filtering_mode(pub.info.server_version)
+        origin_option = spec.origin_option(pub.info.server_version)
         names = _publication_names(pub, spec, mode)
         writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
             "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode,
@@ -186,7 +187,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         result.filtering = mode
         try:
             batch = _read_slot(pub, writer, slot, ",".join(_quoted(n) for n in names), max_changes=max_changes,
-                               upto_lsn=upto, fetch_rows=fetch_rows, mode=mode, needs=needs)
+                               upto_lsn=upto, fetch_rows=fetch_rows, mode=mode, needs=needs, origin=origin_option)
             result.more = batch.messages >= max_changes
             target = max(batch.end_lsn or confirmed, confirmed)
             if not result.more:
@@ -273,13 +274,15 @@ class _Batch:
 
 def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication_names: str, *,
                max_changes: int, upto_lsn: int | None, fetch_rows: int, mode: str = "spark",
-               needs: LogNeeds | None = None) -> _Batch:
-    """Stream the slot's pending transactions into ``writer``, a fetch at a time."""
+               needs: LogNeeds | None = None, origin: str | None = None) -> _Batch:
+    """Stream the slot's pending transactions into ``writer``, a fetch at a time; ``origin`` is pgoutput's option
+    (None: not sent, a publisher before 16)."""
     reader = _Reader(writer, _TypeNames(pub), _python_encoding(pub))
     try:
         with pub.transaction(), pub.cursor("rowfilter_capture", binary=True) as cursor:
-            cursor.execute(_PEEK, (slot, None if upto_lsn is None else format_lsn(upto_lsn), max_changes,
-                                   PROTO_VERSION, publication_names))
+            cursor.execute(_PEEK.format(origin="" if origin is None else ", 'origin', %s"),
+                           (slot, None if upto_lsn is None else format_lsn(upto_lsn), max_changes, PROTO_VERSION,
+                            publication_names, *(() if origin is None else (origin,))))
             while rows := cursor.fetchmany(fetch_rows):
                 reader.read(rows)
     except psycopg.Error as e:

@@ -163,14 +163,16 @@ def _publish_option(actions: Iterable[PublishAction]) -> sql.Composable:
 
 def ensure_capture_publications(conn: psycopg.Connection, subscription: str,
                                 actions: Mapping[TableName, frozenset[PublishAction]], *,
-                                slot_exists: bool) -> bool:
+                                slot_exists: bool, columns: Mapping[TableName, tuple[str, ...]] | None = None) -> bool:
     """Make the capture publications publish each leaf for exactly its ``actions``; return whether anything changed.
 
     Without a slot yet, all five are created (before the slot, so that they exist at every position
     it will decode). With a slot, a missing one (an installation from before they were five) is
     created only when a leaf needs it, and refused on publishers older than PostgreSQL 18, whose
     pgoutput cannot decode the slot's pending changes through a publication younger than them.
-    Everything happens in one transaction: a leaf moving between publications is never in none.
+    Everything happens in one transaction: a leaf moving between publications is never in none. ``columns``:
+    the leaves that get a column list (core/filters/subscription_filters.py ``leaf_capture_columns``), the same in
+    each publication of theirs; the others get none.
     """
     marker = MARKER + subscription
     layout = capture_layout(subscription, actions)
@@ -207,12 +209,12 @@ def ensure_capture_publications(conn: psycopg.Connection, subscription: str,
             conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(sql.Identifier(name), sql.Literal(marker)))
             changed = True
         for name in [n for n in layout if n in existing or n in missing]:
-            changed |= _set_publication(conn, name, *layout[name])
+            changed |= _set_publication(conn, name, *layout[name], columns or {})
     return changed
 
 
 def _set_publication(conn: psycopg.Connection, name: str, publish: frozenset[PublishAction],
-                     leaves: frozenset[TableName]) -> bool:
+                     leaves: frozenset[TableName], columns: Mapping[TableName, tuple[str, ...]]) -> bool:
     ident = sql.Identifier(name)
     changed = False
     flags = one(conn.execute(
@@ -220,15 +222,20 @@ def _set_publication(conn: psycopg.Connection, name: str, publish: frozenset[Pub
     if frozenset(a for a, on in zip(PublishAction, flags, strict=True) if on) != publish:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET ({})").format(ident, _publish_option(publish)))
         changed = True
-    current = {TableName(s, t) for s, t in conn.execute(
-        """SELECT n.nspname, c.relname FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
+    # prattrs (PostgreSQL 15+): the column list, as the names it holds (a set: its order is the table's).
+    listed = ("(SELECT array_agg(a.attname::text) FROM pg_attribute a WHERE a.attrelid = r.prrelid "
+              "AND a.attnum = ANY(r.prattrs))" if conn.info.server_version >= 150000 else "NULL::text[]")
+    current = {TableName(s, t): None if cols is None else frozenset(cols) for s, t, cols in conn.execute(
+        sql.SQL("""SELECT n.nspname, c.relname, {} FROM pg_publication_rel r JOIN pg_publication p ON p.oid = r.prpubid
            JOIN pg_class c ON c.oid = r.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-           WHERE p.pubname = %s""", (name,))}
-    if current == leaves:
+           WHERE p.pubname = %s""").format(sql.SQL(listed)), (name,))}
+    wanted = {t: None if t not in columns else frozenset(columns[t]) for t in leaves}
+    if current == wanted:
         return changed
     if leaves:
         conn.execute(sql.SQL("ALTER PUBLICATION {} SET TABLE ").format(ident) + sql.SQL(", ").join(
-            sql.SQL("ONLY {}").format(table_sql(t)) for t in sorted(leaves)))
+            sql.SQL("ONLY {}{}").format(table_sql(t), sql.SQL("") if t not in columns else sql.SQL(" ({})").format(
+                sql.SQL(", ").join(map(sql.Identifier, columns[t])))) for t in sorted(leaves)))
     else:
         conn.execute(sql.SQL("ALTER PUBLICATION {} DROP TABLE ").format(ident) + sql.SQL(", ").join(
             sql.SQL("ONLY {}").format(table_sql(t)) for t in sorted(current)))

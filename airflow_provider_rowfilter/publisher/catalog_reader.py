@@ -27,6 +27,7 @@ from airflow_provider_rowfilter.core.relation import (
     ReplicaIdentity,
     TableName,
 )
+from airflow_provider_rowfilter.publisher.catalog_features import refuse_unknown_features
 from airflow_provider_rowfilter.publisher.slot_health import WAL_END
 
 log = logging.getLogger(__name__)
@@ -258,7 +259,9 @@ _STATE_SCHEMAS = """(SELECT coalesce(jsonb_object_agg(pubname, schemas), '{}') F
 def read_publication_state(conn: psycopg.Connection, publications: Sequence[str],
                            tables: Sequence[TableName]) -> dict:
     """What the catalog says now of ``publications`` for the subscribed ``tables`` (core/publication_state.py),
-    in one query: what a refresh records and each apply batch of ``filtering: spark`` holds against it."""
+    in one query: what a refresh records and each apply batch of ``filtering: spark`` holds against it. A
+    publication feature this version does not understand stops it (publisher/catalog_features.py)."""
+    refuse_unknown_features(conn, publications)
     version = conn.info.server_version
     query = _STATE.format(
         ancestors="pg_partition_ancestors(w.oid)" if version >= 120000 else "(SELECT w.oid)",

@@ -13,6 +13,7 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import Subscri
 from airflow_provider_rowfilter.core.publication import PublicationSet
 from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl, table_refusals
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.publisher.catalog_features import refuse_unknown_features
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, read_publications
 
 
@@ -39,9 +40,12 @@ def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> D
             publications = publications_from_ddl(ddl, catalog)
         source = f"ddl file {spec.publications_ddl}"
     else:
+        # a feature of the publisher's publications we do not understand stops here (publisher/catalog_features.py)
+        refuse_unknown_features(publisher, spec.publication_names)
         publications = read_publications(publisher)
         source = "publisher catalog"
     filtering = spec.filtering_mode(publisher.info.server_version)
+    spec.origin_option(publisher.info.server_version)  # origin = none before PostgreSQL 16: refused here, first
     if filtering == "spark":
         filters = subscription_filters(publications, spec.publication_names, catalog, skip_invalid=skip)
         return Definitions(catalog, publications, filters, source)

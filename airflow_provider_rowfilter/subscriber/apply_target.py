@@ -38,30 +38,12 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES, ConflictPolicy
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE
+from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, ConflictLog, LocalRow, log_change, log_keys
+from airflow_provider_rowfilter.subscriber.unique_conflicts import conflicting_rows, first_conflicting, unique_indexes
 
 
 class ApplyTargetError(RowFilterError):
     """The subscriber's table cannot take the changes published for it."""
-
-
-class ConflictError(RowFilterError):
-    """A change conflicts with the subscriber's data (PostgreSQL's ``insert_exists``/``update_exists``)."""
-
-    def __init__(self, table: TableName, kind: str, key_columns: Sequence[str], key: Sequence[str | None],
-                 commit_lsn: int, xid: int | None) -> None:
-        self.kind = kind
-        self.commit_lsn = commit_lsn
-        self.xid = xid
-        self.key = tuple(key)
-        lsn = format_lsn(commit_lsn)
-        shown = ", ".join("NULL" if v is None else v for v in key)
-        super().__init__(
-            f'conflict detected on relation "{table}": conflict={kind}',
-            detail=f"Key ({', '.join(key_columns)})=({shown}) already exists in the subscriber; remote transaction "
-            f"{xid} finished at {lsn}. Nothing of the batch was applied.",
-            hint=f"remove or change the subscriber's row and run again; or skip the whole remote transaction with "
-            f"`rowfilter skip --lsn {lsn}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert",
-            table=str(table))
 
 
 @dataclass(frozen=True)
@@ -182,13 +164,16 @@ class TableCounts:
 class StagedTable:
     """Applies one target's staged rows inside the caller's transaction."""
 
-    def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error") -> None:
+    def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error",
+                 conflict_log: ConflictLog | None = None, span: str | None = None) -> None:
         if policy not in CONFLICT_POLICIES:
             raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(CONFLICT_POLICIES)}")
         self.conn = conn
         self.token = token
         self.target = target
         self.policy = policy
+        self.conflict_log = conflict_log  # where skipped conflicts are logged (the spec's conflict_log: table)
+        self.span = span  # the batch's changes in words, for a conflict no single transaction is known of
         self.keys = sql.Identifier(f"rowfilter_keys_{target.index}")
         self.rel = sql.SQL("{}{}").format(target.only, table_sql(target.table))
 
@@ -277,13 +262,13 @@ class StagedTable:
                 "UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = %s"
             ).format(**q), (phase,))
         conflict = self.conn.execute(sql.SQL(
-            """SELECT key, lsn, xid FROM (
-                 SELECT key, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,
+            """SELECT key, lsn, xid, vals::text FROM (
+                 SELECT key, vals, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,
                         CASE WHEN existed THEN p_conflict_xid ELSE a_conflict_xid END AS xid
                  FROM {keys} WHERE phase = %s) c
                WHERE lsn IS NOT NULL ORDER BY lsn LIMIT 1""").format(**q), (phase,)).fetchone()
         if conflict is not None:
-            self._conflict("insert_exists", conflict[0], conflict[1], conflict[2])
+            self._insert_exists(phase, conflict[0], conflict[1], conflict[2], conflict[3])
         row = self.conn.execute(sql.SQL(
             """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
                       coalesce(sum(CASE WHEN existed THEN p_missing_update ELSE a_missing_update END), 0),
@@ -295,6 +280,9 @@ class StagedTable:
         counts.delete += deletes - missing_delete
         counts.missing_update += missing_update
         counts.missing_delete += missing_delete
+        if self.conflict_log is not None and (missing_update or missing_delete):
+            log_keys(self.conn, self.conflict_log, self.target.table, self.keys, phase, self.target.key,
+                     self.target.column_names)
         if not self.target.key:  # only INSERTs are staged as keys (spark/apply_frames.py): nothing to find
             self.conn.execute(sql.SQL(
                 "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
@@ -309,11 +297,56 @@ class StagedTable:
         self.conn.execute(sql.SQL(
             "UPDATE {rel} t SET {set} FROM {keys} k WHERE k.phase = %s AND k.existed AND k.p_present AND {match}"
         ).format(set=self._update_set(sql.SQL("k.vals"), sql.SQL("k.p_flags")), **q), (phase,))
-        self.conn.execute(sql.SQL(
-            "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
-            "WHERE k.phase = %s AND NOT k.existed AND k.a_present"
-        ).format(rel_name=table_sql(self.target.table), columns=self._column_list(),
-                 values=self._insert_values(sql.SQL("k.vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
+        try:
+            with self.conn.transaction():
+                self.conn.execute(sql.SQL(
+                    "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
+                    "WHERE k.phase = %s AND NOT k.existed AND k.a_present"
+                ).format(rel_name=table_sql(self.target.table), columns=self._column_list(),
+                         values=self._insert_values(sql.SQL("k.vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
+        except psycopg.errors.UniqueViolation:
+            self._other_index_conflict(phase)
+            raise  # not a unique index the checks cover (an expression or partial one): PostgreSQL's own error
+
+    # --- conflicts on unique indexes (subscriber/unique_conflicts.py) ------------------------------------------
+    def _new_rows(self, phase: int, flags: str, key: str | None = None) -> sql.Composable:
+        """The rows phase ``phase`` would insert (``key`` and every writable column), or only ``key``'s."""
+        values = sql.SQL(", ").join(
+            sql.SQL("CASE {f} WHEN '0' THEN {v} ELSE {d} END AS {c}").format(
+                f=self._flag(sql.SQL(flags), i), v=self._value(sql.SQL("k.vals"), i, col), d=self._default(col),
+                c=sql.Identifier(col.name))
+            for i, col in enumerate(self.target.columns))
+        which = sql.SQL("NOT k.existed AND k.a_present") if key is None else sql.SQL("k.key = {}").format(
+            sql.Literal(key))
+        return sql.SQL("SELECT k.key, {} FROM {} k WHERE k.phase = {} AND {}").format(
+            values, self.keys, sql.Literal(phase), which)
+
+    def _insert_exists(self, phase: int, key: str, commit_lsn: int, xid: int | None, vals: str | None) -> None:
+        """An INSERT whose key the subscriber has: ``insert_exists``, or ``multiple_unique_conflicts`` when its row
+        exists in another unique index too (conflict.c, worker.c)."""
+        new = self._new_rows(phase, "CASE WHEN k.existed THEN k.p_flags ELSE k.a_flags END", key)
+        found = conflicting_rows(self.conn, self.rel, self.target.column_names, new,
+                                 unique_indexes(self.conn, table_sql(self.target.table)))
+        local = found or [row for row in [self._local_row(key)] if row is not None]
+        raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(local) > 1 else "insert_exists",
+                            self.target.key, _json_list(key), int(commit_lsn), None if xid is None else int(xid),
+                            local, None if vals is None else _json_list(vals))
+
+    def _other_index_conflict(self, phase: int) -> None:
+        """The phase's INSERT violated a unique index other than the key: raise PostgreSQL 18's conflict for the
+        first row that did (by key), naming every index it exists in; return when none of the covered ones."""
+        indexes = unique_indexes(self.conn, table_sql(self.target.table))
+        others = [i for i in indexes if i.columns != self.target.key]
+        key = first_conflicting(self.conn, self.rel, self._new_rows(phase, "k.a_flags"), others)
+        if key is None:
+            return
+        new = self._new_rows(phase, "k.a_flags", key)
+        found = conflicting_rows(self.conn, self.rel, self.target.column_names, new, indexes)
+        remote = self.conn.execute(sql.SQL("SELECT {} FROM ({}) n").format(
+            sql.SQL(", ").join(sql.SQL("n.{}::text").format(sql.Identifier(c)) for c in self.target.column_names),
+            new)).fetchone()
+        raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(found) > 1 else "insert_exists",
+                            self.target.key, _json_list(key), None, None, found, remote, batch=self.span)
 
     def _apply_barrier(self, phase: int, counts: TableCounts) -> None:
         row = self.conn.execute(sql.SQL(
@@ -332,7 +365,7 @@ class StagedTable:
             # An UPDATE that moves a row to another key: one statement, located by the old key.
             self._move_key(key, vals, flags, commit_lsn, xid, counts)
         else:
-            self._change_one_row(op, key, vals, flags, counts)
+            self._change_one_row(op, key, vals, flags, counts, commit_lsn, xid)
 
     def _move_key(self, key: str, vals: str, flags: str, commit_lsn: int, xid: int | None,
                   counts: TableCounts) -> None:
@@ -354,7 +387,8 @@ class StagedTable:
         except psycopg.errors.UniqueViolation:
             new = [None if f != "0" else v for v, f in zip(_json_list(vals), flags, strict=False)]
             by_name = dict(zip(self.target.column_names, new, strict=False))
-            self._conflict("update_exists", _json_text([by_name.get(k) for k in self.target.key]), commit_lsn, xid)
+            self._conflict("update_exists", _json_text([by_name.get(k) for k in self.target.key]), commit_lsn, xid,
+                           _json_text(new))
         if cur.rowcount:
             counts.update += 1
         elif self.policy == "upsert":
@@ -364,8 +398,19 @@ class StagedTable:
             counts.insert += 1
         else:
             counts.missing_update += 1
+            self._log_skipped("update_missing", dict(zip(self.target.key, _json_list(key), strict=True)), vals,
+                              commit_lsn, xid)
 
-    def _change_one_row(self, op: str, old: str, vals: str | None, flags: str | None, counts: TableCounts) -> None:
+    def _log_skipped(self, kind: str, key: dict | None, vals: str | None, commit_lsn: int | None,
+                     xid: int | None) -> None:
+        if self.conflict_log is None:
+            return
+        remote = None if vals is None else dict(zip(self.target.column_names, _json_list(vals), strict=False))
+        log_change(self.conn, self.conflict_log, self.target.table, kind, key, remote,
+                   None if commit_lsn is None else format_lsn(int(commit_lsn)), None if xid is None else int(xid))
+
+    def _change_one_row(self, op: str, old: str, vals: str | None, flags: str | None, counts: TableCounts,
+                        commit_lsn: int | None = None, xid: int | None = None) -> None:
         """An UPDATE or DELETE of a table without a key, from a publisher with REPLICA IDENTITY FULL: the first row
         equal to the old row on every column, NULL equal to NULL (execReplication.c RelationFindReplTupleSeq,
         tuples_equal); one row per change, whichever of identical rows."""
@@ -382,6 +427,7 @@ class StagedTable:
                 counts.delete += 1
             else:
                 counts.missing_delete += 1
+                self._log_skipped("delete_missing", None, old, commit_lsn, xid)
             return
         vals_sql = sql.SQL("{}::jsonb").format(sql.Literal(vals))
         if self.conn.execute(sql.SQL("UPDATE {} t SET {} WHERE {}").format(
@@ -393,10 +439,31 @@ class StagedTable:
             counts.insert += 1
         else:
             counts.missing_update += 1
+            self._log_skipped("update_missing", None, vals, commit_lsn, xid)
 
-    def _conflict(self, kind: str, key: str, commit_lsn: int, xid: int | None) -> None:
+    def _conflict(self, kind: str, key: str, commit_lsn: int, xid: int | None, vals: str | None = None) -> None:
+        local = self._local_row(key)
         raise ConflictError(self.target.table, kind, self.target.key, _json_list(key), int(commit_lsn),
-                            None if xid is None else int(xid))
+                            None if xid is None else int(xid), [] if local is None else [local],
+                            None if vals is None else _json_list(vals))
+
+    def _local_row(self, key: str) -> LocalRow | None:
+        """The subscriber's row holding ``key`` (a JSON list), the index it exists in, its xmin."""
+        match = sql.SQL(" AND ").join(
+            sql.SQL("t.{} = ({}::jsonb ->> {})::{}").format(sql.Identifier(k), sql.Literal(key), sql.Literal(i),
+                                                             sql.SQL(t))
+            for i, (k, t) in enumerate(zip(self.target.key, self.target.key_types(), strict=True)))
+        row = self.conn.execute(sql.SQL("SELECT t.xmin::text, t.tableoid, {} FROM {} t WHERE {} LIMIT 1").format(
+            sql.SQL(", ").join(sql.SQL("t.{}::text").format(sql.Identifier(c)) for c in self.target.column_names),
+            self.rel, match)).fetchone()
+        if row is None:
+            return None
+        index = self.conn.execute(
+            """SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+               WHERE i.indrelid = %s AND (i.indisreplident OR i.indisprimary)
+               ORDER BY i.indisreplident DESC LIMIT 1""", (row[1],)).fetchone()
+        return LocalRow("?" if index is None else index[0], row[0], tuple(row[2:]), self.target.key,
+                        tuple(_json_list(key)))
 
 
 def _json_list(text: str) -> list[str | None]:

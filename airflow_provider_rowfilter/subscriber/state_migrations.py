@@ -166,6 +166,69 @@ MIGRATIONS: list[tuple[int, str]] = [
     UPDATE rowfilter.subscription_rel SET state_since = updated_at;
     ALTER TABLE rowfilter.subscription_rel ALTER COLUMN state_since SET DEFAULT now();
     """),
+    # Conflicts as PostgreSQL 18 names them (subscriber/conflicts.py): running counts per subscription and table,
+    # written in the batch's transaction (an error's in a transaction of its own, per attempt, as the apply worker
+    # counts it), read per subscription like pg_stat_subscription_stats and reset like
+    # pg_stat_reset_subscription_stats; the log of skipped conflicts a spec's conflict_log: table keeps.
+    (9, """
+    CREATE TABLE rowfilter.conflict_stats (
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        schema_name   text NOT NULL,
+        table_name    text NOT NULL,
+        confl_insert_exists              bigint NOT NULL DEFAULT 0,
+        confl_update_origin_differs      bigint NOT NULL DEFAULT 0,
+        confl_update_exists              bigint NOT NULL DEFAULT 0,
+        confl_update_missing             bigint NOT NULL DEFAULT 0,
+        confl_delete_origin_differs      bigint NOT NULL DEFAULT 0,
+        confl_delete_missing             bigint NOT NULL DEFAULT 0,
+        confl_multiple_unique_conflicts  bigint NOT NULL DEFAULT 0,
+        updated_at    timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (subscription, schema_name, table_name)
+    );
+    CREATE TABLE rowfilter.conflict_stats_reset (
+        subscription  text PRIMARY KEY REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        stats_reset   timestamptz NOT NULL
+    );
+    CREATE VIEW rowfilter.subscription_stats AS
+        SELECT s.name AS subname,
+               coalesce(sum(c.confl_insert_exists), 0)::bigint AS confl_insert_exists,
+               coalesce(sum(c.confl_update_origin_differs), 0)::bigint AS confl_update_origin_differs,
+               coalesce(sum(c.confl_update_exists), 0)::bigint AS confl_update_exists,
+               coalesce(sum(c.confl_update_missing), 0)::bigint AS confl_update_missing,
+               coalesce(sum(c.confl_delete_origin_differs), 0)::bigint AS confl_delete_origin_differs,
+               coalesce(sum(c.confl_delete_missing), 0)::bigint AS confl_delete_missing,
+               coalesce(sum(c.confl_multiple_unique_conflicts), 0)::bigint AS confl_multiple_unique_conflicts,
+               r.stats_reset
+        FROM rowfilter.subscription s
+        LEFT JOIN rowfilter.conflict_stats c ON c.subscription = s.name
+        LEFT JOIN rowfilter.conflict_stats_reset r ON r.subscription = s.name
+        GROUP BY s.name, r.stats_reset;
+    -- pg_stat_reset_subscription_stats(oid): one subscription, or every one for NULL.
+    CREATE FUNCTION rowfilter.reset_subscription_stats(subname text DEFAULT NULL) RETURNS void
+        LANGUAGE sql VOLATILE AS $$
+        DELETE FROM rowfilter.conflict_stats WHERE subname IS NULL OR subscription = subname;
+        INSERT INTO rowfilter.conflict_stats_reset (subscription, stats_reset)
+            SELECT name, now() FROM rowfilter.subscription WHERE subname IS NULL OR name = subname
+            ON CONFLICT (subscription) DO UPDATE SET stats_reset = EXCLUDED.stats_reset;
+        $$;
+    CREATE TABLE rowfilter.conflict_log (
+        id             bigserial PRIMARY KEY,
+        subscription   text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        schema_name    text NOT NULL,
+        table_name     text NOT NULL,
+        conflict_type  text NOT NULL,
+        key            jsonb,
+        local_row      jsonb,
+        remote_row     jsonb,
+        changes        bigint NOT NULL DEFAULT 1,
+        commit_lsn     pg_lsn,
+        xid            bigint,
+        batch_start_lsn pg_lsn,
+        batch_end_lsn  pg_lsn,
+        logged_at      timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE INDEX conflict_log_subscription ON rowfilter.conflict_log (subscription, id);
+    """),
 ]
 #: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.
 STAGE_MIGRATED = "68882da0365c2814"

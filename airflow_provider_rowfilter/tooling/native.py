@@ -19,20 +19,24 @@ SYNCED = ("r", "s")
 class NativeSubscription:
     """One native subscription ``name`` in database ``subscriber`` to ``publications`` of ``publisher``."""
 
-    def __init__(self, publisher: str, subscriber: str, name: str, publications: Sequence[str]) -> None:
+    def __init__(self, publisher: str, subscriber: str, name: str, publications: Sequence[str],
+                 options: dict[str, str] | None = None) -> None:
         self.publisher = publisher
         self.subscriber = subscriber
         self.name = name
         self.publications = tuple(publications)
+        self.options = dict(options or {})  # more of CREATE SUBSCRIPTION's WITH options, e.g. {"origin": "none"}
 
     def create(self, *, timeout: float = 60) -> NativeSubscription:
         with psycopg.connect(self.publisher, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.name,))
         with psycopg.connect(self.subscriber, autocommit=True) as conn:
             conn.execute(sql.SQL(
-                "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (create_slot = false, slot_name = {})"
+                "CREATE SUBSCRIPTION {} CONNECTION {} PUBLICATION {} WITH (create_slot = false, slot_name = {}{})"
             ).format(sql.Identifier(self.name), sql.Literal(self.publisher),
-                     sql.SQL(", ").join(map(sql.Identifier, self.publications)), sql.Literal(self.name)))
+                     sql.SQL(", ").join(map(sql.Identifier, self.publications)), sql.Literal(self.name),
+                     sql.SQL("").join(sql.SQL(", {} = {}").format(sql.Identifier(k), sql.Literal(v))
+                                      for k, v in self.options.items())))
         self.wait_synced(timeout=timeout)
         return self
 

@@ -123,6 +123,32 @@ TOAST_FULL_BATCHES = [[
     "UPDATE docs SET kind = 'drop' WHERE id = 4",                    # leaves: DELETE
 ]]
 
+# PostgreSQL 18's generated columns (issue 35 item 3): g1's stored generated column published by
+# publish_generated_columns = stored, g2's named in a column list (with a row filter), g3's not published (the
+# subscriber's column keeps its default). The subscriber's columns are regular ones, as PostgreSQL requires.
+GENERATED_PUBLISHER = """
+CREATE TABLE g1(id int PRIMARY KEY, a int, g int GENERATED ALWAYS AS (a * 2) STORED);
+CREATE TABLE g2(id int PRIMARY KEY, a int, b text, g int GENERATED ALWAYS AS (a + 100) STORED);
+CREATE TABLE g3(id int PRIMARY KEY, a int, g int GENERATED ALWAYS AS (a * 3) STORED);
+INSERT INTO g1 (id, a) SELECT i, i FROM generate_series(1, 6) i;
+INSERT INTO g2 (id, a, b) SELECT i, i, 'b' || i FROM generate_series(1, 6) i;
+INSERT INTO g3 (id, a) SELECT i, i FROM generate_series(1, 6) i;
+CREATE PUBLICATION pgen1 FOR TABLE g1 WITH (publish_generated_columns = stored);
+CREATE PUBLICATION pgen2 FOR TABLE g2 (id, a, g) WHERE (id > 2);
+CREATE PUBLICATION pgen3 FOR TABLE g3;
+"""
+GENERATED_SUBSCRIBER = """
+CREATE TABLE g1(id int PRIMARY KEY, a int, g int);
+CREATE TABLE g2(id int PRIMARY KEY, a int, b text DEFAULT 'subscriber', g int);
+CREATE TABLE g3(id int PRIMARY KEY, a int, g int DEFAULT -1);
+"""
+GENERATED_BATCHES = [[
+    "INSERT INTO g1 (id, a) VALUES (7, 70)", "UPDATE g1 SET a = a + 10 WHERE id IN (2, 7)", "DELETE FROM g1 WHERE id = 3",
+    "INSERT INTO g2 (id, a, b) VALUES (1000, 5, 'new'), (0, 1, 'filtered')", "UPDATE g2 SET a = 50 WHERE id = 4",
+    "UPDATE g2 SET id = -5 WHERE id = 5",  # leaves the filter: DELETE
+    "INSERT INTO g3 (id, a) VALUES (7, 7)", "UPDATE g3 SET a = 9 WHERE id = 2",
+]]
+
 CASES = {
     "combination-publish-lists": (COMBINATION_PUBLISHER, COMBINATION_TABLES,
                                   ("pub1", "pub2", "pub3a", "pub3b", "pub4", "pub5"), ("t1", "t2", "t3"),
@@ -134,4 +160,6 @@ CASES = {
                            PARTITION_BATCHES),
     "toast-unchanged-default-identity": (TOAST_PUBLISHER, TOAST_TABLES, ("ptoast",), ("docs",), TOAST_BATCHES),
     "toast-unchanged-full-identity": (TOAST_FULL_PUBLISHER, TOAST_TABLES, ("ptoast",), ("docs",), TOAST_FULL_BATCHES),
+    "generated-columns": (GENERATED_PUBLISHER, GENERATED_SUBSCRIBER, ("pgen1", "pgen2", "pgen3"), ("g1", "g2", "g3"),
+                          GENERATED_BATCHES),
 }

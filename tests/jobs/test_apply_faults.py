@@ -109,7 +109,7 @@ def test_conflict_stops_the_batch_untouched_then_rerun_after_fix(job, capsys, fi
     assert not failed.stdout.strip(), failed.stdout  # no summary line: nothing was applied
     error = failed.stderr[failed.stderr.index("ERROR: "):]
     assert 'conflict detected on relation "public.t": conflict=insert_exists' in error, error
-    assert "Key (id)=(5001) already exists in the subscriber" in error, error
+    assert 'Key already exists in unique index "t_pkey"' in error and "Key (id)=(5001); existing local tuple" in error, error
     lsn = parse_lsn(error.split("finished at ", 1)[1].split(".", 1)[0].split()[0])
     assert start <= lsn <= end, (hex(start), hex(lsn), hex(end))  # the LSN of the inserting transaction
     # Nothing applied (not even the transactions before the conflicting one), no position moved; the

@@ -18,8 +18,12 @@ rows are derived from the native subscriber's rows with the exact difference spe
 
 from __future__ import annotations
 
+import json
+import time
+
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.apply.drain import apply
@@ -47,6 +51,29 @@ def ours(dbs: Databases) -> dict[str, list[str]]:
     return {t: table_rows(dbs.ours, t) for t in TABLES}
 
 
+def stats(dbs: Databases, spec: SubscriptionSpec) -> dict:
+    """Our running conflict counts, as rowfilter.subscription_stats shows them (pg_stat_subscription_stats')."""
+    with psycopg.connect(dbs.ours, autocommit=True, row_factory=dict_row) as conn:
+        return conn.execute("SELECT * FROM rowfilter.subscription_stats WHERE subname = %s",
+                            (spec.subscription,)).fetchone()
+
+
+def native_stats(dbs: Databases, name: str) -> dict:
+    """pg_stat_subscription_stats' conflict counts of the native subscription (PostgreSQL 18)."""
+    with psycopg.connect(dbs.native, autocommit=True, row_factory=dict_row) as conn:
+        row = conn.execute("SELECT * FROM pg_stat_subscription_stats WHERE subname = %s", (name,)).fetchone()
+    return {k: v for k, v in row.items() if k.startswith("confl_")}
+
+
+def wait_native_stats(dbs: Databases, name: str, column: str, at_least: int = 1, timeout: float = 60) -> int:
+    """Wait until the native subscription counted ``at_least`` of ``column`` (the statistics are flushed lazily)."""
+    deadline = time.monotonic() + timeout
+    while (n := native_stats(dbs, name)[column]) < at_least:
+        assert time.monotonic() < deadline, f"{name}: {column} = {n} after {timeout} s"
+        time.sleep(0.2)
+    return n
+
+
 def native_rows(dbs: Databases) -> dict[str, list[str]]:
     return {t: table_rows(dbs.native, t) for t in TABLES}
 
@@ -70,9 +97,10 @@ def test_skip_lsn_drops_the_whole_conflicting_transaction_then_clears(dbs, spark
     native = dbs.subscribe_native(PUBLICATIONS)
     path, spec = write_spec(dbs, tmp_path)
     run_ours(spec, spark)
-    # Our subscriber already holds key 5001; the publisher inserts it in a transaction that also
+    # Both subscribers already hold key 5001; the publisher inserts it in a transaction that also
     # changes rows of t and u which nothing else conflicts with.
     publish(dbs.ours, ["INSERT INTO t VALUES (5001, 0, 'local row')"])
+    publish(dbs.native, ["INSERT INTO t VALUES (5001, 0, 'local row')"])
     publish(dbs.publisher, ["UPDATE t SET v = 'before the conflict' WHERE id = 1"])
     start = wal_lsn(dbs.publisher)
     publish(dbs.publisher, [
@@ -92,13 +120,27 @@ def test_skip_lsn_drops_the_whole_conflicting_transaction_then_clears(dbs, spark
     lsn = format_lsn(error.commit_lsn)
     text = str(error)
     assert 'conflict detected on relation "public.t": conflict=insert_exists' in text, text
-    assert "Key (id)=(5001) already exists in the subscriber" in text, text
+    # PostgreSQL 18's DETAIL (conflict.c errdetail_apply_conflict): the index, the local row, the remote row.
+    assert 'Key already exists in unique index "t_pkey", modified in transaction ' in text, text
+    assert "Key (id)=(5001); existing local tuple (5001, 0, local row); remote tuple (5001, 1, remote row)." \
+        in text, text
     assert f"finished at {lsn}." in text and f"rowfilter skip --lsn {lsn}" in text, text
     # Nothing applied, not even the transaction before the conflicting one; no position moved.
     assert ours(dbs) == before_tables
     assert positions(dbs, spec) == before_positions
     state = subscription(dbs, spec)
     assert state["skip_lsn"] is None and "conflict=insert_exists" in state["last_error"], state
+    # Counted per attempt, as PostgreSQL 18 counts each time its apply worker stops at it; native's
+    # count rises with every retry of its worker, ours with every run.
+    assert stats(dbs, spec)["confl_insert_exists"] == 1
+    native_count = wait_native_stats(dbs, native.name, "confl_insert_exists")
+    assert native_count >= 1
+    with pytest.raises(ConflictError):
+        apply(spec, max_changes=1000, spark=spark)
+    assert stats(dbs, spec)["confl_insert_exists"] == 2
+    # The native subscription skips the same transaction by the LSN our error gave.
+    with psycopg.connect(dbs.native, autocommit=True) as conn:
+        conn.execute(f"ALTER SUBSCRIPTION {native.name} SKIP (lsn = '{format_lsn(error.commit_lsn)}')")
 
     assert cli.main(["skip", "--spec", str(path), "--lsn", lsn]) == 0
     assert f"finished at {lsn} will be skipped" in " ".join(capsys.readouterr().out.split())
@@ -117,16 +159,12 @@ def test_skip_lsn_drops_the_whole_conflicting_transaction_then_clears(dbs, spark
     assert parse_lsn(state["applied_lsn"]) > error.commit_lsn
     assert all(s == "r" for _, _, s, _ in positions(dbs, spec))
 
-    # Native applied the transaction; ours differs from it by exactly that transaction's changes.
-    nat = native_rows(dbs)
-    expected = {
-        "t": replaced(nat["t"], {'(5001,1,"remote row")', '(2,2,"same transaction")'},
-                      {'(5001,0,"local row")', "(2,2,t2)"}),
-        "u": replaced(nat["u"], {"(31,b,71)", "(61,b,101)", "(500,a,500)"}, {"(61,b,61)"}),
-    }
-    assert ours(dbs) == expected
+    # Native skipped the same transaction: equal tables.
+    dbs.assert_same(TABLES)
+    expected = ours(dbs)
+    assert '(5001,0,"local row")' in expected["t"] and "(2,2,t2)" in expected["t"]
     assert '(1,1,"before the conflict")' in expected["t"] and '(3,3,"after the conflict")' in expected["t"]
-    assert "(600,b,600)" in expected["u"]
+    assert "(600,b,600)" in expected["u"] and "(61,b,61)" in expected["u"]
 
     # ALTER SUBSCRIPTION … SKIP refuses an LSN below the position already applied.
     assert cli.main(["skip", "--spec", str(path), "--lsn", lsn]) == 1
@@ -146,13 +184,8 @@ def test_skip_lsn_drops_the_whole_conflicting_transaction_then_clears(dbs, spark
     assert result.skipped_lsn is None
     assert "skipped" not in result.tables["public.t"], result.tables
     assert subscription(dbs, spec)["skip_lsn"] is None
-    nat = native_rows(dbs)
-    assert ours(dbs) == {
-        "t": replaced(nat["t"], {'(5001,1,"remote row")', '(2,2,"same transaction")'},
-                      {'(5001,0,"local row")', "(2,2,t2)"}),
-        "u": replaced(nat["u"], {"(31,b,71)", "(61,b,101)", "(500,a,500)"}, {"(61,b,61)"}),
-    }
-    assert '(7001,1,"later insert")' in nat["t"]
+    dbs.assert_same(TABLES)
+    assert '(7001,1,"later insert")' in native_rows(dbs)["t"]
 
 
 # --- 1b. conflict_policy ----------------------------------------------------------------------------
@@ -168,10 +201,10 @@ MISSING_ROWS = [
 GONE = ["DELETE FROM t WHERE id IN (5, 6, 7)", "DELETE FROM u WHERE k IN (61, 64)"]
 
 
-def test_error_policy_skips_and_counts_missing_rows_like_native(dbs, spark, tmp_path):
+def test_error_policy_skips_and_counts_missing_rows_like_native(dbs, spark, tmp_path, capsys):
     dbs.create(PUBLISHER, SUBSCRIBER)
     native = dbs.subscribe_native(PUBLICATIONS)
-    _, spec = write_spec(dbs, tmp_path)
+    path, spec = write_spec(dbs, tmp_path, conflict_log="table")
     run_ours(spec, spark)
     publish(dbs.ours, GONE)
     publish(dbs.native, GONE)
@@ -187,6 +220,35 @@ def test_error_policy_skips_and_counts_missing_rows_like_native(dbs, spark, tmp_
     _, counts, _ = last_batch(dbs, spec)
     assert counts == result.tables
     assert "(7001,2,t7)" not in table_rows(dbs.ours, "t")
+    # The running counts equal pg_stat_subscription_stats' (update_missing 3, delete_missing 2), per table too.
+    wait_native_stats(dbs, native.name, "confl_delete_missing", 2)
+    theirs = native_stats(dbs, native.name)
+    mine = stats(dbs, spec)
+    assert {k: mine[k] for k in theirs} == theirs, (mine, theirs)
+    assert (mine["confl_update_missing"], mine["confl_delete_missing"]) == (3, 2), mine
+    # The conflict log holds exactly the skipped changes, per key and type (their number in `changes`).
+    with psycopg.connect(dbs.ours, autocommit=True) as conn:
+        logged = conn.execute(
+            "SELECT table_name, conflict_type, key, changes, remote_row IS NOT NULL, commit_lsn IS NOT NULL "
+            "FROM rowfilter.conflict_log WHERE subscription = %s ORDER BY 1, 2, key::text",
+            (spec.subscription,)).fetchall()
+        per_table = dict(conn.execute(
+            "SELECT table_name, confl_update_missing * 10 + confl_delete_missing FROM rowfilter.conflict_stats "
+            "WHERE subscription = %s", (spec.subscription,)).fetchall())
+    assert per_table == {"t": 21, "u": 11}, per_table
+    assert [(t, k, key, n, remote) for t, k, key, n, remote, _ in logged] == [
+        ("t", "delete_missing", {"id": "6"}, 1, False), ("t", "update_missing", {"id": "5"}, 1, True),
+        ("t", "update_missing", {"id": "7"}, 1, True), ("u", "delete_missing", {"k": "64", "s": "b"}, 1, False),
+        ("u", "update_missing", {"k": "61", "s": "b"}, 1, True)], logged
+    # status shows them; reset-conflicts (pg_stat_reset_subscription_stats) sets them back to zero.
+    assert cli.main(["status", "--spec", str(path), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["conflicts"]
+    assert (doc["total"]["update_missing"], doc["tables"]["public.u"]["delete_missing"]) == (3, 1), doc
+    assert cli.main(["status", "--spec", str(path)]) == 0
+    assert "update_missing 3, delete_missing 2" in " ".join(capsys.readouterr().out.split())
+    assert cli.main(["reset-conflicts", "--spec", str(path)]) == 0
+    after = stats(dbs, spec)
+    assert not any(v for k, v in after.items() if k.startswith("confl_")) and after["stats_reset"] is not None
 
 
 def test_upsert_policy_last_writer_wins(dbs, spark, tmp_path):

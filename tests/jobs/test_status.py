@@ -150,7 +150,7 @@ def test_a_conflicting_key_with_markup_is_printed_as_it_is(fresh_db, spark, caps
 
     assert cli.main(["apply", "--spec", str(path)]) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert f"Key (id)=({KEY}) already exists in the subscriber" in err, err
+    assert f"Key (id)=({KEY}); existing local tuple ({KEY}, 0); remote tuple ({KEY}, 1)." in err, err
     lsn = re.search(r"finished at (\w+/\w+)\.", err).group(1)
     assert f"rowfilter skip --lsn {lsn}" in err  # the hint, whole
 

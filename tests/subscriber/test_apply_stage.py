@@ -53,7 +53,7 @@ def test_a_database_main_migrated_to_6_migrates_to_7_and_a_fresh_one_gets_every_
     """Issue 31's stage migration came after main's 5 (verify/reconcile) and 6 (drop_history): a subscriber
     at 6, with a batch staged by a running apply, keeps the batch and every table; a fresh one gets 1 to 7."""
     released = [m for m in state_migrations.MIGRATIONS if m[0] <= 6]
-    latest = state_migrations.MIGRATIONS[-1][0]  # 8 since the tables' positions record their timeline
+    latest = state_migrations.MIGRATIONS[-1][0]  # the newest: 8 (positions' timelines), 9 (conflicts)
     with psycopg.connect(fresh_db(), autocommit=True) as conn:
         monkeypatch.setattr(state_migrations, "MIGRATIONS", released)
         assert migrate(conn) == 6

@@ -26,7 +26,8 @@ from airflow_provider_rowfilter.subscriber.state import (
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_provider_rowfilter"
 T1, T2 = TableName("public", "t1"), TableName("sales", "t2")
 # The state module and its parts; and the apply's scratch table, which the apply alone reads and writes.
-STATE_MODULES = {"subscriber/state.py", "subscriber/state_migrations.py", "subscriber/state_reader.py"}
+STATE_MODULES = {"subscriber/state.py", "subscriber/state_migrations.py", "subscriber/state_reader.py",
+                 "subscriber/conflicts.py"}
 STAGE_MODULES = {"subscriber/apply_target.py", "subscriber/apply_stage.py"}
 _STATEMENT = re.compile(r"\b(?:FROM|INTO|UPDATE|JOIN|TABLE|EXISTS)\s+rowfilter\.(\w+)|to_regclass\('rowfilter\.(\w+)")
 

@@ -222,7 +222,12 @@ class _Analyzer(TextAnalysis):
                 f"declare it numeric(p,s) with p <= {T.SPARK_MAX_DECIMAL_PRECISION} on the publisher (ALTER TABLE … "
                 "ALTER COLUMN … TYPE numeric(20,2)), or publish from the catalog of a PostgreSQL 15+ publisher, "
                 "where PostgreSQL evaluates the filter itself")
-        if t.is_text_family:
+        if t.element is not None and T.spark_type(t) is None:
+            raise self.untranslatable(
+                f'the column "{name}" of type {t}', node,
+                "filter on arrays of the types listed in docs/row-filters.md, or publish from the catalog of a "
+                "PostgreSQL 15+ publisher, where PostgreSQL evaluates the filter itself")
+        if t.is_text_family or (t.element is not None and t.element.is_text_family):
             coll = col.collation
             self.collations[id(node)] = self.context.default_collation if coll in (None, "default") else coll
         return t

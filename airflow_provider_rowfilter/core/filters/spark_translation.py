@@ -19,10 +19,12 @@ from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.analysis import in_list_groups
 from airflow_provider_rowfilter.core.filters.dialect import identifier_name
+from airflow_provider_rowfilter.core.filters.folding import UNKNOWN, Undecided, fold
+from airflow_provider_rowfilter.core.filters.folding import convert as folded_at
 from airflow_provider_rowfilter.core.filters.functions import function_name
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
-from airflow_provider_rowfilter.core.filters.text import folded_error, quantified_array, regex_of, row_fields
+from airflow_provider_rowfilter.core.filters.text import quantified_array, regex_of, row_fields
 
 # PostgreSQL's lower()/upper()/ILIKE under the C collation map ASCII letters only.
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -36,10 +38,17 @@ def to_spark_sql(row_filter: RowFilter) -> str:
 
 def to_spark_expression(row_filter: RowFilter) -> exp.Expr:
     """Return the Spark-dialect sqlglot expression of ``row_filter``."""
-    error = folded_error(row_filter)
-    if error is not None:  # PostgreSQL raises for every row, whichever branch the call stands in
-        return _raise(error)
-    return _Translator(row_filter).value(row_filter.tree)
+    try:
+        folded = fold(row_filter)  # what PostgreSQL's planner computes once (core/filters/folding.py)
+    except Undecided as e:
+        raise UntranslatableFilterError(
+            f"a constant condition that decides whether {e} is evaluated",
+            hint="PostgreSQL's planner decides such a condition before any row; simplify the constant "
+            "condition (or remove the branch it guards), or publish from the catalog of a PostgreSQL 15+ "
+            "publisher, where PostgreSQL evaluates the filter itself") from None
+    if folded.error is not None:  # PostgreSQL raises for every row, whichever branch the call stands in
+        return _raise(folded.error)
+    return _Translator(row_filter, folded.values).value(row_filter.tree)
 
 
 def spark_or(filters: Sequence[RowFilter]) -> exp.Expr:
@@ -67,6 +76,37 @@ def _fn(name: str, *args: exp.Expr) -> exp.Expr:
     return exp.Anonymous(this=name, expressions=list(args))
 
 
+# The element of an array column, in exists()/forall(): a name no column of a filter's reads can take (they are
+# the table's own names, or the apply's element_at(_nv, n)).
+_LAMBDA_ELEMENT = exp.Var(this="__rowfilter_element")
+# The compared value x of ``x op ANY/ALL (array_column)``, bound once outside the elements' lambda.
+_LAMBDA_SCALAR = exp.Var(this="__rowfilter_scalar")
+
+# The elements of PostgreSQL's text form of an array (arrayfuncs.c array_out): a quoted element (backslash before
+# " and \) or an unquoted one; braces of every dimension and the bounds decoration ([0:1]={…}) are no element.
+_ARRAY_ELEMENT = r'"(?:[^"\\]|\\.)*"|[^,{}"]+'
+
+
+def typed_read(text: exp.Expr, t: PgType) -> exp.Expr:
+    """A value's PostgreSQL text form (``text``, a STRING expression) read as ``t``'s Spark type: a cast, or for an
+    array its elements, each unquoted (an unquoted ``NULL`` is NULL: array_out quotes any element spelled so) and
+    cast, all dimensions in order, as ``op ANY/ALL`` walks them."""
+    if t.element is None:
+        return _cast(text, t)
+    element = exp.Var(this="__rowfilter_text")
+    unquoted = exp.Case(
+        ifs=[exp.If(this=_fn("startswith", element.copy(), exp.Literal.string('"')),
+                    true=_fn("regexp_replace", _fn("substring", element.copy(), exp.Literal.number(2),
+                                                   exp.Sub(this=_fn("length", element.copy()),
+                                                           expression=exp.Literal.number(2))),
+                             exp.Literal.string(r"\\(.)"), exp.Literal.string("$1"))),
+             exp.If(this=exp.EQ(this=element.copy(), expression=exp.Literal.string("NULL")), true=exp.Null())],
+        default=element.copy())
+    undecorated = _fn("regexp_replace", text, exp.Literal.string(r"^\[[^=]*\]="), exp.Literal.string(""))
+    elements = _fn("regexp_extract_all", undecorated, exp.Literal.string(_ARRAY_ELEMENT), exp.Literal.number(0))
+    return _fn("transform", elements, exp.Lambda(this=_cast(unquoted, t.element), expressions=[element.copy()]))
+
+
 _ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case)
 
 
@@ -76,8 +116,16 @@ def _operand(e: exp.Expr) -> exp.Expr:
 
 
 class _Translator:
-    def __init__(self, rf: RowFilter) -> None:
+    def __init__(self, rf: RowFilter, folded: dict[int, object] | None = None) -> None:
         self.rf = rf
+        self.folded = folded or {}  # what the planner computed (core/filters/folding.py): rendered as constants
+
+    def _folded(self, node: exp.Expr, target: PgType) -> exp.Expr | None:
+        """The constant PostgreSQL's planner leaves for ``node``, converted to ``target``; None when it left none."""
+        if id(node) not in self.folded:
+            return None
+        value = folded_at(self.folded[id(node)], self.rf.types[id(node)], target)
+        return None if value is UNKNOWN else self.constant(value, target)
 
     # A node's Spark expression, converted to the type its parent wants.
     def value(self, node: exp.Expr) -> exp.Expr:
@@ -85,6 +133,9 @@ class _Translator:
         target = self.rf.targets.get(id(node), own)
         if id(node) in self.rf.constants:
             return self.constant(self.rf.constants[id(node)], target)
+        folded = self._folded(node, target)
+        if folded is not None:
+            return folded
         built = self.build(node, own)
         return self.convert(built, own, target)
 
@@ -201,7 +252,9 @@ class _Translator:
         quantified = quantified_array(node.right)
         if quantified is not None:
             kind, array = quantified
-            assert isinstance(array, exp.Array), "the analysis refuses ANY/ALL over anything but ARRAY[…]"
+            if isinstance(array, exp.Column):
+                return self._quantified_column(cls, node, kind, array)
+            assert isinstance(array, exp.Array), "the analysis refuses ANY/ALL over anything but ARRAY[…] or a column"
             return self._quantified(cls, node, kind, array)
         return cls(this=self._compared(node.left), expression=self._compared(node.right))
 
@@ -218,6 +271,23 @@ class _Translator:
         if cls is exp.EQ and kind == "any":  # what x IN (…) gives too: one Spark text for both spellings
             return exp.In(this=left, expressions=[term.expression for term in terms])
         return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
+
+    def _quantified_column(self, cls, node, kind: str, array: exp.Column) -> exp.Expr:
+        """x op ANY/ALL (array_column): ``exists`` (ANY) or ``forall`` (ALL) of the comparison with each element,
+        which keep ScalarArrayOpExpr's NULL rules (a match is true, else NULL if an element or x is NULL; an
+        empty array is false for ANY, true for ALL; a NULL array is NULL)."""
+        element, common = self.rf.types[id(array)].element, self.rf.targets[id(array)].element
+        assert element is not None and common is not None  # the analysis types an array column so
+        item = self.convert(_LAMBDA_ELEMENT.copy(), element, common)
+        item = _fn("rtrim", item) if common.name == "bpchar" else _operand(item)
+        test = cls(this=_LAMBDA_SCALAR.copy(), expression=item)
+        quantified = _fn("exists" if kind == "any" else "forall", self.value(array),
+                         exp.Lambda(this=test, expressions=[_LAMBDA_ELEMENT.copy()]))
+        # x is evaluated once, whatever the array holds, as ExecEvalScalarArrayOp has it evaluated before it looks
+        # at the array (an error of x, an overflow, is raised for an empty or NULL array too): bound by a lambda over
+        # a one-element array, whose exists() is the inner result itself (true, false or NULL).
+        return _fn("exists", exp.Array(expressions=[self._compared(node.left)]),
+                   exp.Lambda(this=quantified, expressions=[_LAMBDA_SCALAR.copy()]))
 
     def _t_EQ(self, node, t):  return self._cmp(exp.EQ, node)
     def _t_NEQ(self, node, t): return self._cmp(exp.NEQ, node)
@@ -266,7 +336,7 @@ class _Translator:
         if id(subject) in self.rf.constants:
             built = self.constant(self.rf.constants[id(subject)], common)
         else:
-            built = self.convert(self.build(subject, own), own, common)
+            built = self._folded(subject, common) or self.convert(self.build(subject, own), own, common)
         return _fn("rtrim", built) if common.name == "bpchar" else _operand(built)
 
     # --- arithmetic -------------------------------------------------------------------------------

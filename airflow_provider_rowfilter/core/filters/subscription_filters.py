@@ -276,13 +276,31 @@ def _copy_filters(publish_as: Relation, pubs: list[Publication], validated: _Val
 
 
 def _column_list(publish_as: Relation, pubs: list[Publication]) -> tuple[str, ...] | None:
-    """Every publication must give the same column set; a full list equals none (``pgoutput_column_list_init``)."""
+    """Every publication must give the same column set; a full list equals none (``pgoutput_column_list_init``).
+
+    A publication without a column list gives every column but the generated ones, and from PostgreSQL 18 the
+    stored generated ones too under ``publish_generated_columns = stored`` (pgoutput.c ``check_and_init_gencol``,
+    which refuses publications without a list that differ in that setting). None stands for the columns that are
+    not generated: a list naming a generated column is returned whole.
+    """
     all_columns = tuple(c.name for c in publish_as.columns if not c.generated)
+    with_stored = tuple(c.name for c in publish_as.columns if c.generated in ("", "s"))
     chosen: set[frozenset[str]] = set()
+    gencols: set[str] = set()
     for pub in pubs:
         entry = None if (pub.all_tables or publish_as.name.schema in pub.schemas) else pub.table_entry(publish_as.name)
-        cols = entry.columns if entry is not None and entry.columns is not None else all_columns
+        if entry is not None and entry.columns is not None:
+            cols = entry.columns
+        else:
+            gencols.add(pub.publish_generated_columns)
+            cols = with_stored if pub.publish_generated_columns == "stored" else all_columns
         chosen.add(frozenset(cols))
+    if len(gencols) > 1 and with_stored != all_columns:
+        raise ColumnListConflictError(
+            f'cannot use different values of publish_generated_columns for table "{publish_as.name}" in different '
+            "publications", table=str(publish_as.name),
+            hint="give every publication of the subscription that publishes the table without a column list the same "
+            "publish_generated_columns, or subscribe to them separately")
     if len(chosen) > 1:
         raise ColumnListConflictError(
             f'cannot use different column lists for table "{publish_as.name}" in different publications',
@@ -472,4 +490,21 @@ def leaf_actions(filters: SubscriptionFilters, publications: PublicationSet,
             chain = [catalog.relation(leaf)]
             chain += [catalog.relation(a) for a in chain[0].ancestors]
             result[leaf] = frozenset(a for p in pubs if any(_publishes(p, r) for r in chain) for a in p.actions)
+    return result
+
+
+def leaf_capture_columns(filters: SubscriptionFilters, catalog: PublisherCatalog) -> dict[TableName, tuple[str, ...]]:
+    """The column list a capture publication (``filtering: spark``) gives a leaf whose published columns include a
+    generated one (PostgreSQL 18): every column that is not generated, and the published generated ones. pgoutput
+    sends a generated column only when a column list names it or ``publish_generated_columns = stored``
+    (``check_and_init_gencol``); the capture publications are shared by every table, so the list is per leaf.
+    Leaves that publish no generated column get none (every column that is not generated, as before)."""
+    result: dict[TableName, tuple[str, ...]] = {}
+    for table in filters.tables.values():
+        if table.columns is None:
+            continue
+        for leaf in table.leaves:
+            columns = catalog.relation(leaf).columns
+            if any(c.generated and c.name in table.columns for c in columns):
+                result[leaf] = tuple(c.name for c in columns if not c.generated or c.name in table.columns)
     return result

@@ -11,7 +11,6 @@ analysis does (parse_func.c, parse_oper.c ``make_scalar_array_op``, parse_expr.c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -92,85 +91,6 @@ def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
         raise
 
 
-def folded_error(rf) -> str | None:
-    """The error PostgreSQL raises for every row because a call of constants fails when the planner folds it.
-
-    eval_const_expressions (clauses.c) runs a strict immutable function whose arguments are all
-    constants once, when the filter is prepared, in whatever branch it stands: ``substr('a', 1, -1)``,
-    ``split_part('a', ',', 0)``, ``repeat('ab', 1073741823)`` or ``'a' ~ 'a**'`` make every change of
-    the table fail on the publisher. Spark would only raise where the call is evaluated. The planner
-    folds an OR's arguments only up to its first constant TRUE, and an AND's up to its first constant
-    FALSE (simplify_or_arguments / simplify_and_arguments return at once), a COALESCE's up to its first
-    non-null constant, and drops a searched CASE's WHEN that is constant FALSE or NULL, and what follows
-    one that is constant TRUE, without folding them: what it does not reach raises nothing.
-    """
-    for node in _folded(rf, rf.tree):
-        args = list(node.iter_expressions())
-        if not args or not all(id(a) in rf.constants for a in args):
-            continue
-        values = [rf.constants[id(a)] for a in args]
-        if any(v is None for v in values):
-            continue  # strict: NULL in, NULL out, no error
-        if isinstance(node, exp.Substring) and len(values) == 3 and int(values[2]) < 0:
-            return "negative substring length not allowed"
-        if isinstance(node, exp.SplitPart) and int(values[2]) == 0:
-            return "field position must not be zero"
-        if isinstance(node, exp.Repeat) and len(str(values[0]).encode()) * max(int(values[1]), 0) + 4 > 1073741823:
-            return "requested length too large"
-        if isinstance(node, (exp.RegexpLike, exp.RegexpILike, exp.SimilarTo, exp.Escape)):
-            try:
-                error = regex_of(rf, node)[1]
-            except UnsupportedRegex:
-                continue
-            if error is not None:
-                return error
-    return None
-
-
-def _folded(rf, node: exp.Expr) -> Iterator[exp.Expr]:
-    """``node`` and what eval_const_expressions (clauses.c) reaches below it, pruned as :func:`folded_error` says."""
-    yield node
-    if isinstance(node, (exp.Or, exp.And)):
-        decisive = isinstance(node, exp.Or)  # TRUE ends an OR, FALSE an AND
-        for arg in node.flatten():
-            yield from _folded(rf, arg)
-            value = rf.constants.get(id(arg.unnest()), None)
-            if isinstance(value, bool) and value is decisive:
-                return
-        return
-    if isinstance(node, exp.Coalesce):
-        # T_CoalesceExpr: the arguments in order, up to the first non-null constant; the rest are dropped
-        for arg in (node.this, *node.expressions):
-            yield from _folded(rf, arg)
-            if _constant(rf, arg) not in (_NOT_CONSTANT, None):
-                return
-        return
-    if isinstance(node, exp.Case) and node.this is None:
-        # T_CaseExpr (a searched CASE): a WHEN whose condition folds to FALSE or NULL is dropped with its
-        # result unfolded; one that folds to TRUE ends the CASE, its result folded, the rest and ELSE not
-        for when in node.args.get("ifs") or ():
-            yield from _folded(rf, when.this)
-            condition = _constant(rf, when.this)
-            if condition is _NOT_CONSTANT or condition is True:
-                yield from _folded(rf, when.args["true"])
-            if condition is True:
-                return
-        if node.args.get("default") is not None:
-            yield from _folded(rf, node.args["default"])
-        return
-    for child in node.iter_expressions():
-        yield from _folded(rf, child)
-
-
-_NOT_CONSTANT = object()
-
-
-def _constant(rf, node: exp.Expr) -> object:
-    """The value ``node`` folds to (None: the null constant), or _NOT_CONSTANT."""
-    inner = node.unnest()
-    return rf.constants[id(inner)] if id(inner) in rf.constants else _NOT_CONSTANT
-
-
 class TextAnalysis(_Analyzer):
     """Handlers of core/filters/analysis.py's analyzer for the constructs of this module (a mixin: ``self`` is
     that analyzer, whose methods and tables these handlers use)."""
@@ -238,17 +158,26 @@ class TextAnalysis(_Analyzer):
     # --- x op ANY/ALL (ARRAY[…]) --------------------------------------------------------------------
     def quantified(self, node: exp.Expr, op: str, kind: str, array: exp.Expr) -> PgType:
         lt = self.analyze(node.this)
-        element = self._array_elements(node, op, kind, array, "write the values as ARRAY[…] or as IN (…)")
+        element = self._array_elements(node, op, kind, array, "write the values as ARRAY[…] or as IN (…)",
+                                       column=True)
         common = self.common_type(lt, element, op, node)
         self.coerce(node.this, lt, common)
         self._array_as(node, array, element, common)
-        self._check_comparable(common, node, op, node.this, *array.expressions)
+        self._check_comparable(common, node, op, node.this, *(array.expressions if isinstance(array, exp.Array)
+                                                               else [array]))
         return T.BOOL
 
-    def _array_elements(self, node: exp.Expr, op: str, kind: str, array: exp.Expr, fix: str) -> PgType:
-        """The element type of the ARRAY[…] under ``op ANY/ALL``: ARRAY[…] only, and not empty."""
+    def _array_elements(self, node: exp.Expr, op: str, kind: str, array: exp.Expr, fix: str,
+                        column: bool = False) -> PgType:
+        """The element type of the array under ``op ANY/ALL``: ARRAY[…], not empty, or (``column``) a column of an
+        array type, whose elements Spark reads from PostgreSQL's text form (spark_translation.py ``typed_read``)."""
+        if column and isinstance(array, exp.Column):
+            t = self.analyze(array)
+            if t.element is not None:
+                return t.element
         if not isinstance(array, exp.Array):
-            raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not ARRAY[…]", node, fix)
+            what = "ARRAY[…] or an array column" if column else "ARRAY[…]"
+            raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not {what}", node, fix)
         if not array.expressions:
             raise self.error("cannot determine type of empty array", array,
                              hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
@@ -256,9 +185,13 @@ class TextAnalysis(_Analyzer):
 
     def _array_as(self, node: exp.Expr, array: exp.Expr, element: PgType, operand: PgType) -> None:
         """Record the array's elements as compared in ``operand``; an array converted to it is an
-        ArrayCoerceExpr, which the row-filter walker rejects."""
-        self.types[id(array)] = element
-        self.targets[id(array)] = operand
+        ArrayCoerceExpr, which the row-filter walker rejects. An array column keeps its own type; its target
+        is the array of ``operand``."""
+        if isinstance(array, exp.Array):
+            self.types[id(array)] = element
+            self.targets[id(array)] = operand
+        else:
+            self.targets[id(array)] = PgType("_array", element=operand)
         if _array_needs_coercion(element, operand):
             self.walker_violation(ONLY_SIMPLE, node)
 

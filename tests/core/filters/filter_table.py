@@ -17,10 +17,12 @@ import psycopg
 from psycopg import sql
 from psycopg.abc import Buffer
 from psycopg.adapt import Loader
+from sqlglot import exp
 
 from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan
 from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
+from airflow_provider_rowfilter.core.filters.spark_translation import to_spark_text, typed_read
 from airflow_provider_rowfilter.core.filters.subscription_filters import (
     SubscriptionFilters,
     TableFilters,
@@ -48,9 +50,11 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("ts", "timestamp without time zone", 1114),
     ("tz", "timestamp with time zone", 1184),
     ("u", "uuid", 2950),
+    ("ia", "integer[]", 1007),  # op ANY/ALL over an array column (read from PostgreSQL's text form)
+    ("ta", "text[]", 1009),
 )
 DATA_COLUMNS = tuple(name for name, _, _ in COLUMNS if name != "id")
-_TEXT_OIDS = {25, 1043, 1042}
+_TEXT_OIDS = {25, 1043, 1042, 1009}
 
 RELATION = Relation(
     name=TableName("public", TABLE),
@@ -175,7 +179,8 @@ def spark_frame(spark, text_rows: Sequence[TextRow]):
     schema = ", ".join(f"`{name}` STRING" for name, _, _ in COLUMNS)
     frame = spark.createDataFrame(list(text_rows), schema)
     return frame.selectExpr(
-        *(f"CAST(`{name}` AS {spark_type_of(type_name)}) AS `{name}`" for name, type_name, _ in COLUMNS)
+        *(f"{to_spark_text(typed_read(exp.column(name, quoted=True), T.parse_type(type_name)))} AS `{name}`"
+          for name, type_name, _ in COLUMNS)
     )
 
 

@@ -125,6 +125,11 @@ VALUES: dict[str, st.SearchStrategy[object]] = {
     "i2": _ints(16), "i4": _ints(32), "i8": _ints(64), "n": _NUMERIC_12_3, "f8": _FLOAT8, "f4": _FLOAT4,
     "b": st.booleans(), "t": _TEXT, "v": st.text(ALPHABET, max_size=10), "c": st.text(ALPHABET, max_size=4),
     "d": _DATES, "ts": _TIMESTAMPS, "tz": _TIMESTAMPTZ, "u": _UUIDS,
+    # arrays, read by Spark from PostgreSQL's text form: NULL elements, quoting ("NULL", "", commas, braces,
+    # quotes, backslashes, spaces), empty arrays
+    "ia": st.lists(st.one_of(st.none(), st.integers(-3, 3), _ints(32)), max_size=4),
+    "ta": st.lists(st.one_of(st.none(), st.text(ALPHABET + '{}"NUL\t', max_size=4),
+                             st.sampled_from(["NULL", "null", ""])), max_size=4),
 }
 
 
@@ -419,7 +424,7 @@ def _like_pattern() -> st.SearchStrategy[str]:
 def boolean(draw: st.DrawFn, depth: int) -> str:
     leaves = ["column", "const", "compare", "compare", "is_null", "like"]
     compound = ["and", "or", "not", "is_bool", "distinct", "between", "in", "starts_with", "compare",
-                "compare", "case", "regex", "similar", "quantified", "row_null"]
+                "compare", "case", "regex", "similar", "quantified", "quantified_column", "row_null"]
     choice = draw(st.sampled_from(leaves + (compound if depth > 0 else [])))
     sub = depth - 1
     d = max(sub, 0)
@@ -470,6 +475,12 @@ def boolean(draw: st.DrawFn, depth: int) -> str:
         subject, *elements = draw(operands(0, draw(st.integers(2, 4))))
         op = draw(st.sampled_from(["=", "<>", "<", ">="]))
         return f"{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} (ARRAY[{', '.join(elements)}])"
+    if choice == "quantified_column":
+        # x op ANY/ALL (array column): the array's elements in their own type, compared in the operator's
+        column = draw(st.sampled_from(["ia", "ta"]))
+        subject = draw(number(d, floats=False))[0] if column == "ia" else draw(text(d))
+        op = draw(st.sampled_from(["=", "<>", "<", ">="] if column == "ia" else ["=", "<>"]))
+        return f"{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} ({column})"
     if choice == "row_null":
         fields = [draw(operands(sub, 1))[0] for _ in range(draw(st.integers(1, 3)))]
         row = f"ROW({', '.join(fields)})" if len(fields) == 1 or draw(st.booleans()) else f"({', '.join(fields)})"
@@ -489,7 +500,8 @@ FILTERS = st.lists(FILTER, min_size=FILTERS_PER_EXAMPLE, max_size=FILTERS_PER_EX
 NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "substr": r"\bsubstr(ing)?\(", "left/right": r"\b(left|right)\(", "strpos/position": r"\b(strpos|position)\(",
     "split_part": r"\bsplit_part\(", "repeat": r"\brepeat\(", "regex": r" !?~\*? '", "SIMILAR TO": r"SIMILAR TO",
-    "ANY/ALL": r" (ANY|ALL|SOME) \(ARRAY", "ROW IS NULL": r"(ROW\(|, [^()]*\)) IS (NOT )?NULL",
+    "ANY/ALL": r" (ANY|ALL|SOME) \(ARRAY", "ANY/ALL column": r" (ANY|ALL|SOME) \((ia|ta)\)",
+    "ROW IS NULL": r"(ROW\(|, [^()]*\)) IS (NOT )?NULL",
 }.items()}
 
 

@@ -122,3 +122,25 @@ def test_in_list_read_back_from_the_catalog_translates_like_the_ddl_file(fresh_d
     spark = {to_spark_sql(f) for source in (from_catalog, publications_from_ddl(ddl, catalog))
              for f in subscription_filters(source, ["p"], catalog).tables[T1].filters[A.INSERT]}
     assert spark == {"`c` IN ('x', 'y')"}  # one translation for both sources
+
+
+def test_generated_columns_published_as_postgresql_18_publishes_them(fresh_db):
+    """pgoutput.c check_and_init_gencol / pgoutput_column_list_init: a stored generated column is published by
+    publish_generated_columns = stored or by naming it in a list; publications without a list must agree on it."""
+    with psycopg.connect(fresh_db(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE g (a int PRIMARY KEY, b int, g int GENERATED ALWAYS AS (a * 2) STORED)")
+        catalog = read_catalog(conn)
+    g = TableName("public", "g")
+    ddl = """
+        CREATE PUBLICATION pnone FOR TABLE g;
+        CREATE PUBLICATION pstored FOR TABLE g WITH (publish_generated_columns = stored);
+        CREATE PUBLICATION plist FOR TABLE g (a, g);
+        CREATE PUBLICATION pfull FOR TABLE g (a, b, g);
+    """
+    assert resolve(catalog, ddl, ["pnone"]).tables[g].columns is None  # every column but the generated one
+    assert resolve(catalog, ddl, ["pstored"]).tables[g].columns == ("a", "b", "g")
+    assert resolve(catalog, ddl, ["plist"]).tables[g].columns == ("a", "g")
+    assert resolve(catalog, ddl, ["pstored", "pfull"]).tables[g].columns == ("a", "b", "g")  # the same set
+    with pytest.raises(ColumnListConflictError, match='different values of publish_generated_columns for table '
+                                                      '"public.g" in different publications'):
+        resolve(catalog, ddl, ["pnone", "pstored"])

@@ -1,0 +1,195 @@
+"""Conflicts as PostgreSQL 18 names them: running counts per subscription and table, and the log of skipped ones.
+
+Part of the state module (subscriber/state.py); the tables are migration 9's (subscriber/state_migrations.py).
+PostgreSQL 18 (src/backend/replication/logical/conflict.c ``ReportApplyConflict``) counts every conflict its
+apply worker meets in ``pg_stat_subscription_stats`` (``pgstat_report_subscription_conflict``) before it logs
+it: a conflict that stops the apply (``insert_exists``, ``update_exists``, ``multiple_unique_conflicts``:
+ERROR) is counted each time it is met, a skipped one (``update_missing``, ``delete_missing``: LOG) once, with
+the transaction that skips it. So here: a skipped conflict is counted in the batch's own transaction
+(:func:`count` from subscriber/apply_target.py's caller), an error in a transaction of its own after the
+batch rolled back (apply/drain.py), once per attempt.
+
+``rowfilter.subscription_stats`` reads like ``pg_stat_subscription_stats`` (its ``confl_*`` columns and
+``stats_reset``, one row per subscription); ``rowfilter.conflict_stats`` holds the same counts per table;
+``rowfilter.reset_subscription_stats(name)`` is ``pg_stat_reset_subscription_stats`` (NULL: every one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.lsn import format_lsn
+from airflow_provider_rowfilter.core.relation import TableName
+
+#: PostgreSQL 18's conflict types, in its order (conflict.c ``ConflictTypeNames``).
+CONFLICT_TYPES = ("insert_exists", "update_origin_differs", "update_exists", "update_missing",
+                  "delete_origin_differs", "delete_missing", "multiple_unique_conflicts")
+#: What the apply does at each (conflict.c ``ReportApplyConflict``'s elevel, worker.c): stop the batch, or skip the
+#: change and go on (the ``*_origin_differs`` ones apply the change; they need the local row's origin, which
+#: only a subscriber with track_commit_timestamp records).
+STOPS = frozenset({"insert_exists", "update_exists", "multiple_unique_conflicts"})
+#: A batch's per-table counts (subscriber/apply_target.py ``TableCounts``) that are conflicts.
+FROM_COUNTS = {"missing_update": "update_missing", "missing_delete": "delete_missing"}
+
+
+@dataclass(frozen=True)
+class LocalRow:
+    """A subscriber row a change conflicts with, in one unique index, as PostgreSQL 18's DETAIL names it (conflict.c
+    ``errdetail_apply_conflict``, ``build_tuple_value_details``)."""
+
+    index: str  # the unique index the key exists in
+    xmin: str  # the transaction that last modified the row
+    values: tuple[str | None, ...]  # its columns' text, in the table's order
+    key_columns: tuple[str, ...] = ()  # the index's columns
+    key: tuple[str | None, ...] = ()  # their values
+
+
+def _tuple(values: Sequence[str | None]) -> str:
+    """A row as execMain.c ``ExecBuildSlotValueDescription`` shows it: ``(1, local)``, NULL as null."""
+    return "(" + ", ".join("null" if v is None else v[:64] + ("..." if len(v) > 64 else "") for v in values) + ")"
+
+
+class ConflictError(RowFilterError):
+    """A change conflicts with the subscriber's data: PostgreSQL 18's ``insert_exists``, ``update_exists`` (one
+    unique index) or ``multiple_unique_conflicts`` (several), which stop its apply worker."""
+
+    def __init__(self, table: TableName, kind: str, key_columns: Sequence[str], key: Sequence[str | None],
+                 commit_lsn: int | None, xid: int | None, found: Sequence[LocalRow] = (),
+                 remote: Sequence[str | None] | None = None, batch: str | None = None) -> None:
+        self.kind = kind
+        self.commit_lsn = commit_lsn
+        self.xid = xid
+        self.key = tuple(key)
+        # PostgreSQL 18's DETAIL (conflict.c errdetail_apply_conflict: one part per conflicting unique index), then
+        # where the change came from (its CONTEXT).
+        parts = []
+        for local in found or [LocalRow("", "", (), tuple(key_columns), tuple(key))]:
+            shown = ", ".join("null" if v is None else v for v in local.key)
+            values = f"Key ({', '.join(local.key_columns)})=({shown})"
+            if local.index:
+                values += f"; existing local tuple {_tuple(local.values)}"
+            if remote is not None:
+                values += f"; remote tuple {_tuple(remote)}"
+            parts.append((f'Key already exists in unique index "{local.index}", modified in transaction {local.xmin}.'
+                          if local.index else "Key already exists in the subscriber.") + "\n" + values + ".")
+        if commit_lsn is not None:
+            lsn = format_lsn(commit_lsn)
+            where = f"Remote transaction {xid} finished at {lsn}."
+            hint = (f"remove or change the subscriber's row and run again; or skip the whole remote transaction with "
+                    f"`rowfilter skip --lsn {lsn}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert")
+        else:  # a reduced INSERT: its transaction is within the batch, not told apart
+            where = f"The INSERT is one of the batch's changes ({batch})."
+            hint = "remove or change the subscriber's row and run again"
+        super().__init__(
+            f'conflict detected on relation "{table}": conflict={kind}',
+            detail="\n".join(parts) + f"\n{where} Nothing of the batch was applied.", hint=hint, table=str(table))
+
+
+_COLUMNS = [sql.Identifier(f"confl_{t}") for t in CONFLICT_TYPES]
+
+
+def conflicts_of(counts: Mapping[str, int]) -> dict[str, int]:
+    """The conflicts in a batch's per-table counts (``missing_update`` → ``update_missing``, …)."""
+    return {FROM_COUNTS[k]: int(n) for k, n in counts.items() if k in FROM_COUNTS and n}
+
+
+def count(conn: psycopg.Connection, subscription: str, table: TableName, conflicts: Mapping[str, int]) -> None:
+    """Add ``conflicts`` (type → number) to the table's running counts, in the caller's transaction."""
+    conflicts = {t: n for t, n in conflicts.items() if n}
+    if not conflicts:
+        return
+    unknown = set(conflicts) - set(CONFLICT_TYPES)
+    if unknown:
+        raise ValueError(f"not a conflict type of PostgreSQL's: {sorted(unknown)}")
+    names = [sql.Identifier(f"confl_{t}") for t in conflicts]
+    conn.execute(sql.SQL(
+        """INSERT INTO rowfilter.conflict_stats (subscription, schema_name, table_name, {columns})
+           VALUES (%s, %s, %s, {values})
+           ON CONFLICT (subscription, schema_name, table_name) DO UPDATE SET {adds}, updated_at = now()""").format(
+        columns=sql.SQL(", ").join(names), values=sql.SQL(", ").join(sql.Placeholder() for _ in names),
+        adds=sql.SQL(", ").join(sql.SQL("{c} = conflict_stats.{c} + EXCLUDED.{c}").format(c=c) for c in names)),
+        (subscription, table.schema, table.name, *conflicts.values()))
+
+
+def reset(conn: psycopg.Connection, subscription: str | None) -> None:
+    """``pg_stat_reset_subscription_stats``: the counts of ``subscription`` (None: of every one) back to zero."""
+    conn.execute("SELECT rowfilter.reset_subscription_stats(%s)", (subscription,))
+
+
+@dataclass(frozen=True)
+class ConflictStats:
+    """A subscription's running conflict counts: per table, in total, and when they were last reset."""
+
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
+    stats_reset: datetime | None = None
+
+    @property
+    def total(self) -> dict[str, int]:
+        return {t: sum(c.get(t, 0) for c in self.tables.values()) for t in CONFLICT_TYPES}
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "tables": self.tables,
+                "stats_reset": None if self.stats_reset is None else self.stats_reset.isoformat()}
+
+
+def read(conn: psycopg.Connection, subscription: str) -> ConflictStats:
+    """The subscription's counts (every type, zeros included, for each table that met one)."""
+    rows = conn.execute(sql.SQL(
+        "SELECT schema_name, table_name, {} FROM rowfilter.conflict_stats WHERE subscription = %s "
+        "ORDER BY schema_name, table_name").format(sql.SQL(", ").join(_COLUMNS)), (subscription,)).fetchall()
+    reset_at = conn.execute("SELECT stats_reset FROM rowfilter.conflict_stats_reset WHERE subscription = %s",
+                            (subscription,)).fetchone()
+    return ConflictStats({str(TableName(r[0], r[1])): dict(zip(CONFLICT_TYPES, map(int, r[2:]), strict=True))
+                          for r in rows}, None if reset_at is None else reset_at[0])
+
+
+@dataclass(frozen=True)
+class ConflictLog:
+    """Where a batch logs its skipped conflicts (the spec's ``conflict_log: table``): one row per key and type
+    of a reduced key (its number of changes in ``changes``), one per change of a barrier, with the batch's span."""
+
+    subscription: str
+    batch_start_lsn: str | None
+    batch_end_lsn: str
+
+
+def log_keys(conn: psycopg.Connection, log: ConflictLog, table: TableName, keys: sql.Composable, phase: int,
+             key_columns: Sequence[str], columns: Sequence[str]) -> None:
+    """Log phase ``phase``'s skipped changes of the reduced keys in ``keys`` (subscriber/apply_target.py's temp
+    table): the key, the remote values the batch carried for it (its last image), how many changes were skipped.
+    The changes of one key were reduced together: their LSNs are within the batch's span, not told apart."""
+    conn.execute(sql.SQL(
+        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, remote_row,
+                                               changes, batch_start_lsn, batch_end_lsn)
+           SELECT %(sub)s, %(schema)s, %(table)s, c.kind,
+                  (SELECT jsonb_object_agg(n.name, k.key::jsonb -> (n.i - 1)::int)
+                   FROM unnest(%(keys)s::text[]) WITH ORDINALITY n(name, i)),
+                  CASE WHEN k.vals IS NOT NULL THEN
+                      (SELECT jsonb_object_agg(n.name, k.vals -> (n.i - 1)::int)
+                       FROM unnest(%(columns)s::text[]) WITH ORDINALITY n(name, i)) END,
+                  c.n, %(start)s, %(end)s
+           FROM {keys} k CROSS JOIN LATERAL (VALUES
+               ('update_missing', CASE WHEN k.existed THEN k.p_missing_update ELSE k.a_missing_update END),
+               ('delete_missing', CASE WHEN k.existed THEN k.p_missing_delete ELSE k.a_missing_delete END)) c(kind, n)
+           WHERE k.phase = %(phase)s AND c.n > 0
+           ORDER BY k.key, c.kind""").format(keys=keys),
+        {"sub": log.subscription, "schema": table.schema, "table": table.name, "keys": list(key_columns),
+         "columns": list(columns), "start": log.batch_start_lsn, "end": log.batch_end_lsn, "phase": phase})
+
+
+def log_change(conn: psycopg.Connection, log: ConflictLog, table: TableName, kind: str, key: dict | None,
+               remote: dict | None, commit_lsn: str | None, xid: int | None) -> None:
+    """Log one skipped change (a barrier: a key's move, a change of a table without a key)."""
+    conn.execute(
+        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, remote_row,
+                                               commit_lsn, xid, batch_start_lsn, batch_end_lsn)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        (log.subscription, table.schema, table.name, kind, None if key is None else Jsonb(key),
+         None if remote is None else Jsonb(remote), commit_lsn, xid, log.batch_start_lsn, log.batch_end_lsn))

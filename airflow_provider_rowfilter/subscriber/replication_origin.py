@@ -1,0 +1,95 @@
+"""The apply's writes tagged with a replication origin on the subscriber, as PostgreSQL's apply worker tags its own.
+
+The apply worker sets up its subscription's origin (``pg_<suboid>``) for its session
+(``replorigin_session_setup`` in src/backend/replication/logical/worker.c) and records each remote
+transaction's finish LSN and commit time with the local commit (``replorigin_session_origin_lsn``); the
+WAL records of what it writes then carry that origin. A subscription downstream with ``origin = none``
+(PostgreSQL 16+: pgoutput's ``pgoutput_origin_filter``) skips those changes, which is what keeps a
+cascade or a two-way pair from sending a change back where it came from.
+
+Our apply does the same through the SQL functions (``pg_replication_origin_create``,
+``pg_replication_origin_session_setup``, ``pg_replication_origin_xact_setup``; origin.c), with the origin
+``rowfilter_<database oid>_<subscription>`` (origins belong to the cluster: two subscriber databases of one
+cluster may each hold a subscription of the same name, and an origin is active in one session at a time);
+``pg_replication_origin_status`` then shows how far each subscription applied.
+These functions are a superuser's by default; a role without them (``GRANT EXECUTE``, the fix the warning
+names) applies all the same, untagged, and is warned once per process: then a downstream ``origin = none``
+cannot tell our writes from local ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+
+log = logging.getLogger(__name__)
+
+#: What this process already warned about: the roles without the functions.
+_warned: set[str] = set()
+FUNCTIONS = ("pg_replication_origin_create(text)", "pg_replication_origin_session_setup(text)",
+             "pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone)",
+             "pg_replication_origin_session_reset()")
+
+
+def origin_name(sub: psycopg.Connection, subscription: str) -> str:
+    """The subscription's replication origin on the subscriber ``sub`` is connected to: unique in its cluster, as
+    PostgreSQL's own ``pg_<suboid>`` (subscriptioncmds.c ``ReplicationOriginNameForLogicalRep``)."""
+    row = sub.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()
+    assert row is not None
+    return f"rowfilter_{row[0]}_{subscription}"
+
+
+@contextmanager
+def session_origin(sub: psycopg.Connection, subscription: str) -> Iterator[bool]:
+    """Tag what ``sub`` writes in the block with the subscription's origin (set up before the batch's transaction
+    and reset after its commit or rollback, as the commit record carries the origin too); yields whether the role
+    may. ``sub`` must be outside a transaction (autocommit)."""
+    name = origin_name(sub, subscription)
+    try:
+        with sub.transaction():
+            sub.execute("SELECT pg_replication_origin_create(%s) WHERE pg_replication_origin_oid(%s) IS NULL",
+                        (name, name))
+        # A setup a broken run left on this session (an error between setup and reset) is undone first.
+        sub.execute("SELECT pg_replication_origin_session_reset() WHERE pg_replication_origin_session_is_setup()")
+        sub.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
+    except psycopg.errors.InsufficientPrivilege:
+        _warn(sub)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            sub.execute("SELECT pg_replication_origin_session_reset()")
+
+
+def record_progress(sub: psycopg.Connection, finish_lsn: str) -> None:
+    """In the batch's transaction: the remote position it applies through, recorded with its commit as the
+    origin's progress (``pg_replication_origin_status.remote_lsn``; worker.c sets
+    ``replorigin_session_origin_lsn`` to each remote transaction's end)."""
+    sub.execute("SELECT pg_replication_origin_xact_setup(%s::pg_lsn, now())", (finish_lsn,))
+
+
+def drop_origin(sub: psycopg.Connection, subscription: str) -> None:
+    """DROP SUBSCRIPTION drops its origin (subscriptioncmds.c ``DropSubscription``): ours too, where the role may."""
+    name = origin_name(sub, subscription)
+    try:
+        with sub.transaction():
+            sub.execute("SELECT pg_replication_origin_drop(%s) WHERE pg_replication_origin_oid(%s) IS NOT NULL",
+                        (name, name))
+    except psycopg.errors.InsufficientPrivilege:
+        log.warning('replication origin "%s" stays in the subscriber: this role may not drop it '
+                    "(SELECT pg_replication_origin_drop('%s') as a superuser)", name, name)
+
+
+def _warn(sub: psycopg.Connection) -> None:
+    role = sub.execute("SELECT current_user").fetchone()[0]
+    if role in _warned:
+        return
+    _warned.add(role)
+    log.warning("the apply's writes carry no replication origin: role %s may not use the replication origin "
+                "functions, so a subscription downstream with origin = none cannot tell them from local writes; "
+                "fix: GRANT EXECUTE ON FUNCTION %s TO %s", role, ", ".join(FUNCTIONS), role)

@@ -1,0 +1,97 @@
+"""Conflicts on unique indexes other than the key, beside a native PostgreSQL 18 subscription of the same publisher.
+
+PostgreSQL 18 checks every unique index before its apply worker inserts a row (execReplication.c
+``CheckAndReportConflict``): a row existing in one index stops it with ``insert_exists`` naming that index, in
+several with ``multiple_unique_conflicts`` naming each; both are counted in ``pg_stat_subscription_stats``.
+Cheap: ``copy_data: false`` and the publisher's own filtering, so no Spark and no copy.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+
+from airflow_provider_rowfilter.apply.drain import apply
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.subscriber.apply_target import ConflictError
+from airflow_provider_rowfilter.tooling.native import NativeSubscription
+
+TABLE = "CREATE TABLE w (id int PRIMARY KEY, u int UNIQUE, v text);"
+
+
+def execute(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def native_count(dsn: str, name: str, column: str, at_least: int = 1, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while True:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            n = conn.execute(f"SELECT {column} FROM pg_stat_subscription_stats WHERE subname = %s", (name,)).fetchone()[0]
+        if n >= at_least:
+            return n
+        assert time.monotonic() < deadline, f"{name}: {column} = {n} after {timeout} s"
+        time.sleep(0.2)
+
+
+def ours_count(dsn: str, spec: SubscriptionSpec, column: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(f"SELECT {column} FROM rowfilter.subscription_stats WHERE subname = %s",
+                            (spec.subscription,)).fetchone()[0]
+
+
+def test_a_row_existing_in_other_unique_indexes_stops_as_postgresql_18_stops(fresh_db, tmp_path):
+    began = time.monotonic()
+    pub, native_db, ours = fresh_db(), fresh_db(), fresh_db()
+    execute(pub, TABLE, "CREATE PUBLICATION pw FOR TABLE w")
+    for dsn in (native_db, ours):
+        execute(dsn, TABLE, "INSERT INTO w VALUES (10, 5, 'local')")
+    native = NativeSubscription(pub, native_db, "uniq_native", ["pw"], {"copy_data": "false"}).create()
+    spec = SubscriptionSpec(subscription="uniq_ours", publisher=pub, subscriber=ours, publications=("pw",),
+                            copy_data=False, change_log=str(tmp_path / "changes"))
+    refresh(spec)
+    try:
+        # Another key, the same u: insert_exists on w_u_key (not the key's index).
+        execute(pub, "INSERT INTO w VALUES (11, 5, 'remote')")
+        with pytest.raises(ConflictError) as caught:
+            apply(spec)
+        text = str(caught.value)
+        assert caught.value.kind == "insert_exists", text
+        assert 'Key already exists in unique index "w_u_key", modified in transaction ' in text, text
+        assert "Key (u)=(5); existing local tuple (10, 5, local); remote tuple (11, 5, remote)." in text, text
+        assert native_count(native_db, native.name, "confl_insert_exists") >= 1
+        assert ours_count(ours, spec, "confl_insert_exists") == 1
+        # Both go on once the local row is out of the way.
+        for dsn in (native_db, ours):
+            execute(dsn, "DELETE FROM w WHERE id = 10")
+        apply(spec)
+        native.wait_caught_up()
+
+        # The key and u both exist, in two local rows: multiple_unique_conflicts, each index named.
+        for dsn in (native_db, ours):
+            execute(dsn, "INSERT INTO w VALUES (20, 1, 'local key'), (21, 7, 'local u')")
+        execute(pub, "INSERT INTO w VALUES (20, 7, 'remote')")
+        with pytest.raises(ConflictError) as caught:
+            apply(spec)
+        text = str(caught.value)
+        assert caught.value.kind == "multiple_unique_conflicts", text
+        assert 'conflict=multiple_unique_conflicts' in text and '"w_pkey"' in text and '"w_u_key"' in text, text
+        assert "Key (id)=(20); existing local tuple (20, 1, local key)" in text, text
+        assert "Key (u)=(7); existing local tuple (21, 7, local u)" in text, text
+        assert native_count(native_db, native.name, "confl_multiple_unique_conflicts") >= 1
+        assert ours_count(ours, spec, "confl_multiple_unique_conflicts") == 1
+        for dsn in (native_db, ours):
+            execute(dsn, "DELETE FROM w WHERE id IN (20, 21)")
+        apply(spec)
+        native.wait_caught_up()
+        with psycopg.connect(ours) as a, psycopg.connect(native_db) as b:
+            rows = "SELECT w::text FROM w ORDER BY id"
+            assert a.execute(rows).fetchall() == b.execute(rows).fetchall()
+    finally:
+        native.drop()
+    print(f"unique conflicts: {time.monotonic() - began:.1f} s")
