@@ -66,6 +66,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_rowfilter.hooks.rowfilter",
                     "airflow_provider_rowfilter.hooks.spark_submit_job",
                     "airflow_provider_rowfilter.hooks.spec_resolver",
+                    "airflow_provider_rowfilter.hooks.store_connection",
                     "airflow_provider_rowfilter.hooks.subscription_rel",
                 ],
             }
