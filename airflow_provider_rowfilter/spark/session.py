@@ -31,6 +31,8 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec, remote_params
 from airflow_provider_rowfilter.spark.class_archive import mark_session
 from airflow_provider_rowfilter.spark.remote import remote_address, require_server
 from airflow_provider_rowfilter.spark.settings import (
+    EXCLUDED_OPTIMIZER_RULES,
+    EXCLUDED_RULES_SETTING,
     SMALL_BATCH_SQL_SETTINGS,
     STATIC_SQL_SETTINGS,
     network_security,
@@ -88,6 +90,10 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     # Spark's RPC and block transfers answer only holders of the secret Spark makes (spark/settings.py).
     settings.update(network_security(settings["spark.master"], conf))
     settings.update(conf or {})
+    # Spark's optimizer may not prove what PostgreSQL's planner does not (spark/settings.py); the user's own
+    # exclusions are kept beside ours.
+    theirs = [r.strip() for r in settings.get(EXCLUDED_RULES_SETTING, "").split(",") if r.strip()]
+    settings[EXCLUDED_RULES_SETTING] = ",".join(dict.fromkeys([*EXCLUDED_OPTIMIZER_RULES, *theirs]))
     # The JVMs' own zone (java.time conversions read it) and the JIT for long
     # generated methods, added to the caller's Java options (spark/settings.py SPARK_JVM_OPTIONS).
     settings = with_jvm_options(settings, short_batch=short_batch)

@@ -154,6 +154,13 @@ CASES = (
          "x >= low and x <= high are separate operators: i8 <= 9223372036854775806 is exact"),
     Case("float8_to_real_underflow_raises", "id = (- (f8)::real)", ({"f8": "5e-324"},), ERROR,
          "float84 raises 'value out of range: underflow'; Spark's cast yields 0"),
+    Case("an_error_beside_a_comparison_spark_could_decide", "(n % 0.0) <= CASE WHEN i2 = 12.125::float8 THEN 1 END",
+         ({"n": "2.500"},), ERROR,
+         "Spark's UnwrapCastInBinaryComparison proved i2 = 12.125 false, the CASE NULL and the comparison NULL, "
+         "dropping the division by zero PostgreSQL raises (spark/settings.py EXCLUDED_OPTIMIZER_RULES)"),
+    Case("an_overflow_inside_a_comparison_spark_could_decide", "6984328.202 = (- i2)", ({"i2": "-32768"},), ERROR,
+         "int2um raises 'smallint out of range'; Spark's UnwrapCastInBinaryComparison decided the comparison "
+         "without computing - i2"),
     Case("boolean_in_list_item_keeps_its_parentheses", "(i4 >= 0) IN (t = 'a', '0'::bigint != f8)",
          ({"i4": "1", "t": "b", "f8": "1"},), (True,),
          "an IN item x <> y was generated as b = x <> y, which Spark cannot resolve"),
