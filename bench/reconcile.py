@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import sys
 import tempfile
 import threading
@@ -35,14 +34,13 @@ from psycopg import sql
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from snapshot_copy import TABLE, create_database, digest, publisher_setup  # noqa: E402
+from snapshot_copy import TABLE, admin_url, create_database, digest, publisher_setup, start_spark  # noqa: E402
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs import comparison  # noqa: E402
 from airflow_provider_rowfilter.jobs.reconcile import reconcile  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
-from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.tooling.native import NativeSubscription  # noqa: E402
 
 QUARTER = "region = 'NSW'"
@@ -109,27 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         comparison.LOCAL_ROWS = -1 if args.engine == "spark" else 1 << 62
 
     with contextlib.ExitStack() as stack:
-        if args.dsn:
-            admin = args.dsn
-        else:
-            cluster = stack.enter_context(LocalPostgres.start())
-            os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
-            admin = cluster.dsn()
-        base = admin.partition("?")[0].rsplit("/", 1)[0]
-        pub, ours, theirs = f"{base}/bench_pub", f"{base}/bench_ours", f"{base}/bench_native"
+        admin, url = admin_url(stack, args.dsn)
+        pub, ours, theirs = url("bench_pub"), url("bench_ours"), url("bench_native")
         for name in ("bench_pub", "bench_ours", "bench_native"):
             create_database(admin, name)
         began = time.monotonic()
         publisher_setup(pub, args.rows, "key", QUARTER)
         print(f"publisher: {args.rows:,} rows loaded in {time.monotonic() - began:.1f} s; filter ({QUARTER})")
-        from airflow_provider_rowfilter.spark.session import build_session
-
-        began = time.monotonic()
-        spark = build_session("rowfilter-bench", master=args.master,
-                              conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
-        spark.sparkContext.setLogLevel("ERROR")
-        print(f"Spark {spark.version}: session started in {time.monotonic() - began:.1f} s (not counted), "
-              f"{os.cpu_count()} CPUs")
+        spark, _ = start_spark(args.master)
         for dsn in (ours, theirs):
             with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(TABLE)

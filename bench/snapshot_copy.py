@@ -68,6 +68,34 @@ def create_database(admin: str, name: str) -> None:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
+def admin_url(stack: contextlib.ExitStack, dsn: str | None) -> tuple[str, Callable[[str], str]]:
+    """The administrator's URL (``--dsn``, or a throwaway embedded cluster entered on ``stack``) and the URL
+    of a database of the same server, its parameters kept (``passfile``: a native subscription's walreceiver
+    reads the password from it, not from this process's environment)."""
+    if dsn:
+        admin = dsn
+    else:
+        cluster = stack.enter_context(LocalPostgres.start())
+        os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL
+        admin = cluster.dsn()
+    base, _, query = admin.partition("?")
+    return admin, lambda database: f"{base.rsplit('/', 1)[0]}/{database}" + (f"?{query}" if query else "")
+
+
+def start_spark(master: str):
+    """One Spark session for the benchmark and its start-up seconds (printed, not counted)."""
+    from airflow_provider_rowfilter.spark.session import build_session
+
+    began = time.monotonic()
+    spark = build_session("rowfilter-bench", master=master,
+                          conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    startup = time.monotonic() - began
+    print(f"Spark {spark.version} on {spark.sparkContext.master}: session started in {startup:.1f} s "
+          f"(not counted), {os.cpu_count()} CPUs")
+    return spark, startup
+
+
 def digest(dsn: str) -> tuple[int, str]:
     with psycopg.connect(dsn) as conn:
         return conn.execute("SELECT count(*), md5(string_agg(b::text, ',' ORDER BY id)) FROM big b").fetchone()
@@ -130,7 +158,7 @@ def our_copy_process(pub: str, target: str, name: str, workdir: Path, remote: st
     return seconds
 
 
-def compare_runs(admin: str, base: str, pub: str, repeat: int,
+def compare_runs(admin: str, url: Callable[[str], str], pub: str, repeat: int,
                  ours: Callable[[str, str], tuple[float, str]]) -> tuple[list[float], list[float], int]:
     """``repeat`` runs, each a native copy then ours (``ours(target, name)`` -> seconds, what to print) into
     fresh databases, both targets compared whole; returns both kinds' times and the rows copied."""
@@ -140,13 +168,13 @@ def compare_runs(admin: str, base: str, pub: str, repeat: int,
     for run in range(1, repeat + 1):
         create_database(admin, "bench_native")
         create_database(admin, "bench_ours")
-        native_times.append(native_copy(pub, f"{base}/bench_native", f"bench_native_{run}"))
+        native_times.append(native_copy(pub, url("bench_native"), f"bench_native_{run}"))
         # One name for all runs (each copies into a fresh database, and its capture objects are dropped after
         # it): through Connect, the runs of a subscription's snapshot job attach to one server session, as
         # the per-table copies of an initial sync and the resyncs of a subscription do.
-        seconds, said = ours(f"{base}/bench_ours", "bench_ours")
+        seconds, said = ours(url("bench_ours"), "bench_ours")
         our_times.append(seconds)
-        native_digest, our_digest = digest(f"{base}/bench_native"), digest(f"{base}/bench_ours")
+        native_digest, our_digest = digest(url("bench_native")), digest(url("bench_ours"))
         if native_digest != our_digest:
             raise SystemExit(f"the copies differ: native {native_digest}, ours {our_digest}")
         rows = native_digest[0]
@@ -175,14 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     with contextlib.ExitStack() as stack:
-        if args.dsn:
-            admin = args.dsn
-        else:
-            cluster = stack.enter_context(LocalPostgres.start())
-            os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
-            admin = cluster.dsn()
-        base = admin.partition("?")[0].rsplit("/", 1)[0]
-        pub = f"{base}/bench_pub"
+        admin, url = admin_url(stack, args.dsn)
+        pub = url("bench_pub")
         create_database(admin, "bench_pub")
         began = time.monotonic()
         publisher_setup(pub, args.rows, args.identity, args.filter)
@@ -190,16 +212,8 @@ def main(argv: list[str] | None = None) -> int:
               f"identity {args.identity}")
 
         if args.process:
-            return copy_processes(args, admin, base, pub, stack)
-        from airflow_provider_rowfilter.spark.session import build_session
-
-        began = time.monotonic()
-        spark = build_session("rowfilter-bench", master=args.master,
-                              conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
-        spark.sparkContext.setLogLevel("ERROR")
-        startup = time.monotonic() - began
-        print(f"Spark {spark.version} on {spark.sparkContext.master}: session started in {startup:.1f} s "
-              f"(not counted), {os.cpu_count()} CPUs")
+            return copy_processes(args, admin, url, pub, stack)
+        spark, startup = start_spark(args.master)
         options = CopyOptions(max_partitions=args.max_partitions)
 
         copied: dict = {}
@@ -208,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds, copied["table"] = our_copy(pub, target, name, spark, options)
             return seconds, f"ours {seconds:.2f} s ({copied['table']['partitions']} partitions)"
 
-        native_times, our_times, rows = compare_runs(admin, base, pub, args.repeat, ours)
+        native_times, our_times, rows = compare_runs(admin, url, pub, args.repeat, ours)
         spark.stop()
 
     native_s, our_s = statistics.median(native_times), statistics.median(our_times)
@@ -224,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def copy_processes(args, admin: str, base: str, pub: str, stack: contextlib.ExitStack) -> int:
+def copy_processes(args, admin: str, url: Callable[[str], str], pub: str, stack: contextlib.ExitStack) -> int:
     """``--process``: native's table sync against ``rowfilter snapshot`` processes, medians of ``--repeat``."""
     from pgbench_common import spark_server
 
@@ -235,7 +249,7 @@ def copy_processes(args, admin: str, base: str, pub: str, stack: contextlib.Exit
         seconds = our_copy_process(pub, target, name, workdir, remote, args.master, args.max_partitions)
         return seconds, f"`rowfilter snapshot` ({args.process}) {seconds:.2f} s"
 
-    native_times, our_times, rows = compare_runs(admin, base, pub, args.repeat, ours)
+    native_times, our_times, rows = compare_runs(admin, url, pub, args.repeat, ours)
     native_s, our_s = statistics.median(native_times), statistics.median(our_times)
     print(f"native table sync: {rows / native_s:,.0f} rows/s ({native_s:.2f} s)")
     print(f"rowfilter snapshot process ({args.process}): {rows / our_s:,.0f} rows/s ({our_s:.2f} s)")

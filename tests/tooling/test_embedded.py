@@ -18,14 +18,9 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.spark.processes import alive
-from airflow_provider_rowfilter.tooling.embedded import (
-    _OLD_TRUST_HBA,
-    DEFAULT_OS_USER,
-    LocalPostgres,
-    LocalPostgresError,
-    find_bin_dir,
-)
+from airflow_provider_rowfilter.tooling.embedded import _OLD_TRUST_HBA, LocalPostgres, LocalPostgresError
 from airflow_provider_rowfilter.tooling.embedded_auth import PASSFILE, scram_verifier
+from airflow_provider_rowfilter.tooling.pg_host import DEFAULT_OS_USER, find_bin_dir
 from tests.attacker import as_root_only, run_as_nobody
 
 MODULE = "airflow_provider_rowfilter.tooling.embedded"
