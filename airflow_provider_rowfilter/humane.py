@@ -25,7 +25,7 @@ PROGRESS_ATTR = "rowfilter_progress"
 @dataclass(frozen=True)
 class ProgressReport:
     """How far a long copy or drain is, made once by the job: the ``line`` a log gets (Airflow's task log,
-    ``rowfilter`` piped), and the numbers a terminal's progress bar draws (cli_progress.py).
+    ``rowfilter`` piped), and the numbers a terminal's progress bar draws (console/progress.py).
 
     ``kind`` (``copy``, ``drain``) and ``label`` (the table, the subscription) name one bar, its :attr:`key`;
     ``done`` of ``total`` (None: unknown) in the job's own unit (``done`` None: as the last report said);

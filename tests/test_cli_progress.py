@@ -19,7 +19,7 @@ import yaml
 from rich.console import Console
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.cli_progress import BarHandler, bar_display
+from airflow_provider_rowfilter.console.progress import BarHandler, bar_display
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.humane import PROGRESS_ATTR, ProgressReport
 from airflow_provider_rowfilter.jobs.refresh import refresh

@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from airflow_provider_rowfilter.cli_output import Column, print_table
+from airflow_provider_rowfilter.console.output import Column, print_table
 from airflow_provider_rowfilter.humane import ago, batch_lag, counts_text, duration, size
 
 

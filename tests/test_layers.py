@@ -41,8 +41,7 @@ LAYER_OF = {
     "connection": "io",
     "identifiers": "io",
     # How the console command prints a table and shows a long copy or drain (Rich only).
-    "cli_output": "console",
-    "cli_progress": "console",
+    "console": "console",
     # pyarrow, no PostgreSQL: the durable log between the capture and the apply.
     "change_log": "change_log",
     # psycopg: each database's side; the capture writes the change log.

@@ -1,0 +1,71 @@
+"""The ``rowfilter`` console command: :func:`main` reads the command line (cli/parser.py) and runs one
+command; each runs its job in process (cli/commands.py, cli/status.py, cli/filters.py) and prints what it
+did (cli/console.py; tables and bars: console/)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from airflow_provider_rowfilter.cli.commands import (
+    apply_batch,
+    compare,
+    drop,
+    refresh,
+    reset_conflicts,
+    set_enabled,
+    skip,
+    spark_server,
+    sync_sequences,
+    sync_tables,
+)
+from airflow_provider_rowfilter.cli.console import EXIT_BROKEN, console, err_console, say
+from airflow_provider_rowfilter.cli.filters import print_filters, validate
+from airflow_provider_rowfilter.cli.parser import COMMANDS, build_parser
+from airflow_provider_rowfilter.cli.spec_file import load_spec
+from airflow_provider_rowfilter.cli.status import STATUS_COLUMNS, status
+from airflow_provider_rowfilter.console.output import output_format
+from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
+
+__all__ = ["COMMANDS", "EXIT_BROKEN", "STATUS_COLUMNS", "console", "err_console", "load_spec", "main",
+           "print_filters", "say", "status"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``rowfilter`` command; return the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)  # a long copy or drain says how far it is
+    try:
+        if args.command == "validate":
+            return validate(load_spec(args.spec, needs=("publisher",)),
+                            fmt=output_format(args.format, console, as_json=args.json))
+        if args.command == "refresh":
+            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
+        if args.command in ("verify", "reconcile") or (args.command == "resync" and args.reconcile):
+            return compare(load_spec(args.spec), args)
+        if args.command == "status":
+            return status(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
+        if args.command in ("snapshot", "resync"):
+            return sync_tables(load_spec(args.spec), args)
+        if args.command == "apply":
+            return apply_batch(load_spec(args.spec), max_changes=args.max_changes,
+                               time_budget=args.time_budget, as_json=args.json)
+        if args.command == "skip":
+            return skip(load_spec(args.spec, needs=("subscriber",)), args.lsn)
+        if args.command == "sync-sequences":
+            return sync_sequences(load_spec(args.spec), args)
+        if args.command == "drop":
+            return drop(load_spec(args.spec), keep_slot=args.keep_slot)
+        if args.command == "reset-conflicts":
+            return reset_conflicts(load_spec(args.spec, needs=("subscriber",)))
+        if args.command in ("disable", "enable"):
+            return set_enabled(load_spec(args.spec, needs=("subscriber",)), args.command == "enable")
+        if args.command == "spark-server":
+            return spark_server(args)
+    except RowFilterError as e:
+        say(("ERROR:", "bold red"), " ", str(e), err=True)
+        return 1
+    return 2

@@ -1,0 +1,8 @@
+"""``python -m airflow_provider_rowfilter.cli``: the ``rowfilter`` command."""
+
+import sys
+
+from airflow_provider_rowfilter.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())
