@@ -140,6 +140,10 @@ def _parser() -> argparse.ArgumentParser:
                                         epilog=f"example:\n  {example}",
                                         formatter_class=argparse.RawDescriptionHelpFormatter)
         commands[name].add_argument("--spec", required=True, help="subscription spec file (YAML)")
+        commands[name].add_argument("--change-log-conn-id", metavar="CONN_ID",
+                                    help="an Airflow aws, google_cloud_platform or wasb connection whose credentials "
+                                    "reach the change log on object storage (default: the spec's change_log_conn_id, "
+                                    "else this process's environment)")
     for name in ("validate", "status"):
         shape = commands[name].add_mutually_exclusive_group()
         shape.add_argument("--format", choices=FORMATS, default=None,
@@ -221,31 +225,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)  # a long copy or drain says how far it is
+
+    def spec_of(needs: Sequence[str] = ("publisher", "subscriber")) -> SubscriptionSpec:
+        return load_spec(args.spec, needs, change_log_conn_id=args.change_log_conn_id)
+
     try:
         if args.command == "validate":
-            return validate(load_spec(args.spec, needs=("publisher",)),
+            return validate(spec_of(needs=("publisher",)),
                             fmt=output_format(args.format, console, as_json=args.json))
         if args.command == "refresh":
-            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
+            return refresh(spec_of(), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
         if args.command in ("verify", "reconcile") or (args.command == "resync" and args.reconcile):
-            return compare(load_spec(args.spec), args)
+            return compare(spec_of(), args)
         if args.command == "status":
-            return status(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
+            return status(spec_of(), fmt=output_format(args.format, console, as_json=args.json))
         if args.command in ("snapshot", "resync"):
-            return sync_tables(load_spec(args.spec), args)
+            return sync_tables(spec_of(), args)
         if args.command == "apply":
-            return apply_batch(load_spec(args.spec), max_changes=args.max_changes,
+            return apply_batch(spec_of(), max_changes=args.max_changes,
                                time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
-            return skip(load_spec(args.spec, needs=("subscriber",)), args.lsn)
+            return skip(spec_of(needs=("subscriber",)), args.lsn)
         if args.command == "sync-sequences":
-            return sync_sequences(load_spec(args.spec), args)
+            return sync_sequences(spec_of(), args)
         if args.command == "drop":
-            return drop(load_spec(args.spec), keep_slot=args.keep_slot)
+            return drop(spec_of(), keep_slot=args.keep_slot)
         if args.command == "reset-conflicts":
-            return reset_conflicts(load_spec(args.spec, needs=("subscriber",)))
+            return reset_conflicts(spec_of(needs=("subscriber",)))
         if args.command in ("disable", "enable"):
-            return set_enabled(load_spec(args.spec, needs=("subscriber",)), args.command == "enable")
+            return set_enabled(spec_of(needs=("subscriber",)), args.command == "enable")
         if args.command == "spark-server":
             return spark_server(args)
     except RowFilterError as e:
@@ -254,15 +262,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> SubscriptionSpec:
+def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber"),
+              change_log_conn_id: str | None = None) -> SubscriptionSpec:
     """The spec file as the jobs need it: a file of the DAG factory, which names Airflow connections
     instead of URLs, is resolved through Airflow in a process of its own (hooks/spec_resolver.py: this
     command never imports Airflow); the passwords come back by pipe and go to this process's
     environment, where the jobs read them (connection.py ``PASSWORD_ENV``). Only when a role the command
-    ``needs`` has a connection id and no URL: ``validate`` reads the publisher alone."""
+    ``needs`` has a connection id and no URL: ``validate`` reads the publisher alone. The change log's
+    store credentials likewise, from the Airflow connection ``change_log_conn_id`` (``--change-log-conn-id``,
+    else the spec's) names: they replace the store's variables (``AWS_…``) in this process's environment."""
     spec = SubscriptionSpec.load(path)
+    store = change_log_conn_id or spec.change_log_conn_id
+    if change_log_conn_id:
+        spec.check_change_log_conn_id(change_log_conn_id)
     named = [r for r in needs if getattr(spec, f"{r}_conn_id") and not getattr(spec, r)]
     named += [f"standbys ({s})" for s in spec.standbys if CONN_ID.match(s)]
+    named += ["change_log_conn_id"] if store else []
     if not named:
         return spec
     import importlib.util
@@ -271,11 +286,12 @@ def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> 
 
     if importlib.util.find_spec("airflow") is None:
         raise SpecError(f"spec file {path!r} names Airflow connections "
-                        f"({', '.join(r if r.startswith('standbys') else f'{r}_conn_id' for r in named)}), "
+                        f"({', '.join(r if r.startswith(('standbys', 'change_log')) else f'{r}_conn_id' for r in named)}), "
                         "and Airflow is not installed here",
                         hint="run the command where Airflow and its connections are, or give "
                         f"{' and '.join(named)} URLs in a spec file of their own")
-    done = subprocess.run([sys.executable, "-m", "airflow_provider_rowfilter.hooks.spec_resolver", path],
+    done = subprocess.run([sys.executable, "-m", "airflow_provider_rowfilter.hooks.spec_resolver", path,
+                           *(["--change-log-conn-id", store] if store else [])],
                           capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     answer = json.loads(lines[-1]) if lines else {}
@@ -283,8 +299,11 @@ def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber")) -> 
         raise SpecError(answer.get("error") or f"could not resolve the Airflow connections of {path!r} "
                         f"(exit status {done.returncode})", hint=answer.get("hint") or "run python -m "
                         f"airflow_provider_rowfilter.hooks.spec_resolver {path} to see Airflow's error")
+    store_env = answer.get("store") or {}
     for key, value in answer["passwords"].items():
-        os.environ.setdefault(key, value)
+        if key not in store_env:
+            os.environ.setdefault(key, value)
+    os.environ.update(store_env)  # the connection named for the store wins over the environment's own credentials
     return SubscriptionSpec.from_json(answer["spec"])
 
 
