@@ -12,7 +12,9 @@ batch, is not shown: it needs PostgreSQL's JDBC driver on every executor, which 
 Simplifications, each in the prototype's favour: values are stored as the segment holds them (text arrays,
 no column names or types per row: the target's catalog gives them, the tables being alike); the publisher
 judged the row filters (PostgreSQL 15+); keys never change, there is no TRUNCATE and no unchanged TOAST value
-(pgbench's workload: :func:`apply_range` refuses otherwise).
+(pgbench's workload: :func:`apply_range` refuses otherwise). One against it: the capture still writes the
+segment to a local Parquet file, which this log reads back and COPYs (a real one would COPY the decoded
+columns); bench/subscriber_log.py reports the COPY's own time apart.
 """
 
 from __future__ import annotations
