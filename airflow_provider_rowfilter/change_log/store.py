@@ -265,7 +265,8 @@ def _filesystem(location: LogLocation) -> tuple[pafs.FileSystem, str]:
 
 _CREDENTIALS_HINT = ("check the store is reachable and the credentials in the environment of the capture and the apply "
                      "(for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL "
-                     "for an S3-compatible server; docs/change-log.md, \"On object storage\")")
+                     "for an S3-compatible server), or name an Airflow connection that has them: change_log_conn_id "
+                     "(docs/change-log.md, \"On object storage\")")
 
 
 def _first_line(e: BaseException) -> str:

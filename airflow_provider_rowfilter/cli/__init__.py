@@ -26,6 +26,7 @@ from airflow_provider_rowfilter.cli.spec_file import load_spec
 from airflow_provider_rowfilter.cli.status import STATUS_COLUMNS, status
 from airflow_provider_rowfilter.console.output import output_format
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 
 __all__ = ["COMMANDS", "EXIT_BROKEN", "STATUS_COLUMNS", "console", "err_console", "load_spec", "main",
@@ -38,31 +39,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger(PROGRESS_LOGGER).setLevel(logging.INFO)  # a long copy or drain says how far it is
+
+    def spec_of(needs: Sequence[str] = ("publisher", "subscriber")) -> SubscriptionSpec:
+        return load_spec(args.spec, needs, change_log_conn_id=args.change_log_conn_id)
+
     try:
         if args.command == "validate":
-            return validate(load_spec(args.spec, needs=("publisher",)),
+            return validate(spec_of(needs=("publisher",)),
                             fmt=output_format(args.format, console, as_json=args.json))
         if args.command == "refresh":
-            return refresh(load_spec(args.spec), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
+            return refresh(spec_of(), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
         if args.command in ("verify", "reconcile") or (args.command == "resync" and args.reconcile):
-            return compare(load_spec(args.spec), args)
+            return compare(spec_of(), args)
         if args.command == "status":
-            return status(load_spec(args.spec), fmt=output_format(args.format, console, as_json=args.json))
+            return status(spec_of(), fmt=output_format(args.format, console, as_json=args.json))
         if args.command in ("snapshot", "resync"):
-            return sync_tables(load_spec(args.spec), args)
+            return sync_tables(spec_of(), args)
         if args.command == "apply":
-            return apply_batch(load_spec(args.spec), max_changes=args.max_changes,
+            return apply_batch(spec_of(), max_changes=args.max_changes,
                                time_budget=args.time_budget, as_json=args.json)
         if args.command == "skip":
-            return skip(load_spec(args.spec, needs=("subscriber",)), args.lsn)
+            return skip(spec_of(needs=("subscriber",)), args.lsn)
         if args.command == "sync-sequences":
-            return sync_sequences(load_spec(args.spec), args)
+            return sync_sequences(spec_of(), args)
         if args.command == "drop":
-            return drop(load_spec(args.spec), keep_slot=args.keep_slot)
+            return drop(spec_of(), keep_slot=args.keep_slot)
         if args.command == "reset-conflicts":
-            return reset_conflicts(load_spec(args.spec, needs=("subscriber",)))
+            return reset_conflicts(spec_of(needs=("subscriber",)))
         if args.command in ("disable", "enable"):
-            return set_enabled(load_spec(args.spec, needs=("subscriber",)), args.command == "enable")
+            return set_enabled(spec_of(needs=("subscriber",)), args.command == "enable")
         if args.command == "spark-server":
             return spark_server(args)
     except RowFilterError as e:

@@ -1,4 +1,5 @@
 """``python -m airflow_provider_rowfilter.cli``: the ``rowfilter`` command."""
+from __future__ import annotations
 
 import sys
 

@@ -98,6 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         epilog=f"example:\n  {example}",
                                         formatter_class=argparse.RawDescriptionHelpFormatter)
         commands[name].add_argument("--spec", required=True, help="subscription spec file (YAML)")
+        commands[name].add_argument("--change-log-conn-id", metavar="CONN_ID",
+                                    help="an Airflow aws, google_cloud_platform or wasb connection whose credentials "
+                                    "reach the change log on object storage (default: the spec's change_log_conn_id, "
+                                    "else this process's environment)")
     for name in ("validate", "status"):
         shape = commands[name].add_mutually_exclusive_group()
         shape.add_argument("--format", choices=FORMATS, default=None,

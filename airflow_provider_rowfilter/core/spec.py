@@ -80,6 +80,8 @@ _EXPECTED = {
     "spec_version": (f"is not supported (expected {SPEC_VERSION})", f"write spec_version: {SPEC_VERSION} or leave it out"),
     "publisher": ("is not a connection string", "write publisher: postgresql://user@host:port/db"),
     "subscriber": ("is not a connection string", "write subscriber: postgresql://user@host:port/db"),
+    "change_log_conn_id": ("is not an Airflow connection id", "write change_log_conn_id: s3_replication (an aws, "
+                           "google_cloud_platform or wasb connection) or leave it out"),
     "spark_remote": ("is not a Spark Connect URL", "write spark_remote: sc://host:15002 or leave it out"),
     "failover": ("is not true or false", "write failover: true (a failover slot, PostgreSQL 17+), failover: false, "
                  "or leave it out (on where the publisher supports it)"),
@@ -152,6 +154,7 @@ class SubscriptionSpec:
     publications_ddl: str | None = None
     copy_data: bool = True
     change_log: str | None = None
+    change_log_conn_id: str | None = None
     conflict_policy: ConflictPolicy = "error"
     conflict_log: ConflictLogMode = "none"
     origin: Origin = "any"
@@ -223,6 +226,8 @@ class SubscriptionSpec:
             where = parse_location(self.change_log, f"subscription {self.subscription!r}")  # a URL is never a path
             if where.local:
                 check_change_log_location(where.path, f"subscription {self.subscription!r}")
+        if self.change_log_conn_id is not None:
+            self.check_change_log_conn_id(self.change_log_conn_id)
         if self.filtering == "source" and self.publications_ddl:
             self.filtering_mode(0)  # refused now: a publications file is never the publisher's
         self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
@@ -327,6 +332,18 @@ class SubscriptionSpec:
         """Where the change log lives: ``change_log`` (a path, ``file://`` or a served URL), or the default."""
         return parse_location(self.change_log or default_change_log(self.subscription),
                               f"subscription {self.subscription!r}")
+
+    def check_change_log_conn_id(self, conn_id: str) -> None:
+        """Refuse an Airflow connection id for the store's credentials that is no id, or a log that has no store."""
+        if not CONN_ID.match(conn_id):
+            raise SpecError(f"change_log_conn_id {conn_id!r} of subscription {self.subscription!r} is not an Airflow "
+                            "connection id", hint="name an aws, google_cloud_platform or wasb connection "
+                            "(letters, digits, '_', '.', '-'); its credentials stay in Airflow")
+        if self.change_log_location().local:
+            raise SpecError(f"subscription {self.subscription!r} names change_log_conn_id {conn_id!r}, but its change "
+                            f"log {self.change_log_location().path!r} is a local directory, which takes no credentials",
+                            hint="set change_log to the store's URL (s3://bucket/prefix/s1, gs://…, abfs://…, "
+                            "hdfs://…), or leave change_log_conn_id out")
 
     def origin_option(self, server_version: int) -> str | None:
         """The ``origin`` option pgoutput is given for a publisher of ``server_version``: sent from PostgreSQL 16

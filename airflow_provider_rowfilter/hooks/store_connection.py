@@ -9,13 +9,14 @@ service account's key file on the workers) or a ``wasb`` one (a service principa
 id, password its secret, extra ``tenant_id``). The values reach the task's own run through its
 environment while it runs (:func:`environment`), and the job like the databases' passwords: its
 environment, never its command line (operators/rowfilter_job.py refuses where spark-submit would put
-them there).
+them there). The ``rowfilter`` command takes the same connection (the spec's ``change_log_conn_id`` or
+``--change-log-conn-id``) through hooks/spec_resolver.py, into its own environment.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -27,13 +28,16 @@ from airflow_provider_rowfilter.core.errors import SpecError
 STORE_CONN_TYPES = ("aws", "google_cloud_platform", "wasb")
 
 
-def store_environment(conn_id: str) -> dict[str, str]:
+def store_environment(conn_id: str, get_connection: Callable[[str], Any] | None = None) -> dict[str, str]:
     """The environment variables that give the store's SDK the connection's credentials.
 
+    :param get_connection: how the connection is looked up; default a task's (``BaseHook.get_connection``), the
+        ``rowfilter`` command's resolver passes Airflow's own walk of the secrets backends and the metadata
+        database (hooks/spec_resolver.py).
     :raises SpecError: no such connection, or one of another type (naming it and the types taken).
     """
     try:
-        conn = BaseHook.get_connection(conn_id)
+        conn = (get_connection or BaseHook.get_connection)(conn_id)
     except AirflowNotFoundException as e:
         raise SpecError(f"change_log_conn_id {conn_id!r}: no such Airflow connection",
                         hint=f"create a connection of type {', '.join(STORE_CONN_TYPES)} with that id") from e

@@ -80,7 +80,8 @@ class RowFilterJobOperator(SparkSubmitOperator):
         False where the cluster provides them itself (a Kubernetes secret, a ``~/.pgpass``).
     :param change_log_conn_id: an Airflow ``aws``, ``google_cloud_platform`` or ``wasb`` connection whose
         credentials the task and the job use for a change log on object storage, handed by environment like the
-        passwords (hooks/store_connection.py). Default: the workers' own environment or role. (templated)
+        passwords (hooks/store_connection.py). Default: the spec file's ``change_log_conn_id``, else the workers'
+        own environment or role. (templated)
     :param jdbc_jar: deprecated and ignored: no job uses JDBC (the copy and the apply talk to
         PostgreSQL through psycopg), so no driver jar is shipped. Passing it warns
         (``AirflowProviderDeprecationWarning``); it will be removed in 1.0. A jar your own Spark
@@ -384,8 +385,9 @@ class RowFilterJobOperator(SparkSubmitOperator):
         try:
             resolved = RowFilterHook().resolve_spec(spec=self.spec, fields=fields, base_dir=base_dir,
                                                     require=self.roles)
-            if self.change_log_conn_id:
-                resolved = replace(resolved, store_env=store_environment(self.change_log_conn_id))
+            store_conn_id = self.change_log_conn_id or resolved.spec.change_log_conn_id  # the argument, else the file's
+            if store_conn_id:
+                resolved = replace(resolved, store_env=store_environment(store_conn_id))
             return resolved
         except RowFilterError as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e

@@ -122,3 +122,19 @@ def test_the_change_log_store_s_credentials_come_from_an_airflow_connection(airf
         store_environment(pg)
     with pytest.raises(SpecError, match="change_log_conn_id 'rf_nowhere': no such Airflow connection"):
         store_environment("rf_nowhere")
+
+
+def test_operators_take_the_store_connection_from_the_spec_file_unless_given_one(
+        airflow_conn: Callable[..., str], tmp_path: Path) -> None:
+    """A DAG factory spec file's ``change_log_conn_id`` gives the operators' runs the store's credentials; the operator
+    argument of that name wins over it."""
+    from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
+    in_file = airflow_conn({"conn_type": "aws", "login": "AKIAFILE", "password": "file/secret"}, "aws")
+    given = airflow_conn({"conn_type": "aws", "login": "AKIAGIVEN", "password": "given/secret"}, "aws")
+    spec = tmp_path / "s1.yaml"
+    spec.write_text("subscription: s1\npublications: [p1]\npublisher: postgresql://u@h/pub\n"
+                    f"subscriber: postgresql://u@h/sub\nchange_log: s3://bucket/s1\nchange_log_conn_id: {in_file}\n")
+    from_file = RefreshPublicationOperator(task_id="refresh", spec=str(spec)).resolve_spec()
+    assert from_file.store_env == {"AWS_ACCESS_KEY_ID": "AKIAFILE", "AWS_SECRET_ACCESS_KEY": "file/secret"}
+    overridden = RefreshPublicationOperator(task_id="refresh", spec=str(spec), change_log_conn_id=given).resolve_spec()
+    assert overridden.store_env["AWS_ACCESS_KEY_ID"] == "AKIAGIVEN"

@@ -116,3 +116,14 @@ def test_a_file_url_is_the_local_directory(tmp_path, monkeypatch):
     assert given.change_log_dir() == tmp_path / "x"
     with pytest.raises(SpecError, match=r"change_log 'file://otherhost/x' is not a local file URL"):
         SubscriptionSpec(subscription="s1", publications=("p1",), change_log="file://otherhost/x")
+
+
+def test_change_log_conn_id_is_an_airflow_connection_id_for_a_log_on_object_storage() -> None:
+    """``change_log_conn_id`` names the Airflow connection of the store's credentials: taken with a URL, refused with a
+    local directory (which takes no credentials) and when it is not a connection id."""
+    spec = SubscriptionSpec(subscription="s1", publications=("p",), change_log="s3://b/s1", change_log_conn_id="aws_s3")
+    assert SubscriptionSpec.from_json(spec.to_json()).change_log_conn_id == "aws_s3"
+    with pytest.raises(SpecError, match="names change_log_conn_id 'aws_s3', but its change log '/data/s1' is a local"):
+        SubscriptionSpec(subscription="s1", publications=("p",), change_log="/data/s1", change_log_conn_id="aws_s3")
+    with pytest.raises(SpecError, match="change_log_conn_id 'aws s3' of subscription 's1' is not an Airflow connection id"):
+        SubscriptionSpec(subscription="s1", publications=("p",), change_log="s3://b/s1", change_log_conn_id="aws s3")

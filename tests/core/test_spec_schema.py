@@ -60,7 +60,8 @@ def load(tmp_path: Path, text: str) -> SubscriptionSpec:
     pytest.param(BASE + f"publisher: {{host: h, password: {SECRET}}}\n", "publisher=<dict> is not a connection string",
                  id="publisher-mapping"),
     pytest.param(BASE + "slot: x\n",
-                 "unknown key 'slot'\nHINT:  known keys: apply_schedule, change_log, conflict_log, conflict_policy",
+                 "unknown key 'slot'\nHINT:  known keys: apply_schedule, change_log, change_log_conn_id, conflict_log, "
+                 "conflict_policy",
                  id="unknown-key"),
     pytest.param("publications: [p1]\n", "missing key 'subscription'", id="missing-subscription"),
     pytest.param("subscription: s1\n", "subscription 's1' names no publications", id="missing-publications"),
