@@ -39,6 +39,13 @@ from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES, ConflictPoli
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, ConflictLog, LocalRow, log_change, log_keys
+from airflow_provider_rowfilter.subscriber.origin_conflicts import (
+    LocalOrigin,
+    origin_differs,
+    report,
+    row_origin,
+    tracks_origins,
+)
 from airflow_provider_rowfilter.subscriber.target_table import (
     ApplyTarget,
     ApplyTargetError,
@@ -63,11 +70,15 @@ class TableCounts:
     truncate: int = 0
     missing_update: int = 0
     missing_delete: int = 0
+    update_origin_differs: int = 0  # applied all the same (subscriber/origin_conflicts.py)
+    delete_origin_differs: int = 0
     extra: dict[str, int] = field(default_factory=dict)  # filtered, update_to_insert, … (from Spark)
 
     def as_dict(self) -> dict[str, int]:
         counts = {"insert": self.insert, "update": self.update, "delete": self.delete, "truncate": self.truncate,
-                  "missing_update": self.missing_update, "missing_delete": self.missing_delete, **self.extra}
+                  "missing_update": self.missing_update, "missing_delete": self.missing_delete,
+                  "update_origin_differs": self.update_origin_differs,
+                  "delete_origin_differs": self.delete_origin_differs, **self.extra}
         return {k: v for k, v in counts.items() if v}
 
     @property
@@ -79,7 +90,7 @@ class StagedTable:
     """Applies one target's staged rows inside the caller's transaction."""
 
     def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error",
-                 conflict_log: ConflictLog | None = None, span: str | None = None) -> None:
+                 conflict_log: ConflictLog | None = None, span: str | None = None, origin: int = 0) -> None:
         if policy not in CONFLICT_POLICIES:
             raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(CONFLICT_POLICIES)}")
         self.conn = conn
@@ -88,6 +99,8 @@ class StagedTable:
         self.policy = policy
         self.conflict_log = conflict_log  # where skipped conflicts are logged (the spec's conflict_log: table)
         self.span = span  # the batch's changes in words, for a conflict no single transaction is known of
+        self.origin = origin  # the replication origin the apply writes with (0: none): *_origin_differs
+        self.tracks_origins = False
         self.keys = sql.Identifier(f"rowfilter_keys_{target.index}")
         self.rel = sql.SQL("{}{}").format(target.only, table_sql(target.table))
 
@@ -130,6 +143,7 @@ class StagedTable:
     def apply(self) -> TableCounts:
         """Apply every phase and barrier; raise :class:`ConflictError` at the first conflict."""
         counts = TableCounts()
+        self.tracks_origins = tracks_origins(self.conn)
         self._load_keys()
         phases = self.conn.execute(
             sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(STAGE),
@@ -155,7 +169,7 @@ class StagedTable:
             """CREATE TEMP TABLE {keys} ON COMMIT DROP AS
                SELECT s.*, {existed} AS existed
                FROM (SELECT DISTINCT ON (phase, key) phase, key, {key_columns}n_insert, n_update, n_delete,
-                            vals::jsonb AS vals, p_present, p_flags, p_conflict_lsn, p_conflict_xid,
+                            vals::jsonb AS vals, op, commit_lsn, xid, p_present, p_flags, p_conflict_lsn, p_conflict_xid,
                             p_missing_update, p_missing_delete,
                             a_present, a_flags, a_conflict_lsn, a_conflict_xid,
                             a_missing_update, a_missing_delete
@@ -197,6 +211,11 @@ class StagedTable:
         if self.conflict_log is not None and (missing_update or missing_delete):
             log_keys(self.conn, self.conflict_log, self.target.table, self.keys, phase, self.target.key,
                      self.target.column_names)
+        if self.tracks_origins and self.target.key:
+            found = origin_differs(self.conn, self.target.table, self.keys, self.rel, q["match"], phase, self.origin,
+                                   self.target.key, self.target.column_names, self.conflict_log)
+            counts.update_origin_differs += found.get("update_origin_differs", 0)
+            counts.delete_origin_differs += found.get("delete_origin_differs", 0)
         if not self.target.key:  # only INSERTs are staged as keys (spark/apply_frames.py): nothing to find
             self.conn.execute(sql.SQL(
                 "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
@@ -208,9 +227,14 @@ class StagedTable:
         self.conn.execute(sql.SQL(
             "DELETE FROM {rel} t USING {keys} k WHERE k.phase = %s AND k.existed AND NOT k.p_present AND {match}"
         ).format(**q), (phase,))
-        self.conn.execute(sql.SQL(
-            "UPDATE {rel} t SET {set} FROM {keys} k WHERE k.phase = %s AND k.existed AND k.p_present AND {match}"
-        ).format(set=self._update_set(sql.SQL("k.vals"), sql.SQL("k.p_flags")), **q), (phase,))
+        try:
+            with self.conn.transaction():
+                self.conn.execute(sql.SQL(
+                    "UPDATE {rel} t SET {set} FROM {keys} k WHERE k.phase = %s AND k.existed AND k.p_present AND {match}"
+                ).format(set=self._update_set(sql.SQL("k.vals"), sql.SQL("k.p_flags")), **q), (phase,))
+        except psycopg.errors.UniqueViolation:
+            self._update_exists(phase)
+            raise  # not a unique index the checks cover, or two updated rows taking one value: PostgreSQL's error
         try:
             with self.conn.transaction():
                 self.conn.execute(sql.SQL(
@@ -232,8 +256,44 @@ class StagedTable:
             for i, col in enumerate(self.target.columns))
         which = sql.SQL("NOT k.existed AND k.a_present") if key is None else sql.SQL("k.key = {}").format(
             sql.Literal(key))
-        return sql.SQL("SELECT k.key, {} FROM {} k WHERE k.phase = {} AND {}").format(
+        return sql.SQL("SELECT k.key, k.commit_lsn AS _lsn, k.xid AS _xid, {} FROM {} k WHERE k.phase = {} AND {}").format(
             values, self.keys, sql.Literal(phase), which)
+
+    def _updated_rows(self, phase: int, key: str | None = None) -> sql.Composable:
+        """The rows phase ``phase``'s UPDATE would leave (``key``, the row's address ``_oid``/``_ctid``, every
+        writable column), or only ``key``'s."""
+        values = sql.SQL(", ").join(
+            sql.SQL("CASE {f} WHEN '0' THEN {v} WHEN '1' THEN {d} ELSE t.{c} END AS {c}").format(
+                f=self._flag(sql.SQL("k.p_flags"), i), v=self._value(sql.SQL("k.vals"), i, col), d=self._default(col),
+                c=sql.Identifier(col.name))
+            for i, col in enumerate(self.target.columns))
+        which = sql.SQL("") if key is None else sql.SQL(" AND k.key = {}").format(sql.Literal(key))
+        return sql.SQL("SELECT k.key, k.commit_lsn AS _lsn, k.xid AS _xid, t.tableoid AS _oid, t.ctid AS _ctid, {} "
+                       "FROM {} k JOIN {} t ON {} WHERE k.phase = {} AND k.existed AND k.p_present{}").format(
+            values, self.keys, self.rel, self._key_match("t", "k"), sql.Literal(phase), which)
+
+    def _update_exists(self, phase: int) -> None:
+        """The phase's UPDATE violated a unique index: raise PostgreSQL 18's ``update_exists`` (or
+        ``multiple_unique_conflicts``) for the first row (by key) whose new values exist in another local row
+        (execReplication.c ``ExecSimpleRelationUpdate`` → ``CheckAndReportConflict``); return when none does."""
+        indexes = unique_indexes(self.conn, table_sql(self.target.table))
+        key = first_conflicting(self.conn, self.rel, self._updated_rows(phase), indexes, other_row=True)
+        if key is None:
+            return
+        new = self._updated_rows(phase, key)
+        found = conflicting_rows(self.conn, self.rel, self.target.column_names, new, indexes, other_row=True)
+        remote, lsn, xid = self._remote(new)
+        raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(found) > 1 else "update_exists",
+                            self.target.key, _json_list(key), lsn, xid, found, remote, batch=self.span,
+                            identity=(self.target.key, _json_list(key)))
+
+    def _remote(self, new: sql.Composable) -> tuple[list[str | None], int | None, int | None]:
+        """A new row's values as text, and its key's transaction (finish LSN, xid) when one is known."""
+        row = self.conn.execute(sql.SQL("SELECT _lsn, _xid, {} FROM ({}) n").format(
+            sql.SQL(", ").join(sql.SQL("n.{}::text").format(sql.Identifier(c)) for c in self.target.column_names),
+            new)).fetchone()
+        assert row is not None
+        return list(row[2:]), None if row[0] is None else int(row[0]), None if row[1] is None else int(row[1])
 
     def _insert_exists(self, phase: int, key: str, commit_lsn: int, xid: int | None, vals: str | None) -> None:
         """An INSERT whose key the subscriber has: ``insert_exists``, or ``multiple_unique_conflicts`` when its row
@@ -256,11 +316,9 @@ class StagedTable:
             return
         new = self._new_rows(phase, "k.a_flags", key)
         found = conflicting_rows(self.conn, self.rel, self.target.column_names, new, indexes)
-        remote = self.conn.execute(sql.SQL("SELECT {} FROM ({}) n").format(
-            sql.SQL(", ").join(sql.SQL("n.{}::text").format(sql.Identifier(c)) for c in self.target.column_names),
-            new)).fetchone()
+        remote, lsn, xid = self._remote(new)
         raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(found) > 1 else "insert_exists",
-                            self.target.key, _json_list(key), None, None, found, remote, batch=self.span)
+                            self.target.key, _json_list(key), lsn, xid, found, remote, batch=self.span)
 
     def _apply_barrier(self, phase: int, counts: TableCounts) -> None:
         row = self.conn.execute(sql.SQL(
@@ -294,17 +352,22 @@ class StagedTable:
                     sql.Identifier(c.name), self._flag(sql.Literal(flags), i), self._value(vals_sql, i, c))
                 for i, c in enumerate(self.target.columns) if c.name in self.target.key)
             self.conn.execute(sql.SQL("DELETE FROM {} t WHERE {} AND NOT ({})").format(self.rel, new_key, old_key))
+        local = self._row_origin(old_key)
         try:
             with self.conn.transaction():
                 cur = self.conn.execute(sql.SQL("UPDATE {} t SET {} WHERE {}").format(
                     self.rel, self._update_set(vals_sql, sql.Literal(flags)), old_key))
         except psycopg.errors.UniqueViolation:
+            self._moved_key_exists(key, vals_sql, flags, commit_lsn, xid, old_key)
             new = [None if f != "0" else v for v, f in zip(_json_list(vals), flags, strict=False)]
             by_name = dict(zip(self.target.column_names, new, strict=False))
             self._conflict("update_exists", _json_text([by_name.get(k) for k in self.target.key]), commit_lsn, xid,
                            _json_text(new))
         if cur.rowcount:
             counts.update += 1
+            if local is not None:
+                self._origin_differed("U", local, counts, dict(zip(self.target.key, _json_list(key), strict=True)),
+                                      vals, commit_lsn, xid)
         elif self.policy == "upsert":
             self.conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {}").format(
                 table_sql(self.target.table), self._column_list(),
@@ -314,6 +377,47 @@ class StagedTable:
             counts.missing_update += 1
             self._log_skipped("update_missing", dict(zip(self.target.key, _json_list(key), strict=True)), vals,
                               commit_lsn, xid)
+
+    def _moved_key_exists(self, key: str, vals_sql: sql.Composable, flags: str, commit_lsn: int, xid: int | None,
+                          old_key: sql.Composable) -> None:
+        """An UPDATE that changes the key violated a unique index: ``update_exists`` naming each index its new row
+        exists in, in another row (``ExecSimpleRelationUpdate``); return when none of the covered ones."""
+        values = sql.SQL(", ").join(
+            sql.SQL("CASE {f} WHEN '0' THEN {v} WHEN '1' THEN {d} ELSE t.{c} END AS {c}").format(
+                f=self._flag(sql.Literal(flags), i), v=self._value(vals_sql, i, col), d=self._default(col),
+                c=sql.Identifier(col.name))
+            for i, col in enumerate(self.target.columns))
+        new = sql.SQL("SELECT {}::text AS key, t.tableoid AS _oid, t.ctid AS _ctid, {} FROM {} t WHERE {}").format(
+            sql.Literal(key), values, self.rel, old_key)
+        found = conflicting_rows(self.conn, self.rel, self.target.column_names, new,
+                                 unique_indexes(self.conn, table_sql(self.target.table)), other_row=True)
+        if not found:
+            return
+        remote = self.conn.execute(sql.SQL("SELECT {} FROM ({}) n").format(
+            sql.SQL(", ").join(sql.SQL("n.{}::text").format(sql.Identifier(c)) for c in self.target.column_names),
+            new)).fetchone()
+        raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(found) > 1 else "update_exists",
+                            self.target.key, _json_list(key), int(commit_lsn), None if xid is None else int(xid),
+                            found, None if remote is None else list(remote), identity=(self.target.key, _json_list(key)))
+
+    def _row_origin(self, where: sql.Composable) -> LocalOrigin | None:
+        """The row a barrier's UPDATE or DELETE finds (``where``), when another origin last modified it
+        (subscriber/origin_conflicts.py); None without track_commit_timestamp."""
+        return row_origin(self.conn, self.rel, where, self.origin) if self.tracks_origins else None
+
+    def _origin_differed(self, op: str, local: LocalOrigin, counts: TableCounts, key: dict | None, vals: str | None,
+                         commit_lsn: int | None, xid: int | None) -> None:
+        """Count, log and record a barrier's ``update_origin_differs`` / ``delete_origin_differs`` (applied)."""
+        kind = "update_origin_differs" if op == "U" else "delete_origin_differs"
+        setattr(counts, kind, getattr(counts, kind) + 1)
+        identity = ("replica identity full" if key is None else
+                    f"replica identity ({', '.join(key)})=({', '.join(str(v) for v in key.values())})")
+        report(self.target.table, op, local, identity, xid)
+        if self.conflict_log is not None:
+            remote = None if vals is None else dict(zip(self.target.column_names, _json_list(vals), strict=False))
+            log_change(self.conn, self.conflict_log, self.target.table, kind, key, remote,
+                       None if commit_lsn is None else format_lsn(int(commit_lsn)), None if xid is None else int(xid),
+                       local.row)
 
     def _log_skipped(self, kind: str, key: dict | None, vals: str | None, commit_lsn: int | None,
                      xid: int | None) -> None:
@@ -336,9 +440,12 @@ class StagedTable:
         address = sql.SQL("t.ctid" if self.target.relkind != "p" else "(t.tableoid, t.ctid)")
         one = sql.SQL("{a} = (SELECT {a} FROM {rel} t WHERE {same} LIMIT 1)").format(a=address, rel=self.rel,
                                                                                     same=same)
+        local = self._row_origin(same)
         if op == "D":
             if self.conn.execute(sql.SQL("DELETE FROM {} t WHERE {}").format(self.rel, one)).rowcount:
                 counts.delete += 1
+                if local is not None:
+                    self._origin_differed("D", local, counts, None, None, commit_lsn, xid)
             else:
                 counts.missing_delete += 1
                 self._log_skipped("delete_missing", None, old, commit_lsn, xid)
@@ -347,6 +454,8 @@ class StagedTable:
         if self.conn.execute(sql.SQL("UPDATE {} t SET {} WHERE {}").format(
                 self.rel, self._update_set(vals_sql, sql.Literal(flags)), one)).rowcount:
             counts.update += 1
+            if local is not None:
+                self._origin_differed("U", local, counts, None, vals, commit_lsn, xid)
         elif self.policy == "upsert":
             self.conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {}").format(
                 table_sql(self.target.table), self._column_list(), self._insert_values(vals_sql, sql.Literal(flags))))

@@ -36,7 +36,8 @@ CONFLICT_TYPES = ("insert_exists", "update_origin_differs", "update_exists", "up
 #: only a subscriber with track_commit_timestamp records).
 STOPS = frozenset({"insert_exists", "update_exists", "multiple_unique_conflicts"})
 #: A batch's per-table counts (subscriber/apply_target.py ``TableCounts``) that are conflicts.
-FROM_COUNTS = {"missing_update": "update_missing", "missing_delete": "delete_missing"}
+FROM_COUNTS = {"missing_update": "update_missing", "missing_delete": "delete_missing",
+               "update_origin_differs": "update_origin_differs", "delete_origin_differs": "delete_origin_differs"}
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ class ConflictError(RowFilterError):
 
     def __init__(self, table: TableName, kind: str, key_columns: Sequence[str], key: Sequence[str | None],
                  commit_lsn: int | None, xid: int | None, found: Sequence[LocalRow] = (),
-                 remote: Sequence[str | None] | None = None, batch: str | None = None) -> None:
+                 remote: Sequence[str | None] | None = None, batch: str | None = None,
+                 identity: tuple[Sequence[str], Sequence[str | None]] | None = None) -> None:
         self.kind = kind
         self.commit_lsn = commit_lsn
         self.xid = xid
@@ -77,6 +79,9 @@ class ConflictError(RowFilterError):
                 values += f"; existing local tuple {_tuple(local.values)}"
             if remote is not None:
                 values += f"; remote tuple {_tuple(remote)}"
+            if identity is not None:  # the row an UPDATE found (conflict.c build_tuple_value_details)
+                shown_identity = ", ".join("null" if v is None else v for v in identity[1])
+                values += f"; replica identity ({', '.join(identity[0])})=({shown_identity})"
             parts.append((f'Key already exists in unique index "{local.index}", modified in transaction {local.xmin}.'
                           if local.index else "Key already exists in the subscriber.") + "\n" + values + ".")
         if commit_lsn is not None:
@@ -84,9 +89,11 @@ class ConflictError(RowFilterError):
             where = f"Remote transaction {xid} finished at {lsn}."
             hint = (f"remove or change the subscriber's row and run again; or skip the whole remote transaction with "
                     f"`rowfilter skip --lsn {lsn}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert")
-        else:  # a reduced INSERT: its transaction is within the batch, not told apart
-            where = f"The INSERT is one of the batch's changes ({batch})."
-            hint = "remove or change the subscriber's row and run again"
+        else:  # a key's changes from several transactions, reduced together: not told apart
+            where = (f"The change is one of the batch's changes to this key, from several remote transactions "
+                     f"({batch}).")
+            hint = ("remove or change the subscriber's row and run again (`rowfilter skip` needs one transaction: "
+                    "these changes are from several)")
         super().__init__(
             f'conflict detected on relation "{table}": conflict={kind}',
             detail="\n".join(parts) + f"\n{where} Nothing of the batch was applied.", hint=hint, table=str(table))
@@ -185,11 +192,34 @@ def log_keys(conn: psycopg.Connection, log: ConflictLog, table: TableName, keys:
 
 
 def log_change(conn: psycopg.Connection, log: ConflictLog, table: TableName, kind: str, key: dict | None,
-               remote: dict | None, commit_lsn: str | None, xid: int | None) -> None:
-    """Log one skipped change (a barrier: a key's move, a change of a table without a key)."""
+               remote: dict | None, commit_lsn: str | None, xid: int | None, local: dict | None = None) -> None:
+    """Log one conflict of one change (a barrier: a key's move, a change of a table without a key)."""
     conn.execute(
-        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, remote_row,
-                                               commit_lsn, xid, batch_start_lsn, batch_end_lsn)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, local_row,
+                                               remote_row, commit_lsn, xid, batch_start_lsn, batch_end_lsn)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         (log.subscription, table.schema, table.name, kind, None if key is None else Jsonb(key),
-         None if remote is None else Jsonb(remote), commit_lsn, xid, log.batch_start_lsn, log.batch_end_lsn))
+         None if local is None else Jsonb(local), None if remote is None else Jsonb(remote), commit_lsn, xid,
+         log.batch_start_lsn, log.batch_end_lsn))
+
+
+def log_found(conn: psycopg.Connection, log: ConflictLog, table: TableName, found: sql.Composable,
+              key_columns: Sequence[str], columns: Sequence[str]) -> None:
+    """Log the ``*_origin_differs`` conflicts ``found`` (subscriber/origin_conflicts.py's query: a row per key with
+    its first operation, transaction, remote values and local row), one row each."""
+    conn.execute(sql.SQL(
+        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key,
+                                               local_row, remote_row, commit_lsn, xid, batch_start_lsn,
+                                               batch_end_lsn)
+           SELECT %(sub)s, %(schema)s, %(table)s,
+                  CASE f.op WHEN 'U' THEN 'update_origin_differs' ELSE 'delete_origin_differs' END,
+                  (SELECT jsonb_object_agg(n.name, f.key::jsonb -> (n.i - 1)::int)
+                   FROM unnest(%(keys)s::text[]) WITH ORDINALITY n(name, i)),
+                  f.local_row,
+                  CASE WHEN f.op = 'U' AND f.vals IS NOT NULL THEN
+                      (SELECT jsonb_object_agg(n.name, f.vals -> (n.i - 1)::int)
+                       FROM unnest(%(columns)s::text[]) WITH ORDINALITY n(name, i)) END,
+                  '0/0'::pg_lsn + f.commit_lsn, f.xid, %(start)s, %(end)s
+           FROM ({found}) f ORDER BY f.key""").format(found=found),
+        {"sub": log.subscription, "schema": table.schema, "table": table.name, "keys": list(key_columns),
+         "columns": list(columns), "start": log.batch_start_lsn, "end": log.batch_end_lsn})
