@@ -41,7 +41,8 @@ _KINDS = {"U": ("update_origin_differs", "Updating"), "D": ("delete_origin_diffe
 
 def tracks_origins(conn: psycopg.Connection) -> bool:
     """Whether the subscriber records each transaction's origin (``track_commit_timestamp``)."""
-    return conn.execute("SELECT current_setting('track_commit_timestamp')::bool").fetchone()[0]
+    row = conn.execute("SELECT current_setting('track_commit_timestamp')::bool").fetchone()
+    return bool(row and row[0])
 
 
 def origin_differs(conn: psycopg.Connection, table: TableName, keys: sql.Composable, rel: sql.Composable,
