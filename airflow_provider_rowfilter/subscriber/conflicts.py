@@ -1,13 +1,15 @@
-"""Conflicts as PostgreSQL 18 names them: running counts per subscription and table, and the log of skipped ones.
+"""Conflicts as PostgreSQL 18 names them: running counts per subscription and table, and the log of those the apply
+went on from (skipped or applied).
 
 Part of the state module (subscriber/state.py); the tables are migration 9's (subscriber/state_migrations.py).
 PostgreSQL 18 (src/backend/replication/logical/conflict.c ``ReportApplyConflict``) counts every conflict its
 apply worker meets in ``pg_stat_subscription_stats`` (``pgstat_report_subscription_conflict``) before it logs
 it: a conflict that stops the apply (``insert_exists``, ``update_exists``, ``multiple_unique_conflicts``:
-ERROR) is counted each time it is met, a skipped one (``update_missing``, ``delete_missing``: LOG) once, with
-the transaction that skips it. So here: a skipped conflict is counted in the batch's own transaction
-(:func:`count` from subscriber/apply_target.py's caller), an error in a transaction of its own after the
-batch rolled back (apply/drain.py), once per attempt.
+ERROR) is counted each time it is met, one that does not (``update_missing``, ``delete_missing``: skipped;
+``update_origin_differs``, ``delete_origin_differs``: applied; LOG) once, with the transaction that meets it.
+So here: a conflict the batch goes on from is counted in the batch's own transaction (:func:`count` from
+subscriber/apply_target.py's caller), an error in a transaction of its own after the batch rolled back
+(apply/drain.py), once per attempt.
 
 ``rowfilter.subscription_stats`` reads like ``pg_stat_subscription_stats`` (its ``confl_*`` columns and
 ``stats_reset``, one row per subscription); ``rowfilter.conflict_stats`` holds the same counts per table;
@@ -31,9 +33,9 @@ from airflow_provider_rowfilter.core.relation import TableName
 #: PostgreSQL 18's conflict types, in its order (conflict.c ``ConflictTypeNames``).
 CONFLICT_TYPES = ("insert_exists", "update_origin_differs", "update_exists", "update_missing",
                   "delete_origin_differs", "delete_missing", "multiple_unique_conflicts")
-#: What the apply does at each (conflict.c ``ReportApplyConflict``'s elevel, worker.c): stop the batch, or skip the
-#: change and go on (the ``*_origin_differs`` ones apply the change; they need the local row's origin, which
-#: only a subscriber with track_commit_timestamp records).
+#: What the apply does at each (conflict.c ``ReportApplyConflict``'s elevel, worker.c): stop the batch, or go on
+#: (``*_missing``: the change skipped; ``*_origin_differs``: applied, found only on a subscriber with
+#: track_commit_timestamp, which records each row's origin: subscriber/origin_conflicts.py).
 STOPS = frozenset({"insert_exists", "update_exists", "multiple_unique_conflicts"})
 #: A batch's per-table counts (subscriber/apply_target.py ``TableCounts``) that are conflicts.
 FROM_COUNTS = {"missing_update": "update_missing", "missing_delete": "delete_missing",
@@ -159,8 +161,9 @@ def read(conn: psycopg.Connection, subscription: str) -> ConflictStats:
 
 @dataclass(frozen=True)
 class ConflictLog:
-    """Where a batch logs its skipped conflicts (the spec's ``conflict_log: table``): one row per key and type
-    of a reduced key (its number of changes in ``changes``), one per change of a barrier, with the batch's span."""
+    """Where a batch logs its skipped and applied conflicts (the spec's ``conflict_log: table``): one row per key
+    and type of a reduced key (its number of changes in ``changes``), one per change of a barrier, with the
+    batch's span."""
 
     subscription: str
     batch_start_lsn: str | None
@@ -170,18 +173,19 @@ class ConflictLog:
 def log_keys(conn: psycopg.Connection, log: ConflictLog, table: TableName, keys: sql.Composable, phase: int,
              key_columns: Sequence[str], columns: Sequence[str]) -> None:
     """Log phase ``phase``'s skipped changes of the reduced keys in ``keys`` (subscriber/apply_target.py's temp
-    table): the key, the remote values the batch carried for it (its last image), how many changes were skipped.
-    The changes of one key were reduced together: their LSNs are within the batch's span, not told apart."""
+    table): the key, the remote values the batch carried for it (its last image), how many changes were skipped,
+    and their remote transaction when all the key's changes are one transaction's (else NULL: the changes of one
+    key were reduced together, their LSNs are within the batch's span, not told apart)."""
     conn.execute(sql.SQL(
         """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, remote_row,
-                                               changes, batch_start_lsn, batch_end_lsn)
+                                               changes, commit_lsn, xid, batch_start_lsn, batch_end_lsn)
            SELECT %(sub)s, %(schema)s, %(table)s, c.kind,
                   (SELECT jsonb_object_agg(n.name, k.key::jsonb -> (n.i - 1)::int)
                    FROM unnest(%(keys)s::text[]) WITH ORDINALITY n(name, i)),
                   CASE WHEN k.vals IS NOT NULL THEN
                       (SELECT jsonb_object_agg(n.name, k.vals -> (n.i - 1)::int)
                        FROM unnest(%(columns)s::text[]) WITH ORDINALITY n(name, i)) END,
-                  c.n, %(start)s, %(end)s
+                  c.n, '0/0'::pg_lsn + k.commit_lsn, k.xid, %(start)s, %(end)s
            FROM {keys} k CROSS JOIN LATERAL (VALUES
                ('update_missing', CASE WHEN k.existed THEN k.p_missing_update ELSE k.a_missing_update END),
                ('delete_missing', CASE WHEN k.existed THEN k.p_missing_delete ELSE k.a_missing_delete END)) c(kind, n)
