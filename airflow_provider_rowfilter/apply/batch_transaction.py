@@ -94,8 +94,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 faults.point("apply-mid-transaction")
             _move(store, rel, batch.end)
         if stops:
-            # The first in commit order, as PostgreSQL stops; a conflict on another unique index is known by its batch
-            # only: after those of a known transaction.
+            # The first in commit order, as PostgreSQL stops; a conflict of a key several transactions changed is known
+            # by its batch only: after those of a known transaction.
             raise min(stops, key=lambda c: (c.commit_lsn is None, c.commit_lsn or 0))
         skip_lsn = batch.skip_lsn
         if skip_lsn is not None and (staged.skipped or skip_lsn < batch.end):

@@ -40,8 +40,10 @@ _KINDS = {"U": ("update_origin_differs", "Updating"), "D": ("delete_origin_diffe
 
 
 def tracks_origins(conn: psycopg.Connection) -> bool:
-    """Whether the subscriber records each transaction's origin (``track_commit_timestamp``)."""
-    row = conn.execute("SELECT current_setting('track_commit_timestamp')::bool").fetchone()
+    """Whether the subscriber records each transaction's origin (``track_commit_timestamp``) and can tell it
+    (``pg_xact_commit_timestamp_origin``, PostgreSQL 14+)."""
+    row = conn.execute("SELECT current_setting('track_commit_timestamp')::bool "
+                       "AND current_setting('server_version_num')::int >= 140000").fetchone()
     return bool(row and row[0])
 
 
