@@ -3,9 +3,9 @@
 PostgreSQL 18's apply worker compares the origin of the transaction that last modified the local row it found
 with its own (``GetTupleTransactionInfo``, only with ``track_commit_timestamp = on``), counts and logs the
 conflict and applies the change. That setting needs a restart, so these tests run on a cluster of their own
-(started once per module, with it on: about 2 s), publisher and subscribers alike; ``copy_data: false``, the batch
-reduced in the job's process and by Spark (the reducers stage each key's first operation, which decides the
-conflict: tests/apply/test_fold.py holds both to it).
+(started once per module, with it on: about 1 s), publisher and subscribers alike; ``copy_data: false`` and the
+publisher's filtering, so no Spark and no copy. The check is the subscriber's; what it reads from the reducers (each
+key's first operation, its one transaction) tests/apply/test_fold.py holds Spark's reducer to as well.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
 from tests.conftest import drop_origins
-from tests.jobs.databases import apply_path
 from tests.jobs.test_unique_conflicts import execute, native_count, ours_count
 
 TABLE = "CREATE TABLE o (id int PRIMARY KEY, v text); CREATE TABLE k (a int, b text);"
@@ -42,13 +41,9 @@ def commit_ts_pg(tmp_path_factory) -> Iterator[LocalPostgres]:
         drop_origins(pg)
 
 
-@pytest.mark.parametrize("path", ["source", "source-reduced-by-spark"])
-def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgresql_18_does(
-        commit_ts_pg, tmp_path, monkeypatch, request, path):
+def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgresql_18_does(commit_ts_pg, tmp_path):
     began = time.monotonic()
-    filtering, _ = apply_path(monkeypatch, path)
-    spark = request.getfixturevalue("spark") if path != "source" else None
-    name = f"origin_{path.replace('-', '_')}"
+    name = "origin"
     pub, native_db, ours = (commit_ts_pg.create_database(f"{name}_{n}") for n in ("pub", "native", "ours"))
     # Every database has the same rows, inserted by a local transaction of each (origin 0).
     for dsn in (pub, native_db, ours):
@@ -57,7 +52,7 @@ def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgres
     execute(pub, "ALTER TABLE k REPLICA IDENTITY FULL", "CREATE PUBLICATION po FOR TABLE o, k")
     native = NativeSubscription(pub, native_db, f"{name}_native", ["po"], {"copy_data": "false"}).create()
     spec = SubscriptionSpec(subscription=f"{name}_ours", publisher=pub, subscriber=ours, publications=("po",),
-                            copy_data=False, change_log=str(tmp_path / "changes"), filtering=filtering,
+                            copy_data=False, change_log=str(tmp_path / "changes"),
                             conflict_log="table")
     refresh(spec)
     try:
@@ -65,23 +60,23 @@ def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgres
         # another remote transaction of the batch, finds the row the apply wrote: none.
         execute(pub, "UPDATE o SET v = 'r1' WHERE id = 1", "UPDATE o SET v = 'r2' WHERE id = 2",
                 "UPDATE o SET v = 'r2 again' WHERE id = 2", "DELETE FROM o WHERE id = 3")
-        result = apply(spec, spark=spark)
+        result = apply(spec)
         assert result.tables["public.o"]["update_origin_differs"] == 2, result.tables
         assert result.tables["public.o"]["delete_origin_differs"] == 1, result.tables
         # Rows the apply wrote: no conflict.
         execute(pub, "UPDATE o SET v = 'r1 again' WHERE id = 1")
-        apply(spec, spark=spark)
+        apply(spec)
         # A local UPDATE on the subscriber, then the publisher's UPDATE or DELETE of the same row.
         for dsn in (native_db, ours):
             execute(dsn, "UPDATE o SET v = 'local' WHERE id IN (1, 4)")
         execute(pub, "UPDATE o SET v = 'r4' WHERE id = 4", "DELETE FROM o WHERE id = 1")
-        apply(spec, spark=spark)
+        apply(spec)
         # The statements that are not reduced per key: an UPDATE that changes the key, the changes of a table
         # without one (REPLICA IDENTITY FULL).
         for dsn in (native_db, ours):
             execute(dsn, "UPDATE o SET v = 'local' WHERE id = 5")
         execute(pub, "UPDATE o SET id = 50 WHERE id = 5", "UPDATE k SET b = 'x2' WHERE a = 1", "DELETE FROM k WHERE a = 2")
-        result = apply(spec, spark=spark)
+        result = apply(spec)
         assert result.tables["public.k"] == {"update": 1, "delete": 1, "update_origin_differs": 1,
                                              "delete_origin_differs": 1}, result.tables
         native.wait_caught_up()
@@ -111,4 +106,4 @@ def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgres
         native.drop()
         for dsn_name in ("ours", "native", "pub"):
             commit_ts_pg.drop_database(f"{name}_{dsn_name}")
-    print(f"origin_differs ({path}): {time.monotonic() - began:.1f} s")
+    print(f"origin_differs: {time.monotonic() - began:.1f} s")
