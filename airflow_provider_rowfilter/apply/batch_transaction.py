@@ -55,6 +55,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
     with replication_origin.session_origin(sub, spec.subscription) as tagged, sub.transaction():
         if tagged:
             replication_origin.record_progress(sub, format_lsn(batch.end))
+        # The origin our writes carry: a local row another one last modified is *_origin_differs (PostgreSQL 18).
+        origin = replication_origin.origin_id(sub, spec.subscription) if tagged else 0
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
@@ -74,7 +76,7 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 sub.execute("SAVEPOINT rowfilter_table")
                 try:
                     counts[rel.table] = StagedTable(sub, staged.token, target, spec.conflict_policy,
-                                                    conflict_log, result.span).apply()
+                                                    conflict_log, result.span, origin).apply()
                     sub.execute("RELEASE SAVEPOINT rowfilter_table")
                 except ConflictError as e:
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
@@ -92,8 +94,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 faults.point("apply-mid-transaction")
             _move(store, rel, batch.end)
         if stops:
-            # The first in commit order, as PostgreSQL stops; a conflict on another unique index is known by its batch
-            # only: after those of a known transaction.
+            # The first in commit order, as PostgreSQL stops; a conflict of a key several transactions changed is known
+            # by its batch only: after those of a known transaction.
             raise min(stops, key=lambda c: (c.commit_lsn is None, c.commit_lsn or 0))
         skip_lsn = batch.skip_lsn
         if skip_lsn is not None and (staged.skipped or skip_lsn < batch.end):

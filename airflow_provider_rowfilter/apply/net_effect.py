@@ -225,7 +225,7 @@ def _at(values: list | None, p: int) -> str | None:
 
 
 _K_COLUMNS = ("target", "phase", "key", "n_insert", "n_update", "n_delete", "vals",
-              *(f"{side}_{name}" for side in ("p", "a") for name in OUTCOME_FIELDS))
+              *(f"{side}_{name}" for side in ("p", "a") for name in OUTCOME_FIELDS), "op", "commit_lsn", "xid")
 _B_COLUMNS = ("target", "phase", "op", "key", "commit_lsn", "xid", "restart_identity", "vals", "p_flags")
 
 
@@ -281,7 +281,12 @@ class _Stage:
                 vals = present[0] if present[1] else absent[0]
                 counted = Counter(c.op for c in ops)
                 n = (counted["I"], counted["U"], counted["D"])
-            self.keys.append((target.index, at, _json(key), *n, _json(vals), *present[1:], *absent[1:]))
+            # The key's first operation (which conflict a row found by it meets: subscriber/row_conflicts.py) and,
+            # when every change of the key is one remote transaction's, that transaction (named by a conflict).
+            first, last = ops[0], ops[-1]
+            one = first.commit_lsn == last.commit_lsn
+            self.keys.append((target.index, at, _json(key), *n, _json(vals), *present[1:], *absent[1:], first.op,
+                              first.commit_lsn if one else None, first.xid if one else None))
 
 
 # An outcome: (vals, present, flags, conflict_lsn, conflict_xid, missing_update, missing_delete)

@@ -12,7 +12,8 @@ tags (DogStatsD, OpenTelemetry). Names are under ``rowfilter.`` (docs/operations
   position and the commit-time lag at the end of the last batch);
 - ``rowfilter.<subscription>.<schema>.<table>.<operation>`` (counters: ``insert``, ``update``, …);
 - ``rowfilter.<subscription>.conflicts.<type>`` (counters, tagged with the table: the skipped conflicts by
-  PostgreSQL 18's type, ``update_missing``, ``delete_missing``; the running totals are in the subscriber,
+  PostgreSQL 18's type, ``update_missing``, ``delete_missing``, and the applied ``update_origin_differs``,
+  ``delete_origin_differs``; the running totals are in the subscriber,
   ``rowfilter.subscription_stats``);
 - ``rowfilter.<subscription>.retained_wal_bytes`` and ``.batch_age_seconds`` (gauges, measured after every
   ApplyChanges run, failed or not, and by

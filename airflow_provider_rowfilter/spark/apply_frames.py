@@ -286,7 +286,8 @@ class DecidedBatch:
                  .agg(F.sort_array(F.collect_list(F.struct("commit_lsn", "seq", "_op", "xid", "_vals", "_fl")))
                       .alias("ops"),
                       *(F.count_if(F.col("_op") == op).alias(name)
-                        for op, name in (("I", "n_insert"), ("U", "n_update"), ("D", "n_delete")))))
+                        for op, name in (("I", "n_insert"), ("U", "n_update"), ("D", "n_delete"))),
+                      F.min("commit_lsn").alias("_first_lsn"), F.max("commit_lsn").alias("_last_lsn")))
         keyed = keyed.withColumn("_n", ncols)
         # Each side's outcome is computed once per key as a struct column, then taken apart: extracting
         # the fields straight from the expression would make Spark evaluate it (a fold) once per field.
@@ -299,13 +300,19 @@ class DecidedBatch:
         # every side that has a row.
         outcomes = keyed.select(
             "_tgt", "_phase", "_key", "n_insert", "n_update", "n_delete",
+            # The key's first operation (which conflict a row found by it meets: subscriber/row_conflicts.py) and,
+            # when every change of the key is one remote transaction's, that transaction (named by a conflict).
+            F.col("ops")[0]["_op"].alias("_first_op"),
+            F.when(F.col("_first_lsn") == F.col("_last_lsn"), F.col("_first_lsn")).alias("_one_lsn"),
+            F.when(F.col("_first_lsn") == F.col("_last_lsn"), F.col("ops")[0]["xid"]).alias("_one_xid"),
             *(F.when(F.size("ops") == 1, _sql(_single(existed, plan.policy)))
               .otherwise(_sql(_folded(existed, plan.policy))).alias(f"_{side}")
               for side, existed in (("p", True), ("a", False))),
             _sql(_single_vals()).alias("_single_vals"))
         keys = outcomes.select(
             F.lit(token).alias("token"), F.col("_tgt").alias("target"), F.col("_phase").alias("phase"),
-            F.lit("K").alias("row_kind"), F.lit(None).cast("string").alias("op"), F.to_json("_key").alias("key"),
+            F.lit("K").alias("row_kind"), F.col("_first_op").alias("op"), F.to_json("_key").alias("key"),
+            F.col("_one_lsn").alias("commit_lsn"), F.col("_one_xid").alias("xid"),
             F.col("n_insert").cast("long"), F.col("n_update").cast("long"), F.col("n_delete").cast("long"),
             F.to_json(F.coalesce("_single_vals", F.when(F.col("_p.present"), F.col("_p.vals"))
                                  .otherwise(F.col("_a.vals")))).alias("vals"),

@@ -65,7 +65,8 @@ STAGE_COLUMNS: tuple[StageColumn, ...] = (
     StageColumn("target", "int32", "integer", nullable=False),  # the subscriber table: its index in the plan
     StageColumn("phase", "int32", "integer", nullable=False),  # between two barriers of the table
     StageColumn("row_kind", "string", "text", nullable=False),  # K a key's net effect, B a barrier
-    StageColumn("op", "string", "text"),  # a barrier's: T, U, D, I; n an UPDATE or DELETE it cannot find
+    # a barrier's: T, U, D, I; n an UPDATE or DELETE it cannot find; a key's: its first change's (I, U, D)
+    StageColumn("op", "string", "text"),
     StageColumn("key", "string", "text"),  # JSON array of the key's values (a barrier: the key it finds)
     StageColumn("n_insert", "int64", "bigint"),  # a key's changes, per operation
     StageColumn("n_update", "int64", "bigint"),
@@ -73,7 +74,8 @@ STAGE_COLUMNS: tuple[StageColumn, ...] = (
     StageColumn("vals", "string", "text"),  # JSON array, one value per subscriber column (NULL: none to write)
     *_outcome_columns("p"),
     *_outcome_columns("a"),
-    StageColumn("commit_lsn", "int64", "bigint"),  # a barrier's transaction
+    # a barrier's transaction; a key's when all its changes are one transaction's (else NULL)
+    StageColumn("commit_lsn", "int64", "bigint"),
     StageColumn("xid", "int64", "bigint"),
     StageColumn("restart_identity", "bool", "boolean"),  # a TRUNCATE's RESTART IDENTITY
 )

@@ -1,13 +1,15 @@
-"""Conflicts as PostgreSQL 18 names them: running counts per subscription and table, and the log of skipped ones.
+"""Conflicts as PostgreSQL 18 names them: running counts per subscription and table, and the log of those the apply
+went on from (skipped or applied).
 
 Part of the state module (subscriber/state.py); the tables are migration 9's (subscriber/state_migrations.py).
 PostgreSQL 18 (src/backend/replication/logical/conflict.c ``ReportApplyConflict``) counts every conflict its
 apply worker meets in ``pg_stat_subscription_stats`` (``pgstat_report_subscription_conflict``) before it logs
 it: a conflict that stops the apply (``insert_exists``, ``update_exists``, ``multiple_unique_conflicts``:
-ERROR) is counted each time it is met, a skipped one (``update_missing``, ``delete_missing``: LOG) once, with
-the transaction that skips it. So here: a skipped conflict is counted in the batch's own transaction
-(:func:`count` from subscriber/apply_target.py's caller), an error in a transaction of its own after the
-batch rolled back (apply/drain.py), once per attempt.
+ERROR) is counted each time it is met, one that does not (``update_missing``, ``delete_missing``: skipped;
+``update_origin_differs``, ``delete_origin_differs``: applied; LOG) once, with the transaction that meets it.
+So here: a conflict the batch goes on from is counted in the batch's own transaction (:func:`count` from
+subscriber/apply_target.py's caller), an error in a transaction of its own after the batch rolled back
+(apply/drain.py), once per attempt.
 
 ``rowfilter.subscription_stats`` reads like ``pg_stat_subscription_stats`` (its ``confl_*`` columns and
 ``stats_reset``, one row per subscription); ``rowfilter.conflict_stats`` holds the same counts per table;
@@ -31,12 +33,13 @@ from airflow_provider_rowfilter.core.relation import TableName
 #: PostgreSQL 18's conflict types, in its order (conflict.c ``ConflictTypeNames``).
 CONFLICT_TYPES = ("insert_exists", "update_origin_differs", "update_exists", "update_missing",
                   "delete_origin_differs", "delete_missing", "multiple_unique_conflicts")
-#: What the apply does at each (conflict.c ``ReportApplyConflict``'s elevel, worker.c): stop the batch, or skip the
-#: change and go on (the ``*_origin_differs`` ones apply the change; they need the local row's origin, which
-#: only a subscriber with track_commit_timestamp records).
+#: What the apply does at each (conflict.c ``ReportApplyConflict``'s elevel, worker.c): stop the batch, or go on
+#: (``*_missing``: the change skipped; ``*_origin_differs``: applied, found only on a subscriber with
+#: track_commit_timestamp, which records each row's origin: subscriber/origin_conflicts.py).
 STOPS = frozenset({"insert_exists", "update_exists", "multiple_unique_conflicts"})
 #: A batch's per-table counts (subscriber/apply_target.py ``TableCounts``) that are conflicts.
-FROM_COUNTS = {"missing_update": "update_missing", "missing_delete": "delete_missing"}
+FROM_COUNTS = {"missing_update": "update_missing", "missing_delete": "delete_missing",
+               "update_origin_differs": "update_origin_differs", "delete_origin_differs": "delete_origin_differs"}
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,8 @@ class ConflictError(RowFilterError):
 
     def __init__(self, table: TableName, kind: str, key_columns: Sequence[str], key: Sequence[str | None],
                  commit_lsn: int | None, xid: int | None, found: Sequence[LocalRow] = (),
-                 remote: Sequence[str | None] | None = None, batch: str | None = None) -> None:
+                 remote: Sequence[str | None] | None = None, batch: str | None = None,
+                 identity: tuple[Sequence[str], Sequence[str | None]] | None = None) -> None:
         self.kind = kind
         self.commit_lsn = commit_lsn
         self.xid = xid
@@ -77,6 +81,9 @@ class ConflictError(RowFilterError):
                 values += f"; existing local tuple {_tuple(local.values)}"
             if remote is not None:
                 values += f"; remote tuple {_tuple(remote)}"
+            if identity is not None:  # the row an UPDATE found (conflict.c build_tuple_value_details)
+                shown_identity = ", ".join("null" if v is None else v for v in identity[1])
+                values += f"; replica identity ({', '.join(identity[0])})=({shown_identity})"
             parts.append((f'Key already exists in unique index "{local.index}", modified in transaction {local.xmin}.'
                           if local.index else "Key already exists in the subscriber.") + "\n" + values + ".")
         if commit_lsn is not None:
@@ -84,9 +91,11 @@ class ConflictError(RowFilterError):
             where = f"Remote transaction {xid} finished at {lsn}."
             hint = (f"remove or change the subscriber's row and run again; or skip the whole remote transaction with "
                     f"`rowfilter skip --lsn {lsn}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert")
-        else:  # a reduced INSERT: its transaction is within the batch, not told apart
-            where = f"The INSERT is one of the batch's changes ({batch})."
-            hint = "remove or change the subscriber's row and run again"
+        else:  # a key's changes from several transactions, reduced together: not told apart
+            where = (f"The change is one of the batch's changes to this key, from several remote transactions "
+                     f"({batch}).")
+            hint = ("remove or change the subscriber's row and run again (`rowfilter skip` needs one transaction: "
+                    "these changes are from several)")
         super().__init__(
             f'conflict detected on relation "{table}": conflict={kind}',
             detail="\n".join(parts) + f"\n{where} Nothing of the batch was applied.", hint=hint, table=str(table))
@@ -152,8 +161,9 @@ def read(conn: psycopg.Connection, subscription: str) -> ConflictStats:
 
 @dataclass(frozen=True)
 class ConflictLog:
-    """Where a batch logs its skipped conflicts (the spec's ``conflict_log: table``): one row per key and type
-    of a reduced key (its number of changes in ``changes``), one per change of a barrier, with the batch's span."""
+    """Where a batch logs its skipped and applied conflicts (the spec's ``conflict_log: table``): one row per key
+    and type of a reduced key (its number of changes in ``changes``), one per change of a barrier, with the
+    batch's span."""
 
     subscription: str
     batch_start_lsn: str | None
@@ -163,18 +173,19 @@ class ConflictLog:
 def log_keys(conn: psycopg.Connection, log: ConflictLog, table: TableName, keys: sql.Composable, phase: int,
              key_columns: Sequence[str], columns: Sequence[str]) -> None:
     """Log phase ``phase``'s skipped changes of the reduced keys in ``keys`` (subscriber/apply_target.py's temp
-    table): the key, the remote values the batch carried for it (its last image), how many changes were skipped.
-    The changes of one key were reduced together: their LSNs are within the batch's span, not told apart."""
+    table): the key, the remote values the batch carried for it (its last image), how many changes were skipped,
+    and their remote transaction when all the key's changes are one transaction's (else NULL: the changes of one
+    key were reduced together, their LSNs are within the batch's span, not told apart)."""
     conn.execute(sql.SQL(
         """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, remote_row,
-                                               changes, batch_start_lsn, batch_end_lsn)
+                                               changes, commit_lsn, xid, batch_start_lsn, batch_end_lsn)
            SELECT %(sub)s, %(schema)s, %(table)s, c.kind,
                   (SELECT jsonb_object_agg(n.name, k.key::jsonb -> (n.i - 1)::int)
                    FROM unnest(%(keys)s::text[]) WITH ORDINALITY n(name, i)),
                   CASE WHEN k.vals IS NOT NULL THEN
                       (SELECT jsonb_object_agg(n.name, k.vals -> (n.i - 1)::int)
                        FROM unnest(%(columns)s::text[]) WITH ORDINALITY n(name, i)) END,
-                  c.n, %(start)s, %(end)s
+                  c.n, '0/0'::pg_lsn + k.commit_lsn, k.xid, %(start)s, %(end)s
            FROM {keys} k CROSS JOIN LATERAL (VALUES
                ('update_missing', CASE WHEN k.existed THEN k.p_missing_update ELSE k.a_missing_update END),
                ('delete_missing', CASE WHEN k.existed THEN k.p_missing_delete ELSE k.a_missing_delete END)) c(kind, n)
@@ -185,11 +196,34 @@ def log_keys(conn: psycopg.Connection, log: ConflictLog, table: TableName, keys:
 
 
 def log_change(conn: psycopg.Connection, log: ConflictLog, table: TableName, kind: str, key: dict | None,
-               remote: dict | None, commit_lsn: str | None, xid: int | None) -> None:
-    """Log one skipped change (a barrier: a key's move, a change of a table without a key)."""
+               remote: dict | None, commit_lsn: str | None, xid: int | None, local: dict | None = None) -> None:
+    """Log one conflict of one change (a barrier: a key's move, a change of a table without a key)."""
     conn.execute(
-        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, remote_row,
-                                               commit_lsn, xid, batch_start_lsn, batch_end_lsn)
-           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
+        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key, local_row,
+                                               remote_row, commit_lsn, xid, batch_start_lsn, batch_end_lsn)
+           VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)""",
         (log.subscription, table.schema, table.name, kind, None if key is None else Jsonb(key),
-         None if remote is None else Jsonb(remote), commit_lsn, xid, log.batch_start_lsn, log.batch_end_lsn))
+         None if local is None else Jsonb(local), None if remote is None else Jsonb(remote), commit_lsn, xid,
+         log.batch_start_lsn, log.batch_end_lsn))
+
+
+def log_found(conn: psycopg.Connection, log: ConflictLog, table: TableName, found: sql.Composable,
+              key_columns: Sequence[str], columns: Sequence[str]) -> None:
+    """Log the ``*_origin_differs`` conflicts ``found`` (subscriber/origin_conflicts.py's query: a row per key with
+    its first operation, transaction, remote values and local row), one row each."""
+    conn.execute(sql.SQL(
+        """INSERT INTO rowfilter.conflict_log (subscription, schema_name, table_name, conflict_type, key,
+                                               local_row, remote_row, commit_lsn, xid, batch_start_lsn,
+                                               batch_end_lsn)
+           SELECT %(sub)s, %(schema)s, %(table)s,
+                  CASE f.op WHEN 'U' THEN 'update_origin_differs' ELSE 'delete_origin_differs' END,
+                  (SELECT jsonb_object_agg(n.name, f.key::jsonb -> (n.i - 1)::int)
+                   FROM unnest(%(keys)s::text[]) WITH ORDINALITY n(name, i)),
+                  f.local_row,
+                  CASE WHEN f.op = 'U' AND f.vals IS NOT NULL THEN
+                      (SELECT jsonb_object_agg(n.name, f.vals -> (n.i - 1)::int)
+                       FROM unnest(%(columns)s::text[]) WITH ORDINALITY n(name, i)) END,
+                  '0/0'::pg_lsn + f.commit_lsn, f.xid, %(start)s, %(end)s
+           FROM ({found}) f ORDER BY f.key""").format(found=found),
+        {"sub": log.subscription, "schema": table.schema, "table": table.name, "keys": list(key_columns),
+         "columns": list(columns), "start": log.batch_start_lsn, "end": log.batch_end_lsn})

@@ -66,6 +66,14 @@ def session_origin(sub: psycopg.Connection, subscription: str) -> Iterator[bool]
             sub.execute("SELECT pg_replication_origin_session_reset()")
 
 
+def origin_id(sub: psycopg.Connection, subscription: str) -> int:
+    """The id (``roident``) of the subscription's origin, the one a local row's commit names when the apply wrote it
+    (``pg_xact_commit_timestamp_origin``); 0 when it has none yet."""
+    row = sub.execute("SELECT roident FROM pg_replication_origin WHERE roname = %s",
+                      (origin_name(sub, subscription),)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 def record_progress(sub: psycopg.Connection, finish_lsn: str) -> None:
     """In the batch's transaction: the remote position it applies through, recorded with its commit as the
     origin's progress (``pg_replication_origin_status.remote_lsn``; worker.c sets

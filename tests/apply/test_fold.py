@@ -52,9 +52,12 @@ def sent(changes: list[tuple]) -> list[tuple]:
     return [c for c in changes if not isinstance(c, JudgedOut)]
 
 
-def key_row(key: str, counts: tuple[int, int, int], vals: str | None, p: tuple, a: tuple, phase: int = 0) -> tuple:
-    """A staged key row; ``p``/``a``: (present, flags, conflict_lsn, conflict_xid, missing_update, missing_delete)."""
-    return ("tok", 0, phase, "K", None, f'["{key}"]', *counts, vals, *p, *a, None, None, None)
+def key_row(key: str, counts: tuple[int, int, int], vals: str | None, p: tuple, a: tuple, phase: int = 0, *,
+            first: str, txn: int | None) -> tuple:
+    """A staged key row; ``p``/``a``: (present, flags, conflict_lsn, conflict_xid, missing_update, missing_delete);
+    ``first``: the key's first operation; ``txn``: the commit LSN of the one transaction all its changes are from."""
+    return ("tok", 0, phase, "K", first, f'["{key}"]', *counts, vals, *p, *a, txn, None if txn is None else txn // 10,
+            None)
 
 
 def barrier_row(op: str, key: str | None, commit: int, vals: str | None = None, flags: str | None = None,
@@ -80,56 +83,59 @@ R2 = '["1","y","30"]'
 # subscriber's value (2) where the row exists; a fold starts from the subscriber's values (2).
 FOLD_CASES = {
     "insert": ([ins(100, 0, ["1", "x", "20"])], UNFILTERED,
-               [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row())]),
+               [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row(), first="I", txn=100)]),
     "update": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"])], UNFILTERED,
-               [key_row("1", (0, 1, 0), R2, p=row(), a=absent(missing_update=1))]),
+               [key_row("1", (0, 1, 0), R2, p=row(), a=absent(missing_update=1), first="U", txn=100)]),
     "update-upsert": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"])], plan(rules(), policy="upsert"),
-                      [key_row("1", (0, 1, 0), R2, p=row(), a=row())]),
+                      [key_row("1", (0, 1, 0), R2, p=row(), a=row(), first="U", txn=100)]),
     "update-not-carried-keeps-subscriber-value": (
         [upd(100, 0, ["1", None, "30"], unchanged=[False, True, False])], UNFILTERED,
-        [key_row("1", (0, 1, 0), '["1",null,"30"]', p=row("020"), a=absent(missing_update=1))]),
+        [key_row("1", (0, 1, 0), '["1",null,"30"]', p=row("020"), a=absent(missing_update=1), first="U", txn=100)]),
     "delete": ([dele(100, 0, ["1", "x", "20"])], UNFILTERED,
-               [key_row("1", (0, 0, 1), None, p=absent(), a=absent(missing_delete=1))]),
+               [key_row("1", (0, 0, 1), None, p=absent(), a=absent(missing_delete=1), first="D", txn=100)]),
     "insert-update": ([ins(100, 0, ["1", "x", "20"]), upd(200, 0, ["1", "y", "30"], ["1", "x", "20"])], UNFILTERED,
-                      [key_row("1", (1, 1, 0), R2, p=row(conflict=100), a=row())]),
+                      [key_row("1", (1, 1, 0), R2, p=row(conflict=100), a=row(), first="I", txn=None)]),
     "insert-delete": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"])], UNFILTERED,
-                      [key_row("1", (1, 0, 1), R1, p=absent(conflict=100, flags="000"), a=absent(flags="000"))]),
+                      [key_row("1", (1, 0, 1), R1, p=absent(conflict=100, flags="000"), a=absent(flags="000"),
+                               first="I", txn=None)]),
     "update-delete": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]), dele(200, 0, ["1", "y", "30"])], UNFILTERED,
                       [key_row("1", (0, 1, 1), "[null,null,null]", p=absent(flags="000"),
-                               a=absent(missing_update=1, missing_delete=1, flags="222"))]),
+                               a=absent(missing_update=1, missing_delete=1, flags="222"), first="U", txn=None)]),
     "delete-insert": ([dele(100, 0, ["1", "x", "20"]), ins(200, 0, ["1", "y", "30"])], UNFILTERED,
-                      [key_row("1", (1, 0, 1), R2, p=row(), a=row(missing_delete=1))]),
+                      [key_row("1", (1, 0, 1), R2, p=row(), a=row(missing_delete=1), first="D", txn=None)]),
     # Only the first conflict is recorded (the subscriber stops there).
     "insert-delete-insert": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"]),
                               ins(300, 0, ["1", "y", "30"])], UNFILTERED,
-                             [key_row("1", (2, 0, 1), R2, p=row(conflict=100), a=row())]),
+                             [key_row("1", (2, 0, 1), R2, p=row(conflict=100), a=row(), first="I", txn=None)]),
     "insert-delete-insert-upsert": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"]),
                                           ins(300, 0, ["1", "y", "30"])], plan(rules(), policy="upsert"),
-                                         [key_row("1", (2, 0, 1), R2, p=row(), a=row())]),
+                                         [key_row("1", (2, 0, 1), R2, p=row(), a=row(), first="I", txn=None)]),
     # Cells: a later UPDATE overwrites what it carries and keeps the rest.
     "update-update-partial": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]),
                                upd(200, 0, ["1", None, "40"], unchanged=[False, True, False])], UNFILTERED,
                               [key_row("1", (0, 2, 0), '["1","y","40"]', p=row(),
-                                       a=absent(missing_update=2, flags="222"))]),
+                                       a=absent(missing_update=2, flags="222"), first="U", txn=None)]),
     "upsert-update-update-partial": ([upd(100, 0, ["1", None, "30"], unchanged=[False, True, False]),
                                       upd(200, 0, ["1", None, "40"], unchanged=[False, True, False])],
                                      plan(rules(), policy="upsert"),
-                                     [key_row("1", (0, 2, 0), '["1",null,"40"]', p=row("020"), a=row("010"))]),
+                                     [key_row("1", (0, 2, 0), '["1",null,"40"]', p=row("020"), a=row("010"),
+                                              first="U", txn=None)]),
     # Dropped changes do not reach the fold: the filtered UPDATE leaves the INSERT alone.
     "filtered-changes-leave-the-fold": ([ins(100, 0, ["1", "x", "20"]), JudgedOut(upd(200, 0, ["1", "y", "5"]))], FILTERED,
-                                        [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row())]),
+                                        [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row(), first="I", txn=100)]),
     # Barriers cut a key's changes into phases: before, the barrier, after.
     "truncate-between": ([ins(100, 0, ["1", "x", "20"]), trunc(200, 0, restart=True), ins(300, 0, ["1", "y", "30"])],
                          UNFILTERED,
-                         [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row()),
+                         [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row(), first="I", txn=100),
                           barrier_row("T", None, 200, restart=True),
-                          key_row("1", (1, 0, 0), R2, p=row(conflict=300), a=row(), phase=1)]),
+                          key_row("1", (1, 0, 0), R2, p=row(conflict=300), a=row(), phase=1, first="I", txn=300)]),
     "key-change-between": ([ins(100, 0, ["1", "x", "20"]),
                             upd(200, 0, ["2", "x", "20"], ["1", None, None], old_kind="K"),
                             upd(300, 0, ["2", "y", "30"])], UNFILTERED,
-                           [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row()),
+                           [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row(), first="I", txn=100),
                             barrier_row("U", "1", 200, vals='["2","x","20"]', flags="000"),
-                            key_row("2", (0, 1, 0), '["2","y","30"]', p=row(), a=absent(missing_update=1), phase=1)]),
+                            key_row("2", (0, 1, 0), '["2","y","30"]', p=row(), a=absent(missing_update=1), phase=1,
+                                    first="U", txn=300)]),
     # Under publish_via_partition_root only a TRUNCATE that emptied every leaf is sent (R8.2).
     "truncate-of-one-leaf-of-two": ([trunc(100, 0, table="t_1")],
                                     plan(rules(), leaves=(TableName("public", "t_1"), TableName("public", "t_2"))),
@@ -140,9 +146,10 @@ FOLD_CASES = {
     # Changes of several keys in one batch: each key folds alone (single-change and folded keys together).
     "keys-apart": ([ins(100, 0, ["1", "x", "20"]), ins(100, 1, ["2", "x", "20"]), dele(200, 0, ["2", "x", "20"]),
                     upd(200, 1, ["3", "y", "30"], ["3", "x", "20"])], UNFILTERED,
-                   [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row()),
-                    key_row("2", (1, 0, 1), '["2","x","20"]', p=absent(conflict=100, flags="000"), a=absent(flags="000")),
-                    key_row("3", (0, 1, 0), '["3","y","30"]', p=row(), a=absent(missing_update=1))]),
+                   [key_row("1", (1, 0, 0), R1, p=row(conflict=100), a=row(), first="I", txn=100),
+                    key_row("2", (1, 0, 1), '["2","x","20"]', p=absent(conflict=100, flags="000"), a=absent(flags="000"),
+                            first="I", txn=None),
+                    key_row("3", (0, 1, 0), '["3","y","30"]', p=row(), a=absent(missing_update=1), first="U", txn=200)]),
 }
 
 

@@ -240,6 +240,8 @@ def test_error_policy_skips_and_counts_missing_rows_like_native(dbs, spark, tmp_
         ("t", "delete_missing", {"id": "6"}, 1, False), ("t", "update_missing", {"id": "5"}, 1, True),
         ("t", "update_missing", {"id": "7"}, 1, True), ("u", "delete_missing", {"k": "64", "s": "b"}, 1, False),
         ("u", "update_missing", {"k": "61", "s": "b"}, 1, True)], logged
+    # Each key's changes are one remote transaction's: it is recorded (a barrier's, or a reduced key's).
+    assert all(has_lsn for *_, has_lsn in logged), logged
     # status shows them; reset-conflicts (pg_stat_reset_subscription_stats) sets them back to zero.
     assert cli.main(["status", "--spec", str(path), "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)["conflicts"]
