@@ -1,0 +1,241 @@
+"""A batch the publisher judged, reduced on its Arrow columns: no Python per change.
+
+apply/net_effect.py reduces a batch the publisher judged (``filtering: source``) by walking every change
+in Python, about 12 µs each; a batch over apply/reducers.py ``IN_PROCESS_BATCH_CHANGES`` went to Spark,
+whose fixed costs (a JVM, planning, persisting, a collect or a Python worker per partition) made a
+1M-row transaction 7 times slower than PostgreSQL's own apply (docs/benchmarks.md). Most batches need
+none of that: their keys each change once (an UPDATE of many rows, a bulk INSERT) and no change cuts a
+table's changes into phases. Such a key's net effect is ``_single``'s, column by column, computed here
+by Arrow compute functions over the whole batch at once (pyarrow.compute runs in C++ and releases the
+GIL); the few keys changed more than once are folded by net_effect.py's own ``_folded``, one definition
+of the fold (docs/adr/two-reducers-one-fold.md). What the rules are is net_effect.py's: this module
+computes the same ``_single`` outcomes and the same facts, and the fold's truth table holds it to them
+(tests/apply/test_fold.py).
+
+A batch this module does not take (:func:`reduce_columns` returns None) goes to the reducer it went to
+before: a barrier (a TRUNCATE, an UPDATE that changes the key, an UPDATE or DELETE of a table without a
+key), an unchanged TOASTed value, a row shorter than its relation, or more changes of repeated keys than
+the fold in Python is allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_rowfilter.apply import net_effect
+from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
+from airflow_provider_rowfilter.subscriber.apply_stage import arrow_schema
+
+_OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
+
+
+def reduce_columns(segments: Sequence[pa.Table], plan: ApplyPlan, token: str,
+                   fold_limit: int) -> tuple[BatchFacts, pa.Table] | None:
+    """The facts and the staged rows of a batch the publisher judged, or None when it is not one this module takes.
+
+    :param segments: the batch's change-log rows, with at least net_effect.py ``CHANGE_COLUMNS``.
+    :param fold_limit: at most this many changes (of keys changed more than once) are folded in Python.
+    """
+    if any(rules != PASS_THROUGH for t in plan.targets for rules in t.rules):
+        raise ValueError("only a batch the publisher judged (every table PASS_THROUGH) is reduced here")
+    tables = [s.select(list(net_effect.CHANGE_COLUMNS)) for s in segments if s.num_rows]
+    if not tables:
+        return None
+    batch = pa.concat_tables(tables).combine_chunks()
+    targets = list(plan.targets)
+    target_of = _routes(batch, targets)
+    # the rows of a table the batch applies, at or past the table's position (as net_effect.py skips them)
+    position = np.array([t.position for t in targets] + [0], np.int64)[target_of]
+    kept = np.flatnonzero((target_of >= 0) & (batch.column("commit_lsn").to_numpy() >= position))
+    if not len(kept):
+        return None
+    batch, target_of = batch.take(pa.array(kept)), target_of[kept]
+    commit = batch.column("commit_lsn").to_numpy()
+    ops = _ops(batch.column("kind"))
+    if plan.skip_lsn is not None:
+        ops[commit == plan.skip_lsn] = "s"
+    if (ops == "T").any():
+        return None
+    live = ops != "s"
+    if pc.any(pc.list_flatten(batch.column("new_unchanged").filter(pa.array(live)))).as_py():
+        return None  # an unchanged TOASTed value: net_effect.py takes the old row's or keeps the subscriber's
+    layout_of, layout_names = _layouts(batch.column("column_names"))
+    keys, vals, flags = (np.full(batch.num_rows, None, object) for _ in range(3))
+    for t, target in enumerate(targets):
+        for lay, names in enumerate(layout_names):
+            rows = np.flatnonzero((target_of == t) & (layout_of == lay) & live)
+            if len(rows) and not _route_layout(batch, rows, ops, target, names, keys, vals, flags):
+                return None
+    facts = read_facts(plan, _groups(target_of, layout_of, layout_names, ops, commit, batch, targets))
+    # A key changed more than once is folded in Python; every other key's one change is vectorised.
+    live_rows = np.flatnonzero(live)
+    joined = pc.binary_join_element_wise(pa.array(target_of[live_rows].astype(str)),
+                                         pa.array(keys[live_rows], pa.string()), "\x00")
+    codes = joined.dictionary_encode().indices.to_numpy()
+    repeated = np.bincount(codes)[codes] > 1 if len(codes) else np.zeros(0, bool)
+    folded_rows, single_rows = live_rows[repeated], live_rows[~repeated]
+    if len(folded_rows) > fold_limit:
+        return None
+    parts = [_singles(batch, single_rows, target_of, targets, ops, keys, vals, flags, plan.policy, token)]
+    if len(folded_rows):
+        parts.append(_folded(batch, folded_rows, target_of, targets, layout_of, layout_names, ops, plan, token))
+    return facts, pa.concat_tables(parts)
+
+
+def _routes(batch: pa.Table, targets: list[TargetPlan]) -> np.ndarray:
+    """Each row's target (its place in ``targets``), -1 for a table the batch does not apply."""
+    routes = {(leaf.schema, leaf.name): t for t in targets for leaf in t.leaves}
+    place = {t.index: n for n, t in enumerate(targets)}
+    leaf = pc.binary_join_element_wise(batch.column("schema"), batch.column("table"), "\x00")
+    encoded = (leaf.combine_chunks() if isinstance(leaf, pa.ChunkedArray) else leaf).dictionary_encode()
+    found = [routes.get(tuple(n.split("\x00", 1))) for n in encoded.dictionary.to_pylist()]
+    of_entry = np.array([-1 if t is None else place[t.index] for t in found] or [-1], np.int64)
+    return of_entry[encoded.indices.to_numpy(zero_copy_only=False)] if len(encoded) else np.zeros(0, np.int64)
+
+
+def _ops(kind: pa.ChunkedArray) -> np.ndarray:
+    """Each change's operation letter, looked up once per distinct kind."""
+    encoded = kind.combine_chunks().dictionary_encode()
+    letters = np.array([_OPS[k] for k in encoded.dictionary.to_pylist()], dtype="<U1")
+    return letters[encoded.indices.to_numpy(zero_copy_only=False)]
+
+
+def _layouts(column_names: pa.ChunkedArray) -> tuple[np.ndarray, list[tuple[str, ...]]]:
+    ids, names = net_effect._layout_ids(column_names)
+    return np.asarray(ids, np.int64), names
+
+
+def _json_items(values: pa.Array) -> pa.Array:
+    """Each value as an item of a JSON array, as net_effect.py ``_json`` writes it: ``null``, or the string
+    quoted with ``"`` and ``\\`` escaped (control characters, rare, by Python's own encoder)."""
+    escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
+    quoted = pc.binary_join_element_wise('"', escaped, '"', "")
+    control = pc.match_substring_regex(values, r"[\x00-\x1f]")
+    if pc.any(control).as_py():
+        at = np.flatnonzero(control.fill_null(False).to_numpy(zero_copy_only=False))
+        exact = [net_effect._ENCODE(v) for v in values.take(pa.array(at)).to_pylist()]
+        quoted = pc.replace_with_mask(quoted, control.fill_null(False), pa.array(exact, pa.string()))
+    return quoted.fill_null("null")
+
+
+def _json_rows(items: list[pa.Array]) -> pa.Array:
+    """JSON arrays of the items, one per row (``[a,b]``)."""
+    return pc.binary_join_element_wise("[", pc.binary_join_element_wise(*items, ","), "]", "")
+
+
+def _at(values: pa.Array, positions: Sequence[int | None]) -> list[pa.Array]:
+    """The JSON items at ``positions`` of each row's list (None: a column the relation lacks, NULL)."""
+    nulls = pa.nulls(len(values), pa.string())
+    return [_json_items(nulls if p is None else pc.list_element(values, p)) for p in positions]
+
+
+def _route_layout(batch: pa.Table, rows: np.ndarray, ops: np.ndarray, target: TargetPlan, names: tuple[str, ...],
+                  keys: np.ndarray, vals: np.ndarray, flags: np.ndarray) -> bool:
+    """Fill ``keys``, ``vals`` and ``flags`` for one target's rows of one relation layout (``_Layout.change``);
+    False when one of them is a barrier or its lists do not have the layout's width."""
+    layout = net_effect._Layout(target, names)
+    if not layout.columns:
+        return False
+    taken = pa.array(rows)
+    new = batch.column("new_values").take(taken).combine_chunks()
+    old = batch.column("old_values").take(taken).combine_chunks()
+    for lists in (new, old):
+        lengths = pc.list_value_length(lists).drop_null()
+        if len(lengths) and (pc.min(lengths).as_py() != layout.width or pc.max(lengths).as_py() != layout.width):
+            return False
+    op = ops[rows]
+    if target.key:
+        new_key = _json_rows(_at(new, layout.key)).to_numpy(zero_copy_only=False)
+        old_key = _json_rows(_at(old, layout.key)).to_numpy(zero_copy_only=False)
+        has_old = old.is_valid().to_numpy(zero_copy_only=False)
+        # an UPDATE that changes the key is a barrier (net_effect.py ``_Layout.change``)
+        if ((op == "U") & has_old & (old_key != new_key)).any():
+            return False
+        keys[rows] = np.where(op == "D", old_key, new_key)
+    else:
+        if ((op == "U") | (op == "D")).any():
+            return False  # found by its old row, one statement each: a barrier
+        commit = batch.column("commit_lsn").take(taken).to_numpy().astype(str)
+        seq = batch.column("seq").take(taken).to_numpy().astype(str)
+        keys[rows] = _json_rows(_json_items_from(commit, seq)).to_numpy(zero_copy_only=False)
+    written = (op == "I") | (op == "U")
+    vals[rows] = np.where(written, _json_rows(_at(new, layout.columns)).to_numpy(zero_copy_only=False), None)
+    flags[rows] = np.where(written, layout.flags, None)
+    return True
+
+
+def _json_items_from(*columns: np.ndarray) -> list[pa.Array]:
+    return [_json_items(pa.array(c, pa.string())) for c in columns]
+
+
+def _groups(target_of: np.ndarray, layout_of: np.ndarray, layout_names: list[tuple[str, ...]], ops: np.ndarray,
+            commit: np.ndarray, batch: pa.Table, targets: list[TargetPlan]) -> list[dict]:
+    """The facts' groups (net_effect.py ``reduce_batch``): changes and the first commit per table, layout,
+    kind and operation."""
+    grouped = pa.table({"t": target_of, "lay": layout_of, "kind": batch.column("kind"), "op": pa.array(ops),
+                        "commit": commit}).group_by(["t", "lay", "kind", "op"]).aggregate(
+        [("commit", "count"), ("commit", "min")])
+    return [{"_tgt": targets[g["t"]].index, "_epoch": 0, "kind": g["kind"], "_op": g["op"], "_barrier": False,
+             "layout": layout_names[g["lay"]] if g["op"] in ("I", "U") else None, "n": g["commit_count"],
+             "first": g["commit_min"]} for g in grouped.to_pylist()]
+
+
+def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: list[TargetPlan], ops: np.ndarray,
+             keys: np.ndarray, vals: np.ndarray, flags: np.ndarray, policy: str, token: str) -> pa.Table:
+    """The staged rows of keys changed once: net_effect.py ``_single`` from both starts, column by column."""
+    n = len(rows)
+    op = ops[rows]
+    ins, upd, dele = op == "I", op == "U", op == "D"
+    index = np.array([t.index for t in targets], np.int32)[target_of[rows]]
+    taken = pa.array(rows)
+    commit, xid = batch.column("commit_lsn").take(taken), batch.column("xid").take(taken)
+    flag = pa.array(flags[rows], pa.string())
+    nothing_int, nothing_str = pa.nulls(n, pa.int64()), pa.nulls(n, pa.string())
+    conflict = pa.array(ins) if policy == "error" else pa.array(np.zeros(n, bool))
+    upsert = policy == "upsert"
+    columns = {
+        "target": pa.array(index, pa.int32()), "phase": pa.array(np.zeros(n, np.int32)),
+        "row_kind": pa.array(["K"] * n, pa.string()), "key": pa.array(keys[rows], pa.string()),
+        "n_insert": pa.array(ins.astype(np.int64)), "n_update": pa.array(upd.astype(np.int64)),
+        "n_delete": pa.array(dele.astype(np.int64)), "vals": pa.array(vals[rows], pa.string()),
+        # the key existed: an INSERT conflicts (policy error); an UPDATE keeps what it does not carry
+        "p_present": pa.array(~dele), "p_flags": pc.if_else(pa.array(upd), pc.replace_substring(flag, "1", "2"), flag),
+        "p_conflict_lsn": pc.if_else(conflict, commit.combine_chunks(), nothing_int),
+        "p_conflict_xid": pc.if_else(conflict, xid.combine_chunks(), nothing_int),
+        "p_missing_update": pa.array(np.zeros(n, np.int64)), "p_missing_delete": pa.array(np.zeros(n, np.int64)),
+        # it did not: an UPDATE finds nothing (upsert: inserts what it carries); a DELETE finds nothing
+        "a_present": pa.array(ins | (upd & upsert)),
+        "a_flags": flag if upsert else pc.if_else(pa.array(upd), nothing_str, flag),
+        "a_conflict_lsn": nothing_int, "a_conflict_xid": nothing_int,
+        "a_missing_update": pa.array((upd & (not upsert)).astype(np.int64)),
+        "a_missing_delete": pa.array(dele.astype(np.int64)),
+    }
+    schema = arrow_schema()
+    return pa.Table.from_arrays(
+        [pa.array([token] * n, pa.string()) if f.name == "token" else
+         columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+
+def _folded(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: list[TargetPlan],
+            layout_of: np.ndarray, layout_names: list[tuple[str, ...]], ops: np.ndarray, plan: ApplyPlan,
+            token: str) -> pa.Table:
+    """The staged rows of keys changed more than once, folded by net_effect.py (``_Layout.change``, ``_Stage``)."""
+    picked = batch.take(pa.array(rows)).select(list(net_effect._ROW)).to_pylist()
+    layouts: dict[tuple[int, int], net_effect._Layout] = {}
+    changes: dict[int, list[net_effect._Change]] = {}
+    for i, r in zip(rows.tolist(), picked, strict=True):
+        t, lay = int(target_of[i]), int(layout_of[i])
+        layout = layouts.get((t, lay))
+        if layout is None:
+            layout = layouts[t, lay] = net_effect._Layout(targets[t], layout_names[lay])
+        change = layout.change(str(ops[i]), r["commit_lsn"], r["seq"], r["xid"], r["replica_identity"],
+                               r["new_values"], None, r["old_kind"], r["old_values"])
+        changes.setdefault(t, []).append(change)
+    stage = net_effect._Stage(token)
+    for t, kept in changes.items():
+        stage.add(targets[t], kept, plan.policy)
+    return stage.table()
