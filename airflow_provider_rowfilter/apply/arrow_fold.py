@@ -53,7 +53,8 @@ def reduce_columns(segments: Sequence[pa.Table], plan: ApplyPlan, token: str,
     kept = np.flatnonzero((target_of >= 0) & (batch.column("commit_lsn").to_numpy() >= position))
     if not len(kept):
         return None
-    batch, target_of = batch.take(pa.array(kept)), target_of[kept]
+    if len(kept) < batch.num_rows:
+        batch, target_of = batch.take(pa.array(kept)), target_of[kept]
     commit = batch.column("commit_lsn").to_numpy()
     ops = _ops(batch.column("kind"))
     if plan.skip_lsn is not None:
@@ -64,25 +65,31 @@ def reduce_columns(segments: Sequence[pa.Table], plan: ApplyPlan, token: str,
     if pc.any(pc.list_flatten(batch.column("new_unchanged").filter(pa.array(live)))).as_py():
         return None  # an unchanged TOASTed value: net_effect.py takes the old row's or keeps the subscriber's
     layout_of, layout_names = _layouts(batch.column("column_names"))
-    keys, vals, flags = (np.full(batch.num_rows, None, object) for _ in range(3))
+    routed = []  # per target and layout: its rows, their keys, values and flags
     for t, target in enumerate(targets):
         for lay, names in enumerate(layout_names):
             rows = np.flatnonzero((target_of == t) & (layout_of == lay) & live)
-            if len(rows) and not _route_layout(batch, rows, ops, target, names, keys, vals, flags):
-                return None
+            if len(rows):
+                found = _route_layout(batch, rows, ops[rows], target, names)
+                if found is None:
+                    return None
+                routed.append((rows, *found))
     facts = read_facts(plan, _groups(target_of, layout_of, layout_names, ops, commit, batch, targets))
+    if not routed:
+        return facts, arrow_schema().empty_table()
+    rows = np.concatenate([r[0] for r in routed])
+    keys, vals, flags = (pa.concat_arrays([r[i] for r in routed]) for i in (1, 2, 3))
     # A key changed more than once is folded in Python; every other key's one change is vectorised.
-    live_rows = np.flatnonzero(live)
-    joined = pc.binary_join_element_wise(pa.array(target_of[live_rows].astype(str)),
-                                         pa.array(keys[live_rows], pa.string()), "\x00")
+    joined = pc.binary_join_element_wise(pa.array(target_of[rows].astype(str)), keys, "\x00")
     codes = joined.dictionary_encode().indices.to_numpy()
-    repeated = np.bincount(codes)[codes] > 1 if len(codes) else np.zeros(0, bool)
-    folded_rows, single_rows = live_rows[repeated], live_rows[~repeated]
-    if len(folded_rows) > fold_limit:
+    repeated = np.bincount(codes)[codes] > 1
+    if repeated.sum() > fold_limit:
         return None
-    parts = [_singles(batch, single_rows, target_of, targets, ops, keys, vals, flags, plan.policy, token)]
-    if len(folded_rows):
-        parts.append(_folded(batch, folded_rows, target_of, targets, layout_of, layout_names, ops, plan, token))
+    single = pa.array(~repeated)
+    parts = [_singles(batch, rows[~repeated], target_of, targets, ops, keys.filter(single), vals.filter(single),
+                      flags.filter(single), plan.policy, token)]
+    if repeated.any():
+        parts.append(_folded(batch, rows[repeated], target_of, targets, layout_of, layout_names, ops, plan, token))
     return facts, pa.concat_tables(parts)
 
 
@@ -127,49 +134,51 @@ def _json_rows(items: list[pa.Array]) -> pa.Array:
     return pc.binary_join_element_wise("[", pc.binary_join_element_wise(*items, ","), "]", "")
 
 
-def _at(values: pa.Array, positions: Sequence[int | None]) -> list[pa.Array]:
-    """The JSON items at ``positions`` of each row's list (None: a column the relation lacks, NULL)."""
+def _at(values: pa.Array, positions: Sequence[int | None]) -> pa.Array:
+    """The JSON array of the values at ``positions`` of each row's list (None: a column the relation lacks,
+    NULL); NULL where the row has no list."""
     nulls = pa.nulls(len(values), pa.string())
-    return [_json_items(nulls if p is None else pc.list_element(values, p)) for p in positions]
+    rows = _json_rows([_json_items(nulls if p is None else pc.list_element(values, p)) for p in positions])
+    return rows if not values.null_count else pc.if_else(values.is_valid(), rows, nulls)
 
 
-def _route_layout(batch: pa.Table, rows: np.ndarray, ops: np.ndarray, target: TargetPlan, names: tuple[str, ...],
-                  keys: np.ndarray, vals: np.ndarray, flags: np.ndarray) -> bool:
-    """Fill ``keys``, ``vals`` and ``flags`` for one target's rows of one relation layout (``_Layout.change``);
-    False when one of them is a barrier or its lists do not have the layout's width."""
+def _route_layout(batch: pa.Table, rows: np.ndarray, op: np.ndarray, target: TargetPlan,
+                  names: tuple[str, ...]) -> tuple[pa.Array, pa.Array, pa.Array] | None:
+    """The keys, values and flags of one target's rows of one relation layout (``_Layout.change``); None when
+    one of them is a barrier or its lists do not have the layout's width."""
     layout = net_effect._Layout(target, names)
     if not layout.columns:
-        return False
+        return None
+    every = len(rows) == batch.num_rows
     taken = pa.array(rows)
-    new = batch.column("new_values").take(taken).combine_chunks()
-    old = batch.column("old_values").take(taken).combine_chunks()
+    new, old = (batch.column(c).combine_chunks() if every else batch.column(c).take(taken).combine_chunks()
+                for c in ("new_values", "old_values"))
     for lists in (new, old):
         lengths = pc.list_value_length(lists).drop_null()
         if len(lengths) and (pc.min(lengths).as_py() != layout.width or pc.max(lengths).as_py() != layout.width):
-            return False
-    op = ops[rows]
+            return None
+    ins, upd, dele = pa.array(op == "I"), pa.array(op == "U"), pa.array(op == "D")
+    if pc.any(pc.and_(dele, old.is_null())).as_py():
+        return None  # a DELETE without its old row (pgoutput always sends one): the walk's rule
     if target.key:
-        new_key = _json_rows(_at(new, layout.key)).to_numpy(zero_copy_only=False)
-        old_key = _json_rows(_at(old, layout.key)).to_numpy(zero_copy_only=False)
-        has_old = old.is_valid().to_numpy(zero_copy_only=False)
-        # an UPDATE that changes the key is a barrier (net_effect.py ``_Layout.change``)
-        if ((op == "U") & has_old & (old_key != new_key)).any():
-            return False
-        keys[rows] = np.where(op == "D", old_key, new_key)
+        new_key = _at(new, layout.key)
+        if old.null_count == len(old):
+            keys = new_key
+        else:
+            old_key = _at(old, layout.key)
+            # an UPDATE that changes the key is a barrier (net_effect.py ``_Layout.change``)
+            if pc.any(pc.and_(upd, pc.not_equal(old_key, new_key)).fill_null(False)).as_py():
+                return None
+            keys = pc.if_else(dele, old_key, new_key)
     else:
-        if ((op == "U") | (op == "D")).any():
-            return False  # found by its old row, one statement each: a barrier
-        commit = batch.column("commit_lsn").take(taken).to_numpy().astype(str)
-        seq = batch.column("seq").take(taken).to_numpy().astype(str)
-        keys[rows] = _json_rows(_json_items_from(commit, seq)).to_numpy(zero_copy_only=False)
-    written = (op == "I") | (op == "U")
-    vals[rows] = np.where(written, _json_rows(_at(new, layout.columns)).to_numpy(zero_copy_only=False), None)
-    flags[rows] = np.where(written, layout.flags, None)
-    return True
-
-
-def _json_items_from(*columns: np.ndarray) -> list[pa.Array]:
-    return [_json_items(pa.array(c, pa.string())) for c in columns]
+        if pc.any(pc.or_(upd, dele)).as_py():
+            return None  # found by its old row, one statement each: a barrier
+        keys = _json_rows([_json_items(pc.cast(batch.column(c) if every else batch.column(c).take(taken), pa.string())
+                                       .combine_chunks()) for c in ("commit_lsn", "seq")])
+    written = pc.or_(ins, upd)
+    vals = pc.if_else(written, _at(new, layout.columns), pa.nulls(len(rows), pa.string()))
+    flags = pc.if_else(written, pa.scalar(layout.flags), pa.nulls(len(rows), pa.string()))
+    return keys, vals, flags
 
 
 def _groups(target_of: np.ndarray, layout_of: np.ndarray, layout_names: list[tuple[str, ...]], ops: np.ndarray,
@@ -185,7 +194,7 @@ def _groups(target_of: np.ndarray, layout_of: np.ndarray, layout_names: list[tup
 
 
 def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: list[TargetPlan], ops: np.ndarray,
-             keys: np.ndarray, vals: np.ndarray, flags: np.ndarray, policy: str, token: str) -> pa.Table:
+             keys: pa.Array, vals: pa.Array, flag: pa.Array, policy: str, token: str) -> pa.Table:
     """The staged rows of keys changed once: net_effect.py ``_single`` from both starts, column by column."""
     n = len(rows)
     op = ops[rows]
@@ -193,15 +202,14 @@ def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: 
     index = np.array([t.index for t in targets], np.int32)[target_of[rows]]
     taken = pa.array(rows)
     commit, xid = batch.column("commit_lsn").take(taken), batch.column("xid").take(taken)
-    flag = pa.array(flags[rows], pa.string())
     nothing_int, nothing_str = pa.nulls(n, pa.int64()), pa.nulls(n, pa.string())
     conflict = pa.array(ins) if policy == "error" else pa.array(np.zeros(n, bool))
     upsert = policy == "upsert"
     columns = {
         "target": pa.array(index, pa.int32()), "phase": pa.array(np.zeros(n, np.int32)),
-        "row_kind": pa.array(["K"] * n, pa.string()), "key": pa.array(keys[rows], pa.string()),
+        "row_kind": pa.array(["K"] * n, pa.string()), "key": keys,
         "n_insert": pa.array(ins.astype(np.int64)), "n_update": pa.array(upd.astype(np.int64)),
-        "n_delete": pa.array(dele.astype(np.int64)), "vals": pa.array(vals[rows], pa.string()),
+        "n_delete": pa.array(dele.astype(np.int64)), "vals": vals,
         # the key existed: an INSERT conflicts (policy error); an UPDATE keeps what it does not carry
         "p_present": pa.array(~dele), "p_flags": pc.if_else(pa.array(upd), pc.replace_substring(flag, "1", "2"), flag),
         "p_conflict_lsn": pc.if_else(conflict, commit.combine_chunks(), nothing_int),

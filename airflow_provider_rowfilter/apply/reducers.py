@@ -86,6 +86,7 @@ class Staged:
     token: str
     extra: dict[int, dict[str, int]] = field(default_factory=dict)  # per target: filtered, update_to_insert, …
     skipped: bool = False  # the transaction being skipped is in the batch
+    rows: pa.Table | None = None  # the stage's rows when reduced in this process, not yet written
 
 
 def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, result: ApplyResult,
@@ -102,13 +103,12 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
     staged = Staged(new_token(spec.subscription))
     if batch.plan is None:
         return staged
-    conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
     changes = batch.logged_changes
     reduced = reduce_here(batch, staged.token) if batch.filtering == "source" else None
     if reduced is not None:
-        facts, rows = reduced
+        # staged by the batch's own transaction (apply/batch_transaction.py): written once, where it is applied
+        facts, staged.rows = reduced
         staged.extra, staged.skipped, result.changes = _checked(facts, batch.targets)
-        copy_stage_rows(rows, conninfo)
     else:
         # A JVM of our own that lives for one short batch compiles for a short life (spark/settings.py).
         short = batch.whole and (result.capture is None or not result.capture["more"]) \
@@ -118,6 +118,7 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
 
         # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
         small = changes <= COLLECTED_BATCH_CHANGES
+        conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
         decided = decide(session, batch.paths, batch.plan)
         try:
             facts, collected = decided.collected(staged.token) if small else (decided.facts(), None)

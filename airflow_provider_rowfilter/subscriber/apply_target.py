@@ -165,7 +165,8 @@ class StagedTable:
     """Applies one target's staged rows inside the caller's transaction."""
 
     def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error",
-                 conflict_log: ConflictLog | None = None, span: str | None = None) -> None:
+                 conflict_log: ConflictLog | None = None, span: str | None = None,
+                 stage: sql.Composable = STAGE) -> None:
         if policy not in CONFLICT_POLICIES:
             raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(CONFLICT_POLICIES)}")
         self.conn = conn
@@ -174,6 +175,7 @@ class StagedTable:
         self.policy = policy
         self.conflict_log = conflict_log  # where skipped conflicts are logged (the spec's conflict_log: table)
         self.span = span  # the batch's changes in words, for a conflict no single transaction is known of
+        self.stage = stage  # apply_stage, or the transaction's own (subscriber/apply_stage.py LOCAL_STAGE)
         self.keys = sql.Identifier(f"rowfilter_keys_{target.index}")
         self.rel = sql.SQL("{}{}").format(target.only, table_sql(target.table))
 
@@ -218,7 +220,7 @@ class StagedTable:
         counts = TableCounts()
         self._load_keys()
         phases = self.conn.execute(
-            sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(STAGE),
+            sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(self.stage),
             (self.token, self.target.index)).fetchone()[0]
         for phase in range(0 if phases is None else phases + 1):
             self._apply_phase(phase, counts)
@@ -247,7 +249,7 @@ class StagedTable:
                             a_missing_update, a_missing_delete
                      FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'
                      ORDER BY phase, key) s""").format(
-            keys=self.keys, key_columns=sql.Composed(key_columns), stage=STAGE, existed=existed),
+            keys=self.keys, key_columns=sql.Composed(key_columns), stage=self.stage, existed=existed),
             (self.token, self.target.index))
         self.conn.execute(sql.SQL("CREATE INDEX ON {} (phase)").format(self.keys))
         # Statistics for the planner's joins and filters only: sampling the staged values (jsonb) cost more.
@@ -351,7 +353,7 @@ class StagedTable:
     def _apply_barrier(self, phase: int, counts: TableCounts) -> None:
         row = self.conn.execute(sql.SQL(
             """SELECT op, key, vals, p_flags, commit_lsn, xid, restart_identity FROM {stage}
-               WHERE token = %s AND target = %s AND row_kind = 'B' AND phase = %s LIMIT 1""").format(stage=STAGE),
+               WHERE token = %s AND target = %s AND row_kind = 'B' AND phase = %s LIMIT 1""").format(stage=self.stage),
             (self.token, self.target.index, phase)).fetchone()
         if row is None:
             return
@@ -474,7 +476,8 @@ def _json_text(values: Sequence[str | None]) -> str:
     return json.dumps(list(values))
 
 
-def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget) -> TargetColumn | None:
+def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget,
+                    stage: sql.Composable = STAGE) -> TargetColumn | None:
     """The first column of ``target`` whose staged values its subscriber type refuses (a DataError), or None.
 
     Each column's staged values are cast in turn, each in a transaction of its own (a savepoint when
@@ -485,7 +488,7 @@ def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget) -
             with conn.transaction():
                 conn.execute(sql.SQL("SELECT count(({vals}::jsonb ->> {i})::{t}) FROM {stage} "
                                      "WHERE token = %s AND target = %s AND vals IS NOT NULL").format(
-                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(column.type_sql), stage=STAGE),
+                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(column.type_sql), stage=stage),
                     (token, target.index))
         except psycopg.errors.DataError:
             return column
