@@ -268,7 +268,10 @@ class PhaseTimer:
 
         # reading the segments and reducing them (net_effect.py or arrow_fold.py), looked up per call
         self._wrap(reducers, "reduce_here", "reduce")
-        self._wrap(reducers, "copy_stage_rows", "stage_copy")
+        self._wrap(reducers, "copy_stage_rows", "stage_copy")  # (a batch Spark judged, collected)
+        from airflow_provider_rowfilter.apply import batch_transaction
+
+        self._wrap(batch_transaction, "stage_locally", "stage_copy")  # into the batch transaction's own stage
         # Inside the capture: the slot's rows turned into the segment's columns (the decoder), the Parquet
         # row groups written; the rest of the capture is the wait for the slot function and the fetches.
         from airflow_provider_rowfilter.change_log import log as change_log

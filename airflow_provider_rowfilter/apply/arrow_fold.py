@@ -119,13 +119,18 @@ def _layouts(column_names: pa.ChunkedArray) -> tuple[np.ndarray, list[tuple[str,
 def _json_items(values: pa.Array) -> pa.Array:
     """Each value as an item of a JSON array, as net_effect.py ``_json`` writes it: ``null``, or the string
     quoted with ``"`` and ``\\`` escaped (control characters, rare, by Python's own encoder)."""
-    escaped = pc.replace_substring(pc.replace_substring(values, "\\", "\\\\"), '"', '\\"')
-    quoted = pc.binary_join_element_wise('"', escaped, '"', "")
-    control = pc.match_substring_regex(values, r"[\x00-\x1f]")
-    if pc.any(control).as_py():
-        at = np.flatnonzero(control.fill_null(False).to_numpy(zero_copy_only=False))
-        exact = [net_effect._ENCODE(v) for v in values.take(pa.array(at)).to_pylist()]
-        quoted = pc.replace_with_mask(quoted, control.fill_null(False), pa.array(exact, pa.string()))
+    quoted = pc.binary_join_element_wise('"', values, '"', "")
+    escape = pc.match_substring_regex(values, r'[\x00-\x1f"\\]').fill_null(False)
+    if pc.any(escape).as_py():  # only the values that need it are escaped
+        some = values.filter(escape)
+        escaped = pc.replace_substring(pc.replace_substring(some, "\\", "\\\\"), '"', '\\"')
+        escaped = pc.binary_join_element_wise('"', escaped, '"', "")
+        control = pc.match_substring_regex(some, r"[\x00-\x1f]")
+        if pc.any(control).as_py():
+            at = np.flatnonzero(control.to_numpy(zero_copy_only=False))
+            exact = [net_effect._ENCODE(v) for v in some.take(pa.array(at)).to_pylist()]
+            escaped = pc.replace_with_mask(escaped, control, pa.array(exact, pa.string()))
+        quoted = pc.replace_with_mask(quoted, escape, escaped)
     return quoted.fill_null("null")
 
 
@@ -138,7 +143,14 @@ def _at(values: pa.Array, positions: Sequence[int | None]) -> pa.Array:
     """The JSON array of the values at ``positions`` of each row's list (None: a column the relation lacks,
     NULL); NULL where the row has no list."""
     nulls = pa.nulls(len(values), pa.string())
-    rows = _json_rows([_json_items(nulls if p is None else pc.list_element(values, p)) for p in positions])
+    if len(values) and list(positions) == list(range(len(positions))) and values.offsets[0].as_py() == 0 \
+            and pc.all(pc.equal(pc.list_value_length(values).drop_null(), len(positions))).as_py() is not False:
+        # every value of each list, in its order: the lists' values made items in one pass, joined per list
+        offsets = pc.fill_null(values.offsets, 0)  # a NULL list's offset is its neighbour's: no items
+        items = pa.ListArray.from_arrays(offsets, _json_items(values.values.slice(0, offsets[-1].as_py())))
+        rows = pc.binary_join_element_wise("[", pc.binary_join(items, ","), "]", "")
+    else:
+        rows = _json_rows([_json_items(nulls if p is None else pc.list_element(values, p)) for p in positions])
     return rows if not values.null_count else pc.if_else(values.is_valid(), rows, nulls)
 
 

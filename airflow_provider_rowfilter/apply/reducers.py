@@ -44,9 +44,10 @@ if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to judge
 IN_PROCESS_BATCH_CHANGES = 200_000
 #: A larger batch the publisher judged, of at most this many changes, is reduced in the job's process too when
 #: its keys allow it (apply/arrow_fold.py: no barrier, repeated keys' changes within IN_PROCESS_BATCH_CHANGES),
-#: on its Arrow columns: a 1M-row transaction without Spark. Its columns are held in memory, about 0.3 KB a
-#: change (docs/apply.md); a batch past this, or one that does not allow it, goes to Spark.
-COLUMNS_BATCH_CHANGES = 2_000_000
+#: on its Arrow columns: a 1M-row transaction without Spark. Its columns and staged rows are held in memory at
+#: once, about 0.75 KB a change at the peak for pgbench's accounts (docs/apply.md); a batch past this, or
+#: one that does not allow it, goes to Spark.
+COLUMNS_BATCH_CHANGES = 1_000_000
 #: A batch of at most this many changes (the log's count) is summarised and staged in one Spark
 #: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,
 #: so no Python worker starts (docs/apply.md, "Small batches").

@@ -239,17 +239,20 @@ class StagedTable:
                        for i, t in enumerate(self.target.key_types())]
         existed = (sql.SQL("CASE WHEN s.phase = 0 THEN EXISTS (SELECT 1 FROM {rel} t WHERE {match}) END").format(
             rel=self.rel, match=self._key_match("t", "s")) if self.target.key else sql.SQL("false"))
+        # A retried Spark task may have staged a key twice (apply_stage.py copy_stage); this process stages each once.
+        once = self.stage is not STAGE
         self.conn.execute(sql.SQL(
             """CREATE TEMP TABLE {keys} ON COMMIT DROP AS
                SELECT s.*, {existed} AS existed
-               FROM (SELECT DISTINCT ON (phase, key) phase, key, {key_columns}n_insert, n_update, n_delete,
+               FROM (SELECT {distinct}phase, key, {key_columns}n_insert, n_update, n_delete,
                             vals::jsonb AS vals, p_present, p_flags, p_conflict_lsn, p_conflict_xid,
                             p_missing_update, p_missing_delete,
                             a_present, a_flags, a_conflict_lsn, a_conflict_xid,
                             a_missing_update, a_missing_delete
-                     FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'
-                     ORDER BY phase, key) s""").format(
-            keys=self.keys, key_columns=sql.Composed(key_columns), stage=self.stage, existed=existed),
+                     FROM {stage} WHERE token = %s AND target = %s AND row_kind = 'K'{order}) s""").format(
+            keys=self.keys, key_columns=sql.Composed(key_columns), stage=self.stage, existed=existed,
+            distinct=sql.SQL("" if once else "DISTINCT ON (phase, key) "),
+            order=sql.SQL("" if once else " ORDER BY phase, key")),
             (self.token, self.target.index))
         self.conn.execute(sql.SQL("CREATE INDEX ON {} (phase)").format(self.keys))
         # Statistics for the planner's joins and filters only: sampling the staged values (jsonb) cost more.
