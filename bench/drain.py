@@ -33,6 +33,8 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
     python bench/drain.py --workload update --scale 20 --phases
         # instead of pgbench, ONE transaction updating every published account (1M at scale 20);
         # --phases: ours in this process, timed by phase (bench/apply.py PhaseTimer)
+    python bench/drain.py --workload update --scale 6 --phases --spark-reduces-large
+        # the same at 300,000 rows, reduced by Spark as before apply/arrow_fold.py (the "before" of a comparison)
 """
 
 from __future__ import annotations

@@ -205,6 +205,11 @@ class StagedTable:
                 c=sql.Identifier(col.name), f=self._flag(flags, i), v=self._value(vals, i, col), d=self._default(col))
             for i, col in enumerate(self.target.columns))
 
+    def _values_set(self, vals: sql.Composable) -> sql.Composable:
+        """Every column from the staged values (each flag 0)."""
+        return sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(col.name), self._value(vals, i, col))
+                                  for i, col in enumerate(self.target.columns))
+
     def _insert_values(self, vals: sql.Composable, flags: sql.Composable) -> sql.Composable:
         return sql.SQL(", ").join(
             sql.SQL("CASE {f} WHEN '0' THEN {v} ELSE {d} END").format(
@@ -257,7 +262,7 @@ class StagedTable:
         self.conn.execute(sql.SQL("CREATE INDEX ON {} (phase)").format(self.keys))
         # Statistics for the planner's joins and filters only: sampling the staged values (jsonb) cost more.
         self.conn.execute(sql.SQL("ANALYZE {} ({})").format(self.keys, sql.SQL(", ").join(
-            sql.Identifier(c) for c in ("phase", "existed", "p_present", "a_present",
+            sql.Identifier(c) for c in ("phase", "existed", "p_present", "a_present", "p_flags",
                                         *(f"_k{i}" for i in range(len(self.target.key)))))))
 
     def _apply_phase(self, phase: int, counts: TableCounts) -> None:
@@ -299,9 +304,17 @@ class StagedTable:
         self.conn.execute(sql.SQL(
             "DELETE FROM {rel} t USING {keys} k WHERE k.phase = %s AND k.existed AND NOT k.p_present AND {match}"
         ).format(**q), (phase,))
-        self.conn.execute(sql.SQL(
-            "UPDATE {rel} t SET {set} FROM {keys} k WHERE k.phase = %s AND k.existed AND k.p_present AND {match}"
-        ).format(set=self._update_set(sql.SQL("k.vals"), sql.SQL("k.p_flags")), **q), (phase,))
+        # A key whose every column comes from the change (flags all 0: most keys) is set without a CASE per column
+        # and without reading the row's current values: the statement costs about half.
+        every = sql.Literal("0" * len(self.target.columns))
+        for which, assignments in (
+                (sql.SQL("k.p_flags = {}").format(every), self._values_set(sql.SQL("k.vals"))),
+                (sql.SQL("k.p_flags IS DISTINCT FROM {}").format(every),
+                 self._update_set(sql.SQL("k.vals"), sql.SQL("k.p_flags")))):
+            self.conn.execute(sql.SQL(
+                "UPDATE {rel} t SET {set} FROM {keys} k "
+                "WHERE k.phase = %s AND k.existed AND k.p_present AND {which} AND {match}"
+            ).format(set=assignments, which=which, **q), (phase,))
         try:
             with self.conn.transaction():
                 self.conn.execute(sql.SQL(
