@@ -79,17 +79,25 @@ def reduce_columns(segments: Sequence[pa.Table], plan: ApplyPlan, token: str,
         return facts, arrow_schema().empty_table()
     rows = np.concatenate([r[0] for r in routed])
     keys, vals, flags = (pa.concat_arrays([r[i] for r in routed]) for i in (1, 2, 3))
-    # A key changed more than once is folded in Python; every other key's one change is vectorised.
+    # A key changed once is vectorised, and so is one changed only by UPDATEs that carry every column (its last
+    # one wins); any other key changed more than once is folded in Python.
     joined = pc.binary_join_element_wise(pa.array(target_of[rows].astype(str)), keys, "\x00")
     codes = joined.dictionary_encode().indices.to_numpy()
     repeated = np.bincount(codes)[codes] > 1
-    if repeated.sum() > fold_limit:
+    full_update = (ops[rows] == "U") & ~pc.match_substring_regex(flags, "[^0]").fill_null(True).to_numpy(
+        zero_copy_only=False)
+    updated = repeated & (np.bincount(codes, weights=~full_update)[codes] == 0)
+    walked = repeated & ~updated
+    if walked.sum() > fold_limit:
         return None
     single = pa.array(~repeated)
     parts = [_singles(batch, rows[~repeated], target_of, targets, ops, keys.filter(single), vals.filter(single),
                       flags.filter(single), plan.policy, token)]
-    if repeated.any():
-        parts.append(_folded(batch, rows[repeated], target_of, targets, layout_of, layout_names, ops, plan, token))
+    if updated.any():
+        parts.append(_last_updates(batch, rows, codes, updated, target_of, targets, keys, vals, flags, plan.policy,
+                                   token))
+    if walked.any():
+        parts.append(_folded(batch, rows[walked], target_of, targets, layout_of, layout_names, ops, plan, token))
     return facts, pa.concat_tables(parts)
 
 
@@ -233,6 +241,41 @@ def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: 
         "a_conflict_lsn": nothing_int, "a_conflict_xid": nothing_int,
         "a_missing_update": pa.array((upd & (not upsert)).astype(np.int64)),
         "a_missing_delete": pa.array(dele.astype(np.int64)),
+    }
+    schema = arrow_schema()
+    return pa.Table.from_arrays(
+        [pa.array([token] * n, pa.string()) if f.name == "token" else
+         columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+
+def _last_updates(batch: pa.Table, rows: np.ndarray, codes: np.ndarray, updated: np.ndarray, target_of: np.ndarray,
+                  targets: list[TargetPlan], keys: pa.Array, vals: pa.Array, flags: pa.Array, policy: str,
+                  token: str) -> pa.Table:
+    """The staged rows of keys changed only by UPDATEs that carry every column: net_effect.py ``_folded`` of such
+    changes, per key at once. Where the key existed, every UPDATE finds it and the last one's values are left
+    (flags all 0); where it did not, each finds nothing (flags all 2, the cells never set), or, under upsert,
+    the first inserts and the others update (the last one's values, flags all 0)."""
+    at = np.flatnonzero(updated)
+    commit = batch.column("commit_lsn").to_numpy()[rows[at]]
+    seq = batch.column("seq").to_numpy()[rows[at]]
+    ordered = at[np.lexsort((seq, commit, codes[at]))]
+    last = ordered[np.append(codes[ordered][1:] != codes[ordered][:-1], True)]  # each key's last change
+    n = len(last)
+    count = np.bincount(codes[at], minlength=codes.max() + 1)[codes[last]].astype(np.int64)
+    taken = pa.array(last)
+    flag = flags.take(taken)
+    zeros, nothing_int = pa.array(np.zeros(n, np.int64)), pa.nulls(n, pa.int64())
+    upsert = policy == "upsert"
+    columns = {
+        "target": pa.array(np.array([t.index for t in targets], np.int32)[target_of[rows[last]]], pa.int32()),
+        "phase": pa.array(np.zeros(n, np.int32)), "row_kind": pa.array(["K"] * n, pa.string()),
+        "key": keys.take(taken), "n_insert": zeros, "n_update": pa.array(count), "n_delete": zeros,
+        "vals": vals.take(taken),
+        "p_present": pa.array(np.ones(n, bool)), "p_flags": flag, "p_conflict_lsn": nothing_int,
+        "p_conflict_xid": nothing_int, "p_missing_update": zeros, "p_missing_delete": zeros,
+        "a_present": pa.array(np.full(n, upsert)), "a_flags": flag if upsert else pc.replace_substring(flag, "0", "2"),
+        "a_conflict_lsn": nothing_int, "a_conflict_xid": nothing_int,
+        "a_missing_update": zeros if upsert else pa.array(count), "a_missing_delete": zeros,
     }
     schema = arrow_schema()
     return pa.Table.from_arrays(

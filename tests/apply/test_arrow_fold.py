@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
+
 from airflow_provider_rowfilter.apply.arrow_fold import reduce_columns
 from airflow_provider_rowfilter.apply.net_effect import reduce_changes
 from tests.change_rows import UNFILTERED, arrow_rows, dele, ins, passed_through, plan, rules, upd
@@ -19,13 +21,14 @@ def _value(r: random.Random) -> str | None:
     return None if r.random() < 0.15 else "".join(r.choice(TEXTS) for _ in range(r.randint(0, 4)))
 
 
-def _workload(seed: int) -> tuple[list[tuple], object]:
-    """Random INSERTs, UPDATEs (with and without the old row) and DELETEs of a few keys, in two segments."""
+def _workload(seed: int, updates: float) -> tuple[list[tuple], object]:
+    """Random INSERTs, UPDATEs (with and without the old row) and DELETEs of a few keys, in two segments;
+    ``updates``: the share of keys changed by UPDATEs alone."""
     r = random.Random(seed)
     rows, keys = [], r.randint(1, 30)
     for commit in range(110, 110 + 10 * r.randint(1, 50), 10):
         k = str(r.randint(1, keys))
-        roll = r.random()
+        roll = 0.5 if int(k) <= keys * updates else r.random()
         if roll < 0.4:
             rows.append(ins(commit, 0, [k, _value(r), _value(r)]))
         elif roll < 0.8:
@@ -39,9 +42,10 @@ def _workload(seed: int) -> tuple[list[tuple], object]:
     return rows, the_plan
 
 
-def test_columns_stage_what_the_walk_stages():
+@pytest.mark.parametrize("updates", [0, 0.5])
+def test_columns_stage_what_the_walk_stages(updates):
     for seed in range(150):
-        rows, the_plan = _workload(seed)
+        rows, the_plan = _workload(seed, updates)
         segments = [arrow_rows(rows[:len(rows) // 2]), arrow_rows(rows[len(rows) // 2:])]
         reduced = reduce_columns(segments, the_plan, "tok", fold_limit=len(rows))
         assert reduced is not None, seed

@@ -108,6 +108,12 @@ FOLD_CASES = {
     "insert-delete-insert-upsert": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"]),
                                           ins(300, 0, ["1", "y", "30"])], plan(rules(), policy="upsert"),
                                          [key_row("1", (2, 0, 1), R2, p=row(), a=row())]),
+    # UPDATEs that carry every column: the last one's values (none found where the key did not exist).
+    "update-update": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]), upd(200, 0, ["1", "z", "40"])], UNFILTERED,
+                      [key_row("1", (0, 2, 0), '["1","z","40"]', p=row(), a=absent(missing_update=2, flags="222"))]),
+    "update-update-upsert": ([upd(100, 0, ["1", "y", "30"]), upd(200, 0, ["1", "z", "40"])],
+                             plan(rules(), policy="upsert"),
+                             [key_row("1", (0, 2, 0), '["1","z","40"]', p=row(), a=row())]),
     # Cells: a later UPDATE overwrites what it carries and keeps the rest.
     "update-update-partial": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]),
                                upd(200, 0, ["1", None, "40"], unchanged=[False, True, False])], UNFILTERED,
