@@ -7,10 +7,11 @@ whose fixed costs (a JVM, planning, persisting, a collect or a Python worker per
 none of that: their keys each change once (an UPDATE of many rows, a bulk INSERT) and no change cuts a
 table's changes into phases. Such a key's net effect is ``_single``'s, column by column, computed here
 by Arrow compute functions over the whole batch at once (pyarrow.compute runs in C++ and releases the
-GIL); the few keys changed more than once are folded by net_effect.py's own ``_folded``, one definition
-of the fold (docs/adr/two-reducers-one-fold.md). What the rules are is net_effect.py's: this module
-computes the same ``_single`` outcomes and the same facts, and the fold's truth table holds it to them
-(tests/apply/test_fold.py).
+GIL); so is that of a key changed only by UPDATEs that carry every column (the last one wins: a
+counter row updated by every transaction). Any other key changed more than once is folded by
+net_effect.py's own ``_folded``, one definition of the general fold (docs/adr/two-reducers-one-fold.md).
+What the rules are is net_effect.py's: this module computes the same outcomes and the same facts, and
+the fold's truth table holds it to them (tests/apply/test_fold.py).
 
 A batch this module does not take (:func:`reduce_columns` returns None) goes to the reducer it went to
 before: a barrier (a TRUNCATE, an UPDATE that changes the key, an UPDATE or DELETE of a table without a
