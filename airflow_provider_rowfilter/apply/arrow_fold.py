@@ -82,8 +82,9 @@ def reduce_columns(segments: Sequence[pa.Table], plan: ApplyPlan, token: str,
     keys, vals, flags = (pa.concat_arrays([r[i] for r in routed]) for i in (1, 2, 3))
     # A key changed once is vectorised, and so is one changed only by UPDATEs that carry every column (its last
     # one wins); any other key changed more than once is folded in Python.
-    joined = pc.binary_join_element_wise(pa.array(target_of[rows].astype(str)), keys, "\x00")
-    codes = joined.dictionary_encode().indices.to_numpy()
+    encoded = keys.dictionary_encode()  # a number per key, then per table and key
+    codes = target_of[rows] * len(encoded.dictionary) + encoded.indices.to_numpy()
+    codes = np.unique(codes, return_inverse=True)[1].reshape(-1)
     repeated = np.bincount(codes)[codes] > 1
     full_update = (ops[rows] == "U") & ~pc.match_substring_regex(flags, "[^0]").fill_null(True).to_numpy(
         zero_copy_only=False)
