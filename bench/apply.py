@@ -264,10 +264,14 @@ class PhaseTimer:
         self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
         self._wrap(StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
         # A batch the publisher judged: reduced in the process, its rows COPYed from it (apply/net_effect.py).
-        from airflow_provider_rowfilter.apply import net_effect, reducers
+        from airflow_provider_rowfilter.apply import reducers
 
-        self._wrap(net_effect, "reduce_batch", "reduce")  # called as net_effect.reduce_batch: looked up per call
-        self._wrap(reducers, "copy_stage_rows", "stage_copy")
+        # reading the segments and reducing them (net_effect.py or arrow_fold.py), looked up per call
+        self._wrap(reducers, "reduce_here", "reduce")
+        self._wrap(reducers, "copy_stage_rows", "stage_copy")  # (a batch Spark judged, collected)
+        from airflow_provider_rowfilter.apply import batch_transaction
+
+        self._wrap(batch_transaction, "stage_locally", "stage_copy")  # into the batch transaction's own stage
         # Inside the capture: the slot's rows turned into the segment's columns (the decoder), the Parquet
         # row groups written; the rest of the capture is the wait for the slot function and the fetches.
         from airflow_provider_rowfilter.change_log import log as change_log

@@ -33,6 +33,8 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
     python bench/drain.py --workload update --scale 20 --phases
         # instead of pgbench, ONE transaction updating every published account (1M at scale 20);
         # --phases: ours in this process, timed by phase (bench/apply.py PhaseTimer)
+    python bench/drain.py --workload update --scale 6 --phases --before-arrow-fold
+        # the same at 300,000 rows, reduced as before apply/arrow_fold.py (by Spark: the "before" of a comparison)
 """
 
 from __future__ import annotations
@@ -118,6 +120,11 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
     from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
     spec = SubscriptionSpec.load(spec_file)
+    if args.before_arrow_fold:  # the reducers before apply/arrow_fold.py: the walk up to 200,000 changes, then Spark
+        from airflow_provider_rowfilter.apply import net_effect, reducers
+
+        reducers.COLUMNS_BATCH_CHANGES = reducers.IN_PROCESS_BATCH_CHANGES
+        net_effect.reduce_batch = net_effect.reduce_changes
     timer = PhaseTimer().install()
     try:
         began = time.monotonic()
@@ -249,6 +256,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "pglogical_seconds": pgl_s, "ratio_pglogical": None if pgl_s is None else pgl_s / our_s,
             "pglogical_cpu_seconds": pgl_cpu, "pglogical_copy_seconds": pgl_copy, "load_average_pglogical": load_pgl,
             "decoder": decoder(), "workload": args.workload, "phases_seconds": phases,
+            "before_arrow_fold": args.before_arrow_fold,
             "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
@@ -264,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=("pgbench", "update"), default="pgbench",
                    help="pgbench for --seconds (default), or ONE transaction updating every published account")
     p.add_argument("--phases", action="store_true", help="ours in this process, timed by phase")
+    p.add_argument("--before-arrow-fold", action="store_true",
+                   help="with --phases: the reducers before apply/arrow_fold.py (change by change up to 200,000 "
+                   "changes, Spark past it)")
     p.add_argument("--pglogical", action="store_true",
                    help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
     p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "

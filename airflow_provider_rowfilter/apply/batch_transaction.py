@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 
 import psycopg
+from psycopg import sql
 
 from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.apply.batch_plan import BatchPlan
@@ -28,7 +29,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.subscriber import conflicts, replication_origin
-from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
+from airflow_provider_rowfilter.subscriber.apply_stage import STAGE, clear_stage, stage_locally
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
     ConflictError,
@@ -60,6 +61,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
+        # Rows reduced in this process are written once, into the transaction's own stage (subscriber/apply_stage.py).
+        stage = STAGE if staged.rows is None else stage_locally(sub, staged.rows)
         replica_role(sub, "apply", tables=[rel.table for index, rel in enumerate(batch.rels) if index in batch.targets])
         stops: list[ConflictError] = []
         counts: dict[TableName, TableCounts] = {}
@@ -76,7 +79,7 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 sub.execute("SAVEPOINT rowfilter_table")
                 try:
                     counts[rel.table] = StagedTable(sub, staged.token, target, spec.conflict_policy,
-                                                    conflict_log, result.span, origin).apply()
+                                                    conflict_log, result.span, origin, stage).apply()
                     sub.execute("RELEASE SAVEPOINT rowfilter_table")
                 except ConflictError as e:
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
@@ -85,7 +88,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 except psycopg.errors.DataError as e:  # SQLSTATE class 22: a value the column cannot take
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
                     assert batch.plan is not None  # a table is targeted only by a batch with changes
-                    raise _value_error(sub, staged.token, target, batch.plan.targets[index], batch.spans, e) from e
+                    raise _value_error(sub, staged.token, target, batch.plan.targets[index], batch.spans, e,
+                                       stage) from e
                 except (psycopg.errors.IntegrityError, psycopg.errors.ProgrammingError) as e:
                     raise _table_error(target, result, e) from e
                 counts[rel.table].extra = staged.extra.get(index, {})
@@ -130,14 +134,14 @@ def _move(store: StateStore, rel: RelState, end: int) -> None:
 
 
 def _value_error(sub: psycopg.Connection, token: str, target: ApplyTarget, plan: TargetPlan,
-                 spans: Sequence[RelationSpan], e: psycopg.Error) -> ApplyError:
+                 spans: Sequence[RelationSpan], e: psycopg.Error, stage: sql.Composable) -> ApplyError:
     """A staged value the subscriber's column cannot take: name the column and where the publisher began sending it.
 
     As PostgreSQL's apply worker reports it (``slot_store_error_callback`` in
     src/backend/replication/logical/worker.c: "processing remote data for replication target relation
     … column …"), found by casting the staged values of each column in turn.
     """
-    column = rejected_column(sub, token, target)
+    column = rejected_column(sub, token, target, stage)
     since = publisher_type = None
     if column is not None:
         sent = [(s.due_from(plan.position), s.column_types[s.column_names.index(column.name)]) for s in spans

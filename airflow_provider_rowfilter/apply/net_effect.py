@@ -74,10 +74,21 @@ def _json(values: Sequence[str | None] | None) -> str | None:
 def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str) -> tuple[BatchFacts, pa.Table]:
     """The facts and the staged rows of a batch the publisher judged (``filtering: source``).
 
+    On the batch's Arrow columns when it allows it (apply/arrow_fold.py: no barrier, no unchanged TOASTed
+    value), else change by change here.
+
     :param segments: the batch's change-log rows, a table per segment in log order, with at least
-        :data:`CHANGE_COLUMNS` (read one at a time: the process holds one segment's rows and the batch's
-        changes, not the whole batch's rows).
+        :data:`CHANGE_COLUMNS`.
     """
+    from airflow_provider_rowfilter.apply.arrow_fold import reduce_columns  # it builds on this module's rules
+
+    segments = list(segments)
+    reduced = reduce_columns(segments, plan, token, fold_limit=sum(s.num_rows for s in segments))
+    return reduced if reduced is not None else reduce_changes(segments, plan, token)
+
+
+def reduce_changes(segments: Iterable[pa.Table], plan: ApplyPlan, token: str) -> tuple[BatchFacts, pa.Table]:
+    """:func:`reduce_batch` change by change, in Python: every batch the publisher judged."""
     if any(rules != PASS_THROUGH for t in plan.targets for rules in t.rules):
         raise ValueError("only a batch the publisher judged (every table PASS_THROUGH) is reduced here")
     routes = {(leaf.schema, leaf.name): t for t in plan.targets for leaf in t.leaves}

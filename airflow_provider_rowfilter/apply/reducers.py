@@ -6,7 +6,9 @@ or transformed, which columns each table is sent, which tables need phases) and 
 ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out. Which one runs:
 
 - a batch the publisher judged (``filtering: source``) of at most :data:`IN_PROCESS_BATCH_CHANGES`
-  changes is reduced in this process from Arrow tables (apply/net_effect.py): no Spark at all;
+  changes is reduced in this process from Arrow tables (apply/net_effect.py): no Spark at all; so is
+  one of at most :data:`COLUMNS_BATCH_CHANGES` whose keys allow a reduction on its Arrow columns
+  (apply/arrow_fold.py);
 - any other batch is judged and reduced by Spark (spark/apply_frames.py), in the run's one session,
   started by the first batch that needs it. A batch of at most :data:`COLLECTED_BATCH_CHANGES`
   changes comes back to this process in one Spark action and is COPYed from here; a larger one is
@@ -20,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import psycopg
+import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_rowfilter.apply import net_effect
+from airflow_provider_rowfilter.apply import arrow_fold, net_effect
 from airflow_provider_rowfilter.apply.batch_plan import BatchPlan
 from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.core.apply_plan import BatchFacts
@@ -39,6 +42,12 @@ if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to judge
 #: is reduced in the job's own process and starts no Spark (apply/net_effect.py); a larger one
 #: goes to Spark, whose executors scale out (docs/apply.md, "Batches the publisher judged").
 IN_PROCESS_BATCH_CHANGES = 200_000
+#: A larger batch the publisher judged, of at most this many changes, is reduced in the job's process too when
+#: its keys allow it (apply/arrow_fold.py: no barrier, repeated keys' changes within IN_PROCESS_BATCH_CHANGES),
+#: on its Arrow columns: a 1M-row transaction without Spark. Its columns and staged rows are held in memory at
+#: once, about 0.75 KB a change at the peak for pgbench's accounts (docs/apply.md); a batch past this, or
+#: one that does not allow it, goes to Spark.
+COLUMNS_BATCH_CHANGES = 1_000_000
 #: A batch of at most this many changes (the log's count) is summarised and staged in one Spark
 #: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,
 #: so no Python worker starts (docs/apply.md, "Small batches").
@@ -78,6 +87,7 @@ class Staged:
     token: str
     extra: dict[int, dict[str, int]] = field(default_factory=dict)  # per target: filtered, update_to_insert, …
     skipped: bool = False  # the transaction being skipped is in the batch
+    rows: pa.Table | None = None  # the stage's rows when reduced in this process, not yet written
 
 
 def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, result: ApplyResult,
@@ -94,14 +104,12 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
     staged = Staged(new_token(spec.subscription))
     if batch.plan is None:
         return staged
-    conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
     changes = batch.logged_changes
-    if batch.filtering == "source" and changes <= IN_PROCESS_BATCH_CHANGES:
-        # pgoutput judged every change: the batch is reduced here, without Spark (apply/net_effect.py).
-        segments = (pq.read_table(path, columns=list(net_effect.CHANGE_COLUMNS)) for path in batch.paths)
-        facts, rows = net_effect.reduce_batch(segments, batch.plan, staged.token)
+    reduced = reduce_here(batch, staged.token) if batch.filtering == "source" else None
+    if reduced is not None:
+        # staged by the batch's own transaction (apply/batch_transaction.py): written once, where it is applied
+        facts, staged.rows = reduced
         staged.extra, staged.skipped, result.changes = _checked(facts, batch.targets)
-        copy_stage_rows(rows, conninfo)
     else:
         # A JVM of our own that lives for one short batch compiles for a short life (spark/settings.py).
         short = batch.whole and (result.capture is None or not result.capture["more"]) \
@@ -111,6 +119,7 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
 
         # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
         small = changes <= COLLECTED_BATCH_CHANGES
+        conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
         decided = decide(session, batch.paths, batch.plan)
         try:
             facts, collected = decided.collected(staged.token) if small else (decided.facts(), None)
@@ -124,6 +133,20 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
     result.segments = len(batch.segments)
     result.transactions = sum(t for t, _ in batch.logged)
     return staged
+
+
+def reduce_here(batch: BatchPlan, token: str) -> tuple[BatchFacts, pa.Table] | None:
+    """A batch pgoutput judged, reduced in this process without Spark: one of at most
+    :data:`IN_PROCESS_BATCH_CHANGES` changes always (apply/net_effect.py), one of at most
+    :data:`COLUMNS_BATCH_CHANGES` when its keys allow it (apply/arrow_fold.py); else None."""
+    assert batch.plan is not None
+    changes = batch.logged_changes
+    if changes > COLUMNS_BATCH_CHANGES:
+        return None
+    segments = [pq.read_table(path, columns=list(net_effect.CHANGE_COLUMNS)) for path in batch.paths]
+    if changes <= IN_PROCESS_BATCH_CHANGES:
+        return net_effect.reduce_batch(segments, batch.plan, token)
+    return arrow_fold.reduce_columns(segments, batch.plan, token, fold_limit=IN_PROCESS_BATCH_CHANGES)
 
 
 def _checked(facts: BatchFacts, targets: dict[int, ApplyTarget]) -> tuple[dict[int, dict[str, int]], bool, int]:

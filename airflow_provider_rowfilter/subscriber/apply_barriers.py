@@ -15,7 +15,6 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.identifiers import table_sql
-from airflow_provider_rowfilter.subscriber.apply_stage import STAGE
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, log_change
 from airflow_provider_rowfilter.subscriber.origin_conflicts import LocalOrigin, report, row_origin
 from airflow_provider_rowfilter.subscriber.staged_sql import StagedStatements, TableCounts, _json_list, _json_text
@@ -28,7 +27,7 @@ class BarrierStatements(StagedStatements):
     def _apply_barrier(self, phase: int, counts: TableCounts) -> None:
         row = self.conn.execute(sql.SQL(
             """SELECT op, key, vals, p_flags, commit_lsn, xid, restart_identity FROM {stage}
-               WHERE token = %s AND target = %s AND row_kind = 'B' AND phase = %s LIMIT 1""").format(stage=STAGE),
+               WHERE token = %s AND target = %s AND row_kind = 'B' AND phase = %s LIMIT 1""").format(stage=self.stage),
             (self.token, self.target.index, phase)).fetchone()
         if row is None:
             return

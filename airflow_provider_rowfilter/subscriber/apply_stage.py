@@ -143,25 +143,49 @@ def copy_stage(conninfo: dict[str, str], columns: Sequence[str], batches: Iterab
     Yields one batch with the number of rows written.
     """
     import pyarrow as pa
+
+    with psycopg.connect(**conninfo) as conn:
+        rows = _copy_csv(conn, STAGE, columns, batches)
+    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+
+def _copy_csv(conn: psycopg.Connection, table: sql.Composable, columns: Sequence[str], batches: Iterable) -> int:
+    """COPY Arrow record batches into ``table``, written as CSV by Arrow; returns the rows written."""
+    import pyarrow as pa
     import pyarrow.csv as pa_csv
 
     statement = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-        STAGE, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+        table, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
     options = pa_csv.WriteOptions(include_header=False)
     rows = 0
-    with psycopg.connect(**conninfo) as conn, conn.cursor() as cur, cur.copy(statement) as copy:
+    with conn.cursor() as cur, cur.copy(statement) as copy:
         for batch in batches:
             if batch.num_rows:
                 sink = pa.BufferOutputStream()
                 pa_csv.write_csv(batch, sink, options)
                 copy.write(memoryview(sink.getvalue()))
                 rows += batch.num_rows
-    yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+    return rows
 
 
 def copy_stage_rows(rows, conninfo: dict[str, str]) -> int:
     """COPY staged rows held in this process (an Arrow table) into ``apply_stage``; returns how many."""
     return sum(b["rows"][0].as_py() for b in copy_stage(conninfo, rows.column_names, rows.to_batches()))
+
+
+#: The batch transaction's own stage, for rows reduced in the job's process: a temporary table of the stage's
+#: columns, written once inside the transaction that applies it (no second connection, no WAL, nothing to
+#: delete afterwards: it is dropped at commit).
+LOCAL_STAGE = sql.Identifier("rowfilter_batch_stage")
+
+
+def stage_locally(conn: psycopg.Connection, rows: pa.Table) -> sql.Composable:
+    """COPY staged rows held in this process into :data:`LOCAL_STAGE`, in the caller's transaction; returns it."""
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(LOCAL_STAGE, STAGE))
+    _copy_csv(conn, LOCAL_STAGE, rows.column_names, rows.to_batches(max_chunksize=50_000))
+    conn.execute(sql.SQL("CREATE INDEX ON {} ({})").format(
+        LOCAL_STAGE, sql.SQL(", ").join(sql.Identifier(c) for c in STAGE_INDEX if c != "token")))
+    return LOCAL_STAGE
 
 
 def new_token(subscription: str) -> str:

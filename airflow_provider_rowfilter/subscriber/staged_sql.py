@@ -18,6 +18,7 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES, ConflictPolicy
 from airflow_provider_rowfilter.identifiers import table_sql
+from airflow_provider_rowfilter.subscriber.apply_stage import STAGE
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, ConflictLog, LocalRow
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTarget, ApplyTargetError, TargetColumn
 
@@ -52,7 +53,8 @@ class StagedStatements:
     """The SQL pieces of one target's statements, inside the caller's transaction."""
 
     def __init__(self, conn: psycopg.Connection, token: str, target: ApplyTarget, policy: ConflictPolicy = "error",
-                 conflict_log: ConflictLog | None = None, span: str | None = None, origin: int = 0) -> None:
+                 conflict_log: ConflictLog | None = None, span: str | None = None, origin: int = 0,
+                 stage: sql.Composable = STAGE) -> None:
         if policy not in CONFLICT_POLICIES:
             raise ApplyTargetError(f"conflict_policy {policy!r} is not one of {', '.join(CONFLICT_POLICIES)}")
         self.conn = conn
@@ -62,6 +64,7 @@ class StagedStatements:
         self.conflict_log = conflict_log  # where skipped conflicts are logged (the spec's conflict_log: table)
         self.span = span  # the batch's changes in words, for a conflict no single transaction is known of
         self.origin = origin  # the replication origin the apply writes with (0: none): *_origin_differs
+        self.stage = stage  # apply_stage, or the transaction's own (subscriber/apply_stage.py LOCAL_STAGE)
         self.tracks_origins = False
         self.keys = sql.Identifier(f"rowfilter_keys_{target.index}")
         self.rel = sql.SQL("{}{}").format(target.only, table_sql(target.table))
@@ -90,6 +93,11 @@ class StagedStatements:
             sql.SQL("{c} = CASE {f} WHEN '0' THEN {v} WHEN '1' THEN {d} ELSE t.{c} END").format(
                 c=sql.Identifier(col.name), f=self._flag(flags, i), v=self._value(vals, i, col), d=self._default(col))
             for i, col in enumerate(self.target.columns))
+
+    def _values_set(self, vals: sql.Composable) -> sql.Composable:
+        """Every column from the staged values (each flag 0)."""
+        return sql.SQL(", ").join(sql.SQL("{} = {}").format(sql.Identifier(col.name), self._value(vals, i, col))
+                                  for i, col in enumerate(self.target.columns))
 
     def _insert_values(self, vals: sql.Composable, flags: sql.Composable) -> sql.Composable:
         return sql.SQL(", ").join(

@@ -119,7 +119,8 @@ def read_target(conn: psycopg.Connection, table: TableName, index: int) -> Apply
     return ApplyTarget(index, table, relkind, tuple(columns), frozenset(generated), tuple(key))
 
 
-def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget) -> TargetColumn | None:
+def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget,
+                    stage: sql.Composable = STAGE) -> TargetColumn | None:
     """The first column of ``target`` whose staged values its subscriber type refuses (a DataError), or None.
 
     Each column's staged values are cast in turn, each in a transaction of its own (a savepoint when
@@ -130,7 +131,7 @@ def rejected_column(conn: psycopg.Connection, token: str, target: ApplyTarget) -
             with conn.transaction():
                 conn.execute(sql.SQL("SELECT count(({vals}::jsonb ->> {i})::{t}) FROM {stage} "
                                      "WHERE token = %s AND target = %s AND vals IS NOT NULL").format(
-                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(column.type_sql), stage=STAGE),
+                    vals=sql.Identifier("vals"), i=sql.Literal(i), t=sql.SQL(column.type_sql), stage=stage),
                     (token, target.index))
         except psycopg.errors.DataError:
             return column

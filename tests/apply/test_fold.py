@@ -1,8 +1,9 @@
 """The fold's truth table, through both reducers: each key's net effect and the barriers, no database.
 
 One table of cases, run through the reducer of the job's own process (apply/net_effect.py, from Arrow
-tables) and through Spark's (spark/apply_frames.py ``decide_frame``, from a frame of the same rows):
-both must stage exactly the expected rows (subscriber/apply_stage.py ``STAGE_COLUMNS``), so a rule broken
+tables, change by change and, where the batch allows it, on its columns: apply/arrow_fold.py) and
+through Spark's (spark/apply_frames.py ``decide_frame``, from a frame of the same rows): all must stage
+exactly the expected rows (subscriber/apply_stage.py ``STAGE_COLUMNS``), so a rule broken
 in either fails here (docs/adr/two-reducers-one-fold.md). Each key's net effect is staged as if it
 existed before the batch (``p_*``) and as if not (``a_*``); the subscriber chooses.
 
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.apply.net_effect import reduce_batch
+from airflow_provider_rowfilter.apply.arrow_fold import reduce_columns
+from airflow_provider_rowfilter.apply.net_effect import reduce_batch, reduce_changes
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.spark.apply_frames import decide_frame
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, arrow_schema
@@ -110,6 +112,14 @@ FOLD_CASES = {
     "insert-delete-insert-upsert": ([ins(100, 0, ["1", "x", "20"]), dele(200, 0, ["1", "x", "20"]),
                                           ins(300, 0, ["1", "y", "30"])], plan(rules(), policy="upsert"),
                                          [key_row("1", (2, 0, 1), R2, p=row(), a=row(), first="I", txn=None)]),
+    # UPDATEs that carry every column: the last one's values (none found where the key did not exist).
+    "update-update": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]), upd(200, 0, ["1", "z", "40"])], UNFILTERED,
+                      [key_row("1", (0, 2, 0), '["1","z","40"]', p=row(), a=absent(missing_update=2, flags="222"),
+                                first="U", txn=None)]),
+    "update-update-upsert": ([upd(100, 0, ["1", "y", "30"]), upd(200, 0, ["1", "z", "40"])],
+                             plan(rules(), policy="upsert"),
+                             [key_row("1", (0, 2, 0), '["1","z","40"]', p=row(), a=row(), first="U",
+                                       txn=None)]),
     # Cells: a later UPDATE overwrites what it carries and keeps the rest.
     "update-update-partial": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"]),
                                upd(200, 0, ["1", None, "40"], unchanged=[False, True, False])], UNFILTERED,
@@ -163,6 +173,26 @@ def test_fold_in_process(changes, the_plan, expected):
     names = [c.name for c in STAGE_COLUMNS]
     assert sorted(rows.to_pylist(), key=repr) == sorted((dict(zip(names, e, strict=True)) for e in expected), key=repr)
     assert facts.changes == len(sent(changes))
+
+
+#: The cases the reduction on Arrow columns leaves to the change-by-change walk (apply/arrow_fold.py): a barrier,
+#: an unchanged TOASTed value.
+NOT_ON_COLUMNS = {"update-not-carried-keeps-subscriber-value", "update-update-partial", "upsert-update-update-partial",
+                  "truncate-between", "key-change-between", "truncate-of-one-leaf-of-two", "truncate-of-every-leaf"}
+
+
+@CASES
+def test_fold_on_columns(request, changes, the_plan, expected):
+    reduced = reduce_columns([arrow_rows(sent(changes))], passed_through(the_plan), "tok", fold_limit=10)
+    if request.node.callspec.id in NOT_ON_COLUMNS:
+        assert reduced is None
+        return
+    assert reduced is not None
+    facts, rows = reduced
+    assert rows.schema == arrow_schema()
+    names = [c.name for c in STAGE_COLUMNS]
+    assert sorted(rows.to_pylist(), key=repr) == sorted((dict(zip(names, e, strict=True)) for e in expected), key=repr)
+    assert facts == reduce_changes([arrow_rows(sent(changes))], passed_through(the_plan), "tok")[0]
 
 
 @CASES

@@ -37,6 +37,7 @@ def apply_path(monkeypatch, path: str) -> tuple[str, Counter]:
 
     if path == "source-reduced-by-spark":
         monkeypatch.setattr(reducers, "IN_PROCESS_BATCH_CHANGES", -1)
+        monkeypatch.setattr(reducers, "COLUMNS_BATCH_CHANGES", -1)
     engines: Counter = Counter()
 
     def counted(engine: str, function):
