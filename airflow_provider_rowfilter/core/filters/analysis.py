@@ -229,6 +229,10 @@ class _Analyzer(TextAnalysis, OperatorAnalysis, CoercionAnalysis, FunctionAnalys
         self.constants[id(node)] = node.this
         return T.UNKNOWN
 
+    def _a_Parameter(self, node: exp.Expr) -> PgType:
+        """``$1``: a filter has no parameters (parse_param.c ``variable_paramref_hook`` is not set)."""
+        raise self.error(f"there is no parameter ${node.name}", node)
+
     def _a_Boolean(self, node: exp.Boolean) -> PgType:
         self.constants[id(node)] = bool(node.this)
         return T.BOOL
@@ -339,6 +343,9 @@ class _Analyzer(TextAnalysis, OperatorAnalysis, CoercionAnalysis, FunctionAnalys
         quantified = quantified_array(node.expression)
         if quantified is not None:
             return self.quantified(node, op, *quantified)
+        left, right = row_fields(node.left), row_fields(node.right)
+        if left is not None or right is not None:
+            return self.row_comparison(node, op, left, right)
         common = self._operands(node, node.left, node.right, op)
         self._check_comparable(common, node, op, node.left, node.right)
         return T.BOOL

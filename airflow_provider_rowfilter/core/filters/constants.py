@@ -38,6 +38,10 @@ def constant_value(value: object, target: PgType, timezone: str) -> object:
     """
     if value is None:
         return None
+    if target.element is not None:
+        if isinstance(value, list):  # an array constant, already read: its elements converted
+            return [constant_value(v, target.element, timezone) for v in value]
+        return [constant_value(v, target.element, timezone) for v in array_elements(str(value))]
     text = str(value) if not isinstance(value, bool) else ("true" if value else "false")
     name = target.name
     bad = InvalidConstant(f'invalid input syntax for type {target}: "{text}"')
@@ -118,3 +122,105 @@ def decimal_type(value: decimal.Decimal) -> PgType:
     integer_digits = max(len(digits) + exponent, 0)
     return PgType("numeric", max(integer_digits + scale, 1), scale)
 
+
+
+# array_isspace (arrayfuncs.c): the whitespace array_in skips around elements and braces
+_ARRAY_SPACE = " \t\n\r\v\f"
+
+
+def array_elements(text: str) -> list[str | None]:
+    """The elements of an array's text form as array_in (arrayfuncs.c ``ReadArrayStr``) reads them, every
+    dimension in storage order (what ``op ANY/ALL`` walks): ``{…}`` nested, rectangular; an element double-quoted
+    (a backslash takes the next character as it is) or unquoted (backslashes likewise, surrounding whitespace
+    dropped, ``NULL`` in any case is NULL). Raises InvalidConstant with PostgreSQL's ``malformed array literal``
+    (its primary message; the DETAIL is left out), or UnrepresentableConstant for explicit bounds (``[0:1]={…}``),
+    which are not read here."""
+    malformed = InvalidConstant(f'malformed array literal: "{text}"')
+    i, n = 0, len(text)
+
+    def skip_space() -> None:
+        nonlocal i
+        while i < n and text[i] in _ARRAY_SPACE:
+            i += 1
+
+    skip_space()
+    if i < n and text[i] == "[":
+        raise UnrepresentableConstant("an array literal with explicit bounds",
+                                      "write the array without its bounds, e.g. '{1,2}'")
+    elements: list[str | None] = []
+
+    def read(depth: int) -> tuple[int, ...]:
+        """Read one ``{…}`` at text[i]; return its shape (the lengths of each dimension)."""
+        nonlocal i
+        if depth > 6 or i >= n or text[i] != "{":
+            raise malformed
+        i += 1
+        skip_space()
+        shapes: list[tuple[int, ...]] = []
+        count = 0
+        if i < n and text[i] == "}":
+            i += 1
+            return (0,)
+        while True:
+            skip_space()
+            if i < n and text[i] == "{":
+                shapes.append(read(depth + 1))
+            else:
+                elements.append(element())
+                shapes.append(())
+            count += 1
+            skip_space()
+            if i < n and text[i] == ",":
+                i += 1
+                continue
+            if i < n and text[i] == "}":
+                i += 1
+                break
+            raise malformed
+        if len(set(shapes)) != 1 or shapes[0] == (0,):
+            raise malformed  # sub-arrays of different dimensions, elements beside sub-arrays, or an empty {}
+        return (count, *shapes[0])
+
+    def element() -> str | None:
+        nonlocal i
+        out: list[str] = []
+        if i < n and text[i] == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\":
+                    i += 1
+                    if i >= n:
+                        raise malformed
+                out.append(text[i])
+                i += 1
+            if i >= n:
+                raise malformed
+            i += 1
+            return "".join(out)
+        kept = 0  # the length up to the last escaped or non-space character: trailing whitespace goes
+        escaped = False
+        while i < n and text[i] not in ',{}"':
+            if text[i] == "\\":
+                i += 1
+                if i >= n:
+                    raise malformed
+                escaped = True
+                out.append(text[i])
+                kept = len(out)
+            else:
+                out.append(text[i])
+                if text[i] not in _ARRAY_SPACE:
+                    kept = len(out)
+            i += 1
+        if i < n and text[i] in '{"':
+            raise malformed
+        value = "".join(out[:kept])
+        if not value and not escaped:
+            raise malformed
+        return None if not escaped and value.upper() == "NULL" else value
+
+    shape = read(0)
+    skip_space()
+    if i != n or (len(shape) > 1 and 0 in shape):
+        raise malformed
+    return elements

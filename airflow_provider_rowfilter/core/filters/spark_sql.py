@@ -72,8 +72,9 @@ _ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, e
 
 
 def operand(e: exp.Expr) -> exp.Expr:
-    """Parenthesise a compound operand: ``b = (x <> y)`` must not come out as ``b = x <> y``."""
-    return e if isinstance(e, _ATOMS) else exp.Paren(this=e)
+    """Parenthesise a compound operand: ``b = (x <> y)`` must not come out as ``b = x <> y``. AND and OR are
+    sqlglot functions too (exp.Connector), but no atoms: ``ROW(b AND c) IS NULL`` is ``(b AND c) IS NULL``."""
+    return e if isinstance(e, _ATOMS) and not isinstance(e, exp.Connector) else exp.Paren(this=e)
 
 
 def ascii_lower(e: exp.Expr) -> exp.Expr:
@@ -146,15 +147,15 @@ def checked_float4(value: exp.Expr, result: exp.Expr) -> exp.Expr:
 
 
 # PostgreSQL's dates run from 4714-11-24 BC to 5874897-12-31 (IS_VALID_DATE), as days since 1970-01-01.
-_MIN_UNIX_DATE, _MAX_UNIX_DATE = -2440588, 2145042905
+MIN_UNIX_DATE, MAX_UNIX_DATE = -2440588, 2145042905
 
 
 def checked_date(cls, date: exp.Expr, days: exp.Expr) -> exp.Expr:
     """date ± integer raises "date out of range" in PostgreSQL (date_pli, date_mii); Spark's date_add does
     not, and its int arithmetic wraps. The range is checked on the exact sum, in bigint."""
     exact = cls(this=fn("unix_date", date.copy()), expression=exp.Cast(this=days.copy(), to=exp.DataType.build("bigint")))
-    outside = exp.Not(this=exp.Paren(this=exp.Between(this=exact, low=exp.Literal.number(_MIN_UNIX_DATE),
-                                                      high=exp.Literal.number(_MAX_UNIX_DATE))))
+    outside = exp.Not(this=exp.Paren(this=exp.Between(this=exact, low=exp.Literal.number(MIN_UNIX_DATE),
+                                                      high=exp.Literal.number(MAX_UNIX_DATE))))
     result = fn("date_add" if cls is exp.Add else "date_sub", date, days)
     return exp.Case(ifs=[exp.If(this=outside, true=raise_error("date out of range"))], default=result)
 
@@ -168,6 +169,32 @@ def like_escapes(pattern: exp.Expr) -> exp.Expr:
     other). Left to right, an escape with one of those stays, any other loses its backslash; a trailing
     backslash stays, and both raise there (PostgreSQL where the match reaches it)."""
     return fn("regexp_replace", pattern, exp.Literal.string(r"(?s)(\\[\\%_])|\\(.)"), exp.Literal.string("$1$2"))
+
+
+# A LIKE pattern ending in a backslash that escapes nothing (what is left of it after every ``\\x`` pair)
+_LONE_TRAILING_ESCAPE = r"(?s)^(?:[^\\]|\\.)*\\$"
+
+
+def like_per_row(subject: exp.Expr, pattern: exp.Expr, negate: bool, fold: bool) -> exp.Expr:
+    """``subject [NOT] LIKE|ILIKE pattern`` for a pattern computed per row (``fold``: ILIKE's ASCII case mapping).
+
+    A pattern ending in a lone backslash is PostgreSQL's error "LIKE pattern must not end with escape character"
+    only when MatchText (like_match.c) reaches that backslash, which is when what stands before it matches a
+    prefix of the subject: ``subject LIKE prefix || '%'``. Otherwise the match fails first (false; NOT LIKE:
+    true). Spark raises for such a pattern whatever the subject, so that case is answered before its LIKE."""
+    escaped = like_escapes(pattern)
+    if fold:
+        subject, escaped = ascii_lower(subject), ascii_lower(escaped)
+    like = exp.Like(this=subject, expression=escaped)
+    prefix = fn("concat", fn("substring", escaped.copy(), exp.Literal.number(1),
+                             exp.Sub(this=fn("char_length", escaped.copy()), expression=exp.Literal.number(1))),
+                exp.Literal.string("%"))
+    reaches = exp.Like(this=subject.copy(), expression=prefix)
+    lone = exp.RegexpLike(this=pattern.copy(), expression=exp.Literal.string(_LONE_TRAILING_ESCAPE))
+    answered = exp.Case(ifs=[exp.If(this=lone, true=exp.Case(
+        ifs=[exp.If(this=reaches, true=raise_error("LIKE pattern must not end with escape character"))],
+        default=reaches.copy()))], default=like)
+    return exp.Not(this=exp.Paren(this=answered)) if negate else answered
 
 
 def like_pattern(pattern: str, escape: str | None) -> str:

@@ -38,8 +38,8 @@ from airflow_provider_rowfilter.core.filters.spark_sql import (
     checked_float,
     checked_float4,
     fn,
-    like_escapes,
     like_pattern,
+    like_per_row,
     operand,
     raise_error,
 )
@@ -122,6 +122,9 @@ class _Translator(FunctionTranslation):
             t = T.TEXT
         if value is None:
             return cast(exp.Null(), t) if T.spark_type(t) else exp.Null()
+        if t.element is not None:  # an array constant (array_in's elements, every dimension in order)
+            assert isinstance(value, list), value
+            return cast(exp.Array(expressions=[self.constant(v, t.element) for v in value]), t)
         if t.name == "bool":
             return exp.Boolean(this=bool(value))
         if t.is_text_family or t.name == "uuid":
@@ -214,11 +217,39 @@ class _Translator(FunctionTranslation):
         quantified = quantified_array(node.right)
         if quantified is not None:
             kind, array = quantified
-            if isinstance(array, exp.Column):
-                return self._quantified_column(cls, node, kind, array)
-            assert isinstance(array, exp.Array), "the analysis refuses ANY/ALL over anything but ARRAY[…] or a column"
-            return self._quantified(cls, node, kind, array)
+            if isinstance(array, exp.Array):
+                return self._quantified(cls, node, kind, array)
+            return self._quantified_column(cls, node, kind, array)  # an array column or an array constant
+        fields = row_fields(node.left)
+        if fields is not None:
+            return self._row_comparison(cls, fields, row_fields(node.right) or [])
         return cls(this=self._compared(node.left), expression=self._compared(node.right))
+
+    def _row_comparison(self, cls, left: list[exp.Expr], right: list[exp.Expr]) -> exp.Expr:
+        """``(a, b) op (c, d)`` as PostgreSQL builds it (parse_expr.c make_row_comparison_op, make_row_distinct_op):
+        ``=`` and ``IS NOT DISTINCT FROM`` are the AND of the pairs' operators, ``<>`` their OR (plain boolean
+        expressions, with AND's and OR's NULL rules); ``< <= > >=`` is a RowCompareExpr, which ExecEvalRowCompare
+        runs pair by pair: NULL at the first pair holding a NULL, the pair's operator at the first pair that
+        differs, the last pair's operator when all are equal (so ``(1, 2) <= (1, 2)`` is true, ``(1, NULL) < (2,
+        0)`` true, ``(1, NULL) < (1, 0)`` NULL)."""
+        pairs = [(self._compared(a), self._compared(b)) for a, b in zip(left, right, strict=True)]
+        if cls in (exp.EQ, exp.NullSafeEQ):
+            return exp.Paren(this=exp.and_(*(cls(this=a, expression=b) for a, b in pairs)))
+        if cls is exp.NEQ:
+            return exp.Paren(this=exp.or_(*(cls(this=a, expression=b) for a, b in pairs)))
+        *leading, (last_a, last_b) = pairs
+        ifs = []
+        for a, b in leading:
+            # both fields are evaluated before the NULL test, as the executor evaluates them (an OR would skip
+            # the right one's errors when the left one is NULL)
+            either_null = exp.EQ(this=exp.BitwiseOr(this=cast(exp.Is(this=a, expression=exp.Null()), T.INT4),
+                                                    expression=cast(exp.Is(this=b, expression=exp.Null()), T.INT4)),
+                                 expression=exp.Literal.number(1))
+            ifs.append(exp.If(this=either_null, true=cast(exp.Null(), T.BOOL)))
+            ifs.append(exp.If(this=exp.NEQ(this=a.copy(), expression=b.copy()),
+                              true=cls(this=a.copy(), expression=b.copy())))
+        return exp.Case(ifs=ifs, default=cls(this=last_a, expression=last_b)) if ifs \
+            else cls(this=last_a, expression=last_b)
 
     def _quantified(self, cls, node, kind: str, array: exp.Array) -> exp.Expr:
         """x op ANY/ALL (ARRAY[…]): each element in the array's type, then in the operator's, ORed (ANY) or
@@ -234,22 +265,34 @@ class _Translator(FunctionTranslation):
             return exp.In(this=left, expressions=[term.expression for term in terms])
         return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
 
-    def _quantified_column(self, cls, node, kind: str, array: exp.Column) -> exp.Expr:
-        """x op ANY/ALL (array_column): ``exists`` (ANY) or ``forall`` (ALL) of the comparison with each element,
-        which keep ScalarArrayOpExpr's NULL rules (a match is true, else NULL if an element or x is NULL; an
-        empty array is false for ANY, true for ALL; a NULL array is NULL)."""
-        element, common = self.rf.types[id(array)].element, self.rf.targets[id(array)].element
-        assert element is not None and common is not None  # the analysis types an array column so
+    def _quantified_column(self, cls, node, kind: str, array: exp.Expr) -> exp.Expr:
+        """x op ANY/ALL (array_column or array constant): ``exists`` (ANY) or ``forall`` (ALL) of the comparison with
+        each element, which keep ScalarArrayOpExpr's NULL rules (a match is true, else NULL if an element or x is
+        NULL; an empty array is false for ANY, true for ALL; a NULL array is NULL)."""
+        element = self.rf.types[id(array)].element
+        common = self.rf.targets.get(id(array), self.rf.types[id(array)]).element
+        assert element is not None and common is not None  # the analysis types an array column or constant so
         item = self.convert(LAMBDA_ELEMENT.copy(), element, common)
         item = fn("rtrim", item) if common.name == "bpchar" else operand(item)
         test = cls(this=LAMBDA_SCALAR.copy(), expression=item)
-        quantified = fn("exists" if kind == "any" else "forall", self.value(array),
-                         exp.Lambda(this=test, expressions=[LAMBDA_ELEMENT.copy()]))
+        return self._each_element(kind, array, test, self._compared(node.left))
+
+    def _array_value(self, array: exp.Expr) -> exp.Expr:
+        """An array column's value, or an array constant in its own element type (array_in read it so)."""
+        if id(array) in self.rf.constants:
+            return self.constant(self.rf.constants[id(array)], self.rf.types[id(array)])
+        return self.value(array)
+
+    def _each_element(self, kind: str, array: exp.Expr, test: exp.Expr, subject: exp.Expr) -> exp.Expr:
+        """``test`` (over LAMBDA_SCALAR, bound to ``subject``, and LAMBDA_ELEMENT) for some (ANY) or every (ALL)
+        element of ``array``."""
+        quantified = fn("exists" if kind == "any" else "forall", self._array_value(array),
+                        exp.Lambda(this=test, expressions=[LAMBDA_ELEMENT.copy()]))
         # x is evaluated once, whatever the array holds, as ExecEvalScalarArrayOp has it evaluated before it looks
         # at the array (an error of x, an overflow, is raised for an empty or NULL array too): bound by a lambda over
         # a one-element array, whose exists() is the inner result itself (true, false or NULL).
-        return fn("exists", exp.Array(expressions=[self._compared(node.left)]),
-                   exp.Lambda(this=quantified, expressions=[LAMBDA_SCALAR.copy()]))
+        return fn("exists", exp.Array(expressions=[subject]),
+                  exp.Lambda(this=quantified, expressions=[LAMBDA_SCALAR.copy()]))
 
     def _t_EQ(self, node, t):  return self._cmp(exp.EQ, node)
     def _t_NEQ(self, node, t): return self._cmp(exp.NEQ, node)
@@ -339,6 +382,9 @@ class _Translator(FunctionTranslation):
             # x LIKE ANY/ALL (ARRAY[…]): the operator on each element, ORed (ANY) or ANDed (ALL), which are
             # ScalarArrayOpExpr's NULL rules; NOT LIKE is the operator !~~ on each element
             kind, array = quantified
+            if not isinstance(array, exp.Array):  # a text[] column or constant: the operator on each element
+                test = like_per_row(LAMBDA_SCALAR.copy(), LAMBDA_ELEMENT.copy(), bool(node.args.get("negate")), fold)
+                return self._each_element(kind, array, test, self.value(node.left))
             terms = [self._like(node, self.value(node.left), e, escape, fold) for e in array.expressions]
             return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
         return self._like(node, self.value(node.left), node.right, escape, fold)
@@ -348,7 +394,7 @@ class _Translator(FunctionTranslation):
         if id(pattern_node) in self.rf.constants and self.rf.constants[id(pattern_node)] is not None:
             pattern = exp.Literal.string(like_pattern(str(self.rf.constants[id(pattern_node)]), escape))
         elif escape in (None, "\\"):
-            pattern = like_escapes(self.value(pattern_node))
+            return like_per_row(subject, self.value(pattern_node), bool(node.args.get("negate")), fold)
         else:
             raise UntranslatableFilterError("LIKE with a non-constant pattern and a custom ESCAPE")
         if fold:

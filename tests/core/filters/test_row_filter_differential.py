@@ -416,6 +416,25 @@ def operands(draw: st.DrawFn, depth: int, count: int) -> list[str]:
     return [draw(boolean(depth)) for _ in range(count)]
 
 
+@st.composite
+def array_literal(draw: st.DrawFn, elements: st.SearchStrategy[object]) -> str:
+    """An array's text form as array_in reads it: elements quoted or not (backslash escapes), NULLs in any case,
+    whitespace around elements and braces, now and then two dimensions."""
+    def element(v: object) -> str:
+        if v is None:
+            return draw(st.sampled_from(["NULL", "null", "NuLl"]))
+        text = str(v)
+        plain = text and text.strip(" ") == text and text.upper() != "NULL" and not set(text) & set('{},"\\')
+        if plain and not draw(st.integers(0, 3)) == 0:
+            return text
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    items = [element(v) for v in draw(st.lists(st.none() | elements, max_size=4))]
+    space = draw(st.sampled_from(["", "", " "]))
+    if len(items) == 4 and draw(st.booleans()):
+        return f"{{{{{items[0]},{items[1]}}},{space}{{{items[2]},{items[3]}}}}}"
+    return "{" + space + f",{space}".join(items) + space + "}"
+
+
 def _like_pattern() -> st.SearchStrategy[str]:
     return st.text(ALPHABET + "%%__\\", max_size=5)
 
@@ -424,7 +443,8 @@ def _like_pattern() -> st.SearchStrategy[str]:
 def boolean(draw: st.DrawFn, depth: int) -> str:
     leaves = ["column", "const", "compare", "compare", "is_null", "like"]
     compound = ["and", "or", "not", "is_bool", "distinct", "between", "in", "starts_with", "compare",
-                "compare", "case", "regex", "similar", "quantified", "quantified_column", "row_null"]
+                "compare", "case", "regex", "similar", "quantified", "quantified_column", "row_null",
+                "quantified_literal", "like_quantified", "row_compare"]
     choice = draw(st.sampled_from(leaves + (compound if depth > 0 else [])))
     sub = depth - 1
     d = max(sub, 0)
@@ -481,6 +501,28 @@ def boolean(draw: st.DrawFn, depth: int) -> str:
         subject = draw(number(d, floats=False))[0] if column == "ia" else draw(text(d))
         op = draw(st.sampled_from(["=", "<>", "<", ">="] if column == "ia" else ["=", "<>"]))
         return f"{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} ({column})"
+    if choice == "quantified_literal":
+        # x op ANY/ALL ('{…}') or ('{…}'::type[]): array_in's text form, read as the operator's (or the cast's) type
+        if draw(st.booleans()):
+            subject = draw(number(d, floats=False))[0]
+            op = draw(st.sampled_from(["=", "<>", "<", ">="]))
+            literal = draw(array_literal(st.integers(-70000, 70000) | st.sampled_from([2**31 - 1, -(2**63)])))
+            cast = draw(st.sampled_from(["", "", "::int[]", "::bigint[]", "::smallint[]"]))
+        else:
+            subject, op, cast = draw(text(d)), draw(st.sampled_from(["=", "<>"])), ""
+            literal = draw(array_literal(st.text(ALPHABET, max_size=3)))
+        return f"{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} ({_quote(literal)}{cast})"
+    if choice == "like_quantified":
+        # x [NOT] LIKE|ILIKE ANY/ALL (text[] column or '{…}'): the operator with each element as its pattern
+        op = draw(st.sampled_from(["LIKE", "NOT LIKE", "ILIKE", "NOT ILIKE"]))
+        array = "ta" if draw(st.booleans()) else _quote(draw(array_literal(_like_pattern())))
+        return _group(draw, f"{draw(text(d))} {op} {draw(st.sampled_from(['ANY', 'ALL']))} ({array})")
+    if choice == "row_compare":
+        pairs = [draw(operands(sub, 2)) for _ in range(draw(st.integers(1, 3)))]
+        left, right = (", ".join(p[i] for p in pairs) for i in (0, 1))
+        op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM", "IS NOT DISTINCT FROM"]))
+        row = "ROW" if len(pairs) == 1 or draw(st.booleans()) else ""
+        return _group(draw, f"{row}({left}) {op} {row}({right})")
     if choice == "row_null":
         fields = [draw(operands(sub, 1))[0] for _ in range(draw(st.integers(1, 3)))]
         row = f"ROW({', '.join(fields)})" if len(fields) == 1 or draw(st.booleans()) else f"({', '.join(fields)})"
@@ -501,7 +543,9 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "substr": r"\bsubstr(ing)?\(", "left/right": r"\b(left|right)\(", "strpos/position": r"\b(strpos|position)\(",
     "split_part": r"\bsplit_part\(", "repeat": r"\brepeat\(", "regex": r" !?~\*? '", "SIMILAR TO": r"SIMILAR TO",
     "ANY/ALL": r" (ANY|ALL|SOME) \(ARRAY", "ANY/ALL column": r" (ANY|ALL|SOME) \((ia|ta)\)",
+    "ANY/ALL '{…}'": r" (ANY|ALL|SOME) \('\{", "LIKE ANY/ALL column or '{…}'": r"LIKE (ANY|ALL) \((ta|'\{)",
     "ROW IS NULL": r"(ROW\(|, [^()]*\)) IS (NOT )?NULL",
+    "row comparison": r"\) (=|<>|<|<=|>|>=|IS (NOT )?DISTINCT FROM) (ROW)?\(",
 }.items()}
 
 
