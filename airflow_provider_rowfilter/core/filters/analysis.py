@@ -29,7 +29,7 @@ from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.analysis_coercion import CoercionAnalysis
 from airflow_provider_rowfilter.core.filters.analysis_functions import FunctionAnalysis
 from airflow_provider_rowfilter.core.filters.analysis_operators import OperatorAnalysis
-from airflow_provider_rowfilter.core.filters.constants import decimal_type
+from airflow_provider_rowfilter.core.filters.constants import InvalidConstant, decimal_type, unicode_escapes
 from airflow_provider_rowfilter.core.filters.dialect import identifier_name
 from airflow_provider_rowfilter.core.filters.functions import FunctionCatalog
 from airflow_provider_rowfilter.core.filters.grammar import (
@@ -222,6 +222,17 @@ class _Analyzer(TextAnalysis, OperatorAnalysis, CoercionAnalysis, FunctionAnalys
     def _a_ByteString(self, node: exp.Expr) -> PgType:
         """``E'…'``: an unknown-type literal; core/filters/pg_lexer.py decoded its escapes as PostgreSQL does."""
         self.constants[id(node)] = node.this
+        return T.UNKNOWN
+
+    def _a_UnicodeString(self, node: exp.Expr) -> PgType:
+        """``U&'…'`` [``UESCAPE 'c'``]: an unknown-type literal whose escapes are decoded as parser.c
+        ``str_udeescape`` does (core/filters/constants.py ``unicode_escapes``), with its errors."""
+        escape = node.args.get("escape")
+        char = escape.this if isinstance(escape, exp.Literal) else "\\"
+        try:
+            self.constants[id(node)] = unicode_escapes(node.this, char)
+        except InvalidConstant as e:
+            raise self.error(e.args[0], node, hint=e.args[1] if len(e.args) > 1 else None) from None
         return T.UNKNOWN
 
     def _a_RawString(self, node: exp.Expr) -> PgType:

@@ -224,3 +224,51 @@ def array_elements(text: str) -> list[str | None]:
     if i != n or (len(shape) > 1 and 0 in shape):
         raise malformed
     return elements
+
+
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def unicode_escapes(body: str, escape: str = "\\") -> str:
+    """The value of ``U&'body'`` [``UESCAPE 'escape'``] as parser.c ``str_udeescape`` decodes it: ``\\XXXX`` and
+    ``\\+XXXXXX`` code points (a UTF-16 surrogate pair as two escapes), the escape character doubled for
+    itself. Raises InvalidConstant(message, hint) with PostgreSQL's texts."""
+    if len(escape) != 1 or escape in _HEX or escape in "+'\" \t\n\r\f":
+        raise InvalidConstant(f"invalid Unicode escape character at or near \"'{escape}'\"")
+    out: list[str] = []
+    pending_high: int | None = None
+    i = 0
+    while i < len(body):
+        if body[i] != escape:
+            if pending_high is not None:
+                raise InvalidConstant("invalid Unicode surrogate pair")
+            out.append(body[i])
+            i += 1
+            continue
+        if body[i + 1:i + 2] == escape:
+            if pending_high is not None:
+                raise InvalidConstant("invalid Unicode surrogate pair")
+            out.append(escape)
+            i += 2
+            continue
+        if len(body[i + 1:i + 5]) == 4 and set(body[i + 1:i + 5]) <= _HEX:
+            code, i = int(body[i + 1:i + 5], 16), i + 5
+        elif body[i + 1:i + 2] == "+" and len(body[i + 2:i + 8]) == 6 and set(body[i + 2:i + 8]) <= _HEX:
+            code, i = int(body[i + 2:i + 8], 16), i + 8
+        else:
+            raise InvalidConstant("invalid Unicode escape", "Unicode escapes must be \\XXXX or \\+XXXXXX.")
+        if pending_high is not None:
+            if not 0xDC00 <= code <= 0xDFFF:
+                raise InvalidConstant("invalid Unicode surrogate pair")
+            code, pending_high = 0x10000 + ((pending_high & 0x3FF) << 10) + (code & 0x3FF), None
+        elif 0xD800 <= code <= 0xDBFF:
+            pending_high = code
+            continue
+        elif 0xDC00 <= code <= 0xDFFF:
+            raise InvalidConstant("invalid Unicode surrogate pair")
+        if not 0 < code <= 0x10FFFF:
+            raise InvalidConstant("invalid Unicode escape value")
+        out.append(chr(code))
+    if pending_high is not None:
+        raise InvalidConstant("invalid Unicode surrogate pair")
+    return "".join(out)

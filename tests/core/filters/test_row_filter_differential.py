@@ -296,7 +296,15 @@ def text(draw: st.DrawFn, depth: int) -> str:
     if choice == "column":
         return draw(st.sampled_from(COLUMNS_OF["text"]))
     if choice == "literal":
-        return _quote(draw(_TEXT))
+        value = draw(_TEXT)
+        if draw(st.integers(0, 4)) == 0:  # U&'…': some characters as \XXXX or \+XXXXXX escapes
+            def escaped(c: str) -> str:
+                form = draw(st.integers(0, 2))
+                if c == "\\" or form == 1:
+                    return "\\\\" if c == "\\" and form == 0 else f"\\+{ord(c):06X}"
+                return f"\\{ord(c):04X}" if form == 2 and ord(c) < 0x10000 else c
+            return "U&" + _quote("".join(escaped(c) for c in value))
+        return _quote(value)
     if choice in ("lower", "upper", "btrim"):
         return f"{choice}({draw(text(sub))})"
     if choice == "replace":
@@ -545,7 +553,7 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "ANY/ALL": r" (ANY|ALL|SOME) \(ARRAY", "ANY/ALL column": r" (ANY|ALL|SOME) \((ia|ta)\)",
     "ANY/ALL '{…}'": r" (ANY|ALL|SOME) \('\{", "LIKE ANY/ALL column or '{…}'": r"LIKE (ANY|ALL) \((ta|'\{)",
     "ROW IS NULL": r"(ROW\(|, [^()]*\)) IS (NOT )?NULL",
-    "row comparison": r"\) (=|<>|<|<=|>|>=|IS (NOT )?DISTINCT FROM) (ROW)?\(",
+    "row comparison": r"\) (=|<>|<|<=|>|>=|IS (NOT )?DISTINCT FROM) (ROW)?\(", "U&'…'": r"U&'",
 }.items()}
 
 
