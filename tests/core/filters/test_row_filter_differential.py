@@ -331,8 +331,9 @@ def position(draw: st.DrawFn, depth: int) -> str:
 # Regular expressions: the subset core/filters/regex.py translates, and now and then something it
 # must refuse (skipped and counted) or a pattern PostgreSQL cannot compile (an error on both sides).
 _REGEX_ATOMS = ["a", "b", "A", "z", "é", "😀", " ", "%", ",", ".", "[a-z]", "[^ab]", "[A-Z0-9]", "[é,]", "\\.",
-                "\\d", "\\s", "\\w", "\\W", "\\n", "{", "}", "]"]
-_REGEX_ODD = ["a**", "(a", "\\y", "[[:alpha:]]", "(?=a)", "a{2,1}", "*", "\\1"]
+                "\\d", "\\s", "\\w", "\\W", "\\n", "{", "}", "]", "[[:alpha:]]", "[^[:space:]]",
+                "[[:digit:][:punct:]]", "[[:upper:]é]", "[[:word:]]", "[[]", "\\A", "\\Z"]
+_REGEX_ODD = ["a**", "(a", "\\y", "[[.a.]]", "(?=a)", "a{2,1}", "*", "\\1"]
 
 
 @st.composite
