@@ -283,6 +283,42 @@ class _Translator(FunctionTranslation):
             return self.constant(self.rf.constants[id(array)], self.rf.types[id(array)])
         return self.value(array)
 
+    def _array_operand(self, array: exp.Expr) -> exp.Expr:
+        """An operand of ``@>``/``<@``/``&&``: ARRAY[…] as a Spark array of its elements' type, a column or a
+        constant as under ANY/ALL."""
+        if isinstance(array, exp.Array):
+            return cast(exp.Array(expressions=[self.value(e) for e in array.expressions]), self.rf.types[id(array)])
+        return self._array_value(array)
+
+    def _contained(self, node, sub: exp.Expr, sup: exp.Expr, every: bool) -> exp.Expr:
+        """Every (``every``) or some element of ``sub`` equal to an element of ``sup`` (array.c
+        ``array_contain_compare``: a NULL element matches nothing, so the result is true or false; NULL when an
+        array is NULL, both arrays being evaluated first, as a strict function's arguments are)."""
+        element = self.rf.types[id(node.this)].element
+        assert element is not None
+        a, b = self._array_operand(sub), self._array_operand(sup)
+
+        def compared(e: exp.Expr) -> exp.Expr:
+            return fn("rtrim", e) if element.name == "bpchar" else e
+        match = exp.EQ(this=compared(LAMBDA_ELEMENT.copy()), expression=compared(LAMBDA_SCALAR.copy()))
+        found = exp.Coalesce(this=fn("exists", b, exp.Lambda(this=match, expressions=[LAMBDA_ELEMENT.copy()])),
+                             expressions=[exp.false()])
+        test = exp.and_(exp.Not(this=exp.Paren(this=exp.Is(this=LAMBDA_SCALAR.copy(), expression=exp.Null()))), found)
+        quantified = fn("forall" if every else "exists", a, exp.Lambda(this=test, expressions=[LAMBDA_SCALAR.copy()]))
+        either_null = exp.EQ(this=exp.BitwiseOr(this=cast(exp.Is(this=a.copy(), expression=exp.Null()), T.INT4),
+                                                expression=cast(exp.Is(this=b.copy(), expression=exp.Null()), T.INT4)),
+                             expression=exp.Literal.number(1))
+        return exp.Case(ifs=[exp.If(this=either_null, true=cast(exp.Null(), T.BOOL))], default=quantified)
+
+    def _t_ArrayContainsAll(self, node, t):  # a @> b: every element of b is in a
+        return self._contained(node, node.expression, node.this, every=True)
+
+    def _t_ArrayContainedBy(self, node, t):  # a <@ b: every element of a is in b
+        return self._contained(node, node.this, node.expression, every=True)
+
+    def _t_ArrayOverlaps(self, node, t):  # a && b: some element of a is in b
+        return self._contained(node, node.this, node.expression, every=False)
+
     def _each_element(self, kind: str, array: exp.Expr, test: exp.Expr, subject: exp.Expr) -> exp.Expr:
         """``test`` (over LAMBDA_SCALAR, bound to ``subject``, and LAMBDA_ELEMENT) for some (ANY) or every (ALL)
         element of ``array``."""

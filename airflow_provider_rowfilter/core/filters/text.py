@@ -265,6 +265,51 @@ class TextAnalysis(_Analyzer):
         self.types[id(node.this)] = PgType("record")
         return T.BOOL
 
+    # --- array containment and overlap ------------------------------------------------------------------
+    def array_operator(self, node: exp.Binary, op: str) -> PgType:
+        """``a @> b``, ``a <@ b``, ``a && b`` (arraycontains, arraycontained, arrayoverlap: anyarray on both sides,
+        so both arrays of one type; an untyped ``'{…}'`` takes the other side's). The operands are ARRAY[…], an
+        array column or an array constant, as under ANY/ALL."""
+        sides = (node.this, node.expression)
+        types = []
+        for side in sides:
+            if isinstance(side, exp.Array):
+                if not side.expressions:
+                    raise self.error("cannot determine type of empty array", side,
+                                     hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
+                element = self._common_of(side, list(side.expressions), "ARRAY")
+                self.types[id(side)] = PgType("_array", element=element)
+                types.append(self.types[id(side)])
+                continue
+            t = self.analyze(side)
+            if t.element is None and not (t.is_unknown and id(side) in self.constants):
+                raise self.untranslatable(f"{op} over a value that is not ARRAY[…], an array column or an array "
+                                          "constant", node, "compare ARRAY[…] or array columns")
+            types.append(t)
+        if all(t.is_unknown for t in types):
+            raise self.untranslatable(f"{op} of two untyped literals", node, "cast one of them, e.g. '{1}'::int[]")
+        for i, side in enumerate(sides):
+            if types[i].is_unknown:
+                known = types[1 - i]
+                assert known.element is not None
+                self._array_literal(side, known.element)
+                types[i] = known
+        left, right = types
+        assert left.element is not None and right.element is not None
+        if left.element.name != right.element.name or left.element.element is not None:
+            raise self.error(f"operator does not exist: {left} {op} {right}", node,
+                             hint="No operator matches the given name and argument types. "
+                             "You might need to add explicit type casts.")
+        self._require_spark_type(left.element, node)
+        if left.element.is_text_family:
+            self._require_binary_collation(node, f"{op} on text arrays", *sides, fix=(
+                'compare under COLLATE "C" (code-point equality, which Spark uses)'))
+        return T.BOOL
+
+    def _a_ArrayContainsAll(self, node): return self.array_operator(node, "@>")
+    def _a_ArrayContainedBy(self, node): return self.array_operator(node, "<@")
+    def _a_ArrayOverlaps(self, node): return self.array_operator(node, "&&")
+
     # --- row comparisons ------------------------------------------------------------------------------
     def row_comparison(self, node: exp.Binary, op: str, left: list[exp.Expr] | None,
                        right: list[exp.Expr] | None) -> PgType:

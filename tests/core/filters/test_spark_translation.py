@@ -331,6 +331,16 @@ CASES = (
     Case("like_any_over_a_text_array_column", "t ILIKE ANY (ta)",
          ({"t": "ABC", "ta": "{x,a%}"}, {"t": "b", "ta": "{x,NULL}"}, {"t": "b", "ta": "{}"}), (True, None, False),
          "LIKE ANY over a column: each element is the pattern (ILIKE folds ASCII under the C collation)"),
+    # Array containment and overlap (array.c array_contain_compare), refused until 2026-11-27.
+    Case("array_contains_never_matches_a_null_element", "ia @> ARRAY[1, NULL]",
+         ({"ia": "{1,2}"}, {"ia": "{1,NULL}"}, {}), (False, False, None),
+         "a NULL element matches nothing, so the result is false, never NULL (unless an array is NULL)"),
+    Case("array_contained_by_a_literal", "ia <@ '{1,2}'", ({"ia": "{2,1,1}"}, {"ia": "{}"}, {"ia": "{1,3}"},
+                                                           {"ia": "{NULL}"}), (True, True, False, False),
+         "every element of ia among 1 and 2 (duplicates and order do not matter; an empty array is contained)"),
+    Case("text_arrays_overlap", "ta && ARRAY[t, 'x']", ({"ta": "{a,x}"}, {"ta": "{a}", "t": "a"}, {"ta": "{a}"},
+                                                        {"ta": "{NULL}", "t": "a"}), (True, True, False, False),
+         "some element in common; NULLs match nothing"),
     # Regular expressions (core/filters/regex.py).
     Case("lower_matches_a_regex", "lower(t) ~ '^z[a-z]+$'", ({"t": "Zab"}, {"t": "zab\n"}, {"t": "z"}, {}),
          (True, False, False, None), "was refused as 'function lower(text, unknown) does not exist'; "
@@ -391,6 +401,9 @@ VALIDITY = (
     ("unicode_escape_beyond_unicode", "t = U&'\\+110000'", InvalidRowFilterError),
     ("unicode_escape_character_is_a_hex_digit", "t = U&'a' UESCAPE 'a'", InvalidRowFilterError),
     ("unicode_escape_doubled_escape", "t = U&'\\\\'", "accepted"),
+    ("array_contains_of_other_element_types", "ia @> ARRAY[i8]", InvalidRowFilterError),
+    ("array_contains_of_text_and_varchar", "ta @> ARRAY[v]", InvalidRowFilterError),
+    ("array_overlap_with_an_empty_array", "ia && ARRAY[]", InvalidRowFilterError),
     ("array_literal_malformed", "i4 = ANY ('{1,2')", InvalidRowFilterError),
     ("array_literal_uneven_dimensions", "i4 = ANY ('{{1,2},{3}}')", InvalidRowFilterError),
     ("array_literal_element_beside_a_sub_array", "i4 = ANY ('{1,{2}}')", InvalidRowFilterError),
