@@ -179,22 +179,40 @@ def like_per_row(subject: exp.Expr, pattern: exp.Expr, negate: bool, fold: bool)
     """``subject [NOT] LIKE|ILIKE pattern`` for a pattern computed per row (``fold``: ILIKE's ASCII case mapping).
 
     A pattern ending in a lone backslash is PostgreSQL's error "LIKE pattern must not end with escape character"
-    only when MatchText (like_match.c) reaches that backslash, which is when what stands before it matches a
-    prefix of the subject: ``subject LIKE prefix || '%'``. Otherwise the match fails first (false; NOT LIKE:
-    true). Spark raises for such a pattern whatever the subject, so that case is answered before its LIKE."""
+    only when MatchText (like_match.c) reaches that backslash; otherwise the match fails first (false; NOT LIKE:
+    true). With P the pattern before the backslash, MatchText reaches it in its main loop, which runs while text
+    remains, so when P matches a prefix of the subject with at least one character left (``subject LIKE P || '_%'``);
+    or, when P ends in a run of wildcards from a ``%`` on (``Q%__``), in its ``%`` branch, once Q matched with text
+    left and the run's ``_`` found their characters (``subject LIKE Q || '_…' || '%'``). Spark raises for such a
+    pattern whatever the subject, so that case is answered before its LIKE."""
     escaped = like_escapes(pattern)
     if fold:
         subject, escaped = ascii_lower(subject), ascii_lower(escaped)
     like = exp.Like(this=subject, expression=escaped)
-    prefix = fn("concat", fn("substring", escaped.copy(), exp.Literal.number(1),
-                             exp.Sub(this=fn("char_length", escaped.copy()), expression=exp.Literal.number(1))),
-                exp.Literal.string("%"))
-    reaches = exp.Like(this=subject.copy(), expression=prefix)
+    before = fn("substring", escaped.copy(), exp.Literal.number(1),
+                exp.Sub(this=fn("char_length", escaped.copy()), expression=exp.Literal.number(1)))
+    run = exp.Literal.string(_TRAILING_WILDCARDS)
+    head = fn("regexp_extract", before.copy(), run.copy(), exp.Literal.number(1))
+    wildcards = fn("regexp_extract", before.copy(), run.copy(), exp.Literal.number(2))
+    underscores = exp.Sub(this=fn("char_length", wildcards),
+                          expression=fn("char_length", fn("replace", wildcards.copy(), exp.Literal.string("_"))))
+    reached = exp.Case(
+        ifs=[exp.If(this=exp.RegexpLike(this=before.copy(), expression=run.copy()),
+                    true=fn("concat", head, fn("repeat", exp.Literal.string("_"),
+                                               exp.Greatest(this=underscores, expressions=[exp.Literal.number(1)])),
+                            exp.Literal.string("%")))],
+        default=fn("concat", before, exp.Literal.string("_%")))
+    reaches = exp.Like(this=subject.copy(), expression=reached)
     lone = exp.RegexpLike(this=pattern.copy(), expression=exp.Literal.string(_LONE_TRAILING_ESCAPE))
     answered = exp.Case(ifs=[exp.If(this=lone, true=exp.Case(
         ifs=[exp.If(this=reaches, true=raise_error("LIKE pattern must not end with escape character"))],
         default=reaches.copy()))], default=like)
     return exp.Not(this=exp.Paren(this=answered)) if negate else answered
+
+
+# In a pattern in Spark's LIKE form: what precedes a final run of wildcards that starts with an unescaped %, and
+# that run (the tokens before it are single characters or escape pairs, so its % is no escaped one).
+_TRAILING_WILDCARDS = r"(?s)^((?:[^\\]|\\.)*?)(%[%_]*)$"
 
 
 def like_pattern(pattern: str, escape: str | None) -> str:

@@ -341,6 +341,14 @@ CASES = (
     Case("text_arrays_overlap", "ta && ARRAY[t, 'x']", ({"ta": "{a,x}"}, {"ta": "{a}", "t": "a"}, {"ta": "{a}"},
                                                         {"ta": "{NULL}", "t": "a"}), (True, True, False, False),
          "some element in common; NULLs match nothing"),
+    # A per-row pattern ending in a lone backslash: PostgreSQL's error only where MatchText reaches it.
+    Case("like_pattern_ending_in_a_backslash_not_reached", "t LIKE v",
+         ({"t": "", "v": "\\"}, {"t": "b", "v": "a\\"}, {"t": "a", "v": "a\\"}, {"t": "", "v": "%\\"}),
+         (False, False, False, False), "the match fails (or the text ends) before the backslash: false"),
+    Case("like_pattern_ending_in_a_backslash_reached", "t LIKE v", ({"t": "ab", "v": "a\\"},), ERROR,
+         "text is left when the backslash is reached"),
+    Case("like_pattern_ending_in_a_backslash_after_a_wildcard_run", "t NOT LIKE v", ({"t": "a", "v": "%_\\"},),
+         ERROR, "the % branch takes the _ and meets the backslash with no text left: it raises there too"),
     # Regular expressions (core/filters/regex.py).
     Case("lower_matches_a_regex", "lower(t) ~ '^z[a-z]+$'", ({"t": "Zab"}, {"t": "zab\n"}, {"t": "z"}, {}),
          (True, False, False, None), "was refused as 'function lower(text, unknown) does not exist'; "
