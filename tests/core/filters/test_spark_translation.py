@@ -341,6 +341,9 @@ CASES = (
     Case("text_arrays_overlap", "ta && ARRAY[t, 'x']", ({"ta": "{a,x}"}, {"ta": "{a}", "t": "a"}, {"ta": "{a}"},
                                                         {"ta": "{NULL}", "t": "a"}), (True, True, False, False),
          "some element in common; NULLs match nothing"),
+    Case("case_with_equal_results_still_evaluates_its_condition",
+         "CASE WHEN t SIMILAR TO '\\)%)' ESCAPE '' THEN TRUE ELSE TRUE END", ({"t": "a"},), ERROR,
+         "Spark's SimplifyConditionals made it TRUE without the condition (spark/settings.py EXCLUDED_OPTIMIZER_RULES)"),
     # A per-row pattern ending in a lone backslash: PostgreSQL's error only where MatchText reaches it.
     Case("like_pattern_ending_in_a_backslash_not_reached", "t LIKE v",
          ({"t": "", "v": "\\"}, {"t": "b", "v": "a\\"}, {"t": "a", "v": "a\\"}, {"t": "", "v": "%\\"}),
