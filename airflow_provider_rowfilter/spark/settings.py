@@ -46,8 +46,11 @@ STATIC_SQL_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
 #: decides then folds to NULL, and ``(n % 0.0) <= NULL`` with it, dropping the division by zero PostgreSQL
 #: raises (it folds only a constant NULL operand: eval_const_expressions in optimizer/util/clauses.c). Found by
 #: tests/core/filters/test_row_filter_differential.py; excluded in every session the jobs judge in, the user's
-#: own exclusions added to it (spark/session.py ``session_conf``).
-EXCLUDED_OPTIMIZER_RULES = ("org.apache.spark.sql.catalyst.optimizer.UnwrapCastInBinaryComparison",)
+#: own exclusions added to it (spark/session.py ``session_conf``). SimplifyConditionals likewise replaced
+#: ``CASE WHEN c THEN true ELSE true END`` by ``true`` without evaluating ``c``, where PostgreSQL evaluates the
+#: condition and raises its error (an invalid regular expression there); the planner keeps such a CASE.
+EXCLUDED_OPTIMIZER_RULES = ("org.apache.spark.sql.catalyst.optimizer.UnwrapCastInBinaryComparison",
+                            "org.apache.spark.sql.catalyst.optimizer.SimplifyConditionals")
 EXCLUDED_RULES_SETTING = "spark.sql.optimizer.excludedRules"
 #: The one action of a small batch runs without adaptive execution, over one shuffle partition
 #: (spark/apply_frames.py ``DecidedBatch.collected``): for a few thousand rows AQE has nothing to

@@ -9,11 +9,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from airflow_provider_rowfilter.spark.session import SESSION_REUSE_SECONDS, _with_token, reused_session_id, session_conf
+from airflow_provider_rowfilter.spark.settings import EXCLUDED_OPTIMIZER_RULES
 
 
 def test_a_users_excluded_optimizer_rules_are_kept_beside_ours() -> None:
     rules = session_conf(conf={"spark.sql.optimizer.excludedRules": "a.B, c.D"})["spark.sql.optimizer.excludedRules"]
-    assert rules == "org.apache.spark.sql.catalyst.optimizer.UnwrapCastInBinaryComparison,a.B,c.D"
+    assert rules == ",".join([*EXCLUDED_OPTIMIZER_RULES, "a.B", "c.D"])
+    assert "org.apache.spark.sql.catalyst.optimizer.UnwrapCastInBinaryComparison" in EXCLUDED_OPTIMIZER_RULES
 
 
 def test_session_settings(spark: SparkSession) -> None:
@@ -27,8 +29,7 @@ def test_session_settings(spark: SparkSession) -> None:
     assert spark.conf.get("spark.sql.execution.useObjectHashAggregateExec") == "false"
     assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == "2000"  # spark/settings.py STATIC_SQL_SETTINGS
     # Spark's optimizer may not prove what PostgreSQL's planner does not (spark/settings.py EXCLUDED_OPTIMIZER_RULES).
-    assert spark.conf.get("spark.sql.optimizer.excludedRules") == (
-        "org.apache.spark.sql.catalyst.optimizer.UnwrapCastInBinaryComparison")
+    assert spark.conf.get("spark.sql.optimizer.excludedRules") == ",".join(EXCLUDED_OPTIMIZER_RULES)
     assert conf.get("spark.ui.enabled") == "false"
     jvm = spark.sparkContext._jvm
     assert jvm is not None

@@ -10,11 +10,13 @@ optimizer may decide the comparison around it without evaluating it at all.
 
 :func:`fold` walks a typed filter as ``eval_const_expressions`` does and computes what it can with
 PostgreSQL's semantics (integer range checks, truncating division, ``rint`` and half-away rounding in
-casts, float overflow and underflow, three-valued logic), pruning where the planner stops folding:
+casts, float overflow and underflow, ``date ± integer``'s range, three-valued logic), pruning where the
+planner stops folding:
 
 - an AND stops at its first constant FALSE, an OR at its first constant TRUE (``simplify_and_arguments``,
   ``simplify_or_arguments``), and ``BETWEEN`` / ``IN (…)`` are such ANDs and ORs (parse_expr.c
-  ``transformAExprBetween``, ``transformAExprIn``);
+  ``transformAExprBetween``, ``transformAExprIn``), and so are a row ``=`` (``<>``, ``IS [NOT] DISTINCT
+  FROM``) of its pairs (``make_row_comparison_op``, ``make_row_distinct_op``);
 - a ``CASE`` drops a constant FALSE or NULL alternative without folding its result, and stops at a
   constant TRUE one (its ELSE is then never folded);
 - ``COALESCE`` stops at its first non-NULL constant.
@@ -27,6 +29,7 @@ whether an error is reached, the filter is refused rather than guessed (:class:`
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import math
 import struct
@@ -39,7 +42,8 @@ from airflow_provider_rowfilter.core.filters.functions import function_name
 from airflow_provider_rowfilter.core.filters.grammar import quantified_array
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex
-from airflow_provider_rowfilter.core.filters.text import regex_of
+from airflow_provider_rowfilter.core.filters.spark_sql import MAX_UNIX_DATE, MIN_UNIX_DATE
+from airflow_provider_rowfilter.core.filters.text import regex_of, row_fields
 
 
 class _Unknown:
@@ -147,6 +151,9 @@ class _Folder:
             return self._in(node, uncertain, negated=False)
         if isinstance(node, exp.Case):
             return self._case(node, uncertain)
+        if isinstance(node, (exp.EQ, exp.NEQ, exp.NullSafeEQ, exp.NullSafeNEQ)) and _row(node.left) \
+                and _row(node.right):  # a Binary
+            return self._row_comparison(node, uncertain)
         if isinstance(node, exp.Coalesce):
             return self._coalesce(node, uncertain)
         if isinstance(node, exp.Cast):
@@ -222,6 +229,27 @@ class _Folder:
             return True if True in results else (None if None in results else False)
         return False if False in results else (None if None in results else True)
 
+    def _row_comparison(self, node: exp.Binary, uncertain: bool) -> object:
+        """``(a, b) = (c, d)`` is the AND of the pairs' ``=``, ``<>`` the OR of their ``<>``, IS [NOT] DISTINCT FROM
+        the [NOT] OR of their DistinctExprs (parse_expr.c make_row_comparison_op, make_row_distinct_op): the planner
+        simplifies them as any AND and OR. (``< <= > >=`` is a RowCompareExpr, whose fields are all folded.)"""
+        pairs = list(zip(row_fields(node.left) or [], row_fields(node.right) or [], strict=True))
+        if isinstance(node, (exp.EQ, exp.NEQ)):
+            op = type(node)
+            return self._junction(pairs, op is exp.NEQ, uncertain, lambda p, u: self._compare(op, p[0], p[1], u))
+        distinct = self._junction(pairs, True, uncertain, self._distinct)
+        if isinstance(node, exp.NullSafeNEQ) or distinct is UNKNOWN:
+            return distinct
+        return not distinct
+
+    def _distinct(self, pair: tuple[exp.Expr, exp.Expr], uncertain: bool) -> object:
+        a, b = self.at_target_of(pair[0], pair[1], uncertain), self.at_target(pair[1], uncertain)
+        if a is UNKNOWN or b is UNKNOWN:
+            return UNKNOWN
+        if a is None or b is None:
+            return (a is None) != (b is None)
+        return _comparison(exp.NEQ, a, b, self.target(pair[1]))
+
     def _case(self, node: exp.Case, uncertain: bool) -> object:
         operand = node.this
         subject = self.value(operand, uncertain) if operand is not None else UNKNOWN
@@ -280,8 +308,10 @@ class _Folder:
             return _arith("-", 0, values[0], t)
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)):
             left = self.own(children[0])
-            if left is None or left.name == "date":
-                return UNKNOWN  # date ± integer, date - date: not folded here
+            if left is not None and left.name == "date":
+                return _date_arith(type(node), values[0], values[1], self.own(children[1]))
+            if left is None:
+                return UNKNOWN
             return _arith(_ARITHMETIC[type(node)], values[0], values[1], t)
         if isinstance(node, exp.Abs) or (isinstance(node, exp.Func) and function_name(node) == "abs"):
             return _arith("-", 0, values[0], t) if values[0] < 0 else values[0]
@@ -303,6 +333,24 @@ class _Folder:
                 return
             if error is not None:
                 raise PlannerError(error)
+
+
+def _date_arith(op: type, date: object, days: object, right: PgType | None) -> object:
+    """``date ± integer`` (date_pli, date_mii): "date out of range" outside PostgreSQL's dates, checked on the exact
+    sum; ``date - date`` is not folded here (it cannot fail)."""
+    if right is None or not right.is_integer or op not in (exp.Add, exp.Sub) \
+            or not isinstance(date, datetime.date) or not isinstance(days, int):
+        return UNKNOWN
+    day = (datetime.date(date.year, date.month, date.day) - _EPOCH).days + (days if op is exp.Add else -days)
+    if not MIN_UNIX_DATE <= day <= MAX_UNIX_DATE:
+        raise PlannerError("date out of range")
+    try:
+        return _EPOCH + datetime.timedelta(days=day)
+    except OverflowError:  # a valid PostgreSQL date outside Python's years 1 to 9999: left to Spark
+        return UNKNOWN
+
+
+_EPOCH = datetime.date(1970, 1, 1)
 
 
 def _row(node: exp.Expr) -> bool:

@@ -23,6 +23,10 @@ ONLY_SIMPLE = (
     "Only columns, constants, built-in operators, built-in data types, built-in collations, "
     "and immutable built-in functions are allowed."
 )
+MUTABLE = "User-defined or built-in mutable functions are not allowed."
+USER_TYPE = "User-defined types are not allowed."
+USER_COLLATION = "User-defined collations are not allowed."
+SYSTEM_COLUMN = "System columns are not allowed."
 
 # Operators PostgreSQL ships (pg_operator, OID < 16384) that a filter may spell; anything else the
 # lexer yields is a user-defined operator or a typo.

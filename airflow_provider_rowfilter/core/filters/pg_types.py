@@ -54,6 +54,9 @@ FLOAT4, FLOAT8 = PgType("float4"), PgType("float8")
 TEXT = PgType("text")
 DATE, TIMESTAMP, TIMESTAMPTZ = PgType("date"), PgType("timestamp"), PgType("timestamptz")
 UUID = PgType("uuid")
+# The type of nodes the row-filter walker rejects anyway (system columns, subqueries, whole-row references):
+# PostgreSQL resolves their operators, so analysis must not fail on them first.
+ANY = PgType("any")
 
 _DISPLAY = {
     "int2": "smallint", "int4": "integer", "int8": "bigint", "float4": "real",

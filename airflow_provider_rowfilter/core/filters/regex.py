@@ -23,6 +23,11 @@ from __future__ import annotations
 DUPMAX = 255
 _ESCAPED_CHARS = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a", "e": "\x1b"}
 _CLASS_ESCAPES = set("dDsSwW")
+# PostgreSQL's bracket classes (regc_locale.c) as Java's ASCII POSIX classes: the same members under C.
+_POSIX_CLASSES = {name: f"\\p{{{java}}}" for name, java in (
+    ("alpha", "Alpha"), ("digit", "Digit"), ("alnum", "Alnum"), ("upper", "Upper"), ("lower", "Lower"),
+    ("space", "Space"), ("punct", "Punct"), ("print", "Print"), ("graph", "Graph"), ("cntrl", "Cntrl"),
+    ("xdigit", "XDigit"), ("blank", "Blank"), ("ascii", "ASCII"))} | {"word": "\\p{Alnum}_"}
 
 
 class UnsupportedRegex(Exception):
@@ -94,6 +99,13 @@ class _Reader:
             return "\\z", False  # Java's $ also matches before a final line terminator
         if ch == "[":
             return self.bracket(), True
+        if ch == "\\" and self.peek() in ("A", "Z"):
+            # constraint escapes (regc_lex.c): \A only at the beginning of the string, \Z only at its end (Java's
+            # \Z also matches before a final line terminator, its \z does not)
+            self.i += 1
+            if self.peek() in ("*", "+", "?", "{"):
+                raise UnsupportedRegex(f"a quantifier after \\{self.p[self.i - 1]}")
+            return ("\\A" if self.p[self.i - 1] == "A" else "\\z"), False
         if ch == "\\":
             return self.escape(), True
         if ch in "*+?":
@@ -148,7 +160,7 @@ class _Reader:
                 raise UnsupportedRegex(f"the negated class escape \\{ch} in a case-insensitive match")
             return "\\" + ch
         raise UnsupportedRegex(f"the escape \\{ch} (PostgreSQL's meaning differs from Java's or has no "
-                               "counterpart: back references, \\m \\M \\y \\Y \\A \\Z \\b \\B \\x \\u \\c …)")
+                               "counterpart: back references, \\m \\M \\y \\Y \\b \\B \\x \\u \\c …)")
 
     def bracket(self) -> str:
         negated = self.peek() == "^"
@@ -167,8 +179,12 @@ class _Reader:
             self.i += 1
             if ch == "]":
                 break
-            if ch == "[":
-                raise UnsupportedRegex("POSIX classes and collating elements in brackets ([:alpha:], [.x.], [=x=])")
+            if ch == "[" and self.peek() == ":":
+                items.append(self.posix_class())
+                first = False
+                continue
+            if ch == "[" and self.peek() in (".", "="):
+                raise UnsupportedRegex("collating elements and equivalence classes in brackets ([.x.], [=x=])")
             if ch == "\\":
                 nxt = self.peek()
                 if nxt is None or nxt.isalnum():
@@ -185,6 +201,21 @@ class _Reader:
                 items.append(_lit(ch))
             first = False
         return ("[^" if negated else "[") + "".join(items) + "]"
+
+    def posix_class(self) -> str:
+        """``[:name:]`` inside brackets (self.i at the ``:``). Under the C collation PostgreSQL's classes hold ASCII
+        characters only (regc_pg_locale.c, the C strategy: ``c <= 127`` and the C library's class), as Java's
+        ``\\p{…}`` POSIX classes do without UNICODE_CHARACTER_CLASS; ``word`` is ``alnum`` and ``_``."""
+        end = self.p.find(":]", self.i + 1)
+        name = self.p[self.i + 1:end] if end != -1 else ""
+        if name not in _POSIX_CLASSES:
+            raise UnsupportedRegex(f"the bracket item [:{name or '…'}: (not a character class Java shares)")
+        if not self.ascii_classes:
+            raise UnsupportedRegex(f"the class [:{name}:] outside the C collation (its members are the collation's)")
+        if self.icase:
+            raise UnsupportedRegex(f"the class [:{name}:] in a case-insensitive match")
+        self.i = end + 2
+        return _POSIX_CLASSES[name]
 
     def range(self, low: str, high: str) -> str:
         if not (low.isascii() and high.isascii() and low.isalnum() and high.isalnum()):

@@ -3,7 +3,7 @@
 A mixin of core/filters/analysis.py's analyzer (same attributes: ``types``, ``targets``,
 ``constants``, ``collations``, ``context``): it types ``substr``/``substring``, ``left``, ``right``,
 ``strpos``/``position``, ``split_part``, ``repeat``, the pattern operators ``~ ~* !~ !~*`` and
-``SIMILAR TO``, ``x op ANY/ALL (ARRAY[…])`` and ``ROW(…) IS [NOT] NULL`` as PostgreSQL's parse
+``SIMILAR TO``, ``x op ANY/ALL (ARRAY[…])``, ``ROW(…) IS [NOT] NULL`` and row comparisons as PostgreSQL's parse
 analysis does (parse_func.c, parse_oper.c ``make_scalar_array_op``, parse_expr.c
 ``transformArrayExpr``), and decides which regular expressions Spark can evaluate exactly
 (core/filters/regex.py). core/filters/spark_translation.py renders them.
@@ -11,6 +11,7 @@ analysis does (parse_func.c, parse_oper.c ``make_scalar_array_op``, parse_expr.c
 
 from __future__ import annotations
 
+import decimal
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -162,6 +163,8 @@ class TextAnalysis(_Analyzer):
                                        column=True)
         common = self.common_type(lt, element, op, node)
         self.coerce(node.this, lt, common)
+        if element.is_unknown:  # '{1,2}': read as an array of the operator's type, a constant (no conversion)
+            element = self._array_literal(array, common)
         self._array_as(node, array, element, common)
         self._check_comparable(common, node, op, node.this, *(array.expressions if isinstance(array, exp.Array)
                                                                else [array]))
@@ -169,19 +172,43 @@ class TextAnalysis(_Analyzer):
 
     def _array_elements(self, node: exp.Expr, op: str, kind: str, array: exp.Expr, fix: str,
                         column: bool = False) -> PgType:
-        """The element type of the array under ``op ANY/ALL``: ARRAY[…], not empty, or (``column``) a column of an
-        array type, whose elements Spark reads from PostgreSQL's text form (spark_translation.py ``typed_read``)."""
-        if column and isinstance(array, exp.Column):
-            t = self.analyze(array)
-            if t.element is not None:
-                return t.element
+        """The element type of the array under ``op ANY/ALL``: ARRAY[…], not empty; a column of an array type,
+        whose elements Spark reads from PostgreSQL's text form (spark_translation.py ``typed_read``); an array
+        constant (``'{1,2}'::int[]``); or an untyped literal (``'{1,2}'``), UNKNOWN here: make_scalar_array_op
+        resolves the operator with it unknown, then reads it as an array of the operator's right argument."""
         if not isinstance(array, exp.Array):
-            what = "ARRAY[…] or an array column" if column else "ARRAY[…]"
+            t = self.analyze(array)
+            if t.element is not None and (isinstance(array, exp.Column) or id(array) in self.constants):
+                return t.element
+            if t.is_unknown and id(array) in self.constants:
+                return t
+            what = "ARRAY[…], an array column or an array constant"
             raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not {what}", node, fix)
         if not array.expressions:
             raise self.error("cannot determine type of empty array", array,
                              hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
         return self._common_of(array, list(array.expressions), "ARRAY")
+
+    def _array_literal(self, array: exp.Expr, element: PgType) -> PgType:
+        """An untyped literal under ANY/ALL read as ``element[]`` by array_in (core/filters/constants.py), as
+        PostgreSQL reads it when it parses the filter (a malformed one is its error there)."""
+        if element.element is not None:
+            raise self.untranslatable("an array of arrays under ANY/ALL", array,
+                                      "compare the arrays' elements instead")
+        if element.name == "numeric" and element.precision is not None:
+            # numeric_eq compares the literal's own digits, not rounded to the other side's scale: kept only when
+            # every element is exactly a value of that numeric(p,s)
+            values = self.literal_value(array, self.constants[id(array)], PgType("_array", element=T.NUMERIC))
+            exact = self.literal_value(array, values, PgType("_array", element=element))
+            limit = decimal.Decimal(10) ** (element.precision - (element.scale or 0))
+            if values != exact or any(v is not None and abs(v) >= limit for v in values):
+                raise self.untranslatable(
+                    f"an array constant with more digits than numeric({element.precision},{element.scale or 0})",
+                    array, "write the elements within the column's precision and scale, or as ARRAY[…] of numbers")
+        t = PgType("_array", element=element)
+        self.constants[id(array)] = self.literal_value(array, self.constants[id(array)], t)
+        self.types[id(array)] = t
+        return element
 
     def _array_as(self, node: exp.Expr, array: exp.Expr, element: PgType, operand: PgType) -> None:
         """Record the array's elements as compared in ``operand``; an array converted to it is an
@@ -201,7 +228,10 @@ class TextAnalysis(_Analyzer):
         operator's right argument, text; a character(n) subject keeps its padding (bpcharlike)."""
         lt = self.analyze(node.this)
         element = self._array_elements(node, op, kind, array,
-                                       f"write the patterns as ARRAY[…], or as (x {op} 'a' OR x {op} 'b')")
+                                       f"write the patterns as ARRAY[…], or as (x {op} 'a' OR x {op} 'b')",
+                                       column=True)
+        if element.is_unknown and not isinstance(array, exp.Array):
+            element = self._array_literal(array, T.TEXT)  # '{a%,b%}': the operator's right argument, text[]
         element = T.TEXT if element.is_unknown else element  # ARRAY['a%', …] is text[]
         if not ((lt.is_text_family or lt.is_unknown) and element.is_text_family):
             name = {"LIKE": "~~", "ILIKE": "~~*"}.get(op, op)
@@ -217,7 +247,8 @@ class TextAnalysis(_Analyzer):
                                       f"write it as (x {op} 'a' {'OR' if kind == 'any' else 'AND'} x {op} 'b'), or "
                                       + SOURCE_SIDE_FIX.split(", or ")[0])
         if op == "ILIKE":
-            self._require_binary_collation(node, "ILIKE", node.this, *array.expressions)
+            self._require_binary_collation(node, "ILIKE", node.this,
+                                           *(array.expressions if isinstance(array, exp.Array) else [array]))
         return T.BOOL
 
     # --- ROW(…) IS [NOT] NULL -------------------------------------------------------------------------
@@ -232,6 +263,73 @@ class TextAnalysis(_Analyzer):
             if t.is_unknown:
                 self.coerce(f, t, T.TEXT)
         self.types[id(node.this)] = PgType("record")
+        return T.BOOL
+
+    # --- array containment and overlap ------------------------------------------------------------------
+    def array_operator(self, node: exp.Binary, op: str) -> PgType:
+        """``a @> b``, ``a <@ b``, ``a && b`` (arraycontains, arraycontained, arrayoverlap: anyarray on both sides,
+        so both arrays of one type; an untyped ``'{…}'`` takes the other side's). The operands are ARRAY[…], an
+        array column or an array constant, as under ANY/ALL."""
+        sides = (node.this, node.expression)
+        types = []
+        for side in sides:
+            if isinstance(side, exp.Array):
+                if not side.expressions:
+                    raise self.error("cannot determine type of empty array", side,
+                                     hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
+                element = self._common_of(side, list(side.expressions), "ARRAY")
+                self.types[id(side)] = PgType("_array", element=element)
+                types.append(self.types[id(side)])
+                continue
+            t = self.analyze(side)
+            if t.element is None and not (t.is_unknown and id(side) in self.constants):
+                raise self.untranslatable(f"{op} over a value that is not ARRAY[…], an array column or an array "
+                                          "constant", node, "compare ARRAY[…] or array columns")
+            types.append(t)
+        if all(t.is_unknown for t in types):
+            raise self.untranslatable(f"{op} of two untyped literals", node, "cast one of them, e.g. '{1}'::int[]")
+        for i, side in enumerate(sides):
+            if types[i].is_unknown:
+                known = types[1 - i]
+                assert known.element is not None
+                self._array_literal(side, known.element)
+                types[i] = known
+        left, right = types
+        assert left.element is not None and right.element is not None
+        if left.element.name != right.element.name or left.element.element is not None:
+            raise self.error(f"operator does not exist: {left} {op} {right}", node,
+                             hint="No operator matches the given name and argument types. "
+                             "You might need to add explicit type casts.")
+        self._require_spark_type(left.element, node)
+        if left.element.is_text_family:
+            self._require_binary_collation(node, f"{op} on text arrays", *sides, fix=(
+                'compare under COLLATE "C" (code-point equality, which Spark uses)'))
+        return T.BOOL
+
+    def _a_ArrayContainsAll(self, node): return self.array_operator(node, "@>")
+    def _a_ArrayContainedBy(self, node): return self.array_operator(node, "<@")
+    def _a_ArrayOverlaps(self, node): return self.array_operator(node, "&&")
+
+    # --- row comparisons ------------------------------------------------------------------------------
+    def row_comparison(self, node: exp.Binary, op: str, left: list[exp.Expr] | None,
+                       right: list[exp.Expr] | None) -> PgType:
+        """``(a, b) op (c, d)`` (``= <> < <= > >=``, ``IS [NOT] DISTINCT FROM``), as make_row_comparison_op and
+        make_row_distinct_op (parse_expr.c) build it: one operator per pair of fields, each resolved on its own
+        (``(i4, t) = (i8, v)`` compares i4 with i8 as bigint, t with v as text)."""
+        if left is None or right is None:
+            raise self.untranslatable("a row compared with a value that is not a row constructor", node,
+                                      "compare the fields one by one, e.g. (a = 1 AND b = 2)")
+        if len(left) != len(right):
+            raise self.error("unequal number of entries in row expressions", node)
+        if not left:
+            raise self.error("cannot compare rows of zero length", node)
+        for a, b in zip(left, right, strict=True):
+            if row_fields(a) is not None or row_fields(b) is not None:
+                raise self.untranslatable("a row inside a row", a if row_fields(a) is not None else b,
+                                          "compare the inner row's fields directly")
+            common = self._operands(node, a, b, op)
+            self._check_comparable(common, node, op, a, b)
+        self.types[id(node.left)] = self.types[id(node.right)] = PgType("record")
         return T.BOOL
 
     def _a_Tuple(self, node: exp.Expr) -> PgType:
