@@ -292,7 +292,7 @@ class _Stage:
                 vals = present[0] if present[1] else absent[0]
                 counted = Counter(c.op for c in ops)
                 n = (counted["I"], counted["U"], counted["D"])
-            # The key's first operation (which conflict a row found by it meets: subscriber/row_conflicts.py) and,
+            # The key's first operation (which conflict a row found by it meets: subscriber/origin_conflicts.py) and,
             # when every change of the key is one remote transaction's, that transaction (named by a conflict).
             first, last = ops[0], ops[-1]
             one = first.commit_lsn == last.commit_lsn

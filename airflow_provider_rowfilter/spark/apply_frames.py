@@ -300,7 +300,7 @@ class DecidedBatch:
         # every side that has a row.
         outcomes = keyed.select(
             "_tgt", "_phase", "_key", "n_insert", "n_update", "n_delete",
-            # The key's first operation (which conflict a row found by it meets: subscriber/row_conflicts.py) and,
+            # The key's first operation (which conflict a row found by it meets: subscriber/origin_conflicts.py) and,
             # when every change of the key is one remote transaction's, that transaction (named by a conflict).
             F.col("ops")[0]["_op"].alias("_first_op"),
             F.when(F.col("_first_lsn") == F.col("_last_lsn"), F.col("_first_lsn")).alias("_one_lsn"),
