@@ -55,10 +55,11 @@ def parse_row_filter(sql: str) -> exp.Expr:
         ) from e
     if len(parsed) != 1 or parsed[0] is None:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
-    _check_nonassociative(sql, parsed[0], tokens)
+    tree = _rebind_quantified(parsed[0])
+    _check_nonassociative(sql, tree, tokens)
     _check_pattern_operators(sql, tokens)
-    _check_quantified_patterns(sql, parsed[0], tokens)
-    return parsed[0]
+    _check_quantified_patterns(sql, tree, tokens)
+    return tree
 
 
 def _check_quantified_patterns(sql: str, tree: exp.Expr, tokens: list) -> None:
@@ -123,6 +124,22 @@ def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
     kind = "all" if isinstance(node, exp.All) or isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" \
         else "any"
     return kind, inner
+
+
+_EQUALITIES = (exp.EQ, exp.NEQ)
+_ORDERINGS = (exp.LT, exp.LTE, exp.GT, exp.GTE)
+
+
+def _rebind_quantified(tree: exp.Expr) -> exp.Expr:
+    """``a = ANY (…) >= b`` is ``(a = ANY (…)) >= b`` in gram.y (``a_expr subquery_Op sub_type '(' a_expr ')'``
+    is reduced with Op's precedence, above the comparisons), where sqlglot, binding < <= > >= tighter than
+    = and <>, nests ``a = (ANY (…) >= b)``: turn such a node the way PostgreSQL reads it."""
+    def rebind(node: exp.Expr) -> exp.Expr:
+        inner = node.expression if isinstance(node, _EQUALITIES) else None
+        if isinstance(inner, _ORDERINGS) and quantified_array(inner.this) is not None:
+            return type(inner)(this=type(node)(this=node.this, expression=inner.this), expression=inner.expression)
+        return node
+    return tree.transform(rebind, copy=False)
 
 
 # gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax

@@ -112,6 +112,10 @@ CASES = (
           {"ia": "{1}"}, {"i4": "3", "ia": "{{1,2},{3,4}}"}, {"i4": "8", "ia": "[0:1]={7,8}"}),
          (True, None, False, None, None, True, True),
          "= ANY over an array column was refused: a match is true, else NULL with a NULL element or subject"),
+    Case("any_then_a_comparison", "i4 = ANY (ia) >= TRUE",
+         ({"i4": "2", "ia": "{1,2}"}, {"i4": "5", "ia": "{1}"}, {"i4": "5", "ia": "{1,NULL}"}),
+         (True, False, None), "(i4 = ANY (ia)) >= TRUE: gram.y reduces op ANY (…) above the comparisons, where sqlglot "
+         "nested i4 = (ANY (ia) >= TRUE) and the validator refused it (found by the differential test)"),
     Case("all_over_an_array_column", "i8 > ALL (ia)",
          ({"i8": "5", "ia": "{1,2}"}, {"i8": "5", "ia": "{}"}, {"i8": "1", "ia": "{1,NULL}"},
           {"i8": "9", "ia": "{1,NULL}"}),
