@@ -25,6 +25,9 @@ from contextlib import contextmanager
 
 import psycopg
 
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.identifiers import table_sql
+
 log = logging.getLogger(__name__)
 
 #: What this process already warned about: the roles without the functions.
@@ -64,6 +67,37 @@ def session_origin(sub: psycopg.Connection, subscription: str) -> Iterator[bool]
     finally:
         if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
             sub.execute("SELECT pg_replication_origin_session_reset()")
+
+
+@contextmanager
+def copy_origin(sub: psycopg.Connection, subscription: str, table: TableName) -> Iterator[bool]:
+    """Tag what ``sub`` writes in the block (a table's initial copy) with an origin of the copy's own, dropped
+    after it, as the table synchronization worker writes its copy with ``pg_<suboid>_<relid>`` (tablesync.c
+    ``LogicalRepSyncTableStart``) that is dropped when the table is ready: a downstream ``origin = none`` skips the
+    copied rows, and on a subscriber with track_commit_timestamp the first remote UPDATE or DELETE of a copied row
+    finds it modified "by a non-existent origin" (``*_origin_differs``), as PostgreSQL 18's does. The apply's own
+    origin is created first, so it never takes the number the copied rows carry. ``sub`` outside a transaction;
+    yields whether the role may."""
+    apply_name = origin_name(sub, subscription)
+    relid = sub.execute("SELECT %s::regclass::oid", (table_sql(table).as_string(sub),)).fetchone()[0]
+    name = f"{apply_name}_{relid}"
+    try:
+        with sub.transaction():
+            for n in (apply_name, name):
+                sub.execute("SELECT pg_replication_origin_create(%s) WHERE pg_replication_origin_oid(%s) IS NULL",
+                            (n, n))
+        sub.execute("SELECT pg_replication_origin_session_reset() WHERE pg_replication_origin_session_is_setup()")
+        sub.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
+    except psycopg.errors.InsufficientPrivilege:
+        _warn(sub)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            sub.execute("SELECT pg_replication_origin_session_reset()")
+            sub.execute("SELECT pg_replication_origin_drop(%s)", (name,))
 
 
 def origin_id(sub: psycopg.Connection, subscription: str) -> int:
