@@ -20,7 +20,7 @@ cannot tell our writes from local ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
@@ -115,13 +115,19 @@ def record_progress(sub: psycopg.Connection, finish_lsn: str) -> None:
     sub.execute("SELECT pg_replication_origin_xact_setup(%s::pg_lsn, now())", (finish_lsn,))
 
 
-def drop_origin(sub: psycopg.Connection, subscription: str) -> None:
-    """DROP SUBSCRIPTION drops its origin (subscriptioncmds.c ``DropSubscription``): ours too, where the role may."""
+def drop_origin(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> None:
+    """DROP SUBSCRIPTION drops its origin (subscriptioncmds.c ``DropSubscription``): ours too, where the role may,
+    and the origin a copy of one of ``tables`` left when it was killed (:func:`copy_origin`), as DROP SUBSCRIPTION
+    drops the table synchronization origins."""
     name = origin_name(sub, subscription)
+    copies = [f"{name}_{row[0]}" for t in tables
+              for row in [sub.execute("SELECT to_regclass(%s)::oid", (table_sql(t).as_string(sub),)).fetchone()]
+              if row is not None and row[0] is not None]
     try:
         with sub.transaction():
-            sub.execute("SELECT pg_replication_origin_drop(%s) WHERE pg_replication_origin_oid(%s) IS NOT NULL",
-                        (name, name))
+            for n in (name, *copies):
+                sub.execute("SELECT pg_replication_origin_drop(%s) WHERE pg_replication_origin_oid(%s) IS NOT NULL",
+                            (n, n))
     except psycopg.errors.InsufficientPrivilege:
         log.warning('replication origin "%s" stays in the subscriber: this role may not drop it '
                     "(SELECT pg_replication_origin_drop('%s') as a superuser)", name, name)

@@ -20,6 +20,8 @@ from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
+from airflow_provider_rowfilter.subscriber.replication_origin import origin_name
+from airflow_provider_rowfilter.subscription_drop import drop
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
 from tests.conftest import drop_origins
@@ -150,6 +152,15 @@ def test_rows_the_initial_copy_wrote_conflict_as_postgresql_18s_copied_rows_do(c
             rows = "SELECT c::text FROM c ORDER BY id"
             assert a.execute(rows).fetchall() == b.execute(rows).fetchall() == [
                 ('(1,"r1 again")',), ("(3,v3)",), ("(4,v4)",)]
+        # A copy killed before it dropped its origin leaves it: `rowfilter drop` drops it, as DROP SUBSCRIPTION does.
+        with psycopg.connect(ours, autocommit=True) as conn:
+            relid = conn.execute("SELECT 'c'::regclass::oid").fetchone()[0]
+            left = f"{origin_name(conn, spec.subscription)}_{relid}"
+            conn.execute("SELECT pg_replication_origin_create(%s)", (left,))
+        drop(spec)
+        with psycopg.connect(ours, autocommit=True) as conn:
+            assert conn.execute("SELECT roname FROM pg_replication_origin WHERE roname LIKE %s",
+                                (f"rowfilter_%_{spec.subscription}%",)).fetchall() == []
     finally:
         native.drop()
         for dsn_name in ("ours", "native", "pub"):
