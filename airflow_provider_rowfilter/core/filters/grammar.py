@@ -55,7 +55,8 @@ def parse_row_filter(sql: str) -> exp.Expr:
         ) from e
     if len(parsed) != 1 or parsed[0] is None:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
-    tree = _rebind_quantified(parsed[0])
+    tree = _rebind_quantified(parsed[0]).transform(_national, copy=False)
+    _check_quantifier_places(sql, tree, tokens)
     _check_nonassociative(sql, tree, tokens)
     _check_pattern_operators(sql, tokens)
     _check_quantified_patterns(sql, tree, tokens)
@@ -140,6 +141,36 @@ def _rebind_quantified(tree: exp.Expr) -> exp.Expr:
             return type(inner)(this=type(node)(this=node.this, expression=inner.this), expression=inner.expression)
         return node
     return tree.transform(rebind, copy=False)
+
+
+def _national(node: exp.Expr) -> exp.Expr:
+    """``N'…'`` is ``NCHAR '…'`` (scan.l xnstart), a constant of type character without a length (gram.y
+    ConstCharacter: "allow to be unrestricted"), as ``'…'::bpchar`` is."""
+    if not isinstance(node, exp.National):
+        return node
+    literal = exp.Literal.string(node.this)
+    literal.meta.update(node.meta)
+    return exp.Cast(this=literal, to=exp.DataType.build("bpchar", dialect="postgres"))
+
+
+# What may stand left of ``ANY/SOME/ALL (…)``: gram.y's ``a_expr subquery_Op sub_type '(' a_expr ')'``, where
+# subquery_Op is an operator (all_Op, ``OPERATOR(…)``) or [NOT] LIKE/ILIKE; nowhere else is ANY an expression.
+_NOT_SUBQUERY_OPS = (exp.Connector, exp.Is, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Escape, exp.SimilarTo)
+
+
+def _check_quantifier_places(sql: str, tree: exp.Expr, tokens: list) -> None:
+    """``x = (ANY (a) >= TRUE)``, ``coalesce(ANY (a))``, ``NOT ANY (a)``: ANY (…) that is not the right operand of
+    an operator is PostgreSQL's syntax error at the word ANY (sqlglot reads it as a call of a function ``any``)."""
+    for node in tree.walk():
+        if quantified_array(node) is None:
+            continue
+        parent = node.parent
+        if isinstance(parent, exp.Binary) and node.arg_key == "expression" \
+                and not isinstance(parent, _NOT_SUBQUERY_OPS):
+            continue
+        inner = node_position(node.this if isinstance(node, (exp.Any, exp.All)) else node.expressions[0])
+        word = [t for t in tokens if _quantifier(t) and (inner is None or t.start + 1 < inner)]
+        raise_pg_syntax_error(sql, word[-1] if word else None)
 
 
 # gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax
