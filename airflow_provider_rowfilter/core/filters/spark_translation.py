@@ -22,10 +22,11 @@ from sqlglot import exp
 
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters import pg_types as T
-from airflow_provider_rowfilter.core.filters.analysis import in_list_groups
+from airflow_provider_rowfilter.core.filters.analysis_comparisons import in_list_groups
 from airflow_provider_rowfilter.core.filters.dialect import identifier_name
-from airflow_provider_rowfilter.core.filters.folding import UNKNOWN, Undecided, fold
-from airflow_provider_rowfilter.core.filters.folding import convert as folded_at
+from airflow_provider_rowfilter.core.filters.folding import Undecided, fold
+from airflow_provider_rowfilter.core.filters.folding_values import UNKNOWN
+from airflow_provider_rowfilter.core.filters.folding_values import convert as folded_at
 from airflow_provider_rowfilter.core.filters.functions import function_name
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
