@@ -60,7 +60,7 @@ def parse_row_filter(sql: str) -> exp.Expr:
     _check_nonassociative(sql, tree, tokens)
     _check_pattern_operators(sql, tokens)
     _check_quantified_patterns(sql, tree, tokens)
-    return tree
+    return tree.transform(_row_in, copy=False)
 
 
 def _check_quantified_patterns(sql: str, tree: exp.Expr, tokens: list) -> None:
@@ -125,6 +125,25 @@ def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
     kind = "all" if isinstance(node, exp.All) or isinstance(node, exp.Anonymous) and node.name.upper() == "ALL" \
         else "any"
     return kind, inner
+
+
+def row_fields(node: exp.Expr) -> list[exp.Expr] | None:
+    """The fields of ``ROW(…)`` or ``(a, b, …)``; None when ``node`` is no row constructor."""
+    if isinstance(node, exp.Tuple):
+        return list(node.expressions)
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "ROW":
+        return list(node.expressions)
+    return None
+
+
+def _row_in(node: exp.Expr) -> exp.Expr:
+    """``(a, b) IN ((1, 2), (3, 4))`` is ``(a, b) = (1, 2) OR (a, b) = (3, 4)``: transformAExprIn (parse_expr.c)
+    builds a row comparison (make_row_comparison_op) per item when the left side is a row constructor, so each
+    is the AND of its pairs' ``=`` (not record_eq, for which two NULL fields are equal); NOT IN is its NOT."""
+    if not isinstance(node, exp.In) or row_fields(node.this) is None or node.args.get("query") \
+            or not node.expressions or any(row_fields(e) is None for e in node.expressions):
+        return node
+    return exp.Paren(this=exp.or_(*(exp.EQ(this=node.this.copy(), expression=e) for e in node.expressions)))
 
 
 _EQUALITIES = (exp.EQ, exp.NEQ)

@@ -315,7 +315,7 @@ class _Translator(FunctionTranslation, CompositeTranslation):
         raises. When ``a`` is NULL, ``b`` is skipped, as Spark skips the right operand of ``+`` after a NULL."""
         if cls not in (exp.Div, exp.Mod, exp.IntDiv):
             return result
-        return exp.Case(ifs=[exp.If(this=self._is_null(node.left, left), true=cast(exp.Null(), t))], default=result)
+        return exp.Case(ifs=[exp.If(this=self._is_null(node.left, left.copy()), true=cast(exp.Null(), t))], default=result)
 
     def _t_Add(self, node, t): return self._arith(exp.Add, node, t)
     def _t_Sub(self, node, t): return self._arith(exp.Sub, node, t)

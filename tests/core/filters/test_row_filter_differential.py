@@ -587,10 +587,15 @@ def later_boolean(draw: st.DrawFn, depth: int) -> str:
         array = "ta" if draw(st.booleans()) else _quote(draw(array_literal(_like_pattern())))
         return _group(draw, f"{draw(text(sub))} {op} {draw(st.sampled_from(['ANY', 'ALL']))} ({array})")
     if choice == "row_compare":
-        pairs = [draw(operands(sub, 2)) for _ in range(draw(st.integers(1, 3)))]
+        in_list = draw(st.integers(0, 2)) == 0  # (a, b) [NOT] IN ((c, d), (e, f)): the ORed row comparisons
+        pairs = [draw(operands(sub, 3 if in_list else 2)) for _ in range(draw(st.integers(1, 3)))]
         left, right = (", ".join(p[i] for p in pairs) for i in (0, 1))
         op = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">=", "IS DISTINCT FROM", "IS NOT DISTINCT FROM"]))
         row = "ROW" if len(pairs) == 1 or draw(st.booleans()) else ""
+        if in_list:
+            second = ", ".join(p[2] for p in pairs)
+            return _group(draw, f"{row}({left}) {draw(st.sampled_from(['IN', 'NOT IN']))} "
+                                f"({row}({right}), {row}({second}))")
         return _group(draw, f"{row}({left}) {op} {row}({right})")
     if choice == "array_operator":
         # a @> b, a <@ b, a && b over array columns, ARRAY[…] and '{…}'
@@ -630,7 +635,7 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "ANY/ALL '{…}'": r" (ANY|ALL|SOME) \('\{", "LIKE ANY/ALL column or '{…}'": r"LIKE (ANY|ALL) \((ta|'\{)",
     "row comparison": r"\) (=|<>|<|<=|>|>=|IS (NOT )?DISTINCT FROM) (ROW)?\(", "U&'…'": r"U&'",
     "@> <@ &&": r" (@>|<@|&&) ", "regex class or \\A \\Z": r"\[:[a-z]+:\]|\\[AZ]",
-    "N'…' or U&\"…\"": r"\bN'|U&\"",
+    "N'…' or U&\"…\"": r"\bN'|U&\"", "row IN (…)": r"\) (NOT )?IN \((ROW)?\(",
 }.items()}
 
 

@@ -411,6 +411,12 @@ CASES = (
          "character length and the cast to text drop trailing spaces"),
     Case("unicode_identifier", "U&\"\\0074\" = 'a' OR U&\"i\\0034\" = 1", ({"t": "a"}, {"t": "b", "i4": "1"}, {"t": "b"}),
          (True, True, None), "U&\"…\" names were refused: they are decoded as U&'…' strings are"),
+    # (a, b) IN ((…), …): transformAExprIn's row comparisons, ORed (not record_eq)
+    Case("row_in_a_list_of_rows", "(i4, t) IN ((1, 'a'), (2, 'b'))",
+         ({"i4": "1", "t": "a"}, {"i4": "2", "t": "a"}, {"t": "a"}, {"i4": "2", "t": "b"}), (True, False, None, True),
+         "rows in IN (…) were refused as untranslatable"),
+    Case("row_not_in_a_list_of_rows", "ROW(i4, t) NOT IN (ROW(1, 'a'))", ({"i4": "1", "t": "a"}, {"i4": "1"}),
+         (False, None), "a NULL field makes the row comparison NULL"),
     Case("invalid_constant_pattern_after_a_constant_false_in_an_and_is_never_folded",
          "('f'::boolean AND ('a' ~ 'a**')) IS NOT NULL", ({"t": "a"},), (True,),
          "simplify_and_arguments stops at the first constant FALSE"),
@@ -501,6 +507,7 @@ VALIDITY = (
     ("unicode_identifier_with_a_bad_escape", 'U&"\\00" = \'a\'', PublicationError),
     ("unicode_identifier_of_no_column", 'U&"\\0078" = 1', InvalidRowFilterError),
     ("national_string_compared_with_an_integer", "i4 = N'1'", InvalidRowFilterError),
+    ("row_in_a_list_of_longer_rows", "(i4, t) IN ((1, 'a', 3))", InvalidRowFilterError),
 )
 
 
@@ -571,7 +578,6 @@ REFUSALS = (
     ("t ~* '[^a]'", "a negated bracket expression in a case-insensitive match"),
     ("t SIMILAR TO '[[.a.]]%'", "SIMILAR TO with collating elements"),
     ("ROW(ROW(i4), t) IS NULL", "a row inside a row"),
-    ("(i4, t) IN ((1, 'a'))", "a row constructor outside IS [NOT] NULL"),
     ("(i4, t) = ANY (ARRAY[(1, 'a')])", "a row constructor outside IS [NOT] NULL"),
     ("i4 = ANY ('[0:1]={1,2}')", "an array literal with explicit bounds"),
     ("n = ANY ('{1.2345}')", "an array constant with more digits than numeric(12,3)"),
