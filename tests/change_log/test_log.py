@@ -14,21 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
-from airflow_provider_rowfilter.change_log.log import (
+from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError, parse_segment_name, segment_name
+from airflow_provider_rowfilter.change_log.segment_reader import read_segments
+from airflow_provider_rowfilter.change_log.segment_schema import (
     DELETE,
     INSERT,
     SCHEMA,
     TRUNCATE,
     UPDATE,
-    ChangeLog,
-    ChangeLogError,
     ChangeRows,
     LoggedRelation,
-    SegmentWriter,
-    parse_segment_name,
-    read_segments,
-    segment_name,
 )
+from airflow_provider_rowfilter.change_log.segment_writer import SegmentWriter
 from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import decode_changes, message_buffer
 from tests.attacker import as_root_only, reachable_directory, run_as_nobody
@@ -70,7 +67,7 @@ KIND_OF_MESSAGE = {ord("I"): INSERT, ord("U"): UPDATE, ord("D"): DELETE}
 
 
 def fetch(txns, changes, where=None):
-    """:class:`ChangeRows` of one fetch, built as the capture builds them (publisher/capture.py ``_Reader._write``).
+    """:class:`ChangeRows` of one fetch, built as the capture builds them (publisher/change_reader.py ``ChangeReader._write``).
 
     ``changes``: ``(txn index, seq, lsn, relation, message)`` in slot order; a message is an encoded
     INSERT/UPDATE/DELETE, or the options of a TRUNCATE of ``relation``. The images go the capture's
