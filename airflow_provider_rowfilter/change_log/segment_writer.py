@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -19,16 +20,27 @@ from airflow_provider_rowfilter.core.private_files import create_private
 DEFAULT_ROW_GROUP_ROWS = 10_000
 
 
+@dataclass(frozen=True)
+class Hold:
+    """What a writer keeps of its segment in memory: these columns, while it has at most ``changes`` rows."""
+
+    changes: int
+    columns: tuple[str, ...]
+
+
 class SegmentWriter:
     """Write one segment, a row group every ``row_group_rows`` changes so memory stays flat.
 
     Changes come as :class:`ChangeRows` of whole fetches, in slot order (:meth:`append`); the
     capture counts the transactions they complete (:meth:`end_transactions`) and checks that the
     slot's output ends at a commit (publisher/capture.py ``_read_slot``).
+
+    ``hold``: also keep the segment's rows in memory (those columns of them), for a reducer in the same process
+    to take instead of reading the file back (:attr:`held`); given up, and nothing held, past ``hold.changes``.
     """
 
     def __init__(self, log: ChangeLog, start_lsn: int, *, row_group_rows: int = DEFAULT_ROW_GROUP_ROWS,
-                 metadata: dict[str, str] | None = None) -> None:
+                 metadata: dict[str, str] | None = None, hold: Hold | None = None) -> None:
         if row_group_rows < 1:
             raise ChangeLogError(f"row_group_rows={row_group_rows!r} must be at least 1")
         self.log = log
@@ -42,10 +54,19 @@ class SegmentWriter:
         self._pending: list[pa.Table] = []  # changes not yet written, in order
         self._pending_rows = 0
         self._spans: dict[tuple, RelationSpan] = {}  # the relations the segment holds (its metadata)
+        self._hold = hold
+        self._held: list[pa.Table] | None = [] if hold is not None else None  # the rows kept, in order
+        self.held: pa.Table | None = None  # after finish: exactly the rows of the segment published, when kept
 
     def append(self, rows: ChangeRows) -> None:
         """Append a fetch's changes (see :class:`ChangeRows`); full row groups are written at once."""
-        self._pending.append(rows.table())
+        table = rows.table()
+        self._pending.append(table)
+        if self._held is not None and self._hold is not None:
+            if self.rows + rows.count > self._hold.changes:
+                self._held = None  # too large to keep: the reducer reads the segment back
+            else:
+                self._held.append(table.select(list(self._hold.columns)))
         self._note_relations(rows)
         self._pending_rows += rows.count
         self.rows += rows.count
@@ -106,10 +127,16 @@ class SegmentWriter:
         }, sort_keys=True)})
         self._writer.close()
         self._writer = None
-        return self.log.publish_segment(self.temp, self.start_lsn, end_lsn)
+        segment = self.log.publish_segment(self.temp, self.start_lsn, end_lsn)
+        if self._held is not None and self.rows:
+            # the tables written into the file, in order: what a reader of the published segment gets
+            self.held = pa.concat_tables(self._held)
+        self._held = None
+        return segment
 
     def abort(self) -> None:
         """Drop what was written; the temporary file never becomes a segment."""
+        self._held = self.held = None
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 self._writer.close()

@@ -35,15 +35,16 @@ from __future__ import annotations
 import codecs
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import psycopg
+import pyarrow as pa
 
 from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.identity import LogNeeds, ServerOrigin
 from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError
 from airflow_provider_rowfilter.change_log.segment_schema import KINDS
-from airflow_provider_rowfilter.change_log.segment_writer import DEFAULT_ROW_GROUP_ROWS, SegmentWriter
+from airflow_provider_rowfilter.change_log.segment_writer import DEFAULT_ROW_GROUP_ROWS, Hold, SegmentWriter
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
@@ -100,14 +101,18 @@ class CaptureResult:
     lag_seconds: float | None = None  # now - commit time of the last transaction captured
     seconds: float = 0.0
     changes_per_second: float | None = None
+    #: the segment's rows in memory, exactly those of the file published (change_log/segment_writer.py ``Hold``),
+    #: when the capture was asked to hold them and the segment is small enough; not part of the summary
+    held: pa.Table | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) if f.name != "changes_by_kind" else dict(self.changes_by_kind)
+                for f in fields(self) if f.name != "held"}
 
 
 def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, upto_lsn: str | None = None,
             row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, fetch_rows: int = DEFAULT_FETCH_ROWS,
-            needs: LogNeeds | None = None) -> CaptureResult:
+            needs: LogNeeds | None = None, hold: Hold | None = None) -> CaptureResult:
     """Capture one bounded batch of the subscription's slot into its change log.
 
     :param max_changes: the batch ends at the first commit at which the slot has returned this many
@@ -118,6 +123,9 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     :param fetch_rows: slot rows fetched from the server-side cursor at once.
     :param needs: what the subscriber needs of the log (subscriber/state.py ``StateStore.log_needs``); see
         :func:`_check_log`.
+    :param hold: keep the segment's rows (those columns) in memory too, for a reducer of this process
+        (``result.held``); only for a segment the publisher filtered (``filtering: source``), whose reduction
+        runs here (apply/reducers.py).
     :raises ChangeLogError: the log misses changes the subscriber needs; nothing was read or advanced.
     """
     if max_changes < 1:
@@ -147,7 +155,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         names = _publication_names(pub, spec, mode)
         writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
             "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode,
-            "publisher": origin.as_dict()})
+            "publisher": origin.as_dict()}, hold=hold if mode == "source" else None)
         result.filtering = mode
         try:
             batch = _read_slot(pub, writer, slot, ",".join(_quoted(n) for n in names), max_changes=max_changes,
@@ -171,6 +179,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
             _advance(pub, slot, target)
         result.end_lsn = format_lsn(target)
         result.segment = str(segment.path) if segment else None
+        result.held = writer.held if segment else None
         result.transactions = writer.transactions
         result.changes = writer.rows
         result.changes_by_kind = {KINDS[k]: n for k, n in sorted(batch.kinds.items())}

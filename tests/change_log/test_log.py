@@ -25,7 +25,7 @@ from airflow_provider_rowfilter.change_log.segment_schema import (
     ChangeRows,
     LoggedRelation,
 )
-from airflow_provider_rowfilter.change_log.segment_writer import SegmentWriter
+from airflow_provider_rowfilter.change_log.segment_writer import Hold, SegmentWriter
 from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import decode_changes, message_buffer
 from tests.attacker import as_root_only, reachable_directory, run_as_nobody
@@ -134,6 +134,34 @@ def test_rows_of_a_transaction_span_row_groups_and_fetches_with_their_transactio
         (300, TS.replace(microsecond=123457), 8, None, 1, 260, "truncate", abc, [True, False, False], None, None,
          None, None, True, True),
     ]
+
+
+def test_a_held_segment_is_in_memory_exactly_what_its_file_holds_and_nothing_past_the_limit(tmp_path):
+    """What a capture hands a reducer of its own process instead of the file read back (change_log/segment_writer.py
+    ``Hold``): the same rows, columns and order as the published segment; nothing held past the limit or on abort."""
+    log, txn = ChangeLog(tmp_path), (200, TS_US, 7, None)
+    columns = ("commit_lsn", "seq", "lsn", "kind", "column_names", "new_values", "new_unchanged", "old_kind",
+               "old_values", "truncate_restart_identity")
+    rows = [(0, i, 150 + i, T1, insert(tup(str(i), "x"))) for i in range(5)]
+    held = {}
+    for limit in (5, 4):
+        writer = SegmentWriter(log, 100 + limit, row_group_rows=2, hold=Hold(limit, columns))
+        writer.append(fetch([txn], rows[:3]))
+        writer.append(fetch([txn], rows[3:] + [(0, 5, 160, T1, 3)]))  # past a limit of 4 once this fetch is in
+        segment = writer.finish(400)
+        held[limit] = writer.held
+    assert held[4] is None
+    assert held[5] is None  # 6 rows: the TRUNCATE is a row too
+    writer = SegmentWriter(log, 50, row_group_rows=2, hold=Hold(6, columns))
+    writer.append(fetch([txn], rows[:3]))
+    writer.append(fetch([txn], rows[3:] + [(0, 5, 160, T1, 3)]))
+    segment = writer.finish(100)
+    assert writer.held.schema == pq.read_schema(segment.path).empty_table().select(list(columns)).schema
+    assert writer.held.combine_chunks().equals(pq.read_table(segment.path, columns=list(columns)).combine_chunks())
+    aborted = SegmentWriter(log, 400, hold=Hold(6, columns))
+    aborted.append(fetch([txn], rows[:1]))
+    aborted.abort()
+    assert aborted.held is None
 
 
 def test_an_empty_range_gets_an_empty_segment_and_no_range_gets_none(tmp_path):
