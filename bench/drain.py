@@ -51,6 +51,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -160,6 +161,14 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
                  *(["bench_ours_s3"] if args.s3 else []))
     for name in databases:
         create_database(admin, name)
+    if args.decoding_work_mem:  # every decoding session's (native's walsender, pglogical's, our capture's)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET logical_decoding_work_mem = {}").format(
+                psycopg.sql.Literal(args.decoding_work_mem)))
+            conn.execute("SELECT pg_reload_conf()")
+        with psycopg.connect(pub) as conn:  # a new session: what the capture's and the walsenders' get
+            print(f"logical_decoding_work_mem {conn.execute('SHOW logical_decoding_work_mem').fetchone()[0]}",
+                  flush=True)
     init_s = publisher_setup(cluster, "bench_pub", args.scale)
     for name in databases[1:]:
         subscriber_setup(cluster, name)
@@ -272,6 +281,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "pglogical_cpu_seconds": pgl_cpu, "pglogical_copy_seconds": pgl_copy, "load_average_pglogical": load_pgl,
             "decoder": decoder(), "workload": args.workload, "phases_seconds": phases,
             "before_arrow_fold": args.before_arrow_fold, "read_back": args.read_back,
+            "logical_decoding_work_mem": args.decoding_work_mem,
             "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
@@ -287,6 +297,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=("pgbench", "update"), default="pgbench",
                    help="pgbench for --seconds (default), or ONE transaction updating every published account")
     p.add_argument("--phases", action="store_true", help="ours in this process, timed by phase")
+    p.add_argument("--decoding-work-mem", metavar="SIZE",
+                   help="logical_decoding_work_mem for every decoding session (ALTER SYSTEM; default the server's, "
+                   "64MB): a transaction larger is spilled to disk and read back by each of them")
     p.add_argument("--read-back", action="store_true",
                    help="with --phases: the reducer reads each segment back from the log, as before the capture "
                    "handed its rows over (apply/capture_ahead.py HOLD)")
