@@ -4,9 +4,11 @@ The capture reads the slot with ``pg_logical_slot_peek_binary_changes`` (publish
 decodes in the capture's own session and returns its first row only once everything it returns is
 decoded. A transaction whose changes exceed ``logical_decoding_work_mem`` is spilled to disk under
 ``pg_replslot/`` and read back at its commit (reorderbuffer.c ``ReorderBufferSerializeTXN``). This
-times the function alone (counted on the server: nothing crosses the wire) over one transaction
-updating ``--rows`` rows of a pgbench-accounts-like table, alternating the session's
-``logical_decoding_work_mem`` between the given sizes, ``--repeat`` times each. Not part of the test suite.
+times the function over one transaction updating ``--rows`` rows of a pgbench-accounts-like table,
+alternating the session's ``logical_decoding_work_mem`` between the given sizes, ``--repeat`` times
+each: alone (counted on the server: nothing crosses the wire), then as the capture reads it (a binary
+server-side cursor, 10,000 rows a fetch; the first fetch waits for the whole decoding). Not part of the
+test suite.
 
     python bench/decoding_spill.py                          # 1,000,000 rows, 64MB against 1GB, 2 rounds
     python bench/decoding_spill.py --rows 300000 --sizes 64MB,256MB,1GB
@@ -29,8 +31,22 @@ from apply import ROOT, load_average  # noqa: E402  (bench/apply.py: the shared 
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
-COUNT = ("SELECT count(*), sum(length(data)) FROM pg_logical_slot_peek_binary_changes('s', NULL, NULL, "
-         "'proto_version', '1', 'publication_names', 'p')")
+CHANGES = ("pg_logical_slot_peek_binary_changes('s', NULL, NULL, 'proto_version', '1', "
+           "'publication_names', 'p')")
+COUNT = f"SELECT count(*), sum(length(data)) FROM {CHANGES}"
+FETCH = f"SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM {CHANGES}"
+
+
+def fetched(dsn: str, size: str) -> tuple[float, float]:
+    """Seconds to read the slot as the capture does (publisher/capture.py ``_read_slot``), and to the first fetch."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(psycopg.sql.SQL("SET logical_decoding_work_mem = {}").format(psycopg.sql.Literal(size)))
+        began, first = time.monotonic(), None
+        with conn.transaction(), conn.cursor("capture", binary=True) as cursor:
+            cursor.execute(FETCH)
+            while cursor.fetchmany(10_000):
+                first = first or time.monotonic() - began
+        return time.monotonic() - began, first or 0.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     sizes = args.sizes.split(",")
     timings: dict[str, list[float]] = {s: [] for s in sizes}
+    cursor: dict[str, list[tuple[float, float]]] = {s: [] for s in sizes}
     with LocalPostgres.start() as pg, psycopg.connect(pg.dsn(), autocommit=True) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         conn.execute("CREATE TABLE accounts (aid int PRIMARY KEY, abalance int, filler char(84))")
@@ -55,9 +72,12 @@ def main(argv: list[str] | None = None) -> int:
                 began = time.monotonic()
                 messages, size_bytes = conn.execute(COUNT).fetchone()
                 timings[size].append(time.monotonic() - began)
-                print(f"logical_decoding_work_mem {size}: {timings[size][-1]:.2f} s, {messages:,} messages, "
-                      f"{size_bytes / 2**20:,.0f} MiB; load average {load_average()}", flush=True)
-    result = {"rows": args.rows, "postgres": version, "seconds": timings, "load_average": load_average(),
+                cursor[size].append(fetched(pg.dsn(), size))
+                print(f"logical_decoding_work_mem {size}: alone {timings[size][-1]:.2f} s, {messages:,} messages, "
+                      f"{size_bytes / 2**20:,.0f} MiB; through the cursor {cursor[size][-1][0]:.2f} s (first fetch "
+                      f"{cursor[size][-1][1]:.2f} s); load average {load_average()}", flush=True)
+    result = {"rows": args.rows, "postgres": version, "seconds": timings, "cursor_seconds_and_first_fetch": cursor,
+              "load_average": load_average(),
               "date": time.strftime("%Y-%m-%d %H:%M")}
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written to {args.out}")
