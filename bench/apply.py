@@ -274,11 +274,17 @@ class PhaseTimer:
         self._wrap(batch_transaction, "stage_locally", "stage_copy")  # into the batch transaction's own stage
         # Inside the capture: the slot's rows turned into the segment's columns (the decoder), the Parquet
         # row groups written; the rest of the capture is the wait for the slot function and the fetches.
-        from airflow_provider_rowfilter.change_log import log as change_log
+        from airflow_provider_rowfilter.change_log import segment_writer
         from airflow_provider_rowfilter.publisher import capture as capture_module
+        from airflow_provider_rowfilter.publisher import change_reader
 
-        self._wrap(capture_module._Reader, "read", "capture: decode")
-        self._wrap(change_log.SegmentWriter, "_write", "capture: parquet")
+        self._wrap(change_reader.ChangeReader, "read", "capture: decode")
+        self._wrap(segment_writer.SegmentWriter, "_write", "capture: parquet")
+        # the slot read whole (the server's decoding, the fetches, decode and Parquet), then the segment's close,
+        # fsync and rename, and the slot's advance: what the capture spends beyond them is its checks
+        self._wrap(capture_module, "_read_slot", "capture: read")
+        self._wrap(segment_writer.SegmentWriter, "finish", "capture: finish")
+        self._wrap(capture_module, "_advance", "capture: advance")
         return self
 
     def uninstall(self) -> None:

@@ -35,6 +35,8 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
         # --phases: ours in this process, timed by phase (bench/apply.py PhaseTimer)
     python bench/drain.py --workload update --scale 6 --phases --before-arrow-fold
         # the same at 300,000 rows, reduced as before apply/arrow_fold.py (by Spark: the "before" of a comparison)
+    python bench/drain.py --workload update --scale 6 --phases --read-back
+        # the reducer reads the segment back from the log instead of taking the capture's rows (the "before")
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import psycopg.sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -125,13 +128,26 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
 
         reducers.COLUMNS_BATCH_CHANGES = reducers.IN_PROCESS_BATCH_CHANGES
         net_effect.reduce_batch = net_effect.reduce_changes
+    if args.read_back:  # before the hand-over: the reducer reads every segment back from the log
+        from airflow_provider_rowfilter.apply import capture_ahead
+
+        capture_ahead.HOLD = None
     timer = PhaseTimer().install()
+    profile = None
+    if args.profile:  # cProfile of this thread (the first batch's capture runs in it; a capture ahead does not)
+        import cProfile
+
+        profile = cProfile.Profile()
+        profile.enable()
     try:
         began = time.monotonic()
         result = apply(spec, **({"max_changes": args.max_changes} if args.max_changes else {}))
         wall = time.monotonic() - began
     finally:
         timer.uninstall()
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(args.profile)
     run = {"wall": wall, "changes": result.changes, "transactions": result.transactions, "batches": result.batches}
     return [run], phase_breakdown([{"phases": timer.take()}], wall)
 
@@ -145,6 +161,14 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
                  *(["bench_ours_s3"] if args.s3 else []))
     for name in databases:
         create_database(admin, name)
+    if args.decoding_work_mem:  # every decoding session's (native's walsender, pglogical's, our capture's)
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(psycopg.sql.SQL("ALTER SYSTEM SET logical_decoding_work_mem = {}").format(
+                psycopg.sql.Literal(args.decoding_work_mem)))
+            conn.execute("SELECT pg_reload_conf()")
+        with psycopg.connect(pub) as conn:  # a new session: what the capture's and the walsenders' get
+            print(f"logical_decoding_work_mem {conn.execute('SHOW logical_decoding_work_mem').fetchone()[0]}",
+                  flush=True)
     init_s = publisher_setup(cluster, "bench_pub", args.scale)
     for name in databases[1:]:
         subscriber_setup(cluster, name)
@@ -256,7 +280,8 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "pglogical_seconds": pgl_s, "ratio_pglogical": None if pgl_s is None else pgl_s / our_s,
             "pglogical_cpu_seconds": pgl_cpu, "pglogical_copy_seconds": pgl_copy, "load_average_pglogical": load_pgl,
             "decoder": decoder(), "workload": args.workload, "phases_seconds": phases,
-            "before_arrow_fold": args.before_arrow_fold,
+            "before_arrow_fold": args.before_arrow_fold, "read_back": args.read_back,
+            "logical_decoding_work_mem": args.decoding_work_mem,
             "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
@@ -272,6 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=("pgbench", "update"), default="pgbench",
                    help="pgbench for --seconds (default), or ONE transaction updating every published account")
     p.add_argument("--phases", action="store_true", help="ours in this process, timed by phase")
+    p.add_argument("--decoding-work-mem", metavar="SIZE",
+                   help="logical_decoding_work_mem for every decoding session (ALTER SYSTEM; default the server's, "
+                   "64MB): a transaction larger is spilled to disk and read back by each of them")
+    p.add_argument("--read-back", action="store_true",
+                   help="with --phases: the reducer reads each segment back from the log, as before the capture "
+                   "handed its rows over (apply/capture_ahead.py HOLD)")
+    p.add_argument("--profile", type=Path, help="with --phases: write cProfile's statistics of our run to this file")
     p.add_argument("--before-arrow-fold", action="store_true",
                    help="with --phases: the reducers before apply/arrow_fold.py (change by change up to 200,000 "
                    "changes, Spark past it)")

@@ -2,7 +2,7 @@
 
 Shared by the judge's tests (tests/spark/test_apply_frames.py) and the fold's truth table, which runs
 through both reducers (tests/apply/test_fold.py). A row is a tuple of :data:`CHANGE_FIELDS` (the change
-log's columns the reducers read, change_log/log.py ``SCHEMA``); :func:`arrow_rows` makes a segment of
+log's columns the reducers read, change_log/segment_schema.py ``SCHEMA``); :func:`arrow_rows` makes a segment of
 them for the in-process reducer, ``spark.createDataFrame(rows, CHANGES)`` a frame for Spark's.
 """
 

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 import psycopg
 
 from airflow_provider_rowfilter.apply.result import ApplyResult, batch_span
-from airflow_provider_rowfilter.change_log.log import (
-    ChangeLog,
-    Segment,
+from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment
+from airflow_provider_rowfilter.change_log.segment_reader import (
     segment_counts,
     segment_filtering,
     segment_identities,
@@ -177,7 +176,7 @@ def _slice(counted: list[tuple[Segment, tuple[int, int]]], max_changes: int) -> 
 
 def _one_filtering(counted: list[tuple[Segment, tuple[int, int]]], end: int
                    ) -> tuple[list[tuple[Segment, tuple[int, int]]], int, str]:
-    """The batch's segments up to the first captured in the other mode (change_log/log.py ``segment_filtering``),
+    """The batch's segments up to the first captured in the other mode (change_log/segment_reader.py ``segment_filtering``),
     the batch's end, and its mode: a batch is judged one way; the next batch takes the rest."""
     if not counted:
         return counted, end, "spark"

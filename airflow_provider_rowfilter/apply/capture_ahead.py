@@ -6,7 +6,10 @@ import contextvars
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from airflow_provider_rowfilter.apply import net_effect
+from airflow_provider_rowfilter.apply.reducers import COLUMNS_BATCH_CHANGES
 from airflow_provider_rowfilter.change_log.identity import LogNeeds
+from airflow_provider_rowfilter.change_log.segment_writer import Hold
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
@@ -15,6 +18,10 @@ from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingErro
 from airflow_provider_rowfilter.subscriber.state import StateStore, slot_lost
 
 log = logging.getLogger(__name__)
+
+#: What a capture keeps in memory of its segment for this process's reducer (apply/reducers.py ``reduce_here``):
+#: the columns the reducers read, of a segment of at most what is reduced in this process.
+HOLD: Hold | None = Hold(COLUMNS_BATCH_CHANGES, net_effect.CHANGE_COLUMNS)
 
 
 class CaptureAhead:
@@ -29,6 +36,11 @@ class CaptureAhead:
     apply writes is whole before the thread reads it and what the capture writes is invisible until it
     is renamed into the log (change_log/log.py), and segments are pruned only while no capture runs, so
     its continuity check never meets a segment being removed.
+
+    Each capture also hands the apply its segment's rows as the writer wrote them into the file
+    (``CaptureResult.held``, change_log/segment_writer.py ``Hold``), so that the reducer of this process takes
+    them instead of reading the segment back; the file stays the durable copy, read by any run that did not
+    capture it (a rerun after a crash between the write and the apply).
     """
 
     def __init__(self, spec: SubscriptionSpec, store: StateStore, max_changes: int) -> None:
@@ -73,4 +85,4 @@ class CaptureAhead:
 
     def _capture(self, target: int | None, needs: LogNeeds) -> CaptureResult:
         return capture(self.spec, max_changes=self.max_changes,
-                       upto_lsn=None if target is None else format_lsn(target), needs=needs)
+                       upto_lsn=None if target is None else format_lsn(target), needs=needs, hold=HOLD)

@@ -59,6 +59,7 @@ from airflow_provider_rowfilter.subscriber.state import (
 )
 
 if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to apply
+    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
@@ -147,6 +148,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                 result.target_lsn = None if target is None else format_lsn(target)
                 captured_all = not capture_first
                 first = None
+                held: dict[str, pa.Table] = {}  # the rows of the segments this run captured, not yet applied
                 while True:
                     batch = ApplyResult(spec.subscription)
                     batches.append(batch)
@@ -157,6 +159,8 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                         if held_back:
                             _prune(change_log, store)
                         batch.capture = captured.summary()
+                        if captured.held is not None and captured.segment is not None:
+                            held[captured.segment] = captured.held
                         batch.lag_bytes, batch.lag_seconds = captured.lag_bytes, captured.lag_seconds
                         # Not cut by the bound, or the slot at the target: every transaction committed before
                         # it is in the log (the slot returns them in commit order). The second half stops a run
@@ -165,7 +169,7 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                         if not captured_all and (time_budget is None or time.monotonic() - began < time_budget):
                             ahead.start(target)  # the next batch's capture, while this one is applied
                     applied_all = _apply_batch(spec, sub, store, change_log, batch, spark, batch_began, max_changes,
-                                               prune=not ahead.running)
+                                               prune=not ahead.running, held=held)
                     result.add(batch)
                     if captured_all and applied_all:
                         result.drained = True
@@ -194,18 +198,19 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
 
 def _apply_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStore, change_log: ChangeLog,
                  result: ApplyResult, spark: SparkOnDemand, began: float, max_changes: int, *,
-                 prune: bool = True) -> bool:
+                 prune: bool = True, held: dict[str, pa.Table] | None = None) -> bool:
     """One batch, planned, reduced and committed: a slice of the log past the tables' positions, applied in
     one subscriber transaction.
 
     Returns whether the batch reached the log's end (False: more of the log is due). ``prune`` False:
-    the segments it applied stay until no capture runs (apply/capture_ahead.py).
+    the segments it applied stay until no capture runs (apply/capture_ahead.py). ``held``: the rows of segments this
+    run captured, by path (apply/reducers.py ``reduce_here``); those the batch applied are dropped from it.
     """
     batch = plan_batch(spec, sub, store, store.require_subscription(), change_log, result, max_changes)
     if batch is None:
         return True
     while True:
-        staged = reduce(spec, sub, batch, result, spark)
+        staged = reduce(spec, sub, batch, result, spark, held)
         try:
             commit_batch(spec, sub, store, batch, staged, result, began)
             break
@@ -213,6 +218,8 @@ def _apply_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
             if e.targets <= batch.exact:
                 raise
             batch.exact = batch.exact | e.targets
+    for path in batch.paths if held is not None else ():
+        held.pop(path, None)
     result.states = {str(r.table): r.state.value for r in store.tables()}
     if prune:
         _prune(change_log, store)

@@ -40,7 +40,7 @@ from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, 
 from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
-#: The change log's columns the reduction reads (change_log/log.py ``SCHEMA``).
+#: The change log's columns the reduction reads (change_log/segment_schema.py ``SCHEMA``).
 CHANGE_COLUMNS = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_identity", "column_names",
                   "new_values", "new_unchanged", "old_kind", "old_values", "truncate_restart_identity")
 # Read per row; the columns' names and the TOASTed flags are read per layout and for the rows that have one.

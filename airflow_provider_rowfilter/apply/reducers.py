@@ -17,6 +17,7 @@ or transformed, which columns each table is sent, which tables need phases) and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -91,11 +92,12 @@ class Staged:
 
 
 def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, result: ApplyResult,
-           spark: SparkOnDemand) -> Staged:
+           spark: SparkOnDemand, held: Mapping[str, pa.Table] | None = None) -> Staged:
     """Reduce the batch's changes to their net effect per key, checked against its tables, and stage them.
 
     Clears what earlier attempts of the subscription left in the stage first. Records in ``result`` the
-    batch's segments, transactions and changes.
+    batch's segments, transactions and changes. ``held``: segments' rows this process captured and still holds,
+    by path (:func:`reduce_here`).
 
     :raises ApplyTargetError: a table is sent a column it lacks, or an UPDATE or DELETE it has no key for.
     :raises SparkNeeded: the batch needs Spark and the run may not start it.
@@ -105,7 +107,7 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
     if batch.plan is None:
         return staged
     changes = batch.logged_changes
-    reduced = reduce_here(batch, staged.token) if batch.filtering == "source" else None
+    reduced = reduce_here(batch, staged.token, held) if batch.filtering == "source" else None
     if reduced is not None:
         # staged by the batch's own transaction (apply/batch_transaction.py): written once, where it is applied
         facts, staged.rows = reduced
@@ -136,15 +138,23 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
     return staged
 
 
-def reduce_here(batch: BatchPlan, token: str) -> tuple[BatchFacts, pa.Table] | None:
+def reduce_here(batch: BatchPlan, token: str, held: Mapping[str, pa.Table] | None = None
+                ) -> tuple[BatchFacts, pa.Table] | None:
     """A batch pgoutput judged, reduced in this process without Spark: one of at most
     :data:`IN_PROCESS_BATCH_CHANGES` changes always (apply/net_effect.py), one of at most
-    :data:`COLUMNS_BATCH_CHANGES` when its keys allow it (apply/arrow_fold.py); else None."""
+    :data:`COLUMNS_BATCH_CHANGES` when its keys allow it (apply/arrow_fold.py); else None.
+
+    A segment this process captured is taken from ``held`` (by its path: the capture's
+    ``CaptureResult.held``, the rows it wrote into that very file), not read back; any other is read from the log.
+    """
     assert batch.plan is not None
     changes = batch.logged_changes
     if changes > COLUMNS_BATCH_CHANGES:
         return None
-    segments = [pq.read_table(path, columns=list(net_effect.CHANGE_COLUMNS)) for path in batch.paths]
+    held = held or {}
+    segments = [held[path] if path in held and held[path].num_rows == count
+                else pq.read_table(path, columns=list(net_effect.CHANGE_COLUMNS))
+                for path, (_, count) in zip(batch.paths, batch.logged, strict=True)]
     if changes <= IN_PROCESS_BATCH_CHANGES:
         return net_effect.reduce_batch(segments, batch.plan, token, batch.exact)
     if batch.exact:  # judged change by change: only the walk above does that (and Spark)

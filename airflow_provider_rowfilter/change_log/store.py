@@ -41,9 +41,9 @@ from airflow_provider_rowfilter.change_log.log import (
     ChangeLogError,
     Segment,
     parse_segment_name,
-    read_metadata,
     segment_name,
 )
+from airflow_provider_rowfilter.change_log.segment_reader import read_metadata
 from airflow_provider_rowfilter.core.log_location import LogLocation
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec

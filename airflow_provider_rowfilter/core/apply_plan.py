@@ -440,7 +440,7 @@ def check_identities(plan: ApplyPlan, epochs: Epochs, read_spans: Callable[[], S
     judged anyway they would diverge silently. PostgreSQL refuses such a change where it is made;
     the apply refuses it where it is judged, with PostgreSQL's message.
 
-    ``read_spans`` (the batch's UPDATEs and DELETEs by identity, change_log/log.py ``segment_identities``) is
+    ``read_spans`` (the batch's UPDATEs and DELETEs by identity, change_log/segment_reader.py ``segment_identities``) is
     called only when some table's definitions read an old row: an UPDATE or DELETE filter, or a column list.
 
     :raises RelationChangedError: the first such change in commit order.

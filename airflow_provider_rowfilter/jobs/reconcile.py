@@ -117,7 +117,7 @@ def reconcile(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None,
             try:
                 result.tables.append(job.table(rel))
             except Exception as e:  # recorded on the table; the other tables go on
-                from airflow_provider_rowfilter.jobs.snapshot import describe
+                from airflow_provider_rowfilter.jobs.table_copy import describe
 
                 message = describe(e)
                 log.error("%s: reconcile failed: %s", rel.table, message)

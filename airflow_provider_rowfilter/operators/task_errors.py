@@ -25,7 +25,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 F = TypeVar("F", bound=Callable[..., Any])
 _COMMAND = re.compile(r"`rowfilter (?P<command>[a-z-]+)(?P<args>[^`]*)`")
-#: The DAG of each command (dag_factory.py ``DAG_KINDS``), and how its options become the DAG's parameters.
+#: The DAG of each command (dag_factory/settings.py ``DAG_KINDS``), and how its options become the DAG's parameters.
 _DAG_OF = {"skip": "skip_transaction", "resync": "resync_tables", "drop": "drop_subscription", "refresh": "refresh",
            "snapshot": "refresh"}
 

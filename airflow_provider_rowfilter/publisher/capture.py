@@ -6,8 +6,8 @@ built-in pgoutput plugin) with a server-side cursor, through the subscription's 
 subscriber) or our unfiltered capture publications (``spark``: the apply judges); the segment's
 metadata records which (``filtering``), so the apply knows how its changes were captured. A fetch at a
 time, the INSERT, UPDATE and DELETE messages of a fetch are decoded together into
-columns (publisher/pgoutput_columns.py), the few others one by one, and the rows go to a
-:class:`~airflow_provider_rowfilter.change_log.log.SegmentWriter` that writes row groups as they
+columns (publisher/change_reader.py, publisher/pgoutput_columns.py), the few others one by one, and the rows go to a
+:class:`~airflow_provider_rowfilter.change_log.segment_writer.SegmentWriter` that writes row groups as they
 fill: the driver holds one fetch and one row group, however large the backlog. The slot function
 returns whole transactions in commit order.
 
@@ -35,47 +35,21 @@ from __future__ import annotations
 import codecs
 import logging
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
-from functools import cached_property
-from typing import NoReturn
+from dataclasses import dataclass, field, fields
 
-import numpy as np
 import psycopg
+import pyarrow as pa
 
 from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.identity import LogNeeds, ServerOrigin
-from airflow_provider_rowfilter.change_log.log import (
-    DEFAULT_ROW_GROUP_ROWS,
-    DELETE,
-    INSERT,
-    KINDS,
-    TRUNCATE,
-    UPDATE,
-    ChangeLog,
-    ChangeLogError,
-    ChangeRows,
-    LoggedRelation,
-    SegmentWriter,
-)
+from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError
+from airflow_provider_rowfilter.change_log.segment_schema import KINDS
+from airflow_provider_rowfilter.change_log.segment_writer import DEFAULT_ROW_GROUP_ROWS, Hold, SegmentWriter
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.pgoutput import (
-    POSTGRES_EPOCH,
-    POSTGRES_EPOCH_UNIX_MICROS,
-    Begin,
-    Commit,
-    Origin,
-    PgOutputError,
-    RelationMessage,
-    Truncate,
-    Type,
-    decode_message,
-    pg_timestamp,
-)
+from airflow_provider_rowfilter.core.pgoutput import PgOutputError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher import pgoutput_columns
 from airflow_provider_rowfilter.publisher.capture_objects import (
@@ -85,14 +59,8 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
     capture_publications,
     invalidated_error,
 )
+from airflow_provider_rowfilter.publisher.change_reader import Batch, ChangeReader, TypeNames
 from airflow_provider_rowfilter.publisher.failover import ORIGIN_COLUMNS, check_lineage, origin_of
-from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
-from airflow_provider_rowfilter.publisher.pgoutput_columns import (
-    ChangeColumns,
-    Irregular,
-    decode_changes,
-    join_rows,
-)
 from airflow_provider_rowfilter.publisher.slot_health import WAL_END, WAL_NOW, read_retention, read_slot
 from airflow_provider_rowfilter.publisher.writer_lock import writer_lock
 
@@ -103,9 +71,6 @@ PROTO_VERSION = "1"
 
 _PEEK = ("SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM pg_logical_slot_peek_binary_changes("
          "%s, %s::pg_lsn, %s, 'proto_version', %s, 'publication_names', %s{origin})")
-_CHANGE_CODES = (pgoutput_columns.INSERT, pgoutput_columns.UPDATE, pgoutput_columns.DELETE)
-_KIND_OF_CODE = np.zeros(256, np.int8)  # a change message's first byte -> its kind in the log
-_KIND_OF_CODE[list(_CHANGE_CODES)] = INSERT, UPDATE, DELETE
 # The SQL interface runs the output functions in our session, so its settings shape the text form of
 # dates, times, intervals, floats and bytea. Pinned to what a native subscriber's walsender uses
 # (libpqwalreceiver sends the first three), plus hex bytea and UTC, so the log never depends on the
@@ -136,14 +101,18 @@ class CaptureResult:
     lag_seconds: float | None = None  # now - commit time of the last transaction captured
     seconds: float = 0.0
     changes_per_second: float | None = None
+    #: the segment's rows in memory, exactly those of the file published (change_log/segment_writer.py ``Hold``),
+    #: when the capture was asked to hold them and the segment is small enough; not part of the summary
+    held: pa.Table | None = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) if f.name != "changes_by_kind" else dict(self.changes_by_kind)
+                for f in fields(self) if f.name != "held"}
 
 
 def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, upto_lsn: str | None = None,
             row_group_rows: int = DEFAULT_ROW_GROUP_ROWS, fetch_rows: int = DEFAULT_FETCH_ROWS,
-            needs: LogNeeds | None = None) -> CaptureResult:
+            needs: LogNeeds | None = None, hold: Hold | None = None) -> CaptureResult:
     """Capture one bounded batch of the subscription's slot into its change log.
 
     :param max_changes: the batch ends at the first commit at which the slot has returned this many
@@ -154,6 +123,9 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     :param fetch_rows: slot rows fetched from the server-side cursor at once.
     :param needs: what the subscriber needs of the log (subscriber/state.py ``StateStore.log_needs``); see
         :func:`_check_log`.
+    :param hold: keep the segment's rows (those columns) in memory too, for a reducer of this process
+        (``result.held``); only for a segment the publisher filtered (``filtering: source``), whose reduction
+        runs here (apply/reducers.py).
     :raises ChangeLogError: the log misses changes the subscriber needs; nothing was read or advanced.
     """
     if max_changes < 1:
@@ -183,7 +155,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         names = _publication_names(pub, spec, mode)
         writer = SegmentWriter(change_log, confirmed, row_group_rows=row_group_rows, metadata={
             "subscription": spec.subscription, "slot": slot, "publication": ",".join(names), "filtering": mode,
-            "publisher": origin.as_dict()})
+            "publisher": origin.as_dict()}, hold=hold if mode == "source" else None)
         result.filtering = mode
         try:
             batch = _read_slot(pub, writer, slot, ",".join(_quoted(n) for n in names), max_changes=max_changes,
@@ -207,6 +179,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
             _advance(pub, slot, target)
         result.end_lsn = format_lsn(target)
         result.segment = str(segment.path) if segment else None
+        result.held = writer.held if segment else None
         result.transactions = writer.transactions
         result.changes = writer.rows
         result.changes_by_kind = {KINDS[k]: n for k, n in sorted(batch.kinds.items())}
@@ -264,20 +237,12 @@ def _check_log(change_log: ChangeLog, slot: str, confirmed: int, logged: int | N
         raise
 
 
-@dataclass
-class _Batch:
-    messages: int = 0
-    end_lsn: int | None = None
-    last_commit_ts: datetime | None = None
-    kinds: Counter = field(default_factory=Counter)
-
-
 def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, publication_names: str, *,
                max_changes: int, upto_lsn: int | None, fetch_rows: int, mode: str = "spark",
-               needs: LogNeeds | None = None, origin: str | None = None) -> _Batch:
+               needs: LogNeeds | None = None, origin: str | None = None) -> Batch:
     """Stream the slot's pending transactions into ``writer``, a fetch at a time; ``origin`` is pgoutput's option
     (None: not sent, a publisher before 16)."""
-    reader = _Reader(writer, _TypeNames(pub), _python_encoding(pub))
+    reader = ChangeReader(writer, TypeNames(pub), _python_encoding(pub))
     try:
         with pub.transaction(), pub.cursor("rowfilter_capture", binary=True) as cursor:
             cursor.execute(_PEEK.format(origin="" if origin is None else ", 'origin', %s"),
@@ -310,314 +275,6 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
     if reader.txn is not None:
         raise PgOutputError(f"the slot's output ended inside transaction {reader.txn[2]}")
     return reader.batch
-
-
-class _Datas:
-    """The messages of a fetch's rows, one by one (for those decoded one by one), without a list of them."""
-
-    def __init__(self, rows: list[tuple[int, bytes]]) -> None:
-        self.rows = rows
-
-    def __getitem__(self, i: int) -> bytes:
-        return self.rows[i][1]
-
-
-@dataclass
-class _Fetch:
-    """One fetch of slot rows: the messages joined in one buffer (publisher/pgoutput_columns.py)."""
-
-    datas: _Datas | list[bytes]
-    lsns: np.ndarray
-    buffer: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-
-    @cached_property
-    def kinds(self) -> np.ndarray:
-        """Each message's first byte (read once no message is empty)."""
-        return self.buffer[self.starts]
-
-    @cached_property
-    def is_change(self) -> np.ndarray:
-        return np.isin(self.kinds, _CHANGE_CODES)
-
-    @cached_property
-    def changes(self) -> np.ndarray:
-        """Positions of the INSERT, UPDATE and DELETE messages."""
-        return np.flatnonzero(self.is_change)
-
-
-@dataclass
-class _Walk:
-    """What the messages of a fetch other than changes say about the changes between them."""
-
-    #: the fetch's transactions (commit_lsn, commit time in µs, xid, origin); the open one first
-    txns: list[tuple[int, int, int, str | None]]
-    #: the relations known before the fetch, by oid
-    prior: dict[int, LoggedRelation]
-    #: runs of changes: first change, length, transaction, first seq, how many Relation messages came before
-    runs: list[tuple[int, int, int, int, int]] = field(default_factory=list)
-    #: truncated relations: message position, place in the message, relation, seq, transaction, options
-    truncates: list[tuple[int, int, LoggedRelation, int, int, int]] = field(default_factory=list)
-    #: the fetch's Relation messages by oid, each with its number among them
-    announced: dict[int, list[tuple[int, LoggedRelation]]] = field(default_factory=dict)
-    transactions: int = 0  # committed in the fetch, with at least one change
-
-
-class _Reader:
-    """Turns fetches of slot rows into change-log rows, keeping what spans fetches (relations, open transaction).
-
-    INSERT, UPDATE and DELETE messages (nearly all) are decoded together, as columns
-    (publisher/pgoutput_columns.py); the others one by one, in order, by
-    :func:`~airflow_provider_rowfilter.core.pgoutput.decode_message`. Between two of those others
-    lies a *run* of changes: one transaction, one set of relations.
-    """
-
-    def __init__(self, writer: SegmentWriter, types: _TypeNames, encoding: str) -> None:
-        self.writer = writer
-        self.types = types
-        self.encoding = encoding
-        self.relations: dict[int, LoggedRelation] = {}
-        self.txn: tuple[int, int, int, str | None] | None = None  # commit_lsn, commit time (µs), xid, origin
-        self.seq = 0  # changes so far in the open transaction
-        self.batch = _Batch()
-
-    def read(self, rows: list[tuple[int, bytes]]) -> None:
-        buffer, lsns, starts, ends = join_rows(rows)
-        fetch = _Fetch(_Datas(rows), lsns, buffer, starts, ends)
-        self.batch.messages += len(rows)
-        if (ends == starts).any():
-            self._refuse(fetch, np.flatnonzero(ends == starts))
-        walk = self._walk(fetch)
-        self.writer.end_transactions(walk.transactions)
-        if len(fetch.changes) == 0 and not walk.truncates:
-            return
-        try:
-            decoded = decode_changes(buffer, starts[fetch.changes], ends[fetch.changes])
-        except Irregular:
-            self._refuse(fetch, fetch.changes)
-        self._write(fetch, walk, decoded)
-
-    def _walk(self, fetch: _Fetch) -> _Walk:
-        """Decode the messages other than changes in order; each stretch of changes between two of them is a run."""
-        return self._walk_transactions(fetch) or self._walk_each(fetch)
-
-    def _walk_transactions(self, fetch: _Fetch) -> _Walk | None:
-        """:meth:`_walk_each`'s result for the usual fetch, whose only other messages are the transactions'
-        Begin and Commit, well formed and in turn: decoded together, as columns (nearly half a pgbench
-        fetch's messages; one by one they were a fifth of the capture's time). None for any other fetch,
-        which is left to :meth:`_walk_each` (it names what is wrong), with nothing changed."""
-        others = np.flatnonzero(~fetch.is_change)
-        kinds, sizes = fetch.kinds[others], fetch.ends[others] - fetch.starts[others]
-        is_begin = kinds == pgoutput_columns.BEGIN
-        # In turn: Commit first when a transaction is open, then Begin, Commit, Begin, …
-        if not ((is_begin == (np.arange(len(others)) % 2 == (self.txn is not None))).all()
-                and (kinds[~is_begin] == pgoutput_columns.COMMIT).all()
-                and (sizes[is_begin] == pgoutput_columns.BEGIN_SIZE).all()
-                and (sizes[~is_begin] == pgoutput_columns.COMMIT_SIZE).all()):
-            return None
-        starts = fetch.starts[others]
-        try:
-            b = pgoutput_columns.decode_bounds(fetch.buffer, starts[is_begin], starts[~is_begin])
-        except Irregular:
-            return None
-        opened = [] if self.txn is None else [self.txn]
-        if not opened and not len(others):
-            return None  # changes and no transaction at all
-        txns = opened + list(zip(b.final_lsn.tolist(), (b.begin_ts + POSTGRES_EPOCH_UNIX_MICROS).tolist(), b.xid.tolist(),
-                                 [None] * len(b.xid), strict=True))
-        if [t[0] for t in txns[:len(b.commit_lsn)]] != b.commit_lsn.tolist():
-            return None  # a Commit that does not close the open transaction
-        # The changes between two of these messages (and before the first, after the last): inside a
-        # transaction when the message before them is a Begin (or, for the first, one is open).
-        cuts = np.searchsorted(fetch.changes, others)
-        firsts = np.concatenate([[0], cuts])
-        counts = np.diff(np.concatenate([firsts, [len(fetch.changes)]]))
-        inside = np.arange(len(counts)) % 2 == (0 if opened else 1)
-        if counts[~inside].any():
-            return None  # a change outside a transaction
-        walk = _Walk(txns=txns, prior=dict(self.relations))
-        in_txn = counts[inside].tolist()  # changes per transaction, in order
-        seq0 = [self.seq if opened else 0] + [0] * (len(in_txn) - 1)
-        walk.runs = [(first, n, t, s, 0) for t, (first, n, s) in
-                     enumerate(zip(firsts[inside].tolist(), in_txn, seq0, strict=True)) if n]
-        totals = [n + s for n, s in zip(in_txn, seq0, strict=True)]
-        walk.transactions = sum(1 for n in totals[:len(b.commit_lsn)] if n)
-        if len(b.commit_lsn):
-            self.batch.end_lsn, self.batch.last_commit_ts = int(b.end_lsn[-1]), pg_timestamp(int(b.commit_ts[-1]))
-        self.seq = totals[-1]
-        self.txn = txns[-1] if len(txns) > len(b.commit_lsn) else None
-        return walk
-
-    def _walk_each(self, fetch: _Fetch) -> _Walk:
-        """Decode the messages other than changes one by one, in order."""
-        changes, lsns = fetch.changes, fetch.lsns
-        walk = _Walk(txns=[] if self.txn is None else [self.txn], prior=dict(self.relations))
-        current = None if self.txn is None else 0
-        others = np.flatnonzero(~fetch.is_change)
-        changes_before = [*np.searchsorted(changes, others).tolist(), len(changes)]
-        version = done = 0
-        for position, before in zip([*others.tolist(), len(lsns)], changes_before, strict=True):
-            run = before - done
-            if run:
-                if current is None:
-                    raise ChangeLogError(f"change at LSN {format_lsn(int(lsns[changes[done]]))} outside a transaction")
-                walk.runs.append((done, run, current, self.seq, version))
-                self.seq += run
-                done += run
-            if position == len(lsns):
-                break
-            lsn = int(lsns[position])
-            message = decode_message(fetch.datas[position], lsn, encoding=self.encoding)
-            cls = type(message)
-            if cls is Begin:
-                if self.txn is not None:
-                    raise PgOutputError(f"transaction {message.xid} begins inside transaction {self.txn[2]}", lsn=lsn)
-                self.txn = (message.final_lsn, _unix_micros(message.commit_ts), message.xid, None)
-                walk.txns.append(self.txn)
-                current, self.seq = len(walk.txns) - 1, 0
-            elif cls is Commit:
-                if self.txn is None or message.commit_lsn != self.txn[0]:
-                    raise PgOutputError(f"commit at {format_lsn(message.commit_lsn)} does not close the open "
-                                        "transaction", lsn=lsn)
-                walk.transactions += self.seq > 0
-                self.batch.end_lsn, self.batch.last_commit_ts = message.end_lsn, message.commit_ts
-                self.txn = current = None
-            elif cls is RelationMessage:
-                self.relations[message.oid] = logged = self.types.logged(message)
-                version += 1
-                walk.announced.setdefault(message.oid, []).append((version, logged))
-            elif cls is Type:
-                self.types.announce(message)
-            elif cls is Truncate:
-                if current is None:
-                    raise ChangeLogError(f"change at LSN {format_lsn(lsn)} outside a transaction")
-                for n, oid in enumerate(message.relation_oids):
-                    walk.truncates.append((position, n, _relation(self.relations, oid, lsn), self.seq, current,
-                                           message.options))
-                    self.seq += 1
-            elif cls is Origin:
-                if current is None:
-                    raise ChangeLogError(f"origin {message.name!r} outside a transaction")
-                walk.txns[current] = self.txn = (*walk.txns[current][:3], message.name)
-            # else Message: only sent with the 'messages' option, which we do not ask for
-        return walk
-
-    def _write(self, fetch: _Fetch, walk: _Walk, decoded: ChangeColumns) -> None:
-        """Hand the fetch's changes and truncated relations to the writer, as columns in slot order."""
-        runs, truncates, announced, prior = walk.runs, walk.truncates, walk.announced, walk.prior
-        positions, lsns, buffer = fetch.changes, fetch.lsns, fetch.buffer
-        kinds = fetch.kinds[positions]
-        n = len(positions)
-        first, length, txn_index, seq0, version = (np.array(c, np.int64) for c in zip(*runs, strict=True)) \
-            if runs else (np.zeros(0, np.int64),) * 5
-        txn = np.repeat(txn_index, length)
-        seq = np.repeat(seq0 - first, length) + np.arange(n)
-        # Each change's relation: the last Relation message for its oid before its run, else the one known before.
-        relations: list[LoggedRelation] = []
-        numbered: dict[int, int] = {}
-
-        def number(relation: LoggedRelation) -> int:
-            if id(relation) not in numbered:
-                numbered[id(relation)] = len(relations)
-                relations.append(relation)
-            return numbered[id(relation)]
-
-        width = int(version.max(initial=0)) + 1
-        pairs, inverse = np.unique(decoded.relation_oid * width + np.repeat(version, length), return_inverse=True)
-        resolved = []
-        for k, pair in enumerate(pairs.tolist()):
-            oid, seen = divmod(pair, width)
-            relation = next((r for v, r in reversed(announced.get(oid, [])) if v <= seen), prior.get(oid))
-            if relation is None:
-                raise PgOutputError(f"change for relation {oid} before its Relation message",
-                                    lsn=int(lsns[positions[np.flatnonzero(inverse == k)[0]]]))
-            resolved.append(number(relation))
-        rel = np.array(resolved, np.int64)[inverse] if n else np.zeros(0, np.int64)
-        kind = _KIND_OF_CODE[kinds]
-        counts = np.bincount(kind, minlength=len(KINDS))
-        old_kind, truncate, lsn = decoded.old_kind, np.full(n, -1, np.int16), lsns[positions]
-        new, old = decoded.new, decoded.old
-        if truncates:
-            t_pos, t_n, t_rel, t_seq, t_txn, t_options = zip(*truncates, strict=True)
-            order = np.lexsort((np.concatenate([np.zeros(n, np.int64), t_n]),
-                                np.concatenate([positions, t_pos])))
-            total = n + len(truncates)
-            txn = np.concatenate([txn, t_txn])[order]
-            seq = np.concatenate([seq, t_seq])[order]
-            rel = np.concatenate([rel, [number(r) for r in t_rel]])[order]
-            kind = np.concatenate([kind, np.full(len(truncates), TRUNCATE, np.int8)])[order]
-            old_kind = np.concatenate([old_kind, np.full(len(truncates), -1, np.int8)])[order]
-            truncate = np.concatenate([truncate, np.array(t_options, np.int16)])[order]
-            lsn = np.concatenate([lsn, lsns[list(t_pos)]])[order]
-            placed = np.flatnonzero(order < n)
-            new, old = new.placed(placed, total), old.placed(placed, total)
-            counts[TRUNCATE] += len(truncates)
-        for k, c in enumerate(counts.tolist()):
-            if c:
-                self.batch.kinds[k] += c
-
-        def where(row: int, column: int) -> str:
-            r = relations[rel[row]]
-            return (f'column "{r.column_names[column]}" of table "{r.schema}"."{r.table}" in the change at LSN '
-                    f"{format_lsn(int(lsn[row]))}")
-
-        self.writer.append(ChangeRows(
-            list(zip(*walk.txns, strict=True)), txn, relations, rel, seq, lsn, kind, old_kind, truncate,
-            image_arrays(buffer, new, self.encoding, where), image_arrays(buffer, old, self.encoding, where)))
-
-    def _refuse(self, fetch: _Fetch, which: np.ndarray) -> NoReturn:
-        """Decode ``which`` messages one by one: the first that is wrong raises, naming itself and its LSN."""
-        for i in which.tolist():
-            decode_message(fetch.datas[i], int(fetch.lsns[i]), encoding=self.encoding, raw_text=True)
-        raise PgOutputError("the slot sent a change this capture cannot decode in bulk",
-                            lsn=int(fetch.lsns[which[0]]) if len(which) else None)
-
-
-def _relation(relations: dict[int, LoggedRelation], oid: int, lsn: int) -> LoggedRelation:
-    try:
-        return relations[oid]
-    except KeyError:
-        raise PgOutputError(f"change for relation {oid} before its Relation message", lsn=lsn) from None
-
-
-class _TypeNames:
-    """``format_type(oid, typmod)`` on the publisher, asked once per pair and run."""
-
-    def __init__(self, pub: psycopg.Connection) -> None:
-        self.pub = pub
-        self.names: dict[tuple[int, int], str] = {}
-        self.announced: dict[int, Type] = {}
-
-    def announce(self, message: Type) -> None:
-        self.announced[message.oid] = message
-
-    def logged(self, relation: RelationMessage) -> LoggedRelation:
-        pairs = [(c.type_oid, c.typmod) for c in relation.columns]
-        missing = sorted({p for p in pairs if p not in self.names})
-        if missing:
-            rows = self.pub.execute(
-                "SELECT format_type(o, m) FROM unnest(%s::oid[], %s::int4[]) WITH ORDINALITY AS u(o, m, i) "
-                "ORDER BY i", ([o for o, _ in missing], [m for _, m in missing])).fetchall()
-            for (oid, typmod), (name,) in zip(missing, rows, strict=True):
-                announced = self.announced.get(oid)
-                if (name is None or name == "???") and announced is not None:
-                    # The type is gone from today's catalog: keep the name decoding saw.
-                    name = f'"{announced.namespace}"."{announced.name}"'
-                self.names[oid, typmod] = name or f"oid {oid}"
-        return LoggedRelation(
-            oid=relation.oid, schema=relation.namespace or "pg_catalog", table=relation.name,
-            replica_identity=relation.replica_identity.value,
-            column_names=tuple(c.name for c in relation.columns),
-            column_types=tuple(self.names[p] for p in pairs),
-            column_type_oids=tuple(c.type_oid for c in relation.columns),
-            column_typmods=tuple(c.typmod for c in relation.columns),
-            key_columns=tuple(c.is_key for c in relation.columns))
-
-
-def _unix_micros(ts: datetime) -> int:
-    delta = ts - POSTGRES_EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds + POSTGRES_EPOCH_UNIX_MICROS
 
 
 def _confirmed_position(pub: psycopg.Connection, slot: str, needs: LogNeeds | None

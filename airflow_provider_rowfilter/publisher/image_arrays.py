@@ -2,7 +2,7 @@
 
 The text values' bytes are gathered from the fetch's message buffer in one step, and checked (or
 decoded) as the publisher's server encoding; the result is a pair of list arrays per image, the values
-and the unchanged-TOASTed flags, as change_log/log.py ``SCHEMA`` holds them (``new_values`` and
+and the unchanged-TOASTed flags, as change_log/segment_schema.py ``SCHEMA`` holds them (``new_values`` and
 ``new_unchanged``, ``old_values`` and ``old_unchanged``).
 """
 
@@ -13,7 +13,8 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from airflow_provider_rowfilter.change_log.log import SCHEMA, ChangeLogError
+from airflow_provider_rowfilter.change_log.log import ChangeLogError
+from airflow_provider_rowfilter.change_log.segment_schema import SCHEMA
 from airflow_provider_rowfilter.publisher.pgoutput_columns import TEXT, UNCHANGED, GatheredImages, ImageCells
 
 TEXTS = SCHEMA.field("new_values").type

@@ -6,7 +6,7 @@ are nearly all of a capture's messages, and decoding them value by value in Pyth
 the capture's time. Here a whole fetch of messages is one byte buffer, and each row image is
 walked column by column for all messages together: one vectorised step per column position, not
 per value. The result says where each value sits in the buffer; the change-log writer gathers the
-bytes into Arrow arrays from that (change_log/log.py).
+bytes into Arrow arrays from that (publisher/image_arrays.py).
 
 Anything unexpected (a column kind other than ``t``, ``n`` and ``u``, a tuple that does not end
 where its message does, a missing ``N``/``K``/``O`` marker) raises :class:`Irregular`; the caller
@@ -58,7 +58,7 @@ class Irregular(Exception):  # a signal to fall back, not an error shown to anyo
 @dataclass(frozen=True)
 class ImageCells:
     """One row image (new, or old) per message, as cells located in the message buffer, flattened as
-    Arrow lays out a list column (change_log/log.py ``image_arrays`` gathers their bytes).
+    Arrow lays out a list column (publisher/image_arrays.py ``image_arrays`` gathers their bytes).
 
     Image ``i`` holds cells ``offsets[i]:offsets[i + 1]`` (none when ``present[i]`` is false). A
     cell is a column kind (``t``, ``n``, ``u``) and, for ``t``, where its bytes are in the buffer.

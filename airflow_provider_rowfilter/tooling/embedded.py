@@ -27,8 +27,6 @@ import contextlib
 import logging
 import os
 import pwd
-import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -43,14 +41,14 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter.spark.processes import alive
-from airflow_provider_rowfilter.tooling.embedded_auth import (
-    PASSFILE,
-    PG_HBA,
-    new_password,
-    role_statement,
-    scram_verifier,
-    write_passfile,
-    write_private_text,
+from airflow_provider_rowfilter.tooling.embedded_auth import PASSFILE, role_statement
+from airflow_provider_rowfilter.tooling.pg_datadir import (
+    SUPERUSER,
+    check_major_version,
+    initdb,
+    ready_postmaster,
+    require_passwords,
+    start_server,
 )
 from airflow_provider_rowfilter.tooling.pg_host import (
     HOST,
@@ -60,51 +58,10 @@ from airflow_provider_rowfilter.tooling.pg_host import (
     OsUser,
     embedded_bin_dir,
     find_bin_dir,
-    free_port,
     has_binaries,
-    port_is_free,
 )
 
 logger = logging.getLogger(__name__)
-
-SUPERUSER = "postgres"
-START_ATTEMPTS = 5
-
-# Appended to postgresql.conf after initdb. Logical decoding needs wal_level=logical; the worker,
-# slot and sender limits leave room for several native subscriptions (each takes an apply worker,
-# table-sync workers, a slot and a WAL sender) used as referees beside our own slots.
-SERVER_SETTINGS: dict[str, str] = {
-    "listen_addresses": "'127.0.0.1'",
-    # TCP only: the compiled-in socket directory (/tmp or /var/run/postgresql) may not be
-    # writable by the server's OS user, and a second cluster would collide there.
-    "unix_socket_directories": "''",
-    "max_connections": "200",
-    "wal_level": "logical",
-    "max_wal_senders": "20",
-    "max_replication_slots": "20",
-    "max_worker_processes": "32",
-    "max_logical_replication_workers": "16",
-    "max_sync_workers_per_subscription": "4",
-    "fsync": "off",
-    # Left on, deliberately: logical decoding (the slot SQL functions and walsenders) only reads WAL
-    # that is flushed, so with asynchronous commit a committed change could stay invisible to a
-    # slot for up to three wal_writer_delay cycles. With fsync=off a synchronous commit costs one
-    # write() and no disk flush, so "on" keeps reads of the slot deterministic at no real cost.
-    "synchronous_commit": "on",
-    "full_page_writes": "off",
-    # The default from 14 on; set for older binaries (bin_dir=) so that every role's password is a verifier.
-    "password_encryption": "'scram-sha-256'",
-    "timezone": "'UTC'",
-    "log_timezone": "'UTC'",
-}
-# Settings that older servers reject as unknown, by the major version that introduced them.
-# PostgreSQL 18 split replication origins (one per subscription) out of max_replication_slots.
-SERVER_SETTINGS_SINCE: dict[int, dict[str, str]] = {18: {"max_active_replication_origins": "20"}}
-
-# The pg_hba.conf of clusters made before passwords (every local user a superuser): replaced at start.
-_OLD_TRUST_HBA = "# Written by airflow_provider_rowfilter.tooling.embedded: trust, loopback only."
-
-LOG_FILE = "postgresql.log"
 
 # Runs beside a non-detached cluster as its OS user and stops it when the pipe from this process
 # closes without a stop() (the process was killed, or left through os._exit), so that no server
@@ -199,12 +156,12 @@ class LocalPostgres:
                 )
         try:
             if (data / "PG_VERSION").exists():
-                _check_major_version(data, resolved_bin)
-                cls._require_passwords(data, resolved_bin, user)
+                check_major_version(data, resolved_bin)
+                require_passwords(data, resolved_bin, user)
             else:
-                cls._initdb(data, resolved_bin, user)
+                initdb(data, resolved_bin, user)
             initialised = time.monotonic()
-            chosen = cls._start_server(data, resolved_bin, user, port)
+            chosen = start_server(data, resolved_bin, user, port)
         except BaseException:
             if remove:
                 shutil.rmtree(data, ignore_errors=True)
@@ -239,123 +196,11 @@ class LocalPostgres:
         Stopping an attached cluster stops the server but never removes ``data_dir``.
         """
         data = Path(data_dir).resolve()
-        pid_file = data / "postmaster.pid"
-        opts_file = data / "postmaster.opts"
-        try:
-            lines = pid_file.read_text().splitlines()
-            binary = Path(shlex.split(opts_file.read_text())[0])
-        except (OSError, IndexError, ValueError):
-            return None
-        # postmaster.pid: pid, data dir, start time, port, socket dir, listen address, shmem, status.
-        if len(lines) < 8 or lines[7].strip() != "ready" or not alive(int(lines[0])):
+        running = ready_postmaster(data)
+        if running is None:
             return None
         owner = pwd.getpwuid(data.stat().st_uid)
-        return cls(data_dir=data, port=int(lines[3]), bin_dir=binary.parent, os_user=OsUser(owner))
-
-    @staticmethod
-    def _require_passwords(data: Path, bin_dir: Path, user: OsUser) -> None:
-        """A cluster made before passwords (or whose password file is gone): a new superuser password, set in
-        single-user mode before the server listens, and this module's pg_hba.conf instead of its trust lines."""
-        hba = data / "pg_hba.conf"
-        trusting = hba.exists() and hba.read_text().startswith(_OLD_TRUST_HBA)
-        if (data / PASSFILE).exists() and not trusting:
-            return
-        password = new_password()
-        # The verifier travels on the backend's standard input, never on a command line (docs/local-postgres.md).
-        out = user.run([str(bin_dir / "postgres"), "--single", "-D", str(data), "-c", "exit_on_error=on", SUPERUSER],
-                       stdin=f"ALTER ROLE {SUPERUSER} PASSWORD '{scram_verifier(password)}'\n", check=False)
-        if "ERROR" in out or "FATAL" in out:
-            raise LocalPostgresError(f"could not set the superuser's password of the cluster in {str(data)!r}",
-                                     detail=out.strip()[-2000:], hint="is another server running on this data directory?")
-        write_passfile(data / PASSFILE, SUPERUSER, password, uid=user.uid, gid=user.gid)
-        if trusting:
-            hba.write_text(PG_HBA)
-            if user.switch:
-                os.chown(hba, user.uid, user.gid)
-        logger.info("The superuser of the cluster in %s now has a password (in %s)", data, data / PASSFILE)
-
-    @staticmethod
-    def _initdb(data: Path, bin_dir: Path, user: OsUser) -> None:
-        data.mkdir(parents=True, exist_ok=True)
-        if user.switch:
-            os.chown(data, user.uid, user.gid)
-        data.chmod(0o700)
-        user.grant_traverse(data.parent)
-        password = new_password()
-        # initdb reads the password from a file (--pwfile), never from its command line: the verifier, in a
-        # 0700 directory of the server's OS user that is removed at once.
-        with tempfile.TemporaryDirectory(prefix="rowfilter-initdb-") as private:
-            pwfile = Path(private) / "pwfile"
-            write_private_text(pwfile, scram_verifier(password) + "\n", uid=user.uid, gid=user.gid)
-            if user.switch:
-                os.chown(private, user.uid, user.gid)
-            user.run(
-                [
-                    str(bin_dir / "initdb"),
-                    "-D",
-                    str(data),
-                    f"--username={SUPERUSER}",
-                    # No moment of trust: initdb's own pg_hba.conf asks for the password too.
-                    "--auth=scram-sha-256",
-                    f"--pwfile={pwfile}",
-                    "--locale=C",
-                    "--encoding=UTF8",
-                    # Durability of a throwaway cluster does not matter; skipping fsync saves most of initdb.
-                    "--no-sync",
-                    "--no-instructions",
-                ]
-            )
-        major = int((data / "PG_VERSION").read_text().split(".")[0])
-        settings = dict(SERVER_SETTINGS)
-        for since, extra in SERVER_SETTINGS_SINCE.items():
-            if major >= since:
-                settings.update(extra)
-        block = "\n".join(f"{name} = {value}" for name, value in settings.items())
-        with (data / "postgresql.conf").open("a") as conf:
-            conf.write(f"\n# Added by airflow_provider_rowfilter.tooling.embedded\n{block}\n")
-        (data / "pg_hba.conf").write_text(PG_HBA)
-        write_passfile(data / PASSFILE, SUPERUSER, password, uid=user.uid, gid=user.gid)
-
-    @staticmethod
-    def _start_server(data: Path, bin_dir: Path, user: OsUser, port: int | None) -> int:
-        log = data / LOG_FILE
-        attempts = 1 if port is not None else START_ATTEMPTS
-        for attempt in range(1, attempts + 1):
-            chosen = (
-                port if port is not None else (_previous_port(data) if attempt == 1 else None) or free_port()
-            )
-            offset = log.stat().st_size if log.exists() else 0
-            out = user.run(
-                [
-                    str(bin_dir / "pg_ctl"),
-                    "-D",
-                    str(data),
-                    "-l",
-                    str(log),
-                    "-w",
-                    "-t",
-                    "60",
-                    "-o",
-                    f"-p {chosen}",
-                    "start",
-                ],
-                check=False,
-            )
-            if (data / "postmaster.pid").exists() and LocalPostgres.attach(data) is not None:
-                return chosen
-            tail = _read_from(log, offset)
-            if "could not bind" in tail or "Address already in use" in tail:
-                logger.info("Port %d was taken (attempt %d of %d)", chosen, attempt, attempts)
-                continue
-            raise LocalPostgresError(
-                f"PostgreSQL did not start in {str(data)!r}: {out.strip()}",
-                detail=tail[-4000:],
-                hint=f"see {log}",
-            )
-        raise LocalPostgresError(
-            f"PostgreSQL could not bind a port on {HOST} after {attempts} attempt(s)",
-            hint="pass port= a free port",
-        )
+        return cls(data_dir=data, port=running[0], bin_dir=running[1].parent, os_user=OsUser(owner))
 
     def _start_watchdog(self) -> None:
         kwargs: dict[str, Any] = {}
@@ -528,7 +373,7 @@ class LocalPostgres:
                 block = "\n".join(f"{name} = {value}" for name, value in settings.items())
                 with (data / "postgresql.conf").open("a") as conf:
                     conf.write(f"\n# Added for a standby by airflow_provider_rowfilter.tooling.embedded\n{block}\n")
-            chosen = self._start_server(data, self.bin_dir, self._os_user, None)
+            chosen = start_server(data, self.bin_dir, self._os_user, None)
         except BaseException:
             shutil.rmtree(data, ignore_errors=True)
             raise
@@ -554,39 +399,6 @@ class LocalPostgres:
             if time.monotonic() > deadline:
                 raise LocalPostgresError(f"the processes of the postmaster {pid} did not end after SIGKILL")
             time.sleep(0.02)
-
-
-def _check_major_version(data: Path, bin_dir: Path) -> None:
-    """Refuse to start a cluster with binaries of another major version (the server would fail obscurely)."""
-    cluster = (data / "PG_VERSION").read_text().strip()
-    out = subprocess.run(
-        [str(bin_dir / "postgres"), "--version"], capture_output=True, text=True, check=False
-    )
-    match = re.search(r"\)\s+(\d+)", out.stdout)
-    if match is not None and match.group(1) != cluster.split(".")[0]:
-        raise LocalPostgresError(
-            f"the cluster in {str(data)!r} is PostgreSQL {cluster}, the binaries in {str(bin_dir)!r} are {match.group(1)}",
-            hint="start it with binaries of its own version (bin_dir=), or use another data directory",
-        )
-
-
-def _previous_port(data: Path) -> int | None:
-    """Return the port of the cluster's previous start when it is free again."""
-    try:
-        args = shlex.split((data / "postmaster.opts").read_text())
-        port = int(args[args.index("-p") + 1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return port if port_is_free(port) else None
-
-
-def _read_from(path: Path, offset: int) -> str:
-    try:
-        with path.open("rb") as log:
-            log.seek(offset)
-            return log.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 if __name__ == "__main__":  # the command line lives in tooling/embedded_cli.py

@@ -14,21 +14,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
-from airflow_provider_rowfilter.change_log.log import (
+from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError, parse_segment_name, segment_name
+from airflow_provider_rowfilter.change_log.segment_reader import read_segments
+from airflow_provider_rowfilter.change_log.segment_schema import (
     DELETE,
     INSERT,
     SCHEMA,
     TRUNCATE,
     UPDATE,
-    ChangeLog,
-    ChangeLogError,
     ChangeRows,
     LoggedRelation,
-    SegmentWriter,
-    parse_segment_name,
-    read_segments,
-    segment_name,
 )
+from airflow_provider_rowfilter.change_log.segment_writer import Hold, SegmentWriter
 from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import decode_changes, message_buffer
 from tests.attacker import as_root_only, reachable_directory, run_as_nobody
@@ -70,7 +67,7 @@ KIND_OF_MESSAGE = {ord("I"): INSERT, ord("U"): UPDATE, ord("D"): DELETE}
 
 
 def fetch(txns, changes, where=None):
-    """:class:`ChangeRows` of one fetch, built as the capture builds them (publisher/capture.py ``_Reader._write``).
+    """:class:`ChangeRows` of one fetch, built as the capture builds them (publisher/change_reader.py ``ChangeReader._write``).
 
     ``changes``: ``(txn index, seq, lsn, relation, message)`` in slot order; a message is an encoded
     INSERT/UPDATE/DELETE, or the options of a TRUNCATE of ``relation``. The images go the capture's
@@ -137,6 +134,34 @@ def test_rows_of_a_transaction_span_row_groups_and_fetches_with_their_transactio
         (300, TS.replace(microsecond=123457), 8, None, 1, 260, "truncate", abc, [True, False, False], None, None,
          None, None, True, True),
     ]
+
+
+def test_a_held_segment_is_in_memory_exactly_what_its_file_holds_and_nothing_past_the_limit(tmp_path):
+    """What a capture hands a reducer of its own process instead of the file read back (change_log/segment_writer.py
+    ``Hold``): the same rows, columns and order as the published segment; nothing held past the limit or on abort."""
+    log, txn = ChangeLog(tmp_path), (200, TS_US, 7, None)
+    columns = ("commit_lsn", "seq", "lsn", "kind", "column_names", "new_values", "new_unchanged", "old_kind",
+               "old_values", "truncate_restart_identity")
+    rows = [(0, i, 150 + i, T1, insert(tup(str(i), "x"))) for i in range(5)]
+    held = {}
+    for limit in (5, 4):
+        writer = SegmentWriter(log, 100 + limit, row_group_rows=2, hold=Hold(limit, columns))
+        writer.append(fetch([txn], rows[:3]))
+        writer.append(fetch([txn], rows[3:] + [(0, 5, 160, T1, 3)]))  # past a limit of 4 once this fetch is in
+        segment = writer.finish(400)
+        held[limit] = writer.held
+    assert held[4] is None
+    assert held[5] is None  # 6 rows: the TRUNCATE is a row too
+    writer = SegmentWriter(log, 50, row_group_rows=2, hold=Hold(6, columns))
+    writer.append(fetch([txn], rows[:3]))
+    writer.append(fetch([txn], rows[3:] + [(0, 5, 160, T1, 3)]))
+    segment = writer.finish(100)
+    assert writer.held.schema == pq.read_schema(segment.path).empty_table().select(list(columns)).schema
+    assert writer.held.combine_chunks().equals(pq.read_table(segment.path, columns=list(columns)).combine_chunks())
+    aborted = SegmentWriter(log, 400, hold=Hold(6, columns))
+    aborted.append(fetch([txn], rows[:1]))
+    aborted.abort()
+    assert aborted.held is None
 
 
 def test_an_empty_range_gets_an_empty_segment_and_no_range_gets_none(tmp_path):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
-from airflow_provider_rowfilter.change_log.log import ChangeLogError, SegmentWriter, read_segments, segment_relations
+from airflow_provider_rowfilter.change_log.log import ChangeLogError
+from airflow_provider_rowfilter.change_log.segment_reader import read_segments, segment_relations
+from airflow_provider_rowfilter.change_log.segment_writer import SegmentWriter
 from airflow_provider_rowfilter.change_log.store import ObjectStoreLog, open_change_log
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from tests.change_log.test_log import T1, TS_US, fetch, insert, tup

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.change_log.log import DEFAULT_ROW_GROUP_ROWS
+from airflow_provider_rowfilter.change_log.segment_writer import DEFAULT_ROW_GROUP_ROWS
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec

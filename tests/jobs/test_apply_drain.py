@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.apply import capture_ahead
+from airflow_provider_rowfilter.apply import capture_ahead, reducers
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import in_task
@@ -163,6 +163,14 @@ def test_a_drain_in_a_task_captures_ahead_with_the_passwords_it_was_handed(dbs, 
         return real_capture(*args, **kwargs)
 
     monkeypatch.setattr(capture_ahead, "capture", traced)
+    held_paths = []  # per batch: whether each of its segments was taken from the capture's memory (not read back)
+    real_reduce_here = reducers.reduce_here
+
+    def spied(batch, token, held=None):
+        held_paths.append([path in (held or {}) for path in batch.paths])
+        return real_reduce_here(batch, token, held)
+
+    monkeypatch.setattr(reducers, "reduce_here", spied)
     caplog.set_level(logging.INFO)
     handed = {role: password_roles[role].password for role in ("publisher", "subscriber")}
     with in_task(handed, connect_timeout=10):
@@ -171,6 +179,9 @@ def test_a_drain_in_a_task_captures_ahead_with_the_passwords_it_was_handed(dbs, 
     assert result.drained and result.batches >= 3, result.summary()
     assert all(name.startswith(f"rowfilter-capture-{spec.subscription}") for name in captured_on[1:]), captured_on
     assert len(captured_on) == result.batches, captured_on
+    # The first batch's segment was captured in this thread before its plan: reduced from the capture's own rows.
+    # A later plan may also take a segment the capture ahead published before it was handed over: read back.
+    assert held_paths and held_paths[0][0], held_paths
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     native.wait_caught_up()
     dbs.assert_same(TABLES)

@@ -16,8 +16,8 @@ import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
-from airflow_provider_rowfilter.tooling.embedded import LOG_FILE
 from airflow_provider_rowfilter.tooling.native import table_rows
+from airflow_provider_rowfilter.tooling.pg_datadir import LOG_FILE
 from tests.jobs.databases import names, run_ours
 
 TABLES = ("h", "k")

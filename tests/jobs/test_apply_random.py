@@ -30,7 +30,7 @@ from airflow_provider_rowfilter.apply import net_effect, reducers
 from airflow_provider_rowfilter.apply.drain import ApplyResult, apply
 from airflow_provider_rowfilter.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.jobs import snapshot as snapshot_job
+from airflow_provider_rowfilter.jobs import table_copy
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.spark import apply_frames
@@ -312,7 +312,7 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed, filtering
     work.neutral = True
     work.commit(dbs.publisher, BEFORE_COPY)  # in every table's copy: must not be applied again
 
-    real = snapshot_job.exported_snapshot
+    real = table_copy.exported_snapshot
 
     @contextmanager
     def changes_during_the_copy(conn):
@@ -320,7 +320,7 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed, filtering
             work.commit(dbs.publisher, DURING_COPY)
             yield snap
 
-    monkeypatch.setattr(snapshot_job, "exported_snapshot", changes_during_the_copy)
+    monkeypatch.setattr(table_copy, "exported_snapshot", changes_during_the_copy)
     copied = sync_tables(spec, spark=spark)
     monkeypatch.undo()
     assert copied.ok, copied.summary()

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_relations
+from airflow_provider_rowfilter.change_log.log import ChangeLog
+from airflow_provider_rowfilter.change_log.segment_reader import segment_relations
 from airflow_provider_rowfilter.core.apply_plan import RelationChangedError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName

@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_filtering
+from airflow_provider_rowfilter.change_log.log import ChangeLog
+from airflow_provider_rowfilter.change_log.segment_reader import segment_filtering
 from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.publisher.capture import capture

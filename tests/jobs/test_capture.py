@@ -17,12 +17,8 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter.change_log import log as change_log
-from airflow_provider_rowfilter.change_log.log import (
-    ChangeLog,
-    read_segments,
-    segment_name,
-    segment_relations,
-)
+from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_name
+from airflow_provider_rowfilter.change_log.segment_reader import read_segments, segment_relations
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.change_log.log import segment_filtering
+from airflow_provider_rowfilter.change_log.segment_reader import segment_filtering
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from tests.jobs.apply_scenario import (

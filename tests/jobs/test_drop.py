@@ -18,7 +18,7 @@ from airflow_provider_rowfilter.cli import main
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import _table_lock
+from airflow_provider_rowfilter.jobs.table_copy import table_lock
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
 from airflow_provider_rowfilter.publisher.writer_lock import writer_lock_on
@@ -187,7 +187,7 @@ def test_a_running_job_of_the_subscription_is_not_interrupted(dbs, tmp_path, cap
         if job == "apply":
             held = apply_lock(holder, SUB)
         elif job == "snapshot":
-            held = _table_lock(holder, SUB, TableName("public", "t1"))
+            held = table_lock(holder, SUB, TableName("public", "t1"))
         else:
             held = writer_lock_on(holder, SUB, "subscriber")
         with held:

@@ -271,7 +271,7 @@ def test_primary_killed_at_a_random_moment_of_a_run_beside_a_writing_workload(sc
 def test_promotion_while_tables_are_in_d_and_f(scene, monkeypatch, modes):
     """``f``: copied from the old primary, its position on the standby's history (readiness waited for the replay);
     ``d``: its copy dies with the primary and is made again from the promoted standby."""
-    from airflow_provider_rowfilter.jobs import snapshot
+    from airflow_provider_rowfilter.jobs import snapshot, table_copy
 
     scene.wait_ready()
     spec = scene.specs["source"]
@@ -279,13 +279,13 @@ def test_promotion_while_tables_are_in_d_and_f(scene, monkeypatch, modes):
     scene.workload.run(scene.publisher(), 20)
     assert sync_tables(spec, [ORDERS], spark=scene.spark).ok  # orders: f
     scene.wait_ready(runs=False)  # orders stays in f: the standby must have replayed its copy position
-    original = snapshot.copy_direct
+    original = table_copy.copy_direct
 
     def dying(*args, **kwargs):
         scene.pair.kill_primary()  # items is in d: its copy reads from the dying primary
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(snapshot, "copy_direct", dying)
+    monkeypatch.setattr(table_copy, "copy_direct", dying)
     result = sync_tables(spec, [ITEMS], spark=scene.spark)
     monkeypatch.undo()
     states = dict(query(spec.subscriber, "SELECT table_name, state FROM rowfilter.subscription_rel"))

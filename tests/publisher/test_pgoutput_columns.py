@@ -184,7 +184,7 @@ def test_what_the_c_decoder_does_not_know_is_irregular(data):
         decode_changes_native(buffer, starts, ends)
 
 
-# --- the transactions' Begin and Commit of a fetch at once (publisher/capture.py ``_walk_transactions``) -----------
+# --- the transactions' Begin and Commit of a fetch at once (publisher/change_reader.py ``_walk_transactions``) -----
 
 _SLOT = st.lists(st.tuples(st.integers(0, 4), st.sampled_from(["C", "", "R", "O", "T"])), min_size=1, max_size=12)
 
@@ -214,9 +214,9 @@ def _slot_rows(txns) -> list[tuple[int, bytes]]:
 
 
 def _walks(rows, cuts, columns: bool):
-    from airflow_provider_rowfilter.publisher import capture
+    from airflow_provider_rowfilter.publisher import change_reader
 
-    reader = capture._Reader(None, capture._TypeNames.__new__(capture._TypeNames), "utf-8")
+    reader = change_reader.ChangeReader(None, change_reader.TypeNames.__new__(change_reader.TypeNames), "utf-8")
     reader.types.announce = lambda message: None
     reader.types.logged = lambda message: message.oid
     if not columns:
@@ -227,8 +227,8 @@ def _walks(rows, cuts, columns: bool):
             continue
         fetched = [rows[i] for i in part]
         buffer, starts, ends = message_buffer([m for _, m in fetched])
-        fetch = capture._Fetch([m for _, m in fetched], np.array([lsn for lsn, _ in fetched], np.int64), buffer,
-                               starts, ends)
+        fetch = change_reader.Fetch([m for _, m in fetched], np.array([lsn for lsn, _ in fetched], np.int64), buffer,
+                                     starts, ends)
         walk = reader._walk(fetch)
         seen.append((walk.txns, walk.runs, walk.truncates, walk.announced, walk.transactions, reader.txn, reader.seq,
                      reader.batch.end_lsn, reader.batch.last_commit_ts))

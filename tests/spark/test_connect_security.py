@@ -36,10 +36,12 @@ url = sys.argv[1]
 for attempt in json.loads(sys.argv[2]):
     try:
         spark = SparkSession.builder.remote(url + attempt).create()
+        spark.client.set_retry_policies([])  # a refusal is final: no back-off (it outlasted the timeout under load)
         from pyspark.sql.functions import udf
-        print("RAN", spark.range(1).select(udf(whoami, "string")("id")).collect())
+        print("RAN", spark.range(1).select(udf(whoami, "string")("id")).collect(), flush=True)
     except Exception as e:
-        print("REFUSED", type(e).__name__, "UNAUTHENTICATED" in str(e) or "Invalid authentication token" in str(e))
+        print("REFUSED", type(e).__name__, "UNAUTHENTICATED" in str(e) or "Invalid authentication token" in str(e),
+              flush=True)
 """
 
 

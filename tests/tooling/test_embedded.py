@@ -18,8 +18,9 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.spark.processes import alive
-from airflow_provider_rowfilter.tooling.embedded import _OLD_TRUST_HBA, LocalPostgres, LocalPostgresError
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres, LocalPostgresError
 from airflow_provider_rowfilter.tooling.embedded_auth import PASSFILE, scram_verifier
+from airflow_provider_rowfilter.tooling.pg_datadir import OLD_TRUST_HBA
 from airflow_provider_rowfilter.tooling.pg_host import DEFAULT_OS_USER, find_bin_dir
 from tests.attacker import as_root_only, run_as_nobody
 
@@ -86,7 +87,7 @@ def test_reachable_over_tcp_on_loopback(local_pg: LocalPostgres) -> None:
         ("max_sync_workers_per_subscription", "4"),
         ("max_worker_processes", "32"),
         ("fsync", "off"),
-        ("synchronous_commit", "on"),  # see SERVER_SETTINGS: slots read flushed WAL only
+        ("synchronous_commit", "on"),  # see tooling/pg_datadir.py SERVER_SETTINGS: slots read flushed WAL only
         ("full_page_writes", "off"),
         ("TimeZone", "UTC"),
         ("server_encoding", "UTF8"),
@@ -389,7 +390,7 @@ def test_detached_command_line_cluster(tmp_path: Path) -> None:
     # A data directory made before passwords (trust for all, no password file) is started with a new superuser
     # password, set in single-user mode before the server listens, and this module's pg_hba.conf; the `role`
     # command adds a password role, its password read from standard input (never an argument).
-    (data_dir / "pg_hba.conf").write_text(_OLD_TRUST_HBA + "\nhost all all 127.0.0.1/32 trust\n")
+    (data_dir / "pg_hba.conf").write_text(OLD_TRUST_HBA + "\nhost all all 127.0.0.1/32 trust\n")
     (data_dir / PASSFILE).unlink()
     started = cli("start")
     try:

@@ -20,7 +20,7 @@ from airflow_provider_rowfilter.core.filters.functions import (
     WINDOW_FUNCTIONS,
     function_name,
 )
-from airflow_provider_rowfilter.core.filters.grammar import MUTABLE, ONLY_SIMPLE
+from airflow_provider_rowfilter.core.filters.grammar import MUTABLE, ONLY_SIMPLE, quantified_array
 from airflow_provider_rowfilter.core.filters.pg_types import ANY, PgType
 
 if TYPE_CHECKING:  # the analyzer this mixin is part of (core/filters/analysis.py ``_Analyzer``)
@@ -43,6 +43,8 @@ class FunctionAnalysis(_Analyzer):
                                       "rewrite the filter with the operators listed in docs/row-filters.md")
         if name == "row":
             return self._a_Tuple(node)
+        if name in ("any", "some", "all") and quantified_array(node) is not None:
+            return self._misplaced_quantifier(node)
         args = [a for a in node.iter_expressions()]
         if name in AGGREGATES:
             raise self.error("aggregate functions are not allowed in WHERE", node)
@@ -150,5 +152,12 @@ class FunctionAnalysis(_Analyzer):
         return T.TEXT
 
     def _a_Any(self, node: exp.Any) -> PgType:
+        return self._misplaced_quantifier(node)
+
+    def _misplaced_quantifier(self, node: exp.Expr) -> PgType:
+        """ANY/ALL (…) right of an operator that is no comparison: make_scalar_array_op (parse_oper.c) refuses an
+        operator whose result is not boolean (``i4 + ANY (ia)``, ``t || ALL (ta)``)."""
+        if isinstance(node.parent, (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod, exp.DPipe)):
+            raise self.error("op ANY/ALL (array) requires operator to yield boolean", node.parent)
         raise self.untranslatable("ANY (…) outside a comparison with ARRAY[…]", node,
                                   "compare with = ANY (ARRAY[…]) or write the values as IN (…)")

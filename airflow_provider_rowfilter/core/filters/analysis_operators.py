@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters import pg_types as T
-from airflow_provider_rowfilter.core.filters.grammar import MUTABLE, USER_COLLATION
+from airflow_provider_rowfilter.core.filters.grammar import MUTABLE, ONLY_SIMPLE, USER_COLLATION
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.text import quantified_array
 
@@ -107,6 +107,8 @@ class OperatorAnalysis(_Analyzer):
 
     def _a_DPipe(self, node: exp.DPipe) -> PgType:
         lt, rt = self.analyze(node.left), self.analyze(node.right)
+        if lt.element is not None or rt.element is not None:
+            return self._array_concatenation(node, lt, rt)
         for child, t in ((node.left, lt), (node.right, rt)):
             if not (t.is_text_family or t.is_unknown):
                 # anynonarray || text is textanycat, STABLE because of the output function
@@ -114,6 +116,31 @@ class OperatorAnalysis(_Analyzer):
             self.coerce(child, t, T.TEXT)
         self.collations[id(node)] = self.collations.get(id(node.left)) or self.collations.get(id(node.right))
         return T.TEXT
+
+    def _array_concatenation(self, node: exp.DPipe, lt: PgType, rt: PgType) -> PgType:
+        """``a || b`` with an array on either side: array_cat (array || array), array_append (array || element),
+        array_prepend (element || array), all IMMUTABLE (pg_proc.dat), over anycompatible arguments; an untyped
+        literal is read as the other side's array type (array_cat wins operator resolution: ``ia || '{1}'``;
+        ``ia || '1'`` is array_in's ``malformed array literal``). Typed here so that a filter PostgreSQL accepts is
+        accepted; not evaluated by Spark: PostgreSQL raises for arrays of unequal dimensions, which Spark's reading
+        of an array column (flattened) cannot tell."""
+        array = lt if lt.element is not None else rt
+        assert array.element is not None
+        common = array.element
+        for side, t in ((node.left, lt), (node.right, rt)):
+            if t.is_unknown and isinstance(side, exp.Literal) and side.is_string:
+                self._array_literal(side, array.element)
+            elif not t.is_unknown and (t.element or t).name != common.name:
+                common = T.numeric_common(t.element or t, common)  # type: ignore[assignment]
+                if common is None:
+                    raise self.error(f"operator does not exist: {lt} || {rt}", node,
+                                     hint="No operator matches the given name and argument types. "
+                                     "You might need to add explicit type casts.")
+        if any(t.element is not None and t.element.name != common.name for t in (lt, rt)):
+            self.walker_violation(ONLY_SIMPLE, node)  # the array converted to common[]: an ArrayCoerceExpr
+        raise self.untranslatable("|| on arrays (array_cat, array_append, array_prepend)", node,
+                                  "compare with the array and the element separately, e.g. "
+                                  "(x = ANY (ia) OR x = 1) for x = ANY (ia || 1)")
 
     def _a_Like(self, node: exp.Like) -> PgType:
         return self._pattern(node, "LIKE")

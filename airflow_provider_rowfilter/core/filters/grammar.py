@@ -55,11 +55,12 @@ def parse_row_filter(sql: str) -> exp.Expr:
         ) from e
     if len(parsed) != 1 or parsed[0] is None:
         raise_pg_syntax_error(sql, tokens[-1] if tokens else None)
-    tree = _rebind_quantified(parsed[0])
+    tree = _rebind_quantified(parsed[0]).transform(_national, copy=False)
+    _check_quantifier_places(sql, tree, tokens)
     _check_nonassociative(sql, tree, tokens)
     _check_pattern_operators(sql, tokens)
     _check_quantified_patterns(sql, tree, tokens)
-    return tree
+    return tree.transform(_row_in, copy=False)
 
 
 def _check_quantified_patterns(sql: str, tree: exp.Expr, tokens: list) -> None:
@@ -126,6 +127,25 @@ def quantified_array(node: exp.Expr) -> tuple[str, exp.Expr] | None:
     return kind, inner
 
 
+def row_fields(node: exp.Expr) -> list[exp.Expr] | None:
+    """The fields of ``ROW(…)`` or ``(a, b, …)``; None when ``node`` is no row constructor."""
+    if isinstance(node, exp.Tuple):
+        return list(node.expressions)
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "ROW":
+        return list(node.expressions)
+    return None
+
+
+def _row_in(node: exp.Expr) -> exp.Expr:
+    """``(a, b) IN ((1, 2), (3, 4))`` is ``(a, b) = (1, 2) OR (a, b) = (3, 4)``: transformAExprIn (parse_expr.c)
+    builds a row comparison (make_row_comparison_op) per item when the left side is a row constructor, so each
+    is the AND of its pairs' ``=`` (not record_eq, for which two NULL fields are equal); NOT IN is its NOT."""
+    if not isinstance(node, exp.In) or row_fields(node.this) is None or node.args.get("query") \
+            or not node.expressions or any(row_fields(e) is None for e in node.expressions):
+        return node
+    return exp.Paren(this=exp.or_(*(exp.EQ(this=node.this.copy(), expression=e) for e in node.expressions)))
+
+
 _EQUALITIES = (exp.EQ, exp.NEQ)
 _ORDERINGS = (exp.LT, exp.LTE, exp.GT, exp.GTE)
 
@@ -140,6 +160,36 @@ def _rebind_quantified(tree: exp.Expr) -> exp.Expr:
             return type(inner)(this=type(node)(this=node.this, expression=inner.this), expression=inner.expression)
         return node
     return tree.transform(rebind, copy=False)
+
+
+def _national(node: exp.Expr) -> exp.Expr:
+    """``N'…'`` is ``NCHAR '…'`` (scan.l xnstart), a constant of type character without a length (gram.y
+    ConstCharacter: "allow to be unrestricted"), as ``'…'::bpchar`` is."""
+    if not isinstance(node, exp.National):
+        return node
+    literal = exp.Literal.string(node.this)
+    literal.meta.update(node.meta)
+    return exp.Cast(this=literal, to=exp.DataType.build("bpchar", dialect="postgres"))
+
+
+# What may stand left of ``ANY/SOME/ALL (…)``: gram.y's ``a_expr subquery_Op sub_type '(' a_expr ')'``, where
+# subquery_Op is an operator (all_Op, ``OPERATOR(…)``) or [NOT] LIKE/ILIKE; nowhere else is ANY an expression.
+_NOT_SUBQUERY_OPS = (exp.Connector, exp.Is, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Escape, exp.SimilarTo)
+
+
+def _check_quantifier_places(sql: str, tree: exp.Expr, tokens: list) -> None:
+    """``x = (ANY (a) >= TRUE)``, ``coalesce(ANY (a))``, ``NOT ANY (a)``: ANY (…) that is not the right operand of
+    an operator is PostgreSQL's syntax error at the word ANY (sqlglot reads it as a call of a function ``any``)."""
+    for node in tree.walk():
+        if quantified_array(node) is None:
+            continue
+        parent = node.parent
+        if isinstance(parent, exp.Binary) and node.arg_key == "expression" \
+                and not isinstance(parent, _NOT_SUBQUERY_OPS):
+            continue
+        inner = node_position(node.this if isinstance(node, (exp.Any, exp.All)) else node.expressions[0])
+        word = [t for t in tokens if _quantifier(t) and (inner is None or t.start + 1 < inner)]
+        raise_pg_syntax_error(sql, word[-1] if word else None)
 
 
 # gram.y declares comparisons and IS %nonassoc: `a = b = c` and `a IS NULL IS TRUE` are syntax

@@ -257,7 +257,7 @@ def reconcile(sql: str, pg: list[PgToken], tokens: list[Token]) -> list[Token]:
     """sqlglot's ``tokens`` of ``sql``, corrected to PostgreSQL's reading ``pg`` (see the module doc)."""
     result: list[Token] = []
     j = 0  # both lists are in text order: one pass
-    for tok in pg:
+    for index, tok in enumerate(pg):
         if tok.kind == "other":
             raise PublicationSyntaxError(
                 f'syntax error at or near "{tok.value}"', source=sql, position=tok.start + 1,
@@ -274,6 +274,8 @@ def reconcile(sql: str, pg: list[PgToken], tokens: list[Token]) -> list[Token]:
             kind, value = TokenType.VAR, tok.value or ""  # sqlglot split the name at a Unicode space
         elif tok.kind in ("string", "dollar") and tok.value is not None and covered:
             kind, value = covered[0].token_type, tok.value  # PostgreSQL's value, continued strings joined
+        elif tok.kind == "qident" and sql[tok.start] in "uU" and covered:
+            kind, value = TokenType.IDENTIFIER, _unicode_identifier(sql, tok, pg[index + 1 : index + 2])
         elif tok.kind == "number" and (tok.value or "")[:2].lower() in ("0x", "0o", "0b"):
             kind, value = TokenType.NUMBER, str(int(tok.value or "", 0))  # sqlglot: a hex or bit string
         elif tok.kind == "number" and "_" in (tok.value or ""):
@@ -292,3 +294,19 @@ def reconcile(sql: str, pg: list[PgToken], tokens: list[Token]) -> list[Token]:
         j = k
     result.extend(tokens[j:])
     return result
+
+
+def _unicode_identifier(sql: str, tok: PgToken, following: list[PgToken]) -> str:
+    """The name ``U&"…"`` spells, decoded as parser.c ``str_udeescape`` decodes it (the escapes of ``U&'…'``,
+    core/filters/constants.py ``unicode_escapes``); with ``UESCAPE`` after it, not read here."""
+    from airflow_provider_rowfilter.core.filters.constants import InvalidConstant, unicode_escapes
+
+    if following and following[0].kind == "ident" and (following[0].value or "").lower() == "uescape":
+        raise PublicationSyntaxError(f'cannot read "{sql[tok.start : following[0].end]}" as PostgreSQL does',
+                                     source=sql, position=tok.start + 1,
+                                     hint='write the name with \\ as its escape character, or as "…"')
+    try:
+        return unicode_escapes(sql[tok.start + 3 : tok.end - 1].replace('""', '"'))
+    except InvalidConstant as e:
+        raise PublicationError(str(e.args[0]), source=sql, position=tok.start + 1,
+                               hint=e.args[1] if len(e.args) > 1 else None) from None

@@ -42,6 +42,8 @@ def fn(name: str, *args: exp.Expr) -> exp.Expr:
 LAMBDA_ELEMENT = exp.Var(this="__rowfilter_element")
 # The compared value x of ``x op ANY/ALL (array_column)``, bound once outside the elements' lambda.
 LAMBDA_SCALAR = exp.Var(this="__rowfilter_scalar")
+# A value whose nullness is tested, bound by evaluated_is_null's lambda.
+LAMBDA_TESTED = exp.Var(this="__rowfilter_tested")
 
 # The elements of PostgreSQL's text form of an array (arrayfuncs.c array_out): a quoted element (backslash before
 # " and \) or an unquoted one; braces of every dimension and the bounds decoration ([0:1]={…}) are no element.
@@ -80,6 +82,15 @@ def operand(e: exp.Expr) -> exp.Expr:
 def ascii_lower(e: exp.Expr) -> exp.Expr:
     """PostgreSQL's lower() under the C collation: ASCII letters only."""
     return fn("translate", e, exp.Literal.string(UPPER), exp.Literal.string(LOWER))
+
+
+def evaluated_is_null(value: exp.Expr) -> exp.Expr:
+    """``value IS NULL``, with ``value`` computed. Spark's optimizer (NullPropagation) decides ``IS [NOT] NULL``
+    of an expression it proves never NULL without computing it, where PostgreSQL computes it and raises its
+    error (``COALESCE(-2::bigint % i2, 1.5) IS NULL`` with ``i2 = 0``: ``division by zero``). Tested in a lambda
+    over a one-element array, the value is computed to build the array, and the test stays."""
+    test = exp.Is(this=LAMBDA_TESTED.copy(), expression=exp.Null())
+    return fn("exists", exp.Array(expressions=[value]), exp.Lambda(this=test, expressions=[LAMBDA_TESTED.copy()]))
 
 
 def raise_error(message: str) -> exp.Expr:

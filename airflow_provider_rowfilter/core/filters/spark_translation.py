@@ -22,10 +22,11 @@ from sqlglot import exp
 
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters import pg_types as T
-from airflow_provider_rowfilter.core.filters.analysis import in_list_groups
+from airflow_provider_rowfilter.core.filters.analysis_comparisons import in_list_groups
 from airflow_provider_rowfilter.core.filters.dialect import identifier_name
-from airflow_provider_rowfilter.core.filters.folding import UNKNOWN, Undecided, fold
-from airflow_provider_rowfilter.core.filters.folding import convert as folded_at
+from airflow_provider_rowfilter.core.filters.folding import Undecided, fold
+from airflow_provider_rowfilter.core.filters.folding_values import UNKNOWN
+from airflow_provider_rowfilter.core.filters.folding_values import convert as folded_at
 from airflow_provider_rowfilter.core.filters.functions import function_name
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
@@ -39,6 +40,7 @@ from airflow_provider_rowfilter.core.filters.spark_sql import (
     checked_date,
     checked_float,
     checked_float4,
+    evaluated_is_null,
     fn,
     like_pattern,
     like_per_row,
@@ -96,7 +98,10 @@ class _Translator(FunctionTranslation, CompositeTranslation):
         own = self.rf.types[id(node)]
         target = self.rf.targets.get(id(node), own)
         if id(node) in self.rf.constants:
-            return self.constant(self.rf.constants[id(node)], target)
+            value = self.rf.constants[id(node)]
+            if own.name == "bpchar" and target.name != "bpchar" and isinstance(value, str):
+                value = value.rstrip(" ")  # the cast to text drops character(n)'s trailing spaces (rtrim1)
+            return self.constant(value, target)
         folded = self._folded(node, target)
         if folded is not None:
             return folded
@@ -192,7 +197,7 @@ class _Translator(FunctionTranslation, CompositeTranslation):
         fields = row_fields(node.this)
         if fields is not None:
             # ExecEvalRowNull: IS NULL when every field is NULL, IS NOT NULL when none is
-            tests: list[exp.Expr] = [exp.Is(this=operand(self.value(f)), expression=exp.Null()) for f in fields]
+            tests: list[exp.Expr] = [self._is_null(f) for f in fields]
             if negate:
                 tests = [exp.Not(this=exp.Paren(this=x)) for x in tests]
             return exp.Paren(this=exp.and_(*tests)) if tests else exp.true()
@@ -203,8 +208,20 @@ class _Translator(FunctionTranslation, CompositeTranslation):
             test: exp.Expr = exp.Coalesce(this=inner if truth else exp.Not(this=exp.Paren(this=inner)),
                                 expressions=[exp.false()])
             return exp.Not(this=exp.Paren(this=test)) if negate else test
-        test = exp.Is(this=operand(inner), expression=exp.Null())  # Spark cannot parse x LIKE y IS NULL
+        test = self._is_null(node.this, inner)
         return exp.Not(this=exp.Paren(this=test)) if negate else test
+
+    def _is_null(self, node: exp.Expr, value: exp.Expr | None = None) -> exp.Expr:
+        """``x IS NULL`` as ExecEvalNullTest runs it: ``x`` computed first (spark_sql.py ``evaluated_is_null``),
+        unless it is a column's read or a constant, which raise nothing."""
+        value = self.value(node) if value is None else value
+        bare = node
+        while isinstance(bare, exp.Paren):
+            bare = bare.this
+        if isinstance(bare, (exp.Column, exp.Literal, exp.Null, exp.Boolean)) \
+                or id(bare) in self.rf.constants or self.folded.get(id(bare), UNKNOWN) is not UNKNOWN:
+            return exp.Is(this=operand(value), expression=exp.Null())  # Spark cannot parse x LIKE y IS NULL
+        return evaluated_is_null(value)
 
     # --- comparisons ------------------------------------------------------------------------------
     def _compared(self, node: exp.Expr) -> exp.Expr:
@@ -288,8 +305,17 @@ class _Translator(FunctionTranslation, CompositeTranslation):
             return checked_date(cls, left, right)
         result = cast(cls(this=exp.Paren(this=left), expression=exp.Paren(this=right)), t)
         if t.name in ("float4", "float8"):
-            return checked_float(cls, left, right, result, t)
-        return result
+            result = checked_float(cls, left, right, result, t)
+        return self._dividend_first(cls, node, left, result, t)
+
+    def _dividend_first(self, cls, node, left: exp.Expr, result: exp.Expr, t: PgType) -> exp.Expr:
+        """``a / b`` and ``a % b`` with ``a`` computed first, as PostgreSQL computes a strict operator's arguments
+        in order: Spark's division computes its divisor first and, when that is NULL, never computes the dividend,
+        whose error (``(i8 * 816) % position(c IN v)`` with ``v`` NULL: ``bigint out of range``) PostgreSQL
+        raises. When ``a`` is NULL, ``b`` is skipped, as Spark skips the right operand of ``+`` after a NULL."""
+        if cls not in (exp.Div, exp.Mod, exp.IntDiv):
+            return result
+        return exp.Case(ifs=[exp.If(this=self._is_null(node.left, left.copy()), true=cast(exp.Null(), t))], default=result)
 
     def _t_Add(self, node, t): return self._arith(exp.Add, node, t)
     def _t_Sub(self, node, t): return self._arith(exp.Sub, node, t)
@@ -298,8 +324,9 @@ class _Translator(FunctionTranslation, CompositeTranslation):
 
     def _t_Div(self, node, t):
         if t.is_integer:  # PostgreSQL's integer division truncates toward zero, as Spark's DIV does
-            return cast(exp.IntDiv(this=exp.Paren(this=self.value(node.left)),
-                                    expression=exp.Paren(this=self.value(node.right))), t)
+            left = self.value(node.left)
+            return self._dividend_first(exp.IntDiv, node, left, cast(exp.IntDiv(
+                this=exp.Paren(this=left), expression=exp.Paren(this=self.value(node.right))), t), t)
         return self._arith(exp.Div, node, t)
 
     def _t_Neg(self, node, t):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters import pg_types as T
-from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE, quantified_array
+from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE, quantified_array, row_fields
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex, java_regex, similar_to_regex
 
@@ -38,15 +38,6 @@ STRING_FUNCTIONS = {
     "substring": ("ti", "tii"), "left": ("ti",), "right": ("ti",), "position": ("tt",),
     "split_part": ("tti",), "repeat": ("ti",),
 }
-
-
-def row_fields(node: exp.Expr) -> list[exp.Expr] | None:
-    """The fields of ``ROW(…)`` or ``(a, b, …)``; None when ``node`` is no row constructor."""
-    if isinstance(node, exp.Tuple):
-        return list(node.expressions)
-    if isinstance(node, exp.Anonymous) and node.name.upper() == "ROW":
-        return list(node.expressions)
-    return None
 
 
 def _array_needs_coercion(element: PgType, common: PgType) -> bool:

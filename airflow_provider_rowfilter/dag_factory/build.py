@@ -1,0 +1,152 @@
+"""The DAGs of one spec file, and of every spec file in a folder (a file that fails becomes placeholders)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG
+
+from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.spec import CONN_ID
+from airflow_provider_rowfilter.dag_factory.copies import copy_tasks
+from airflow_provider_rowfilter.dag_factory.operations import operations_dags
+from airflow_provider_rowfilter.dag_factory.settings import (
+    DAG_KINDS,
+    SPEC_PATTERNS,
+    AirflowSettings,
+    SubscriptionFile,
+    _email_notifier,
+    callback_from,
+)
+from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
+from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
+from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
+from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
+from airflow_provider_rowfilter.spec_placeholders import (
+    SpecFileWarning,
+    invalid_spec_dag,
+    lenient_settings,
+    placeholder_ids,
+)
+
+log = logging.getLogger(__name__)
+
+
+def build_dags(path: str | Path) -> dict[str, DAG]:
+    """The three DAGs of one spec file, by DAG id."""
+    source = SubscriptionFile.load(path)
+    spec, s = source.spec, source.settings
+    ids = source.dag_ids
+    # Keyword arguments shared by several operators: typed as Any (each operator checks its own at runtime).
+    job: dict[str, Any] = {"spec": str(source.path), "conn_id": s.spark_conn_id, "conf": dict(s.conf)}
+    who: dict[str, Any] = {"subscription": spec.subscription, "subscriber_conn_id": spec.subscriber_conn_id}
+    alias = s.asset_alias or f"rowfilter_{spec.subscription}"
+    default_args: dict[str, Any] = {
+        "retries": s.retries,
+        "retry_delay": dt.timedelta(seconds=s.retry_delay),
+        "retry_exponential_backoff": s.retry_exponential_backoff,
+        "max_retry_delay": dt.timedelta(seconds=s.max_retry_delay),
+    }
+    if s.owner:
+        default_args["owner"] = s.owner
+    callbacks = [_email_notifier(s.email, str(source.path))] if s.email else []
+    if s.on_failure_callback:
+        callbacks.append(callback_from(s.on_failure_callback, str(source.path)))
+    if callbacks:
+        default_args["on_failure_callback"] = callbacks
+    bounded: dict[str, Any] = {
+        "execution_timeout": None if s.execution_timeout is None else dt.timedelta(seconds=s.execution_timeout)}
+    copy_bound = None if s.copy_execution_timeout is None else dt.timedelta(seconds=s.copy_execution_timeout)
+    common: dict[str, Any] = {
+        "start_date": s.start_date, "catchup": False, "max_active_runs": 1, "default_args": default_args,
+        "is_paused_upon_creation": False,
+        "tags": ["rowfilter", f"subscription:{spec.subscription}", *s.tags],
+        "doc_md": f"Subscription `{spec.subscription}` (publications {', '.join(spec.publications)}), "
+                  f"from `{source.path}` (airflow_provider_rowfilter.dag_factory).",
+    }
+    tables = list(s.tables) if s.tables else None
+    dags: dict[str, DAG] = {}
+
+    with DAG(dag_id=ids["initial_sync"], schedule=None,
+             description=f"Initial sync of {spec.subscription}: refresh, copy, apply, wait for r", **common) as dag:
+        refresh = RefreshPublicationOperator(task_id="refresh", **bounded, **job)
+        listed, snapshot = copy_tasks(pool=s.pool, tables=tables, execution_timeout=copy_bound, **who, **job)
+        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, asset_alias=alias,
+                                     trigger_rule="none_failed", **bounded, **job)
+        ready = SubscriptionRelSensor(task_id="wait_for_ready", tables=tables, target_state="r",
+                                      mode="poke" if s.deferrable else "reschedule", deferrable=s.deferrable,
+                                      poke_interval=s.poke_interval, timeout=s.sensor_timeout, **who)
+        refresh >> listed
+        snapshot >> apply >> ready
+    dags[dag.dag_id] = dag
+
+    scheduled = {**common, "is_paused_upon_creation": s.paused_upon_creation}
+    with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
+             description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
+             **scheduled) as dag:
+        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
+                                     asset_alias=alias, **bounded, **job)
+        standbys = [c for c in spec.standbys if CONN_ID.match(c)]  # the check reads them through Airflow
+        if s.max_retained_wal is not None or s.max_batch_age is not None or s.max_sync_age is not None or standbys:
+            synced: dict[str, Any] = {} if s.max_sync_age is None else {"max_sync_age": s.max_sync_age}
+            apply >> SubscriptionLagCheckOperator(
+                task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
+                max_batch_age=s.max_batch_age, standby_conn_ids=standbys, trigger_rule="none_skipped", retries=0,
+                **synced, **who)
+    dags[dag.dag_id] = dag
+
+    with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
+             description=f"Refresh publication of {spec.subscription}, then copy the tables it added",
+             **(scheduled if s.refresh_schedule else common)) as dag:
+        refresh = RefreshPublicationOperator(task_id="refresh", **bounded, **job)
+        listed, _ = copy_tasks(pool=s.pool, tables=None, execution_timeout=copy_bound, **who, **job)
+        refresh >> listed
+    dags[dag.dag_id] = dag
+    dags.update(operations_dags(source, job, common))
+    return dags
+
+
+def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS) -> dict[str, DAG]:
+    """The DAGs of every spec file in ``folder`` (not recursive), by DAG id.
+
+    Each file stands alone: one that is not a valid spec (or repeats another file's subscription or
+    DAG ids) does not stop the others. It becomes a placeholder DAG (spec_placeholders.py) whose
+    only task fails with the error naming the file, under the file's own DAG ids when its
+    ``subscription`` (and ``airflow.dag_id_prefix``) can be read, so that the subscription stays in
+    the UI and a run in flight fails with the reason instead of "Dag not found"; the incremental
+    sync's placeholder keeps the file's schedule and failure callbacks, so the failure recurs on the
+    subscription's schedule and alerts. The error is also issued as a warning (Airflow records it
+    against the loader file) and logged.
+    """
+    folder = Path(folder)
+    files = sorted({p for pattern in patterns for p in folder.glob(pattern) if p.is_file()})
+    dags: dict[str, DAG] = {}
+    seen: dict[str, Path] = {}
+    for path in files:
+        try:
+            source = SubscriptionFile.load(path)
+            name = source.spec.subscription
+            if name in seen:
+                raise SpecError(f"subscription {name!r} is also defined in {seen[name]}",
+                                hint="one spec file per subscription")
+            built = build_dags(path)
+            taken = sorted(set(built) & set(dags))
+            if taken:
+                raise SpecError(f"DAG id {taken[0]!r} is already built from another file",
+                                hint="set airflow: dag_id_prefix: to tell them apart")
+        except Exception as e:  # whatever breaks one file (a bad cron too) must not hide the others
+            error = e if str(path.resolve()) in str(e) or str(path) in str(e) else SpecError(f"{path}: {e}")
+            log.error("%s", error)
+            warnings.warn(str(error), SpecFileWarning, stacklevel=2)
+            kept = lenient_settings(path, AirflowSettings.from_mapping, _email_notifier)
+            for dag_id, kind in placeholder_ids(path, set(dags), DAG_KINDS).items():
+                dags[dag_id] = invalid_spec_dag(dag_id, path, error, kind=kind, settings=kept)
+            continue
+        seen[name] = path
+        dags.update(built)
+    return dags
