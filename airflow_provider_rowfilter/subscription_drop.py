@@ -128,7 +128,8 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
                     clear_stage(sub, spec.subscription)
                 drop_stagings(sub, spec.subscription, [r.table for r in StateStore(sub, spec.subscription).tables()])
                 state = StateStore(sub, spec.subscription).drop(kept_slot=keep_slot)
-            drop_origin(sub, spec.subscription)  # its replication origin, as DROP SUBSCRIPTION drops the worker's
+            # its replication origins, as DROP SUBSCRIPTION drops the worker's (and a killed copy's)
+            drop_origin(sub, spec.subscription, [] if state is None else state.tables)
             if state is not None:
                 result.state_dropped = True
                 result.tables = [str(t) for t in state.tables]

@@ -63,6 +63,8 @@ class BatchPlan:
     plan: ApplyPlan | None = None  # what the reducers evaluate; None when no segment has changes
     targets: dict[int, ApplyTarget] = field(default_factory=dict)  # by the plan's target index
     spans: list[RelationSpan] = field(default_factory=list)  # the relations of the segments
+    # the targets judged change by change, every change a phase (subscriber/change_by_change.py)
+    exact: frozenset[int] = frozenset()
 
     @property
     def logged_changes(self) -> int:

@@ -37,6 +37,7 @@ from airflow_provider_rowfilter.subscriber.apply_target import (
     TableCounts,
     rejected_column,
 )
+from airflow_provider_rowfilter.subscriber.change_by_change import ChangeByChange
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 from airflow_provider_rowfilter.subscriber.state import APPLIED, RelState, StateStore
 
@@ -48,6 +49,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
     """Apply the staged batch and move the tables' positions in one transaction; record the batch in ``result``.
 
     :raises ConflictError: a change conflicts (the first in commit order; nothing of the batch was applied).
+    :raises ChangeByChange: a table's net effects cannot answer as PostgreSQL would: reduce the batch again with
+        those tables' changes one by one (``BatchPlan.exact``); nothing of the batch was applied.
     :raises ApplyError: a table refused a value or a statement (nothing of the batch was applied).
     """
     faults.point("apply-after-stage")
@@ -65,6 +68,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
         stage = STAGE if staged.rows is None else stage_locally(sub, staged.rows)
         replica_role(sub, "apply", tables=[rel.table for index, rel in enumerate(batch.rels) if index in batch.targets])
         stops: list[ConflictError] = []
+        one_by_one: set[int] = set()  # the tables whose changes must be judged one by one (ChangeByChange)
+        met: dict[TableName, dict[str, int]] = {}  # the conflicts the batch went on from, per table
         counts: dict[TableName, TableCounts] = {}
         conflict_log = (conflicts.ConflictLog(spec.subscription, result.start_lsn, format_lsn(batch.end))
                         if spec.conflict_log == "table" else None)
@@ -77,13 +82,21 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
             if index in batch.targets:
                 target = batch.targets[index]
                 sub.execute("SAVEPOINT rowfilter_table")
+                table = StagedTable(sub, staged.token, target, spec.conflict_policy, conflict_log, result.span,
+                                    origin, stage)
+                table.exact = index in batch.exact
                 try:
-                    counts[rel.table] = StagedTable(sub, staged.token, target, spec.conflict_policy,
-                                                    conflict_log, result.span, origin, stage).apply()
+                    counts[rel.table] = table.apply()
                     sub.execute("RELEASE SAVEPOINT rowfilter_table")
+                except ChangeByChange as e:
+                    sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
+                    one_by_one |= e.targets
+                    log.info("%s; its changes in this batch are judged one by one, as PostgreSQL applies them", e)
+                    continue
                 except ConflictError as e:
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
                     stops.append(e)
+                    met[rel.table] = conflicts.conflicts_of(table.counts.as_dict())  # its phases before the stop
                     continue
                 except psycopg.errors.DataError as e:  # SQLSTATE class 22: a value the column cannot take
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
@@ -94,13 +107,20 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                     raise _table_error(target, result, e) from e
                 counts[rel.table].extra = staged.extra.get(index, {})
                 # The skipped conflicts' running counts, committed with the batch (subscriber/conflicts.py).
-                conflicts.count(sub, spec.subscription, rel.table, conflicts.conflicts_of(counts[rel.table].as_dict()))
+                met[rel.table] = conflicts.conflicts_of(counts[rel.table].as_dict())
+                conflicts.count_batch(sub, spec.subscription, result.start_lsn, rel.table, met[rel.table])
                 faults.point("apply-mid-transaction")
             _move(store, rel, batch.end)
+        if one_by_one:
+            raise ChangeByChange(one_by_one, "judged one by one")  # the batch's transaction rolls back
         if stops:
             # The first in commit order, as PostgreSQL stops; a conflict of a key several transactions changed is known
             # by its batch only: after those of a known transaction.
-            raise min(stops, key=lambda c: (c.commit_lsn is None, c.commit_lsn or 0))
+            stop = min(stops, key=lambda c: (c.commit_lsn is None, c.commit_lsn or 0))
+            # Counted after the rollback all the same, as PostgreSQL's counts do not roll back (apply/drain.py).
+            stop.met, stop.batch_start = {t: c for t, c in met.items() if c}, result.start_lsn
+            raise stop
+        conflicts.clear_stopped(sub, spec.subscription)
         skip_lsn = batch.skip_lsn
         if skip_lsn is not None and (staged.skipped or skip_lsn < batch.end):
             if staged.skipped:

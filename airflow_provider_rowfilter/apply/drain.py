@@ -48,6 +48,7 @@ from airflow_provider_rowfilter.humane import ProgressReport, duration, report_p
 from airflow_provider_rowfilter.publisher.catalog_reader import flush_position
 from airflow_provider_rowfilter.subscriber import conflicts
 from airflow_provider_rowfilter.subscriber.apply_target import ConflictError
+from airflow_provider_rowfilter.subscriber.change_by_change import ChangeByChange
 from airflow_provider_rowfilter.subscriber.state import (
     APPLIED,
     APPLY_LOCK,
@@ -208,8 +209,15 @@ def _apply_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
     batch = plan_batch(spec, sub, store, store.require_subscription(), change_log, result, max_changes)
     if batch is None:
         return True
-    staged = reduce(spec, sub, batch, result, spark, held)
-    commit_batch(spec, sub, store, batch, staged, result, began)
+    while True:
+        staged = reduce(spec, sub, batch, result, spark, held)
+        try:
+            commit_batch(spec, sub, store, batch, staged, result, began)
+            break
+        except ChangeByChange as e:  # judged again, those tables change by change (subscriber/change_by_change.py)
+            if e.targets <= batch.exact:
+                raise
+            batch.exact = batch.exact | e.targets
     for path in batch.paths if held is not None else ():
         held.pop(path, None)
     result.states = {str(r.table): r.state.value for r in store.tables()}
@@ -304,6 +312,9 @@ def _record_failure(spec: SubscriptionSpec, error: RowFilterError) -> None:
                 # ReportApplyConflict): the batch rolled back, the count is committed on its own.
                 with sub.transaction():
                     conflicts.count(sub, spec.subscription, TableName.parse(error.table), {error.kind: 1})
+                    # and those the batch went on from before it stopped, once however often it is retried
+                    if error.met and relation_exists(sub, "conflict_stopped"):
+                        conflicts.count_stopped(sub, spec.subscription, error.batch_start, error.met)
     except (RowFilterError, psycopg.Error) as e:
         log.error("could not record the error in the subscriber (%s); it is only in this log and the exit code",
                   e)

@@ -71,7 +71,8 @@ def _json(values: Sequence[str | None] | None) -> str | None:
     return None if values is None else _ENCODE(values)
 
 
-def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str) -> tuple[BatchFacts, pa.Table]:
+def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str,
+                 exact: frozenset[int] = frozenset()) -> tuple[BatchFacts, pa.Table]:
     """The facts and the staged rows of a batch the publisher judged (``filtering: source``).
 
     On the batch's Arrow columns when it allows it (apply/arrow_fold.py: no barrier, no unchanged TOASTed
@@ -79,15 +80,18 @@ def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str) -> t
 
     :param segments: the batch's change-log rows, a table per segment in log order, with at least
         :data:`CHANGE_COLUMNS`.
+    :param exact: the targets whose every change is a phase of its own (judged change by change:
+        subscriber/change_by_change.py), which only the change-by-change walk stages.
     """
     from airflow_provider_rowfilter.apply.arrow_fold import reduce_columns  # it builds on this module's rules
 
     segments = list(segments)
-    reduced = reduce_columns(segments, plan, token, fold_limit=sum(s.num_rows for s in segments))
-    return reduced if reduced is not None else reduce_changes(segments, plan, token)
+    reduced = None if exact else reduce_columns(segments, plan, token, fold_limit=sum(s.num_rows for s in segments))
+    return reduced if reduced is not None else reduce_changes(segments, plan, token, exact)
 
 
-def reduce_changes(segments: Iterable[pa.Table], plan: ApplyPlan, token: str) -> tuple[BatchFacts, pa.Table]:
+def reduce_changes(segments: Iterable[pa.Table], plan: ApplyPlan, token: str,
+                   exact: frozenset[int] = frozenset()) -> tuple[BatchFacts, pa.Table]:
     """:func:`reduce_batch` change by change, in Python: every batch the publisher judged."""
     if any(rules != PASS_THROUGH for t in plan.targets for rules in t.rules):
         raise ValueError("only a batch the publisher judged (every table PASS_THROUGH) is reduced here")
@@ -145,7 +149,7 @@ def reduce_changes(segments: Iterable[pa.Table], plan: ApplyPlan, token: str) ->
             changes[index].append(_Change(commit_lsn, seq, xid, "T", None, None, None, True, restart))
     stage = _Stage(token)
     for index, kept in changes.items():
-        stage.add(by_index[index], kept, plan.policy)
+        stage.add(by_index[index], kept, plan.policy, exact=index in exact)
     return facts, stage.table()
 
 
@@ -266,8 +270,9 @@ class _Stage:
             arrays.append(pa.array(values, f.type))
         return pa.Table.from_arrays(arrays, schema=schema)
 
-    def add(self, target: TargetPlan, kept: list[_Change], policy: str) -> None:
-        """Cut the table's changes into phases by its barriers, stage each barrier, reduce each phase's keys."""
+    def add(self, target: TargetPlan, kept: list[_Change], policy: str, *, exact: bool = False) -> None:
+        """Cut the table's changes into phases by its barriers, stage each barrier, reduce each phase's keys
+        (``exact``: every change a phase of its own, so the subscriber applies them one by one, as PostgreSQL)."""
         kept.sort(key=attrgetter("commit_lsn", "seq"))
         keys: dict[tuple[int, tuple], list[_Change]] = {}
         phase = 0
@@ -280,6 +285,7 @@ class _Stage:
                 phase += 1
             else:
                 keys.setdefault((phase, tuple(change.key or ())), []).append(change)  # a key is never None here
+                phase += exact
         width = len(target.columns)
         for (at, key), ops in keys.items():
             if len(ops) == 1:

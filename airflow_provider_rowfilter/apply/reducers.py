@@ -124,10 +124,11 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
         conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
         decided = decide(session, batch.paths, batch.plan)
         try:
-            facts, collected = decided.collected(staged.token) if small else (decided.facts(), None)
+            exact = sorted(batch.exact)
+            facts, collected = decided.collected(staged.token, exact) if small else (decided.facts(), None)
             staged.extra, staged.skipped, result.changes = _checked(facts, batch.targets)
             if collected is None:
-                write_stage(decided.staged(staged.token), conninfo)
+                write_stage(decided.staged(staged.token, exact=exact), conninfo)
             else:
                 copy_stage_rows(collected, conninfo)
         finally:
@@ -155,7 +156,9 @@ def reduce_here(batch: BatchPlan, token: str, held: Mapping[str, pa.Table] | Non
                 else pq.read_table(path, columns=list(net_effect.CHANGE_COLUMNS))
                 for path, (_, count) in zip(batch.paths, batch.logged, strict=True)]
     if changes <= IN_PROCESS_BATCH_CHANGES:
-        return net_effect.reduce_batch(segments, batch.plan, token)
+        return net_effect.reduce_batch(segments, batch.plan, token, batch.exact)
+    if batch.exact:  # judged change by change: only the walk above does that (and Spark)
+        return None
     return arrow_fold.reduce_columns(segments, batch.plan, token, fold_limit=IN_PROCESS_BATCH_CHANGES)
 
 

@@ -37,6 +37,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions
 from airflow_provider_rowfilter.publisher.failover import confirmed_timeline
+from airflow_provider_rowfilter.subscriber import replication_origin
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -259,8 +260,9 @@ class CopyJob:
             with copy_progress(lambda: connect(self.spec.subscriber, "subscriber", self.spec), table,
                                target.table if direct else target.staging, estimate, self.options.progress_interval,
                                writer_pid=sub.info.backend_pid if direct else None):
-                if direct:
-                    with sub.transaction():  # the rows and the state f, together
+                if direct:  # the rows and the state f, together, tagged as the copy's (replication_origin.py)
+                    with replication_origin.copy_origin(sub, self.spec.subscription, target.table), \
+                            sub.transaction():
                         replica_role(sub, "copy", table)
                         with closing(read_copy(self.source_conninfo, reads[0], snap,
                                                block_rows=self.options.fetch_size)) as blocks:
@@ -275,8 +277,8 @@ class CopyJob:
                     staged = run_partitions(self.spark(), reads, partial(
                         copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
                         fence=fence, block_rows=self.options.fetch_size))
-        if not direct:
-            with sub.transaction():  # the rows and the state f, together
+        if not direct:  # the rows and the state f, together, tagged as the copy's (replication_origin.py)
+            with replication_origin.copy_origin(sub, self.spec.subscription, target.table), sub.transaction():
                 replica_role(sub, "copy", table)
                 rows = move_staged(sub, target)
                 if rows != staged:  # a task committed twice (a lost executor) into a table without a key

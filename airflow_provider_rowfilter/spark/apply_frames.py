@@ -225,7 +225,7 @@ class DecidedBatch:
         return (self.frame.groupBy("_tgt", "_epoch", "kind", "_op", "_barrier", layout.alias("layout"))
                 .agg(F.count(F.lit(1)).alias("n"), F.min("commit_lsn").alias("first")))
 
-    def collected(self, token: str) -> tuple[BatchFacts, pa.Table]:
+    def collected(self, token: str, exact: Sequence[int] = ()) -> tuple[BatchFacts, pa.Table]:
         """The facts and the staged rows of a small batch, from ONE Spark action, as Arrow in this process.
 
         For a batch of a few thousand changes Spark's fixed costs dominate: each action is a round of
@@ -235,7 +235,7 @@ class DecidedBatch:
         :data:`SMALL_BATCH_SQL_SETTINGS`.
         """
         facts = self._facts_frame()
-        staged = self.staged(token, barrier_targets=sorted(t.index for t in self.plan.targets))
+        staged = self.staged(token, barrier_targets=sorted(t.index for t in self.plan.targets), exact=exact)
         both = (staged.select(F.lit("S").alias("_part"), *staged.columns, F.lit(None).cast("string").alias("_facts"))
                 .unionByName(facts.select(F.lit("F").alias("_part"), F.to_json(F.struct(*facts.columns)).alias("_facts")),
                              allowMissingColumns=True))
@@ -246,11 +246,13 @@ class DecidedBatch:
         self._facts = read_facts(self.plan, [{**dict.fromkeys(("layout", "_barrier")), **r} for r in facts_rows])
         return self._facts, table.filter(pc.equal(part, "S")).select(staged.columns)
 
-    def staged(self, token: str, *, barrier_targets: Sequence[int] | None = None) -> DataFrame:
+    def staged(self, token: str, *, barrier_targets: Sequence[int] | None = None,
+               exact: Sequence[int] = ()) -> DataFrame:
         """The rows for ``rowfilter.apply_stage``: net effect per key ('K'), and the barriers ('B').
 
         Changes are cut into phases for ``barrier_targets`` (default: the targets the facts found a
-        barrier for).
+        barrier for); for the ``exact`` targets every change is a phase of its own (judged change by change:
+        subscriber/change_by_change.py).
         """
         plan = self.plan
         kept = self.frame.where(F.col("_op").isin("I", "U", "D"))
@@ -271,10 +273,13 @@ class DecidedBatch:
         ops = kept.select("_tgt", "commit_lsn", "seq", "xid", "truncate_restart_identity", "_op", "_key", "_vals",
                           "_fl", "_barrier").unionByName(truncates)
         with_barriers = self.facts().barrier_targets if barrier_targets is None else list(barrier_targets)
+        with_barriers = sorted(set(with_barriers) | set(exact))
         if with_barriers:
             order = (Window.partitionBy("_tgt").orderBy("commit_lsn", "seq")
                      .rowsBetween(Window.unboundedPreceding, Window.currentRow))
             barrier = F.col("_barrier").cast("int")
+            if exact:  # every change cuts: its phase is the number of changes before it
+                barrier = F.when(F.col("_tgt").isin(list(exact)), F.lit(1)).otherwise(barrier)
             cut = (ops.where(F.col("_tgt").isin(with_barriers))
                    .withColumn("_phase", (F.sum(barrier).over(order) - barrier).cast("int")))
             ops = cut.unionByName(ops.where(~F.col("_tgt").isin(with_barriers)).withColumn("_phase", F.lit(0)))

@@ -35,6 +35,12 @@ from psycopg import sql
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.apply_barriers import BarrierStatements
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE
+from airflow_provider_rowfilter.subscriber.change_by_change import (
+    ChangeByChange,
+    covered_others,
+    other_unique_indexes,
+    phase_at_risk,
+)
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, log_keys
 from airflow_provider_rowfilter.subscriber.origin_conflicts import origin_differs, tracks_origins
 from airflow_provider_rowfilter.subscriber.staged_sql import TableCounts, _json_list
@@ -55,17 +61,29 @@ __all__ = ["ApplyTarget", "ApplyTargetError", "ConflictError", "StagedTable", "T
 class StagedTable(BarrierStatements):
     """Applies one target's staged rows inside the caller's transaction."""
 
+    exact = False  # staged change by change (subscriber/change_by_change.py): each change a phase of its own
+
     def apply(self) -> TableCounts:
-        """Apply every phase and barrier; raise :class:`ConflictError` at the first conflict."""
+        """Apply every phase and barrier; raise :class:`ConflictError` at the first conflict, :class:`ChangeByChange`
+        when the net effects cannot answer as PostgreSQL's change-by-change apply."""
         counts = TableCounts()
+        self.counts = counts  # what the phases before a stop counted (apply/batch_transaction.py keeps it)
         self.tracks_origins = tracks_origins(self.conn)
+        at_risk = bool(not self.exact and self.target.key and other_unique_indexes(self.conn, table_sql(self.target.table),
+                                                                                self.target.key))
+        self.at_risk = covered_others(self.conn, table_sql(self.target.table), self.target.key) if at_risk else None
         self._load_keys()
         phases = self.conn.execute(
             sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(self.stage),
             (self.token, self.target.index)).fetchone()[0]
-        for phase in range(0 if phases is None else phases + 1):
-            self._apply_phase(phase, counts)
-            self._apply_barrier(phase, counts)
+        try:
+            for phase in range(0 if phases is None else phases + 1):
+                self._apply_phase(phase, counts)
+                self._apply_barrier(phase, counts)
+        except (ConflictError, psycopg.errors.UniqueViolation) as e:
+            if self.at_risk is not None:  # the order of the changes may decide it: judged one by one
+                raise ChangeByChange([self.target.index], f"{self.target.table}: {e}") from e
+            raise
         self.conn.execute(sql.SQL("DROP TABLE {}").format(self.keys))
         return counts
 
@@ -107,14 +125,10 @@ class StagedTable(BarrierStatements):
             self.conn.execute(sql.SQL(
                 "UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = %s"
             ).format(**q), (phase,))
-        conflict = self.conn.execute(sql.SQL(
-            """SELECT key, lsn, xid, vals::text FROM (
-                 SELECT key, vals, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,
-                        CASE WHEN existed THEN p_conflict_xid ELSE a_conflict_xid END AS xid
-                 FROM {keys} WHERE phase = %s) c
-               WHERE lsn IS NOT NULL ORDER BY lsn LIMIT 1""").format(**q), (phase,)).fetchone()
-        if conflict is not None:
-            self._insert_exists(phase, conflict[0], conflict[1], conflict[2], conflict[3])
+        if self.at_risk is not None:
+            reason = phase_at_risk(self, phase, self.at_risk)
+            if reason is not None:
+                raise ChangeByChange([self.target.index], f"{self.target.table}: {reason}")
         row = self.conn.execute(sql.SQL(
             """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
                       coalesce(sum(CASE WHEN existed THEN p_missing_update ELSE a_missing_update END), 0),
@@ -126,6 +140,15 @@ class StagedTable(BarrierStatements):
         counts.delete += deletes - missing_delete
         counts.missing_update += missing_update
         counts.missing_delete += missing_delete
+        # (counted first: a stop keeps what the phase skipped, as PostgreSQL counts a conflict before the error)
+        conflict = self.conn.execute(sql.SQL(
+            """SELECT key, lsn, xid, vals::text FROM (
+                 SELECT key, vals, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,
+                        CASE WHEN existed THEN p_conflict_xid ELSE a_conflict_xid END AS xid
+                 FROM {keys} WHERE phase = %s) c
+               WHERE lsn IS NOT NULL ORDER BY lsn LIMIT 1""").format(**q), (phase,)).fetchone()
+        if conflict is not None:
+            self._insert_exists(phase, conflict[0], conflict[1], conflict[2], conflict[3])
         if self.conflict_log is not None and (missing_update or missing_delete):
             log_keys(self.conn, self.conflict_log, self.target.table, self.keys, phase, self.target.key,
                      self.target.column_names)

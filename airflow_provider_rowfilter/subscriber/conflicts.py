@@ -68,6 +68,8 @@ class ConflictError(RowFilterError):
                  remote: Sequence[str | None] | None = None, batch: str | None = None,
                  identity: tuple[Sequence[str], Sequence[str | None]] | None = None) -> None:
         self.kind = kind
+        self.met: dict[TableName, dict[str, int]] = {}  # the conflicts the batch went on from before it stopped
+        self.batch_start: str | None = None  # the stopped batch's start (apply/batch_transaction.py sets both)
         self.commit_lsn = commit_lsn
         self.xid = xid
         self.key = tuple(key)
@@ -125,6 +127,48 @@ def count(conn: psycopg.Connection, subscription: str, table: TableName, conflic
         columns=sql.SQL(", ").join(names), values=sql.SQL(", ").join(sql.Placeholder() for _ in names),
         adds=sql.SQL(", ").join(sql.SQL("{c} = conflict_stats.{c} + EXCLUDED.{c}").format(c=c) for c in names)),
         (subscription, table.schema, table.name, *conflicts.values()))
+
+
+def count_stopped(conn: psycopg.Connection, subscription: str, start_lsn: str | None,
+                  met: Mapping[TableName, Mapping[str, int]]) -> None:
+    """A batch starting at ``start_lsn`` stopped: count the conflicts it went on from before it stopped (``met``, per
+    table), in the caller's transaction of its own, as PostgreSQL's counts do not roll back with the apply
+    (pgstat_report_subscription_conflict is not transactional). Idempotent across the batch's retries: what an
+    earlier stop of a batch from the same start counted is not counted again, and its retry that commits counts
+    only the rest (:func:`count_batch`)."""
+    conn.execute("DELETE FROM rowfilter.conflict_stopped WHERE subscription = %s AND start_lsn IS DISTINCT FROM %s",
+                 (subscription, start_lsn))
+    for table, conflicts in met.items():
+        before = _stopped(conn, subscription, table)
+        count(conn, subscription, table, {t: n - before.get(t, 0) for t, n in conflicts.items() if n > before.get(t, 0)})
+        conn.execute(
+            """INSERT INTO rowfilter.conflict_stopped (subscription, schema_name, table_name, start_lsn, counted)
+               VALUES (%s, %s, %s, %s, %s) ON CONFLICT (subscription, schema_name, table_name)
+               DO UPDATE SET counted = EXCLUDED.counted, start_lsn = EXCLUDED.start_lsn""",
+            (subscription, table.schema, table.name, start_lsn,
+             Jsonb({t: max(n, before.get(t, 0)) for t, n in {**before, **conflicts}.items()})))
+
+
+def count_batch(conn: psycopg.Connection, subscription: str, start_lsn: str | None, table: TableName,
+                conflicts: Mapping[str, int]) -> None:
+    """:func:`count` for a batch that commits, less what a stop of the same batch (same start) counted already."""
+    before = _stopped(conn, subscription, table, start_lsn)
+    count(conn, subscription, table, {t: n - before.get(t, 0) for t, n in conflicts.items()
+                                      if n > before.get(t, 0)})
+
+
+def clear_stopped(conn: psycopg.Connection, subscription: str) -> None:
+    """A batch committed: what its stops counted is behind it (with the batch's transaction)."""
+    conn.execute("DELETE FROM rowfilter.conflict_stopped WHERE subscription = %s", (subscription,))
+
+
+def _stopped(conn: psycopg.Connection, subscription: str, table: TableName,
+             start_lsn: str | None = None) -> dict[str, int]:
+    row = conn.execute(
+        "SELECT counted FROM rowfilter.conflict_stopped WHERE subscription = %s AND schema_name = %s "
+        "AND table_name = %s" + ("" if start_lsn is None else " AND start_lsn = %s"),
+        (subscription, table.schema, table.name, *(() if start_lsn is None else (start_lsn,)))).fetchone()
+    return {} if row is None else {t: int(n) for t, n in row[0].items()}
 
 
 def reset(conn: psycopg.Connection, subscription: str | None) -> None:

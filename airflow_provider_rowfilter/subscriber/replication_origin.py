@@ -20,10 +20,13 @@ cannot tell our writes from local ones.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import psycopg
+
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.identifiers import table_sql
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +69,37 @@ def session_origin(sub: psycopg.Connection, subscription: str) -> Iterator[bool]
             sub.execute("SELECT pg_replication_origin_session_reset()")
 
 
+@contextmanager
+def copy_origin(sub: psycopg.Connection, subscription: str, table: TableName) -> Iterator[bool]:
+    """Tag what ``sub`` writes in the block (a table's initial copy) with an origin of the copy's own, dropped
+    after it, as the table synchronization worker writes its copy with ``pg_<suboid>_<relid>`` (tablesync.c
+    ``LogicalRepSyncTableStart``) that is dropped when the table is ready: a downstream ``origin = none`` skips the
+    copied rows, and on a subscriber with track_commit_timestamp the first remote UPDATE or DELETE of a copied row
+    finds it modified "by a non-existent origin" (``*_origin_differs``), as PostgreSQL 18's does. The apply's own
+    origin is created first, so it never takes the number the copied rows carry. ``sub`` outside a transaction;
+    yields whether the role may."""
+    apply_name = origin_name(sub, subscription)
+    relid = sub.execute("SELECT %s::regclass::oid", (table_sql(table).as_string(sub),)).fetchone()[0]
+    name = f"{apply_name}_{relid}"
+    try:
+        with sub.transaction():
+            for n in (apply_name, name):
+                sub.execute("SELECT pg_replication_origin_create(%s) WHERE pg_replication_origin_oid(%s) IS NULL",
+                            (n, n))
+        sub.execute("SELECT pg_replication_origin_session_reset() WHERE pg_replication_origin_session_is_setup()")
+        sub.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
+    except psycopg.errors.InsufficientPrivilege:
+        _warn(sub)
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
+            sub.execute("SELECT pg_replication_origin_session_reset()")
+            sub.execute("SELECT pg_replication_origin_drop(%s)", (name,))
+
+
 def origin_id(sub: psycopg.Connection, subscription: str) -> int:
     """The id (``roident``) of the subscription's origin, the one a local row's commit names when the apply wrote it
     (``pg_xact_commit_timestamp_origin``); 0 when it has none yet."""
@@ -81,13 +115,19 @@ def record_progress(sub: psycopg.Connection, finish_lsn: str) -> None:
     sub.execute("SELECT pg_replication_origin_xact_setup(%s::pg_lsn, now())", (finish_lsn,))
 
 
-def drop_origin(sub: psycopg.Connection, subscription: str) -> None:
-    """DROP SUBSCRIPTION drops its origin (subscriptioncmds.c ``DropSubscription``): ours too, where the role may."""
+def drop_origin(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> None:
+    """DROP SUBSCRIPTION drops its origin (subscriptioncmds.c ``DropSubscription``): ours too, where the role may,
+    and the origin a copy of one of ``tables`` left when it was killed (:func:`copy_origin`), as DROP SUBSCRIPTION
+    drops the table synchronization origins."""
     name = origin_name(sub, subscription)
+    copies = [f"{name}_{row[0]}" for t in tables
+              for row in [sub.execute("SELECT to_regclass(%s)::oid", (table_sql(t).as_string(sub),)).fetchone()]
+              if row is not None and row[0] is not None]
     try:
         with sub.transaction():
-            sub.execute("SELECT pg_replication_origin_drop(%s) WHERE pg_replication_origin_oid(%s) IS NOT NULL",
-                        (name, name))
+            for n in (name, *copies):
+                sub.execute("SELECT pg_replication_origin_drop(%s) WHERE pg_replication_origin_oid(%s) IS NOT NULL",
+                            (n, n))
     except psycopg.errors.InsufficientPrivilege:
         log.warning('replication origin "%s" stays in the subscriber: this role may not drop it '
                     "(SELECT pg_replication_origin_drop('%s') as a superuser)", name, name)

@@ -229,6 +229,27 @@ MIGRATIONS: list[tuple[int, str]] = [
     );
     CREATE INDEX conflict_log_subscription ON rowfilter.conflict_log (subscription, id);
     """),
+    # The conflicts a batch that stopped had met before it stopped, counted then (subscriber/conflicts.py
+    # count_stopped): kept per table with the batch's start, so its retry does not count them twice.
+    (10, """
+    CREATE TABLE rowfilter.conflict_stopped (
+        subscription  text NOT NULL REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        schema_name   text NOT NULL,
+        table_name    text NOT NULL,
+        start_lsn     pg_lsn,
+        counted       jsonb NOT NULL,
+        PRIMARY KEY (subscription, schema_name, table_name)
+    );
+    -- A reset forgets them too: the retry that commits then counts what it meets in full.
+    CREATE OR REPLACE FUNCTION rowfilter.reset_subscription_stats(subname text DEFAULT NULL) RETURNS void
+        LANGUAGE sql VOLATILE AS $$
+        DELETE FROM rowfilter.conflict_stats WHERE subname IS NULL OR subscription = subname;
+        DELETE FROM rowfilter.conflict_stopped WHERE subname IS NULL OR subscription = subname;
+        INSERT INTO rowfilter.conflict_stats_reset (subscription, stats_reset)
+            SELECT name, now() FROM rowfilter.subscription WHERE subname IS NULL OR name = subname
+            ON CONFLICT (subscription) DO UPDATE SET stats_reset = EXCLUDED.stats_reset;
+        $$;
+    """),
 ]
 #: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.
 STAGE_MIGRATED = "68882da0365c2814"

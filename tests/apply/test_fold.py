@@ -206,3 +206,30 @@ def test_fold_in_spark(spark, changes, the_plan, expected):
     assert facts == checkpointed.facts()
     assert collected.column_names == staged.columns
     assert sorted(map(repr, collected.to_pylist())) == sorted(repr(r.asDict()) for r in staged.collect())
+
+
+#: A table judged change by change (subscriber/change_by_change.py): a key inserted, updated and deleted, another
+#: inserted and updated, a key's move between them.
+ONE_BY_ONE = [ins(100, 0, ["1", "x", "20"]), upd(200, 0, ["1", "y", "30"]), ins(300, 0, ["2", "x", "1"]),
+              upd(400, 0, ["3", "x", "1"], ["2", "x", "1"]), dele(500, 0, ["1", "y", "30"]),
+              upd(600, 0, ["3", "z", "2"])]
+
+
+def test_judged_one_by_one_every_change_is_a_phase_in_process():
+    exact = frozenset(t.index for t in UNFILTERED.targets)
+    _, rows = reduce_batch([arrow_rows(ONE_BY_ONE)], passed_through(UNFILTERED), "tok", exact)
+    staged = sorted(rows.to_pylist(), key=lambda r: r["phase"])
+    assert [(r["phase"], r["row_kind"], r["n_insert"], r["n_update"], r["n_delete"]) for r in staged] == [
+        (0, "K", 1, 0, 0), (1, "K", 0, 1, 0), (2, "K", 1, 0, 0), (3, "B", None, None, None), (4, "K", 0, 0, 1),
+        (5, "K", 0, 1, 0)]
+    # Not judged one by one: the net effects, cut by the key's move only.
+    _, rows = reduce_batch([arrow_rows(ONE_BY_ONE)], passed_through(UNFILTERED), "tok")
+    assert sorted(r["phase"] for r in rows.to_pylist()) == [0, 0, 0, 1, 1]
+
+
+def test_judged_one_by_one_spark_stages_what_the_walk_stages(spark):
+    exact = frozenset(t.index for t in UNFILTERED.targets)
+    _, walked = reduce_batch([arrow_rows(ONE_BY_ONE)], passed_through(UNFILTERED), "tok", exact)
+    _, collected = decide_frame(spark.createDataFrame([tuple(c) for c in ONE_BY_ONE], CHANGES),
+                                UNFILTERED).collected("tok", sorted(exact))
+    assert sorted(map(repr, collected.to_pylist())) == sorted(map(repr, walked.to_pylist()))

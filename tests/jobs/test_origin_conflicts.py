@@ -19,6 +19,9 @@ import pytest
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.jobs.snapshot import sync_tables
+from airflow_provider_rowfilter.subscriber.replication_origin import origin_name
+from airflow_provider_rowfilter.subscription_drop import drop
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
 from tests.conftest import drop_origins
@@ -107,3 +110,59 @@ def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgres
         for dsn_name in ("ours", "native", "pub"):
             commit_ts_pg.drop_database(f"{name}_{dsn_name}")
     print(f"origin_differs: {time.monotonic() - began:.1f} s")
+
+
+def test_rows_the_initial_copy_wrote_conflict_as_postgresql_18s_copied_rows_do(commit_ts_pg, tmp_path, caplog):
+    """The table synchronization worker writes its copy with an origin of its own (``pg_<suboid>_<relid>``, dropped
+    once the table is ready): the first remote UPDATE or DELETE of a copied row is ``*_origin_differs``, the row
+    "modified by a non-existent origin". Ours copies with an origin of its own too, dropped after the copy."""
+    began = time.monotonic()
+    name = "copyorigin"
+    pub, native_db, ours = (commit_ts_pg.create_database(f"{name}_{n}") for n in ("pub", "native", "ours"))
+    execute(pub, "CREATE TABLE c (id int PRIMARY KEY, v text)", "INSERT INTO c SELECT g, 'v' || g FROM generate_series(1, 4) g",
+            "CREATE PUBLICATION pc FOR TABLE c")
+    for dsn in (native_db, ours):
+        execute(dsn, "CREATE TABLE c (id int PRIMARY KEY, v text)")
+    native = NativeSubscription(pub, native_db, f"{name}_native", ["pc"]).create()
+    spec = SubscriptionSpec(subscription=f"{name}_ours", publisher=pub, subscriber=ours, publications=("pc",),
+                            change_log=str(tmp_path / "changes"))
+    refresh(spec)
+    try:
+        assert sync_tables(spec).ok
+        apply(spec)
+        with psycopg.connect(ours) as conn:
+            # The copied rows carry an origin, not ours, and that origin is gone.
+            origins = conn.execute("SELECT DISTINCT (pg_xact_commit_timestamp_origin(xmin)).roident FROM c").fetchall()
+            assert len(origins) == 1 and origins[0][0] not in (None, 0), origins
+            assert conn.execute("SELECT count(*) FROM pg_replication_origin WHERE roident = %s",
+                                (origins[0][0],)).fetchone()[0] == 0
+        execute(pub, "UPDATE c SET v = 'r1' WHERE id = 1", "DELETE FROM c WHERE id = 2")
+        with caplog.at_level("INFO", logger="airflow_provider_rowfilter.subscriber.origin_conflicts"):
+            apply(spec)
+        assert "Updating the row that was modified by a non-existent origin in transaction" in caplog.text, \
+            caplog.text
+        # Rows the apply wrote since: no conflict.
+        execute(pub, "UPDATE c SET v = 'r1 again' WHERE id = 1")
+        apply(spec)
+        native.wait_caught_up()
+        for column in COUNTED:
+            assert native_count(native_db, native.name, column, at_least=1) == 1
+            assert ours_count(ours, spec, column) == 1
+        with psycopg.connect(ours) as a, psycopg.connect(native_db) as b:
+            rows = "SELECT c::text FROM c ORDER BY id"
+            assert a.execute(rows).fetchall() == b.execute(rows).fetchall() == [
+                ('(1,"r1 again")',), ("(3,v3)",), ("(4,v4)",)]
+        # A copy killed before it dropped its origin leaves it: `rowfilter drop` drops it, as DROP SUBSCRIPTION does.
+        with psycopg.connect(ours, autocommit=True) as conn:
+            relid = conn.execute("SELECT 'c'::regclass::oid").fetchone()[0]
+            left = f"{origin_name(conn, spec.subscription)}_{relid}"
+            conn.execute("SELECT pg_replication_origin_create(%s)", (left,))
+        drop(spec)
+        with psycopg.connect(ours, autocommit=True) as conn:
+            assert conn.execute("SELECT roname FROM pg_replication_origin WHERE roname LIKE %s",
+                                (f"rowfilter_%_{spec.subscription}%",)).fetchall() == []
+    finally:
+        native.drop()
+        for dsn_name in ("ours", "native", "pub"):
+            commit_ts_pg.drop_database(f"{name}_{dsn_name}")
+    print(f"copied rows' origin: {time.monotonic() - began:.1f} s")
