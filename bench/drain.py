@@ -35,6 +35,8 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
         # --phases: ours in this process, timed by phase (bench/apply.py PhaseTimer)
     python bench/drain.py --workload update --scale 6 --phases --before-arrow-fold
         # the same at 300,000 rows, reduced as before apply/arrow_fold.py (by Spark: the "before" of a comparison)
+    python bench/drain.py --workload update --scale 6 --phases --before-keys-once
+        # the same, the subscriber's side as before subscriber/typed_keys.py (each row written twice there)
 """
 
 from __future__ import annotations
@@ -125,6 +127,10 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
 
         reducers.COLUMNS_BATCH_CHANGES = reducers.IN_PROCESS_BATCH_CHANGES
         net_effect.reduce_batch = net_effect.reduce_changes
+    if args.before_keys_once:  # the in-process rows COPYed into the transaction's stage, then read into the keys table
+        from airflow_provider_rowfilter.subscriber import typed_keys
+
+        typed_keys.WRITE_KEYS_ONCE = False
     timer = PhaseTimer().install()
     try:
         began = time.monotonic()
@@ -257,6 +263,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "pglogical_cpu_seconds": pgl_cpu, "pglogical_copy_seconds": pgl_copy, "load_average_pglogical": load_pgl,
             "decoder": decoder(), "workload": args.workload, "phases_seconds": phases,
             "before_arrow_fold": args.before_arrow_fold,
+            "before_keys_once": args.before_keys_once,
             "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
@@ -275,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before-arrow-fold", action="store_true",
                    help="with --phases: the reducers before apply/arrow_fold.py (change by change up to 200,000 "
                    "changes, Spark past it)")
+    p.add_argument("--before-keys-once", action="store_true",
+                   help="with --phases: the subscriber's side before subscriber/typed_keys.py (the rows reduced in the "
+                        "process staged as text, then read again into the keys table)")
     p.add_argument("--pglogical", action="store_true",
                    help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
     p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "
