@@ -92,12 +92,14 @@ def write_keys(conn: psycopg.Connection, keys: sql.Identifier, rel: sql.Composab
     conn.execute(sql.SQL("ANALYZE {} ({})").format(keys, sql.SQL(", ").join(
         sql.Identifier(c) for c in ("phase", "existed", "p_present", "a_present", "p_flags",
                                     *(f"_k{i}" for i in range(len(target.key)))))))
-    if target.key:
+    if target.key:  # each statement only when a key was guessed that way
         q = {"keys": keys, "rel": rel, "match": match}
-        conn.execute(sql.SQL("UPDATE {keys} k SET existed = false WHERE k.phase = 0 AND k.existed "
-                             "AND NOT EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q))
-        conn.execute(sql.SQL("UPDATE {keys} k SET existed = true WHERE k.phase = 0 AND NOT k.existed "
-                             "AND EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q))
+        if pc.any(existed).as_py():
+            conn.execute(sql.SQL("UPDATE {keys} k SET existed = false WHERE k.phase = 0 AND k.existed "
+                                 "AND NOT EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q))
+        if pc.any(pc.and_(first_phase, pc.invert(existed))).as_py():
+            conn.execute(sql.SQL("UPDATE {keys} k SET existed = true WHERE k.phase = 0 AND NOT k.existed "
+                                 "AND EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q))
 
 
 def key_phases(rows: pa.Table) -> int:
