@@ -4,7 +4,8 @@ No publisher, no capture: ``--rows`` change-log rows are made here (an UPDATE of
 ``pgbench_accounts``: ``aid`` its key, every column sent; or ``--workload insert``: new keys), reduced by the
 job's own reducer (apply/arrow_fold.py), then written by the batch transaction's code
 (apply/batch_transaction.py ``commit_batch``'s stage and keys, ``StagedTable.apply``) inside a transaction that is
-rolled back, ``--repeat`` times, each statement's seconds printed (``--explain``: with its EXPLAIN ANALYZE).
+rolled back, ``--repeat`` times, each statement's seconds printed (``--explain``: with its EXPLAIN ANALYZE; the
+COPYs, not statements of ``execute``, are the rest of each run's total).
 The publisher's own ``UPDATE`` of the same rows is timed in the same run, as the yardstick. Not part of the
 test suite.
 
@@ -75,7 +76,7 @@ class Timed:
     def __init__(self, conn: psycopg.Connection, explain: bool) -> None:
         self.conn, self.explain, self.seconds = conn, explain, defaultdict(float)
         self.original = conn.execute
-        conn.execute = self  # type: ignore[method-assign]
+        conn.execute = self  # every statement of the code under test goes through __call__
 
     def __call__(self, query, params=None, **kwargs):
         text = query.as_string(self.conn) if not isinstance(query, str) else query
