@@ -63,6 +63,7 @@ class StagedTable(BarrierStatements):
 
     #: The target's key rows when the batch was reduced in this process (not in the stage); None: in the stage.
     rows: pa.Table | None = None
+    existed: pa.Array | None = None  # whether each of them existed, when known (subscriber/typed_keys.py)
 
     def apply(self) -> TableCounts:
         """Apply every phase and barrier; raise :class:`ConflictError` at the first conflict."""
@@ -71,7 +72,8 @@ class StagedTable(BarrierStatements):
         if self.rows is None:
             self._load_keys()
         else:  # reduced in this process: its keys written once (subscriber/typed_keys.py), the barriers staged
-            write_keys(self.conn, self.keys, self.rel, self.target, self.rows, self._key_match("t", "k"))
+            self.existed = write_keys(self.conn, self.keys, self.rel, self.target, self.rows,
+                                      self._key_match("t", "k"))
         phases = self.conn.execute(
             sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(self.stage),
             (self.token, self.target.index)).fetchone()[0]
@@ -122,7 +124,8 @@ class StagedTable(BarrierStatements):
                 "UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = %s"
             ).format(**q), (phase,))
         # Reduced in this process, the key rows say which statements can find a row; the others are not sent.
-        needed = EVERY_STATEMENT if self.rows is None else statements_needed(self.rows, phase, len(self.target.columns))
+        needed = EVERY_STATEMENT if self.rows is None else statements_needed(self.rows, phase, len(self.target.columns),
+                                                                             self.existed)
         conflict = None if "conflict" not in needed else self.conn.execute(sql.SQL(
             """SELECT key, lsn, xid, vals::text FROM (
                  SELECT key, vals, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,

@@ -65,8 +65,9 @@ def split_rows(rows: pa.Table) -> tuple[pa.Table, dict[int, pa.Table]]:
 
 
 def write_keys(conn: psycopg.Connection, keys: sql.Identifier, rel: sql.Composable, target: ApplyTarget,
-               rows: pa.Table, match: sql.Composable) -> None:
-    """Create ``keys`` (as ``StagedTable._load_keys`` makes it) from the target's key rows, in one COPY.
+               rows: pa.Table, match: sql.Composable) -> pa.Array | None:
+    """Create ``keys`` (as ``StagedTable._load_keys`` makes it) from the target's key rows, in one COPY; return
+    ``existed`` of each key row of phase 0 when every guess held (the later phases' are NULL), else None.
 
     :param rel: the table (``t`` in ``match``), :param match: ``t``'s row of the key row ``k``.
     """
@@ -92,14 +93,16 @@ def write_keys(conn: psycopg.Connection, keys: sql.Identifier, rel: sql.Composab
     conn.execute(sql.SQL("ANALYZE {} ({})").format(keys, sql.SQL(", ").join(
         sql.Identifier(c) for c in ("phase", "existed", "p_present", "a_present", "p_flags",
                                     *(f"_k{i}" for i in range(len(target.key)))))))
+    wrong = 0
     if target.key:  # each statement only when a key was guessed that way
         q = {"keys": keys, "rel": rel, "match": match}
         if pc.any(existed).as_py():
-            conn.execute(sql.SQL("UPDATE {keys} k SET existed = false WHERE k.phase = 0 AND k.existed "
-                                 "AND NOT EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q))
+            wrong += conn.execute(sql.SQL("UPDATE {keys} k SET existed = false WHERE k.phase = 0 AND k.existed "
+                                          "AND NOT EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q)).rowcount
         if pc.any(pc.and_(first_phase, pc.invert(existed))).as_py():
-            conn.execute(sql.SQL("UPDATE {keys} k SET existed = true WHERE k.phase = 0 AND NOT k.existed "
-                                 "AND EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q))
+            wrong += conn.execute(sql.SQL("UPDATE {keys} k SET existed = true WHERE k.phase = 0 AND NOT k.existed "
+                                          "AND EXISTS (SELECT 1 FROM {rel} t WHERE {match})").format(**q)).rowcount
+    return existed if wrong == 0 else None
 
 
 def key_phases(rows: pa.Table) -> int:
@@ -133,19 +136,28 @@ def key_items(keys: pa.Array, width: int) -> list[pa.Array]:
 EVERY_STATEMENT = frozenset({"conflict", "delete", "update", "update_partial", "insert"})
 
 
-def statements_needed(rows: pa.Table, phase: int, width: int) -> frozenset[str]:
+def statements_needed(rows: pa.Table, phase: int, width: int, existed: pa.Array | None = None) -> frozenset[str]:
     """Which of a phase's statements (subscriber/apply_target.py) can touch a row, read from its key rows: a
-    statement that finds none is not sent (each one scans the keys table). ``width``: the table's columns."""
+    statement that finds none is not sent (each one scans the keys table). ``width``: the table's columns;
+    ``existed``: each row's, when :func:`write_keys` knows it (phase 0), else either is assumed."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    rows = rows.filter(pc.equal(rows.column("phase"), phase))
-    present = rows.column("p_present").fill_null(False)
+    at = pc.equal(rows.column("phase"), phase)
+    rows = rows.filter(at)
+    if existed is None or phase:
+        was = isnt = pa.array([True] * rows.num_rows, pa.bool_())
+    else:
+        was = existed.filter(at).fill_null(True)
+        isnt = pc.invert(existed.filter(at)).fill_null(True)
+    present = pc.and_(was, rows.column("p_present").fill_null(False))
     every = pc.equal(rows.column("p_flags"), "0" * width).fill_null(False)
     found = {
-        "conflict": pc.any(pc.or_(rows.column("p_conflict_lsn").is_valid(), rows.column("a_conflict_lsn").is_valid())),
-        "delete": pc.any(pc.invert(present)),
+        "conflict": pc.any(pc.or_(pc.and_(was, rows.column("p_conflict_lsn").is_valid()),
+                                  pc.and_(isnt, rows.column("a_conflict_lsn").is_valid()))),
+        "delete": pc.any(pc.and_(was, pc.invert(rows.column("p_present").fill_null(False)))),
         "update": pc.any(pc.and_(present, every)),
         "update_partial": pc.any(pc.and_(present, pc.invert(every))),
-        "insert": pc.any(rows.column("a_present").fill_null(False)),
+        "insert": pc.any(pc.and_(isnt, rows.column("a_present").fill_null(False))),
     }
     return frozenset(name for name, any_ in found.items() if any_.as_py())

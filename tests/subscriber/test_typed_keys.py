@@ -56,13 +56,18 @@ def _apply(dsn: str, rows: pa.Table, policy: str, once: bool) -> tuple[object, l
         typed_keys.WRITE_KEYS_ONCE = True
 
 
-@pytest.mark.parametrize("policy", ["upsert", "error"])
-def test_keys_written_once_apply_what_the_stage_applied(fresh_db, policy):
+def _subscriber(fresh_db) -> str:
     dsn = fresh_db()
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate(conn)
         conn.execute("CREATE TABLE t (id integer PRIMARY KEY, a text, n integer DEFAULT 5)")
         conn.execute("INSERT INTO t SELECT g, 'was', g FROM generate_series(1, 4) g")
+    return dsn
+
+
+@pytest.mark.parametrize("policy", ["upsert", "error"])
+def test_keys_written_once_apply_what_the_stage_applied(fresh_db, policy):
+    dsn = _subscriber(fresh_db)
     changes = CHANGES + ([ins(180, 0, ["2", "dup", "2"])] if policy != "error" else [])
     the_plan = passed_through(plan(rules(), policy=policy) if policy != "error" else UNFILTERED)
     facts, rows = reduce_batch([arrow_rows(changes)], the_plan, "tok")
@@ -77,3 +82,19 @@ def test_keys_written_once_apply_what_the_stage_applied(fresh_db, policy):
     once, before = _apply(dsn, rows, "error", True), _apply(dsn, rows, "error", False)
     assert once == before
     assert "conflict=insert_exists" in str(once[0]), once
+
+
+def test_guesses_that_hold_send_only_the_statements_that_can_find_a_row(fresh_db):
+    """Every key guessed right (INSERTs of new keys, UPDATEs and DELETEs of existing ones): the same result, and
+    an INSERT-only batch sends no UPDATE, DELETE or conflict lookup."""
+    dsn = _subscriber(fresh_db)
+    mixed = [ins(100, 0, ["7", "new", "1"]), upd(110, 0, ["1", "x", "2"]), dele(120, 0, ["2", "was", "2"]),
+             upd(130, 0, ["3", "a", "3"]), upd(140, 0, ["3", "b", "4"])]
+    _, rows = reduce_batch([arrow_rows(mixed)], UNFILTERED, "tok")
+    once, before = _apply(dsn, rows, "error", True), _apply(dsn, rows, "error", False)
+    assert once == before
+    assert once[0] == {"insert": 1, "update": 3, "delete": 1}, once
+    _, inserts = reduce_batch([arrow_rows([ins(100, 0, ["7", "new", "1"]), ins(100, 1, ["8", None, None])])],
+                              UNFILTERED, "tok")
+    assert typed_keys.statements_needed(inserts, 0, 3) == {"conflict", "update", "insert"}  # existed not known
+    assert typed_keys.statements_needed(inserts, 0, 3, pa.array([False, False])) == {"insert"}
