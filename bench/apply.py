@@ -269,9 +269,12 @@ class PhaseTimer:
         # reading the segments and reducing them (net_effect.py or arrow_fold.py), looked up per call
         self._wrap(reducers, "reduce_here", "reduce")
         self._wrap(reducers, "copy_stage_rows", "stage_copy")  # (a batch Spark judged, collected)
-        from airflow_provider_rowfilter.apply import batch_transaction
 
-        self._wrap(batch_transaction, "stage_locally", "stage_copy")  # into the batch transaction's own stage
+        from airflow_provider_rowfilter.subscriber import apply_target, typed_keys
+
+        self._wrap(typed_keys, "stage_locally", "stage_copy")  # into the batch transaction's own stage
+        # Inside the subscriber's statements: the keys of rows reduced in the process COPYed into their typed table.
+        self._wrap(apply_target, "write_keys", "subscriber: keys")
         # Inside the capture: the slot's rows turned into the segment's columns (the decoder), the Parquet
         # row groups written; the rest of the capture is the wait for the slot function and the fetches.
         from airflow_provider_rowfilter.change_log import segment_writer

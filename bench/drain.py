@@ -37,6 +37,8 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
         # the same at 300,000 rows, reduced as before apply/arrow_fold.py (by Spark: the "before" of a comparison)
     python bench/drain.py --workload update --scale 6 --phases --read-back
         # the reducer reads the segment back from the log instead of taking the capture's rows (the "before")
+    python bench/drain.py --workload update --scale 6 --phases --before-keys-once
+        # the same, the subscriber's side as before subscriber/typed_keys.py (each row written twice there)
 """
 
 from __future__ import annotations
@@ -132,6 +134,10 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
         from airflow_provider_rowfilter.apply import capture_ahead
 
         capture_ahead.HOLD = None
+    if args.before_keys_once:  # the in-process rows COPYed into the transaction's stage, then read into the keys table
+        from airflow_provider_rowfilter.subscriber import typed_keys
+
+        typed_keys.WRITE_KEYS_ONCE = False
     timer = PhaseTimer().install()
     profile = None
     if args.profile:  # cProfile of this thread (the first batch's capture runs in it; a capture ahead does not)
@@ -282,6 +288,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "decoder": decoder(), "workload": args.workload, "phases_seconds": phases,
             "before_arrow_fold": args.before_arrow_fold, "read_back": args.read_back,
             "logical_decoding_work_mem": args.decoding_work_mem,
+            "before_keys_once": args.before_keys_once,
             "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
@@ -307,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before-arrow-fold", action="store_true",
                    help="with --phases: the reducers before apply/arrow_fold.py (change by change up to 200,000 "
                    "changes, Spark past it)")
+    p.add_argument("--before-keys-once", action="store_true",
+                   help="with --phases: the subscriber's side before subscriber/typed_keys.py (the rows reduced in the "
+                        "process staged as text, then read again into the keys table)")
     p.add_argument("--pglogical", action="store_true",
                    help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
     p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "

@@ -29,7 +29,7 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.subscriber import conflicts, replication_origin
-from airflow_provider_rowfilter.subscriber.apply_stage import STAGE, clear_stage, stage_locally
+from airflow_provider_rowfilter.subscriber.apply_stage import STAGE, clear_stage, stage_more
 from airflow_provider_rowfilter.subscriber.apply_target import (
     ApplyTarget,
     ConflictError,
@@ -40,6 +40,7 @@ from airflow_provider_rowfilter.subscriber.apply_target import (
 from airflow_provider_rowfilter.subscriber.change_by_change import ChangeByChange
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 from airflow_provider_rowfilter.subscriber.state import APPLIED, RelState, StateStore
+from airflow_provider_rowfilter.subscriber.typed_keys import stage_rows
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,9 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
         # Lock the rows first, then read them: read before the lock, a resync committed in between would be missed.
         store.lock_tables()
         current = {r.table: r for r in store.tables() if r.state in APPLIED}
-        # Rows reduced in this process are written once, into the transaction's own stage (subscriber/apply_stage.py).
-        stage = STAGE if staged.rows is None else stage_locally(sub, staged.rows)
+        # Rows reduced in this process are written once: each table's keys straight into its typed keys table
+        # (subscriber/typed_keys.py), the barriers into the transaction's own stage (subscriber/apply_stage.py).
+        stage, key_rows = (STAGE, {}) if staged.rows is None else stage_rows(sub, staged.rows)
         replica_role(sub, "apply", tables=[rel.table for index, rel in enumerate(batch.rels) if index in batch.targets])
         stops: list[ConflictError] = []
         one_by_one: set[int] = set()  # the tables whose changes must be judged one by one (ChangeByChange)
@@ -85,6 +87,7 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 table = StagedTable(sub, staged.token, target, spec.conflict_policy, conflict_log, result.span,
                                     origin, stage)
                 table.exact = index in batch.exact
+                table.rows = key_rows.get(target.index)
                 try:
                     counts[rel.table] = table.apply()
                     sub.execute("RELEASE SAVEPOINT rowfilter_table")
@@ -101,6 +104,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
                 except psycopg.errors.DataError as e:  # SQLSTATE class 22: a value the column cannot take
                     sub.execute("ROLLBACK TO SAVEPOINT rowfilter_table")
                     assert batch.plan is not None  # a table is targeted only by a batch with changes
+                    if target.index in key_rows:  # the column is found in the stage: its keys go there now
+                        stage_more(sub, key_rows[target.index])
                     raise _value_error(sub, staged.token, target, batch.plan.targets[index], batch.spans, e,
                                        stage) from e
                 except (psycopg.errors.IntegrityError, psycopg.errors.ProgrammingError) as e:

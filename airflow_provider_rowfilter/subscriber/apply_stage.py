@@ -188,6 +188,11 @@ def stage_locally(conn: psycopg.Connection, rows: pa.Table) -> sql.Composable:
     return LOCAL_STAGE
 
 
+def stage_more(conn: psycopg.Connection, rows: pa.Table) -> None:
+    """COPY more rows held in this process into :data:`LOCAL_STAGE` (made by :func:`stage_locally`)."""
+    _copy_csv(conn, LOCAL_STAGE, rows.column_names, rows.to_batches(max_chunksize=50_000))
+
+
 def new_token(subscription: str) -> str:
     """The staging token of one apply attempt: its rows are never mistaken for another attempt's."""
     return f"{subscription}:{uuid.uuid4()}"

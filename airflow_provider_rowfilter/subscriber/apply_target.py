@@ -29,6 +29,8 @@ column, or an unchanged TOASTed value: ``slot_modify_data`` keeps the local valu
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import psycopg
 from psycopg import sql
 
@@ -51,7 +53,11 @@ from airflow_provider_rowfilter.subscriber.target_table import (
     read_target,
     rejected_column,
 )
+from airflow_provider_rowfilter.subscriber.typed_keys import EVERY_STATEMENT, key_phases, statements_needed, write_keys
 from airflow_provider_rowfilter.subscriber.unique_conflicts import conflicting_rows, first_conflicting, unique_indexes
+
+if TYPE_CHECKING:  # the subscriber's side loads no Arrow when imported (tests/test_layers.py)
+    import pyarrow as pa
 
 # The names callers import from here (the target's description lives in subscriber/target_table.py).
 __all__ = ["ApplyTarget", "ApplyTargetError", "ConflictError", "StagedTable", "TableCounts", "TargetColumn",
@@ -62,6 +68,9 @@ class StagedTable(BarrierStatements):
     """Applies one target's staged rows inside the caller's transaction."""
 
     exact = False  # staged change by change (subscriber/change_by_change.py): each change a phase of its own
+    #: The target's key rows when the batch was reduced in this process (not in the stage); None: in the stage.
+    rows: pa.Table | None = None
+    existed: pa.Array | None = None  # whether each of them existed, when known (subscriber/typed_keys.py)
 
     def apply(self) -> TableCounts:
         """Apply every phase and barrier; raise :class:`ConflictError` at the first conflict, :class:`ChangeByChange`
@@ -72,10 +81,16 @@ class StagedTable(BarrierStatements):
         at_risk = bool(not self.exact and self.target.key and other_unique_indexes(self.conn, table_sql(self.target.table),
                                                                                 self.target.key))
         self.at_risk = covered_others(self.conn, table_sql(self.target.table), self.target.key) if at_risk else None
-        self._load_keys()
+        if self.rows is None:
+            self._load_keys()
+        else:  # reduced in this process: its keys written once (subscriber/typed_keys.py), the barriers staged
+            self.existed = write_keys(self.conn, self.keys, self.rel, self.target, self.rows,
+                                      self._key_match("t", "k"))
         phases = self.conn.execute(
             sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(self.stage),
             (self.token, self.target.index)).fetchone()[0]
+        if self.rows is not None and self.rows.num_rows:
+            phases = max(phases or 0, key_phases(self.rows))
         try:
             for phase in range(0 if phases is None else phases + 1):
                 self._apply_phase(phase, counts)
@@ -129,6 +144,9 @@ class StagedTable(BarrierStatements):
             reason = phase_at_risk(self, phase, self.at_risk)
             if reason is not None:
                 raise ChangeByChange([self.target.index], f"{self.target.table}: {reason}")
+        # Reduced in this process, the key rows say which statements can find a row; the others are not sent.
+        needed = EVERY_STATEMENT if self.rows is None else statements_needed(self.rows, phase, len(self.target.columns),
+                                                                             self.existed)
         row = self.conn.execute(sql.SQL(
             """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
                       coalesce(sum(CASE WHEN existed THEN p_missing_update ELSE a_missing_update END), 0),
@@ -141,7 +159,7 @@ class StagedTable(BarrierStatements):
         counts.missing_update += missing_update
         counts.missing_delete += missing_delete
         # (counted first: a stop keeps what the phase skipped, as PostgreSQL counts a conflict before the error)
-        conflict = self.conn.execute(sql.SQL(
+        conflict = None if "conflict" not in needed else self.conn.execute(sql.SQL(
             """SELECT key, lsn, xid, vals::text FROM (
                  SELECT key, vals, CASE WHEN existed THEN p_conflict_lsn ELSE a_conflict_lsn END AS lsn,
                         CASE WHEN existed THEN p_conflict_xid ELSE a_conflict_xid END AS xid
@@ -165,18 +183,21 @@ class StagedTable(BarrierStatements):
             ).format(rel_name=table_sql(self.target.table), columns=self._column_list(),
                      values=self._insert_values(sql.SQL("k.vals"), sql.SQL("k.a_flags")), keys=self.keys), (phase,))
             return
-        self.conn.execute(sql.SQL(
-            "DELETE FROM {rel} t USING {keys} k WHERE k.phase = %s AND k.existed AND NOT k.p_present AND {match}"
-        ).format(**q), (phase,))
+        if "delete" in needed:
+            self.conn.execute(sql.SQL(
+                "DELETE FROM {rel} t USING {keys} k WHERE k.phase = %s AND k.existed AND NOT k.p_present AND {match}"
+            ).format(**q), (phase,))
         # A key whose every column comes from the change (flags all 0: most keys) is set without a CASE per column
         # and without reading the row's current values: about a third less (300,000 keys: 3.15 s against 4.57 s).
         every = sql.Literal("0" * len(self.target.columns))
         try:
             with self.conn.transaction():
-                for which, assignments in (
-                        (sql.SQL("k.p_flags = {}").format(every), self._values_set(sql.SQL("k.vals"))),
-                        (sql.SQL("k.p_flags IS DISTINCT FROM {}").format(every),
+                for statement, which, assignments in (
+                        ("update", sql.SQL("k.p_flags = {}").format(every), self._values_set(sql.SQL("k.vals"))),
+                        ("update_partial", sql.SQL("k.p_flags IS DISTINCT FROM {}").format(every),
                          self._update_set(sql.SQL("k.vals"), sql.SQL("k.p_flags")))):
+                    if statement not in needed:
+                        continue
                     self.conn.execute(sql.SQL(
                         "UPDATE {rel} t SET {set} FROM {keys} k "
                         "WHERE k.phase = %s AND k.existed AND k.p_present AND {which} AND {match}"
@@ -184,6 +205,8 @@ class StagedTable(BarrierStatements):
         except psycopg.errors.UniqueViolation:
             self._update_exists(phase)
             raise  # not a unique index the checks cover, or two updated rows taking one value: PostgreSQL's error
+        if "insert" not in needed:
+            return
         try:
             with self.conn.transaction():
                 self.conn.execute(sql.SQL(
