@@ -199,13 +199,18 @@ def test_fold_on_columns(request, changes, the_plan, expected):
 def test_fold_in_spark(spark, changes, the_plan, expected):
     rows = [tuple(c) for c in changes]
     checkpointed = decide_frame(spark.createDataFrame(rows, CHANGES), the_plan)
-    staged = checkpointed.staged("tok")
-    assert_dataframe_equal(staged, spark.createDataFrame(expected, STAGED))
-    # A small batch's one action (facts and staged rows together) gives the same facts and rows.
-    facts, collected = decide_frame(spark.createDataFrame(rows, CHANGES), the_plan).collected("tok")
-    assert facts == checkpointed.facts()
-    assert collected.column_names == staged.columns
-    assert sorted(map(repr, collected.to_pylist())) == sorted(repr(r.asDict()) for r in staged.collect())
+    small = decide_frame(spark.createDataFrame(rows, CHANGES), the_plan)
+    try:
+        staged = checkpointed.staged("tok")
+        assert_dataframe_equal(staged, spark.createDataFrame(expected, STAGED))
+        # A small batch's one action (facts and staged rows together) gives the same facts and rows.
+        facts, collected = small.collected("tok")
+        assert facts == checkpointed.facts()
+        assert collected.column_names == staged.columns
+        assert sorted(map(repr, collected.to_pylist())) == sorted(repr(r.asDict()) for r in staged.collect())
+    finally:  # the session is shared: no checkpointed rows left to later tests
+        checkpointed.release()
+        small.release()
 
 
 #: A table judged change by change (subscriber/change_by_change.py): a key inserted, updated and deleted, another
@@ -230,6 +235,9 @@ def test_judged_one_by_one_every_change_is_a_phase_in_process():
 def test_judged_one_by_one_spark_stages_what_the_walk_stages(spark):
     exact = frozenset(t.index for t in UNFILTERED.targets)
     _, walked = reduce_batch([arrow_rows(ONE_BY_ONE)], passed_through(UNFILTERED), "tok", exact)
-    _, collected = decide_frame(spark.createDataFrame([tuple(c) for c in ONE_BY_ONE], CHANGES),
-                                UNFILTERED).collected("tok", sorted(exact))
+    decided = decide_frame(spark.createDataFrame([tuple(c) for c in ONE_BY_ONE], CHANGES), UNFILTERED)
+    try:
+        _, collected = decided.collected("tok", sorted(exact))
+    finally:
+        decided.release()
     assert sorted(map(repr, collected.to_pylist())) == sorted(map(repr, walked.to_pylist()))
