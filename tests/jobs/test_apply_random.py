@@ -278,12 +278,12 @@ def same_as_spark(spark, compared: Counter):
     """``reduce_batch`` (apply/net_effect.py), held against Spark's reduction of the same batch (the same
     segments' rows, as Arrow tables): the same facts and the same staged rows (keys and values compared as
     the JSON they are)."""
-    def both(segments, plan, token):
+    def both(segments, plan, token, exact=frozenset()):
         segments = list(segments)
-        facts, rows = reduce_batch(segments, plan, token)
+        facts, rows = reduce_batch(segments, plan, token, exact)
         decided = apply_frames.decide_frame(spark.createDataFrame(pa.concat_tables(segments)), plan)
         try:
-            spark_facts, spark_rows = decided.collected(token)
+            spark_facts, spark_rows = decided.collected(token, sorted(exact))
         finally:
             decided.release()
         assert facts == spark_facts
