@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 import psycopg
 
@@ -45,16 +45,38 @@ def origin_name(sub: psycopg.Connection, subscription: str) -> str:
     return f"rowfilter_{row[0]}_{subscription}"
 
 
-@contextmanager
-def session_origin(sub: psycopg.Connection, subscription: str) -> Iterator[bool]:
+def session_origin(sub: psycopg.Connection, subscription: str) -> AbstractContextManager[bool]:
     """Tag what ``sub`` writes in the block with the subscription's origin (set up before the batch's transaction
     and reset after its commit or rollback, as the commit record carries the origin too); yields whether the role
     may. ``sub`` must be outside a transaction (autocommit)."""
     name = origin_name(sub, subscription)
+    return _tagged(sub, name, created=(name,))
+
+
+def copy_origin(sub: psycopg.Connection, subscription: str, table: TableName) -> AbstractContextManager[bool]:
+    """Tag what ``sub`` writes in the block (a table's initial copy) with an origin of the copy's own, dropped
+    after it, as the table synchronization worker writes its copy with ``pg_<suboid>_<relid>`` (tablesync.c
+    ``LogicalRepSyncTableStart``) that is dropped when the table is ready: a downstream ``origin = none`` skips the
+    copied rows, and on a subscriber with track_commit_timestamp the first remote UPDATE or DELETE of a copied row
+    finds it modified "by a non-existent origin" (``*_origin_differs``), as PostgreSQL 18's does. The apply's own
+    origin is created first, so it never takes the number the copied rows carry. ``sub`` outside a transaction;
+    yields whether the role may."""
+    apply_name = origin_name(sub, subscription)
+    relid = sub.execute("SELECT %s::regclass::oid", (table_sql(table).as_string(sub),)).fetchone()[0]
+    name = f"{apply_name}_{relid}"
+    return _tagged(sub, name, created=(apply_name, name), drop=True)
+
+
+@contextmanager
+def _tagged(sub: psycopg.Connection, name: str, *, created: Sequence[str], drop: bool = False) -> Iterator[bool]:
+    """The session of ``sub`` set up with origin ``name`` for the block (the origins ``created`` first, where
+    missing), reset after it and, with ``drop``, ``name`` dropped; yields False, warning once, when the role may
+    not."""
     try:
         with sub.transaction():
-            sub.execute("SELECT pg_replication_origin_create(%s) WHERE pg_replication_origin_oid(%s) IS NULL",
-                        (name, name))
+            for n in created:
+                sub.execute("SELECT pg_replication_origin_create(%s) WHERE pg_replication_origin_oid(%s) IS NULL",
+                            (n, n))
         # A setup a broken run left on this session (an error between setup and reset) is undone first.
         sub.execute("SELECT pg_replication_origin_session_reset() WHERE pg_replication_origin_session_is_setup()")
         sub.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
@@ -67,37 +89,8 @@ def session_origin(sub: psycopg.Connection, subscription: str) -> Iterator[bool]
     finally:
         if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
             sub.execute("SELECT pg_replication_origin_session_reset()")
-
-
-@contextmanager
-def copy_origin(sub: psycopg.Connection, subscription: str, table: TableName) -> Iterator[bool]:
-    """Tag what ``sub`` writes in the block (a table's initial copy) with an origin of the copy's own, dropped
-    after it, as the table synchronization worker writes its copy with ``pg_<suboid>_<relid>`` (tablesync.c
-    ``LogicalRepSyncTableStart``) that is dropped when the table is ready: a downstream ``origin = none`` skips the
-    copied rows, and on a subscriber with track_commit_timestamp the first remote UPDATE or DELETE of a copied row
-    finds it modified "by a non-existent origin" (``*_origin_differs``), as PostgreSQL 18's does. The apply's own
-    origin is created first, so it never takes the number the copied rows carry. ``sub`` outside a transaction;
-    yields whether the role may."""
-    apply_name = origin_name(sub, subscription)
-    relid = sub.execute("SELECT %s::regclass::oid", (table_sql(table).as_string(sub),)).fetchone()[0]
-    name = f"{apply_name}_{relid}"
-    try:
-        with sub.transaction():
-            for n in (apply_name, name):
-                sub.execute("SELECT pg_replication_origin_create(%s) WHERE pg_replication_origin_oid(%s) IS NULL",
-                            (n, n))
-        sub.execute("SELECT pg_replication_origin_session_reset() WHERE pg_replication_origin_session_is_setup()")
-        sub.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
-    except psycopg.errors.InsufficientPrivilege:
-        _warn(sub)
-        yield False
-        return
-    try:
-        yield True
-    finally:
-        if not sub.broken and sub.info.transaction_status != psycopg.pq.TransactionStatus.INERROR:
-            sub.execute("SELECT pg_replication_origin_session_reset()")
-            sub.execute("SELECT pg_replication_origin_drop(%s)", (name,))
+            if drop:
+                sub.execute("SELECT pg_replication_origin_drop(%s)", (name,))
 
 
 def origin_id(sub: psycopg.Connection, subscription: str) -> int:
