@@ -140,7 +140,7 @@ def count_stopped(conn: psycopg.Connection, subscription: str, start_lsn: str | 
                  (subscription, start_lsn))
     for table, conflicts in met.items():
         before = _stopped(conn, subscription, table)
-        count(conn, subscription, table, {t: n - before.get(t, 0) for t, n in conflicts.items() if n > before.get(t, 0)})
+        _count_beyond(conn, subscription, table, conflicts, before)
         conn.execute(
             """INSERT INTO rowfilter.conflict_stopped (subscription, schema_name, table_name, start_lsn, counted)
                VALUES (%s, %s, %s, %s, %s) ON CONFLICT (subscription, schema_name, table_name)
@@ -152,14 +152,18 @@ def count_stopped(conn: psycopg.Connection, subscription: str, start_lsn: str | 
 def count_batch(conn: psycopg.Connection, subscription: str, start_lsn: str | None, table: TableName,
                 conflicts: Mapping[str, int]) -> None:
     """:func:`count` for a batch that commits, less what a stop of the same batch (same start) counted already."""
-    before = _stopped(conn, subscription, table, start_lsn)
-    count(conn, subscription, table, {t: n - before.get(t, 0) for t, n in conflicts.items()
-                                      if n > before.get(t, 0)})
+    _count_beyond(conn, subscription, table, conflicts, _stopped(conn, subscription, table, start_lsn))
 
 
 def clear_stopped(conn: psycopg.Connection, subscription: str) -> None:
     """A batch committed: what its stops counted is behind it (with the batch's transaction)."""
     conn.execute("DELETE FROM rowfilter.conflict_stopped WHERE subscription = %s", (subscription,))
+
+
+def _count_beyond(conn: psycopg.Connection, subscription: str, table: TableName, conflicts: Mapping[str, int],
+                  before: Mapping[str, int]) -> None:
+    """:func:`count` of what ``conflicts`` holds beyond what a stop counted ``before``."""
+    count(conn, subscription, table, {t: n - before.get(t, 0) for t, n in conflicts.items() if n > before.get(t, 0)})
 
 
 def _stopped(conn: psycopg.Connection, subscription: str, table: TableName,
