@@ -27,20 +27,12 @@ from airflow_provider_rowfilter.change_log.segment_reader import (
 )
 from airflow_provider_rowfilter.change_log.unrecorded import remove_unrecorded
 from airflow_provider_rowfilter.connection import connect
-from airflow_provider_rowfilter.core.apply_plan import (
-    PASS_THROUGH,
-    ApplyPlan,
-    Epochs,
-    RelationSpan,
-    TargetPlan,
-    check_identities,
-    check_relations,
-    epochs_from_history,
-)
+from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, Epochs, TargetPlan, epochs_from_history
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.publication_state import changes, drift_error
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation_checks import RelationSpan, check_identities, check_relations
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state, table_names, tables_present
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget, read_target

@@ -22,10 +22,11 @@ from airflow_provider_rowfilter.apply.batch_plan import BatchPlan
 from airflow_provider_rowfilter.apply.reducers import Staged
 from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.connection import primary_message
-from airflow_provider_rowfilter.core.apply_plan import RelationSpan, TargetPlan
+from airflow_provider_rowfilter.core.apply_plan import TargetPlan
 from airflow_provider_rowfilter.core.errors import ApplyError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation_checks import RelationSpan
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.subscriber import conflicts, replication_origin

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.change_log.segment_schema import METADATA_KEY, SCHEMA
-from airflow_provider_rowfilter.core.apply_plan import IdentitySpan, RelationSpan
+from airflow_provider_rowfilter.core.relation_checks import IdentitySpan, RelationSpan
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.change_log.log import Segment

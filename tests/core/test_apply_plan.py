@@ -9,17 +9,19 @@ from sqlglot import exp
 from airflow_provider_rowfilter.core.apply_plan import (
     ApplyPlan,
     EpochRules,
-    IdentitySpan,
-    RelationChangedError,
-    RelationSpan,
     TargetPlan,
-    check_identities,
-    check_relations,
     epochs_from_history,
     filter_expression,
 )
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation_checks import (
+    IdentitySpan,
+    RelationChangedError,
+    RelationSpan,
+    check_identities,
+    check_relations,
+)
 
 T = TableName("public", "t")
 

@@ -17,9 +17,9 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.core.apply_plan import RelationChangedError
 from airflow_provider_rowfilter.core.publication_state import PublicationChangedError
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation_checks import RelationChangedError
 from airflow_provider_rowfilter.jobs.exit_status import EXIT_ERROR, fail
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import resync

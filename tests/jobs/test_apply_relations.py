@@ -16,9 +16,9 @@ import pytest
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.change_log.segment_reader import segment_relations
-from airflow_provider_rowfilter.core.apply_plan import RelationChangedError
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.relation_checks import RelationChangedError
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import resync, sync_tables
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
