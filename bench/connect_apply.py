@@ -41,7 +41,8 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV, SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV  # noqa: E402
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.spark import connect_server  # noqa: E402

@@ -30,7 +30,7 @@ from airflow_provider_rowfilter.core.filters import pg_types
 from airflow_provider_rowfilter.core.filters.spark_translation import typed_read
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import ConflictPolicy
+from airflow_provider_rowfilter.core.spec_values import ConflictPolicy
 
 DML = ("insert", "update", "delete")
 #: A batch's bound unless the run sets one (``--max-changes``): the slot rows one capture reads, whole

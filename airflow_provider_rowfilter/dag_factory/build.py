@@ -12,7 +12,7 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spec import CONN_ID
+from airflow_provider_rowfilter.core.spec_values import CONN_ID
 from airflow_provider_rowfilter.dag_factory.copies import copy_tasks
 from airflow_provider_rowfilter.dag_factory.operations import operations_dags
 from airflow_provider_rowfilter.dag_factory.settings import (

@@ -19,7 +19,8 @@ import yaml
 from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec, parse_size
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec_values import parse_size
 from airflow_provider_rowfilter.hooks.subscription_rel import parse_tables
 
 #: The pool that bounds parallel initial copies unless a spec file names another.

@@ -20,7 +20,8 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
 from airflow_provider_rowfilter.core.log_location import is_url
-from airflow_provider_rowfilter.core.spec import CONN_ID, SubscriptionSpec
+from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec_values import CONN_ID
 
 ROLES = ("publisher", "subscriber")
 POSTGRES_CONN_TYPES = ("postgres", "postgresql")

@@ -18,7 +18,7 @@ from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError, UnreachableError
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import SUBSCRIPTION_NAME
+from airflow_provider_rowfilter.core.spec_values import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.humane import batch_lag, counts_text, duration
 from airflow_provider_rowfilter.operators.metrics import apply_metrics, failure_metrics, metrics_on

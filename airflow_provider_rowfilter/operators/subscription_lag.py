@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.slot_retention import KEEP_FIX, WAY_BACK, idle_alert, invalidation
-from airflow_provider_rowfilter.core.spec import parse_size
+from airflow_provider_rowfilter.core.spec_values import parse_size
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.operators.metrics import lag_metrics

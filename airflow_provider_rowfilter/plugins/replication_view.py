@@ -28,7 +28,7 @@ from airflow.configuration import conf
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.spec import parse_size
+from airflow_provider_rowfilter.core.spec_values import parse_size
 from airflow_provider_rowfilter.dag_factory import DAG_KINDS, SPEC_PATTERNS, AirflowSettings, SubscriptionFile
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.humane import duration, size

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_rowfilter.core.spec import SPARK_CONNECT_TOKEN_ENV
+from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.jobs.exit_status import EXIT_ERROR
 from airflow_provider_rowfilter.spark import connect_server
 from airflow_provider_rowfilter.spark.session import SESSION_REUSE_SECONDS, remote_conf, reused_session_id
