@@ -14,11 +14,8 @@ import psycopg
 from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from airflow_provider_rowfilter.connection import conninfo_params
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError, UnreachableError
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec_values import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.humane import batch_lag, counts_text, duration
 from airflow_provider_rowfilter.operators.metrics import apply_metrics, failure_metrics, metrics_on
@@ -26,6 +23,7 @@ from airflow_provider_rowfilter.operators.replication_link import ReplicationPag
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.subscription_guard import skip_unless_subscribed
 from airflow_provider_rowfilter.operators.subscription_lag import gauges_now
+from airflow_provider_rowfilter.operators.table_assets import default_asset_alias, openlineage_dataset, table_asset_uri
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, factory_prefix, in_airflow_terms
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.subscriber.state import StateReader
@@ -43,38 +41,6 @@ COUNT_KEYS = ("insert", "update", "delete", "truncate", "filtered", "update_to_i
               "missing_update", "missing_delete")
 #: The operations that change a subscriber table: a table "changed" when one of them is > 0.
 CHANGING = ("insert", "update", "delete", "truncate")
-
-
-def default_asset_alias(subscription: Any) -> str | None:
-    """``rowfilter_<subscription>`` when the subscription is a plain name known when the DAG is parsed."""
-    if isinstance(subscription, str) and SUBSCRIPTION_NAME.match(subscription):
-        return f"rowfilter_{subscription}"
-    return None
-
-
-def table_asset_uri(url: str, table: TableName | str) -> str:
-    """``postgres://host:port/database/schema/table``: the postgres provider's asset URI of a table."""
-    host, port, database = _location(url)
-    table = TableName.parse(table) if isinstance(table, str) else table
-    return f"postgres://{host}:{port}/{database}/{table.schema}/{table.name}"
-
-
-def openlineage_dataset(url: str, table: TableName | str) -> tuple[str, str]:
-    """``(namespace, name)`` of a table as OpenLineage names PostgreSQL datasets (``postgres://host:port``,
-    ``database.schema.table``), the same as the postgres provider's asset conversion."""
-    host, port, database = _location(url)
-    table = TableName.parse(table) if isinstance(table, str) else table
-    return f"postgres://{host}:{port}", f"{database}.{table.schema}.{table.name}"
-
-
-def _location(url: str) -> tuple[str, int, str]:
-    info = conninfo_params(url, "the subscriber's connection string")
-    host = str(info.get("host") or "localhost").split(",")[0]
-    if host.startswith("/"):  # a Unix socket directory: the server is this machine
-        host = "localhost"
-    port = int(str(info.get("port") or 5432).split(",")[0])
-    database = str(info.get("dbname") or info.get("user") or "postgres")
-    return host, port, database
 
 
 class ApplyChangesOperator(RowFilterJobOperator):
