@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
+from tests.reaper import reaped
 from tests.roles import ROLES, PasswordRole
 from tests.s3_server import S3Server, s3_server
 
@@ -205,7 +206,8 @@ def spark_connect_server() -> Iterator[ServerInfo]:
     before = os.environ.get(SPARK_CONNECT_TOKEN_ENV)
     os.environ[SPARK_CONNECT_TOKEN_ENV] = Path(info.token_file).read_text().strip()
     try:
-        yield info
+        with reaped(info.pid):
+            yield info
     finally:
         if before is None:
             os.environ.pop(SPARK_CONNECT_TOKEN_ENV, None)

@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from tests.reaper import reaped
+
 REGION = "us-east-1"
 
 
@@ -82,7 +84,8 @@ def s3_server() -> Iterator[S3Server]:
         key = iam.create_access_key(UserName="rowfilter-tests")["AccessKey"]
         iam.put_user_policy(UserName="rowfilter-tests", PolicyName="all", PolicyDocument=(
             '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'))
-        yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], process)
+        with reaped(process.pid):
+            yield S3Server(endpoint, key["AccessKeyId"], key["SecretAccessKey"], process)
     finally:
         process.terminate()
         process.wait(timeout=30)
