@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
+from airflow_provider_rowfilter.core.fold_rules import Step, single_flags, steps
 from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
@@ -287,14 +288,15 @@ class _Stage:
                 keys.setdefault((phase, tuple(change.key or ())), []).append(change)  # a key is never None here
                 phase += exact
         width = len(target.columns)
+        rules = steps(policy)
         for (at, key), ops in keys.items():
             if len(ops) == 1:
                 o = ops[0]
-                present, absent = _single(o, True, policy), _single(o, False, policy)
+                present, absent = _single(o, rules[o.op, True]), _single(o, rules[o.op, False])
                 vals = o.vals if o.op != "D" else absent[0]
                 n = (1, 0, 0) if o.op == "I" else (0, 1, 0) if o.op == "U" else (0, 0, 1)
             else:
-                present, absent = _folded(ops, True, policy, width), _folded(ops, False, policy, width)
+                present, absent = _folded(ops, True, rules, width), _folded(ops, False, rules, width)
                 vals = present[0] if present[1] else absent[0]
                 counted = Counter(c.op for c in ops)
                 n = (counted["I"], counted["U"], counted["D"])
@@ -310,45 +312,38 @@ class _Stage:
 _Outcome = tuple
 
 
-def _single(o: _Change, existed: bool, policy: str) -> _Outcome:
-    """A key's only change, from a start where the key existed or not (apply_frames ``_single``)."""
-    if o.op == "I":
-        conflict = existed and policy == "error"
-        return (None, True, o.flags, o.commit_lsn if conflict else None, o.xid if conflict else None, 0, 0)
-    if o.op == "U":
-        if existed:
-            return (None, True, (o.flags or "").replace("1", "2"), None, None, 0, 0)  # an UPDATE has its flags
-        if policy == "upsert":
-            return (None, True, o.flags, None, None, 0, 0)
-        return (None, False, None, None, None, 1, 0)
-    return (None, False, None, None, None, 0, 0 if existed else 1)
+def _single(o: _Change, rule: Step) -> _Outcome:
+    """A key's only change, by its rule (core/fold_rules.py ``step``) from a start where the key existed or not."""
+    conflict, counted = rule.conflict, rule.counted
+    return (None, rule.present, single_flags(rule, o.flags), o.commit_lsn if conflict else None,
+            o.xid if conflict else None, int(counted == "missing_update"), int(counted == "missing_delete"))
 
 
-def _folded(ops: Sequence[_Change], existed: bool, policy: str, width: int) -> _Outcome:
-    """A key's changes folded in commit order (apply_frames ``_folded``): a value and a flag per column (2: the
-    subscriber's current value), the first conflict, the UPDATEs and DELETEs that found no row."""
+def _folded(ops: Sequence[_Change], existed: bool, rules: dict[tuple[str, bool], Step], width: int) -> _Outcome:
+    """A key's changes folded in commit order, each by its rule (core/fold_rules.py ``steps``): a value and a flag
+    per column (2: the subscriber's current value), the first conflict, the UPDATEs and DELETEs that found no row."""
     present, flags = existed, [2] * width
     vals: list[str | None] = [None] * width
     clsn = cxid = None
     missing_update = missing_delete = 0
     for o in ops:
-        if o.op == "I":
-            if policy == "error" and present and clsn is None:
-                clsn, cxid = o.commit_lsn, o.xid
-            present, vals, flags = True, list(o.vals or ()), [int(f) for f in o.flags or ""]  # an INSERT has both
-        elif o.op == "U":
-            if present or policy == "upsert":
-                if not present:  # upsert: a new row from the cells the UPDATE carries, the others their default
-                    vals, flags = [None] * width, [1] * width
-                carried = o.vals or []  # an UPDATE has its values and flags
-                for i, f in enumerate(o.flags or ""):
-                    if f == "0":
-                        vals[i], flags[i] = carried[i], 0
-                present = True
-            else:
-                missing_update += 1
-        else:
-            if not present:
-                missing_delete += 1
-            present = False
+        rule = rules[o.op, present]
+        if rule.conflict and clsn is None:
+            clsn, cxid = o.commit_lsn, o.xid
+        cells = rule.cells
+        if cells == "set":
+            vals, flags = list(o.vals or ()), [int(f) for f in o.flags or ""]  # an INSERT has both
+        elif cells != "keep":
+            if cells == "restart":  # a new row from the cells the change carries, the others their default
+                vals, flags = [None] * width, [1] * width
+            carried = o.vals or []  # an UPDATE has its values and flags
+            for i, f in enumerate(o.flags or ""):
+                if f == "0":
+                    vals[i], flags[i] = carried[i], 0
+        counted = rule.counted
+        if counted == "missing_update":
+            missing_update += 1
+        elif counted == "missing_delete":
+            missing_delete += 1
+        present = rule.present
     return (vals, present, "".join(map(str, flags)), clsn, cxid, missing_update, missing_delete)

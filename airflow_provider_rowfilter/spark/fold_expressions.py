@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, Step, step
 from airflow_provider_rowfilter.spark.sql_trees import col, fn, get, lambda_, lit, long, null, struct, var
 
 
@@ -28,27 +29,35 @@ def _by_op(op: exp.Expr, insert: exp.Expr, update: exp.Expr,
 
 
 def single(existed: bool, policy: str) -> exp.Expr:
-    """The net effect of a key's only change (most keys of a batch), without a fold.
+    """The net effect of a key's only change (most keys of a batch), without a fold: each operation's rule
+    (core/fold_rules.py ``step``) from the start, as an expression.
 
     The same as :func:`folded` on a one-element list, but without the values: they are the change's
     own, staged once for both outcomes. A value whose flag is not 0 is never read.
     """
-    o = exp.Bracket(this=col("ops"), expressions=[lit(0)])
-    conflict = existed and policy == "error"
-    insert = _outcome(lit(True), flags=get(o, "_fl"), clsn=get(o, "commit_lsn") if conflict else None,
-                      cxid=get(o, "xid") if conflict else None)
-    if existed:
-        update = _outcome(lit(True), flags=fn("translate", get(o, "_fl"), lit("1"), lit("2")))
-    elif policy == "upsert":
-        update = _outcome(lit(True), flags=get(o, "_fl"))
-    else:
-        update = _outcome(lit(False), mu=long(1))
-    delete = _outcome(lit(False), md=long(0 if existed else 1))
-    return _by_op(get(o, "_op"), insert, update, delete)
+    def outcome(rule: Step) -> exp.Expr:
+        o = exp.Bracket(this=col("ops"), expressions=[lit(0)])
+        flags = None
+        if rule.present:  # core/fold_rules.py single_flags
+            flags = get(o, "_fl")
+            if rule.cells == "overlay":
+                flags = fn("translate", flags, lit("1"), lit("2"))
+            elif rule.cells == "keep":
+                flags = fn("translate", flags, lit("01"), lit("22"))
+        return _outcome(lit(rule.present), flags=flags,
+                        clsn=get(o.copy(), "commit_lsn") if rule.conflict else None,
+                        cxid=get(o.copy(), "xid") if rule.conflict else None,
+                        mu=long(1) if rule.counted == "missing_update" else None,
+                        md=long(1) if rule.counted == "missing_delete" else None)
+
+    first_op = get(exp.Bracket(this=col("ops"), expressions=[lit(0)]), "_op")
+    return _by_op(first_op, *(outcome(step(op, existed, policy)) for op in OPERATIONS))
 
 
 def folded(existed: bool, policy: str) -> exp.Expr:
-    """The net effect of a key's changes, in commit order, from a start where the key existed or not.
+    """The net effect of a key's changes, in commit order, from a start where the key existed or not: each
+    change's rule (core/fold_rules.py ``step``), chosen by the operation and whether the key has a row, as
+    the step of an ``aggregate``.
 
     State: present, cells (value and flag per column; 2 = the subscriber's current value), the first
     conflict (commit_lsn, xid), and the UPDATEs/DELETEs that found no row (skipped and counted, as
@@ -56,45 +65,55 @@ def folded(existed: bool, policy: str) -> exp.Expr:
     """
     s, o = var("s"), var("o")
 
-    def state(present: exp.Expr, cells: exp.Expr, *, clsn: exp.Expr | None = None,
-              cxid: exp.Expr | None = None, mu: exp.Expr | None = None) -> exp.Expr:
-        return struct(present=present, cells=cells, clsn=get(s, "clsn") if clsn is None else clsn,
-                       cxid=get(s, "cxid") if cxid is None else cxid, mu=get(s, "mu") if mu is None else mu,
-                       md=get(s, "md"))
-
     def cell(value: exp.Expr, flag: exp.Expr) -> exp.Expr:
         return struct(v=value, f=flag)
 
-    # the change's cells: its values, each with its flag as a number
-    cells = fn("zip_with", get(o, "_vals"), fn("split", get(o, "_fl"), lit("")),
-                lambda_(cell(var("v"), exp.cast(var("f"), "int")), "v", "f"))
-    carried = exp.EQ(this=get(var("c"), "f"), expression=lit(0))
-    if policy == "upsert":  # a new row from the cells the UPDATE carries, the others their default
-        missed_update = state(lit(True), fn("transform", cells.copy(), lambda_(
-            exp.If(this=carried.copy(), true=var("c"), false=cell(null("string"), lit(1))), "c")))
-    else:
-        missed_update = state(lit(False), get(s, "cells"),
-                              mu=exp.Add(this=get(s, "mu"), expression=long(1)))
-    conflict = (exp.and_(get(s, "present"), exp.Is(this=get(s, "clsn"), expression=exp.Null()))
-                if policy == "error" else lit(False))
-    insert = state(lit(True), cells.copy(), clsn=exp.If(this=conflict, true=get(o, "commit_lsn"), false=get(s, "clsn")),
-                   cxid=exp.If(this=conflict.copy(), true=get(o, "xid"), false=get(s, "cxid")))
-    update = exp.If(this=get(s, "present"), true=state(lit(True), fn("zip_with", get(s, "cells"), cells.copy(), lambda_(
-        exp.If(this=exp.EQ(this=get(var("b"), "f"), expression=lit(0)), true=var("b"), false=var("a")), "a", "b"))),
-        false=missed_update)
-    gone = struct(present=lit(False), cells=get(s, "cells"), clsn=get(s, "clsn"), cxid=get(s, "cxid"),
-                   mu=get(s, "mu"), md=get(s, "md"))
-    missed_delete = struct(present=lit(False), cells=get(s, "cells"), clsn=get(s, "clsn"), cxid=get(s, "cxid"),
-                            mu=get(s, "mu"), md=exp.Add(this=get(s, "md"), expression=long(1)))
-    delete = exp.If(this=get(s, "present"), true=gone, false=missed_delete)
+    def changed_cells() -> exp.Expr:
+        """The change's cells: its values, each with its flag as a number."""
+        return fn("zip_with", get(o, "_vals"), fn("split", get(o, "_fl"), lit("")),
+                  lambda_(cell(var("v"), exp.cast(var("f"), "int")), "v", "f"))
+
+    def carried(c: str) -> exp.Expr:
+        return exp.EQ(this=get(var(c), "f"), expression=lit(0))
+
+    def cells(kind: str) -> exp.Expr:
+        if kind == "set":
+            return changed_cells()
+        if kind == "overlay":  # the cells the change carries overwritten, the others kept
+            return fn("zip_with", get(s, "cells"), changed_cells(),
+                      lambda_(exp.If(this=carried("b"), true=var("b"), false=var("a")), "a", "b"))
+        if kind == "restart":  # a new row from the cells the change carries, the others their default
+            return fn("transform", changed_cells(),
+                      lambda_(exp.If(this=carried("c"), true=var("c"), false=cell(null("string"), lit(1))), "c"))
+        return get(s, "cells")
+
+    def first_conflict(field: str, value: str) -> exp.Expr:
+        return exp.If(this=exp.Is(this=get(s, "clsn"), expression=exp.Null()), true=get(o, value),
+                      false=get(s, field))
+
+    def count(field: str, rule: Step, counted: str) -> exp.Expr:
+        """The state's count ``field``, plus one where the rule counts the change as ``counted``."""
+        return exp.Add(this=get(s, field), expression=long(1)) if rule.counted == counted else get(s, field)
+
+    def transition(rule: Step) -> exp.Expr:
+        return struct(present=lit(rule.present), cells=cells(rule.cells),
+                      clsn=first_conflict("clsn", "commit_lsn") if rule.conflict else get(s, "clsn"),
+                      cxid=first_conflict("cxid", "xid") if rule.conflict else get(s, "cxid"),
+                      mu=count("mu", rule, "missing_update"), md=count("md", rule, "missing_delete"))
+
+    def by_row(op: str) -> exp.Expr:
+        """The rule where the key has a row, and where it has none; one expression when they are the same."""
+        found, missed = transition(step(op, True, policy)), transition(step(op, False, policy))
+        return found if found == missed else exp.If(this=get(s, "present"), true=found, false=missed)
+
     start = struct(present=lit(existed), cells=fn("array_repeat", cell(null("string"), lit(2)), col("_n")),
-                    clsn=null("bigint"), cxid=null("bigint"), mu=long(0), md=long(0))
+                   clsn=null("bigint"), cxid=null("bigint"), mu=long(0), md=long(0))
     finish = _outcome(get(s, "present"), fn("transform", get(s, "cells"), lambda_(get(var("c"), "v"), "c")),
                       fn("array_join", fn("transform", get(s, "cells"),
-                                            lambda_(exp.cast(get(var("c"), "f"), "string"), "c")), lit("")),
+                                          lambda_(exp.cast(get(var("c"), "f"), "string"), "c")), lit("")),
                       get(s, "clsn"), get(s, "cxid"), get(s, "mu"), get(s, "md"))
-    return fn("aggregate", col("ops"), start, lambda_(_by_op(get(o, "_op"), insert, update, delete), "s", "o"),
-               lambda_(finish, "s"))
+    return fn("aggregate", col("ops"), start, lambda_(_by_op(get(o, "_op"), *map(by_row, OPERATIONS)), "s", "o"),
+              lambda_(finish, "s"))
 
 
 def single_vals() -> exp.Expr:
