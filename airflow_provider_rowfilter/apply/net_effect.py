@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
-from airflow_provider_rowfilter.core.fold_rules import Step, single_flags, steps
+from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, Step, single_flags, steps
 from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
@@ -289,14 +289,16 @@ class _Stage:
                 phase += exact
         width = len(target.columns)
         rules = steps(policy)
+        singles, table = _single_rules(rules), _fold_table(rules)
         for (at, key), ops in keys.items():
             if len(ops) == 1:
                 o = ops[0]
-                present, absent = _single(o, rules[o.op, True]), _single(o, rules[o.op, False])
+                found, missed = singles[o.op]
+                present, absent = _single(o, *found), _single(o, *missed)
                 vals = o.vals if o.op != "D" else absent[0]
                 n = (1, 0, 0) if o.op == "I" else (0, 1, 0) if o.op == "U" else (0, 0, 1)
             else:
-                present, absent = _folded(ops, True, rules, width), _folded(ops, False, rules, width)
+                present, absent = _folded(ops, True, table, width), _folded(ops, False, table, width)
                 vals = present[0] if present[1] else absent[0]
                 counted = Counter(c.op for c in ops)
                 n = (counted["I"], counted["U"], counted["D"])
@@ -312,25 +314,41 @@ class _Stage:
 _Outcome = tuple
 
 
-def _single(o: _Change, rule: Step) -> _Outcome:
-    """A key's only change, by its rule (core/fold_rules.py ``step``) from a start where the key existed or not."""
-    conflict, counted = rule.conflict, rule.counted
+def _single(o: _Change, rule: Step, missing_update: int, missing_delete: int) -> _Outcome:
+    """A key's only change, by its rule (core/fold_rules.py ``step``) from a start where the key existed or not;
+    ``missing_update``, ``missing_delete``: what the rule counts (:func:`_single_rules`)."""
+    conflict = rule.conflict
     return (None, rule.present, single_flags(rule, o.flags), o.commit_lsn if conflict else None,
-            o.xid if conflict else None, int(counted == "missing_update"), int(counted == "missing_delete"))
+            o.xid if conflict else None, missing_update, missing_delete)
 
 
-def _folded(ops: Sequence[_Change], existed: bool, rules: dict[tuple[str, bool], Step], width: int) -> _Outcome:
-    """A key's changes folded in commit order, each by its rule (core/fold_rules.py ``steps``): a value and a flag
-    per column (2: the subscriber's current value), the first conflict, the UPDATEs and DELETEs that found no row."""
+def _single_rules(rules: dict[tuple[str, bool], Step]) -> dict[str, tuple[tuple[Step, int, int], ...]]:
+    """Each operation's rule where the key existed and where not, with its counts: looked up once per key."""
+    return {op: tuple((rule, int(rule.counted == "missing_update"), int(rule.counted == "missing_delete"))
+                      for rule in (rules[op, True], rules[op, False])) for op in OPERATIONS}
+
+
+#: A rule of the fold as the walk reads it per change: (row after, cells, conflict, counted).
+_Rule = tuple[bool, str, bool, str | None]
+
+
+def _fold_table(rules: dict[tuple[str, bool], Step]) -> dict[tuple[str, bool], _Rule]:
+    """core/fold_rules.py ``steps`` as tuples, unpacked per change faster than a Step's fields are read."""
+    return {k: (r.present, r.cells, r.conflict, r.counted) for k, r in rules.items()}
+
+
+def _folded(ops: Sequence[_Change], existed: bool, table: dict[tuple[str, bool], _Rule], width: int) -> _Outcome:
+    """A key's changes folded in commit order, each by its rule (core/fold_rules.py ``steps``, as
+    :func:`_fold_table`): a value and a flag per column (2: the subscriber's current value), the first conflict,
+    the UPDATEs and DELETEs that found no row."""
     present, flags = existed, [2] * width
     vals: list[str | None] = [None] * width
     clsn = cxid = None
     missing_update = missing_delete = 0
     for o in ops:
-        rule = rules[o.op, present]
-        if rule.conflict and clsn is None:
+        after, cells, conflict, counted = table[o.op, present]
+        if conflict and clsn is None:
             clsn, cxid = o.commit_lsn, o.xid
-        cells = rule.cells
         if cells == "set":
             vals, flags = list(o.vals or ()), [int(f) for f in o.flags or ""]  # an INSERT has both
         elif cells != "keep":
@@ -340,10 +358,9 @@ def _folded(ops: Sequence[_Change], existed: bool, rules: dict[tuple[str, bool],
             for i, f in enumerate(o.flags or ""):
                 if f == "0":
                     vals[i], flags[i] = carried[i], 0
-        counted = rule.counted
         if counted == "missing_update":
             missing_update += 1
         elif counted == "missing_delete":
             missing_delete += 1
-        present = rule.present
+        present = after
     return (vals, present, "".join(map(str, flags)), clsn, cxid, missing_update, missing_delete)
