@@ -9,9 +9,9 @@ table's changes into phases. Such a key's net effect is ``_single``'s, column by
 by Arrow compute functions over the whole batch at once (pyarrow.compute runs in C++ and releases the
 GIL); so is that of a key changed only by UPDATEs that carry every column (the last one wins: a
 counter row updated by every transaction). Any other key changed more than once is folded by
-net_effect.py's own ``_folded``, one definition of the general fold (docs/adr/two-reducers-one-fold.md).
-What the rules are is net_effect.py's: this module computes the same outcomes and the same facts, and
-the fold's truth table holds it to them (tests/apply/test_fold.py).
+net_effect.py's own ``_folded``. What the rules are is core/fold_rules.py's (docs/adr/two-reducers-one-fold.md):
+the kernels are derived from its table, and the fold's truth table holds them to the same outcomes and
+facts as the walk (tests/apply/test_fold.py).
 
 A batch this module does not take (:func:`reduce_columns` returns None) goes to the reducer it went to
 before: a barrier (a TRUNCATE, an UPDATE that changes the key, an UPDATE or DELETE of a table without a

@@ -14,9 +14,11 @@ job.
 The contract is the one Spark's ``DecidedBatch.collected`` keeps (apply/reducers.py): the change-log
 rows of the batch's segments in, as Arrow tables; the batch's facts (core/apply_plan.py ``read_facts``)
 and the rows of ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out, which
-subscriber/apply_target.py applies unchanged. Each rule below names the step of spark/apply_frames.py
-it mirrors (``decide_frame``, ``staged``, ``_single``, ``_folded``). Why the rule is written twice and
-how the two are held equal: docs/adr/two-reducers-one-fold.md. The fold's truth table runs through
+subscriber/apply_target.py applies unchanged. Each step below names the step of Spark's it mirrors
+(spark/judge.py ``judged_frame``, spark/apply_frames.py ``staged``, spark/fold_expressions.py ``single``,
+``folded``); the fold's rules themselves are core/fold_rules.py's, which ``_single`` and ``_folded``
+apply. Why the reduction exists in several engines and how they are held equal:
+docs/adr/two-reducers-one-fold.md. The fold's truth table runs through
 both, without a database (tests/apply/test_fold.py); the differential tests run every source-filtered
 case through this path and through Spark's, against PostgreSQL's own subscription; the random workload
 reduces each of its source-filtered batches both ways and requires the same facts and rows
@@ -51,7 +53,7 @@ _ROW = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_i
 
 @dataclass(slots=True)
 class _Change:
-    """One change routed to its table, as ``decide_frame`` leaves it for the stage."""
+    """One change routed to its table, as ``judged_frame`` (spark/judge.py) leaves it for the stage."""
 
     commit_lsn: int
     seq: int
@@ -181,7 +183,7 @@ def _toasted(new_unchanged: pa.ChunkedArray) -> dict[int, list[bool]]:
 
 
 class _Layout:
-    """Where a table's columns sit in one relation layout of the log (``decide_frame`` steps 1 and 2)."""
+    """Where a table's columns sit in one relation layout of the log (``judged_frame`` steps 1 and 2)."""
 
     def __init__(self, target: TargetPlan, names: Sequence[str]) -> None:
         at = {name: i for i, name in reversed(list(enumerate(names)))}  # the first, as array_position
