@@ -9,9 +9,9 @@ table's changes into phases. Such a key's net effect is ``_single``'s, column by
 by Arrow compute functions over the whole batch at once (pyarrow.compute runs in C++ and releases the
 GIL); so is that of a key changed only by UPDATEs that carry every column (the last one wins: a
 counter row updated by every transaction). Any other key changed more than once is folded by
-net_effect.py's own ``_folded``, one definition of the general fold (docs/adr/two-reducers-one-fold.md).
-What the rules are is net_effect.py's: this module computes the same outcomes and the same facts, and
-the fold's truth table holds it to them (tests/apply/test_fold.py).
+net_effect.py's own ``_folded``. What the rules are is core/fold_rules.py's (docs/adr/two-reducers-one-fold.md):
+the kernels are derived from its table, and the fold's truth table holds them to the same outcomes and
+facts as the walk (tests/apply/test_fold.py).
 
 A batch this module does not take (:func:`reduce_columns` returns None) goes to the reducer it went to
 before: a barrier (a TRUNCATE, an UPDATE that changes the key, an UPDATE or DELETE of a table without a
@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from airflow_provider_rowfilter.apply import net_effect
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
+from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, RepeatedUpdates, repeated_updates, step
 from airflow_provider_rowfilter.subscriber.apply_stage import arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
@@ -89,6 +90,8 @@ def reduce_columns(segments: Sequence[pa.Table], plan: ApplyPlan, token: str,
     full_update = (ops[rows] == "U") & ~pc.match_substring_regex(flags, "[^0]").fill_null(True).to_numpy(
         zero_copy_only=False)
     updated = repeated & (np.bincount(codes, weights=~full_update)[codes] == 0)
+    if _repeated_updates(plan.policy) is None:
+        updated[:] = False  # folded by the walk below
     walked = repeated & ~updated
     if walked.sum() > fold_limit:
         return None
@@ -217,34 +220,23 @@ def _groups(target_of: np.ndarray, layout_of: np.ndarray, layout_names: list[tup
 
 def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: list[TargetPlan], ops: np.ndarray,
              keys: pa.Array, vals: pa.Array, flag: pa.Array, policy: str, token: str) -> pa.Table:
-    """The staged rows of keys changed once: net_effect.py ``_single`` from both starts, column by column."""
+    """The staged rows of keys changed once: each operation's rule (core/fold_rules.py ``step``) from both starts,
+    column by column."""
     n = len(rows)
     op = ops[rows]
-    ins, upd, dele = op == "I", op == "U", op == "D"
+    masks = {o: op == o for o in OPERATIONS}
     index = np.array([t.index for t in targets], np.int32)[target_of[rows]]
     taken = pa.array(rows)
-    commit, xid = batch.column("commit_lsn").take(taken), batch.column("xid").take(taken)
-    nothing_int, nothing_str = pa.nulls(n, pa.int64()), pa.nulls(n, pa.string())
-    conflict = pa.array(ins) if policy == "error" else pa.array(np.zeros(n, bool))
-    upsert = policy == "upsert"
+    commit, xid = batch.column("commit_lsn").take(taken).combine_chunks(), batch.column("xid").take(taken).combine_chunks()
     columns = {
         "target": pa.array(index, pa.int32()), "phase": pa.array(np.zeros(n, np.int32)),
         "row_kind": pa.array(["K"] * n, pa.string()), "key": keys,
-        "n_insert": pa.array(ins.astype(np.int64)), "n_update": pa.array(upd.astype(np.int64)),
-        "n_delete": pa.array(dele.astype(np.int64)), "vals": vals,
-        # the key existed: an INSERT conflicts (policy error); an UPDATE keeps what it does not carry
-        "p_present": pa.array(~dele), "p_flags": pc.if_else(pa.array(upd), pc.replace_substring(flag, "1", "2"), flag),
-        "p_conflict_lsn": pc.if_else(conflict, commit.combine_chunks(), nothing_int),
-        "p_conflict_xid": pc.if_else(conflict, xid.combine_chunks(), nothing_int),
-        "p_missing_update": pa.array(np.zeros(n, np.int64)), "p_missing_delete": pa.array(np.zeros(n, np.int64)),
-        # it did not: an UPDATE finds nothing (upsert: inserts what it carries); a DELETE finds nothing
-        "a_present": pa.array(ins | (upd & upsert)),
-        "a_flags": flag if upsert else pc.if_else(pa.array(upd), nothing_str, flag),
-        "a_conflict_lsn": nothing_int, "a_conflict_xid": nothing_int,
-        "a_missing_update": pa.array((upd & (not upsert)).astype(np.int64)),
-        "a_missing_delete": pa.array(dele.astype(np.int64)),
+        "n_insert": pa.array(masks["I"].astype(np.int64)), "n_update": pa.array(masks["U"].astype(np.int64)),
+        "n_delete": pa.array(masks["D"].astype(np.int64)), "vals": vals,
+        **_single_outcomes("p", True, policy, masks, flag, commit, xid),
+        **_single_outcomes("a", False, policy, masks, flag, commit, xid),
         # the key's first operation and the one transaction of its one change (net_effect.py _Stage.add)
-        "op": pa.array(op.astype(str), pa.string()), "commit_lsn": commit.combine_chunks(), "xid": xid.combine_chunks(),
+        "op": pa.array(op.astype(str), pa.string()), "commit_lsn": commit, "xid": xid,
     }
     schema = arrow_schema()
     return pa.Table.from_arrays(
@@ -252,13 +244,47 @@ def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: 
          columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in schema], schema=schema)
 
 
+def _single_outcomes(side: str, existed: bool, policy: str, masks: dict[str, np.ndarray], flag: pa.Array,
+                     commit: pa.Array, xid: pa.Array) -> dict[str, pa.Array]:
+    """One side's outcome of each key's only change, its operation's rule applied to every change of that
+    operation at once (core/fold_rules.py ``step``, ``single_flags``)."""
+    n = len(flag)
+    present, conflict = np.zeros(n, bool), np.zeros(n, bool)
+    counted = {"missing_update": np.zeros(n, np.int64), "missing_delete": np.zeros(n, np.int64)}
+    kernels: dict[str | None, list[np.ndarray]] = {}  # the flags' kernel, and the operations' rows it serves
+    for op, mask in masks.items():
+        rule = step(op, existed, policy)
+        present |= mask & rule.present
+        conflict |= mask & rule.conflict
+        if rule.counted is not None:
+            counted[rule.counted] += mask
+        kernels.setdefault(rule.cells if rule.present else None, []).append(mask)
+    flags = pa.nulls(n, pa.string())
+    for kind, served in kernels.items():
+        if kind is None:
+            continue
+        kernel = (pc.replace_substring(flag, "1", "2") if kind == "overlay"
+                  else pc.replace_substring_regex(flag, "[01]", "2") if kind == "keep" else flag)
+        mask = np.logical_or.reduce(served)
+        flags = kernel if mask.all() else pc.if_else(pa.array(mask), kernel, flags)
+    nothing = pa.nulls(n, pa.int64())
+    return {f"{side}_present": pa.array(present), f"{side}_flags": flags,
+            f"{side}_conflict_lsn": pc.if_else(pa.array(conflict), commit, nothing) if conflict.any() else nothing,
+            f"{side}_conflict_xid": pc.if_else(pa.array(conflict), xid, nothing) if conflict.any() else nothing,
+            f"{side}_missing_update": pa.array(counted["missing_update"]),
+            f"{side}_missing_delete": pa.array(counted["missing_delete"])}
+
+
 def _last_updates(batch: pa.Table, rows: np.ndarray, codes: np.ndarray, updated: np.ndarray, target_of: np.ndarray,
                   targets: list[TargetPlan], keys: pa.Array, vals: pa.Array, flags: pa.Array, policy: str,
                   token: str) -> pa.Table:
-    """The staged rows of keys changed only by UPDATEs that carry every column: net_effect.py ``_folded`` of such
-    changes, per key at once. Where the key existed, every UPDATE finds it and the last one's values are left
-    (flags all 0); where it did not, each finds nothing (flags all 2, the cells never set), or, under upsert,
-    the first inserts and the others update (the last one's values, flags all 0)."""
+    """The staged rows of keys changed only by UPDATEs that carry every column: the fold of such changes per key at
+    once (core/fold_rules.py ``repeated_updates``, from both starts; :func:`_repeated_updates` says when it
+    applies). Under the rules today: where the key existed, every UPDATE finds it and the last one's values are
+    left (flags all 0); where it did not, each finds nothing (flags all 2, the cells never set), or, under
+    upsert, the first inserts and the others update (the last one's values, flags all 0)."""
+    sides = _repeated_updates(policy)
+    assert sides is not None, "reduce_columns folds such keys in Python under this policy"
     at = np.flatnonzero(updated)
     commit = batch.column("commit_lsn").to_numpy()[rows[at]]
     seq = batch.column("seq").to_numpy()[rows[at]]
@@ -270,7 +296,6 @@ def _last_updates(batch: pa.Table, rows: np.ndarray, codes: np.ndarray, updated:
     taken = pa.array(last)
     flag = flags.take(taken)
     zeros, nothing_int = pa.array(np.zeros(n, np.int64)), pa.nulls(n, pa.int64())
-    upsert = policy == "upsert"
     first_commit = batch.column("commit_lsn").to_numpy()[rows[first]]
     first_xid = batch.column("xid").to_numpy()[rows[first]]
     one = first_commit == batch.column("commit_lsn").to_numpy()[rows[last]]
@@ -279,11 +304,13 @@ def _last_updates(batch: pa.Table, rows: np.ndarray, codes: np.ndarray, updated:
         "phase": pa.array(np.zeros(n, np.int32)), "row_kind": pa.array(["K"] * n, pa.string()),
         "key": keys.take(taken), "n_insert": zeros, "n_update": pa.array(count), "n_delete": zeros,
         "vals": vals.take(taken),
-        "p_present": pa.array(np.ones(n, bool)), "p_flags": flag, "p_conflict_lsn": nothing_int,
-        "p_conflict_xid": nothing_int, "p_missing_update": zeros, "p_missing_delete": zeros,
-        "a_present": pa.array(np.full(n, upsert)), "a_flags": flag if upsert else pc.replace_substring(flag, "0", "2"),
-        "a_conflict_lsn": nothing_int, "a_conflict_xid": nothing_int,
-        "a_missing_update": zeros if upsert else pa.array(count), "a_missing_delete": zeros,
+        **{column: value for side, rule in zip("pa", sides, strict=True) for column, value in (
+            (f"{side}_present", pa.array(np.full(n, rule.present))),
+            # the last UPDATE's cells (flags 0), or the start's (the subscriber's: flags 2)
+            (f"{side}_flags", flag if rule.last_values else pc.replace_substring(flag, "0", "2")),
+            (f"{side}_conflict_lsn", nothing_int), (f"{side}_conflict_xid", nothing_int),
+            (f"{side}_missing_update", pa.array(rule.missing_update_first + (count - 1) * rule.missing_update_after)),
+            (f"{side}_missing_delete", zeros))},
         # the key's first operation, and its transaction when all its changes are one's (net_effect.py _Stage.add)
         "op": pa.array(["U"] * n, pa.string()),
         "commit_lsn": pa.array(np.where(one, first_commit, 0), pa.int64(), mask=~one),
@@ -293,6 +320,15 @@ def _last_updates(batch: pa.Table, rows: np.ndarray, codes: np.ndarray, updated:
     return pa.Table.from_arrays(
         [pa.array([token] * n, pa.string()) if f.name == "token" else
          columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+
+def _repeated_updates(policy: str) -> tuple[RepeatedUpdates, RepeatedUpdates] | None:
+    """The fold of repeated full UPDATEs where the key existed and where it did not, when the rules let it be
+    computed from the count alone and the staged values are the last UPDATE's (the side that leaves a row)."""
+    existed, absent = repeated_updates(True, policy), repeated_updates(False, policy)
+    if existed is None or absent is None or not (existed if existed.present else absent).last_values:
+        return None
+    return existed, absent
 
 
 def _folded(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: list[TargetPlan],

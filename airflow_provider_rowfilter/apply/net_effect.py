@@ -14,9 +14,11 @@ job.
 The contract is the one Spark's ``DecidedBatch.collected`` keeps (apply/reducers.py): the change-log
 rows of the batch's segments in, as Arrow tables; the batch's facts (core/apply_plan.py ``read_facts``)
 and the rows of ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out, which
-subscriber/apply_target.py applies unchanged. Each rule below names the step of spark/apply_frames.py
-it mirrors (``decide_frame``, ``staged``, ``_single``, ``_folded``). Why the rule is written twice and
-how the two are held equal: docs/adr/two-reducers-one-fold.md. The fold's truth table runs through
+subscriber/apply_target.py applies unchanged. Each step below names the step of Spark's it mirrors
+(spark/judge.py ``judged_frame``, spark/apply_frames.py ``staged``, spark/fold_expressions.py ``single``,
+``folded``); the fold's rules themselves are core/fold_rules.py's, which ``_single`` and ``_folded``
+apply. Why the reduction exists in several engines and how they are held equal:
+docs/adr/two-reducers-one-fold.md. The fold's truth table runs through
 both, without a database (tests/apply/test_fold.py); the differential tests run every source-filtered
 case through this path and through Spark's, against PostgreSQL's own subscription; the random workload
 reduces each of its source-filtered batches both ways and requires the same facts and rows
@@ -37,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
+from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, Step, single_flags, steps
 from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
@@ -50,7 +53,7 @@ _ROW = ("commit_lsn", "seq", "lsn", "xid", "kind", "schema", "table", "replica_i
 
 @dataclass(slots=True)
 class _Change:
-    """One change routed to its table, as ``decide_frame`` leaves it for the stage."""
+    """One change routed to its table, as ``judged_frame`` (spark/judge.py) leaves it for the stage."""
 
     commit_lsn: int
     seq: int
@@ -180,7 +183,7 @@ def _toasted(new_unchanged: pa.ChunkedArray) -> dict[int, list[bool]]:
 
 
 class _Layout:
-    """Where a table's columns sit in one relation layout of the log (``decide_frame`` steps 1 and 2)."""
+    """Where a table's columns sit in one relation layout of the log (``judged_frame`` steps 1 and 2)."""
 
     def __init__(self, target: TargetPlan, names: Sequence[str]) -> None:
         at = {name: i for i, name in reversed(list(enumerate(names)))}  # the first, as array_position
@@ -287,14 +290,17 @@ class _Stage:
                 keys.setdefault((phase, tuple(change.key or ())), []).append(change)  # a key is never None here
                 phase += exact
         width = len(target.columns)
+        rules = steps(policy)
+        singles, table = _single_rules(rules), _fold_table(rules)
         for (at, key), ops in keys.items():
             if len(ops) == 1:
                 o = ops[0]
-                present, absent = _single(o, True, policy), _single(o, False, policy)
+                found, missed = singles[o.op]
+                present, absent = _single(o, *found), _single(o, *missed)
                 vals = o.vals if o.op != "D" else absent[0]
                 n = (1, 0, 0) if o.op == "I" else (0, 1, 0) if o.op == "U" else (0, 0, 1)
             else:
-                present, absent = _folded(ops, True, policy, width), _folded(ops, False, policy, width)
+                present, absent = _folded(ops, True, table, width), _folded(ops, False, table, width)
                 vals = present[0] if present[1] else absent[0]
                 counted = Counter(c.op for c in ops)
                 n = (counted["I"], counted["U"], counted["D"])
@@ -310,45 +316,53 @@ class _Stage:
 _Outcome = tuple
 
 
-def _single(o: _Change, existed: bool, policy: str) -> _Outcome:
-    """A key's only change, from a start where the key existed or not (apply_frames ``_single``)."""
-    if o.op == "I":
-        conflict = existed and policy == "error"
-        return (None, True, o.flags, o.commit_lsn if conflict else None, o.xid if conflict else None, 0, 0)
-    if o.op == "U":
-        if existed:
-            return (None, True, (o.flags or "").replace("1", "2"), None, None, 0, 0)  # an UPDATE has its flags
-        if policy == "upsert":
-            return (None, True, o.flags, None, None, 0, 0)
-        return (None, False, None, None, None, 1, 0)
-    return (None, False, None, None, None, 0, 0 if existed else 1)
+def _single(o: _Change, rule: Step, missing_update: int, missing_delete: int) -> _Outcome:
+    """A key's only change, by its rule (core/fold_rules.py ``step``) from a start where the key existed or not;
+    ``missing_update``, ``missing_delete``: what the rule counts (:func:`_single_rules`)."""
+    conflict = rule.conflict
+    return (None, rule.present, single_flags(rule, o.flags), o.commit_lsn if conflict else None,
+            o.xid if conflict else None, missing_update, missing_delete)
 
 
-def _folded(ops: Sequence[_Change], existed: bool, policy: str, width: int) -> _Outcome:
-    """A key's changes folded in commit order (apply_frames ``_folded``): a value and a flag per column (2: the
-    subscriber's current value), the first conflict, the UPDATEs and DELETEs that found no row."""
+def _single_rules(rules: dict[tuple[str, bool], Step]) -> dict[str, tuple[tuple[Step, int, int], ...]]:
+    """Each operation's rule where the key existed and where not, with its counts: looked up once per key."""
+    return {op: tuple((rule, int(rule.counted == "missing_update"), int(rule.counted == "missing_delete"))
+                      for rule in (rules[op, True], rules[op, False])) for op in OPERATIONS}
+
+
+#: A rule of the fold as the walk reads it per change: (row after, cells, conflict, counted).
+_Rule = tuple[bool, str, bool, str | None]
+
+
+def _fold_table(rules: dict[tuple[str, bool], Step]) -> dict[tuple[str, bool], _Rule]:
+    """core/fold_rules.py ``steps`` as tuples, unpacked per change faster than a Step's fields are read."""
+    return {k: (r.present, r.cells, r.conflict, r.counted) for k, r in rules.items()}
+
+
+def _folded(ops: Sequence[_Change], existed: bool, table: dict[tuple[str, bool], _Rule], width: int) -> _Outcome:
+    """A key's changes folded in commit order, each by its rule (core/fold_rules.py ``steps``, as
+    :func:`_fold_table`): a value and a flag per column (2: the subscriber's current value), the first conflict,
+    the UPDATEs and DELETEs that found no row."""
     present, flags = existed, [2] * width
     vals: list[str | None] = [None] * width
     clsn = cxid = None
     missing_update = missing_delete = 0
     for o in ops:
-        if o.op == "I":
-            if policy == "error" and present and clsn is None:
-                clsn, cxid = o.commit_lsn, o.xid
-            present, vals, flags = True, list(o.vals or ()), [int(f) for f in o.flags or ""]  # an INSERT has both
-        elif o.op == "U":
-            if present or policy == "upsert":
-                if not present:  # upsert: a new row from the cells the UPDATE carries, the others their default
-                    vals, flags = [None] * width, [1] * width
-                carried = o.vals or []  # an UPDATE has its values and flags
-                for i, f in enumerate(o.flags or ""):
-                    if f == "0":
-                        vals[i], flags[i] = carried[i], 0
-                present = True
-            else:
-                missing_update += 1
-        else:
-            if not present:
-                missing_delete += 1
-            present = False
+        after, cells, conflict, counted = table[o.op, present]
+        if conflict and clsn is None:
+            clsn, cxid = o.commit_lsn, o.xid
+        if cells == "set":
+            vals, flags = list(o.vals or ()), [int(f) for f in o.flags or ""]  # an INSERT has both
+        elif cells != "keep":
+            if cells == "restart":  # a new row from the cells the change carries, the others their default
+                vals, flags = [None] * width, [1] * width
+            carried = o.vals or []  # an UPDATE has its values and flags
+            for i, f in enumerate(o.flags or ""):
+                if f == "0":
+                    vals[i], flags[i] = carried[i], 0
+        if counted == "missing_update":
+            missing_update += 1
+        elif counted == "missing_delete":
+            missing_delete += 1
+        present = after
     return (vals, present, "".join(map(str, flags)), clsn, cxid, missing_update, missing_delete)

@@ -198,7 +198,8 @@ def recorded_rules(row_filter: RowFilter) -> EpochRules:
 def apply_filter_text(rules: EpochRules) -> str:
     """The Spark SQL the apply evaluates for the ``insert`` filter of ``rules`` over a change's new values
     (``_nv``: the PostgreSQL text form of every column, in :data:`COLUMNS` order)."""
-    from airflow_provider_rowfilter.spark.apply_frames import BatchColumns, _text, evaluated_filter
+    from airflow_provider_rowfilter.spark.judge import BatchColumns, evaluated_filter
+    from airflow_provider_rowfilter.spark.sql_trees import text as sql_text
 
     name = TableName("public", TABLE)
     target = TargetPlan(0, name, (name,), 0, tuple(n for n, _, _ in COLUMNS), ("id",), (rules,))
@@ -206,7 +207,7 @@ def apply_filter_text(rules: EpochRules) -> str:
     assert names.names == target.columns, "the values must be laid out as the apply lays them out"
     expression = evaluated_filter(rules, "insert", names, "_nv")
     assert expression is not None
-    return _text(expression)
+    return sql_text(expression)
 
 
 def apply_frame(spark, text_rows: Sequence[TextRow]):

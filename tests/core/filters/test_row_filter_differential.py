@@ -9,7 +9,7 @@ PostgreSQL accepts (from a typed grammar over the columns). For each filter:
 3. PostgreSQL evaluates ``SELECT id, (<filter>) FROM t ORDER BY id``; Spark evaluates the filter
    the apply evaluates: translated and recorded by the refresh (``filters_document``, as JSON),
    loaded by the apply (``EpochRules``) and given typed reads of each change's values
-   (``apply_frames.evaluated_filter``: the PostgreSQL text form of each value, read back from
+   (spark/judge.py ``evaluated_filter``: the PostgreSQL text form of each value, read back from
    PostgreSQL, cast to the column's Spark type). Every row must give the same True / False / NULL.
    When PostgreSQL raises an error (division by zero, overflow, out-of-range input), Spark (ANSI
    mode) must raise too, and the other way round.
