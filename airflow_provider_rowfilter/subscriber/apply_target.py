@@ -175,7 +175,7 @@ class StagedTable(BarrierStatements):
                                    self.target.key, self.target.column_names, self.conflict_log)
             counts.update_origin_differs += found.get("update_origin_differs", 0)
             counts.delete_origin_differs += found.get("delete_origin_differs", 0)
-        if not self.target.key:  # only INSERTs are staged as keys (spark/apply_frames.py): nothing to find
+        if not self.target.key:  # only INSERTs are staged as keys (spark/judge.py): nothing to find
             self.conn.execute(sql.SQL(
                 "INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k "
                 "WHERE k.phase = %s AND k.a_present "

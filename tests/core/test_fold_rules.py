@@ -15,7 +15,7 @@ from airflow_provider_rowfilter.core.fold_rules import (
     step,
     steps,
 )
-from airflow_provider_rowfilter.core.spec import CONFLICT_POLICIES
+from airflow_provider_rowfilter.core.spec_values import CONFLICT_POLICIES
 
 
 @pytest.mark.parametrize("policy", CONFLICT_POLICIES)
