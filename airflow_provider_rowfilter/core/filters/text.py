@@ -55,10 +55,11 @@ def _array_needs_coercion(element: PgType, common: PgType) -> bool:
     return {element.name, common.name} != {"date", "timestamp"}
 
 
-def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
+def regex_of(rf, node: exp.Expr, pattern_node: exp.Expr | None = None) -> tuple[str | None, str | None]:
     """For a ``~``/``~*``/``SIMILAR TO`` node of an analysed filter: (Java pattern, None), or
     (None, PostgreSQL's error) when PostgreSQL raises for every row with a non-NULL subject.
-    A NULL pattern gives (None, None). Raises UnsupportedRegex outside the exact subset."""
+    A NULL pattern gives (None, None). Raises UnsupportedRegex outside the exact subset. ``pattern_node``: the
+    element of ``x ~ ANY (ARRAY[…])`` taken as the pattern, instead of the node's right operand."""
     escape: str | None = "\\"
     if isinstance(node, exp.Escape):
         escape = rf.constants.get(id(node.expression))
@@ -66,12 +67,13 @@ def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
             raise UnsupportedRegex("an ESCAPE that is not one constant character")
         escape = escape or None
         node = node.this
-    pattern = rf.constants.get(id(node.expression))
-    if id(node.expression) not in rf.constants:
+    pattern_node = node.expression if pattern_node is None else pattern_node
+    pattern = rf.constants.get(id(pattern_node))
+    if id(pattern_node) not in rf.constants:
         raise UnsupportedRegex("a pattern that is not a constant")
     if pattern is None:
         return None, None
-    collation = (rf.collations.get(id(node.this)) or rf.collations.get(id(node.expression))
+    collation = (rf.collations.get(id(node.this)) or rf.collations.get(id(pattern_node))
                  or rf.context.default_collation)
     icase = isinstance(node, exp.RegexpILike)
     try:
@@ -233,10 +235,22 @@ class TextAnalysis(_Analyzer):
             self.coerce(node.this, lt, T.TEXT)
         self._array_as(node, array, element, T.TEXT)  # a varchar[] or character(n)[] is converted
         if op in ("~", "~*"):
-            # sqlglot reads `t !~ ANY (…)` (the operator !~ on each element) as `NOT t ~ ANY (…)`
-            raise self.untranslatable(f"a regular expression {kind.upper()} (ARRAY[…])", node,
-                                      f"write it as (x {op} 'a' {'OR' if kind == 'any' else 'AND'} x {op} 'b'), or "
-                                      + SOURCE_SIDE_FIX.split(", or ")[0])
+            # the operator (~, !~, ~*, !~*: core/filters/grammar.py reads `t !~ ANY (…)` as the operator !~ on
+            # each element) with each element as its pattern, each a constant in the exact subset
+            if node.args.get("unread"):
+                raise self.untranslatable(f"a regular expression {kind.upper()} (ARRAY[…]) whose operator (~ or !~) "
+                                          "could not be told from the text", node,
+                                          f"write it as (x {op} 'a' {'OR' if kind == 'any' else 'AND'} x {op} 'b')")
+            if not isinstance(array, exp.Array):
+                raise self.untranslatable(f"a regular expression {kind.upper()} over an array column or '{{…}}'",
+                                          node, "write the patterns as ARRAY['a', 'b'], or "
+                                          + SOURCE_SIDE_FIX.split(", or ")[0])
+            for element in array.expressions:
+                try:
+                    regex_of(self, node, element)
+                except UnsupportedRegex as e:
+                    raise self.untranslatable(f"a regular expression with {e.reason}", element,
+                                              SOURCE_SIDE_FIX) from None
         if op == "ILIKE":
             self._require_binary_collation(node, "ILIKE", node.this,
                                            *(array.expressions if isinstance(array, exp.Array) else [array]))

@@ -36,6 +36,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.generators.postgres import PostgresGenerator
 
 from airflow_provider_rowfilter.core.errors import PublicationError, UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters.functions import function_name
@@ -563,7 +565,7 @@ def unicode_literal(draw: st.DrawFn) -> str:
 @st.composite
 def later_boolean(draw: st.DrawFn, depth: int) -> str:
     choice = draw(st.sampled_from(["quantified_literal", "like_quantified", "row_compare", "array_operator",
-                                   "unicode", "regex_class", "and_or"] if depth > 0 else ["leaf"]))
+                                   "unicode", "regex_class", "regex_quantified", "and_or"] if depth > 0 else ["leaf"]))
     sub = max(depth - 1, 0)
     if choice == "leaf":
         return draw(boolean(0))
@@ -608,9 +610,21 @@ def later_boolean(draw: st.DrawFn, depth: int) -> str:
                       _quote(draw(array_literal(st.text(ALPHABET, max_size=2))))]
         left, right = draw(st.sampled_from(arrays[:2])), draw(st.sampled_from(arrays))
         return _group(draw, f"{left} {draw(st.sampled_from(['@>', '<@', '&&']))} {right}")
+    if choice == "regex_quantified":
+        # x ~ ANY/ALL (ARRAY[…]): the operator (!~ and !~* on each element too) with each element as its pattern
+        op = draw(st.sampled_from(["~", "!~", "~", "!~"] + ["~*", "!~*"]))
+        subject = draw(text(sub))
+        if "*" in op:
+            subject = f"{subject} COLLATE \"C\""  # ~* is translated under the C collation only
+        patterns = [draw(st.one_of(regex_pattern().map(_quote), st.just("NULL")))
+                    for _ in range(draw(st.integers(1, 3)))]
+        negated = "NOT " if draw(st.integers(0, 3)) == 0 else ""
+        return _group(draw, f"{negated}{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} "
+                            f"(ARRAY[{', '.join(patterns)}])")
     if choice == "unicode":
-        # U&'…' and N'…' (a character constant) literals, U&"…" names of the text columns
-        subject = draw(st.one_of(text(sub), st.sampled_from(['U&"\\0074"', 'U&"v"', 'U&"\\+000063"'])))
+        # U&'…' and N'…' (a character constant) literals, U&"…" names of the text columns (UESCAPE too)
+        subject = draw(st.one_of(text(sub), st.sampled_from(['U&"\\0074"', 'U&"v"', 'U&"\\+000063"',
+                                                              'U&"!0074" UESCAPE \'!\'', 'U&"#+000076" UESCAPE $$#$$'])))
         literal = draw(st.one_of(unicode_literal(), _TEXT.map(lambda s: "N" + _quote(s))))
         return _group(draw, f"{subject} {draw(st.sampled_from(['=', '<>', 'LIKE']))} {literal}")
     op = draw(st.sampled_from(["~", "!~", "SIMILAR TO"]))
@@ -636,6 +650,7 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "row comparison": r"\) (=|<>|<|<=|>|>=|IS (NOT )?DISTINCT FROM) (ROW)?\(", "U&'…'": r"U&'",
     "@> <@ &&": r" (@>|<@|&&) ", "regex class or \\A \\Z": r"\[:[a-z]+:\]|\\[AZ]",
     "N'…' or U&\"…\"": r"\bN'|U&\"", "row IN (…)": r"\) (NOT )?IN \((ROW)?\(",
+    "regex ANY/ALL": r"~\*? (ANY|ALL|SOME) \(ARRAY", "U&\"…\" UESCAPE": r"U&\"[^\"]*\" UESCAPE",
 }.items()}
 
 
@@ -741,7 +756,22 @@ def lazy_filter(filter_sql: str) -> str:
         is_null = exp.Is(this=exp.Paren(this=first.copy()), expression=exp.Null())
         return exp.Paren(this=exp.Case(ifs=[exp.If(this=is_null, true=exp.Null())], default=node))
 
-    return rewrite(parse_row_filter(filter_sql)).sql(dialect="postgres")
+    return rewrite(parse_row_filter(filter_sql)).sql(dialect=_Rendered)
+
+
+class _RenderedGenerator(PostgresGenerator):
+    """sqlglot's PostgreSQL, plus ``t !~ ANY (…)``: core/filters/grammar.py marks the operator !~ on each element as
+    ``negate`` on the match (sqlglot has no node of its own for it)."""
+
+    TRANSFORMS = {**PostgresGenerator.TRANSFORMS,
+                  exp.RegexpILike: lambda self, e: self.binary(e, "!~*" if e.args.get("negate") else "~*")}
+
+    def regexplike_sql(self, expression: exp.RegexpLike) -> str:
+        return self.binary(expression, "!~") if expression.args.get("negate") else super().regexplike_sql(expression)
+
+
+class _Rendered(Postgres):
+    Generator = _RenderedGenerator
 
 
 _validity_cache: dict[str, str | None] = {}
@@ -868,7 +898,8 @@ def test_postgres_and_spark_agree(diff_conn, frame_of, rows, filters) -> None:
 @given(rows=ROWS, filters=LATER_FILTERS)
 def test_postgres_and_spark_agree_on_arrays_rows_and_literals(diff_conn, frame_of, rows, filters) -> None:
     """The same property over the constructs translated since 2026-11-27: '{…}' under ANY/ALL, LIKE ANY/ALL over a
-    column or literal, row comparisons, @> <@ &&, U&'…', regular-expression classes, \\A and \\Z."""
+    column or literal, row comparisons, @> <@ &&, U&'…', regular-expression classes, \\A and \\Z, and since issue 35
+    x ~ ANY/ALL (ARRAY[…]) (!~ and !~* on each element) and U&"…" UESCAPE names."""
     problems, compared = check_filters(diff_conn, frame_of, rows, filters)
     assert not problems, "\n\n".join(problems)
     assume(compared > 0)
