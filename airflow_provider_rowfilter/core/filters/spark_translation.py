@@ -236,6 +236,8 @@ class _Translator(FunctionTranslation, CompositeTranslation):
         quantified = quantified_array(node.right)
         if quantified is not None:
             kind, array = quantified
+            if row_fields(node.left) is not None:  # record_eq / record_ne on each element
+                return self._row_quantified(cls, node, kind, array)
             if isinstance(array, exp.Array):
                 return self._quantified(cls, node, kind, array)
             return self._quantified_column(cls, node, kind, array)  # an array column or an array constant

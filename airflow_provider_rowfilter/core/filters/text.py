@@ -85,6 +85,11 @@ def regex_of(rf, node: exp.Expr, pattern_node: exp.Expr | None = None) -> tuple[
         raise
 
 
+# What a constant field of a row under ANY/ALL may be made of: a literal and its casts, which the planner folds
+# (core/filters/folding.py: a cast that raises, raises for every row).
+_CONSTANT_PARTS = (exp.Literal, exp.Null, exp.Boolean, exp.Cast, exp.DataType, exp.DataTypeParam, exp.Neg, exp.Paren)
+
+
 class TextAnalysis(_Analyzer):
     """Handlers of core/filters/analysis.py's analyzer for the constructs of this module (a mixin: ``self`` is
     that analyzer, whose methods and tables these handlers use)."""
@@ -335,6 +340,34 @@ class TextAnalysis(_Analyzer):
             common = self._operands(node, a, b, op)
             self._check_comparable(common, node, op, a, b)
         self.types[id(node.left)] = self.types[id(node.right)] = PgType("record")
+        return T.BOOL
+
+    def row_quantified(self, node: exp.Binary, op: str, kind: str, array: exp.Expr) -> PgType:
+        """``(a, b) = ANY/ALL (ARRAY[ROW(…), …])`` (and ``<>``): make_scalar_array_op (parse_oper.c) resolves
+        ``record = record`` (record_eq, rowtypes.c), applied to each element by ExecEvalScalarArrayOp. Each field
+        keeps its own type (``'x'`` and NULL stay ``unknown``), checked only when record_eq reaches it; its fields
+        are columns or constants here (none can raise, so evaluating them first or on the way is the same)."""
+        fix = "compare the fields one by one, e.g. ((a = 1 AND b = 'x') OR (a = 2 AND b = 'y'))"
+        if op not in ("=", "<>") or not isinstance(array, exp.Array) or not array.expressions \
+                or any(not row_fields(e) for e in array.expressions):
+            raise self.untranslatable(f"a row {op} {kind.upper()} (…) other than = or <> over ARRAY[ROW(…), …]",
+                                      node, fix)
+        rows = [row_fields(node.left) or [], *(row_fields(e) or [] for e in array.expressions)]
+        if not rows[0] or not any(isinstance(f, exp.Column) for f in rows[0]):
+            raise self.untranslatable("a row of constants under ANY/ALL", node, fix)
+        for row in rows:
+            for f in row:
+                if row_fields(f) is not None:
+                    raise self.untranslatable("a row inside a row", f, "compare the inner row's fields directly")
+                t = self.analyze(f)
+                if not (isinstance(f.unnest(), exp.Column) or id(f) in self.constants or all(
+                        isinstance(n, _CONSTANT_PARTS) for n in f.walk())):
+                    raise self.untranslatable("a computed field of a row under ANY/ALL", f, fix)
+                if not t.is_unknown:
+                    self._require_spark_type(t, node)
+        self.types[id(node.left)] = PgType("record")
+        for e in array.expressions:
+            self.types[id(e)] = PgType("record")
         return T.BOOL
 
     def _a_Tuple(self, node: exp.Expr) -> PgType:
