@@ -360,7 +360,7 @@ _REGEX_ATOMS = ["a", "b", "A", "z", "é", "😀", " ", "%", ",", ".", "[a-z]", "
 _REGEX_ODD = ["a**", "(a", "\\y", "[[:alpha:]]", "(?=a)", "a{2,1}", "*", "\\1"]
 # The bracket classes and constraint escapes translated under the C collation (2026-11-27), and what stays refused.
 _REGEX_CLASS_ATOMS = [*_REGEX_ATOMS, "[[:alpha:]]", "[^[:space:]]", "[[:digit:][:punct:]]", "[[:upper:]é]",
-                      "[[:word:]]", "[[]", "\\A", "\\Z"]
+                      "[[:word:]]", "[[]", "\\A", "\\Z", "\\u00e9", "\\x41", "\\U0001F600", "\\x2e"]
 _REGEX_CLASS_ODD = [*_REGEX_ODD, "[[.a.]]", "[[:foo:]]"]
 
 
@@ -667,7 +667,7 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "@> <@ &&": r" (@>|<@|&&) ", "regex class or \\A \\Z": r"\[:[a-z]+:\]|\\[AZ]",
     "N'…' or U&\"…\"": r"\bN'|U&\"", "row IN (…)": r"\) (NOT )?IN \((ROW)?\(",
     "regex ANY/ALL": r"~\*? (ANY|ALL|SOME) \(ARRAY", "U&\"…\" UESCAPE": r"U&\"[^\"]*\" UESCAPE",
-    "row ANY/ALL": r"(ANY|ALL|SOME) \(ARRAY\[ROW\(",
+    "row ANY/ALL": r"(ANY|ALL|SOME) \(ARRAY\[ROW\(", "regex \\u \\U \\x": r"~[^']*'[^']*\\[uUx][0-9A-Fa-f]",
 }.items()}
 
 

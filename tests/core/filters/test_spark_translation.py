@@ -436,6 +436,10 @@ CASES = (
     Case("unicode_identifier_with_uescape", "U&\"!0074\" UESCAPE '!' = 'a' OR U&\"i#0034\" UESCAPE $$#$$ = 1",
          ({"t": "a"}, {"t": "b", "i4": "1"}, {"t": "b"}), (True, True, None),
          "U&\"…\" UESCAPE 'c' was refused as unreadable: the name is decoded with c as its escape character"),
+    Case("regex_code_point_escapes", "t ~ '^\\u00e9\\x41\\U0001F600\\u002e$'", ({"t": "éA😀."}, {"t": "éa😀."}, {"t": "éA😀x"}),
+         (True, False, False), "\\u, \\U and \\x were refused: each is the character of its code point"),
+    Case("regex_hex_escape_takes_every_hex_digit", "t ~ '^\\x41BC$'", ({"t": "䆼"}, {"t": "ABC"}), (True, False),
+         "\\xhhh reads every hexadecimal digit that follows (regc_lex.c lexescape)"),
     # (a, b) = ANY (ARRAY[ROW(…)]): record_eq on each element (translated since 2026-11-27, issue 35)
     Case("row_any_two_nulls_are_equal", "(i4, t) = ANY (ARRAY[ROW(1, NULL::text), ROW(2, 'y'::text)])",
          ({"i4": "1"}, {"i4": "1", "t": "a"}, {"i4": "2", "t": "y"}, {}), (True, False, True, False),
