@@ -42,6 +42,7 @@ from airflow_provider_rowfilter.subscriber.change_by_change import (
     covered_others,
     other_unique_indexes,
     phase_at_risk,
+    walk,
 )
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, log_keys
 from airflow_provider_rowfilter.subscriber.origin_conflicts import origin_differs, tracks_origins
@@ -68,6 +69,7 @@ class StagedTable(BarrierStatements):
     """Applies one target's staged rows inside the caller's transaction."""
 
     exact = False  # staged change by change (subscriber/change_by_change.py): each change a phase of its own
+    walk_created = False  # whether its server-side walk (change_by_change.py walk) is created in this transaction
     #: The target's key rows when the batch was reduced in this process (not in the stage); None: in the stage.
     rows: pa.Table | None = None
     existed: pa.Array | None = None  # whether each of them existed, when known (subscriber/typed_keys.py)
@@ -92,9 +94,15 @@ class StagedTable(BarrierStatements):
         if self.rows is not None and self.rows.num_rows:
             phases = max(phases or 0, key_phases(self.rows))
         try:
-            for phase in range(0 if phases is None else phases + 1):
+            phase, last = 0, -1 if phases is None else phases
+            while phase <= last:
+                if self.exact and self.target.key:  # on the server, up to a phase only this side reports
+                    phase = walk(self, phase, last, counts)  # (subscriber/change_by_change.py)
+                    if phase > last:
+                        break
                 self._apply_phase(phase, counts)
                 self._apply_barrier(phase, counts)
+                phase += 1
         except (ConflictError, psycopg.errors.UniqueViolation) as e:
             if self.at_risk is not None:  # the order of the changes may decide it: judged one by one
                 raise ChangeByChange([self.target.index], f"{self.target.table}: {e}") from e

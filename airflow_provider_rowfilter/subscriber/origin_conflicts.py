@@ -55,15 +55,7 @@ def origin_differs(conn: psycopg.Connection, table: TableName, keys: sql.Composa
     :param keys: the staged keys' temp table (``k``), :param rel: the table (``t``), :param match: ``t``'s row
         of ``k``'s key; :param origin: the apply's replication origin id (0: untagged).
     """
-    found = sql.SQL(
-        """SELECT k.key, k.op, k.commit_lsn, k.xid, k.vals, t.xmin::text AS local_xmin, o.roident,
-                  o."timestamp", r.roname, to_jsonb(t) AS local_row
-           FROM {keys} k JOIN {rel} t ON {match}
-           CROSS JOIN LATERAL pg_xact_commit_timestamp_origin(t.xmin) o
-           LEFT JOIN pg_replication_origin r ON r.roident = o.roident
-           WHERE k.phase = {phase} AND k.existed AND k.op IN ('U', 'D')
-             AND o.roident IS NOT NULL AND o.roident <> {origin}""").format(
-        keys=keys, rel=rel, match=match, phase=sql.Literal(phase), origin=sql.Literal(origin))
+    found = differing_rows(keys, rel, match, sql.Literal(phase), origin)
     counts = {_KINDS[op][0]: int(n) for op, n in conn.execute(
         sql.SQL("SELECT op, count(*) FROM ({}) f GROUP BY op").format(found)).fetchall()}
     if not counts:
@@ -80,6 +72,21 @@ def origin_differs(conn: psycopg.Connection, table: TableName, keys: sql.Composa
     if conflict_log is not None:
         log_found(conn, conflict_log, table, found, key_columns, columns)
     return counts
+
+
+def differing_rows(keys: sql.Composable, rel: sql.Composable, match: sql.Composable, phase: sql.Composable,
+                   origin: int) -> sql.Composable:
+    """The query of phase ``phase``'s ``*_origin_differs`` conflicts (``phase``: a literal, or the variable of the
+    server-side walk of subscriber/change_by_change.py, which only asks whether there is one)."""
+    return sql.SQL(
+        """SELECT k.key, k.op, k.commit_lsn, k.xid, k.vals, t.xmin::text AS local_xmin, o.roident,
+                  o."timestamp", r.roname, to_jsonb(t) AS local_row
+           FROM {keys} k JOIN {rel} t ON {match}
+           CROSS JOIN LATERAL pg_xact_commit_timestamp_origin(t.xmin) o
+           LEFT JOIN pg_replication_origin r ON r.roident = o.roident
+           WHERE k.phase = {phase} AND k.existed AND k.op IN ('U', 'D')
+             AND o.roident IS NOT NULL AND o.roident <> {origin}""").format(
+        keys=keys, rel=rel, match=match, phase=phase, origin=sql.Literal(origin))
 
 
 @dataclass(frozen=True)

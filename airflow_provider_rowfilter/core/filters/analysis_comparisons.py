@@ -89,6 +89,8 @@ class ComparisonAnalysis(_Analyzer):
 
     def _comparison(self, node: exp.Binary, op: str) -> PgType:
         quantified = quantified_array(node.expression)
+        if quantified is not None and row_fields(node.left) is not None:
+            return self.row_quantified(node, op, *quantified)  # record_eq on each element (text.py)
         if quantified is not None:
             return self.quantified(node, op, *quantified)
         left, right = row_fields(node.left), row_fields(node.right)

@@ -145,6 +145,8 @@ class _Folder:
             return self._coalesce(node, uncertain)
         if isinstance(node, exp.Cast):
             return cast_value(self.value(node.this, uncertain), self.own(node.this), self.own(node))
+        if isinstance(node, (exp.RegexpLike, exp.RegexpILike)) and quantified_array(node.expression) is not None:
+            return self._quantified_regex(node, uncertain)
         children = [c for c in node.iter_expressions() if not isinstance(c, exp.DataType)]
         values = [self.at_target(c, uncertain) for c in children]  # a function's arguments are all folded
         if any(v is UNKNOWN for v in values):
@@ -303,6 +305,32 @@ class _Folder:
         if isinstance(node, exp.Abs) or (isinstance(node, exp.Func) and function_name(node) == "abs"):
             return arith("-", 0, values[0], t) if values[0] < 0 else values[0]
         self._raises(node, values)
+        return UNKNOWN
+
+    def _quantified_regex(self, node: exp.Expr, uncertain: bool) -> object:
+        """``x ~ ANY/ALL (ARRAY[…])`` of constants: the planner evaluates it (ExecEvalScalarArrayOp), compiling
+        each element's pattern until one decides; the match itself is left to Spark. A pattern PostgreSQL cannot
+        compile raises here when it is the first non-NULL element; after another one, whether it is reached
+        depends on a match not computed here (Undecided)."""
+        quantified = quantified_array(node.expression)
+        assert quantified is not None
+        subject = self.value(node.this, uncertain)
+        elements = [self.value(e, uncertain) for e in quantified[1].expressions]
+        if subject is UNKNOWN or subject is None or any(v is UNKNOWN for v in elements):
+            return UNKNOWN  # a NULL subject: strict, NULL before any element is looked at
+        compiled = False
+        for e, v in zip(quantified[1].expressions, elements, strict=True):
+            if v is None:
+                continue
+            try:
+                error = regex_of(self.rf, node, e)[1]
+            except UnsupportedRegex:
+                return UNKNOWN
+            if error is not None:
+                if compiled or uncertain:
+                    raise Undecided(node.sql(dialect="postgres"))
+                raise PlannerError(error)
+            compiled = True
         return UNKNOWN
 
     def _raises(self, node: exp.Expr, values: list) -> None:

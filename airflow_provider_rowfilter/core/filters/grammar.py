@@ -60,7 +60,38 @@ def parse_row_filter(sql: str) -> exp.Expr:
     _check_nonassociative(sql, tree, tokens)
     _check_pattern_operators(sql, tokens)
     _check_quantified_patterns(sql, tree, tokens)
+    tree = _negated_quantified_regex(tree, tokens)
     return tree.transform(_row_in, copy=False)
+
+
+_REGEX_TOKENS = (TokenType.RLIKE, TokenType.IRLIKE)
+
+
+def _negated_quantified_regex(tree: exp.Expr, tokens: list) -> exp.Expr:
+    """``t !~ ANY (…)`` is the operator ``!~`` on each element (true when some element does not match), where
+    sqlglot, reading ``!`` as NOT, builds ``NOT t ~ ANY (…)`` (true when none matches). The quantified regular
+    expressions of the tree and the ``~``/``~*`` tokens before a quantifier are both in text order: each whose token
+    follows a ``!`` with nothing between is marked ``negate`` on the match and loses the NOT."""
+    operators = [i for i, tok in enumerate(tokens[:-1])
+                 if tok.token_type in _REGEX_TOKENS and _quantifier(tokens[i + 1])]
+    nodes = [n for n in tree.find_all(exp.RegexpLike, exp.RegexpILike) if quantified_array(n.expression) is not None]
+    positions = [node_position(n.expression) for n in nodes]
+    if len(nodes) != len(operators) or None in positions:
+        for node in nodes:  # not told apart: refused (core/filters/text.py quantified_pattern)
+            node.set("unread", True)
+        return tree
+    ordered = [n for _, n in sorted(zip(positions, nodes, strict=True), key=lambda pair: pair[0] or 0)]
+    for i, node in zip(operators, ordered, strict=True):
+        bang = tokens[i - 1] if i else None
+        if bang is not None and bang.text == "!" and bang.end + 1 == tokens[i].start \
+                and isinstance(node.parent, exp.Not):
+            not_node = node.parent
+            node.set("negate", True)
+            if not_node is tree:
+                tree = node.pop()
+            else:
+                not_node.replace(node)
+    return tree
 
 
 def _check_quantified_patterns(sql: str, tree: exp.Expr, tokens: list) -> None:

@@ -257,7 +257,11 @@ def reconcile(sql: str, pg: list[PgToken], tokens: list[Token]) -> list[Token]:
     """sqlglot's ``tokens`` of ``sql``, corrected to PostgreSQL's reading ``pg`` (see the module doc)."""
     result: list[Token] = []
     j = 0  # both lists are in text order: one pass
+    skip = 0  # pg tokens already taken (``UESCAPE 'c'`` after a ``U&"…"`` name)
     for index, tok in enumerate(pg):
+        if skip:
+            skip -= 1
+            continue
         if tok.kind == "other":
             raise PublicationSyntaxError(
                 f'syntax error at or near "{tok.value}"', source=sql, position=tok.start + 1,
@@ -266,8 +270,11 @@ def reconcile(sql: str, pg: list[PgToken], tokens: list[Token]) -> list[Token]:
         while j < len(tokens) and tokens[j].end < tok.start:
             result.append(tokens[j])
             j += 1
+        end = tok.end
+        if tok.kind == "qident" and sql[tok.start] in "uU" and _uescape(sql, pg, index) is not None:
+            skip, end = 2, pg[index + 2].end  # the name's UESCAPE 'c' is part of it (parser.c base_yylex)
         k = j
-        while k < len(tokens) and tokens[k].start < tok.end:
+        while k < len(tokens) and tokens[k].start < end:
             k += 1
         covered = tokens[j:k]
         if tok.kind == "ident" and _SQLGLOT_SPACE.search(tok.value or ""):
@@ -275,7 +282,7 @@ def reconcile(sql: str, pg: list[PgToken], tokens: list[Token]) -> list[Token]:
         elif tok.kind in ("string", "dollar") and tok.value is not None and covered:
             kind, value = covered[0].token_type, tok.value  # PostgreSQL's value, continued strings joined
         elif tok.kind == "qident" and sql[tok.start] in "uU" and covered:
-            kind, value = TokenType.IDENTIFIER, _unicode_identifier(sql, tok, pg[index + 1 : index + 2])
+            kind, value = TokenType.IDENTIFIER, _unicode_identifier(sql, tok, _uescape(sql, pg, index))
         elif tok.kind == "number" and (tok.value or "")[:2].lower() in ("0x", "0o", "0b"):
             kind, value = TokenType.NUMBER, str(int(tok.value or "", 0))  # sqlglot: a hex or bit string
         elif tok.kind == "number" and "_" in (tok.value or ""):
@@ -290,23 +297,55 @@ def reconcile(sql: str, pg: list[PgToken], tokens: list[Token]) -> list[Token]:
             continue
         first = covered[0] if covered else None
         result.append(Token(kind, value, first.line if first else 1, first.col if first else 1, tok.start,
-                            tok.end - 1, [c for t in covered for c in t.comments]))
+                            end - 1, [c for t in covered for c in t.comments]))
         j = k
     result.extend(tokens[j:])
     return result
 
 
-def _unicode_identifier(sql: str, tok: PgToken, following: list[PgToken]) -> str:
-    """The name ``U&"…"`` spells, decoded as parser.c ``str_udeescape`` decodes it (the escapes of ``U&'…'``,
-    core/filters/constants.py ``unicode_escapes``); with ``UESCAPE`` after it, not read here."""
+def _uescape(sql: str, pg: list[PgToken], index: int) -> str | None:
+    """The escape character a ``UESCAPE 'c'`` after the ``U&"…"`` name ``pg[index]`` gives, or None without one.
+
+    parser.c ``base_yylex``: the token after UESCAPE must be an SCONST (a ``'…'``, ``E'…'`` or dollar-quoted
+    string: ``UESCAPE must be followed by a simple string literal``), holding one byte that
+    ``check_uescapechar`` accepts (``invalid Unicode escape character``); both errors name that token."""
+    following = pg[index + 1 : index + 3]
+    if not following or following[0].kind != "ident" or (following[0].value or "").lower() != "uescape":
+        return None
+    if len(following) < 2 or not (following[1].kind == "dollar" or (
+            following[1].kind == "string" and sql[following[1].start] in "'eE")):
+        # the next token: an operator or punctuation (which scan() does not keep) when one comes first
+        gap = re.compile(r"[\s]*").match(sql, following[0].end)
+        at = gap.end() if gap else following[0].end
+        if at >= len(sql):
+            near = "at end of input"
+        elif len(following) > 1 and following[1].start == at:
+            near = f'at or near "{sql[at : following[1].end]}"'
+        else:
+            near = f'at or near "{sql[at]}"'
+        raise PublicationSyntaxError(f"UESCAPE must be followed by a simple string literal {near}", source=sql,
+                                     position=at + 1,
+                                     hint="write the escape character as a quoted string, e.g. UESCAPE '!'")
+    escape = following[1].value or ""
+    if len(escape.encode()) != 1 or escape in _HEX_DIGITS or escape in "+'\" \t\n\r\f\v":
+        raise PublicationSyntaxError(
+            f'invalid Unicode escape character at or near "{sql[following[1].start : following[1].end]}"',
+            source=sql, position=following[1].start + 1,
+            hint="choose one ASCII character that is not a hexadecimal digit, +, a quote or a space")
+    return escape
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
+def _unicode_identifier(sql: str, tok: PgToken, escape: str | None) -> str:
+    """The name ``U&"…"`` [``UESCAPE 'c'``] spells, decoded as parser.c ``str_udeescape`` decodes it (the escapes
+    of ``U&'…'``, core/filters/constants.py ``unicode_escapes``) with the escape character ``escape`` (``\\``
+    without UESCAPE)."""
     from airflow_provider_rowfilter.core.filters.constants import InvalidConstant, unicode_escapes
 
-    if following and following[0].kind == "ident" and (following[0].value or "").lower() == "uescape":
-        raise PublicationSyntaxError(f'cannot read "{sql[tok.start : following[0].end]}" as PostgreSQL does',
-                                     source=sql, position=tok.start + 1,
-                                     hint='write the name with \\ as its escape character, or as "…"')
     try:
-        return unicode_escapes(sql[tok.start + 3 : tok.end - 1].replace('""', '"'))
+        return unicode_escapes(sql[tok.start + 3 : tok.end - 1].replace('""', '"'), escape or "\\")
     except InvalidConstant as e:
         raise PublicationError(str(e.args[0]), source=sql, position=tok.start + 1,
                                hint=e.args[1] if len(e.args) > 1 else None) from None

@@ -152,6 +152,8 @@ class _Reader:
             return _lit(ch)
         if ch in _ESCAPED_CHARS:
             return _lit(_ESCAPED_CHARS[ch])
+        if ch in "uUx":
+            return self.code_point(ch)
         if ch in _CLASS_ESCAPES:
             if not self.ascii_classes:
                 raise UnsupportedRegex(f"the class escape \\{ch} outside the C collation (its letters and "
@@ -160,7 +162,23 @@ class _Reader:
                 raise UnsupportedRegex(f"the negated class escape \\{ch} in a case-insensitive match")
             return "\\" + ch
         raise UnsupportedRegex(f"the escape \\{ch} (PostgreSQL's meaning differs from Java's or has no "
-                               "counterpart: back references, \\m \\M \\y \\Y \\b \\B \\x \\u \\c …)")
+                               "counterpart: back references, \\m \\M \\y \\Y \\b \\B \\c \\0 …)")
+
+    def code_point(self, ch: str) -> str:
+        """``\\uwxyz`` (exactly four hexadecimal digits), ``\\Ustuvwxyz`` (exactly eight), ``\\xhhh`` (a run of them):
+        the character of that code point (regc_lex.c ``lexescape``), a literal for Java. Translated only for a whole
+        run of at most eight digits naming a character (U+0001 to U+10FFFF, no surrogate)."""
+        width = {"u": 4, "U": 8}.get(ch)
+        run = len(self.p[self.i:]) - len(self.p[self.i:].lstrip("0123456789abcdefABCDEF"))
+        digits = self.p[self.i : self.i + (width or run)]
+        if (width is not None and len(digits) < width) or not digits or len(digits) > 8:
+            raise UnsupportedRegex(f"the escape \\{ch} without {'exactly ' + str(width) if width else 'one to eight'} "
+                                   "hexadecimal digits")
+        value = int(digits, 16)
+        if not 0 < value <= 0x10FFFF or 0xD800 <= value <= 0xDFFF:
+            raise UnsupportedRegex(f"the escape \\{ch}{digits}, no character")
+        self.i += len(digits)
+        return _lit(chr(value))
 
     def bracket(self) -> str:
         negated = self.peek() == "^"

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters import pg_types as T
-from airflow_provider_rowfilter.core.filters.spark_sql import LAMBDA_ELEMENT, LAMBDA_SCALAR, cast, fn, operand
+from airflow_provider_rowfilter.core.filters.grammar import row_fields
+from airflow_provider_rowfilter.core.filters.spark_sql import (
+    LAMBDA_ELEMENT,
+    LAMBDA_SCALAR,
+    cast,
+    fn,
+    operand,
+    raise_error,
+)
 
 if TYPE_CHECKING:  # the translator this mixin is part of (core/filters/spark_translation.py ``_Translator``)
     _Translator = Any
@@ -50,6 +58,38 @@ class CompositeTranslation(_Translator):
                               true=cls(this=a.copy(), expression=b.copy())))
         return exp.Case(ifs=ifs, default=cls(this=last_a, expression=last_b)) if ifs \
             else cls(this=last_a, expression=last_b)
+
+    def _row_quantified(self, cls, node, kind: str, array: exp.Expr) -> exp.Expr:
+        """``(a, b) = ANY/ALL (ARRAY[ROW(…), …])`` (``<>``: record_ne, NOT record_eq): record_eq (rowtypes.c) on each
+        element, ORed (ANY: ExecEvalScalarArrayOp stops at the first true) or ANDed (ALL: at the first false); it is
+        never NULL. Field by field, in order: two fields of different types raise ``cannot compare dissimilar column
+        types``, an ``unknown`` one ``could not identify an equality operator``; two NULLs are equal, one NULL is
+        unequal, else the type's ``=``; the first unequal field ends it (false), before later fields are checked;
+        all equal over rows of different lengths raise ``cannot compare record types with different numbers of
+        columns``."""
+        left = row_fields(node.left) or []
+        terms = []
+        for element in array.expressions:
+            right = row_fields(element) or []
+            result: exp.Expr = exp.true() if len(left) == len(right) else raise_error(
+                "cannot compare record types with different numbers of columns")
+            for i in reversed(range(min(len(left), len(right)))):
+                lt, rt = self.rf.types[id(left[i])], self.rf.types[id(right[i])]
+                if lt.name != rt.name:
+                    result = raise_error(f"cannot compare dissimilar column types {lt} and {rt} at record column "
+                                         f"{i + 1}")
+                    continue
+                if lt.is_unknown:
+                    result = raise_error("could not identify an equality operator for type unknown")
+                    continue
+                a, b = self.value(left[i]), self.value(right[i])
+                if lt.name == "bpchar":  # bpchareq: without trailing spaces
+                    a, b = fn("rtrim", a), fn("rtrim", b)
+                # two NULLs equal, one NULL unequal, else the type's =: Spark's null-safe <=>
+                result = exp.Case(ifs=[exp.If(this=exp.NullSafeEQ(this=operand(a), expression=operand(b)),
+                                              true=result)], default=exp.false())
+            terms.append(exp.Not(this=exp.Paren(this=result)) if cls is exp.NEQ else exp.Paren(this=result))
+        return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
 
     def _quantified(self, cls, node, kind: str, array: exp.Array) -> exp.Expr:
         """x op ANY/ALL (ARRAY[…]): each element in the array's type, then in the operator's, ORed (ANY) or

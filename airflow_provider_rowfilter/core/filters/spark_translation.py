@@ -236,6 +236,8 @@ class _Translator(FunctionTranslation, CompositeTranslation):
         quantified = quantified_array(node.right)
         if quantified is not None:
             kind, array = quantified
+            if row_fields(node.left) is not None:  # record_eq / record_ne on each element
+                return self._row_quantified(cls, node, kind, array)
             if isinstance(array, exp.Array):
                 return self._quantified(cls, node, kind, array)
             return self._quantified_column(cls, node, kind, array)  # an array column or an array constant
@@ -366,8 +368,16 @@ class _Translator(FunctionTranslation, CompositeTranslation):
         return self._t_Like(node, t, fold=True)
 
     # --- regular expressions (core/filters/regex.py) ------------------------------------------------
-    def _regex(self, node, t, test: exp.Expr) -> exp.Expr:
-        pattern, error = regex_of(self.rf, node)
+    def _regex(self, node, t, test: exp.Expr, element: exp.Expr | None = None) -> exp.Expr:
+        quantified = quantified_array(node.expression) if element is None else None
+        if quantified is not None:
+            # x ~ ANY/ALL (ARRAY[…]): the operator (!~ when negated) with each element as its pattern, ORed (ANY)
+            # or ANDed (ALL), which are ScalarArrayOpExpr's NULL rules; an element whose pattern PostgreSQL cannot
+            # compile raises only when reached, as ExecEvalScalarArrayOp stops at the first decisive element
+            kind, array = quantified
+            terms = [self._regex(node, t, test, e) for e in array.expressions]
+            return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
+        pattern, error = regex_of(self.rf, node, element)
         subject = self.value(test.this)
         if error is not None:  # PostgreSQL raises when it compiles the pattern, for a non-NULL subject
             return exp.Case(ifs=[exp.If(this=exp.Is(this=operand(subject), expression=exp.Null()),

@@ -55,10 +55,11 @@ def _array_needs_coercion(element: PgType, common: PgType) -> bool:
     return {element.name, common.name} != {"date", "timestamp"}
 
 
-def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
+def regex_of(rf, node: exp.Expr, pattern_node: exp.Expr | None = None) -> tuple[str | None, str | None]:
     """For a ``~``/``~*``/``SIMILAR TO`` node of an analysed filter: (Java pattern, None), or
     (None, PostgreSQL's error) when PostgreSQL raises for every row with a non-NULL subject.
-    A NULL pattern gives (None, None). Raises UnsupportedRegex outside the exact subset."""
+    A NULL pattern gives (None, None). Raises UnsupportedRegex outside the exact subset. ``pattern_node``: the
+    element of ``x ~ ANY (ARRAY[…])`` taken as the pattern, instead of the node's right operand."""
     escape: str | None = "\\"
     if isinstance(node, exp.Escape):
         escape = rf.constants.get(id(node.expression))
@@ -66,12 +67,13 @@ def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
             raise UnsupportedRegex("an ESCAPE that is not one constant character")
         escape = escape or None
         node = node.this
-    pattern = rf.constants.get(id(node.expression))
-    if id(node.expression) not in rf.constants:
+    pattern_node = node.expression if pattern_node is None else pattern_node
+    pattern = rf.constants.get(id(pattern_node))
+    if id(pattern_node) not in rf.constants:
         raise UnsupportedRegex("a pattern that is not a constant")
     if pattern is None:
         return None, None
-    collation = (rf.collations.get(id(node.this)) or rf.collations.get(id(node.expression))
+    collation = (rf.collations.get(id(node.this)) or rf.collations.get(id(pattern_node))
                  or rf.context.default_collation)
     icase = isinstance(node, exp.RegexpILike)
     try:
@@ -81,6 +83,11 @@ def regex_of(rf, node: exp.Expr) -> tuple[str | None, str | None]:
         if e.invalid:
             return None, f"invalid regular expression: {e.reason}"
         raise
+
+
+# What a constant field of a row under ANY/ALL may be made of: a literal and its casts, which the planner folds
+# (core/filters/folding.py: a cast that raises, raises for every row).
+_CONSTANT_PARTS = (exp.Literal, exp.Null, exp.Boolean, exp.Cast, exp.DataType, exp.DataTypeParam, exp.Neg, exp.Paren)
 
 
 class TextAnalysis(_Analyzer):
@@ -233,10 +240,22 @@ class TextAnalysis(_Analyzer):
             self.coerce(node.this, lt, T.TEXT)
         self._array_as(node, array, element, T.TEXT)  # a varchar[] or character(n)[] is converted
         if op in ("~", "~*"):
-            # sqlglot reads `t !~ ANY (…)` (the operator !~ on each element) as `NOT t ~ ANY (…)`
-            raise self.untranslatable(f"a regular expression {kind.upper()} (ARRAY[…])", node,
-                                      f"write it as (x {op} 'a' {'OR' if kind == 'any' else 'AND'} x {op} 'b'), or "
-                                      + SOURCE_SIDE_FIX.split(", or ")[0])
+            # the operator (~, !~, ~*, !~*: core/filters/grammar.py reads `t !~ ANY (…)` as the operator !~ on
+            # each element) with each element as its pattern, each a constant in the exact subset
+            if node.args.get("unread"):
+                raise self.untranslatable(f"a regular expression {kind.upper()} (ARRAY[…]) whose operator (~ or !~) "
+                                          "could not be told from the text", node,
+                                          f"write it as (x {op} 'a' {'OR' if kind == 'any' else 'AND'} x {op} 'b')")
+            if not isinstance(array, exp.Array):
+                raise self.untranslatable(f"a regular expression {kind.upper()} over an array column or '{{…}}'",
+                                          node, "write the patterns as ARRAY['a', 'b'], or "
+                                          + SOURCE_SIDE_FIX.split(", or ")[0])
+            for element in array.expressions:
+                try:
+                    regex_of(self, node, element)
+                except UnsupportedRegex as e:
+                    raise self.untranslatable(f"a regular expression with {e.reason}", element,
+                                              SOURCE_SIDE_FIX) from None
         if op == "ILIKE":
             self._require_binary_collation(node, "ILIKE", node.this,
                                            *(array.expressions if isinstance(array, exp.Array) else [array]))
@@ -321,6 +340,34 @@ class TextAnalysis(_Analyzer):
             common = self._operands(node, a, b, op)
             self._check_comparable(common, node, op, a, b)
         self.types[id(node.left)] = self.types[id(node.right)] = PgType("record")
+        return T.BOOL
+
+    def row_quantified(self, node: exp.Binary, op: str, kind: str, array: exp.Expr) -> PgType:
+        """``(a, b) = ANY/ALL (ARRAY[ROW(…), …])`` (and ``<>``): make_scalar_array_op (parse_oper.c) resolves
+        ``record = record`` (record_eq, rowtypes.c), applied to each element by ExecEvalScalarArrayOp. Each field
+        keeps its own type (``'x'`` and NULL stay ``unknown``), checked only when record_eq reaches it; its fields
+        are columns or constants here (none can raise, so evaluating them first or on the way is the same)."""
+        fix = "compare the fields one by one, e.g. ((a = 1 AND b = 'x') OR (a = 2 AND b = 'y'))"
+        if op not in ("=", "<>") or not isinstance(array, exp.Array) or not array.expressions \
+                or any(not row_fields(e) for e in array.expressions):
+            raise self.untranslatable(f"a row {op} {kind.upper()} (…) other than = or <> over ARRAY[ROW(…), …]",
+                                      node, fix)
+        rows = [row_fields(node.left) or [], *(row_fields(e) or [] for e in array.expressions)]
+        if not rows[0] or not any(isinstance(f, exp.Column) for f in rows[0]):
+            raise self.untranslatable("a row of constants under ANY/ALL", node, fix)
+        for row in rows:
+            for f in row:
+                if row_fields(f) is not None:
+                    raise self.untranslatable("a row inside a row", f, "compare the inner row's fields directly")
+                t = self.analyze(f)
+                if not (isinstance(f.unnest(), exp.Column) or id(f) in self.constants or all(
+                        isinstance(n, _CONSTANT_PARTS) for n in f.walk())):
+                    raise self.untranslatable("a computed field of a row under ANY/ALL", f, fix)
+                if not t.is_unknown:
+                    self._require_spark_type(t, node)
+        self.types[id(node.left)] = PgType("record")
+        for e in array.expressions:
+            self.types[id(e)] = PgType("record")
         return T.BOOL
 
     def _a_Tuple(self, node: exp.Expr) -> PgType:

@@ -36,10 +36,12 @@ import pytest
 from hypothesis import HealthCheck, Phase, assume, given, seed, settings
 from hypothesis import strategies as st
 from sqlglot import exp
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.generators.postgres import PostgresGenerator
 
 from airflow_provider_rowfilter.core.errors import PublicationError, UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters.functions import function_name
-from airflow_provider_rowfilter.core.filters.grammar import parse_row_filter
+from airflow_provider_rowfilter.core.filters.grammar import parse_row_filter, row_fields
 from airflow_provider_rowfilter.core.filters.row_filter import validate_row_filter
 from airflow_provider_rowfilter.spark.settings import EXCLUDED_OPTIMIZER_RULES, EXCLUDED_RULES_SETTING
 from tests.core.filters import filter_table as ft
@@ -358,7 +360,7 @@ _REGEX_ATOMS = ["a", "b", "A", "z", "é", "😀", " ", "%", ",", ".", "[a-z]", "
 _REGEX_ODD = ["a**", "(a", "\\y", "[[:alpha:]]", "(?=a)", "a{2,1}", "*", "\\1"]
 # The bracket classes and constraint escapes translated under the C collation (2026-11-27), and what stays refused.
 _REGEX_CLASS_ATOMS = [*_REGEX_ATOMS, "[[:alpha:]]", "[^[:space:]]", "[[:digit:][:punct:]]", "[[:upper:]é]",
-                      "[[:word:]]", "[[]", "\\A", "\\Z"]
+                      "[[:word:]]", "[[]", "\\A", "\\Z", "\\u00e9", "\\x41", "\\U0001F600", "\\x2e"]
 _REGEX_CLASS_ODD = [*_REGEX_ODD, "[[.a.]]", "[[:foo:]]"]
 
 
@@ -563,7 +565,8 @@ def unicode_literal(draw: st.DrawFn) -> str:
 @st.composite
 def later_boolean(draw: st.DrawFn, depth: int) -> str:
     choice = draw(st.sampled_from(["quantified_literal", "like_quantified", "row_compare", "array_operator",
-                                   "unicode", "regex_class", "and_or"] if depth > 0 else ["leaf"]))
+                                   "unicode", "regex_class", "regex_quantified", "row_any", "and_or"]
+                                  if depth > 0 else ["leaf"]))
     sub = max(depth - 1, 0)
     if choice == "leaf":
         return draw(boolean(0))
@@ -608,9 +611,36 @@ def later_boolean(draw: st.DrawFn, depth: int) -> str:
                       _quote(draw(array_literal(st.text(ALPHABET, max_size=2))))]
         left, right = draw(st.sampled_from(arrays[:2])), draw(st.sampled_from(arrays))
         return _group(draw, f"{left} {draw(st.sampled_from(['@>', '<@', '&&']))} {right}")
+    if choice == "row_any":
+        # (a, b) = ANY/<> ALL (ARRAY[ROW(…), …]): record_eq on each element; fields typed like the columns or not
+        # (NULL, an untyped literal: unknown, or another type: PostgreSQL raises when it reaches the field)
+        columns = draw(st.lists(st.sampled_from(["i4", "t", "c", "i8", "b"]), min_size=1, max_size=3))
+        constants = {"i4": st.sampled_from(["1", "2", "NULL::int", "1::bigint"]),
+                     "t": st.sampled_from(["'a'::text", "''::text", "NULL::text", "'a'", "NULL"]),
+                     "c": st.sampled_from(["'ab'::bpchar", "'a'::char(4)", "NULL::bpchar"]),
+                     "i8": st.sampled_from(["1::bigint", "-1::int8", "NULL::bigint", "1"]),
+                     "b": st.sampled_from(["true", "NULL::boolean"])}
+        rows = []
+        for _ in range(draw(st.integers(1, 3))):
+            fields = [draw(constants[c]) for c in columns] + (["1"] if draw(st.integers(0, 9)) == 0 else [])
+            rows.append(f"ROW({', '.join(fields)})")
+        op = draw(st.sampled_from(["= ANY", "= SOME", "<> ALL", "= ALL", "<> ANY"]))
+        return _group(draw, f"({', '.join(columns)}) {op} (ARRAY[{', '.join(rows)}])")
+    if choice == "regex_quantified":
+        # x ~ ANY/ALL (ARRAY[…]): the operator (!~ and !~* on each element too) with each element as its pattern
+        op = draw(st.sampled_from(["~", "!~", "~", "!~"] + ["~*", "!~*"]))
+        subject = draw(text(sub))
+        if "*" in op:
+            subject = f"{subject} COLLATE \"C\""  # ~* is translated under the C collation only
+        patterns = [draw(st.one_of(regex_pattern().map(_quote), st.just("NULL")))
+                    for _ in range(draw(st.integers(1, 3)))]
+        negated = "NOT " if draw(st.integers(0, 3)) == 0 else ""
+        return _group(draw, f"{negated}{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} "
+                            f"(ARRAY[{', '.join(patterns)}])")
     if choice == "unicode":
-        # U&'…' and N'…' (a character constant) literals, U&"…" names of the text columns
-        subject = draw(st.one_of(text(sub), st.sampled_from(['U&"\\0074"', 'U&"v"', 'U&"\\+000063"'])))
+        # U&'…' and N'…' (a character constant) literals, U&"…" names of the text columns (UESCAPE too)
+        subject = draw(st.one_of(text(sub), st.sampled_from(['U&"\\0074"', 'U&"v"', 'U&"\\+000063"',
+                                                              'U&"!0074" UESCAPE \'!\'', 'U&"#+000076" UESCAPE $$#$$'])))
         literal = draw(st.one_of(unicode_literal(), _TEXT.map(lambda s: "N" + _quote(s))))
         return _group(draw, f"{subject} {draw(st.sampled_from(['=', '<>', 'LIKE']))} {literal}")
     op = draw(st.sampled_from(["~", "!~", "SIMILAR TO"]))
@@ -636,6 +666,8 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "row comparison": r"\) (=|<>|<|<=|>|>=|IS (NOT )?DISTINCT FROM) (ROW)?\(", "U&'…'": r"U&'",
     "@> <@ &&": r" (@>|<@|&&) ", "regex class or \\A \\Z": r"\[:[a-z]+:\]|\\[AZ]",
     "N'…' or U&\"…\"": r"\bN'|U&\"", "row IN (…)": r"\) (NOT )?IN \((ROW)?\(",
+    "regex ANY/ALL": r"~\*? (ANY|ALL|SOME) \(ARRAY", "U&\"…\" UESCAPE": r"U&\"[^\"]*\" UESCAPE",
+    "row ANY/ALL": r"(ANY|ALL|SOME) \(ARRAY\[ROW\(", "regex \\u \\U \\x": r"~[^']*'[^']*\\[uUx][0-9A-Fa-f]",
 }.items()}
 
 
@@ -714,6 +746,9 @@ def lazy_filter(filter_sql: str) -> str:
     """
 
     def first_operand(node: exp.Expression) -> exp.Expression | None:
+        if isinstance(node, (exp.EQ, exp.NEQ)) and isinstance(node.right, (exp.Any, exp.All, exp.Anonymous)) \
+                and row_fields(node.left) is not None:
+            return None  # record_eq under ANY/ALL: a row of NULLs is no NULL (two NULL fields are equal)
         if isinstance(node, (exp.In, exp.Between, exp.Nullif)):
             return node.this
         if isinstance(node, _STRICT):
@@ -741,7 +776,22 @@ def lazy_filter(filter_sql: str) -> str:
         is_null = exp.Is(this=exp.Paren(this=first.copy()), expression=exp.Null())
         return exp.Paren(this=exp.Case(ifs=[exp.If(this=is_null, true=exp.Null())], default=node))
 
-    return rewrite(parse_row_filter(filter_sql)).sql(dialect="postgres")
+    return rewrite(parse_row_filter(filter_sql)).sql(dialect=_Rendered)
+
+
+class _RenderedGenerator(PostgresGenerator):
+    """sqlglot's PostgreSQL, plus ``t !~ ANY (…)``: core/filters/grammar.py marks the operator !~ on each element as
+    ``negate`` on the match (sqlglot has no node of its own for it)."""
+
+    TRANSFORMS = {**PostgresGenerator.TRANSFORMS,
+                  exp.RegexpILike: lambda self, e: self.binary(e, "!~*" if e.args.get("negate") else "~*")}
+
+    def regexplike_sql(self, expression: exp.RegexpLike) -> str:
+        return self.binary(expression, "!~") if expression.args.get("negate") else super().regexplike_sql(expression)
+
+
+class _Rendered(Postgres):
+    Generator = _RenderedGenerator
 
 
 _validity_cache: dict[str, str | None] = {}
@@ -868,7 +918,8 @@ def test_postgres_and_spark_agree(diff_conn, frame_of, rows, filters) -> None:
 @given(rows=ROWS, filters=LATER_FILTERS)
 def test_postgres_and_spark_agree_on_arrays_rows_and_literals(diff_conn, frame_of, rows, filters) -> None:
     """The same property over the constructs translated since 2026-11-27: '{…}' under ANY/ALL, LIKE ANY/ALL over a
-    column or literal, row comparisons, @> <@ &&, U&'…', regular-expression classes, \\A and \\Z."""
+    column or literal, row comparisons, @> <@ &&, U&'…', regular-expression classes, \\A and \\Z, and since issue 35
+    x ~ ANY/ALL (ARRAY[…]) (!~ and !~* on each element), U&"…" UESCAPE names and (a, b) = ANY (ARRAY[ROW(…)])."""
     problems, compared = check_filters(diff_conn, frame_of, rows, filters)
     assert not problems, "\n\n".join(problems)
     assume(compared > 0)
