@@ -28,12 +28,15 @@ the rows as PostgreSQL would find them: the same conflict type, message and DETA
 Those phases are walked on the server (:func:`walk`): one PL/pgSQL function, created in the transaction, runs each
 phase's statements (the key lookup, DELETE, UPDATE, INSERT: the very texts of subscriber/apply_target.py with the
 phase as its variable) in a loop, and stops *before* the first phase that meets what only the Python side reports:
-a conflict recorded by the reducer, a unique violation (the phase's statements are rolled back to the block's
-start), a barrier (TRUNCATE, a key's move), an ``*_origin_differs``, or a skipped change to write in the conflict
-log. The counts of the phases walked are read from the keys table in one statement (each key's ``existed`` as the
-walk left it: the same sums as the phases'), and that phase is then applied by the existing path, which raises
-PostgreSQL's message and DETAIL, or logs and counts and goes on; the walk resumes after it. A batch walked this way
-costs about 0.2 ms per change of the table (bench/change_by_change.py) instead of a handful of round trips per change.
+a conflict recorded by the reducer, a unique violation, a barrier (TRUNCATE, a key's move), an
+``*_origin_differs``, or a skipped change to write in the conflict log. A unique violation rolls the whole walk
+back (one exception block around the loop: a block per phase would give the transaction a subtransaction per
+change, past the 64 a backend caches, which slows every snapshot taken on the subscriber and its standbys while it
+runs), and the walk runs again up to the phase before it. The counts of the phases walked are read from the keys
+table in one statement (each key's ``existed`` as the walk left it: the same sums as the phases'), and that phase
+is then applied by the existing path, which raises PostgreSQL's message and DETAIL, or logs and counts and goes
+on; the walk resumes after it. A batch walked this way costs about 0.2 ms per change of the table
+(bench/change_by_change.py) instead of a handful of round trips per change.
 """
 
 from __future__ import annotations
@@ -126,8 +129,11 @@ def walk(table: StagedTable, start: int, last: int, counts: TableCounts) -> int:
     if not table.walk_created:  # once per table and batch: its statements are planned once
         conn.execute(_walk_function(table, function))
         table.walk_created = True
-    row = conn.execute(sql.SQL("SELECT {}(%s, %s, %s::int[])").format(function), (start, last, barriers)).fetchone()
-    stop = int(row[0]) if row is not None else start
+    stop = _walked(conn, function, start, last, barriers)
+    if stop < 0:  # a unique violation at phase -stop rolled the walk back: walk again up to the phase before it
+        stop = -stop
+        if stop > start and _walked(conn, function, start, stop - 1, barriers) != stop:
+            raise RuntimeError(f"the walk of {table.target.table} did not reach phase {stop} again")
     if stop > start:
         sums = conn.execute(sql.SQL(
             """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
@@ -141,6 +147,13 @@ def walk(table: StagedTable, start: int, last: int, counts: TableCounts) -> int:
         counts.missing_update += missing_update
         counts.missing_delete += missing_delete
     return stop
+
+
+def _walked(conn: psycopg.Connection, function: sql.Composable, start: int, last: int, barriers: list[int]) -> int:
+    """Run the walk over phases ``start`` … ``last``: the first phase not walked, or minus the phase whose unique
+    violation rolled the whole walk back."""
+    row = conn.execute(sql.SQL("SELECT {}(%s, %s, %s::int[])").format(function), (start, last, barriers)).fetchone()
+    return int(row[0]) if row is not None else start
 
 
 def _walk_function(table: StagedTable, function: sql.Composable) -> sql.Composable:
@@ -160,8 +173,11 @@ def _walk_function(table: StagedTable, function: sql.Composable) -> sql.Composab
     every = sql.Literal("0" * len(table.target.columns))
     body = sql.SQL(
         """#variable_conflict use_column
+        DECLARE
+          walk_at int := walk_first;
         BEGIN
           FOR {phase} IN walk_first .. walk_last LOOP
+            walk_at := {phase};
             IF {phase} = ANY (walk_barriers) THEN RETURN {phase}; END IF;
             IF {phase} > 0 THEN
               UPDATE {keys} k SET existed = EXISTS (SELECT 1 FROM {rel} t WHERE {match}) WHERE k.phase = {phase};
@@ -169,19 +185,17 @@ def _walk_function(table: StagedTable, function: sql.Composable) -> sql.Composab
             IF EXISTS (SELECT 1 FROM {keys} k WHERE k.phase = {phase} AND ({python})){origins} THEN
               RETURN {phase};
             END IF;
-            BEGIN
-              DELETE FROM {rel} t USING {keys} k WHERE k.phase = {phase} AND k.existed AND NOT k.p_present AND {match};
-              UPDATE {rel} t SET {values_set} FROM {keys} k
-                WHERE k.phase = {phase} AND k.existed AND k.p_present AND k.p_flags = {every} AND {match};
-              UPDATE {rel} t SET {update_set} FROM {keys} k
-                WHERE k.phase = {phase} AND k.existed AND k.p_present AND k.p_flags IS DISTINCT FROM {every} AND {match};
-              INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k
-                WHERE k.phase = {phase} AND NOT k.existed AND k.a_present;
-            EXCEPTION WHEN unique_violation THEN
-              RETURN {phase};  -- the block's statements are rolled back: the Python side applies the phase
-            END;
+            DELETE FROM {rel} t USING {keys} k WHERE k.phase = {phase} AND k.existed AND NOT k.p_present AND {match};
+            UPDATE {rel} t SET {values_set} FROM {keys} k
+              WHERE k.phase = {phase} AND k.existed AND k.p_present AND k.p_flags = {every} AND {match};
+            UPDATE {rel} t SET {update_set} FROM {keys} k
+              WHERE k.phase = {phase} AND k.existed AND k.p_present AND k.p_flags IS DISTINCT FROM {every} AND {match};
+            INSERT INTO {rel_name} ({columns}) OVERRIDING SYSTEM VALUE SELECT {values} FROM {keys} k
+              WHERE k.phase = {phase} AND NOT k.existed AND k.a_present;
           END LOOP;
           RETURN walk_last + 1;
+        EXCEPTION WHEN unique_violation THEN
+          RETURN -walk_at;  -- the whole walk is rolled back (one subtransaction, not one per change)
         END""").format(
         python=sql.SQL(" OR ").join(python), origins=origins, every=every,
         values_set=table._values_set(sql.SQL("k.vals")), update_set=table._update_set(sql.SQL("k.vals"),
