@@ -114,7 +114,8 @@ def update_directly(table: StagedStatements, rows: pa.Table) -> int | None:
     params = [TextArray(a) for a in (*keys, rows.column("vals").combine_chunks())]
     try:
         with conn.transaction() as savepoint:
-            found = conn.execute(statement, params).rowcount
+            # never prepared: a generic plan would not know the arrays' lengths (unnest: 10 rows, a nested loop)
+            found = conn.execute(statement, params, prepare=False).rowcount
             if found != rows.num_rows:  # a key without its row: the general way counts and reports it
                 raise psycopg.Rollback(savepoint)
     except psycopg.errors.UniqueViolation:
