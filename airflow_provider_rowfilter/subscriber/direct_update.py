@@ -33,6 +33,9 @@ if TYPE_CHECKING:  # loaded by the functions that take Arrow rows: the subscribe
 #: Whether such a batch is applied by one statement (here) or through the keys table (the way before;
 #: bench/subscriber_apply.py and bench/drain.py ``--before-direct-update`` measure one against the other).
 DIRECT_UPDATE = True
+#: The largest parameter sent (PostgreSQL takes none past 1 GB, ``MaxAllocSize``): a batch whose values exceed it
+#: goes the general way, its rows COPYed.
+MAX_PARAMETER_BYTES = 256 * 1024 * 1024
 _TEXT_OID, _TEXT_ARRAY_OID = 25, 1009
 
 
@@ -101,6 +104,9 @@ def update_directly(table: StagedStatements, rows: pa.Table) -> int | None:
     target, conn = table.target, table.conn
     if not DIRECT_UPDATE or not target.key or not updates_only(rows, len(target.columns)):
         return None
+    vals = rows.column("vals").combine_chunks()
+    if (pc.sum(pc.binary_length(vals)).as_py() or 0) + 4 * len(vals) > MAX_PARAMETER_BYTES:
+        return None
     keys = key_items(rows.column("key").combine_chunks(), len(target.key))
     names = [sql.Identifier(f"_k{i}") for i in range(len(keys))]
     # OFFSET 0: the subquery is not pulled up, so each row's JSON is read once, not once per column
@@ -111,7 +117,7 @@ def update_directly(table: StagedStatements, rows: pa.Table) -> int | None:
         match=sql.SQL(" AND ").join(sql.SQL("t.{} = k.{}::{}").format(sql.Identifier(k), n, sql.SQL(t))
                                     for k, n, t in zip(target.key, names, target.key_types(), strict=True)))
     conn.adapters.register_dumper(TextArray, _TextArrayDumper)
-    params = [TextArray(a) for a in (*keys, rows.column("vals").combine_chunks())]
+    params = [TextArray(a) for a in (*keys, vals)]
     try:
         with conn.transaction() as savepoint:
             # never prepared: a generic plan would not know the arrays' lengths (unnest: 10 rows, a nested loop)

@@ -115,7 +115,7 @@ def test_guesses_that_hold_send_only_the_statements_that_can_find_a_row(fresh_db
     assert typed_keys.statements_needed(inserts, 0, 3, pa.array([False, False])) == {"insert"}
 
 
-def test_updates_of_existing_rows_are_one_statement_that_applies_what_the_keys_table_applied(fresh_db):
+def test_updates_of_existing_rows_are_one_statement_that_applies_what_the_keys_table_applied(fresh_db, monkeypatch):
     """subscriber/direct_update.py: a batch of UPDATEs carrying every column, each of a row the subscriber has, is one
     UPDATE from the rows (quotes, a backslash, NULL and non-ASCII values included) with the keys table's result; one
     key without its row sends the batch the general way, which counts and logs it (``update_missing``)."""
@@ -131,6 +131,8 @@ def test_updates_of_existing_rows_are_one_statement_that_applies_what_the_keys_t
         keyed = rows.filter(pc.equal(rows.column("row_kind"), "K"))
         table = StagedTable(conn, "tok", read_target(conn, T, 0), "error", None, "the batch", 0, sql.SQL("s"))
         assert direct_update.update_directly(table, keyed) == 4
+        monkeypatch.setattr(direct_update, "MAX_PARAMETER_BYTES", 10)  # values past PostgreSQL's 1 GB: not sent
+        assert direct_update.update_directly(table, keyed) is None
     _, missing = reduce_batch([arrow_rows([*updates, upd(130, 0, ["5", "none", "15"])])], UNFILTERED, "tok")
     assert _each_mode(dsn, missing, "error")[0] == {"update": 4, "missing_update": 1}
     # A value the column refuses: PostgreSQL's error either way (apply/batch_transaction.py then names the column).
