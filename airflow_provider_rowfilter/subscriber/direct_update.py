@@ -109,11 +109,13 @@ def update_directly(table: StagedStatements, rows: pa.Table) -> int | None:
         return None
     keys = key_items(rows.column("key").combine_chunks(), len(target.key))
     names = [sql.Identifier(f"_k{i}") for i in range(len(keys))]
+    # unnest() in the select list streams the rows (in FROM it would store them all first, spilling past work_mem);
     # OFFSET 0: the subquery is not pulled up, so each row's JSON is read once, not once per column
-    statement = sql.SQL("UPDATE {rel} t SET {set} FROM (SELECT {names}, vals::jsonb AS vals FROM unnest({arrays}) "
-                        "AS u({names}, vals) OFFSET 0) k WHERE {match}").format(
-        rel=table.rel, set=table._values_set(sql.SQL("k.vals")), names=sql.SQL(", ").join(names),
-        arrays=sql.SQL(", ").join(sql.Placeholder(format=PyFormat.BINARY) for _ in range(len(keys) + 1)),
+    unnested = sql.SQL(", ").join(sql.SQL("unnest({}) AS {}").format(sql.Placeholder(format=PyFormat.BINARY), name)
+                                  for name in [*names, sql.Identifier("vals")])
+    statement = sql.SQL("UPDATE {rel} t SET {set} FROM (SELECT {names}, vals::jsonb AS vals FROM (SELECT {unnested}) u "
+                        "OFFSET 0) k WHERE {match}").format(
+        rel=table.rel, set=table._values_set(sql.SQL("k.vals")), names=sql.SQL(", ").join(names), unnested=unnested,
         match=sql.SQL(" AND ").join(sql.SQL("t.{} = k.{}::{}").format(sql.Identifier(k), n, sql.SQL(t))
                                     for k, n, t in zip(target.key, names, target.key_types(), strict=True)))
     conn.adapters.register_dumper(TextArray, _TextArrayDumper)
