@@ -130,7 +130,9 @@ def test_updates_of_existing_rows_are_one_statement_that_applies_what_the_keys_t
     with psycopg.connect(dsn) as conn:  # the one statement, not the general way
         keyed = rows.filter(pc.equal(rows.column("row_kind"), "K"))
         table = StagedTable(conn, "tok", read_target(conn, T, 0), "error", None, "the batch", 0, sql.SQL("s"))
+        conn.execute("SET work_mem = '1MB'")
         assert direct_update.update_directly(table, keyed) == 4
+        assert conn.execute("SHOW work_mem").fetchone()[0] == "1MB"  # raised for the statement alone
         monkeypatch.setattr(direct_update, "MAX_PARAMETER_BYTES", 10)  # values past PostgreSQL's 1 GB: not sent
         assert direct_update.update_directly(table, keyed) is None
     _, missing = reduce_batch([arrow_rows([*updates, upd(130, 0, ["5", "none", "15"])])], UNFILTERED, "tok")
