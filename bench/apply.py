@@ -275,6 +275,8 @@ class PhaseTimer:
         self._wrap(typed_keys, "stage_locally", "stage_copy")  # into the batch transaction's own stage
         # Inside the subscriber's statements: the keys of rows reduced in the process COPYed into their typed table.
         self._wrap(apply_target, "write_keys", "subscriber: keys")
+        # ... or, a table's batch of UPDATEs of existing rows, its one statement (subscriber/direct_update.py).
+        self._wrap(apply_target, "update_directly", "subscriber: direct")
         # Inside the capture: the slot's rows turned into the segment's columns (the decoder), the Parquet
         # row groups written; the rest of the capture is the wait for the slot function and the fetches.
         from airflow_provider_rowfilter.change_log import segment_writer

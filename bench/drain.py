@@ -39,6 +39,8 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
         # the reducer reads the segment back from the log instead of taking the capture's rows (the "before")
     python bench/drain.py --workload update --scale 6 --phases --before-keys-once
         # the same, the subscriber's side as before subscriber/typed_keys.py (each row written twice there)
+    python bench/drain.py --workload update --scale 6 --phases --before-direct-update
+        # the same, the UPDATEs through the keys table as before subscriber/direct_update.py (one statement)
 """
 
 from __future__ import annotations
@@ -138,6 +140,10 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
         from airflow_provider_rowfilter.subscriber import typed_keys
 
         typed_keys.WRITE_KEYS_ONCE = False
+    if args.before_direct_update:  # a batch of UPDATEs of existing rows through the keys table, not one statement
+        from airflow_provider_rowfilter.subscriber import direct_update
+
+        direct_update.DIRECT_UPDATE = False
     timer = PhaseTimer().install()
     profile = None
     if args.profile:  # cProfile of this thread (the first batch's capture runs in it; a capture ahead does not)
@@ -288,7 +294,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "decoder": decoder(), "workload": args.workload, "phases_seconds": phases,
             "before_arrow_fold": args.before_arrow_fold, "read_back": args.read_back,
             "logical_decoding_work_mem": args.decoding_work_mem,
-            "before_keys_once": args.before_keys_once,
+            "before_keys_once": args.before_keys_once, "before_direct_update": args.before_direct_update,
             "applied_changes": changes, "applied_transactions": txns, "processes": len(runs), "runs": runs,
             "native_cpu_seconds": native_cpu.seconds, "ours_cpu_seconds": our_cpu.seconds,
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
@@ -317,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--before-keys-once", action="store_true",
                    help="with --phases: the subscriber's side before subscriber/typed_keys.py (the rows reduced in the "
                         "process staged as text, then read again into the keys table)")
+    p.add_argument("--before-direct-update", action="store_true",
+                   help="with --phases: a table's batch of UPDATEs of existing rows through the keys table, as before "
+                        "subscriber/direct_update.py (one UPDATE straight from the rows)")
     p.add_argument("--pglogical", action="store_true",
                    help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
     p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "

@@ -11,8 +11,10 @@ test suite.
 
     python bench/subscriber_apply.py --rows 300000
 
-Each repeat runs the keys written once (subscriber/typed_keys.py) and the way before (the rows COPYed into the
-transaction's stage as text, then read into the keys table), one after the other.
+Each repeat runs the batch applied by one UPDATE straight from its rows (subscriber/direct_update.py; ``direct``),
+through the keys table written once (subscriber/typed_keys.py; ``keys once``), and the way before that (the rows
+COPYed into the transaction's stage as text, then read into the keys table), one after the other; each with the
+seconds and the CPU seconds of the subscriber's backend (the CPU is what a loaded machine changes least).
 """
 
 from __future__ import annotations
@@ -34,12 +36,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from airflow_provider_rowfilter.apply import arrow_fold  # noqa: E402
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, TargetPlan  # noqa: E402
 from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
-from airflow_provider_rowfilter.subscriber import apply_stage, typed_keys  # noqa: E402
+from airflow_provider_rowfilter.subscriber import apply_stage, direct_update, typed_keys  # noqa: E402
 from airflow_provider_rowfilter.subscriber.apply_target import StagedTable, read_target  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
 TABLE = TableName("public", "accounts")
 COLUMNS = ("aid", "bid", "abalance", "filler")
+#: The subscriber's side now (one UPDATE straight from the rows: subscriber/direct_update.py), through the keys table
+#: written once (before direct_update.DIRECT_UPDATE), and the rows staged then read again (before typed_keys.py).
+MODES = ("direct", "keys once", "before")
 FILLER = " " * 84
 
 
@@ -74,7 +79,7 @@ class Timed:
     """Wraps a connection's ``execute``: each statement's seconds, by its first words."""
 
     def __init__(self, conn: psycopg.Connection, explain: bool) -> None:
-        self.conn, self.explain, self.seconds = conn, explain, defaultdict(float)
+        self.conn, self.explain, self.seconds, self.cpu = conn, explain, defaultdict(float), defaultdict(float)
         self.original = conn.execute
         conn.execute = self  # every statement of the code under test goes through __call__
 
@@ -83,13 +88,20 @@ class Timed:
         name = " ".join(text.split())[:90]
         if self.explain and text.lstrip().split()[0].upper() in ("UPDATE", "INSERT", "DELETE", "SELECT"):
             with self.conn.transaction(force_rollback=True):  # the statement's plan, undone
-                plan = self.original("EXPLAIN (ANALYZE) " + text, params).fetchall()
+                plan = self.original("EXPLAIN (ANALYZE, BUFFERS) " + text, params).fetchall()
             print("   " + "\n   ".join(r[0] for r in plan), flush=True)
-        began = time.monotonic()
+        began, cpu = time.monotonic(), backend_cpu(self.conn)
         try:
             return self.original(query, params, **kwargs)
         finally:
             self.seconds[name] += time.monotonic() - began
+            self.cpu[name] += backend_cpu(self.conn) - cpu
+
+
+def backend_cpu(conn: psycopg.Connection) -> float:
+    """The CPU seconds the connection's backend has used (less sensitive than wall time to a loaded machine)."""
+    fields = Path(f"/proc/{conn.info.backend_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,13 +127,13 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute("INSERT INTO accounts SELECT g, g / 100000 + 1, 0, '' FROM generate_series(1, %s) g",
                          (args.rows,))
             conn.execute("VACUUM ANALYZE accounts")
-            began = time.monotonic()
+            began, cpu = time.monotonic(), backend_cpu(conn)
             conn.execute("BEGIN")
             conn.execute("UPDATE accounts SET abalance = 7")
-            own = time.monotonic() - began
+            own, own_cpu = time.monotonic() - began, backend_cpu(conn) - cpu
             conn.execute("ROLLBACK")
             conn.execute("VACUUM accounts")
-            print(f"the table's own UPDATE of {args.rows:,} rows: {own:.2f} s", flush=True)
+            print(f"the table's own UPDATE of {args.rows:,} rows: {own:.2f} s (CPU {own_cpu:.2f} s)", flush=True)
             target = read_target(conn, TABLE, 0)
         plan = ApplyPlan((0,), (TargetPlan(0, TABLE, (TABLE,), 0, target.column_names, target.key, (PASS_THROUGH,)),),
                          None, "error")
@@ -130,30 +142,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reduced on the columns: {time.monotonic() - began:.2f} s, {rows.num_rows:,} staged rows", flush=True)
         runs = []
         for attempt in range(args.repeat):
-            for mode in ("keys once", "before"):  # interleaved: the same machine's minute for both
-                typed_keys.WRITE_KEYS_ONCE = mode == "keys once"
+            for mode in MODES:  # interleaved: the same machine's minute for each
+                typed_keys.WRITE_KEYS_ONCE = mode != "before"
+                direct_update.DIRECT_UPDATE = mode == "direct"
                 with psycopg.connect(dsn, options=args.options) as conn:
                     timed = Timed(conn, args.explain and attempt == 0)
-                    began = time.monotonic()
+                    began, cpu, ours = time.monotonic(), backend_cpu(conn), time.process_time()
                     table = StagedTable(conn, "bench:1", target, "error", None, None, 0, apply_stage.STAGE)
                     table.stage, key_rows = typed_keys.stage_rows(conn, rows)  # as apply/batch_transaction.py does
                     table.rows = key_rows.get(0)
                     staged = time.monotonic() - began
                     counts = table.apply()
-                    total = time.monotonic() - began
+                    total, total_cpu = time.monotonic() - began, backend_cpu(conn) - cpu
+                    job_cpu = time.process_time() - ours
                     conn.rollback()
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     conn.execute("VACUUM accounts")
                 runs.append({"mode": mode, "total": total, "stage": staged, "counts": counts.as_dict(),
-                             "statements": dict(timed.seconds), "load": os.getloadavg()[0]})
-                print(f"run {attempt + 1}, {mode}: {total:.2f} s (stage {staged:.2f} s) {counts.as_dict()}, "
+                             "statements": dict(timed.seconds), "cpu": total_cpu, "job_cpu": job_cpu,
+                             "statements_cpu": dict(timed.cpu),
+                             "load": os.getloadavg()[0]})
+                print(f"run {attempt + 1}, {mode}: {total:.2f} s (stage {staged:.2f} s; CPU: the backend's "
+                      f"{total_cpu:.2f} s, this process's {job_cpu:.2f} s) {counts.as_dict()}, "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
                 for name, seconds in sorted(timed.seconds.items(), key=lambda s: -s[1])[:args.show]:
-                    print(f"  {seconds:6.2f} s  {name}", flush=True)
-        for mode in ("keys once", "before"):
+                    print(f"  {seconds:6.2f} s (CPU {timed.cpu[name]:5.2f} s)  {name}", flush=True)
+        for mode in MODES:
             best = min(r["total"] for r in runs if r["mode"] == mode)
-            print(f"{mode}: fastest {best:.2f} s, the table's own UPDATE {own:.2f} s: {own / best:.2f}")
-        result = {"rows": args.rows, "workload": args.workload, "own_update": own, "runs": runs,
+            least = min(r["cpu"] for r in runs if r["mode"] == mode)
+            job = min(r["job_cpu"] for r in runs if r["mode"] == mode)
+            print(f"{mode}: fastest {best:.2f} s (CPU, least: the backend's {least:.2f} s, this process's {job:.2f} s), "
+                  f"the table's own UPDATE "
+                  f"{own:.2f} s (CPU {own_cpu:.2f} s): {own / best:.2f}")
+        result = {"rows": args.rows, "workload": args.workload, "own_update": own, "own_update_cpu": own_cpu,
+                  "runs": runs,
                   "load": os.getloadavg()}
         if args.out:
             args.out.write_text(json.dumps(result, indent=1))

@@ -45,6 +45,7 @@ from airflow_provider_rowfilter.subscriber.change_by_change import (
     walk,
 )
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, log_keys
+from airflow_provider_rowfilter.subscriber.direct_update import update_directly
 from airflow_provider_rowfilter.subscriber.origin_conflicts import origin_differs, tracks_origins
 from airflow_provider_rowfilter.subscriber.staged_sql import TableCounts, _json_list
 from airflow_provider_rowfilter.subscriber.target_table import (
@@ -83,14 +84,21 @@ class StagedTable(BarrierStatements):
         at_risk = bool(not self.exact and self.target.key and other_unique_indexes(self.conn, table_sql(self.target.table),
                                                                                 self.target.key))
         self.at_risk = covered_others(self.conn, table_sql(self.target.table), self.target.key) if at_risk else None
-        if self.rows is None:
-            self._load_keys()
-        else:  # reduced in this process: its keys written once (subscriber/typed_keys.py), the barriers staged
-            self.existed = write_keys(self.conn, self.keys, self.rel, self.target, self.rows,
-                                      self._key_match("t", "k"))
-        phases = self.conn.execute(
+        phases = self.conn.execute(  # the last barrier's (the rows staged by Spark: every row's)
             sql.SQL("SELECT max(phase) FROM {} WHERE token = %s AND target = %s").format(self.stage),
             (self.token, self.target.index)).fetchone()[0]
+        if self.rows is None:
+            self._load_keys()
+        else:
+            # Only UPDATEs of existing rows, nothing judged otherwise: one statement (subscriber/direct_update.py).
+            simple = phases is None and not self.exact and self.at_risk is None and not self.tracks_origins
+            updated = update_directly(self, self.rows) if simple else None
+            if updated is not None:
+                counts.update += updated
+                return counts
+            # reduced in this process: its keys written once (subscriber/typed_keys.py), the barriers staged
+            self.existed = write_keys(self.conn, self.keys, self.rel, self.target, self.rows,
+                                      self._key_match("t", "k"))
         if self.rows is not None and self.rows.num_rows:
             phases = max(phases or 0, key_phases(self.rows))
         try:

@@ -113,10 +113,11 @@ def key_phases(rows: pa.Table) -> int:
 
 
 def key_items(keys: pa.Array, width: int) -> list[pa.Array]:
-    """The text of each item of the staged keys (JSON arrays of ``width`` strings or nulls), one array per item.
+    """The text of each item of the staged keys or values (JSON arrays of ``width`` strings or nulls; a NULL array:
+    every item NULL), one array per item.
 
-    Keys without a backslash (no escaped character) are split by a regular expression in Arrow; any other batch
-    is read by Python's JSON decoder, key by key.
+    Arrays without a backslash (no escaped character) are split by a regular expression in Arrow; any other batch
+    is read by Python's JSON decoder, array by array.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -125,10 +126,13 @@ def key_items(keys: pa.Array, width: int) -> list[pa.Array]:
         item = '(?:"(?P<v{0}>[^"]*)"|(?P<n{0}>null))'
         pattern = r"^\[" + ",".join(item.format(i) for i in range(width)) + r"\]$"
         found = pc.extract_regex(keys, pattern)
-        if found.null_count == keys.null_count == 0:
-            return [pc.if_else(pc.equal(found.field(f"n{i}"), "null"), pa.nulls(len(keys), pa.string()),
-                               found.field(f"v{i}")) for i in range(width)]
-    decoded = [json.loads(k) for k in keys.to_pylist()]
+        if found.null_count == keys.null_count:  # each array matched (a NULL one gives NULL)
+            nulls = pa.nulls(len(keys), pa.string())
+            valid = keys.is_valid() if keys.null_count else None
+            items = [pc.if_else(pc.equal(found.field(f"n{i}"), "null"), nulls, found.field(f"v{i}"))
+                     for i in range(width)]
+            return items if valid is None else [pc.if_else(valid, item, nulls) for item in items]
+    decoded = [[None] * width if k is None else json.loads(k) for k in keys.to_pylist()]
     return [pa.array([k[i] for k in decoded], pa.string()) for i in range(width)]
 
 
