@@ -139,6 +139,11 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
 
         typed_keys.WRITE_KEYS_ONCE = False
     timer = PhaseTimer().install()
+    account = None
+    if args.account:  # per batch: its phases and every statement it sent (bench/batch_account.py)
+        from batch_account import BatchAccount
+
+        account = BatchAccount().install()
     profile = None
     if args.profile:  # cProfile of this thread (the first batch's capture runs in it; a capture ahead does not)
         import cProfile
@@ -151,6 +156,9 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
         wall = time.monotonic() - began
     finally:
         timer.uninstall()
+        if account is not None:
+            account.uninstall()
+            args.account.write_text(json.dumps(account.report(), indent=1) + "\n")
         if profile is not None:
             profile.disable()
             profile.dump_stats(args.profile)
@@ -310,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-back", action="store_true",
                    help="with --phases: the reducer reads each segment back from the log, as before the capture "
                    "handed its rows over (apply/capture_ahead.py HOLD)")
+    p.add_argument("--account", type=Path, help="with --phases: write each batch's phases and statements (count, "
+                   "seconds) as JSON to this file (bench/batch_account.py)")
     p.add_argument("--profile", type=Path, help="with --phases: write cProfile's statistics of our run to this file")
     p.add_argument("--before-arrow-fold", action="store_true",
                    help="with --phases: the reducers before apply/arrow_fold.py (change by change up to 200,000 "
