@@ -172,7 +172,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
     pub, native_db, ours_db, pgl_db = (cluster.dsn(n) for n in ("bench_pub", "bench_native", "bench_ours",
                                                                  "bench_pglogical"))
     databases = ("bench_pub", "bench_native", "bench_ours", *(["bench_pglogical"] if args.pglogical else []),
-                 *(["bench_ours_s3"] if args.s3 else []))
+                 *(["bench_ours_s3"] if args.s3 else []), *(["bench_ours_b"] if args.versus_max_changes else []))
     for name in databases:
         create_database(admin, name)
     if args.decoding_work_mem:  # every decoding session's (native's walsender, pglogical's, our capture's)
@@ -197,6 +197,10 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
         (workdir / "s3").mkdir()
         s3_ours = setup_ours(pub, cluster.dsn("bench_ours_s3"), "bench_ours_s3", workdir / "s3", args.conf, remote,
                              change_log=f"s3://{args.s3.bucket()}/bench/changes")
+    ours_b = None
+    if args.versus_max_changes:  # the same subscription of ours again, drained with a fixed --max-changes
+        (workdir / "b").mkdir()
+        ours_b = setup_ours(pub, cluster.dsn("bench_ours_b"), "bench_ours_b", workdir / "b", args.conf, remote)
     native.wait_caught_up(timeout=600)
     peer, pgl_copy = None, None
     if args.pglogical:
@@ -243,6 +247,9 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
                   flush=True)
 
         extra = apply_flags(args)
+        versus = None
+        if ours_b is not None and args.versus_first:  # the fixed bound drained before ours (the order's bias)
+            versus = _drain_versus(args, ours_b, pub, target, extra)
         load_ours = load_average()
         phases = None
         began = time.monotonic()
@@ -258,6 +265,13 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
         print(f"ours: {our_s:.2f} s in {len(runs)} rowfilter apply processes ({changes:,} changes in {txns:,} "
               f"transactions in their summaries), {our_cpu.seconds:.1f} core-seconds busy; load average {load_ours}", flush=True)
 
+        if ours_b is not None and not args.versus_first:
+            versus = _drain_versus(args, ours_b, pub, target, extra)
+        if versus is not None:
+            versus["ratio"] = native_s / versus["seconds"]
+            print(f"ours with --max-changes {args.versus_max_changes}: {versus['seconds']:.2f} s, ratio native/it "
+                  f"{versus['ratio']:.3f} (ours {native_s / our_s:.3f}); load average {versus['load_average']}",
+                  flush=True)
         s3_figures = None
         if s3_ours is not None:
             began = time.monotonic()
@@ -273,6 +287,8 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
                   f"{native_s / s3_s:.3f}", flush=True)
         native.wait_caught_up(timeout=600)
         rows = compare(native_db, ours_db, TABLES)
+        if ours_b is not None:
+            assert compare(native_db, cluster.dsn("bench_ours_b"), TABLES) == rows
         print("subscribers equal: " + ", ".join(f"{t} {n:,} rows" for t, n in rows.items()), flush=True)
         if peer:
             print("pglogical's equal native's: " + ", ".join(
@@ -302,7 +318,18 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
             "tables_equal": True, "table_rows": rows, "load_average_native": load_native,
             "load_average_ours": load_ours, "cpus": os.cpu_count(), "postgres": server_version(cluster),
-            "date": time.strftime("%Y-%m-%d %H:%M"), **(s3_figures or {})}
+            "date": time.strftime("%Y-%m-%d %H:%M"), **(s3_figures or {}),
+            **({"versus_max_changes": args.versus_max_changes, "versus": versus} if versus else {})}
+
+
+def _drain_versus(args, ours_b, pub: str, target: str, extra: list[str]) -> dict:
+    """The second subscription of ours drained by ``rowfilter apply`` processes with ``--versus-max-changes``."""
+    load = load_average()
+    began = time.monotonic()
+    runs = drain_processes(ours_b[0], pub, ours_b[1], target, [*extra, "--max-changes", str(args.versus_max_changes)],
+                           verbose=True)
+    return {"seconds": time.monotonic() - began, "load_average": load, "runs": runs,
+            "batches": sum(r.get("batches") or 1 for r in runs)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
     p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "
                    f"{DEFAULT_BIN_DIR} with --pglogical)")
+    p.add_argument("--versus-max-changes", type=int, metavar="N",
+                   help="a second subscription of ours drained with --max-changes N after ours (with --versus-first, "
+                   "before): one backlog, two batch sizes, both against native")
+    p.add_argument("--versus-first", action="store_true", help="with --versus-max-changes: drain that one first")
     p.add_argument("--s3", action="store_true",
                    help="also drain a subscription of ours whose change log is on an S3-compatible server on 127.0.0.1")
     apply_arguments(p, "drain.json")
