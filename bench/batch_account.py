@@ -43,6 +43,9 @@ class BatchAccount:
         self.batches: list[dict] = []
         self.current: dict | None = None
         self.captures: list[float] = []
+        self.restart_behind: list[int] = []  # bytes of WAL from the slot's restart_lsn to its confirmed position
+        self.captured_wal: list[int] = []  # bytes of WAL each capture moved the slot by
+        self._last_confirmed: str | None = None
         self.capture_statements: dict[str, list] = defaultdict(lambda: [0, 0.0])
         self._undo: list = []
         self._thread = threading.get_ident()
@@ -104,7 +107,7 @@ class BatchAccount:
         self._wrap(reducers, "reduce_here", self._phase("reduce: in this process"))
         self._wrap(drain, "commit_batch", self._phase("transaction"))
         self._wrap(capture_ahead.CaptureAhead, "take", lambda s, a: self._wait(s))
-        self._wrap(capture_ahead, "capture", lambda s, a: self.captures.append(s))
+        self._wrap(capture_ahead, "capture", self._captured)
         self._wrap(psycopg.Cursor, "execute", self._statement)
         self._wrap(psycopg.Cursor, "executemany", self._statement)
         self._wrap(psycopg.Cursor, "copy", self._statement)  # opening the COPY (its rows are written after)
@@ -113,6 +116,25 @@ class BatchAccount:
         self._wrap(typed_keys, "write_keys", self._phase("transaction: keys written (COPY, ANALYZE, existed)"))
         self._wrap(apply_stage, "_copy_csv", self._phase("transaction: COPY rows"))
         return self
+
+    def _captured(self, seconds: float, args) -> None:
+        """The capture's seconds, and how far the slot's restart_lsn is behind its confirmed position after it:
+        the WAL the next capture's slot function and advance decode again before the batch's first change."""
+        self.captures.append(seconds)
+        from airflow_provider_rowfilter.connection import connect
+        from airflow_provider_rowfilter.publisher.capture_objects import capture_names
+
+        spec = args[0]
+        with connect(spec.publisher, "publisher", spec) as pub:
+            behind, wal = pub.execute("SELECT pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn)::bigint, "
+                                      "pg_wal_lsn_diff(confirmed_flush_lsn, %s::pg_lsn)::bigint "
+                                      "FROM pg_replication_slots WHERE slot_name = %s",
+                                      (self._last_confirmed or "0/0", capture_names(spec.subscription)[0])).fetchone()
+            self._last_confirmed = pub.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots "
+                                               "WHERE slot_name = %s", (capture_names(spec.subscription)[0],)
+                                               ).fetchone()[0]
+        self.restart_behind.append(behind)
+        self.captured_wal.append(wal)
 
     def _wait(self, seconds: float) -> None:
         self.waits = getattr(self, "waits", [])
@@ -137,6 +159,8 @@ class BatchAccount:
             "batch_seconds": [round(b["wall"], 3) for b in self.batches],
             "capture_seconds": [round(s, 3) for s in self.captures],
             "capture_wait_seconds": [round(s, 3) for s in getattr(self, "waits", [])],
+            "restart_lsn_behind_bytes": self.restart_behind,
+            "captured_wal_bytes": self.captured_wal[1:],  # (the first from 0/0)
             "phases_per_batch": {k: round(sum(b["phases"].get(k, 0.0) for b in self.batches) / n, 4)
                                  for k in sorted({k for b in self.batches for k in b["phases"]})},
             "statements_per_batch": round(sum(v[0] for v in statements.values()) / n, 1),
