@@ -649,8 +649,10 @@ def memory(args, admin: str, base: str, workdir: Path) -> dict:
         done, txns, generated = workload(pub, size, args.txn_size)
         target = current_lsn(pub)
         print(f"memory: {done:,} changes in {txns:,} transactions made in {generated:.1f} s; draining with "
-              f"--max-changes {bound:,}; load average {load_average()}", flush=True)
-        runs = drain_processes(spec_file, pub, slot, target, ["--max-changes", str(bound)], verbose=True)
+              + (f"--max-changes {bound:,}" if bound else "the CLI's batches") + f"; load average {load_average()}",
+              flush=True)
+        runs = drain_processes(spec_file, pub, slot, target, ["--max-changes", str(bound)] if bound else [],
+                               verbose=True)
         peak: dict[str, int] = {}
         for run in runs:
             for name, kb in run["peak_kb_by_process"].items():
@@ -681,7 +683,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory-sizes", type=_sizes, default=[1_000_000, 5_000_000],
                    help="backlog sizes for --memory, comma separated (default 1000000,5000000)")
     p.add_argument("--memory-max-changes", type=int, default=100_000,
-                   help="slot rows per batch in --memory (default 100,000: memory bounded by the batch)")
+                   help="slot rows per batch in --memory (default 100,000: memory bounded by the batch; 0: the "
+                   "CLI's own, larger while a backlog waits)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="a Spark setting for our side (repeatable), e.g. to compare settings in one harness")

@@ -145,6 +145,11 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
 
         direct_update.DIRECT_UPDATE = False
     timer = PhaseTimer().install()
+    account = None
+    if args.account:  # per batch: its phases and every statement it sent (bench/batch_account.py)
+        from batch_account import BatchAccount
+
+        account = BatchAccount().install()
     profile = None
     if args.profile:  # cProfile of this thread (the first batch's capture runs in it; a capture ahead does not)
         import cProfile
@@ -157,6 +162,9 @@ def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
         wall = time.monotonic() - began
     finally:
         timer.uninstall()
+        if account is not None:
+            account.uninstall()
+            args.account.write_text(json.dumps(account.report(), indent=1) + "\n")
         if profile is not None:
             profile.disable()
             profile.dump_stats(args.profile)
@@ -170,7 +178,7 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
     pub, native_db, ours_db, pgl_db = (cluster.dsn(n) for n in ("bench_pub", "bench_native", "bench_ours",
                                                                  "bench_pglogical"))
     databases = ("bench_pub", "bench_native", "bench_ours", *(["bench_pglogical"] if args.pglogical else []),
-                 *(["bench_ours_s3"] if args.s3 else []))
+                 *(["bench_ours_s3"] if args.s3 else []), *(["bench_ours_b"] if args.versus_max_changes else []))
     for name in databases:
         create_database(admin, name)
     if args.decoding_work_mem:  # every decoding session's (native's walsender, pglogical's, our capture's)
@@ -195,6 +203,10 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
         (workdir / "s3").mkdir()
         s3_ours = setup_ours(pub, cluster.dsn("bench_ours_s3"), "bench_ours_s3", workdir / "s3", args.conf, remote,
                              change_log=f"s3://{args.s3.bucket()}/bench/changes")
+    ours_b = None
+    if args.versus_max_changes:  # the same subscription of ours again, drained with a fixed --max-changes
+        (workdir / "b").mkdir()
+        ours_b = setup_ours(pub, cluster.dsn("bench_ours_b"), "bench_ours_b", workdir / "b", args.conf, remote)
     native.wait_caught_up(timeout=600)
     peer, pgl_copy = None, None
     if args.pglogical:
@@ -241,6 +253,9 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
                   flush=True)
 
         extra = apply_flags(args)
+        versus = None
+        if ours_b is not None and args.versus_first:  # the fixed bound drained before ours (the order's bias)
+            versus = _drain_versus(args, ours_b, pub, target, extra)
         load_ours = load_average()
         phases = None
         began = time.monotonic()
@@ -256,6 +271,13 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
         print(f"ours: {our_s:.2f} s in {len(runs)} rowfilter apply processes ({changes:,} changes in {txns:,} "
               f"transactions in their summaries), {our_cpu.seconds:.1f} core-seconds busy; load average {load_ours}", flush=True)
 
+        if ours_b is not None and not args.versus_first:
+            versus = _drain_versus(args, ours_b, pub, target, extra)
+        if versus is not None:
+            versus["ratio"] = native_s / versus["seconds"]
+            print(f"ours with --max-changes {args.versus_max_changes}: {versus['seconds']:.2f} s, ratio native/it "
+                  f"{versus['ratio']:.3f} (ours {native_s / our_s:.3f}); load average {versus['load_average']}",
+                  flush=True)
         s3_figures = None
         if s3_ours is not None:
             began = time.monotonic()
@@ -271,6 +293,8 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
                   f"{native_s / s3_s:.3f}", flush=True)
         native.wait_caught_up(timeout=600)
         rows = compare(native_db, ours_db, TABLES)
+        if ours_b is not None:
+            assert compare(native_db, cluster.dsn("bench_ours_b"), TABLES) == rows
         print("subscribers equal: " + ", ".join(f"{t} {n:,} rows" for t, n in rows.items()), flush=True)
         if peer:
             print("pglogical's equal native's: " + ", ".join(
@@ -300,7 +324,18 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
             "empty_run_seconds": empty, "native_copy_seconds": native_copy, "ours_copy_seconds": our_copy,
             "tables_equal": True, "table_rows": rows, "load_average_native": load_native,
             "load_average_ours": load_ours, "cpus": os.cpu_count(), "postgres": server_version(cluster),
-            "date": time.strftime("%Y-%m-%d %H:%M"), **(s3_figures or {})}
+            "date": time.strftime("%Y-%m-%d %H:%M"), **(s3_figures or {}),
+            **({"versus_max_changes": args.versus_max_changes, "versus": versus} if versus else {})}
+
+
+def _drain_versus(args, ours_b, pub: str, target: str, extra: list[str]) -> dict:
+    """The second subscription of ours drained by ``rowfilter apply`` processes with ``--versus-max-changes``."""
+    load = load_average()
+    began = time.monotonic()
+    runs = drain_processes(ours_b[0], pub, ours_b[1], target, [*extra, "--max-changes", str(args.versus_max_changes)],
+                           verbose=True)
+    return {"seconds": time.monotonic() - began, "load_average": load, "runs": runs,
+            "batches": sum(r.get("batches") or 1 for r in runs)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--read-back", action="store_true",
                    help="with --phases: the reducer reads each segment back from the log, as before the capture "
                    "handed its rows over (apply/capture_ahead.py HOLD)")
+    p.add_argument("--account", type=Path, help="with --phases: write each batch's phases and statements (count, "
+                   "seconds) as JSON to this file (bench/batch_account.py)")
     p.add_argument("--profile", type=Path, help="with --phases: write cProfile's statistics of our run to this file")
     p.add_argument("--before-arrow-fold", action="store_true",
                    help="with --phases: the reducers before apply/arrow_fold.py (change by change up to 200,000 "
@@ -330,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="a pglogical subscription beside native (needs postgresql-15-pglogical; runs PostgreSQL 15)")
     p.add_argument("--bin-dir", type=Path, help=f"the server's binaries (default: embedded PostgreSQL 18, or "
                    f"{DEFAULT_BIN_DIR} with --pglogical)")
+    p.add_argument("--versus-max-changes", type=int, metavar="N",
+                   help="a second subscription of ours drained with --max-changes N after ours (with --versus-first, "
+                   "before): one backlog, two batch sizes, both against native")
+    p.add_argument("--versus-first", action="store_true", help="with --versus-max-changes: drain that one first")
     p.add_argument("--s3", action="store_true",
                    help="also drain a subscription of ours whose change log is on an S3-compatible server on 127.0.0.1")
     apply_arguments(p, "drain.json")

@@ -39,7 +39,6 @@ from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
-from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.errors import ApplyError, RowFilterError, UnreachableError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
@@ -73,12 +72,13 @@ class ApplyBusyError(ApplyError):
     transient = True
 
 
-def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spark: SparkSession | None = None,
+def apply(spec: SubscriptionSpec, *, max_changes: int | None = None, spark: SparkSession | None = None,
           capture_first: bool = True, time_budget: float | None = None, without_spark: bool = False,
           subscriber: psycopg.Connection | None = None) -> ApplyResult:
     """Apply the slot to the subscriber in batches, each in one transaction, until the run's target or budget.
 
     :param max_changes: each batch's bound: the capture's (slot rows, whole transactions;
+        None: DEFAULT_MAX_CHANGES for the first, larger ones while a backlog waits, apply/capture_ahead.py;
         publisher/capture.py) and about that many changes of the log applied at once.
     :param spark: the session to run in; default the active one, else one built from the spec (and
         stopped at the end). Not started at all when no batch needs it (a batch with a change to judge,
@@ -126,7 +126,7 @@ def apply(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, spa
     return result
 
 
-def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult], max_changes: int,
+def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult], max_changes: int | None,
          spark: SparkOnDemand, capture_first: bool, began: float, time_budget: float | None,
          subscriber: psycopg.Connection | None = None) -> None:
     change_log = open_change_log(spec)
@@ -167,8 +167,10 @@ def _run(spec: SubscriptionSpec, result: ApplyResult, batches: list[ApplyResult]
                         # whose bound is a transaction or two from chasing those committed after the target.
                         captured_all = not captured.more or parse_lsn(captured.end_lsn) >= target
                         if not captured_all and (time_budget is None or time.monotonic() - began < time_budget):
-                            ahead.start(target)  # the next batch's capture, while this one is applied
-                    applied_all = _apply_batch(spec, sub, store, change_log, batch, spark, batch_began, max_changes,
+                            ahead.start(target, captured)  # the next batch's capture, while this one is applied
+                    # the batch applies about what its capture read (a backlog already in the log: the first bound)
+                    applied_all = _apply_batch(spec, sub, store, change_log, batch, spark, batch_began,
+                                               ahead.max_changes,
                                                prune=not ahead.running, held=held)
                     result.add(batch)
                     if captured_all and applied_all:

@@ -84,12 +84,10 @@ def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget:
                 as_json: bool) -> int:
     """Run ApplyChanges in-process: batches until drained (or the budget is spent), each in one transaction."""
     from airflow_provider_rowfilter.apply.drain import apply
-    from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 
     bars = wants_bars(err_console)
-    with progress_bars(bars):
-        result = apply(_one_bar(spec, bars), max_changes=DEFAULT_MAX_CHANGES if max_changes is None else max_changes,
-                       time_budget=time_budget)
+    with progress_bars(bars):  # no --max-changes: larger batches while a backlog waits (apply/capture_ahead.py)
+        result = apply(_one_bar(spec, bars), max_changes=max_changes, time_budget=time_budget)
     if as_json:
         print(json.dumps(result.summary()))
         return 0

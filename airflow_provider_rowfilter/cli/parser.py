@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "terminal, where a bar shows them; else 10, one line each)")
     commands["apply"].add_argument("--max-changes", type=positive, default=None, metavar="N",
                                    help="bound of each batch in slot rows, at least 1 (whole transactions; "
-                                   "default 100000)")
+                                   "default 100000 for the first batch, up to 400000 while a backlog waits)")
     commands["apply"].add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
                                    help="start no further batch after this many seconds (a batch is never cut; "
                                    "0: one batch); default: no budget")

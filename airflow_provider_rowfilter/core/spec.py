@@ -17,6 +17,7 @@ from pydantic.dataclasses import dataclass
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.log_location import LogLocation, is_url, parse_location
+from airflow_provider_rowfilter.core.memory_setting import DECODING_WORK_MEM_RANGE, memory_kb
 from airflow_provider_rowfilter.core.names import identifier, quote_identifier
 from airflow_provider_rowfilter.core.schedule import FACTORY_DEFAULT_SCHEDULE, longest_gap
 from airflow_provider_rowfilter.core.spark_remote import check_spark_remote
@@ -110,6 +111,7 @@ class SubscriptionSpec:
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None
     retained_wal_warning: str | int = "1GB"
+    logical_decoding_work_mem: str | int | None = None
     failover: bool | None = None
     standbys: tuple[str, ...] = ()
     apply_schedule: str | int | None = None
@@ -176,6 +178,7 @@ class SubscriptionSpec:
         if self.filtering == "source" and self.publications_ddl:
             self.filtering_mode(0)  # refused now: a publications file is never the publisher's
         self.retained_wal_warning_bytes  # noqa: B018 -- a size parse_size reads, or the refusal now
+        self.decoding_work_mem_kb  # noqa: B018 -- a size PostgreSQL would take, or its refusal now
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> SubscriptionSpec:
@@ -254,6 +257,15 @@ class SubscriptionSpec:
     def retained_wal_warning_bytes(self) -> int:
         """``retained_wal_warning`` in bytes: past it, ``status`` warns that the slot holds back that much WAL."""
         return parse_size(self.retained_wal_warning, f"retained_wal_warning of subscription {self.subscription!r}")
+
+    @property
+    def decoding_work_mem_kb(self) -> int | None:
+        """``logical_decoding_work_mem`` in kB, read as PostgreSQL reads the setting (core/memory_setting.py); None:
+        the publisher's own (the capture's session does not set it)."""
+        if self.logical_decoding_work_mem is None:
+            return None
+        return memory_kb(self.logical_decoding_work_mem, "logical_decoding_work_mem", *DECODING_WORK_MEM_RANGE,
+                         f"logical_decoding_work_mem of subscription {self.subscription!r}")
 
     def filtering_mode(self, server_version: int) -> str:
         """``source`` or ``spark`` for a publisher of ``server_version`` (``server_version_num``).

@@ -72,6 +72,8 @@ EXPECTED = {
                    "write spark_conf: {spark.sql.shuffle.partitions: 8} (each value a string, number or true/false)"),
     "retained_wal_warning": ("is not a size", "write bytes (1073741824) or a size with one of PostgreSQL's units: "
                              "kB, MB, GB, TB ('1GB')"),
+    "logical_decoding_work_mem": ("is not a size", "write a size as postgresql.conf does ('256MB', '1GB'; a number "
+                                  "alone is kB), or leave it out for the publisher's own setting"),
     "spec_version": (f"is not supported (expected {SPEC_VERSION})", f"write spec_version: {SPEC_VERSION} or leave it out"),
     "publisher": ("is not a connection string", "write publisher: postgresql://user@host:port/db"),
     "subscriber": ("is not a connection string", "write subscriber: postgresql://user@host:port/db"),

@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from airflow_provider_rowfilter.apply.capture_ahead import BACKLOG_MAX_CHANGES
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
@@ -20,9 +21,9 @@ from airflow_provider_rowfilter.jobs.exit_status import run_job
 
 def apply_parser() -> argparse.ArgumentParser:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--max-changes", type=positive, default=DEFAULT_MAX_CHANGES,
+    p.add_argument("--max-changes", type=positive, default=None,
                    help=f"bound of each batch (slot rows captured, changes applied; whole transactions; "
-                   f"default {DEFAULT_MAX_CHANGES})")
+                   f"default {DEFAULT_MAX_CHANGES} for the first, up to {BACKLOG_MAX_CHANGES} while a backlog waits)")
     p.add_argument("--time-budget", type=seconds, default=None, metavar="SECONDS",
                    help="start no further batch after this many seconds (a batch is never cut; 0: one batch); "
                    "default: drain everything committed before the run started")

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, fields
 
 import psycopg
 import pyarrow as pa
+from psycopg import sql
 
 from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.identity import LogNeeds, ServerOrigin
@@ -135,7 +136,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
     slot = capture_names(spec.subscription)[0]
     change_log = open_change_log(spec)
     with writer_lock(spec) as lock, change_log.writing(), connect(spec.publisher, "publisher", spec) as pub:
-        pub.execute("; ".join(_SESSION))
+        pub.execute(session_settings(spec, pub.info.server_version))
         confirmed, synced, origin = _confirmed_position(pub, slot, needs)
         result = CaptureResult(spec.subscription, slot, format_lsn(confirmed), format_lsn(confirmed))
         logged = change_log.captured_through()
@@ -313,6 +314,22 @@ def _advance(pub: psycopg.Connection, slot: str, lsn: int) -> None:
     except psycopg.Error as e:
         raise CaptureError(f'cannot advance replication slot "{slot}" to {format_lsn(lsn)}: {primary_message(e)}',
                            hint="the change log is durable; rerunning the capture finishes the advance") from e
+
+
+def session_settings(spec: SubscriptionSpec, server_version: int) -> sql.Composable:
+    """What the capture's session sets first: the text forms its decoder reads, and the spec's
+    ``logical_decoding_work_mem`` when given (the session's own, which the slot function's decoding and
+    the slot's advance use: reorderbuffer.c ``ReorderBufferCheckMemoryLimit``)."""
+    statements = [sql.SQL(s) for s in _SESSION]
+    kb = spec.decoding_work_mem_kb
+    if kb is not None:
+        if server_version < 130000:  # the setting exists from PostgreSQL 13 (before it, a fixed 4096 changes)
+            raise CaptureError(
+                f"subscription {spec.subscription}: logical_decoding_work_mem is a setting of PostgreSQL 13 and later; "
+                f"the publisher is {server_version // 10000}",
+                hint="remove logical_decoding_work_mem from the spec for this publisher")
+        statements.append(sql.SQL("SET logical_decoding_work_mem = {}").format(sql.Literal(f"{kb}kB")))
+    return sql.SQL("; ").join(statements)
 
 
 def _python_encoding(pub: psycopg.Connection) -> str:

@@ -51,6 +51,14 @@ def load(tmp_path: Path, text: str) -> SubscriptionSpec:
     pytest.param(BASE + "retained_wal_warning: true\n", "retained_wal_warning=True is not a size", id="wal-warning-bool"),
     pytest.param(BASE + "retained_wal_warning: -5\n", "retained_wal_warning of subscription 's1' = -5 is not a size",
                  id="wal-warning-negative"),
+    pytest.param(BASE + "logical_decoding_work_mem: true\n", "logical_decoding_work_mem=True is not a size",
+                 id="decoding-work-mem-bool"),
+    pytest.param(BASE + "logical_decoding_work_mem: 256mb\n",
+                 "logical_decoding_work_mem of subscription 's1': invalid value for parameter "
+                 '"logical_decoding_work_mem": "256mb"', id="decoding-work-mem-unit-case"),
+    pytest.param(BASE + "logical_decoding_work_mem: 32kB\n",
+                 '32 kB is outside the valid range for parameter "logical_decoding_work_mem" (64 kB .. 2147483647 kB)',
+                 id="decoding-work-mem-below-64kB"),
     pytest.param(BASE + "spec_version: 2\n", "spec_version=2 is not supported (expected 1)", id="spec-version"),
     pytest.param(BASE + "spec_version: true\n", "spec_version=True is not supported", id="spec-version-bool"),
     pytest.param(BASE + "spark_master: 4\n", "spark_master=4 is not a string", id="spark-master-int"),
@@ -124,7 +132,8 @@ def test_keyword_construction_and_the_json_boundary_are_checked_too() -> None:
 
 def test_what_stays_accepted(tmp_path: Path) -> None:
     spec = load(tmp_path, "subscription: s1\npublications: p1\ncopy_data: false\nconflict_policy: upsert\n"
-                "retained_wal_warning: 512MB\nspark_conf: {spark.executor.cores: 2, spark.sql.adaptive.enabled: true, "
+                "retained_wal_warning: 512MB\nlogical_decoding_work_mem: 1GB\n"
+                "spark_conf: {spark.executor.cores: 2, spark.sql.adaptive.enabled: true, "
                 "spark.memory.fraction: 0.5, spark.app.name: x}\npublisher: postgresql://u@h:5432/db?sslmode=require\n"
                 "subscriber: host=h user=u dbname=d\n")
     assert spec.publications == ("p1",)  # one name is one publication
@@ -132,6 +141,7 @@ def test_what_stays_accepted(tmp_path: Path) -> None:
     assert spec.spark_conf == {"spark.executor.cores": "2", "spark.sql.adaptive.enabled": "true",
                                "spark.memory.fraction": "0.5", "spark.app.name": "x"}
     assert spec.retained_wal_warning_bytes == 512 << 20
+    assert spec.decoding_work_mem_kb == 1 << 20
     assert SubscriptionSpec.from_json(spec.to_json()) == spec
 
 

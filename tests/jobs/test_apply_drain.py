@@ -141,6 +141,40 @@ def test_a_backlog_larger_than_a_batch_is_drained_by_one_run(dbs, spark, subscri
     assert f"of WAL to the run's target {result.target_lsn}" in progress[0] and "% done" in progress[0], progress
 
 
+def test_without_a_bound_the_captures_ahead_grow_while_a_backlog_waits(dbs, spark, tmp_path, monkeypatch):
+    """No max_changes: the first capture at the default bound, the next ones sized to about BACKLOG_BATCH_CHANGES
+    changes at the last capture's share of changes among its slot rows (here scaled down: 50, then ~90 changes).
+    Judged by the publisher, so that no batch needs Spark (the batch sizes are the capture's business)."""
+    dbs.create(PUBLISHER, SUBSCRIBER)
+    native = dbs.subscribe_native(PUBLICATIONS)
+    _, spec = write_spec(dbs, tmp_path, filtering="source")
+    run_ours(spec, spark)
+    monkeypatch.setattr(capture_ahead, "DEFAULT_MAX_CHANGES", BATCH)
+    monkeypatch.setattr(capture_ahead, "BACKLOG_BATCH_CHANGES", 90)
+    monkeypatch.setattr(capture_ahead, "BACKLOG_MAX_CHANGES", 4 * BATCH)
+    publish(dbs.publisher, backlog(24))  # 240 changes of t and u in 24 transactions
+    bounds = []
+    real_capture = capture_ahead.capture
+
+    def traced(*args, **kwargs):
+        bounds.append(kwargs["max_changes"])
+        return real_capture(*args, **kwargs)
+
+    monkeypatch.setattr(capture_ahead, "capture", traced)
+    before = history(dbs, spec)
+
+    result = apply(spec)
+
+    native.wait_caught_up()
+    dbs.assert_same(TABLES)
+    assert result.drained, result.summary()
+    changes = [b[2] for b in history(dbs, spec)[len(before):]]
+    assert bounds[0] == BATCH and all(BATCH < b < 4 * BATCH for b in bounds[1:]) and len(bounds) >= 2, bounds
+    # whole transactions of at most 10 changes each: the first batch within 50 (+ one), a later one past it
+    assert changes[0] <= BATCH + 10 and BATCH < max(changes) <= 90 + 10, changes
+    assert sum(changes) == result.changes
+
+
 def test_a_drain_in_a_task_captures_ahead_with_the_passwords_it_was_handed(dbs, spark, tmp_path, monkeypatch, caplog,
                                                                          password_roles):
     """Issue 29, item 1: ApplyChangesOperator runs the job's batches in its task, the passwords handed in through
