@@ -189,13 +189,15 @@ class TextAnalysis(_Analyzer):
 
     def _exact_array(self, array: exp.Expr) -> bool:
         """Whether Spark computes the (analysed) array expression exactly, elements in order: an array column or
-        constant, or COALESCE / CASE (ExecEvalCoalesce, ExecEvalCase: the value of one branch, untouched) whose
-        results are such arrays. Not NULLIF (array_eq compares dimensions and lower bounds, which Spark's flattened
-        arrays lose), nor ``||`` (refused where it is typed)."""
+        constant, cast to its own type or not, or COALESCE / CASE (ExecEvalCoalesce, ExecEvalCase: the value of one
+        branch, untouched) whose results are such arrays. Not NULLIF (array_eq compares dimensions and lower bounds,
+        which Spark's flattened arrays lose: refused as a comparison of arrays), nor ``||`` (refused where typed)."""
         while isinstance(array, exp.Paren):
             array = array.this
         if isinstance(array, exp.Column) or id(array) in self.constants:
             return True
+        if isinstance(array, exp.Cast) and self.types.get(id(array.this)) == self.types.get(id(array)):
+            return self._exact_array(array.this)  # ia::int[]: no conversion (coerce_type adds no node)
         if isinstance(array, exp.Coalesce):
             return all(self._exact_array(e) for e in (array.this, *array.expressions))
         if isinstance(array, exp.Case):
@@ -381,7 +383,7 @@ class TextAnalysis(_Analyzer):
                         isinstance(n, _CONSTANT_PARTS) for n in f.walk())):
                     raise self.untranslatable("a computed field of a row under ANY/ALL", f, fix)
                 if not t.is_unknown:
-                    self._require_spark_type(t, node)
+                    self._check_comparable(t, node, op, f)  # an array field: array_eq (refused), else the type
         self.types[id(node.left)] = PgType("record")
         for e in array.expressions:
             self.types[id(e)] = PgType("record")

@@ -593,8 +593,9 @@ def later_boolean(draw: st.DrawFn, depth: int) -> str:
         def array_literal_text() -> str:
             elements = st.integers(-3, 3) if integers else st.text(ALPHABET, max_size=2)
             return _quote(draw(array_literal(elements)))
-        branches = [draw(st.sampled_from([column, column, array_literal_text(), "NULL"])) for _ in range(2)]
-        if "NULL" in branches and column not in branches:
+        own_type = f"{column}::{'int' if integers else 'text'}[]"  # a cast to its own type: no conversion
+        branches = [draw(st.sampled_from([column, own_type, array_literal_text(), "NULL"])) for _ in range(2)]
+        if "NULL" in branches and column not in branches and own_type not in branches:
             branches[0] = column  # COALESCE(NULL, '{…}') alone: an untyped NULL would be typed text
         form = draw(st.integers(0, 2))
         if form == 0:
