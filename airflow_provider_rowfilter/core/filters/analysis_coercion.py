@@ -101,6 +101,8 @@ class CoercionAnalysis(_Analyzer):
         lt = self.analyze(node.this)
         rt = self.analyze(node.expression)
         common = self.common_type(lt, rt, "=", node)
+        if common.element is not None:
+            self._check_comparable(common, node, "=", node.this, node.expression)
         self.coerce(node.this, lt, common)
         self.coerce(node.expression, rt, common)
         self._inherit(node, node.this)

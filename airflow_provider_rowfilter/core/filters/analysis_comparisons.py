@@ -101,6 +101,12 @@ class ComparisonAnalysis(_Analyzer):
         return T.BOOL
 
     def _check_comparable(self, common: PgType, node: exp.Expr, op: str, *operands: exp.Expr) -> None:
+        if common.element is not None:
+            # array_eq and array_cmp (arrayfuncs.c) compare the dimensions and lower bounds as well as the elements
+            # ('{{1,2}}' = '{1,2}' and '[0:1]={1,2}' = '{1,2}' are false); the apply reads an array column flattened,
+            # its bounds dropped, so Spark's comparison of the two arrays cannot tell them apart
+            raise self.untranslatable("comparing arrays (=, <>, <, IN, IS DISTINCT FROM, NULLIF, GREATEST …)", node,
+                                      "compare elements (x = ANY (a), a @> b), or filter at the source")
         if common.name == "bool" and op not in ("=", "<>"):
             return
         if common.is_text_family and op not in ("=", "<>"):

@@ -88,6 +88,10 @@ class CompositeTranslation(_Translator):
                 # two NULLs equal, one NULL unequal, else the type's =: Spark's null-safe <=>
                 result = exp.Case(ifs=[exp.If(this=exp.NullSafeEQ(this=operand(a), expression=operand(b)),
                                               true=result)], default=exp.false())
+            if not isinstance(result, (exp.Case, exp.Boolean)):
+                # a bare raise_error is of Spark's NULL type: Spark's optimizer reduced raise_error(…) AND
+                # raise_error(…) to NULL without raising (found by the differential test); typed, it raises
+                result = cast(result, T.BOOL)
             terms.append(exp.Not(this=exp.Paren(this=result)) if cls is exp.NEQ else exp.Paren(this=result))
         return exp.Paren(this=exp.or_(*terms) if kind == "any" else exp.and_(*terms))
 

@@ -176,16 +176,35 @@ class TextAnalysis(_Analyzer):
         resolves the operator with it unknown, then reads it as an array of the operator's right argument."""
         if not isinstance(array, exp.Array):
             t = self.analyze(array)
-            if t.element is not None and (isinstance(array, exp.Column) or id(array) in self.constants):
+            if t.element is not None and self._exact_array(array):
                 return t.element
             if t.is_unknown and id(array) in self.constants:
                 return t
-            what = "ARRAY[…], an array column or an array constant"
+            what = "ARRAY[…], an array column, an array constant, or COALESCE or CASE of those"
             raise self.untranslatable(f"{op} {kind.upper()} (…) over a value that is not {what}", node, fix)
         if not array.expressions:
             raise self.error("cannot determine type of empty array", array,
                              hint="Explicitly cast to the desired type, for example ARRAY[]::integer[].")
         return self._common_of(array, list(array.expressions), "ARRAY")
+
+    def _exact_array(self, array: exp.Expr) -> bool:
+        """Whether Spark computes the (analysed) array expression exactly, elements in order: an array column or
+        constant, cast to its own type or not, or COALESCE / CASE (ExecEvalCoalesce, ExecEvalCase: the value of one
+        branch, untouched) whose results are such arrays. Not NULLIF (array_eq compares dimensions and lower bounds,
+        which Spark's flattened arrays lose: refused as a comparison of arrays), nor ``||`` (refused where typed)."""
+        while isinstance(array, exp.Paren):
+            array = array.this
+        if isinstance(array, exp.Column) or id(array) in self.constants:
+            return True
+        if isinstance(array, exp.Cast) and self.types.get(id(array.this)) == self.types.get(id(array)):
+            return self._exact_array(array.this)  # ia::int[]: no conversion (coerce_type adds no node)
+        if isinstance(array, exp.Coalesce):
+            return all(self._exact_array(e) for e in (array.this, *array.expressions))
+        if isinstance(array, exp.Case):
+            results = [i.args["true"] for i in array.args.get("ifs") or []]
+            default = array.args.get("default")
+            return all(self._exact_array(e) for e in (*results, *([default] if default is not None else [])))
+        return False
 
     def _array_literal(self, array: exp.Expr, element: PgType) -> PgType:
         """An untyped literal under ANY/ALL read as ``element[]`` by array_in (core/filters/constants.py), as
@@ -364,7 +383,7 @@ class TextAnalysis(_Analyzer):
                         isinstance(n, _CONSTANT_PARTS) for n in f.walk())):
                     raise self.untranslatable("a computed field of a row under ANY/ALL", f, fix)
                 if not t.is_unknown:
-                    self._require_spark_type(t, node)
+                    self._check_comparable(t, node, op, f)  # an array field: array_eq (refused), else the type
         self.types[id(node.left)] = PgType("record")
         for e in array.expressions:
             self.types[id(e)] = PgType("record")

@@ -565,7 +565,8 @@ def unicode_literal(draw: st.DrawFn) -> str:
 @st.composite
 def later_boolean(draw: st.DrawFn, depth: int) -> str:
     choice = draw(st.sampled_from(["quantified_literal", "like_quantified", "row_compare", "array_operator",
-                                   "unicode", "regex_class", "regex_quantified", "row_any", "and_or"]
+                                   "unicode", "regex_class", "regex_quantified", "row_any", "quantified_expression",
+                                   "and_or"]
                                   if depth > 0 else ["leaf"]))
     sub = max(depth - 1, 0)
     if choice == "leaf":
@@ -584,6 +585,30 @@ def later_boolean(draw: st.DrawFn, depth: int) -> str:
             subject, op, cast = draw(text(sub)), draw(st.sampled_from(["=", "<>"])), ""
             literal = draw(array_literal(st.text(ALPHABET, max_size=3)))
         return f"{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} ({_quote(literal)}{cast})"
+    if choice == "quantified_expression":
+        # x op ANY/ALL (COALESCE(…) or CASE … END of array columns and '{…}'): the array one branch gives, untouched
+        integers = draw(st.booleans())
+        column = "ia" if integers else "ta"
+
+        def array_literal_text() -> str:
+            elements = st.integers(-3, 3) if integers else st.text(ALPHABET, max_size=2)
+            return _quote(draw(array_literal(elements)))
+        own_type = f"{column}::{'int' if integers else 'text'}[]"  # a cast to its own type: no conversion
+        branches = [draw(st.sampled_from([column, own_type, array_literal_text(), "NULL"])) for _ in range(2)]
+        if "NULL" in branches and column not in branches and own_type not in branches:
+            branches[0] = column  # COALESCE(NULL, '{…}') alone: an untyped NULL would be typed text
+        form = draw(st.integers(0, 2))
+        if form == 0:
+            array = f"COALESCE({branches[0]}, {branches[1]})"
+        elif form == 1:
+            array = f"CASE WHEN {draw(boolean(sub))} THEN {branches[0]} ELSE {branches[1]} END"
+        else:
+            array = f"CASE {draw(number(sub, floats=False))[0]} WHEN 1 THEN {branches[0]} ELSE {branches[1]} END"
+        if integers:
+            subject, op = draw(number(sub, floats=False))[0], draw(st.sampled_from(["=", "<>", "<", ">="]))
+        else:
+            subject, op = draw(text(sub)), draw(st.sampled_from(["=", "<>", "LIKE", "NOT LIKE"]))
+        return _group(draw, f"{subject} {op} {draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} ({array})")
     if choice == "like_quantified":
         # x [NOT] LIKE|ILIKE ANY/ALL (text[] column or '{…}'): the operator with each element as its pattern
         op = draw(st.sampled_from(["LIKE", "NOT LIKE", "ILIKE", "NOT ILIKE"]))
@@ -668,6 +693,7 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "N'…' or U&\"…\"": r"\bN'|U&\"", "row IN (…)": r"\) (NOT )?IN \((ROW)?\(",
     "regex ANY/ALL": r"~\*? (ANY|ALL|SOME) \(ARRAY", "U&\"…\" UESCAPE": r"U&\"[^\"]*\" UESCAPE",
     "row ANY/ALL": r"(ANY|ALL|SOME) \(ARRAY\[ROW\(", "regex \\u \\U \\x": r"~[^']*'[^']*\\[uUx][0-9A-Fa-f]",
+    "ANY/ALL (COALESCE|CASE)": r"(ANY|ALL|SOME) \((COALESCE|CASE)\b",
 }.items()}
 
 
@@ -919,7 +945,8 @@ def test_postgres_and_spark_agree(diff_conn, frame_of, rows, filters) -> None:
 def test_postgres_and_spark_agree_on_arrays_rows_and_literals(diff_conn, frame_of, rows, filters) -> None:
     """The same property over the constructs translated since 2026-11-27: '{…}' under ANY/ALL, LIKE ANY/ALL over a
     column or literal, row comparisons, @> <@ &&, U&'…', regular-expression classes, \\A and \\Z, and since issue 35
-    x ~ ANY/ALL (ARRAY[…]) (!~ and !~* on each element), U&"…" UESCAPE names and (a, b) = ANY (ARRAY[ROW(…)])."""
+    x ~ ANY/ALL (ARRAY[…]) (!~ and !~* on each element), U&"…" UESCAPE names, (a, b) = ANY (ARRAY[ROW(…)]) and
+    x op ANY/ALL (COALESCE(…) or CASE … END of array columns and '{…}')."""
     problems, compared = check_filters(diff_conn, frame_of, rows, filters)
     assert not problems, "\n\n".join(problems)
     assume(compared > 0)
