@@ -91,8 +91,9 @@ class StagedTable(BarrierStatements):
             self._load_keys()
         else:
             # Only UPDATEs of existing rows, nothing judged otherwise: one statement (subscriber/direct_update.py).
-            simple = phases is None and not self.exact and self.at_risk is None and not self.tracks_origins
-            updated = update_directly(self, self.rows) if simple else None
+            simple = phases is None and not self.exact and self.at_risk is None
+            updated = update_directly(self, self.rows, self.origin if self.tracks_origins else None) \
+                if simple else None
             if updated is not None:
                 counts.update += updated
                 return counts

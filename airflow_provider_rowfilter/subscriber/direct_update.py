@@ -8,10 +8,11 @@ when every key has its row: it is one ``UPDATE … FROM unnest(…)``, the keys'
 JSON arrays) sent as binary ``text[]`` parameters built from the Arrow columns (no Python per row), cast by the
 columns' types exactly as the keys table's UPDATE casts them. Whether every key had its row is the UPDATE's row
 count: when one did not (``update_missing``, or an INSERT under ``upsert``), the statement is rolled back to its
-savepoint and the table goes the general way, which counts, logs and reports it exactly. So does a table whose
-conflicts the general way must judge: another unique index (a row's change may collide), origins tracked
-(``*_origin_differs``), a batch judged change by change. Measured in docs/benchmarks.md (the subscriber's
-statements).
+savepoint and the table goes the general way, which counts, logs and reports it exactly; so does a row last
+written by another origin where the subscriber tracks them (``track_commit_timestamp``: the UPDATE skips such a
+row, and the general way logs and counts its ``update_origin_differs``). A table whose conflicts the general way
+must judge goes there at once: another unique index (a row's change may collide), a batch judged change by
+change. Measured in docs/benchmarks.md (the subscriber's statements).
 """
 
 from __future__ import annotations
@@ -96,9 +97,11 @@ def updates_only(rows: pa.Table, width: int) -> bool:
             and every(pc.equal(rows.column("p_missing_delete"), 0)))
 
 
-def update_directly(table: StagedStatements, rows: pa.Table) -> int | None:
+def update_directly(table: StagedStatements, rows: pa.Table, origin: int | None = None) -> int | None:
     """UPDATE every key row's row in one statement; return the UPDATEs applied (each key's ``n_update``), or None,
-    nothing written, when the rows do not qualify (:func:`updates_only`) or a key found no row.
+    nothing written, when the rows do not qualify (:func:`updates_only`), a key found no row, or (``origin``: the
+    apply's replication origin, when the subscriber tracks them) a row was last written by another origin, an
+    ``update_origin_differs`` the general way logs and counts (subscriber/origin_conflicts.py).
 
     The keys' items are sent as one ``text[]`` each, the values as one of their JSON arrays (``vals``), read as
     ``jsonb`` once per row and set by the keys table's own SET list (subscriber/staged_sql.py ``_values_set``).
@@ -120,8 +123,9 @@ def update_directly(table: StagedStatements, rows: pa.Table) -> int | None:
     statement = sql.SQL("UPDATE {rel} t SET {set} FROM (SELECT {names}, vals::jsonb AS vals FROM (SELECT {unnested}) u "
                         "OFFSET 0) k WHERE {match}").format(
         rel=table.rel, set=table._values_set(sql.SQL("k.vals")), names=sql.SQL(", ").join(names), unnested=unnested,
-        match=sql.SQL(" AND ").join(sql.SQL("t.{} = k.{}::{}").format(sql.Identifier(k), n, sql.SQL(t))
-                                    for k, n, t in zip(target.key, names, target.key_types(), strict=True)))
+        match=sql.SQL(" AND ").join([*(sql.SQL("t.{} = k.{}::{}").format(sql.Identifier(k), n, sql.SQL(t))
+                                       for k, n, t in zip(target.key, names, target.key_types(), strict=True)),
+                                     *_same_origin(origin)]))
     conn.adapters.register_dumper(TextArray, _TextArrayDumper)
     params = [TextArray(a) for a in (*keys, vals)]
     try:
@@ -140,3 +144,14 @@ def update_directly(table: StagedStatements, rows: pa.Table) -> int | None:
     if found != rows.num_rows:
         return None
     return int(pc.sum(rows.column("n_update")).as_py() or 0)
+
+
+def _same_origin(origin: int | None) -> list[sql.Composable]:
+    """The condition that a row was last written by the apply's own origin, or by a transaction whose origin is not
+    known (origin_conflicts.py ``differing_rows``, negated): a row that fails it is not updated, so the row count
+    sends the batch the general way."""
+    if origin is None:
+        return []
+    return [sql.SQL("coalesce((pg_xact_commit_timestamp_origin(t.xmin)).roident, {0}) = {0}").format(
+        sql.Literal(origin))]
+

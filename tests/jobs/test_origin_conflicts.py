@@ -69,6 +69,13 @@ def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgres
         # Rows the apply wrote: no conflict.
         execute(pub, "UPDATE o SET v = 'r1 again' WHERE id = 1")
         apply(spec)
+        # A batch of UPDATEs alone (one statement from the rows: subscriber/direct_update.py) meets a row a local
+        # UPDATE wrote: the general way counts and logs it.
+        for dsn in (native_db, ours):
+            execute(dsn, "UPDATE o SET v = 'local' WHERE id = 2")
+        execute(pub, "UPDATE o SET v = 'r2 third' WHERE id = 2")
+        result = apply(spec)
+        assert result.tables["public.o"] == {"update": 1, "update_origin_differs": 1}, result.tables
         # A local UPDATE on the subscriber, then the publisher's UPDATE or DELETE of the same row.
         for dsn in (native_db, ours):
             execute(dsn, "UPDATE o SET v = 'local' WHERE id IN (1, 4)")
@@ -84,14 +91,14 @@ def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgres
                                              "delete_origin_differs": 1}, result.tables
         native.wait_caught_up()
 
-        expected = {"confl_update_origin_differs": 5, "confl_delete_origin_differs": 3}
+        expected = {"confl_update_origin_differs": 6, "confl_delete_origin_differs": 3}
         for column, n in expected.items():
             assert native_count(native_db, native.name, column, at_least=n) == n
             assert ours_count(ours, spec, column) == n
         with psycopg.connect(ours) as a, psycopg.connect(native_db) as b:
             rows = "SELECT o::text FROM o ORDER BY id"
             assert a.execute(rows).fetchall() == b.execute(rows).fetchall() == [
-                ("(2,\"r2 again\")",), ("(4,r4)",), ("(50,v5)",)]
+                ("(2,\"r2 third\")",), ("(4,r4)",), ("(50,v5)",)]
             rows = "SELECT k::text FROM k ORDER BY a"
             assert a.execute(rows).fetchall() == b.execute(rows).fetchall() == [("(1,x2)",)]
             logged = a.execute(
@@ -101,6 +108,7 @@ def test_rows_another_origin_modified_are_counted_logged_and_applied_as_postgres
         assert sorted(logged) == sorted([
             ("update_origin_differs", "1", "v1", "r1", True),
             ("update_origin_differs", "2", "v2", "r2 again", False),  # two transactions, one key
+            ("update_origin_differs", "2", "local", "r2 third", True),
             ("delete_origin_differs", "3", "v3", None, True),
             ("update_origin_differs", "4", "local", "r4", True),
             ("delete_origin_differs", "1", "local", None, True),
