@@ -373,12 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--versus-first", action="store_true", help="with --versus-max-changes: drain that one first")
     p.add_argument("--s3", action="store_true",
                    help="also drain a subscription of ours whose change log is on an S3-compatible server on 127.0.0.1")
+    p.add_argument("--track-commit-timestamp", action="store_true",
+                   help="with --pglogical: track_commit_timestamp on (our subscriber then counts origin conflicts)")
     apply_arguments(p, "drain.json")
     args = parse(p, argv)
 
     with contextlib.ExitStack() as stack:
         if args.pglogical:
-            cluster, data = start_cluster(args.bin_dir or DEFAULT_BIN_DIR)
+            cluster, data = start_cluster(args.bin_dir or DEFAULT_BIN_DIR,
+                                          track_commit_timestamp=args.track_commit_timestamp)
             stack.callback(remove, data)
             stack.callback(cluster.stop)
         else:

@@ -32,9 +32,14 @@ SETS = (
 )
 
 
-def start_cluster(bin_dir: Path = DEFAULT_BIN_DIR) -> tuple[LocalPostgres, Path]:
+def start_cluster(bin_dir: Path = DEFAULT_BIN_DIR, *, track_commit_timestamp: bool = False) -> tuple[LocalPostgres, Path]:
     """A throwaway cluster of ``bin_dir``'s PostgreSQL with pglogical preloaded; returns it and its data
-    directory (the caller removes it after ``stop()``: a cluster started on a given directory keeps it)."""
+    directory (the caller removes it after ``stop()``: a cluster started on a given directory keeps it).
+
+    ``track_commit_timestamp`` is off unless asked: pglogical needs it only for its last/first-update-wins
+    resolutions (the subscription keeps the default, apply_remote), and with it on our subscriber does PostgreSQL
+    18's origin conflict detection (every row the initial copy wrote is an ``update_origin_differs`` at its first
+    UPDATE), which neither native PostgreSQL 15 nor pglogical does."""
     if not (bin_dir.parent / "lib" / "pglogical.so").exists():
         raise SystemExit(f"pglogical is not installed beside {bin_dir}: apt-get install postgresql-15-pglogical "
                          "(or pass --bin-dir of a PostgreSQL that has it)")
@@ -42,7 +47,8 @@ def start_cluster(bin_dir: Path = DEFAULT_BIN_DIR) -> tuple[LocalPostgres, Path]
     cluster = LocalPostgres.start(data, bin_dir=bin_dir)
     with psycopg.connect(cluster.dsn(), autocommit=True) as conn:
         conn.execute("ALTER SYSTEM SET shared_preload_libraries = 'pglogical'")
-        conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")  # pglogical's conflict resolution
+        if track_commit_timestamp:
+            conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
     cluster.stop()
     return LocalPostgres.start(data, bin_dir=bin_dir), data.parent
 
