@@ -39,6 +39,7 @@ def get_provider_info() -> dict:
                     "airflow_provider_rowfilter.operators.subscription_guard",
                     "airflow_provider_rowfilter.operators.subscription_lag",
                     "airflow_provider_rowfilter.operators.subscription_ops",
+                    "airflow_provider_rowfilter.operators.table_assets",
                     "airflow_provider_rowfilter.operators.verify_tables",
                     "airflow_provider_rowfilter.operators.reconcile_tables",
                     "airflow_provider_rowfilter.operators.task_errors",

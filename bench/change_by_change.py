@@ -54,7 +54,7 @@ def run(cluster: LocalPostgres, way: str, rows: int, directory: Path) -> float:
             conn.execute("UPDATE w SET v = 'y' WHERE id = 1")
     walk = apply_target.walk
     if way == "python":  # every phase through apply_target.py's statements, as before the walk
-        apply_target.walk = lambda table, phase, last, counts: phase  # type: ignore[assignment]
+        apply_target.walk = lambda table, phase, last, counts: phase
     limit = change_by_change.ONE_BY_ONE_LIMIT
     change_by_change.ONE_BY_ONE_LIMIT = 10**9
     try:
