@@ -164,17 +164,7 @@ class StagedTable(BarrierStatements):
         # Reduced in this process, the key rows say which statements can find a row; the others are not sent.
         needed = EVERY_STATEMENT if self.rows is None else statements_needed(self.rows, phase, len(self.target.columns),
                                                                              self.existed)
-        row = self.conn.execute(sql.SQL(
-            """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
-                      coalesce(sum(CASE WHEN existed THEN p_missing_update ELSE a_missing_update END), 0),
-                      coalesce(sum(CASE WHEN existed THEN p_missing_delete ELSE a_missing_delete END), 0)
-               FROM {keys} WHERE phase = %s""").format(**q), (phase,)).fetchone()
-        inserts, updates, deletes, missing_update, missing_delete = (int(v) for v in row)
-        counts.insert += inserts
-        counts.update += updates - missing_update
-        counts.delete += deletes - missing_delete
-        counts.missing_update += missing_update
-        counts.missing_delete += missing_delete
+        skipped = counts.add_phases(self.conn, self.keys, phase, phase)
         # (counted first: a stop keeps what the phase skipped, as PostgreSQL counts a conflict before the error)
         conflict = None if "conflict" not in needed else self.conn.execute(sql.SQL(
             """SELECT key, lsn, xid, vals::text FROM (
@@ -184,7 +174,7 @@ class StagedTable(BarrierStatements):
                WHERE lsn IS NOT NULL ORDER BY lsn LIMIT 1""").format(**q), (phase,)).fetchone()
         if conflict is not None:
             self._insert_exists(phase, conflict[0], conflict[1], conflict[2], conflict[3])
-        if self.conflict_log is not None and (missing_update or missing_delete):
+        if self.conflict_log is not None and skipped:
             log_keys(self.conn, self.conflict_log, self.target.table, self.keys, phase, self.target.key,
                      self.target.column_names)
         if self.tracks_origins and self.target.key:

@@ -135,17 +135,7 @@ def walk(table: StagedTable, start: int, last: int, counts: TableCounts) -> int:
         if stop > start and _walked(conn, function, start, stop - 1, barriers) != stop:
             raise RuntimeError(f"the walk of {table.target.table} did not reach phase {stop} again")
     if stop > start:
-        sums = conn.execute(sql.SQL(
-            """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
-                      coalesce(sum(CASE WHEN existed THEN p_missing_update ELSE a_missing_update END), 0),
-                      coalesce(sum(CASE WHEN existed THEN p_missing_delete ELSE a_missing_delete END), 0)
-               FROM {} WHERE phase >= %s AND phase < %s""").format(table.keys), (start, stop)).fetchone()
-        inserts, updates, deletes, missing_update, missing_delete = (int(v) for v in sums)
-        counts.insert += inserts
-        counts.update += updates - missing_update
-        counts.delete += deletes - missing_delete
-        counts.missing_update += missing_update
-        counts.missing_delete += missing_delete
+        counts.add_phases(conn, table.keys, start, stop - 1)
     return stop
 
 

@@ -48,6 +48,23 @@ class TableCounts:
     def changed(self) -> bool:
         return bool(self.insert or self.update or self.delete or self.truncate)
 
+    def add_phases(self, conn: psycopg.Connection, keys: sql.Composable, low: int, high: int) -> int:
+        """Add what phases ``low`` … ``high`` of a keys table did: its INSERTs, UPDATEs and DELETEs, the UPDATEs and
+        DELETEs that found no row counted as missing instead (each key as found: ``existed``); return how many
+        were missing (the skipped changes a conflict log records)."""
+        row = conn.execute(sql.SQL(
+            """SELECT coalesce(sum(n_insert), 0), coalesce(sum(n_update), 0), coalesce(sum(n_delete), 0),
+                      coalesce(sum(CASE WHEN existed THEN p_missing_update ELSE a_missing_update END), 0),
+                      coalesce(sum(CASE WHEN existed THEN p_missing_delete ELSE a_missing_delete END), 0)
+               FROM {} WHERE phase BETWEEN %s AND %s""").format(keys), (low, high)).fetchone()
+        inserts, updates, deletes, missing_update, missing_delete = (int(v) for v in row) if row else (0,) * 5
+        self.insert += inserts
+        self.update += updates - missing_update
+        self.delete += deletes - missing_delete
+        self.missing_update += missing_update
+        self.missing_delete += missing_delete
+        return missing_update + missing_delete
+
 
 class StagedStatements:
     """The SQL pieces of one target's statements, inside the caller's transaction."""
