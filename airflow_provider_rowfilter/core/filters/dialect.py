@@ -60,6 +60,43 @@ class RowFilterPostgres(Postgres):
 
     # sqlglot declares Dialect.Parser as a class variable, which mypy will not take as a base class.
     class Parser(Postgres.Parser):  # type: ignore[misc, valid-type]
+        FUNCTION_PARSERS = {**Postgres.Parser.FUNCTION_PARSERS, "XMLEXISTS": lambda self: self._parse_xmlexists()}
+
+        def _parse_xmlexists(self) -> exp.Expr:
+            """gram.y ``XMLEXISTS '(' c_expr xmlexists_argument ')'``: xmlexists_argument is ``PASSING
+            [xml_passing_mech] c_expr [xml_passing_mech]``, xml_passing_mech ``BY REF`` or ``BY VALUE`` (accepted and
+            ignored). The result is what gram.y builds, a call of the function ``xmlexists(text, xml)``
+            (``makeFuncCall(SystemFuncName("xmlexists"), list_make2($3, $4))``), so the rules judge it as any call."""
+            name = self._tokens[self._index - 2]
+            path = self._parse_c_expr()
+            if not self._match_text_seq("PASSING"):
+                self._syntax_error()
+            self._match_passing_mechanism()
+            document = self._parse_c_expr()
+            self._match_passing_mechanism()
+            if self._curr is None or self._curr.token_type != TokenType.R_PAREN:
+                self._syntax_error()
+            call = self.expression(exp.Anonymous(this="xmlexists", expressions=[path, document]))
+            return call.update_positions(name)
+
+        def _match_passing_mechanism(self) -> None:
+            if self._match_text_seq("BY") and not self._match_texts(("REF", "VALUE")):
+                self._syntax_error()
+
+        def _parse_c_expr(self) -> exp.Expr:
+            """gram.y's ``c_expr``: a column (with indirection), a constant, a call, ``( a_expr )``…, but no operator
+            and no ``::`` cast outside parentheses (both are a_expr rules): the token of one is the syntax error."""
+            start = self._index
+            node = self._parse_column()
+            if node is None:
+                self._syntax_error()
+            depth = 0
+            for tok in self._tokens[start:self._index]:
+                depth += (tok.token_type == TokenType.L_PAREN) - (tok.token_type == TokenType.R_PAREN)
+                if depth == 0 and tok.token_type == TokenType.DCOLON:
+                    raise_pg_syntax_error(self.sql, tok)
+            return node
+
         def _parse_create(self):
             if self._match_text_seq("PUBLICATION"):
                 return self._parse_create_publication()
