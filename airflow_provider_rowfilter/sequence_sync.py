@@ -29,6 +29,7 @@ from airflow_provider_rowfilter.connection import connect, one
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.sequences import OwnedSequence, owned_sequences
+from airflow_provider_rowfilter.subscriber import conflicts
 from airflow_provider_rowfilter.subscriber.sequences import SequenceSyncError, set_past
 from airflow_provider_rowfilter.subscriber.state import StateError, StateStore
 
@@ -135,6 +136,8 @@ def sync_sequences(spec: SubscriptionSpec, tables: Sequence[TableName] | None = 
         for entry in result.sequences:
             if entry.error:
                 log.error("%s.%s: %s", entry.table, entry.column, entry.error)
+        if not result.ok and not dry_run:  # one error of the run, however many sequences (pg_stat_subscription_stats)
+            conflicts.count_error(sub, spec.subscription, "sync_seq_error_count")
     return result
 
 
