@@ -17,6 +17,11 @@ A sequence that cannot be synchronized (the publisher's not readable by its role
 refusing ``setval``, a subscriber sequence whose column owns none on the publisher any more) is
 reported with its fix and the others are still synchronized; the result is then not ``ok``, and
 every entry point exits 1 (fails the task) after saying what was done.
+
+When one of the subscription's publications is ``FOR ALL SEQUENCES`` (PostgreSQL 19; in a publications file, for a
+publisher of any version), the list is what it publishes instead: every permanent sequence of the publisher's
+database, owned by a column or not, matched with the subscriber's sequence of the same name, as PostgreSQL 19's
+sequence synchronization lists and matches them (publisher/sequences.py). Its values are moved past, as above.
 """
 
 from __future__ import annotations
@@ -26,9 +31,18 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from airflow_provider_rowfilter.connection import connect, one
+from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.publisher.sequences import OwnedSequence, owned_sequences
+from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog
+from airflow_provider_rowfilter.publisher.sequences import (
+    OwnedSequence,
+    all_sequences_published,
+    named_sequences,
+    owned_sequences,
+    publishable_sequences,
+)
+from airflow_provider_rowfilter.subscriber import conflicts
 from airflow_provider_rowfilter.subscriber.sequences import SequenceSyncError, set_past
 from airflow_provider_rowfilter.subscriber.state import StateError, StateStore
 
@@ -38,6 +52,9 @@ log = logging.getLogger(__name__)
 SET, WOULD_SET, PAST, UNUSED, NO_SEQUENCE, UNREADABLE, FAILED, NO_SOURCE = (
     "set", "would set", "already past", "never used on the publisher", "no sequence owned on the subscriber",
     "not readable on the publisher", "failed", "no sequence owned on the publisher")
+#: A sequence a FOR ALL SEQUENCES publication publishes that the subscriber has none of (PostgreSQL 19 would not
+#: synchronize it either): said, not a failure.
+NO_NAMESAKE = "no sequence of that name on the subscriber"
 #: The actions that leave a subscriber sequence that needed moving where it was: the run fails (exit 1).
 PROBLEMS = (UNREADABLE, FAILED, NO_SOURCE)
 
@@ -62,6 +79,9 @@ class SequencesResult:
     subscription: str
     dry_run: bool
     sequences: list[SequenceSync] = field(default_factory=list)
+    #: the sequences a FOR ALL SEQUENCES publication publishes (PostgreSQL 19), when one of the subscription's is one;
+    #: None: the subscribed tables' own sequences, as before 19
+    published: list[str] | None = None
 
     @property
     def changed(self) -> int:
@@ -110,11 +130,21 @@ def sync_sequences(spec: SubscriptionSpec, tables: Sequence[TableName] | None = 
                                  table=str(unknown[0]), hint=f"its tables are {', '.join(map(str, known)) or 'none'}")
         chosen = list(dict.fromkeys(tables)) if tables is not None else known
         with connect(spec.publisher, "publisher", spec) as pub:
-            theirs = owned_sequences(pub, chosen)
+            published = None if tables is not None else _published_sequences(spec, pub)
+            if published is None:
+                theirs = owned_sequences(pub, chosen)
+            else:  # FOR ALL SEQUENCES: by name, as PostgreSQL 19's sequence synchronization lists and matches them
+                theirs = {(n, ""): seq for n, seq in named_sequences(pub, published).items()}
             role = one(pub.execute("SELECT quote_ident(current_user)"))[0]
-        ours = owned_sequences(sub, chosen)
+        if published is None:
+            ours = owned_sequences(sub, chosen)
+        else:
+            result.published = [str(n) for n in published]
+            ours = {(n, ""): seq for n, seq in named_sequences(sub, published).items()}
         for (table, column), source in theirs.items():
             entry = _plan(source, ours.get((table, column)), role)
+            if published is not None and entry.action == NO_SEQUENCE:
+                entry.action = NO_NAMESAKE
             if entry.action == WOULD_SET and not dry_run and entry.subscriber_sequence is not None \
                     and source.last_value is not None:
                 try:
@@ -126,7 +156,7 @@ def sync_sequences(spec: SubscriptionSpec, tables: Sequence[TableName] | None = 
             log.info("%s.%s: %s %s (publisher %s at %s)", table, column, entry.subscriber_sequence or "-",
                      entry.action, source.sequence, source.last_value)
         for (table, column), target in ours.items():
-            if (table, column) not in theirs:  # its publisher counterpart was dropped (or never existed)
+            if (table, column) not in theirs and published is None:  # its publisher counterpart was dropped
                 result.sequences.append(SequenceSync(
                     str(table), column, "-", None, target.sequence, target.next_value, target.next_value, NO_SOURCE,
                     f"the column owns {target.sequence} on the subscriber but no sequence on the publisher (dropped "
@@ -135,7 +165,21 @@ def sync_sequences(spec: SubscriptionSpec, tables: Sequence[TableName] | None = 
         for entry in result.sequences:
             if entry.error:
                 log.error("%s.%s: %s", entry.table, entry.column, entry.error)
+        if not result.ok and not dry_run:  # one error of the run, however many sequences (pg_stat_subscription_stats)
+            conflicts.count_error(sub, spec.subscription, "sync_seq_error_count")
     return result
+
+
+def _published_sequences(spec: SubscriptionSpec, pub) -> list[TableName] | None:
+    """What the subscription's publications publish of sequences, when one of them is ``FOR ALL SEQUENCES`` (a
+    publications file's, on a publisher of any version; the catalog's from PostgreSQL 19); None otherwise."""
+    ddl = spec.publications_sql()
+    if ddl is None:
+        return all_sequences_published(pub, spec.publication_names)
+    publications = publications_from_ddl(ddl, read_catalog(pub))
+    if not any(publications[n].all_sequences for n in spec.publication_names if n in publications):
+        return None
+    return publishable_sequences(pub)
 
 
 def _plan(source: OwnedSequence, target: OwnedSequence | None, role: str) -> SequenceSync:

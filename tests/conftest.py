@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
+from tests.pg_versions import pg16_bin_dir, pg17_bin_dir
 from tests.reaper import reaped
 from tests.roles import ROLES, PasswordRole
 from tests.s3_server import S3Server, s3_server
@@ -42,7 +43,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark tests by the expensive fixtures they use, so ``-m "not spark"`` gives a quick run."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if any(f in fixtures for f in ("local_pg", "fresh_db", "local_pg16", "fresh_db16")):
+        if any(f in fixtures for f in ("local_pg", "fresh_db", "local_pg16", "fresh_db16", "local_pg17", "fresh_db17")):
             item.add_marker(pytest.mark.postgres)
         if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
@@ -141,10 +142,7 @@ def local_pg16() -> Iterator[LocalPostgres]:
     """A PostgreSQL 16 cluster beside the run's 18 one, for the tests that hold us to a 16 publisher (and a 16
     native referee): the ``pgserver`` wheel's 16.2 server (pgoutput, walreceiver), started once, on first use
     (about 2 s). Its URLs carry their own password file, as the 18 cluster's do."""
-    import pgserver
-
-    bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
-    with LocalPostgres.start(bin_dir=bin_dir) as pg:
+    with LocalPostgres.start(bin_dir=pg16_bin_dir()) as pg:
         _timings[f"local PostgreSQL {pg.version_num}"] = pg.startup_seconds
         yield pg
 
@@ -152,18 +150,39 @@ def local_pg16() -> Iterator[LocalPostgres]:
 @pytest.fixture
 def fresh_db16(local_pg16: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
     """:func:`fresh_db` on the PostgreSQL 16 cluster."""
+    yield from _fresh_databases(local_pg16, "t16", request)
+
+
+@pytest.fixture(scope="session")
+def local_pg17() -> Iterator[LocalPostgres]:
+    """A PostgreSQL 17 cluster beside the run's 18 one (17.10, the first release with failover
+    slots, tests/pg_versions.py), for a 17 publisher and subscriber and their 17 native referee; started once, on first
+    use (about 1 s)."""
+    with LocalPostgres.start(bin_dir=pg17_bin_dir()) as pg:
+        assert pg.version_num // 10000 == 17, pg.version_num
+        _timings[f"local PostgreSQL {pg.version_num}"] = pg.startup_seconds
+        yield pg
+
+
+@pytest.fixture
+def fresh_db17(local_pg17: LocalPostgres, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """:func:`fresh_db` on the PostgreSQL 17 cluster."""
+    yield from _fresh_databases(local_pg17, "t17", request)
+
+
+def _fresh_databases(pg: LocalPostgres, prefix: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
     created: list[str] = []
 
     def make() -> str:
         stem = re.sub(r"[^a-z0-9_]+", "_", request.node.name.lower())[:40]
-        name = f"t16_{stem}_{next(_db_counter)}"
+        name = f"{prefix}_{stem}_{next(_db_counter)}"
         created.append(name)
-        return local_pg16.create_database(name)
+        return pg.create_database(name)
 
     yield make
     for name in reversed(created):
-        local_pg16.drop_database(name)
-    drop_origins(local_pg16)
+        pg.drop_database(name)
+    drop_origins(pg)
 
 
 @pytest.fixture(scope="session")

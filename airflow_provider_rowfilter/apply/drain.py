@@ -307,6 +307,7 @@ def _record_failure(spec: SubscriptionSpec, error: RowFilterError) -> None:
                 return
             store = StateStore(sub, spec.subscription)
             store.record_error(None, str(error))
+            conflicts.count_error(sub, spec.subscription, "apply_error_count")  # pg_stat_subscription_stats'
             if error.table:
                 store.record_error(TableName.parse(error.table), str(error))
             if isinstance(error, ConflictError) and relation_exists(sub, "conflict_stats"):

@@ -173,11 +173,15 @@ def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
         if not result.ok:
             raise result.error()  # said on stderr by main, exit 1
         return 0
-    if not result.sequences:
+    if result.published is not None:
+        say(f"subscription {spec.subscription}: its publications are FOR ALL SEQUENCES: {len(result.published)} "
+            "sequence" + ("" if len(result.published) == 1 else "s") + " published")
+    elif not result.sequences:
         say(f"subscription {spec.subscription}: no subscribed table owns a sequence on the publisher")
     for s in result.sequences:
         moved = f": next value {s.before} -> {s.after}" if s.action in ("set", "would set") else ""
-        say(f"  {s.table}.{s.column}: {s.subscriber_sequence or '-'} {s.action}{moved} (publisher's "
+        owner = f"{s.table}.{s.column}" if s.column else s.table  # a sequence no column owns: its own name
+        say(f"  {owner}: {s.subscriber_sequence or '-'} {s.action}{moved} (publisher's "
             f"{s.publisher_sequence} at {'-' if s.publisher_last_value is None else s.publisher_last_value})")
     say(f"subscription {spec.subscription}: {result.changed} sequence{'' if result.changed == 1 else 's'} set"
         + (" (dry run: nothing was set)" if args.dry_run else ""))

@@ -56,12 +56,22 @@ class Publication:
     actions: frozenset[PublishAction] = ALL_ACTIONS
     via_root: bool = False
     publish_generated_columns: str = "none"  # PostgreSQL 18: "none" or "stored"
+    #: PostgreSQL 19: ``FOR ALL TABLES EXCEPT (TABLE …)``: the tables (roots of partitioned ones, inheritance children
+    #: as listed) a FOR ALL TABLES publication leaves out (``pg_publication_rel.prexcept``)
+    except_tables: tuple[TableName, ...] = ()
+    #: PostgreSQL 19: ``FOR ALL SEQUENCES`` (``pg_publication.puballsequences``)
+    all_sequences: bool = False
 
     def table_entry(self, table: TableName) -> PublishedTable | None:
         for entry in self.tables:
             if entry.table == table:
                 return entry
         return None
+
+    def covers_all(self, rel_name: TableName, root: TableName | None = None) -> bool:
+        """FOR ALL TABLES publishes this table: not in the EXCEPT list, judged at the partition tree's top-most
+        table (``root``) for a partition (pg_publication.c ``is_table_publishable_in_publication``)."""
+        return self.all_tables and (root or rel_name) not in self.except_tables
 
     def publishes(self, action: PublishAction) -> bool:
         return action in self.actions

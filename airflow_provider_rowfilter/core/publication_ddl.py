@@ -3,6 +3,10 @@
 The statements are applied in order to an empty set of publications, checked against the
 publisher's catalog with PostgreSQL's own rules and error texts (publicationcmds.c,
 pg_publication.c), so a file that PostgreSQL 18 would reject is rejected here with the same words.
+PostgreSQL 19's forms are read too, whatever the publisher's version (the file defines the publications for us, not
+for the publisher): ``FOR ALL TABLES EXCEPT (TABLE …)``, ``FOR ALL SEQUENCES``, ``ALTER PUBLICATION … SET ALL
+TABLES [EXCEPT (…)], ALL SEQUENCES``, with 19's rules and texts (its publicationcmds.c ``CreatePublication``,
+``CheckAlterPublication``, ``AlterPublicationTables``; pg_publication.c ``check_publication_add_relation``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from airflow_provider_rowfilter.core.filters.dialect import (
     AlterPublication,
     CreatePublication,
     DropPublication,
+    PublicationExceptSpec,
     PublicationOption,
     PublicationSchemaSpec,
     PublicationTableSpec,
@@ -194,14 +199,9 @@ def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCata
     """Check one table of a publication as PostgreSQL does; return it with its validated row filter."""
     rel = catalog.relation(entry.table)
     if not publishable(rel):
-        why = {
-            RelKind.VIEW: "views", RelKind.MATERIALIZED_VIEW: "materialized views",
-            RelKind.FOREIGN: "foreign tables", RelKind.SEQUENCE: "sequences",
-        }.get(rel.relkind)
-        if why is None:
-            why = {"u": "unlogged tables", "t": "temporary tables"}.get(rel.persistence, "system tables")
         raise PublicationError(f'cannot add relation "{rel.name.name}" to publication',
-                               detail=f"This operation is not supported for {why}.", publication=pub.name)
+                               detail=f"This operation is not supported for {_not_publishable(rel)}.",
+                               publication=pub.name)
     if entry.row_filter is not None:
         if rel.is_partitioned and not pub.via_root:
             raise PublicationError(
@@ -245,6 +245,48 @@ def _check_table(entry: PublishedTable, pub: Publication, catalog: PublisherCata
     return entry
 
 
+def _not_publishable(rel) -> str:
+    """What kind of relation ``rel`` is that no publication may hold (errdetail_relkind_not_supported, and
+    check_publication_add_relation's persistence and system-table details)."""
+    why = {
+        RelKind.VIEW: "views", RelKind.MATERIALIZED_VIEW: "materialized views",
+        RelKind.FOREIGN: "foreign tables", RelKind.SEQUENCE: "sequences",
+    }.get(rel.relkind)
+    if why is None:
+        why = {"u": "unlogged tables", "t": "temporary tables"}.get(rel.persistence, "system tables")
+    return why
+
+
+def _except_tables(specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog) -> tuple[TableName, ...]:
+    """PostgreSQL 19's EXCEPT list: each table opened as OpenTableList opens it (``relation does not exist``; with its
+    inheritance children unless ONLY, a partitioned table without its partitions; duplicates dropped), then checked
+    as check_publication_add_relation checks an EXCEPT table: a partition is refused (only the root of a partition
+    tree may be excluded), as is what no publication may hold, each naming the table schema-qualified."""
+    names: list[TableName] = []
+    for spec in specs:
+        if not isinstance(spec, PublicationExceptSpec):
+            continue
+        table = spec.this
+        schema = identifier_name(table.args.get("db")) or None
+        name = identifier_name(table.this)
+        rel = catalog.resolve(schema, name)
+        if rel is None:
+            qualified = f"{schema}.{name}" if schema else name
+            raise PublicationError(f'relation "{qualified}" does not exist', publication=pub.name)
+        members = [rel.name] + ([] if spec.args.get("only") or rel.is_partitioned else list(rel.inheritance_children))
+        names += [m for m in members if m not in names]
+    for member in names:
+        rel = catalog.relation(member)
+        refused = f'cannot specify relation "{rel.name}" in the publication EXCEPT clause'
+        if rel.is_partition:
+            raise PublicationError(refused, detail="This operation is not supported for individual partitions.",
+                                   publication=pub.name, table=str(rel.name))
+        if not publishable(rel):
+            raise PublicationError(refused, detail=f"This operation is not supported for {_not_publishable(rel)}.",
+                                   publication=pub.name, table=str(rel.name))
+    return tuple(names)
+
+
 def _schemas(specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog) -> list[str]:
     names: list[str] = []
     for spec in specs:
@@ -261,10 +303,15 @@ def _schemas(specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog)
     return names
 
 
-def _all_tables_error(pub: Publication, schemas: bool) -> PublicationError:
-    what = ("Schemas cannot be added to or dropped from FOR ALL TABLES publications." if schemas
-            else "Tables cannot be added to or dropped from FOR ALL TABLES publications.")
-    return PublicationError(f'publication "{pub.name}" is defined as FOR ALL TABLES', detail=what,
+def _all_tables_error(pub: Publication, schemas: bool, catalog: PublisherCatalog) -> PublicationError:
+    """CheckAlterPublication: no table or schema is added to or dropped from a FOR ALL TABLES or (19) FOR ALL
+    SEQUENCES publication. PostgreSQL 19 says "Tables or sequences" where 18 says "Tables": the text of the
+    publisher's version, and 19's for what only 19 has (FOR ALL SEQUENCES)."""
+    kind = ", ".join(k for k, on in (("ALL TABLES", pub.all_tables), ("ALL SEQUENCES", pub.all_sequences)) if on)
+    objects = "Schemas" if schemas else (
+        "Tables" if catalog.server_version_num < 190000 and not pub.all_sequences else "Tables or sequences")
+    return PublicationError(f'publication "{pub.name}" is defined as FOR {kind}',
+                            detail=f"{objects} cannot be added to or dropped from FOR {kind} publications.",
                             publication=pub.name)
 
 
@@ -278,9 +325,13 @@ def _create(stmt: CreatePublication, pubs: PublicationSet, catalog: PublisherCat
     name = identifier_name(stmt.this)
     if name in pubs:
         raise PublicationError(f'publication "{name}" already exists', publication=name)
-    pub = Publication(name=name, all_tables=bool(stmt.args.get("all_tables")))
+    pub = Publication(name=name, all_tables=bool(stmt.args.get("all_tables")),
+                      all_sequences=bool(stmt.args.get("all_sequences")))
     pub = pub.with_changes(**_options(stmt.args.get("options") or [], pub))
     specs = stmt.args.get("objects") or []
+    if pub.all_tables or pub.all_sequences:  # PostgreSQL 19: FOR ALL TABLES [EXCEPT (…)], ALL SEQUENCES
+        pubs.publications[name] = pub.with_changes(except_tables=_except_tables(specs, pub, catalog))
+        return
     pub = pub.with_changes(schemas=tuple(_schemas(specs, pub, catalog)))
     pub = pub.with_changes(tables=tuple(_table_entries(specs, pub, catalog)))
     pubs.publications[name] = _check_publication(pub, catalog)
@@ -317,10 +368,13 @@ def _alter(stmt: AlterPublication, pubs: PublicationSet, catalog: PublisherCatal
         return
 
     specs = stmt.args.get("objects") or []
+    if action == "SET_ALL":
+        _alter_set_all(stmt, pub, pubs, catalog)
+        return
     has_tables = any(isinstance(s, PublicationTableSpec) for s in specs)
     has_schemas = any(isinstance(s, PublicationSchemaSpec) for s in specs)
-    if pub.all_tables and (has_tables or has_schemas):
-        raise _all_tables_error(pub, schemas=has_schemas and not has_tables)
+    if (pub.all_tables or pub.all_sequences) and (has_tables or has_schemas):
+        raise _all_tables_error(pub, schemas=has_schemas, catalog=catalog)
     if action == "DROP":
         _alter_drop(pub, specs, pubs, catalog)
         return
@@ -345,6 +399,23 @@ def _alter(stmt: AlterPublication, pubs: PublicationSet, catalog: PublisherCatal
         updated = pub.with_changes(schemas=tuple(schemas))
     checked = _check_publication(updated.with_changes(tables=tuple(entries)), catalog).tables
     pubs.publications[name] = updated.with_changes(tables=(pub.tables if action == "ADD" else ()) + checked)
+
+
+def _alter_set_all(stmt: AlterPublication, pub: Publication, pubs: PublicationSet, catalog: PublisherCatalog) -> None:
+    """PostgreSQL 19's ``SET ALL TABLES [EXCEPT (…)]`` / ``SET ALL SEQUENCES`` (CheckAlterPublication,
+    AlterPublicationTables, AlterPublicationAllFlags): only a publication without tables and schemas may be switched;
+    both flags become the statement's (``SET ALL SEQUENCES`` turns ALL TABLES off), and the EXCEPT list is replaced
+    (cleared without EXCEPT, or when ALL TABLES goes)."""
+    all_tables, all_sequences = bool(stmt.args.get("all_tables")), bool(stmt.args.get("all_sequences"))
+    if pub.tables or pub.schemas:
+        operations = "ALL TABLES" if all_tables else "ALL SEQUENCES"
+        raise PublicationError(
+            f'publication "{pub.name}" does not support {operations} operations',
+            detail="This operation requires the publication to be defined as FOR ALL TABLES/SEQUENCES or to be empty.",
+            publication=pub.name)
+    excepted = _except_tables(stmt.args.get("objects") or [], pub, catalog) if all_tables else ()
+    pubs.publications[pub.name] = pub.with_changes(all_tables=all_tables, all_sequences=all_sequences,
+                                                   except_tables=excepted)
 
 
 def _alter_drop(pub: Publication, specs: list[exp.Expr], pubs: PublicationSet, catalog: PublisherCatalog) -> None:

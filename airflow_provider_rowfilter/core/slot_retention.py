@@ -48,6 +48,8 @@ class Retention:
     max_keep: int | None = None
     wal_rate: float | None = None
     wal_rate_since: dt.datetime | None = None
+    #: the publisher's ``server_version_num`` (what a fix naming ``wal_level`` says depends on it); 0: unknown
+    server_version: int = 0
 
     def as_dict(self) -> dict:
         return {"idle_replication_slot_timeout_seconds": self.idle_timeout,
@@ -137,15 +139,41 @@ CAUSES = {
                  "on the standby, set hot_standby_feedback = on and primary_slot_name; keep wal_level = logical on "
                  "the primary"),
 }
+#: What PostgreSQL 19 says otherwise: logical decoding is on while wal_level = logical, or while a logical slot
+#: exists under wal_level = replica (:data:`LOGICAL_ON_DEMAND_VERSION`); slot.c's DETAIL for the invalidation says so.
+CAUSES_SINCE_19 = {
+    "wal_level_insufficient": (
+        "logical decoding was turned off on the primary (its effective_wal_level fell below logical: wal_level was "
+        "lowered, or its last logical slot was dropped under wal_level = replica)",
+        "keep a logical slot on the primary under wal_level = replica (PostgreSQL 19 turns logical decoding off "
+        "when the last one is dropped), or set wal_level = logical there (a restart)"),
+}
 
 
 def invalidation(reason: str, retention: Retention | None = None,
                  inactive_since: dt.datetime | None = None) -> tuple[str, str]:
     """(what happened, its fix) for an ``invalidation_reason`` of ``pg_replication_slots``."""
     retention = retention or Retention()
-    cause, fix = CAUSES.get(reason, (f"invalidation_reason {reason}", "see PostgreSQL's documentation of "
+    causes = {**CAUSES, **CAUSES_SINCE_19} if retention.server_version >= LOGICAL_ON_DEMAND_VERSION else CAUSES
+    cause, fix = causes.get(reason, (f"invalidation_reason {reason}", "see PostgreSQL's documentation of "
                                      "pg_replication_slots.invalidation_reason"))
     return cause.format(
         keep="" if retention.max_keep is None else f" ({size(retention.max_keep)})",
         idle="" if retention.idle_timeout is None else f" ({duration(retention.idle_timeout)})",
         since="" if inactive_since is None else f"; inactive since {inactive_since.isoformat()}"), fix
+
+
+#: From PostgreSQL 19, logical decoding is switched on when the first logical slot is made under ``wal_level =
+#: replica`` and off when the last one is dropped (src/backend/replication/logical/logicalctl.c; the read-only
+#: ``effective_wal_level`` reports what is in effect): no restart, and ``replica`` suffices.
+LOGICAL_ON_DEMAND_VERSION = 190000
+
+
+def wal_level_needed(server_version: int) -> str:
+    """What a publisher of ``server_version`` (``server_version_num``) needs of ``wal_level`` for a logical slot, as
+    a fix says it: ``logical`` and a restart before PostgreSQL 19; ``replica`` or ``logical`` from 19, where making
+    the slot switches logical decoding on."""
+    if server_version >= LOGICAL_ON_DEMAND_VERSION:
+        return ("wal_level = replica or logical (PostgreSQL 19 switches logical decoding on, without a restart, when "
+                "the first logical slot is made under replica: effective_wal_level shows it)")
+    return "wal_level = logical (a restart)"

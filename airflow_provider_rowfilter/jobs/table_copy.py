@@ -37,7 +37,7 @@ from airflow_provider_rowfilter.publisher.copy_source import (
 )
 from airflow_provider_rowfilter.publisher.definitions import Definitions
 from airflow_provider_rowfilter.publisher.failover import confirmed_timeline
-from airflow_provider_rowfilter.subscriber import replication_origin
+from airflow_provider_rowfilter.subscriber import conflicts, replication_origin
 from airflow_provider_rowfilter.subscriber.copy_progress import DEFAULT_INTERVAL, copy_done, copy_failed, copy_progress
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,
@@ -191,6 +191,7 @@ class CopyJob:
                 _drop_staging_quietly(sub, started[0])
             if started or not self.resync:  # a resync that did not start leaves the table as it was
                 self.store.record_error(table, message)
+                conflicts.count_error(sub, self.store.subscription, "sync_table_error_count")
             (now,) = self.store.tables([table])
             return TableCopy(str(table), now.state.value, error=message)
 

@@ -38,7 +38,7 @@ from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublishAction
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation
+from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation, wal_level_needed
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.slot_health import WAL_NOW, SlotHealth, read_slot
 
@@ -122,8 +122,9 @@ def ensure_slot(conn: psycopg.Connection, slot: str, failover: bool = False) -> 
     except psycopg.Error as e:
         raise CaptureError(f'cannot create logical replication slot "{slot}": {e.diag.message_primary}',
                            detail=e.diag.message_detail,
-                           hint=e.diag.message_hint or "the publisher needs wal_level=logical (a standby: on its "
-                           "primary), a free max_replication_slots entry, and a role with REPLICATION") from e
+                           hint=e.diag.message_hint or f"the publisher needs {wal_level_needed(conn.info.server_version)}"
+                           " (a standby: on its primary), a free max_replication_slots entry, and a role with "
+                           "REPLICATION") from e
     return True
 
 

@@ -153,7 +153,8 @@ def _functions(cur: psycopg.Cursor) -> FunctionCatalog:
 
 
 _PUBLICATIONS = """
-SELECT p.pubname, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, {viaroot}, {gencols}
+SELECT p.pubname, p.puballtables, p.pubinsert, p.pubupdate, p.pubdelete, p.pubtruncate, {viaroot}, {gencols},
+       {allseqs}
 FROM pg_publication p ORDER BY p.pubname
 """
 _PUBLICATION_RELS_15 = """
@@ -181,12 +182,13 @@ def read_publications(conn: psycopg.Connection) -> PublicationSet:
     with conn.cursor() as cur:
         viaroot = "p.pubviaroot" if version >= 130000 else "false"
         gencols = "p.pubgencols::text" if version >= 180000 else "'n'"
-        for name, alltables, ins, upd, dele, trunc, via, gen in cur.execute(
-                _PUBLICATIONS.format(viaroot=viaroot, gencols=gencols)):
+        allseqs = "p.puballsequences" if version >= 190000 else "false"  # PostgreSQL 19: FOR ALL SEQUENCES
+        for name, alltables, ins, upd, dele, trunc, via, gen, seqs in cur.execute(
+                _PUBLICATIONS.format(viaroot=viaroot, gencols=gencols, allseqs=allseqs)):
             actions = {a for a, on in ((PublishAction.INSERT, ins), (PublishAction.UPDATE, upd),
                                        (PublishAction.DELETE, dele), (PublishAction.TRUNCATE, trunc)) if on}
             result.publications[name] = Publication(name=name, all_tables=alltables, actions=frozenset(actions),
-                                                    via_root=via,
+                                                    via_root=via, all_sequences=seqs,
                                                     publish_generated_columns="stored" if gen == "s" else "none")
         tables: dict[str, list[PublishedTable]] = {}
         rels_query = _PUBLICATION_RELS_15 if version >= 150000 else _PUBLICATION_RELS_OLD

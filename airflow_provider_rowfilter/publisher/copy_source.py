@@ -37,6 +37,7 @@ from psycopg.pq import ExecStatus
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.slot_retention import wal_level_needed
 from airflow_provider_rowfilter.identifiers import table_sql
 
 if TYPE_CHECKING:  # the executors import this module too; they need no filter parser (sqlglot)
@@ -336,8 +337,9 @@ def exported_snapshot(conn: psycopg.Connection) -> Iterator[ExportedSnapshot]:
         except psycopg.Error as e:
             raise CopySourceError(
                 f"cannot create the temporary slot that gives the copy its snapshot: {e.diag.message_primary or e}",
-                hint="the publisher role needs REPLICATION (as for the subscription's own slot), "
-                "wal_level=logical, and a free max_replication_slots / max_wal_senders entry during the copy") from e
+                hint="the publisher role needs REPLICATION (as for the subscription's own slot), the publisher "
+                f"{wal_level_needed(conn.info.server_version)}, and a free max_replication_slots / max_wal_senders "
+                "entry during the copy") from e
         yield ExportedSnapshot(snapshot_id, lsn, name)
     finally:
         conn.close()

@@ -112,4 +112,5 @@ def read_retention(conn: psycopg.Connection) -> Retention:
         if seconds and seconds >= 60:  # a rate over less than a minute says little
             rate = float(wal_bytes) / seconds
     return Retention(idle_timeout=float(idle) if idle > 0 else None,
-                     max_keep=keep * 1024 * 1024 if keep >= 0 else None, wal_rate=rate, wal_rate_since=since)
+                     max_keep=keep * 1024 * 1024 if keep >= 0 else None, wal_rate=rate, wal_rate_since=since,
+                     server_version=conn.info.server_version)

@@ -11,8 +11,10 @@ So here: a conflict the batch goes on from is counted in the batch's own transac
 subscriber/apply_target.py's caller), an error in a transaction of its own after the batch rolled back
 (apply/drain.py), once per attempt.
 
-``rowfilter.subscription_stats`` reads like ``pg_stat_subscription_stats`` (its ``confl_*`` columns and
-``stats_reset``, one row per subscription); ``rowfilter.conflict_stats`` holds the same counts per table;
+``rowfilter.subscription_stats`` reads like ``pg_stat_subscription_stats`` (its error counts under PostgreSQL 19's
+names, :data:`ERROR_COUNTS`, its ``confl_*`` columns and ``stats_reset``, one row per subscription; and
+``sync_error_count``, 18's name of ``sync_table_error_count``, kept for one release); ``rowfilter.conflict_stats``
+holds the same conflict counts per table;
 ``rowfilter.reset_subscription_stats(name)`` is ``pg_stat_reset_subscription_stats`` (NULL: every one).
 """
 
@@ -173,6 +175,25 @@ def _stopped(conn: psycopg.Connection, subscription: str, table: TableName,
         "AND table_name = %s" + ("" if start_lsn is None else " AND start_lsn = %s"),
         (subscription, table.schema, table.name, *(() if start_lsn is None else (start_lsn,)))).fetchone()
     return {} if row is None else {t: int(n) for t, n in row[0].items()}
+
+
+#: pg_stat_subscription_stats' error counts (PostgreSQL 19's names; migration 11): which worker's error each counts.
+ERROR_COUNTS = ("apply_error_count", "sync_seq_error_count", "sync_table_error_count")
+
+
+def count_error(conn: psycopg.Connection, subscription: str, column: str) -> None:
+    """One more error of the apply, a table's copy or the sequence synchronization (``column``, one of
+    :data:`ERROR_COUNTS`), committed at once: as the worker's error in PostgreSQL (pgstat_report_subscription_error),
+    it is counted however the run that met it ends. A subscriber whose schema predates the counts is left as it is."""
+    if column not in ERROR_COUNTS:
+        raise ValueError(f"not an error count of pg_stat_subscription_stats: {column}")
+    if conn.execute("SELECT to_regclass('rowfilter.error_stats') IS NULL").fetchone()[0]:
+        return
+    with conn.transaction():
+        conn.execute(sql.SQL(
+            """INSERT INTO rowfilter.error_stats (subscription, {c}) SELECT name, 1 FROM rowfilter.subscription
+               WHERE name = %s ON CONFLICT (subscription) DO UPDATE SET {c} = error_stats.{c} + 1""").format(
+            c=sql.Identifier(column)), (subscription,))
 
 
 def reset(conn: psycopg.Connection, subscription: str | None) -> None:

@@ -250,6 +250,51 @@ MIGRATIONS: list[tuple[int, str]] = [
             ON CONFLICT (subscription) DO UPDATE SET stats_reset = EXCLUDED.stats_reset;
         $$;
     """),
+    # pg_stat_subscription_stats' error counts, with PostgreSQL 19's names (its release notes: sync_error_count
+    # renamed sync_table_error_count, sync_seq_error_count added): an apply run that failed (apply/drain.py), a table's
+    # copy that failed (jobs/table_copy.py), a sync-sequences run that could not move every sequence
+    # (sequence_sync.py). sync_error_count, PostgreSQL 18's name of sync_table_error_count, stays as a column of the
+    # view (the same value) for one release (docs/operations.md). The view is made anew for the columns' order,
+    # PostgreSQL 19's; a reset sets these back to zero too.
+    (11, """
+    CREATE TABLE rowfilter.error_stats (
+        subscription            text PRIMARY KEY REFERENCES rowfilter.subscription (name) ON DELETE CASCADE,
+        apply_error_count       bigint NOT NULL DEFAULT 0,
+        sync_seq_error_count    bigint NOT NULL DEFAULT 0,
+        sync_table_error_count  bigint NOT NULL DEFAULT 0
+    );
+    DROP VIEW rowfilter.subscription_stats;
+    CREATE VIEW rowfilter.subscription_stats AS
+        SELECT s.name AS subname,
+               coalesce(e.apply_error_count, 0)::bigint AS apply_error_count,
+               coalesce(e.sync_seq_error_count, 0)::bigint AS sync_seq_error_count,
+               coalesce(e.sync_table_error_count, 0)::bigint AS sync_table_error_count,
+               coalesce(sum(c.confl_insert_exists), 0)::bigint AS confl_insert_exists,
+               coalesce(sum(c.confl_update_origin_differs), 0)::bigint AS confl_update_origin_differs,
+               coalesce(sum(c.confl_update_exists), 0)::bigint AS confl_update_exists,
+               coalesce(sum(c.confl_update_missing), 0)::bigint AS confl_update_missing,
+               coalesce(sum(c.confl_delete_origin_differs), 0)::bigint AS confl_delete_origin_differs,
+               coalesce(sum(c.confl_delete_missing), 0)::bigint AS confl_delete_missing,
+               coalesce(sum(c.confl_multiple_unique_conflicts), 0)::bigint AS confl_multiple_unique_conflicts,
+               r.stats_reset,
+               coalesce(e.sync_table_error_count, 0)::bigint AS sync_error_count
+        FROM rowfilter.subscription s
+        LEFT JOIN rowfilter.conflict_stats c ON c.subscription = s.name
+        LEFT JOIN rowfilter.conflict_stats_reset r ON r.subscription = s.name
+        LEFT JOIN rowfilter.error_stats e ON e.subscription = s.name
+        GROUP BY s.name, r.stats_reset, e.apply_error_count, e.sync_seq_error_count, e.sync_table_error_count;
+    COMMENT ON COLUMN rowfilter.subscription_stats.sync_error_count IS
+        'PostgreSQL 18''s name of sync_table_error_count, kept for one release';
+    CREATE OR REPLACE FUNCTION rowfilter.reset_subscription_stats(subname text DEFAULT NULL) RETURNS void
+        LANGUAGE sql VOLATILE AS $$
+        DELETE FROM rowfilter.conflict_stats WHERE subname IS NULL OR subscription = subname;
+        DELETE FROM rowfilter.conflict_stopped WHERE subname IS NULL OR subscription = subname;
+        DELETE FROM rowfilter.error_stats WHERE subname IS NULL OR subscription = subname;
+        INSERT INTO rowfilter.conflict_stats_reset (subscription, stats_reset)
+            SELECT name, now() FROM rowfilter.subscription WHERE subname IS NULL OR name = subname
+            ON CONFLICT (subscription) DO UPDATE SET stats_reset = EXCLUDED.stats_reset;
+        $$;
+    """),
 ]
 #: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.
 STAGE_MIGRATED = "68882da0365c2814"

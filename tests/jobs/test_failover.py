@@ -1,6 +1,12 @@
-"""Failover (issue 30): a real PostgreSQL 18 primary and physical standby, the primary killed with SIGKILL.
+"""Failover (issue 30): a real PostgreSQL primary and physical standby, the primary killed with SIGKILL.
 
-The pair (tests/jobs/ha_pair.py) is built once for the module; each test creates its own publisher
+On PostgreSQL 17, the first release with failover slots (the reference's failover procedure is written for it), and
+on 18: what differs between them (readiness reads a synchronized slot's invalidation from ``conflicting`` on 17 and
+from ``invalidation_reason`` on 18: publisher/readiness.py) is run on both, the readiness, the promotion between
+runs, the unsynchronized standby, the capture from a standby and the failover switch; the kill points and the
+other promotions are shared out between them, each killed mode on each version (:data:`KILLS`).
+
+A pair (tests/jobs/ha_pair.py) is built once per version for the module; each test creates its own publisher
 database on the current primary, a subscription of ours (``filtering: source``, the publisher's
 pgoutput judging; ``spark``, the apply judging; or both) and a native subscription made with
 ``failover = true`` as the referee, all reaching the publisher through one libpq URL of both servers
@@ -66,14 +72,23 @@ ORDERS, ITEMS = TableName("public", "orders"), TableName("public", "items")
 _names = itertools.count(1)
 
 
+VERSIONS = (17, 18)
+
+
+def on(*versions: int):
+    """Run the test on a pair of each of ``versions`` (the ``pair`` fixture's parameter)."""
+    return pytest.mark.parametrize("pair", versions, indirect=True, ids=[f"pg{v}" for v in versions])
+
+
 @pytest.fixture(scope="module")
-def pair(local_pg):
-    """The primary and standby of the module; the shared cluster retries a native subscription's lost
-    connection after 200 ms instead of 5 s (wal_retrieve_retry_interval), for the referee."""
+def pair(local_pg, request):
+    """The primary and standby of the module, of PostgreSQL ``request.param`` (17 or 18; a test says which with
+    :func:`on`); the shared cluster retries a native subscription's lost connection after 200 ms instead of 5 s
+    (wal_retrieve_retry_interval), for the referee."""
     execute(local_pg.dsn(), "ALTER SYSTEM SET wal_retrieve_retry_interval = '200ms'", "SELECT pg_reload_conf()")
     began = time.monotonic()
-    built = HaPair()
-    print(f"\nprimary and standby built in {time.monotonic() - began:.1f} s")
+    built = HaPair(request.param)
+    print(f"\nPostgreSQL {request.param} primary and standby built in {time.monotonic() - began:.1f} s")
     yield built
     built.stop()
     execute(local_pg.dsn(), "ALTER SYSTEM RESET wal_retrieve_retry_interval", "SELECT pg_reload_conf()")
@@ -190,12 +205,15 @@ def killing_at(monkeypatch, point: str, kill) -> list[str]:
     return fired
 
 
-#: Where the primary dies, and whose run reaches that point: each of our two modes is killed mid-run at some.
-KILLS = [("capture-mid-read", "source"), ("capture-after-segment", "spark"), ("apply-after-stage", "source"),
-         ("apply-mid-transaction", "spark"), ("apply-after-commit", "source")]
+#: Where the primary dies, whose run reaches that point, and on which version: each of our two modes is killed
+#: mid-run at some, and each version sees a kill in a capture and in an apply, of both modes.
+KILLS = [("capture-mid-read", "source", 17), ("capture-after-segment", "spark", 18),
+         ("apply-after-stage", "source", 18), ("apply-mid-transaction", "spark", 17),
+         ("apply-after-commit", "source", 17)]
 
 
-@pytest.mark.parametrize(("point", "modes"), [(p, (m,)) for p, m in KILLS], ids=[f"{p}-{m}" for p, m in KILLS])
+@pytest.mark.parametrize(("point", "modes", "pair"), [(p, (m,), v) for p, m, v in KILLS], indirect=["pair"],
+                         ids=[f"{p}-{m}-pg{v}" for p, m, v in KILLS])
 def test_primary_killed_during_a_run_then_it_goes_on_from_the_promoted_standby(scene, monkeypatch, point, modes):
     (killed,) = modes
     scene.wait_ready()
@@ -221,6 +239,7 @@ def test_primary_killed_during_a_run_then_it_goes_on_from_the_promoted_standby(s
     scene.assert_same()
 
 
+@on(*VERSIONS)
 def test_primary_killed_between_runs(scene):
     scene.wait_ready()
     scene.workload.run(scene.publisher(), 60)  # waiting in the slots when the primary dies
@@ -232,6 +251,7 @@ def test_primary_killed_between_runs(scene):
     scene.assert_same()
 
 
+@on(18)
 @pytest.mark.parametrize("modes", [("source",)])
 def test_primary_killed_at_a_random_moment_of_a_run_beside_a_writing_workload(scene, modes):
     scene.wait_ready()
@@ -267,6 +287,7 @@ def test_primary_killed_at_a_random_moment_of_a_run_beside_a_writing_workload(sc
     scene.assert_same()
 
 
+@on(17)
 @pytest.mark.parametrize("modes", [("source",)])
 def test_promotion_while_tables_are_in_d_and_f(scene, monkeypatch, modes):
     """``f``: copied from the old primary, its position on the standby's history (readiness waited for the replay);
@@ -297,6 +318,7 @@ def test_promotion_while_tables_are_in_d_and_f(scene, monkeypatch, modes):
     scene.assert_same()
 
 
+@on(*VERSIONS)
 def test_a_standby_whose_slot_is_not_synced_is_refused_clearly_and_nothing_is_lost(pair, fresh_db, tmp_path, spark,
                                                                                    capsys):
     db = f"pub_failover_{next(_names)}"
@@ -348,6 +370,7 @@ def test_a_standby_whose_slot_is_not_synced_is_refused_clearly_and_nothing_is_lo
     pair.drop_slots(db)
 
 
+@on(17)
 def test_what_the_standby_never_received_is_refused_and_table_positions_are_repaired_in_place(pair, fresh_db,
                                                                                              tmp_path, spark,
                                                                                              monkeypatch):
@@ -431,6 +454,7 @@ def test_what_the_standby_never_received_is_refused_and_table_positions_are_repa
     pair.drop_slots(db)
 
 
+@on(*VERSIONS)
 def test_capture_from_a_standby_keeps_the_primary_free_of_our_objects(pair, fresh_db, tmp_path, spark):
     db = f"pub_standby_{next(_names)}"
     create_publisher(pair, db)
@@ -472,6 +496,7 @@ def test_capture_from_a_standby_keeps_the_primary_free_of_our_objects(pair, fres
     pair.drop_slots(db)
 
 
+@on(*VERSIONS)
 def test_refresh_switches_an_existing_slot_to_failover_and_readiness_names_what_is_missing(pair, fresh_db, tmp_path,
                                                                                             capsys):
     db = f"pub_switch_{next(_names)}"

@@ -12,16 +12,12 @@ there is none), started for this module only (about 2 s).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.databases import Databases, names, run_ours
-
-PG15_BIN_DIR_ENV = "ROWFILTER_PG15_BIN_DIR"
+from tests.pg_versions import pg15_bin_dir
 
 TABLES = """
 CREATE TABLE parent(a int, b text) PARTITION BY RANGE (a);
@@ -38,10 +34,7 @@ CREATE PUBLICATION pleaf FOR TABLE child_low;
 
 @pytest.fixture(scope="module")
 def local_pg15():
-    bin_dir = Path(os.environ.get(PG15_BIN_DIR_ENV, "/usr/lib/postgresql/15/bin"))
-    if not (bin_dir / "postgres").exists():
-        pytest.skip(f"no PostgreSQL 15 server in {bin_dir} (set ${PG15_BIN_DIR_ENV})")
-    with LocalPostgres.start(bin_dir=bin_dir) as pg:
+    with LocalPostgres.start(bin_dir=pg15_bin_dir()) as pg:
         assert pg.version_num // 10000 == 15
         yield pg
 

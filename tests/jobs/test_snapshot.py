@@ -105,6 +105,13 @@ def test_resync_empties_the_table_and_copies_it_again(setup, spark, capsys):
     assert table_rows(spec.subscriber, "t1") == published(spec, "t1")
 
 
+def error_counts(spec) -> tuple[int, int, int, int]:
+    """rowfilter.subscription_stats' apply, sequence-sync and table-sync error counts, and sync_error_count."""
+    with psycopg.connect(spec.subscriber) as conn:
+        return conn.execute("SELECT apply_error_count, sync_seq_error_count, sync_table_error_count, sync_error_count "
+                            "FROM rowfilter.subscription_stats WHERE subname = %s", (spec.subscription,)).fetchone()
+
+
 def test_a_failed_copy_stays_in_d_and_a_rerun_copies_again(setup, spark):
     spec, _ = setup
     # One published row breaks the target's constraint: its partition's COPY fails on the subscriber.
@@ -117,6 +124,7 @@ def test_a_failed_copy_stays_in_d_and_a_rerun_copies_again(setup, spark):
     rel = state(spec, "t1")
     assert rel.state is SyncState.DATA_COPY and 't1_v_check' in rel.last_error
     assert "t1_v_check" in str(result.error()) and "run the snapshot again" in str(result.error())
+    assert error_counts(spec) == (0, 0, 1, 1)  # a table sync error (PostgreSQL 19's name, and 18's for one release)
 
     execute(spec.subscriber, "ALTER TABLE t1 DROP CONSTRAINT t1_v_check")
     result = sync_tables(spec, spark=spark, options=SPLIT)

@@ -131,6 +131,11 @@ def test_a_sequence_that_cannot_be_synchronized_fails_the_run_naming_it_after_th
         result = json.loads(capsys.readouterr().out)
         assert not result["ok"] and {s["table"]: s["action"] for s in result["sequences"] if s["error"]} == {
             "public.ident_t": "not readable on the publisher", "public.plain_t": "no sequence owned on the publisher"}
+        # Two runs that failed: two errors of the sequence synchronization (pg_stat_subscription_stats, PostgreSQL 19).
+        assert cli.main(["sync-sequences", "--spec", str(path), "--dry-run"]) == 1  # a dry run counts none
+        with psycopg.connect(sub, autocommit=True) as conn:
+            assert conn.execute("SELECT sync_seq_error_count, sync_table_error_count, apply_error_count FROM "
+                                "rowfilter.subscription_stats WHERE subname = %s", (name,)).fetchone() == (2, 0, 0)
     finally:
         with psycopg.connect(pub, autocommit=True) as conn:
             conn.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")

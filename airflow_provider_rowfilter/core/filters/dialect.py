@@ -41,14 +41,25 @@ class PublicationOption(exp.Expression):
     arg_types = {"this": True, "value": False}
 
 
+class PublicationExceptSpec(exp.Expression):
+    """One table of ``ALL TABLES EXCEPT (TABLE …)`` (PostgreSQL 19): gram.y's ``relation_expr``, ``[ONLY] name [*]``."""
+
+    arg_types = {"this": True, "only": False}
+
+
 class CreatePublication(exp.Expression):
-    arg_types = {"this": True, "all_tables": False, "objects": False, "options": False}
+    """``all_tables``/``all_sequences``: ``FOR ALL TABLES [EXCEPT (…)]``, ``FOR ALL SEQUENCES`` (19), in ``objects``
+    the EXCEPT list's :class:`PublicationExceptSpec`; otherwise ``objects`` is the pub_obj_list."""
+
+    arg_types = {"this": True, "all_tables": False, "all_sequences": False, "objects": False, "options": False}
 
 
 class AlterPublication(exp.Expression):
-    """``action`` is ADD, SET, DROP (objects), SET_OPTIONS, RENAME or OWNER."""
+    """``action`` is ADD, SET, DROP (objects), SET_ALL (``SET ALL TABLES [EXCEPT (…)], ALL SEQUENCES``: 19),
+    SET_OPTIONS, RENAME or OWNER."""
 
-    arg_types = {"this": True, "action": True, "objects": False, "options": False, "new_name": False}
+    arg_types = {"this": True, "action": True, "objects": False, "options": False, "new_name": False,
+                 "all_tables": False, "all_sequences": False}
 
 
 class DropPublication(exp.Expression):
@@ -60,6 +71,43 @@ class RowFilterPostgres(Postgres):
 
     # sqlglot declares Dialect.Parser as a class variable, which mypy will not take as a base class.
     class Parser(Postgres.Parser):  # type: ignore[misc, valid-type]
+        FUNCTION_PARSERS = {**Postgres.Parser.FUNCTION_PARSERS, "XMLEXISTS": lambda self: self._parse_xmlexists()}
+
+        def _parse_xmlexists(self) -> exp.Expr:
+            """gram.y ``XMLEXISTS '(' c_expr xmlexists_argument ')'``: xmlexists_argument is ``PASSING
+            [xml_passing_mech] c_expr [xml_passing_mech]``, xml_passing_mech ``BY REF`` or ``BY VALUE`` (accepted and
+            ignored). The result is what gram.y builds, a call of the function ``xmlexists(text, xml)``
+            (``makeFuncCall(SystemFuncName("xmlexists"), list_make2($3, $4))``), so the rules judge it as any call."""
+            name = self._tokens[self._index - 2]
+            path = self._parse_c_expr()
+            if not self._match_text_seq("PASSING"):
+                self._syntax_error()
+            self._match_passing_mechanism()
+            document = self._parse_c_expr()
+            self._match_passing_mechanism()
+            if self._curr is None or self._curr.token_type != TokenType.R_PAREN:
+                self._syntax_error()
+            call = self.expression(exp.Anonymous(this="xmlexists", expressions=[path, document]))
+            return call.update_positions(name)
+
+        def _match_passing_mechanism(self) -> None:
+            if self._match_text_seq("BY") and not self._match_texts(("REF", "VALUE")):
+                self._syntax_error()
+
+        def _parse_c_expr(self) -> exp.Expr:
+            """gram.y's ``c_expr``: a column (with indirection), a constant, a call, ``( a_expr )``…, but no operator
+            and no ``::`` cast outside parentheses (both are a_expr rules): the token of one is the syntax error."""
+            start = self._index
+            node = self._parse_column()
+            if node is None:
+                self._syntax_error()
+            depth = 0
+            for tok in self._tokens[start:self._index]:
+                depth += (tok.token_type == TokenType.L_PAREN) - (tok.token_type == TokenType.R_PAREN)
+                if depth == 0 and tok.token_type == TokenType.DCOLON:
+                    raise_pg_syntax_error(self.sql, tok)
+            return node
+
         def _parse_create(self):
             if self._match_text_seq("PUBLICATION"):
                 return self._parse_create_publication()
@@ -84,18 +132,65 @@ class RowFilterPostgres(Postgres):
         def _parse_create_publication(self) -> CreatePublication:
             name = self._parse_id_var(any_token=False)
             self._publication = name.name if name is not None else None
-            all_tables = False
+            all_tables = all_sequences = False
             objects: list[exp.Expr] = []
             if self._match(TokenType.FOR):
-                if self._match_text_seq("ALL", "TABLES"):
-                    all_tables = True
+                if self._curr is not None and self._curr.token_type == TokenType.ALL:
+                    all_tables, all_sequences, objects = self._parse_publication_all_objects()
                 else:
                     objects = self._parse_publication_objects()
             options = self._parse_publication_options() if self._match(TokenType.WITH) else []
             self._expect_statement_end()
-            return self.expression(
-                CreatePublication(this=name, all_tables=all_tables, objects=objects, options=options)
-            )
+            return self.expression(CreatePublication(this=name, all_tables=all_tables, all_sequences=all_sequences,
+                                                     objects=objects, options=options))
+
+        def _parse_publication_all_objects(self) -> tuple[bool, bool, list[exp.Expr]]:
+            """gram.y (PostgreSQL 19) ``pub_all_obj_type_list``: ``ALL TABLES [EXCEPT ( TABLE relation_expr [, [TABLE]
+            relation_expr …] )]`` and ``ALL SEQUENCES``, separated by commas, each at most once
+            (``preprocess_pub_all_objtype_list``); returns (all tables, all sequences, the EXCEPT list)."""
+            seen: dict[str, bool] = {"TABLES": False, "SEQUENCES": False}
+            excepted: list[exp.Expr] = []
+            while True:
+                word = self._curr
+                if not self._match(TokenType.ALL):
+                    self._syntax_error()
+                kind = self._curr.text.upper() if self._curr is not None else ""
+                if kind not in seen:
+                    self._syntax_error()
+                self._advance()
+                if seen[kind]:
+                    raise PublicationError("invalid publication object list", source=self.sql,
+                                           detail=f"ALL {kind} can be specified only once.",
+                                           position=word.start + 1)
+                seen[kind] = True
+                if kind == "TABLES" and self._match(TokenType.EXCEPT):
+                    excepted = self._parse_publication_except_list()
+                if not self._match(TokenType.COMMA):
+                    return seen["TABLES"], seen["SEQUENCES"], excepted
+
+        def _parse_publication_except_list(self) -> list[exp.Expr]:
+            """``EXCEPT '(' TABLE pub_except_obj_list ')'``: the first table after the word TABLE, the others with it
+            or without (``pub_except_obj_list ',' opt_table PublicationExceptObjSpec``); a relation_expr takes no
+            column list and no WHERE."""
+            if not self._match(TokenType.L_PAREN) or not self._match(TokenType.TABLE):
+                self._syntax_error()
+            tables: list[exp.Expr] = []
+            while True:
+                only = bool(self._match(TokenType.ONLY))
+                if only and self._match(TokenType.L_PAREN):  # ONLY ( name )
+                    table = self._parse_qualified_name()
+                    self._match_r_paren()
+                else:
+                    table = self._parse_qualified_name()
+                    if not only:
+                        self._match(TokenType.STAR)
+                tables.append(self.expression(PublicationExceptSpec(this=table, only=only)))
+                if not self._match(TokenType.COMMA):
+                    break
+                self._match(TokenType.TABLE)
+            if not self._match(TokenType.R_PAREN):
+                self._syntax_error()
+            return tables
 
         def _parse_alter_publication(self) -> AlterPublication:
             name = self._parse_id_var(any_token=False)
@@ -116,6 +211,10 @@ class RowFilterPostgres(Postgres):
                 return self.expression(
                     AlterPublication(this=name, action="SET_OPTIONS", options=self._parse_publication_options())
                 )
+            if self._prev.token_type == TokenType.SET and self._curr and self._curr.token_type == TokenType.ALL:
+                all_tables, all_sequences, excepted = self._parse_publication_all_objects()
+                return self.expression(AlterPublication(this=name, action="SET_ALL", all_tables=all_tables,
+                                                        all_sequences=all_sequences, objects=excepted))
             if self._prev.token_type == TokenType.SET:
                 action = "SET"
             elif self._match_text_seq("ADD"):

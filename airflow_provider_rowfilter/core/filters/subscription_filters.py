@@ -162,8 +162,15 @@ def _table_filters(table: TableName, entries: list, validated: _Validated) -> Ta
 
 
 def _publishes(pub: Publication, rel: Relation) -> bool:
-    """Does ``pub`` publish ``rel`` itself: FOR ALL TABLES, its schema, or the table (``get_rel_sync_entry``)."""
-    return pub.all_tables or pub.table_entry(rel.name) is not None or rel.name.schema in pub.schemas
+    """Does ``pub`` publish ``rel`` itself: FOR ALL TABLES (less its EXCEPT list, 19), its schema, or the table
+    (``get_rel_sync_entry``)."""
+    return _covers_all(pub, rel) or pub.table_entry(rel.name) is not None or rel.name.schema in pub.schemas
+
+
+def _covers_all(pub: Publication, rel: Relation) -> bool:
+    """FOR ALL TABLES publishes ``rel``: PostgreSQL 19 judges a partition's exclusion at the top-most table of its
+    tree (pg_publication.c ``is_table_publishable_in_publication``), where alone EXCEPT may name it."""
+    return pub.covers_all(rel.name, rel.ancestors[-1] if rel.is_partition and rel.ancestors else None)
 
 
 def _leaf_entry(rel: Relation, pubs: list[Publication], catalog: PublisherCatalog):
@@ -177,7 +184,7 @@ def _leaf_entry(rel: Relation, pubs: list[Publication], catalog: PublisherCatalo
         if not (_publishes(pub, rel) or published_ancestors):
             continue
         publishing.append(pub)
-        if pub.all_tables and pub.via_root and rel.is_partition:
+        if _covers_all(pub, rel) and pub.via_root and rel.is_partition:
             levels.append((len(ancestors), ancestors[-1], pub))
         elif rel.is_partition and pub.via_root and published_ancestors:
             level, ancestor = published_ancestors[-1]  # topmost ancestor published by this pub
@@ -395,10 +402,10 @@ def _table_list(pubs: list[Publication], catalog: PublisherCatalog) -> list[Tabl
     names: list[TableName] = []
     for pub in pubs:
         candidates: list[Relation] = []
-        if pub.all_tables:
+        if pub.all_tables:  # GetAllPublicationRelations: the EXCEPT list (19) left out
             candidates = [r for r in catalog.all_publishable()
-                          if (r.relkind is RelKind.TABLE and not (pub.via_root and r.is_partition))
-                          or (pub.via_root and r.is_partitioned and not r.is_partition)]
+                          if ((r.relkind is RelKind.TABLE and not (pub.via_root and r.is_partition))
+                              or (pub.via_root and r.is_partitioned and not r.is_partition)) and _covers_all(pub, r)]
         else:
             explicit = [catalog.relation(e.table) for e in pub.tables]
             for schema in pub.schemas:

@@ -9,6 +9,8 @@ differential tests (test_row_filter_differential.py) hold the analyser against a
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from sqlglot import exp
 
@@ -97,3 +99,38 @@ def test_ilike_under_a_linguistic_collation_is_refused_whichever_side_names_it(s
 
     with pytest.raises(UntranslatableFilterError, match='ILIKE under collation "en_US"'):
         validate_row_filter(sql, RELATION)
+
+
+XML_RELATION = Relation(TableName("public", "docs"), 16384, RelKind.TABLE,
+                        (Column("id", 1, "integer", 23), Column("body", 2, "xml", 142)), identity_columns=("id",))
+
+
+@pytest.mark.parametrize("mechanisms", ["", "BY VALUE ", "BY REF "])
+@pytest.mark.parametrize("after", ["", " BY VALUE", " BY REF"])
+def test_xmlexists_is_the_call_gram_y_makes_of_it_and_refused_for_spark_with_the_reason(mechanisms, after):
+    """gram.y: ``XMLEXISTS '(' c_expr PASSING [mech] c_expr [mech] ')'`` is ``xmlexists(text, xml)``; PostgreSQL
+    accepts it in a filter (tests/core/fixtures/publication_cases.yaml rf-xmlexists*, replayed on PostgreSQL 18)
+    and its publisher evaluates it (filtering: source); Spark cannot, as no XML function."""
+    from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+    from airflow_provider_rowfilter.core.filters.row_filter import evaluated_by_publisher
+
+    sql = f"id > 0 AND xmlexists('//x[@k=1]' PASSING {mechanisms}body{after})"
+    call = parse_row_filter(sql).find(exp.Anonymous)
+    assert call is not None and call.name == "xmlexists"
+    assert [a.sql("postgres") for a in call.expressions] == ["'//x[@k=1]'", "body"]
+    with pytest.raises(UntranslatableFilterError, match=r"function xmlexists\(\) cannot be evaluated by Spark") as e:
+        validate_row_filter(sql, XML_RELATION)
+    assert e.value.position == sql.index("xmlexists") + 1
+    assert evaluated_by_publisher(sql, XML_RELATION, e.value.message).columns == {"id", "body"}
+
+
+@pytest.mark.parametrize(("sql", "near"), [
+    ("xmlexists('//x'::text PASSING body)", "::"),  # c_expr: no cast outside parentheses
+    ("xmlexists('//' || 'x' PASSING body)", "||"),
+    ("xmlexists('//x', body)", ","),
+    ("xmlexists('//x' PASSING BY body)", "body"),
+    ("xmlexists('//x' PASSING body BY VALUE BY REF)", "BY"),
+])
+def test_xmlexists_syntax_errors_are_postgresqls(sql, near):
+    with pytest.raises(PublicationSyntaxError, match=f'syntax error at or near "{re.escape(near)}"'):
+        parse_row_filter(sql)
