@@ -28,7 +28,8 @@ import yaml
 from airflow.sdk import DAG, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, read_bytes, yaml_document
 
 #: The schedule of the incremental sync when the file gives none (AirflowSettings.schedule's default).
 DEFAULT_SCHEDULE = "*/5 * * * *"
@@ -64,14 +65,7 @@ def lenient_settings(path: Path, settings_of: Callable[[Mapping[str, Any], str],
 
     ``notifier`` builds the email notifier of a list of addresses (the factory's ``_email_notifier``).
     """
-    try:
-        text = path.read_text()
-    except OSError:
-        return LenientSettings()
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raw = None
+    text, raw = lenient_document(path)
     section = raw.get("airflow") if isinstance(raw, Mapping) else None
     if not isinstance(section, Mapping):
         return _from_lines(text)
@@ -101,6 +95,20 @@ def lenient_settings(path: Path, settings_of: Callable[[Mapping[str, Any], str],
         callbacks=callbacks, tags=tuple(values.get("tags") or ()), schedule_guessed=not given)
 
 
+def lenient_document(path: Path) -> tuple[str, Any]:
+    """``(text, YAML)`` of a spec file whatever is wrong with it: ``("", None)`` when it cannot be read as a file
+    (core/input_files.py: not a regular file, too large), bytes that are not UTF-8 replaced by U+FFFD, and None
+    for YAML that does not parse or nests too deep. Never raises: what it returns only names a placeholder."""
+    try:
+        text = read_bytes(path, f"spec file {str(path)!r}", MAX_SPEC_BYTES).decode("utf-8", errors="replace")
+    except SpecError:
+        return "", None
+    try:
+        return text, yaml_document(text, f"spec file {str(path)!r}")
+    except (SpecError, RecursionError):
+        return text, None
+
+
 def _from_lines(text: str) -> LenientSettings:
     """A file that is not YAML (or whose ``airflow:`` is not a mapping): its ``schedule:`` lines, if any parse."""
     found: dict[str, str | None] = {}
@@ -110,7 +118,7 @@ def _from_lines(text: str) -> LenientSettings:
             continue
         try:
             value = yaml.safe_load(match.group(2)) if match.group(2) else None
-        except yaml.YAMLError:
+        except (yaml.YAMLError, RecursionError):  # one line of brackets can nest deep too
             continue
         if value is None or (isinstance(value, str) and _valid_schedule(value)):
             found[match.group(1)] = value
@@ -162,14 +170,7 @@ def lenient_keys(path: Path) -> dict[str, Any]:
     """What a spec file says of :data:`LENIENT_KEYS`, whatever else is wrong with it (from the YAML, or line by
     line when it is not YAML any more): who the subscription is, so its placeholder and the Replication page
     can still name it and read its state."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return {}
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError:
-        raw = None
+    text, raw = lenient_document(path)
     if isinstance(raw, Mapping):
         section = raw.get("airflow")
         found = {k: raw.get(k) for k in LENIENT_KEYS[:3]}
@@ -181,7 +182,7 @@ def lenient_keys(path: Path) -> dict[str, Any]:
         if match and match.group(2) not in found and (match.group(2) == "dag_id_prefix") == bool(match.group(1)):
             try:
                 value = yaml.safe_load(match.group(3))
-            except yaml.YAMLError:
+            except (yaml.YAMLError, RecursionError):
                 continue
             if isinstance(value, str) and value:
                 found[match.group(2)] = value

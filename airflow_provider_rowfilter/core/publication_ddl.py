@@ -32,6 +32,7 @@ from airflow_provider_rowfilter.core.filters.dialect import (
     parse_statements,
 )
 from airflow_provider_rowfilter.core.filters.row_filter import validate_row_filter
+from airflow_provider_rowfilter.core.filters.stack_depth import deep_stack
 from airflow_provider_rowfilter.core.publication import (
     Publication,
     PublicationSet,
@@ -57,11 +58,12 @@ def table_refusals() -> Iterator[None]:
         _DEFER_FILTER_ERRORS.reset(token)
 
 
+@deep_stack
 def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:
     """Apply a script of publication statements to ``base`` (default: none) and return the result.
 
     Its errors quote the script only inside an SQL statement, secrets masked (core/script_excerpt.py): the
-    script is a file a spec named, which may be any file.
+    script is a file a spec named, which may be any file. Parsed on a deep stack (core/filters/stack_depth.py).
     """
     with quoting_only_sql(sql):
         return _apply_script(sql, catalog, base)

@@ -25,6 +25,8 @@ MANUAL = ("@once", "none", "None")
 CONTINUOUS = "@continuous"
 #: PostgreSQL's time units of a setting (GUC_UNIT_MS … in src/backend/utils/misc/guc.c), in seconds.
 TIME_UNITS = {"ms": 0.001, "s": 1, "min": 60, "h": 3600, "d": 86400}
+#: The longest duration taken: PostgreSQL's time settings are 32-bit integers (guc.c), INT_MAX seconds at most.
+MAX_SECONDS = 2**31 - 1
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?\s*$")
 #: Runs of a cron schedule looked at for its longest gap (a year of them at most: a monthly or
 #: weekday-only schedule repeats within it).
@@ -36,14 +38,25 @@ def parse_duration(text: str | int | float, what: str) -> float:
     if isinstance(text, bool):
         raise SpecError(f"{what} = {text!r} is not a duration", hint="write e.g. '5min', '2h', '1d' or seconds")
     if isinstance(text, int | float):
-        if text < 0:
-            raise SpecError(f"{what} = {text!r} is not a duration", hint="a number of seconds of 0 or more")
+        if not 0 <= text <= MAX_SECONDS:  # also refuses nan; compared as given: 10**400 is no float
+            raise SpecError(f"{what} = {_shown(text)} is not a duration",
+                            hint=f"a number of seconds from 0 to {MAX_SECONDS} (68 years)")
         return float(text)
     match = _DURATION.match(text)
     if match is None:
-        raise SpecError(f"{what} = {text!r} is not a duration",
+        raise SpecError(f"{what} = {_shown(text)} is not a duration",
                         hint="write e.g. '5min', '2h', '1d' (PostgreSQL's units: ms, s, min, h, d) or seconds")
-    return float(match.group(1)) * TIME_UNITS[match.group(2) or "s"]
+    seconds = float(match.group(1)) * TIME_UNITS[match.group(2) or "s"]
+    if seconds > MAX_SECONDS:
+        raise SpecError(f"{what} = {_shown(text)} is longer than {MAX_SECONDS} seconds (68 years)",
+                        hint="write the apply DAG's schedule ('*/5 * * * *', '@hourly') or a duration ('5min')")
+    return seconds
+
+
+def _shown(value: object) -> str:
+    """``value!r``, a huge one cut (a number of 300 digits is not worth quoting whole)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}…({len(text)} characters)"
 
 
 def longest_gap(schedule: str | int | float | None, what: str = "apply_schedule") -> float | None:

@@ -15,6 +15,7 @@ import copy
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 
@@ -27,8 +28,6 @@ VALUES WITH""".split())
 MASK = "*"
 _SECRET_WORD = re.compile(r"pass|pwd|secret|token|key|credential|auth|salt|private|signature|cookie", re.IGNORECASE)
 _TOKEN_LIKE = re.compile(r"^[A-Za-z0-9+/=_\-.~:]{16,}$")
-_LITERAL = re.compile(r"(?P<prefix>[A-Za-z_][A-Za-z0-9_]*)?(?P<sep>[^A-Za-z0-9_'\n]*)'(?P<body>(?:[^'\n]|'')*)('|$)",
-                      re.MULTILINE)
 _NEAR = re.compile(r'(at or near ")(.*?)("(?:\n|$))', re.DOTALL)
 
 
@@ -42,38 +41,144 @@ def looks_secret(value: str, word: str | None = None) -> bool:
     return classes >= 3 or (classes >= 2 and len(value) >= 24)
 
 
+@dataclass(frozen=True)
+class Quoted:
+    """One quoted token of SQL text (or a comment): ``[start, end)`` whole, ``[body, body_end)`` inside the quotes,
+    ``word`` the identifier just before it, if any (what :func:`looks_secret` weighs)."""
+
+    start: int
+    end: int
+    body: int
+    body_end: int
+    kind: str  # "string", "identifier", "comment"
+    word: str | None = None
+
+
+#: The identifier characters of PostgreSQL's scanner (scan.l ``ident_start``/``ident_cont``; bytes 0x80-0xFF are
+#: letters there, so is every non-ASCII character here).
+_IDENT = re.compile(r"[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_$\u0080-\U0010ffff]*")
+_DOLLAR_TAG = re.compile(r"\$(?:[A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_\u0080-\U0010ffff]*)?\$")
+#: The words of a quoted value or a comment that :func:`mask_secrets` weighs one by one.
+_WORD = re.compile(r"[^\s'\"\\;,()]+")
+_NUMBER = re.compile(r"[0-9A-Za-z_.$]+")
+#: String prefixes of scan.l: ``E'…'`` (backslash escapes), ``U&'…'``, ``B'…'``, ``X'…'``, ``N'…'``; ``U&"…"``.
+_PREFIXES = frozenset({"e", "b", "x", "n", "u&"})
+
+
+def quoted_tokens(text: str) -> Iterator[Quoted]:
+    """Every quoted token and comment of ``text`` in order, read as PostgreSQL's scanner reads them
+    (src/backend/parser/scan.l): ``'…'`` with ``''``; ``E'…'`` with backslash escapes too; ``U&'…'``, ``B'…'``,
+    ``X'…'``, ``N'…'``; ``$tag$…$tag$`` (not inside an identifier: ``a$b$`` is one); ``"…"`` and ``U&"…"`` with
+    ``""``; ``--`` comments and nested ``/* */`` ones. An unterminated one runs to the end of ``text``."""
+    i, n, word = 0, len(text), None
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n\f\v":
+            i += 1
+            continue
+        if text.startswith("--", i):
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            yield Quoted(i, end, i + 2, end, "comment")
+            i = end
+            continue
+        if text.startswith("/*", i):
+            depth, j = 1, i + 2
+            while j < n and depth:
+                if text.startswith("/*", j):
+                    depth, j = depth + 1, j + 2
+                elif text.startswith("*/", j):
+                    depth, j = depth - 1, j + 2
+                else:
+                    j += 1
+            yield Quoted(i, j, i + 2, j - 2 if not depth else j, "comment")
+            i = j
+            continue
+        ident = _IDENT.match(text, i)
+        if ident is not None:
+            name = ident.group(0)
+            prefix = name.lower()
+            if prefix == "u" and text.startswith("&", ident.end()) and text[ident.end() + 1: ident.end() + 2] in "'\"":
+                prefix, after = "u&", ident.end() + 1
+            else:
+                after = ident.end()
+            if prefix in _PREFIXES and after < n and (text[after] == "'" or prefix == "u&"):
+                token = _quoted_at(text, after, escapes=prefix == "e", start=i)
+                yield Quoted(token.start, token.end, token.body, token.body_end, token.kind, word)
+                i, word = token.end, None
+                continue
+            word, i = name, ident.end()
+            continue
+        if c in "'\"":
+            token = _quoted_at(text, i, escapes=False, start=i)
+            yield Quoted(token.start, token.end, token.body, token.body_end, token.kind, word)
+            i, word = token.end, None
+            continue
+        if c == "$":
+            tag = _DOLLAR_TAG.match(text, i)
+            if tag is not None:
+                close = text.find(tag.group(0), tag.end())
+                end = n if close < 0 else close + len(tag.group(0))
+                yield Quoted(i, end, tag.end(), n if close < 0 else close, "string", word)
+                i, word = end, None
+                continue
+        if c.isdigit():  # a number, and whatever of an identifier follows it: not a quote's start
+            i = _NUMBER.match(text, i).end()  # type: ignore[union-attr]  # it matches the digit at least
+            continue
+        i += 1
+
+
+def _quoted_at(text: str, i: int, *, escapes: bool, start: int) -> Quoted:
+    """The ``'…'`` or ``"…"`` opening at ``i``: the quote doubled inside, and with ``escapes`` a backslash escape."""
+    quote, j, n = text[i], i + 1, len(text)
+    while j < n:
+        c = text[j]
+        if escapes and c == "\\":
+            j += 2
+            continue
+        if c == quote:
+            if text.startswith(quote, j + 1):
+                j += 2
+                continue
+            return Quoted(start, j + 1, i + 1, j, "string" if quote == "'" else "identifier")
+        j += 1
+    return Quoted(start, n, i + 1, n, "string" if quote == "'" else "identifier")
+
+
 def mask_secrets(text: str) -> str:
-    """``text`` with the body of every quoted literal that :func:`looks_secret` replaced by ``*`` (same length)."""
-
-    def masked(match: re.Match[str]) -> str:
-        body = match.group("body")
-        if not looks_secret(body, match.group("prefix")):
-            return match.group(0)
-        start = match.start("body") - match.start(0)
-        return match.group(0)[:start] + MASK * len(body) + match.group(0)[start + len(body):]
-
-    return _LITERAL.sub(masked, text)
+    """``text`` with every quoted string or identifier whose value :func:`looks_secret` masked by ``*`` (same
+    length, line breaks kept), in every quoting form of PostgreSQL's scanner (:func:`quoted_tokens`); of one that
+    does not (``E'Bearer …'``, an unterminated one running on), and of a comment, the words that look secret."""
+    masked = list(text)
+    for token in quoted_tokens(text):
+        body = text[token.body:token.body_end]
+        words = [(m.start(), m.end()) for m in _WORD.finditer(body)]
+        if token.kind != "comment" and looks_secret(body, token.word):
+            spans = [(0, len(body))]
+        else:
+            spans = [(a, b) for a, b in words if looks_secret(body[a:b])]
+        for a, b in spans:
+            for k in range(token.body + a, token.body + b):
+                if masked[k] != "\n":
+                    masked[k] = MASK
+    return "".join(masked)
 
 
 def statement_span(script: str, position: int) -> tuple[int, int]:
     """The ``[start, end)`` of the statement holding the 0-based ``position``: between top-level semicolons
-    (outside quotes and comments), an unterminated quote or comment running to the end."""
+    (outside quotes and comments: :func:`quoted_tokens`), an unterminated quote or comment running to the end."""
     start, i, n = 0, 0, len(script)
+    tokens = quoted_tokens(script)
+    token = next(tokens, None)
     while i < n:
-        c = script[i]
-        if c == ";":
+        if token is not None and i >= token.start:
+            i = token.end
+            token = next(tokens, None)
+            continue
+        if script[i] == ";":
             if i >= position:
                 return start, i + 1
             start = i + 1
-        elif c in "'\"":
-            close = script.find(c, i + 1)
-            i = n if close < 0 else close
-        elif script.startswith("--", i):
-            newline = script.find("\n", i)
-            i = n if newline < 0 else newline
-        elif script.startswith("/*", i):
-            close = script.find("*/", i + 2)
-            i = n if close < 0 else close + 1
         i += 1
     return start, n
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 from collections.abc import Mapping
@@ -10,12 +9,19 @@ from dataclasses import asdict, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ConfigDict, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
 
 from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.input_files import (
+    MAX_SCRIPT_BYTES,
+    MAX_SPEC_BYTES,
+    decoded,
+    read_bytes,
+    read_text,
+    yaml_document,
+)
 from airflow_provider_rowfilter.core.log_location import LogLocation, is_url, parse_location
 from airflow_provider_rowfilter.core.memory_setting import DECODING_WORK_MEM_RANGE, memory_kb
 from airflow_provider_rowfilter.core.names import identifier, quote_identifier
@@ -37,7 +43,6 @@ from airflow_provider_rowfilter.core.spec_values import (
     Origin,
     parse_size,
     refusal,
-    yaml_problem,
 )
 
 _SCHEMA = ConfigDict(strict=True, extra="forbid")
@@ -184,12 +189,9 @@ class SubscriptionSpec:
     def load(cls, path: str | os.PathLike) -> SubscriptionSpec:
         """Read a spec file; resolve ``publications_ddl`` and ``change_log`` relative to it."""
         p = Path(path)
-        try:
-            data = yaml.safe_load(p.read_text())
-        except FileNotFoundError as e:
-            raise SpecError(f"spec file {str(p)!r} does not exist") from e
-        except yaml.YAMLError as e:
-            raise SpecError(f"spec file {str(p)!r} is not valid YAML: {yaml_problem(e)}") from None
+        source = f"spec file {str(p)!r}"
+        # A regular file of bounded size, UTF-8, YAML of bounded depth (core/input_files.py).
+        data = yaml_document(read_text(p, source, MAX_SPEC_BYTES), source)
         if not isinstance(data, dict):
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
         factory = data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
@@ -198,7 +200,6 @@ class SubscriptionSpec:
             schedule = factory.get("schedule", FACTORY_DEFAULT_SCHEDULE)
             if isinstance(schedule, str):
                 data["apply_schedule"] = schedule
-        source = f"spec file {str(p)!r}"
         # The files a spec file names stay in its folder, symlinks resolved (core/spec_paths.py).
         if data.get("publications_ddl") and isinstance(data["publications_ddl"], str):
             data["publications_ddl"] = confine(data["publications_ddl"], "publications_ddl", p.parent, source)
@@ -211,7 +212,8 @@ class SubscriptionSpec:
             change_log = where.path if where.local else None
             if not where.local:
                 data["change_log"] = where.url  # object storage: no folder of the spec file's to confine it to
-        if change_log or (isinstance(data.get("subscription"), str) and not data.get("change_log")):
+        named = isinstance(data.get("subscription"), str) and SUBSCRIPTION_NAME.match(data["subscription"])
+        if change_log or (named and not data.get("change_log")):  # a bad name is refused as such (from_dict)
             change_log = change_log or default_change_log(data["subscription"])
             if change_log.strip():
                 check_change_log_location(str(p.parent / change_log), f"{source}")
@@ -326,33 +328,10 @@ class SubscriptionSpec:
         """The text of ``publications_ddl``, or None when publications come from the publisher's catalog."""
         if not self.publications_ddl:
             return None
-        path = self.publications_ddl
-        try:
-            # The file the spec's check found (core/spec_paths.py ``confine`` resolved its symlinks): a symlink put
-            # in its place since is refused, not followed.
-            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as file:
-                data = file.read()
-        except FileNotFoundError as e:
-            raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
-                            f"{self.subscription!r} does not exist") from e
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise SpecError(f"publications_ddl file {path!r} of subscription {self.subscription!r} is a symbolic "
-                                "link", hint="name the file itself in the spec (a spec file's paths are resolved "
-                                "when it is read)") from None
-            raise SpecError(f"publications_ddl file {self.publications_ddl!r} of subscription "
-                            f"{self.subscription!r} cannot be read: {e.strerror}") from None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            # PostgreSQL's words for a text that is not in the database encoding (pg_verifymbstr)
-            line = data.count(b"\n", 0, e.start) + 1
-            raise SpecError(
-                f"publications_ddl file {self.publications_ddl!r} of subscription {self.subscription!r}: invalid "
-                f'byte sequence for encoding "UTF8": 0x{data[e.start : e.start + 1].hex()} at byte {e.start} '
-                f"(line {line})",
-                hint="save the file as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 (name the encoding it was written in)",
-            ) from None
+        # The file the spec's check found (core/spec_paths.py ``confine`` resolved its symlinks): a symlink put in its
+        # place since is refused, not followed; a FIFO or a device is refused unread (core/input_files.py).
+        what = f"publications_ddl file {self.publications_ddl!r} of subscription {self.subscription!r}"
+        return decoded(read_bytes(self.publications_ddl, what, MAX_SCRIPT_BYTES, follow=False), what)
 
 
 def default_change_log(subscription: str) -> str:

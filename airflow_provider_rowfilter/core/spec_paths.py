@@ -42,6 +42,7 @@ def confine(path: str, key: str, spec_dir: Path, source: str) -> str:
 
     :raises SpecError: it leads elsewhere (naming the key, where it leads and both fixes).
     """
+    refuse_nul(path, key, source)
     folder = spec_dir.resolve()
     real = (spec_dir / path).resolve()
     for root in (folder, *allowed_directories()):
@@ -55,11 +56,23 @@ def confine(path: str, key: str, spec_dir: Path, source: str) -> str:
                     "(docs/operations.md, \"Security\")")
 
 
+def refuse_nul(path: str, key: str, source: str) -> None:
+    """Refuse a path holding a NUL character, which no file name can (the system calls end the name there).
+
+    :raises SpecError: naming the key and the character's place.
+    """
+    if "\0" in path:
+        raise SpecError(f"{source}: {key} {path!r} holds a NUL character (\\x00) at position {path.index(chr(0)) + 1}",
+                        hint=f"remove it: a path cannot hold NUL; check how {key} was written (an escape \"\\0\" in a "
+                        "double-quoted YAML string is one)")
+
+
 def check_change_log_location(path: str, what: str) -> None:
     """Refuse a ``change_log`` that is a system directory or the home directory itself (symlinks resolved).
 
     :raises SpecError: naming the key, the directory and the fix.
     """
+    refuse_nul(path, "change_log", what)
     real = os.path.realpath(os.path.abspath(path))
     home = os.path.realpath(os.path.expanduser("~"))
     inside = next((tree for tree in SYSTEM_TREES if real.startswith(tree + "/")), None)

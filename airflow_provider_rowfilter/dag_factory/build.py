@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -143,10 +144,22 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
             error = e if str(path.resolve()) in str(e) or str(path) in str(e) else SpecError(f"{path}: {e}")
             log.error("%s", error)
             warnings.warn(str(error), SpecFileWarning, stacklevel=2)
-            kept = lenient_settings(path, AirflowSettings.from_mapping, _email_notifier)
-            for dag_id, kind in placeholder_ids(path, set(dags), DAG_KINDS).items():
-                dags[dag_id] = invalid_spec_dag(dag_id, path, error, kind=kind, settings=kept)
+            dags.update(_placeholders(path, error, set(dags)))
             continue
         seen[name] = path
         dags.update(built)
     return dags
+
+
+def _placeholders(path: Path, error: Exception, taken: set[str]) -> dict[str, DAG]:
+    """The placeholder DAGs of an invalid file, under its own ids and with its schedule where they can be read; when
+    even that fails (whatever the file holds), one placeholder on the factory's default schedule, so that the file's
+    failure still shows and alerts and the folder's other files load."""
+    try:
+        kept = lenient_settings(path, AirflowSettings.from_mapping, _email_notifier)
+        return {dag_id: invalid_spec_dag(dag_id, path, error, kind=kind, settings=kept)
+                for dag_id, kind in placeholder_ids(path, taken, DAG_KINDS).items()}
+    except Exception as e:
+        log.error("%s: its placeholder falls back to the defaults: %s: %s", path, type(e).__name__, e)
+        dag_id = f"rowfilter_invalid_{re.sub(r'[^A-Za-z0-9_.-]', '_', path.name)}"
+        return {dag_id: invalid_spec_dag(dag_id, path, error)}

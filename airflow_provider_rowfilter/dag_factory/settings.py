@@ -15,10 +15,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
 from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
+from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, read_text, yaml_document
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.spec_values import parse_size
 from airflow_provider_rowfilter.hooks.subscription_rel import parse_tables
@@ -242,7 +242,7 @@ class SubscriptionFile:
         """Read and validate one spec file (no connection is looked up: this runs at every DAG parse)."""
         path = Path(path).resolve()
         spec = SubscriptionSpec.load(path)  # the same checks as the rowfilter command's
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml_document(read_text(path, f"spec file {str(path)!r}", MAX_SPEC_BYTES), str(path))
         settings = AirflowSettings.from_mapping(raw.get("airflow"), str(path))
         if not spec.subscriber_conn_id:
             raise SpecError(f"{path}: the DAG factory needs subscriber_conn_id",

@@ -41,7 +41,7 @@ from airflow_provider_rowfilter.hooks.spark_submit_job import JobSubmitHook
 from airflow_provider_rowfilter.hooks.store_connection import store_environment
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, in_airflow_terms
 from airflow_provider_rowfilter.spark.class_archive import SESSION_MARK_ENV, ClassArchive, class_archive
-from airflow_provider_rowfilter.spark.settings import with_jvm_options
+from airflow_provider_rowfilter.spark.settings import LOOPBACK, UI_ADDRESS_ENV, is_local, with_jvm_options
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -269,6 +269,10 @@ class RowFilterJobOperator(SparkSubmitOperator):
             env.update(self._archive.job_env())
         if deploy_mode == "client" and not on_cluster_manager:
             env.update(self._local_python_env(master, env))
+        if is_local(master):
+            # The driver's web UI, when spark_conf asks for one, on loopback only: Spark binds it to SPARK_LOCAL_IP,
+            # else to every address (spark/settings.py UI_ADDRESS_ENV); the job refuses a UI without it.
+            env[UI_ADDRESS_ENV] = LOOPBACK
         env.update(secrets)
         self.env_vars = env or None
         # SparkSubmitOperator makes its hook once per operator object; one executed again (a retry in the

@@ -43,9 +43,13 @@ from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.spark.processes import alive
 from airflow_provider_rowfilter.spark.remote import remote_address
 from airflow_provider_rowfilter.spark.settings import (
+    LOOPBACK,
     STATIC_SQL_SETTINGS,
+    UI_ADDRESS_ENV,
+    is_local,
     network_security,
     private_local_dir,
+    ui_settings,
     wants_local_dir,
     with_jvm_options,
 )
@@ -121,6 +125,7 @@ def server_command(port: int, master: str = DEFAULT_MASTER, conf: Mapping[str, s
         **STATIC_SQL_SETTINGS,
         **network_security(master, conf),
         **(conf or {}),
+        **ui_settings(master, conf),  # a UI asked for (--conf spark.ui.enabled=true) cannot kill; on 127.0.0.1
     }
     settings = with_jvm_options(settings)  # a long-lived JVM: both JIT compilers (no short-batch option)
     command = [str(_spark_home() / "bin" / "spark-submit"), "--class", SERVER_CLASS, "--master", master,
@@ -168,6 +173,8 @@ def start(state_dir: Path | None = None, *, port: int = DEFAULT_PORT, master: st
         if wants_local_dir({"spark.master": master, **(conf or {})}, environment) else ""
     if local_dir:
         environment["SPARK_LOCAL_DIRS"] = local_dir
+    if is_local(master):
+        environment[UI_ADDRESS_ENV] = LOOPBACK  # where its web UI would listen, if asked for (spark/settings.py)
     with open_private(log_path, "ab") as log:
         process = subprocess.Popen(server_command(port, master, conf), stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True,

@@ -1,4 +1,5 @@
-"""Build the SparkSession our PySpark jobs run in: UTC, loopback for a local master, the JVM options.
+"""Build the SparkSession our PySpark jobs run in: UTC, loopback for a local master (its web UI off unless asked
+for, then on 127.0.0.1 without kill links), the JVM options.
 
 With the spec's ``spark_remote`` (``sc://host:port``) the session is a Spark Connect client of a
 running server instead: no JVM in this process, the server's warm JIT and caches reused from run to
@@ -34,10 +35,14 @@ from airflow_provider_rowfilter.spark.remote import remote_address, require_serv
 from airflow_provider_rowfilter.spark.settings import (
     EXCLUDED_OPTIMIZER_RULES,
     EXCLUDED_RULES_SETTING,
+    LOOPBACK,
     SMALL_BATCH_SQL_SETTINGS,
     STATIC_SQL_SETTINGS,
+    UI_ADDRESS_ENV,
+    is_local,
     network_security,
     private_local_dir,
+    ui_settings,
     wants_local_dir,
     with_jvm_options,
 )
@@ -59,12 +64,13 @@ _LOOPBACK = ("localhost", "127.0.0.1", "::1", "[::1]")
 
 
 def session_conf(master: str | None = None, conf: Mapping[str, str] | None = None, *,
-                 short_batch: bool = False) -> dict[str, str]:
+                 short_batch: bool = False, launched: Mapping[str, str] | None = None) -> dict[str, str]:
     """Return the Spark configuration :func:`build_session` applies, caller's ``conf`` last.
 
     :param master: Spark master URL; default ``local[*]``.
-    :param conf: extra settings, e.g. ``{"spark.ui.enabled": "false"}``.
+    :param conf: extra settings, e.g. ``{"spark.ui.enabled": "true"}`` (a local master's UI is off unless asked).
     :param short_batch: the session runs one short apply batch (spark/settings.py ``SHORT_BATCH_JVM_OPTIONS``).
+    :param launched: the settings the running JVM was given (spark-submit's ``--conf``), which ``conf`` overrides.
     """
     settings = {
         "spark.master": master or DEFAULT_MASTER,
@@ -91,6 +97,8 @@ def session_conf(master: str | None = None, conf: Mapping[str, str] | None = Non
     # Spark's RPC and block transfers answer only holders of the secret Spark makes (spark/settings.py).
     settings.update(network_security(settings["spark.master"], conf))
     settings.update(conf or {})
+    # A local master's web UI: off unless asked for; one asked for cannot kill (spark/settings.py ``ui_settings``).
+    settings.update(ui_settings(settings["spark.master"], conf, launched))
     # Spark's optimizer may not prove what PostgreSQL's planner does not (spark/settings.py); the user's own
     # exclusions are kept beside ours.
     theirs = [r.strip() for r in settings.get(EXCLUDED_RULES_SETTING, "").split(",") if r.strip()]
@@ -115,7 +123,9 @@ def build_session(
     :param short_batch: the session runs one short apply batch and stops; its JVM compiles for a short life.
     """
     builder = SparkSession.builder.appName(app_name)
-    settings = session_conf(master, conf, short_batch=short_batch)
+    settings = session_conf(master, conf, short_batch=short_batch, launched=_launched_settings())
+    if settings.get("spark.ui.enabled") == "true" and is_local(settings["spark.master"]):
+        _require_loopback_ui()
     scratch = None
     if SparkContext._active_spark_context is None and wants_local_dir(settings):
         # Shuffle and spill files (replicated rows) in a directory of this user's alone, whatever the umask.
@@ -129,11 +139,56 @@ def build_session(
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    with _scratch_environment(scratch):
+    loopback = is_local(settings["spark.master"]) and SparkContext._gateway is None  # a JVM started here, now
+    with _scratch_environment(scratch), _environment(UI_ADDRESS_ENV, LOOPBACK if loopback else None):
         session = builder.getOrCreate()
     mark_session()  # the operator keeps the class archive this JVM writes when it exits (spark/class_archive.py)
     logger.info("Spark session %r on %s (Spark %s)", app_name, session.sparkContext.master, session.version)
     return session
+
+
+def _launched_settings() -> dict[str, str]:
+    """The settings of the JVM spark-submit started for this job (its ``--conf``, the system properties a new
+    SparkConf reads), when it did; else none (a JVM started by pyspark takes the builder's settings alone)."""
+    if SparkContext._active_spark_context is not None or not (SparkContext._gateway or os.environ.get("PYSPARK_GATEWAY_PORT")):
+        return {}
+    from pyspark import SparkConf
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM (none is started)
+    return dict(SparkConf().getAll())
+
+
+def _require_loopback_ui() -> None:
+    """Refuse a UI asked for in a JVM that was started without ``SPARK_LOCAL_IP`` on loopback (a user's own
+    spark-submit): Spark would open it on every address of the host (spark/settings.py ``UI_ADDRESS_ENV``)."""
+    if SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return  # the JVM is started below, with SPARK_LOCAL_IP=127.0.0.1
+    SparkContext._ensure_initialized()
+    jvm = cast(Any, SparkContext._jvm)
+    address = jvm.java.lang.System.getenv(UI_ADDRESS_ENV) if jvm is not None else None
+    if address not in (LOOPBACK, "localhost", "::1"):
+        raise SpecError(f"spark_conf asks for Spark's web UI (spark.ui.enabled: true), but this job's JVM was started "
+                        f"with {UI_ADDRESS_ENV}={address!r}, so the UI would listen on every address of the host",
+                        hint=f"start spark-submit with {UI_ADDRESS_ENV}={LOOPBACK} in its environment (the operators "
+                        "do), or leave spark.ui.enabled out; reach the UI from elsewhere through an SSH tunnel")
+
+
+@contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """``name=value`` in this process's environment during the block (the JVM pyspark starts copies it), then put
+    back as it was; nothing when ``value`` is None."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 @contextmanager

@@ -70,13 +70,41 @@ SMALL_BATCH_SQL_SETTINGS = {"spark.sql.adaptive.enabled": "false", "spark.sql.sh
 NETWORK_AUTH_SETTINGS = {"spark.authenticate": "true"}
 
 
+#: Where Spark's web UI listens: it binds to the JVM's ``SPARK_LOCAL_IP``, else to every address (``WebUI.bind``
+#: and ``initServer`` in core/src/main/scala/org/apache/spark/ui/WebUI.scala: no setting chooses it;
+#: ``spark.driver.bindAddress`` is the RPC's). Given to every JVM of a local master this package starts.
+UI_ADDRESS_ENV = "SPARK_LOCAL_IP"
+LOOPBACK = "127.0.0.1"
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs the whole application in the JVM started here (``local``, ``local[N]``, ``local[*]``,
+    ``local[N, F]``; not ``local-cluster``, whose workers are JVMs of their own)."""
+    return re.fullmatch(r"local(\[.*\])?", master.strip()) is not None
+
+
+def ui_settings(master: str, conf: Mapping[str, str] | None = None,
+                launched: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Spark's web UI for a Spark this package starts on this host (a local master): off unless the user asks for it
+    (``spark.ui.enabled: true`` in ``conf``, the spec's ``spark_conf``, or in ``launched``, what spark-submit was
+    given); one asked for cannot kill jobs or stages (``spark.ui.killEnabled`` false: a kill request carries no
+    authentication, and any user of the host reaches 127.0.0.1). Nothing for a cluster: its UI is its own
+    configuration's (docs/operations.md, "Security")."""
+    if not is_local(master):
+        return {}
+    asked = {**(launched or {}), **(conf or {})}.get("spark.ui.enabled", "false")
+    if str(asked).strip().lower() != "true":
+        return {"spark.ui.enabled": "false"}
+    return {"spark.ui.killEnabled": "false"}
+
+
 def network_security(master: str, conf: Mapping[str, str] | None = None) -> dict[str, str]:
     """:data:`NETWORK_AUTH_SETTINGS` for a Spark this package starts on this host (a local master), unless
     ``conf`` (the user's settings) decides ``spark.authenticate`` itself. Nothing for a cluster (YARN,
     Kubernetes, standalone): its security is its own configuration's (an external shuffle service on YARN, as
     EMR and Dataproc run, refuses executors of an authenticated application unless its NodeManagers are
     configured for it; docs/operations.md, "Security")."""
-    if not re.fullmatch(r"local(\[.*\])?", master.strip()) or "spark.authenticate" in (conf or {}):
+    if not is_local(master) or "spark.authenticate" in (conf or {}):
         return {}
     return dict(NETWORK_AUTH_SETTINGS)
 

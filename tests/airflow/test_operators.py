@@ -367,6 +367,8 @@ def test_spark_side_python_is_this_interpreter_in_local_mode(dbs: Databases, mon
                                     conn_id=dbs.spark_conn)
     op.prepare_submit()
     assert op.env_vars["PYSPARK_PYTHON"] == op.env_vars["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    # where the driver's web UI would listen, if spark_conf asked for one (tests/spark/test_spark_ui.py)
+    assert op.env_vars["SPARK_LOCAL_IP"] == "127.0.0.1"
     chosen = RefreshPublicationOperator(task_id="r", subscription="s1", publications=["p1"],
                                         publisher_conn_id=dbs.pub_conn, subscriber_conn_id=dbs.sub_conn,
                                         conn_id=dbs.spark_conn, conf={"spark.pyspark.python": "/opt/py/bin/python"})

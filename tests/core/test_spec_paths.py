@@ -139,3 +139,26 @@ def test_mask_keeps_positions():
     masked = mask_secrets(text)
     assert len(masked) == len(text) and SECRET not in masked and "'NSW'" in masked
     assert os.path.commonprefix([masked, text]) == "WHERE token = '"
+
+
+# Every quoting form of PostgreSQL's scanner (src/backend/parser/scan.l): the review of issue 42 found dollar quotes,
+# E'…', U&'…' and quoted identifiers quoted unmasked in error excerpts.
+@pytest.mark.parametrize("template", [
+    "a = '{s}'", "a = E'{s}'", "a = e'it\\'s {s}'", "a = U&'{s}' UESCAPE '!'", "a = $${s}$$", "a = $tag${s};$tag$",
+    '"{s}" = 1', 'U&"{s}" = 1', "a = X'{s}'", "a = N'{s}'", "a = B'{s}'", "a = '{s}\nsecond line'",
+    "a = 1 -- {s}", "a = 1 /* outer /* {s} */ still comment */",
+])
+def test_every_quoting_form_is_masked(template):
+    text = "CREATE PUBLICATION p1 FOR TABLE t WHERE (" + template.format(s=SECRET) + " AND b = 'NSW');"
+    masked = mask_secrets(text)
+    assert SECRET not in masked and len(masked) == len(text) and masked.count("\n") == text.count("\n"), masked
+    assert "b = 'NSW'" in masked  # what is not secret stays
+
+
+def test_a_semicolon_inside_a_dollar_quote_or_an_e_string_does_not_end_the_statement():
+    from airflow_provider_rowfilter.core.script_excerpt import statement_span
+
+    for first in ("CREATE PUBLICATION p1 FOR TABLE t WHERE (a = $x$;$x$);",
+                  "CREATE PUBLICATION p1 FOR TABLE t WHERE (a = E'\\';');",
+                  "CREATE PUBLICATION p1 FOR TABLE t /* ; /* ; */ ; */ WHERE (a = 1);"):
+        assert statement_span(first + "\nCREATE PUBLICATION p2;", 0) == (0, len(first)), first

@@ -74,7 +74,7 @@ def test_session_conf_keeps_callers_settings() -> None:
     assert conf["spark.sql.session.timeZone"] == "Europe/Paris"
     assert conf["spark.sql.codegen.hugeMethodLimit"] == "65535"
     assert session_conf(None)["spark.sql.codegen.hugeMethodLimit"] == "8000"
-    assert "spark.ui.enabled" not in conf  # the UI stays on unless asked
+    assert conf["spark.ui.enabled"] == "false"  # a local master's UI is off unless asked (tests/spark/test_spark_ui.py)
     assert conf["spark.driver.extraJavaOptions"] == (
         "-Duser.timezone=UTC -XX:-DontCompileHugeMethods -XX:PerMethodTrapLimit=0")
 

@@ -16,6 +16,7 @@ from sqlglot import exp
 from airflow_provider_rowfilter.core.filters.analysis import FilterContext, analyze
 from airflow_provider_rowfilter.core.filters.grammar import parse_row_filter
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
+from airflow_provider_rowfilter.core.filters.stack_depth import bounded, deep_stack
 from airflow_provider_rowfilter.core.relation import Relation
 
 
@@ -39,6 +40,7 @@ class RowFilter:
         return self.types[id(node)]
 
 
+@deep_stack
 def validate_row_filter(
     sql: str,
     relation: Relation,
@@ -46,9 +48,11 @@ def validate_row_filter(
     *,
     tree: exp.Expr | None = None,
 ) -> RowFilter:
-    """Parse (unless ``tree`` is the parse of ``sql``), type and check a filter; raise the error PostgreSQL would."""
+    """Parse (unless ``tree`` is the parse of ``sql``), type and check a filter; raise the error PostgreSQL would.
+
+    On a deep stack, AND/OR chains flattened, nesting bounded (core/filters/stack_depth.py)."""
     context = context or FilterContext()
-    analysis = analyze(sql, tree if tree is not None else parse_row_filter(sql), relation, context)
+    analysis = analyze(sql, bounded(tree if tree is not None else parse_row_filter(sql)), relation, context)
     assert analysis.tree is not None  # analyze() sets it
     return RowFilter(
         sql=sql, tree=analysis.tree, relation=relation, context=context, types=analysis.types,
@@ -57,6 +61,7 @@ def validate_row_filter(
     )
 
 
+@deep_stack
 def evaluated_by_publisher(sql: str, relation: Relation, reason: str) -> RowFilter:
     """A filter of the publisher's catalog that only the publisher evaluates (``filtering: source``).
 
@@ -64,7 +69,7 @@ def evaluated_by_publisher(sql: str, relation: Relation, reason: str) -> RowFilt
     read for its text (table synchronization pushes it down to the publisher) and the columns it reads (the
     replica-identity warnings), never typed or translated (``reason``: why Spark could not).
     """
-    tree = parse_row_filter(sql)
+    tree = bounded(parse_row_filter(sql))
     return RowFilter(sql=sql, tree=tree, relation=relation, context=FilterContext(), types={}, targets={},
                      collations={}, constants={}, columns=frozenset(c.name for c in tree.find_all(exp.Column)),
                      untranslatable=reason)
