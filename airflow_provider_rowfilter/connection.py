@@ -1,8 +1,24 @@
-"""Connections to the publisher and the subscriber: libpq strings checked for secrets, passwords from the environment;
-and which errors a later run may not meet."""
+"""Connections to the publisher and the subscriber: libpq strings checked for secrets, passwords from the environment,
+every session's search_path pinned; and which errors a later run may not meet.
+
+:func:`open_session` (and :func:`open_async_session`) is the one place a connection of ours is made: the jobs,
+the CLI, the operators, hooks, sensor and trigger, the Replication page, and the Spark tasks' readers and
+writers all come through it (tests/test_connection.py refuses a ``psycopg.connect`` anywhere else in the
+package but the test tooling). Each session runs PostgreSQL's own ``ALWAYS_SECURE_SEARCH_PATH_SQL``
+(src/include/common/connect.h) before anything else, as the walreceiver and tablesync sessions of a native
+subscription do (src/backend/replication/libpqwalreceiver/libpqwalreceiver.c, ``libpqrcv_connect``) and as
+its apply worker sets for itself: an empty ``search_path``. Unqualified names then resolve in ``pg_catalog``
+(and, for tables and types, in the session's own ``pg_temp``) only, so a role with CREATE on a database
+cannot shadow a built-in operator or function with one in a schema it makes (say the job role's ``$user``
+schema), nor a table. The pin is a ``set_config`` in the session, not a ``-c search_path=`` of libpq's
+``options``: a connection string's own ``options`` (``-c search_path=evil,public``), ``PGOPTIONS`` or an
+``ALTER ROLE … SET search_path`` set only the session's starting value, which the pin then replaces; such a
+request is logged once as a WARNING (:func:`_warn_search_path`), as it has no effect.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -15,7 +31,16 @@ from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_pass
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
-__all__ = ["PASSWORD_ENV", "connect", "conninfo_params", "in_task", "is_transient", "password"]
+__all__ = ["PASSWORD_ENV", "SECURE_SEARCH_PATH_SQL", "connect", "conninfo_params", "in_task", "is_transient",
+           "open_async_session", "open_session", "password"]
+
+log = logging.getLogger(__name__)
+
+#: What every session of ours runs first: PostgreSQL's ALWAYS_SECURE_SEARCH_PATH_SQL (src/include/common/connect.h),
+#: the statement libpqwalreceiver.c ``libpqrcv_connect`` sends on each logical replication connection.
+SECURE_SEARCH_PATH_SQL = "SELECT pg_catalog.set_config('search_path', '', false)"
+#: The ``options`` strings already warned about in this process (:func:`_warn_search_path`).
+_WARNED: set[str] = set()
 
 #: What a job's code run inside another process was handed (:func:`in_task`): passwords by role, and a
 #: connect timeout for URLs that set none.
@@ -67,7 +92,7 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
         if handed and handed[1] and not any(p.key == "connect_timeout" for p in parse(url)):
             extra["connect_timeout"] = str(handed[1])
         extra.update(params)
-        return psycopg.connect(url, autocommit=True, application_name=f"rowfilter:{spec.subscription}", **extra)
+        return open_session(url, application_name=f"rowfilter:{spec.subscription}", **extra)
     except psycopg.OperationalError as e:
         # libpq's and the server's texts quote values of the string: only host, port, user and dbname
         # may show (core/conninfo.py, scrub); the traceback's chain would repeat the raw text
@@ -79,6 +104,53 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
                                detail=text.splitlines()[0] if text else None) from None
     except psycopg.ProgrammingError as e:  # libpq refused a keyword or value
         raise SpecError(f"{what} is not a valid connection string: {scrub(str(e).strip(), url)}") from None
+
+
+def open_session(conninfo: str = "", *, autocommit: bool = True, **params: Any) -> psycopg.Connection:
+    """A session to a publisher or subscriber with its ``search_path`` pinned empty (the module's docstring).
+
+    ``conninfo`` and ``params`` are what ``psycopg.connect`` takes (a libpq string, and keyword parameters such
+    as ``password``, ``replication="database"``, or a whole parameter dictionary: ``open_session(**conninfo)``).
+    The pin runs in autocommit, so that it holds for the whole session (a ``set_config`` inside a transaction
+    that rolls back would be undone); the connection is then left in ``autocommit`` as asked, idle.
+
+    :raises psycopg.Error: as ``psycopg.connect`` does, or when the pin fails (the connection is closed then).
+    """
+    conn = psycopg.connect(conninfo, autocommit=True, **params)
+    try:
+        conn.execute(SECURE_SEARCH_PATH_SQL)
+        _warn_search_path(conn.info.options)
+        conn.autocommit = autocommit
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+async def open_async_session(conninfo: str = "", *, autocommit: bool = True,
+                             **params: Any) -> psycopg.AsyncConnection:
+    """:func:`open_session` for async code (the trigger): the same pin, on an ``AsyncConnection``."""
+    conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **params)
+    try:
+        await conn.execute(SECURE_SEARCH_PATH_SQL)
+        _warn_search_path(conn.info.options)
+        await conn.set_autocommit(autocommit)
+    except BaseException:
+        await conn.close()
+        raise
+    return conn
+
+
+def _warn_search_path(options: str | None) -> None:
+    """Say once per process that a connection's ``options`` (its string's, or ``PGOPTIONS``) ask for a search_path
+    the pin replaces. PostgreSQL's CREATE SUBSCRIPTION accepts such a conninfo and pins all the same, silently;
+    here the request is named, since whoever wrote it expects it to take effect. The options carry no secret
+    (core/conninfo.py refuses one in any value), but only the setting's name is logged."""
+    if options and "search_path" in options.lower() and options not in _WARNED:
+        _WARNED.add(options)
+        log.warning("a connection's options set search_path: ignored. Every session runs with an empty "
+                    "search_path, as PostgreSQL's replication workers do (names a publications file leaves "
+                    "unqualified are looked up in public)")
 
 
 def conninfo_params(url: str, what: str, role: str | None = None) -> dict[str, str]:

@@ -17,6 +17,7 @@ import psycopg
 from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
+from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
 from airflow_provider_rowfilter.core.log_location import is_url
@@ -49,16 +50,17 @@ class Endpoint:
     role: str = "database"
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``psycopg.connect(url, **kwargs)``."""
+        """Keyword arguments for ``open_session(url, **kwargs)`` (connection.py)."""
         return {"password": self.password} if self.password else {}
 
     def connect(self, **params: Any) -> psycopg.Connection:
-        """An autocommit connection (for reading state); ``params`` more libpq parameters (``connect_timeout``).
+        """An autocommit connection (for reading state), its search_path pinned (connection.py ``open_session``);
+        ``params`` more libpq parameters (``connect_timeout``).
 
         :raises UnreachableError: naming the Airflow connection and the host, with libpq's reason.
         """
         try:
-            return psycopg.connect(self.url, autocommit=True, **params, **self.connect_kwargs())
+            return open_session(self.url, **params, **self.connect_kwargs())
         except psycopg.OperationalError as e:
             host = str(psycopg.conninfo.conninfo_to_dict(self.url).get("host") or "localhost")
             text = scrub(str(e).strip(), self.url)
@@ -76,12 +78,13 @@ class ResolvedSpec:
     store_env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def connect(self, role: str) -> psycopg.Connection:
-        """Open an autocommit connection to the publisher or subscriber (for reading its state)."""
+        """Open an autocommit connection to the publisher or subscriber (for reading its state), its search_path
+        pinned."""
         endpoint = self.endpoints.get(role)
         if endpoint is not None:
             return endpoint.connect()
         # A URL from a spec file: libpq's own PGPASSWORD / ~/.pgpass, as for the rowfilter command.
-        return psycopg.connect(getattr(self.spec, role), autocommit=True)
+        return open_session(getattr(self.spec, role))
 
     def password_env(self) -> dict[str, str]:
         """``{"ROWFILTER_PUBLISHER_PASSWORD": …, …}`` for the endpoints that have a password, and the change log's

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psycopg
-
+from airflow_provider_rowfilter.connection import open_async_session
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.sync_state import SyncState, at_least
@@ -100,9 +99,8 @@ class SubscriptionRelHook(RowFilterHook):
 
     async def aread_state(self) -> StateReading:
         endpoint = await self.aendpoint(self.subscriber_conn_id, "subscriber")
-        async with await psycopg.AsyncConnection.connect(endpoint.url, autocommit=True,
-                                                         application_name="rowfilter:trigger",
-                                                         **endpoint.connect_kwargs()) as conn:
+        async with await open_async_session(endpoint.url, application_name="rowfilter:trigger",
+                                            **endpoint.connect_kwargs()) as conn:
             return await AsyncStateReader(conn, self.subscription).read_state()
 
     def progress(self, tables: Iterable[TableName] | None, target: SyncState) -> Progress:

@@ -32,6 +32,13 @@ from airflow_provider_rowfilter.publisher.slot_health import WAL_END
 
 log = logging.getLogger(__name__)
 
+#: Where a publications file's unqualified names are looked up (``FOR TABLE t9`` is ``public.t9``, ``FOR TABLES IN
+#: SCHEMA CURRENT_SCHEMA`` is ``public``), after pg_catalog (core/catalog.py): PostgreSQL's default search_path
+#: without ``"$user"``. Never the session's own path: that is pinned empty (connection.py ``open_session``), and
+#: the job role's ``$user`` schema is one a role with CREATE on the database may make and fill with a table
+#: of the same name, which would take the name over on the next run.
+FILE_SEARCH_PATH = ("public",)
+
 _RELATIONS = """
 SELECT c.oid, n.nspname, c.relname, c.relkind, c.relpersistence, c.relreplident, c.relispartition
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -88,9 +95,6 @@ def _read_catalog(conn: psycopg.Connection) -> PublisherCatalog:
         for child, parent in cur.execute(_INHERITS):
             parents.setdefault(child, []).append(parent)
         schemas = frozenset(r[0] for r in cur.execute("SELECT nspname FROM pg_namespace"))
-        search_path = tuple(
-            s for s in cur.execute("SELECT unnest(current_schemas(false))::text").fetchall() for s in s
-        ) or ("public",)
         default_collation = cur.execute(
             "SELECT datcollate FROM pg_database WHERE datname = current_database()").fetchone()[0]
         timezone = cur.execute("SHOW timezone").fetchone()[0]
@@ -131,7 +135,7 @@ def _read_catalog(conn: psycopg.Connection) -> PublisherCatalog:
             partitions=tuple(names[d] for d in desc if by_oid[d][6] and by_oid[d][3] == "r"),
         )
     return PublisherCatalog(
-        relations=relations, schemas=schemas, server_version_num=version, search_path=search_path,
+        relations=relations, schemas=schemas, server_version_num=version, search_path=FILE_SEARCH_PATH,
         filter_context=FilterContext(functions=functions, default_collation=default_collation, timezone=timezone),
     )
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.table_compare import SESSION_SETTINGS
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.copy_source import (
@@ -67,7 +68,7 @@ def all_rows(read: Read) -> list[tuple]:
 
 def _reader(read: Read) -> psycopg.Connection:
     """A connection in ``read``'s snapshot (a read-only transaction begun), with the comparing sessions' settings."""
-    conn = psycopg.connect(**read.conninfo)
+    conn = open_session(autocommit=False, **read.conninfo)
     try:
         conn.execute(read.snapshot.session_init_sql() if read.snapshot is not None
                      else "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")

@@ -35,6 +35,7 @@ import psycopg
 from psycopg import sql
 from psycopg.pq import ExecStatus
 
+from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
 from airflow_provider_rowfilter.core.slot_retention import wal_level_needed
@@ -108,6 +109,14 @@ def select_sql(source: CopySource, *, predicate: str | None = None) -> str:
         table_sql(source.table))
     # Each filter is already parenthesised by copy_filter_sql; the outer pair keeps a range
     # predicate from binding to one side of the OR.
+    # The filters go as their text (a publications file's as written, the catalog's as pg_get_expr deparsed it),
+    # not rewritten to name pg_catalog: the session's search_path is pinned empty (connection.py open_session),
+    # so its functions and operators resolve in pg_catalog alone, which is where a row filter's must be (only
+    # built-ins are allowed: publicationcmds.c check_simple_rowfilter_expr_walker). That is how tablesync.c
+    # fetch_remote_table_info sends pg_get_expr's text too, whose ruleutils.c generate_operator_name and
+    # generate_function_name qualify a name only where the session's path would not find it. Writing
+    # OPERATOR(pg_catalog.=) would change the text's precedence (generic-operator precedence), and pg_catalog.f()
+    # nothing under the pinned path.
     conditions = [f"({source.filter_sql})"] if source.filter_sql else []
     if predicate:
         conditions.append(predicate)
@@ -355,7 +364,7 @@ def read_copy(conninfo: dict[str, str], statement: str, snapshot: ExportedSnapsh
     row, no decoding) and appended to the block, so the per-row work in Python is one call and one copy. The
     transaction is read-only and imports the exported snapshot before anything else.
     """
-    conn = psycopg.connect(**conninfo)
+    conn = open_session(autocommit=False, **conninfo)
     try:
         conn.execute(snapshot.session_init_sql() if snapshot is not None
                      else "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")

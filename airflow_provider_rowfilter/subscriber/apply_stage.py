@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
+from airflow_provider_rowfilter.connection import open_session
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -144,7 +146,7 @@ def copy_stage(conninfo: dict[str, str], columns: Sequence[str], batches: Iterab
     """
     import pyarrow as pa
 
-    with psycopg.connect(**conninfo) as conn:
+    with open_session(autocommit=False, **conninfo) as conn:
         rows = _copy_csv(conn, STAGE, columns, batches)
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 

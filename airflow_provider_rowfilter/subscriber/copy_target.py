@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.connection import conninfo_params, password
+from airflow_provider_rowfilter.connection import conninfo_params, open_session, password
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
@@ -224,7 +224,7 @@ def write_copy(conninfo: dict[str, str], statement: str, blocks: Iterable[bytes 
     retried task starts from nothing. With a ``fence``, the transaction first checks that its copy
     attempt is still the table's current one, before the first block is asked for.
     """
-    with psycopg.connect(**conninfo) as conn, conn.cursor() as cur:
+    with open_session(autocommit=False, **conninfo) as conn, conn.cursor() as cur:
         if fence is not None:
             cur.execute("SELECT pg_advisory_xact_lock_shared(hashtext(%s), hashtext(%s))", fence.lock_key)
             token = StateReader(conn, fence.subscription).copy_token(TableName(fence.schema, fence.table),

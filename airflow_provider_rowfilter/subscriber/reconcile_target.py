@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.table_compare import ident
 from airflow_provider_rowfilter.identifiers import table_sql
@@ -60,7 +61,7 @@ class GroupCounts:
 def fix_group(target: dict[str, str], fix: GroupFix, blocks: Iterable[bytes | bytearray]) -> GroupCounts:
     """Bring the target's rows of ``fix``'s group to the publisher's, in ONE transaction: ``blocks`` are the
     output of the group's ``copy_out`` (COPY text, whole lines), read once the transaction has begun."""
-    with psycopg.connect(**target) as conn:
+    with open_session(autocommit=False, **target) as conn:
         with conn.transaction():
             # Room for a group's rows in the session's local buffers (settable before its first temporary table).
             conn.execute(f"SET LOCAL temp_buffers = '{TEMP_BUFFERS}'")

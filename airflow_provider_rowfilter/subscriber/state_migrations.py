@@ -11,6 +11,7 @@ import logging
 
 import psycopg
 
+from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.subscriber.apply_stage import stage_ddl
 
 log = logging.getLogger(__name__)
@@ -300,11 +301,37 @@ MIGRATIONS: list[tuple[int, str]] = [
 STAGE_MIGRATED = "68882da0365c2814"
 
 
+#: The owner of schema ``rowfilter``, and whether it may hold the state: the session's role, a role it is a member of
+#: (pg_auth_members, through any chain: a superuser's implicit membership in every role does not count), or a
+#: superuser. The owner of a schema may drop and replace every object in it.
+_OWNER = """
+WITH RECURSIVE mine(oid) AS (
+    SELECT oid FROM pg_catalog.pg_roles WHERE rolname = current_user
+    UNION SELECT m.roleid FROM pg_catalog.pg_auth_members m JOIN mine ON m.member = mine.oid)
+SELECT r.rolname::text, r.oid IN (SELECT oid FROM mine) OR r.rolsuper, current_user::text
+FROM pg_catalog.pg_namespace n JOIN pg_catalog.pg_roles r ON r.oid = n.nspowner WHERE n.nspname = %s
+"""
+
+
 def migrate(conn: psycopg.Connection) -> int:
-    """Create or upgrade schema ``rowfilter``; return the schema version now in place."""
+    """Create or upgrade schema ``rowfilter``; return the schema version now in place.
+
+    :raises StateError: the schema exists and its owner is not one to trust with the state (:data:`_OWNER`): a role
+        with CREATE on the database made it first (say before the first run), and could drop or replace the tables
+        the state lives in, and with them what the apply writes. Nothing is created in it.
+    """
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        owner, trusted, me = one(conn.execute(_OWNER, (SCHEMA,)))
+        if not trusted:
+            from airflow_provider_rowfilter.subscriber.state_reader import StateError
+
+            raise StateError(f'schema "{SCHEMA}" of the subscriber is owned by role "{owner}", which is neither role '
+                             f'"{me}" nor a role it belongs to nor a superuser: its owner may drop or replace the '
+                             "subscription's state in it. Nothing was created or changed",
+                             hint=f"if {owner} made it for you, ALTER SCHEMA {SCHEMA} OWNER TO {me} (as its owner or a "
+                             f"superuser); if nobody knows why it is there, DROP SCHEMA {SCHEMA} CASCADE and run again")
         conn.execute(f"""CREATE TABLE IF NOT EXISTS {SCHEMA}.schema_version (
             version int PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())""")
         done = {r[0] for r in conn.execute(f"SELECT version FROM {SCHEMA}.schema_version")}

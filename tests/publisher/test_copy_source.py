@@ -192,4 +192,4 @@ def test_read_copy_raises_the_publishers_error(publisher):
         list(read_copy({"conninfo": publisher.info.dsn}, "COPY (SELECT * FROM nosuch) TO STDOUT"))
     with pytest.raises(psycopg.errors.DivisionByZero):  # fails after the first rows were sent
         list(read_copy({"conninfo": publisher.info.dsn},
-                       "COPY (SELECT 1 / (1000 - id) FROM k ORDER BY id) TO STDOUT", block_rows=10))
+                       "COPY (SELECT 1 / (1000 - id) FROM public.k ORDER BY id) TO STDOUT", block_rows=10))

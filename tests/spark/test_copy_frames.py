@@ -32,7 +32,7 @@ def dbs(fresh_db):
 def copy(spark, publisher, subscriber, source, plan, snapshot=None, **kwargs) -> int:
     return run_partitions(spark, copy_out_statements(source, plan), partial(
         copy_partition, {"conninfo": publisher}, snapshot, {"conninfo": subscriber},
-        "COPY t (id, v) FROM STDIN", **kwargs))
+        "COPY public.t (id, v) FROM STDIN", **kwargs))
 
 
 def rows(dsn) -> list[tuple]:

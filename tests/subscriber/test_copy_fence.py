@@ -39,7 +39,7 @@ def test_a_superseded_writer_is_refused_and_the_current_one_writes(fresh_db):
         new = CopyFence("s", "public", "t", token(conn))
     assert new.token != old.token
     with pytest.raises(CopySupersededError, match="superseded"):
-        write_copy({"conninfo": dsn}, "COPY t (id) FROM STDIN", iter([b"1\n2\n"]), old)
-    assert write_copy({"conninfo": dsn}, "COPY t (id) FROM STDIN", iter([b"1\n", b"2\n"]), new) == 2
+        write_copy({"conninfo": dsn}, "COPY public.t (id) FROM STDIN", iter([b"1\n2\n"]), old)
+    assert write_copy({"conninfo": dsn}, "COPY public.t (id) FROM STDIN", iter([b"1\n", b"2\n"]), new) == 2
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT array_agg(id ORDER BY id) FROM t").fetchone()[0] == [1, 2]
