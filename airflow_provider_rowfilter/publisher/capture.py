@@ -270,6 +270,16 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
                 hint="create the publication before the changes it must carry; to get past changes made before it, "
                 "apply until caught up otherwise (filtering: spark), or drop the slot and run `rowfilter refresh "
                 "--recreate-slot`; a slot is read by one process at a time") from e
+        if pub.broken or isinstance(e, psycopg.OperationalError) and not e.sqlstate or \
+                (e.sqlstate or "")[:2] in ("08", "57"):
+            # The publisher went away under the read (a crash, a shutdown, a failover): the slot is not in
+            # question, and a refresh would not help; nothing was captured or advanced.
+            raise CaptureError(
+                f'the publisher went away while replication slot "{slot}" was read: {primary_message(e)}',
+                detail="nothing was captured, and the slot was not advanced",
+                hint="the next run goes on from where this one started, once the publisher answers again; after a "
+                "failover, point the spec's publisher at the promoted standby (both servers in one URL with "
+                "target_session_attrs=read-write follow a promotion: docs/failover.md)") from e
         raise CaptureError(f'cannot read replication slot "{slot}": {primary_message(e)}',
                            hint="run refresh to (re)create the slot and the capture publication; a slot is "
                            "read by one process at a time") from e
