@@ -407,7 +407,7 @@ def _last_check(session: Any, dag_id: str) -> dict[str, Any] | None:
     if ti is None:
         return None
     found = _xcom(session, dag_id, ti.run_id, "check_lag", "check" if ti.state == "failed" else "return_value")
-    return {"state": str(ti.state), "run_id": ti.run_id, "end_date": when(ti.end_date),
+    return {"state": str(getattr(ti.state, "value", ti.state)), "run_id": ti.run_id, "end_date": when(ti.end_date),
             "problems": list((found or {}).get("problems") or []), "state_said": (found or {}).get("state"),
             "reason": (found or {}).get("reason")}
 
