@@ -189,7 +189,12 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         now, current = pub.execute(f"SELECT clock_timestamp(), {WAL_NOW} - %s::pg_lsn",
                                    (result.end_lsn,)).fetchone()
         result.lag_bytes = max(int(current), 0)
-        if batch.last_commit_ts is not None:
+        if not result.more and (upto is None or upto >= flushed):
+            # Every transaction committed before the read is in the log: none waits, so the batch is not behind
+            # in time, however long ago the publisher last committed (an idle publisher is no lag).
+            result.lag_seconds = 0.0
+        elif batch.last_commit_ts is not None:
+            # Cut by the bound: the transactions after the last one captured wait, committed since it at the most.
             result.lag_seconds = max((now - batch.last_commit_ts).total_seconds(), 0.0)
     result.seconds = round(time.monotonic() - began, 3)
     if result.changes and result.seconds:
