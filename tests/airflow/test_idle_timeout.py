@@ -10,6 +10,7 @@ today, and the tables then equal the publisher's filtered rows.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -82,6 +83,19 @@ def test_an_idle_timeout_is_warned_about_alerted_on_and_named(publisher_cluster,
         said = str(alert.value)
         assert 'its slot has not been read for' in said and "idle_replication_slot_timeout (6.0 s)" in said, said
         assert "Run the apply now" in said, said
+        # status says it at risk, with the time left (issue 46 item 1), and paused while disabled.
+        capsys.readouterr()
+        assert cli.main(["status", "--spec", str(path), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["state"]["name"] == "at risk", doc["state"]
+        assert "its slot would be invalidated (idle_timeout) in about" in doc["state"]["reason"], doc["state"]
+        [idle] = [e for e in doc["exposures"] if e["setting"] == "idle_replication_slot_timeout"]
+        assert idle["at_risk"] and 0 <= idle["seconds_left"] < 3.5, idle
+        assert cli.main(["disable", "--spec", str(path)]) == 0
+        assert cli.main(["status", "--spec", str(path)]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "AT RISK: its slot would be invalidated (idle_timeout)" in text and "`rowfilter enable`" in text, text
+        assert cli.main(["enable", "--spec", str(path)]) == 0
 
         # 3. Past the timeout, the publisher's next checkpoint invalidates it.
         time.sleep(3.0)
