@@ -69,6 +69,8 @@ class Lag:
     warnings: tuple[str, ...] = ()
     #: how long the apply running now has held the subscription's apply lock (seconds), None: none runs
     apply_running_seconds: float | None = None
+    #: the standby panel: each standby's readiness, role (standby, promoted: the publisher now), timeline
+    standbys: tuple[dict, ...] = ()
 
 
 class SubscriptionLagCheckOperator(BaseOperator):
@@ -179,6 +181,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
         running = apply_running_for(conn, subscription)
     problems: list[str] = [_stuck_problem(stuck, now, max_sync_age)] if stuck and max_sync_age else []
     retained = status = None
+    ready: list = []
     counting: list[dict] = []
     warnings: list[str] = []
     at_risk: str | None = None
@@ -211,7 +214,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
         if apply_schedule is not None:
             warnings = schedule_risks(retention, longest_gap(apply_schedule), apply_schedule)
         problems += [f"standby {r.standby} is not ready to take over its slot: " + "; ".join(r.problems)
-                     for r in ready if not r.ready]
+                     for r in ready if not r.ready and not r.is_publisher]
         retained, status = slot.retained_bytes, slot.wal_status
         if max_retained_wal is not None and retained is not None and retained > max_retained_wal:
             problems.append(f'its slot "{row.slot_name}" holds back {size(retained)} of WAL on the publisher, '
@@ -232,7 +235,8 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
                None if batch is None else batch.finished_at.isoformat(), None if age is None else round(age, 3),
                None if batch is None else batch.lag_seconds, row.last_error, tuple(problems),
                tuple(f"{r.table} ({r.state.value})" for r in stuck), state, reason, tuple(counting), row.enabled,
-               None if apply_dag is None else apply_dag.as_dict(), tuple(warnings), running)
+               None if apply_dag is None else apply_dag.as_dict(), tuple(warnings), running,
+               tuple({**r.as_dict(), "summary": r.summary()} for r in ready))
 
 
 def paused_reason(enabled: bool, dag: ApplyDag | None) -> str | None:
@@ -349,6 +353,7 @@ def describe(lag: Lag) -> str:
         parts.append(f"last batch applied {duration(lag.batch_age_seconds)} ago{then}")
     if lag.last_error:
         parts.append(f"last error: {lag.last_error.splitlines()[0]}")
+    parts += [f"standby {r['standby']}: {r['summary']}" for r in lag.standbys]
     if lag.apply_running_seconds is not None:
         parts.append(f"an apply runs now (for {duration(lag.apply_running_seconds)})")
     if lag.apply_dag and lag.apply_dag["running_runs"] and lag.apply_running_seconds is None:

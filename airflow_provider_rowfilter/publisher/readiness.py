@@ -37,7 +37,7 @@ class Readiness:
     #: spec's publisher now reaches this server), or ``unreachable``
     role: str = "standby"
     is_publisher: bool = False
-    timeline: int | None = None  # its timeline (pg_control_checkpoint(): the last checkpoint's or restartpoint's)
+    timeline: int | None = None  # its timeline: the one it replays (a standby), or writes (a primary)
     replayed_lsn: str | None = None  # pg_last_wal_replay_lsn(): how far a standby has replayed
     replayed_at: str | None = None  # pg_last_xact_replay_timestamp(): the commit time of the last transaction replayed
     #: the primary could not be read: only the standby's own side was checked (its synchronized slot)
@@ -268,10 +268,15 @@ def _clear(conn: psycopg.Connection) -> None:
 
 
 def _replay_facts(conn: psycopg.Connection) -> dict:
-    """The server's timeline (pg_control_checkpoint(): the last checkpoint's, or a standby's restartpoint's) and the
-    commit time of the last transaction a standby replayed; each None where the role may not read it."""
+    """The server's timeline and the commit time of the last transaction a standby replayed; each None where the role
+    may not read it."""
     found: dict = {"timeline": None, "replayed_at": None}
-    for key, query in (("timeline", "SELECT timeline_id FROM pg_control_checkpoint()"),
+    # A primary's timeline is its WAL file's (a promoted standby's is new from its promotion on, before its first
+    # checkpoint); a standby's, the one it receives on, else that of its last restartpoint.
+    timeline = ("SELECT CASE WHEN pg_is_in_recovery() THEN coalesce((SELECT received_tli FROM pg_stat_wal_receiver), "
+                "(SELECT timeline_id FROM pg_control_checkpoint())) "
+                "ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END")
+    for key, query in (("timeline", timeline),
                        ("replayed_at", "SELECT to_char(pg_last_xact_replay_timestamp() AT TIME ZONE 'UTC', "
                                        "'YYYY-MM-DD HH24:MI:SS \"UTC\"')")):
         try:

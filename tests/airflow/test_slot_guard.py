@@ -19,7 +19,6 @@ import shutil
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
