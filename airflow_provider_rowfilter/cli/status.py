@@ -38,7 +38,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.slot_report import findings, publisher_view, readiness_lines, slot_line
     from airflow_provider_rowfilter.subscriber import conflicts
-    from airflow_provider_rowfilter.subscriber.state import StateReader, relation_exists
+    from airflow_provider_rowfilter.subscriber.state import StateReader, apply_running_for, relation_exists
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
         reader = StateReader(conn, spec.subscription)
@@ -47,6 +47,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         last = reader.last_batch()
         checks = reader.checks()
         conflict_stats = conflicts.read(conn, spec.subscription) if relation_exists(conn, "conflict_stats") else None
+        running = apply_running_for(conn, spec.subscription)
         now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]  # the clock finished_at was written by
     view = publisher_view(spec, subscription.slot_name,
                           [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
@@ -78,6 +79,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "standbys": [r.as_dict() for r in view.standbys],
             "broken": broken,
             "state": None if state is None else {"name": state[0], "reason": state[1]},
+            "apply_running_seconds": running,
             "exposures": [e.as_dict() for e in counting],
             "warnings": warnings,
             "enabled": subscription.enabled,
@@ -109,6 +111,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     print_table(console, STATUS_COLUMNS, rows, fmt=fmt, title=[] if fmt == "tsv" else title)
     if fmt != "tsv":
         say(slot_line(subscription.slot_name, view))
+        if running is not None:
+            say(("apply:", "cyan"), f" one runs now, for {duration(running)} (it holds the subscription's apply lock)")
         if state is not None:
             say((f"{state[0].upper()}:", "bold red" if state[0] == "at risk" else "yellow"), " ", state[1])
         for e in counting:

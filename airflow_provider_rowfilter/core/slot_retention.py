@@ -35,6 +35,12 @@ WAY_BACK = ("the way back: `rowfilter refresh --recreate-slot --reconcile` (Refr
             "them and copies them again")
 
 
+def stamp(at: dt.datetime) -> str:
+    """``2026-11-27T06:27:33+00:00``: a time as messages give it, in UTC, to the second (a microsecond says nothing
+    to a person, and the Replication page shows none)."""
+    return at.astimezone(dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
 @dataclass(frozen=True)
 class Retention:
     """The publisher's limits on what an unread slot may keep, as ``pg_settings`` and ``pg_stat_wal`` show them.
@@ -118,7 +124,7 @@ def idle_alert(retention: Retention, inactive_since: dt.datetime | None, now: dt
         return None
     left = retention.idle_timeout - idle
     when = f"in about {duration(left)}" if left > 0 else "at the publisher's next checkpoint"
-    return (f"its slot has not been read for {duration(idle)} (inactive since {inactive_since.isoformat()}): the "
+    return (f"its slot has not been read for {duration(idle)} (inactive since {stamp(inactive_since)}): the "
             f"publisher invalidates it after idle_replication_slot_timeout ({duration(retention.idle_timeout)}), "
             f"{when}. Run the apply now (is its DAG paused, or failing?); {IDLE_FIX}")
 
@@ -161,7 +167,7 @@ def invalidation(reason: str, retention: Retention | None = None,
     return cause.format(
         keep="" if retention.max_keep is None else f" ({size(retention.max_keep)})",
         idle="" if retention.idle_timeout is None else f" ({duration(retention.idle_timeout)})",
-        since="" if inactive_since is None else f"; inactive since {inactive_since.isoformat()}"), fix
+        since="" if inactive_since is None else f"; inactive since {stamp(inactive_since)}"), fix
 
 
 #: From PostgreSQL 19, logical decoding is switched on when the first logical slot is made under ``wal_level =
@@ -225,7 +231,7 @@ def exposures(retention: Retention, *, active: bool | None, inactive_since: dt.d
         found.append(Exposure(
             "idle_replication_slot_timeout", "idle_timeout", retention.idle_timeout - idle,
             idle >= retention.idle_timeout * IDLE_ALERT_SHARE,
-            f"not read for {duration(idle)} (since {inactive_since:%Y-%m-%d %H:%M:%S %Z}), and "
+            f"not read for {duration(idle)} (since {stamp(inactive_since)}), and "
             f"idle_replication_slot_timeout is {duration(retention.idle_timeout)} on the publisher"))
     if wal_status == "unreserved":
         found.append(Exposure("max_slot_wal_keep_size", "wal_removed", 0.0, True,

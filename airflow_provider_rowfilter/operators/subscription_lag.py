@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from airflow_provider_rowfilter.core.slot_retention import (
     idle_alert,
     invalidation,
     schedule_risks,
+    stamp,
 )
 from airflow_provider_rowfilter.core.spec_values import parse_size
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
@@ -30,7 +32,7 @@ from airflow_provider_rowfilter.operators.metrics import lag_metrics
 from airflow_provider_rowfilter.operators.task_errors import clear_errors
 from airflow_provider_rowfilter.publisher.readiness import readiness
 from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
-from airflow_provider_rowfilter.subscriber.state import job_lock_key
+from airflow_provider_rowfilter.subscriber.state import apply_running_for, job_lock_key
 from airflow_provider_rowfilter.subscriber.state_reader import RelState, StateReader
 
 if TYPE_CHECKING:
@@ -149,9 +151,9 @@ class SubscriptionLagCheckOperator(BaseOperator):
         for text in lag.warnings:  # the schedule against the slot's limits, as validate and status say it
             self.log.warning("%s", text)
         if lag.problems:
-            self._keep(asdict(lag), context)
+            self._keep(plain(asdict(lag)), context)
             raise AirflowFailException(f"subscription {lag.subscription!r} is behind: " + "; ".join(lag.problems))
-        return asdict(lag)
+        return plain(asdict(lag))
 
     def _keep(self, measured: dict[str, Any], context: Context) -> None:
         """What a failed check found, as the XCom ``check`` of its task: the Replication page shows it as the
@@ -228,7 +230,7 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
         if batch is None:
             problems.append(f"no batch has been applied yet{why}")
         elif age is not None and age > max_batch_age:
-            problems.append(f"its last batch was applied {duration(age)} ago (at {batch.finished_at.isoformat()}), "
+            problems.append(f"its last batch was applied {duration(age)} ago (at {stamp(batch.finished_at)}), "
                             f"more than max_batch_age ({duration(max_batch_age)}){why}")
     state, reason = ("at risk", at_risk) if at_risk else ("paused", paused) if paused else (None, None)
     return Lag(subscription, now.isoformat(), retained, status,
@@ -239,6 +241,11 @@ def measure(subscription: str, subscriber_conn_id: str, publisher_conn_id: str |
                tuple({**r.as_dict(), "summary": r.summary()} for r in ready))
 
 
+def plain(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` as JSON has it (lists, not tuples): an XCom Airflow stores as it is, which the page reads back."""
+    return json.loads(json.dumps(value, default=str))
+
+
 def paused_reason(enabled: bool, dag: ApplyDag | None) -> str | None:
     """Why nothing applies the subscription now, or None."""
     if not enabled:
@@ -246,19 +253,6 @@ def paused_reason(enabled: bool, dag: ApplyDag | None) -> str | None:
     if dag is not None and dag.paused:
         return f"its incremental sync {dag.dag_id} is paused: nothing is applied until it is unpaused"
     return None
-
-
-def apply_running_for(conn: psycopg.Connection, subscription: str) -> float | None:
-    """Seconds since the session holding the subscription's apply lock began, None when no apply runs: an apply
-    shown running in Airflow whose session is gone (a killed worker) holds none (subscriber/state.py job_lock)."""
-    key = job_lock_key(subscription, "apply")
-    found = conn.execute(
-        """SELECT extract(epoch FROM clock_timestamp() - a.backend_start)::float8 FROM pg_locks l
-           JOIN pg_stat_activity a ON a.pid = l.pid
-           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-             AND l.classid = hashtext(%s)::oid AND l.objid = hashtext(%s)::oid""", key).fetchone()
-    return None if found is None or found[0] is None else round(float(found[0]), 1)
 
 
 def _skip_unless_subscribed(subscription: str, subscriber_conn_id: str) -> None:
@@ -301,7 +295,7 @@ def _stuck_problem(stuck: list[RelState], now: dt.datetime, limit: float) -> str
         error = f"; its last error: {r.last_error.splitlines()[0]}" if r.last_error else ""
         since = r.state_since or now
         each.append(f"{r.table} in state {r.state.value} ({r.state.label}) for {duration((now - since).total_seconds())} "
-                    f"(since {since.isoformat()}): {_MOVES_ON[r.state.value]}{error}")
+                    f"(since {stamp(since)}): {_MOVES_ON[r.state.value]}{error}")
     return (f"{len(stuck)} table(s) not replicating for more than max_sync_age ({duration(limit)}): "
             + "; ".join(each))
 
