@@ -34,7 +34,8 @@ class Readiness:
     slot: dict | None = None  # the slot on the standby: synced, temporary, invalidation_reason, confirmed_flush_lsn
     problems: tuple[str, ...] = field(default=())  # each what is wrong, and the fix
     #: ``standby`` (in recovery), ``promoted`` (a primary now: the publisher itself when ``is_publisher``, i.e. the
-    #: spec's publisher now reaches this server), or ``unreachable``
+    #: spec's publisher now reaches this server on a timeline of its own), ``primary`` (not in recovery, and not the
+    #: publisher promoted: a mistake of the spec), or ``unreachable``
     role: str = "standby"
     is_publisher: bool = False
     timeline: int | None = None  # its timeline: the one it replays (a standby), or writes (a primary)
@@ -169,15 +170,17 @@ def _standby_readiness(label: str, open_standby: Callable[[], psycopg.Connection
         return Readiness(label, False, problems=(*problems, f"cannot read the standby: {_said(e)}"), role="unreachable")
     where = {"timeline": facts["timeline"], "replayed_lsn": facts["replayed"], "replayed_at": facts["replayed_at"]}
     if not facts["in_recovery"]:
-        if facts["server"] == primary.server:
-            # A standby promoted since, which the publisher's URL (both servers in one, target_session_attrs=read-write)
-            # reaches now: it is the publisher, nothing to take over.
+        if facts["server"] is not None and facts["server"] == primary.server and (facts["timeline"] or 1) > 1:
+            # The server the publisher's URL reaches now (both servers in one, target_session_attrs=read-write), on a
+            # timeline of its own: a standby promoted since. It is the publisher: nothing to take over. (The
+            # publisher itself named as its standby, on the timeline it began on, is a mistake of the spec.)
             return Readiness(label, True, facts["slot"], role="promoted", is_publisher=True, **where)
         return Readiness(label, False, facts["slot"], (
-            "it is not a standby (pg_is_in_recovery() is false), and the spec's publisher is another server: a "
-            "promoted standby whose old primary still runs, or not a standby at all; point the publisher at the "
-            "primary that accepts writes (both servers in one URL with target_session_attrs=read-write follow a "
-            "promotion) and list its physical standbys in standbys",), role="promoted", **where)
+            *problems, "it is not a standby (pg_is_in_recovery() is false), nor the publisher after a promotion: "
+            "a standby promoted while the spec's publisher still names another server, or no standby at all; point "
+            "the publisher at the primary that accepts writes (both servers in one URL with "
+            "target_session_attrs=read-write follow a promotion) and list its physical standbys in standbys",),
+            role="primary", **where)
     if primary.version < FAILOVER_VERSION or primary.standby:
         why = (f"the publisher is PostgreSQL {primary.version // 10000}: slots are synchronized to standbys from 17"
                if not primary.standby else "the publisher is itself a standby: its slots are not synchronized")
