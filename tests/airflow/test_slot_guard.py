@@ -35,7 +35,7 @@ from tests.airflow.scheduler import running_airflow
 
 TABLE = "CREATE TABLE t (id int PRIMARY KEY, v int, note text); ALTER TABLE t REPLICA IDENTITY FULL;"
 #: The publisher's timeout: longer than one watch run takes here (each task is a process of its own).
-TIMEOUT = 40
+TIMEOUT = 20
 NAME = "guarded"
 
 
