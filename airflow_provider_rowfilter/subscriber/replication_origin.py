@@ -32,8 +32,10 @@ from airflow_provider_rowfilter.identifiers import table_sql
 
 log = logging.getLogger(__name__)
 
-#: What this process already warned about: the roles without the functions.
+#: What this process already warned about: the roles without the functions; the subscriptions whose record of a
+#: warning it cleared (:func:`_refused`).
 _warned: set[str] = set()
+_cleared: set[str] = set()
 #: Every origin function the apply, the copy and DROP SUBSCRIPTION call: PostgreSQL revokes them all from PUBLIC
 #: (src/backend/catalog/system_functions.sql), so the GRANT the warning gives names each.
 FUNCTIONS = ("pg_replication_origin_create(text)", "pg_replication_origin_drop(text)",
@@ -90,7 +92,8 @@ def _tagged(sub: psycopg.Connection, name: str, *, created: Sequence[str], drop:
         _warn(sub, subscription)
         yield False
         return
-    if subscription is not None:
+    if subscription is not None and subscription not in _cleared:  # once per process: one statement, not per batch
+        _cleared.add(subscription)
         _refused(sub, subscription, None)
     try:
         yield True
@@ -165,6 +168,8 @@ def _warn(sub: psycopg.Connection, subscription: str | None = None) -> None:
     if role in _warned:
         return
     _warned.add(role)
+    if subscription is not None:
+        _cleared.discard(subscription)
     if subscription is not None and _refused(sub, subscription, role) == role:
         log.debug("role %s may not use the replication origin functions (warned before)", role)
         return

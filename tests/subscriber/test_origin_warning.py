@@ -43,6 +43,7 @@ def applier(fresh_db):
 def a_run(params: dict, monkeypatch) -> bool:
     """One apply's setup of the origin, in a process of its own (the module's memory cleared)."""
     monkeypatch.setattr(replication_origin, "_warned", set())
+    monkeypatch.setattr(replication_origin, "_cleared", set())
     with psycopg.connect(**params, autocommit=True) as conn, replication_origin.session_origin(conn, "s1") as tagged:
         return tagged
 
