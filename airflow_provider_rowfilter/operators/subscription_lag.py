@@ -83,9 +83,9 @@ class SubscriptionLagCheckOperator(BaseOperator):
     batch the subscriber applied (``rowfilter.batch_history``). A slot that is gone or lost fails the
     check too. Each measure is also sent as a gauge through Airflow's metrics
     (``rowfilter.<subscription>.retained_wal_bytes``, ``….batch_age_seconds``), so a StatsD or
-    OpenTelemetry backend can chart and alert on them. Put it after the ApplyChanges task with
-    ``trigger_rule="all_done"`` (the DAG factory does, with ``airflow: max_retained_wal`` or
-    ``max_batch_age`` set), and let the task's failure alert (``email``, ``on_failure_callback``).
+    OpenTelemetry backend can chart and alert on them. Run it on a schedule of its own (the DAG factory's watch
+    DAG does, after its slot guard), so that a paused, stuck or failing apply does not hold it up, and let the
+    task's failure alert (``email``, ``on_failure_callback``).
 
     :param subscription: the subscription's name. (templated)
     :param subscriber_conn_id: the subscriber's Airflow ``postgres`` connection. (templated)
