@@ -98,13 +98,17 @@ class SubscriptionLagCheckOperator(BaseOperator):
         it on, unless a copy or reconcile of it holds its lock now (a long copy at work is not stuck).
     :param standby_conn_ids: the publisher's physical standbys (Airflow ``postgres`` connections): the check
         fails when one is not ready to take over the slot (publisher/failover.py, PostgreSQL's "Logical
-        Replication Failover" procedure), naming what is wrong and the fix. (templated)
+        Replication Failover" procedure), naming what is wrong and the fix; one promoted since, which the
+        publisher's connection reaches now, is the publisher and counts as ready. (templated)
+    :param apply_dag_id: the incremental-sync DAG: the check says whether it is paused (through the task's
+        Execution API), and a failure while it is says so. (templated)
+    :param apply_schedule: the apply's schedule: the check logs what it risks against the publisher's slot limits.
+    :param skip_unsubscribed: skip, saying why, a subscription not subscribed yet or dropped.
 
     With ``publisher_conn_id`` it also fails, before it happens, when the slot has been idle for half of the
     publisher's ``idle_replication_slot_timeout`` (``inactive_since``, PostgreSQL 17+) or holds more WAL than
     ``max_slot_wal_keep_size`` allows; an invalidated slot fails it with the cause PostgreSQL records
-    (``invalidation_reason``). Put the check in a DAG of its own, on a schedule, to be told also when the
-    apply's DAG is paused.
+    (``invalidation_reason``). A failed check keeps what it found as the XCom ``check`` of its task.
 
     Returns (XCom) the measures: ``{"subscription": "s1", "retained_wal_bytes": 16777216, "wal_status":
     "reserved", "batch_age_seconds": 42.0, "last_batch_lag_seconds": 0.8, "problems": [], …}``.
