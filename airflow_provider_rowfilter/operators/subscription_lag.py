@@ -12,7 +12,7 @@ import psycopg
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from airflow_provider_rowfilter.connection import one
+from airflow_provider_rowfilter.connection import one, open_session
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.schedule import longest_gap
 from airflow_provider_rowfilter.core.slot_retention import (
@@ -333,7 +333,7 @@ def schedule_warnings(resolved: ResolvedSpec) -> list[str]:
     try:
         endpoint = resolved.endpoints.get("publisher")
         with (endpoint.connect(connect_timeout=5) if endpoint is not None
-              else psycopg.connect(spec.publisher, autocommit=True, connect_timeout=5)) as conn:
+              else open_session(spec.publisher, connect_timeout=5)) as conn:
             retention = read_retention(conn)
         return schedule_risks(retention, longest_gap(spec.apply_schedule), spec.apply_schedule)
     except (RowFilterError, psycopg.Error):

@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 from airflow.configuration import conf
 
+from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.schedule import longest_gap
@@ -257,7 +258,7 @@ def _standbys(pub: psycopg.Connection | None, slot: str, standbys: tuple[str, ..
     def opener(standby: str) -> Any:
         if CONN_ID.match(standby):
             return lambda: RowFilterHook.endpoint(standby, "standby").connect(connect_timeout=5)
-        return lambda: psycopg.connect(standby, autocommit=True, connect_timeout=5)
+        return lambda: open_session(standby, connect_timeout=5)
 
     try:
         found = readiness(pub, slot, [(standby_label(s), opener(s)) for s in standbys], copied,
