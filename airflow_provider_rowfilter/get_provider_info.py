@@ -31,10 +31,12 @@ def get_provider_info() -> dict:
                 "integration-name": INTEGRATION,
                 "python-modules": [
                     "airflow_provider_rowfilter.operators.apply_changes",
+                    "airflow_provider_rowfilter.operators.apply_dag",
                     "airflow_provider_rowfilter.operators.metrics",
                     "airflow_provider_rowfilter.operators.refresh_publication",
                     "airflow_provider_rowfilter.operators.replication_link",
                     "airflow_provider_rowfilter.operators.rowfilter_job",
+                    "airflow_provider_rowfilter.operators.slot_guard",
                     "airflow_provider_rowfilter.operators.snapshot_copy",
                     "airflow_provider_rowfilter.operators.subscription_guard",
                     "airflow_provider_rowfilter.operators.subscription_lag",

@@ -54,6 +54,7 @@ LAYER_OF = {
     "apply": "flow",
     "subscription_drop": "flow",
     "sequence_sync": "flow",
+    "slot_guard": "flow",
     # Entry points: the jobs spark-submit runs, and the console command that runs them in process.
     "jobs": "entry",
     "cli": "entry",

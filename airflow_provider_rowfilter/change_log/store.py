@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -79,6 +80,45 @@ class ObjectPath:
     def read_bytes(self) -> bytes:
         with self.fs.open_input_stream(self.key) as stream:
             return stream.read()
+
+
+#: The local folders where a segment for object storage is written before its upload: ``<prefix><pid>-<random>``.
+STAGING_PREFIX = "rowfilter-segment-"
+
+
+def remove_stale_staging(folder: str | None = None) -> list[str]:
+    """Remove the staging folders (:data:`STAGING_PREFIX`) in ``folder`` (the temporary directory) that belong to
+    this user and to a process that no longer runs: what a killed writer left. Returns what was removed; never
+    raises (a folder another user owns, or one being removed meanwhile, is left alone)."""
+    where = folder or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(where))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(STAGING_PREFIX):
+            continue
+        pid = entry.name[len(STAGING_PREFIX):].split("-", 1)[0]
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat(follow_symlinks=False).st_uid != os.getuid() \
+                    or not pid.isdigit() or _alive(int(pid)):
+                continue
+            shutil.rmtree(entry.path)
+        except OSError:
+            continue
+        removed.append(entry.path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process of that number: alive
+        return True
+    return True
 
 
 def open_change_log(spec: SubscriptionSpec) -> ChangeLog:
@@ -164,8 +204,11 @@ class ObjectStoreLog(ChangeLog):
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
-        """A private local folder for the segment being written; the store needs no directory."""
-        with tempfile.TemporaryDirectory(prefix="rowfilter-segment-") as folder:  # 0700, removed after
+        """A private local folder for the segment being written, named by this process; the store needs no
+        directory. The folders of writers that were killed (SIGKILL, a lost pod: nothing removed them) are
+        removed first (:func:`remove_stale_staging`)."""
+        remove_stale_staging()
+        with tempfile.TemporaryDirectory(prefix=f"{STAGING_PREFIX}{os.getpid()}-") as folder:  # 0700, removed after
             self._staging = folder
             try:
                 yield

@@ -11,6 +11,7 @@ from rich.text import Text
 from airflow_provider_rowfilter.cli.console import EXIT_BROKEN, console, say
 from airflow_provider_rowfilter.console.output import Column, output_format, print_table
 from airflow_provider_rowfilter.core.lsn import parse_lsn
+from airflow_provider_rowfilter.core.slot_retention import Exposure, exposures
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.humane import ago, counts_text, duration, size
 
@@ -37,7 +38,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.slot_report import findings, publisher_view, readiness_lines, slot_line
     from airflow_provider_rowfilter.subscriber import conflicts
-    from airflow_provider_rowfilter.subscriber.state import StateReader, relation_exists
+    from airflow_provider_rowfilter.subscriber.state import StateReader, apply_running_for, relation_exists
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
         reader = StateReader(conn, spec.subscription)
@@ -46,6 +47,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         last = reader.last_batch()
         checks = reader.checks()
         conflict_stats = conflicts.read(conn, spec.subscription) if relation_exists(conn, "conflict_stats") else None
+        running = apply_running_for(conn, spec.subscription)
         now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]  # the clock finished_at was written by
     view = publisher_view(spec, subscription.slot_name,
                           [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
@@ -60,6 +62,10 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         "id": last.id, "end_lsn": last.end_lsn, "lag_bytes": last.lag_bytes, "lag_seconds": last.lag_seconds,
         "finished_at": last.finished_at.isoformat(), "age_seconds": round((now - last.finished_at).total_seconds(), 3)}
     code = EXIT_BROKEN if broken else 0
+    counting = [] if slot is None or not slot.exists or slot.lost or view.retention is None else exposures(
+        view.retention, active=slot.active, inactive_since=slot.inactive_since, wal_status=slot.wal_status,
+        safe_wal_size=slot.safe_wal_size, now=now)
+    state = subscription_state(subscription.enabled, counting)
     if fmt == "json":
         slot_doc = ({"name": subscription.slot_name, "exists": None, "error": unreachable} if slot is None
                     else {**slot.as_dict(), "error": None})
@@ -72,6 +78,9 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "retention": None if view.retention is None else view.retention.as_dict(),
             "standbys": [r.as_dict() for r in view.standbys],
             "broken": broken,
+            "state": None if state is None else {"name": state[0], "reason": state[1]},
+            "apply_running_seconds": running,
+            "exposures": [e.as_dict() for e in counting],
             "warnings": warnings,
             "enabled": subscription.enabled,
             "applied_lsn": subscription.applied_lsn,
@@ -102,6 +111,13 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     print_table(console, STATUS_COLUMNS, rows, fmt=fmt, title=[] if fmt == "tsv" else title)
     if fmt != "tsv":
         say(slot_line(subscription.slot_name, view))
+        if running is not None:
+            say(("apply:", "cyan"), f" one runs now, for {duration(running)} (it holds the subscription's apply lock)")
+        if state is not None:
+            say((f"{state[0].upper()}:", "bold red" if state[0] == "at risk" else "yellow"), " ", state[1])
+        for e in counting:
+            if not e.at_risk:
+                say(("slot clock:", "cyan"), f" it would be {e.describe()}")
         for line in readiness_lines(view):
             say(line)
         for parts in _check_lines(tables, checks, now):
@@ -115,6 +131,20 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     if broken:
         say(("BROKEN:", "bold red"), " ", broken, err=True)
     return code
+
+
+def subscription_state(enabled: bool, counting: Sequence[Exposure]) -> tuple[str, str] | None:
+    """``("at risk", why)`` when the publisher is about to invalidate the slot, ``("paused", why)`` while the
+    subscription is disabled, else None (the Replication page also says a paused incremental-sync DAG)."""
+    risky = [e for e in counting if e.at_risk]
+    if risky:
+        return "at risk", "; ".join(f"its slot would be {e.describe()}" for e in risky) + (
+            "; run the apply now (or the watch DAG's slot guard)" if enabled else
+            "; the subscription is disabled: `rowfilter enable`, or let the watch DAG's slot guard read the slot")
+    if not enabled:
+        return "paused", ("the subscription is disabled (`rowfilter disable`): nothing is applied until `rowfilter "
+                          "enable`; the watch DAG's slot guard keeps its slot read meanwhile")
+    return None
 
 
 def _conflict_line(stats: ConflictStats) -> str:

@@ -28,6 +28,11 @@ TIME_UNITS = {"ms": 0.001, "s": 1, "min": 60, "h": 3600, "d": 86400}
 #: The longest duration taken: PostgreSQL's time settings are 32-bit integers (guc.c), INT_MAX seconds at most.
 MAX_SECONDS = 2**31 - 1
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|min|h|d)?\s*$")
+#: A duration as text (``'30s'``, ``'5min'``, a bare number of seconds): what :func:`parse_duration` reads.
+DURATION = _DURATION
+#: Schedule intervals a batch may be late by before the subscription is lagging (no max_batch_age set): the
+#: Replication page's verdict and the watch DAG's lag check.
+LATE_INTERVALS = 3
 #: Runs of a cron schedule looked at for its longest gap (a year of them at most: a monthly or
 #: weekday-only schedule repeats within it).
 _RUNS_LOOKED_AT = 2000

@@ -16,6 +16,7 @@ alerts while it approaches (:func:`idle_alert`), and every error names the cause
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass
 
 from airflow_provider_rowfilter.humane import duration, size
@@ -32,6 +33,12 @@ WAY_BACK = ("the way back: `rowfilter refresh --recreate-slot --reconcile` (Refr
             "recreate_slot=True, reconcile=True)) drops the invalidated slot, creates a new one and repairs the "
             "subscription's tables in place, never emptying them (docs/verify.md); without --reconcile it empties "
             "them and copies them again")
+
+
+def stamp(at: dt.datetime) -> str:
+    """``2026-11-27T06:27:33+00:00``: a time as messages give it, in UTC, to the second (a microsecond says nothing
+    to a person, and the Replication page shows none)."""
+    return at.astimezone(dt.timezone.utc).replace(microsecond=0).isoformat()
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ def idle_alert(retention: Retention, inactive_since: dt.datetime | None, now: dt
         return None
     left = retention.idle_timeout - idle
     when = f"in about {duration(left)}" if left > 0 else "at the publisher's next checkpoint"
-    return (f"its slot has not been read for {duration(idle)} (inactive since {inactive_since.isoformat()}): the "
+    return (f"its slot has not been read for {duration(idle)} (inactive since {stamp(inactive_since)}): the "
             f"publisher invalidates it after idle_replication_slot_timeout ({duration(retention.idle_timeout)}), "
             f"{when}. Run the apply now (is its DAG paused, or failing?); {IDLE_FIX}")
 
@@ -160,7 +167,7 @@ def invalidation(reason: str, retention: Retention | None = None,
     return cause.format(
         keep="" if retention.max_keep is None else f" ({size(retention.max_keep)})",
         idle="" if retention.idle_timeout is None else f" ({duration(retention.idle_timeout)})",
-        since="" if inactive_since is None else f"; inactive since {inactive_since.isoformat()}"), fix
+        since="" if inactive_since is None else f"; inactive since {stamp(inactive_since)}"), fix
 
 
 #: From PostgreSQL 19, logical decoding is switched on when the first logical slot is made under ``wal_level =
@@ -177,3 +184,63 @@ def wal_level_needed(server_version: int) -> str:
         return ("wal_level = replica or logical (PostgreSQL 19 switches logical decoding on, without a restart, when "
                 "the first logical slot is made under replica: effective_wal_level shows it)")
     return "wal_level = logical (a restart)"
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """How close one of the publisher's limits is to invalidating the slot: what it would call it
+    (``invalidation_reason``), the time left (seconds; 0: the next checkpoint; None: unknown, no WAL rate), and
+    whether that is near enough to act on (:data:`IDLE_ALERT_SHARE` of the limit reached)."""
+
+    setting: str  # idle_replication_slot_timeout or max_slot_wal_keep_size
+    reason: str  # idle_timeout or wal_removed
+    seconds_left: float | None
+    at_risk: bool
+    said: str  # what stands behind the time left ("not read for 6 min of 10 min")
+
+    def describe(self) -> str:
+        """``invalidated (idle_timeout) in about 4 min: not read for 6 min, idle_replication_slot_timeout …``."""
+        if self.seconds_left is None:
+            when = "when the publisher has written that much more WAL"
+        elif self.seconds_left <= 0:
+            when = "at the publisher's next checkpoint"
+        else:
+            when = f"in about {duration(self.seconds_left)}"
+        return f"invalidated ({self.reason}) {when}: {self.said}"
+
+    def as_dict(self) -> dict:
+        return {"setting": self.setting, "reason": self.reason, "at_risk": self.at_risk,
+                "seconds_left": None if self.seconds_left is None else round(max(self.seconds_left, 0.0), 1),
+                "said": self.describe()}
+
+
+def exposures(retention: Retention, *, active: bool | None, inactive_since: dt.datetime | None,
+              wal_status: str | None, safe_wal_size: int | None, now: dt.datetime) -> list[Exposure]:
+    """The limits that count down on a readable slot now, soonest first (InvalidatePossiblyObsoleteSlot in
+    src/backend/replication/slot.c checks both at every checkpoint and restartpoint):
+
+    - ``idle_replication_slot_timeout`` (PostgreSQL 18; in seconds, ``GUC_UNIT_S`` in guc_tables.c): counts from
+      ``inactive_since``, only while no session reads the slot (a read resets it: ReplicationSlotAcquire);
+    - ``max_slot_wal_keep_size``: ``safe_wal_size`` is the WAL that may still be written before the slot loses
+      what it needs (GetWALAvailability in src/backend/access/transam/xlog.c), the time left that over the
+      publisher's average WAL rate; ``wal_status = unreserved``: the next checkpoint.
+    """
+    found = []
+    if retention.idle_timeout is not None and not active and inactive_since is not None:
+        idle = max((now - inactive_since).total_seconds(), 0.0)
+        found.append(Exposure(
+            "idle_replication_slot_timeout", "idle_timeout", retention.idle_timeout - idle,
+            idle >= retention.idle_timeout * IDLE_ALERT_SHARE,
+            f"not read for {duration(idle)} (since {stamp(inactive_since)}), and "
+            f"idle_replication_slot_timeout is {duration(retention.idle_timeout)} on the publisher"))
+    if wal_status == "unreserved":
+        found.append(Exposure("max_slot_wal_keep_size", "wal_removed", 0.0, True,
+                              "it holds more WAL than max_slot_wal_keep_size (wal_status unreserved)"))
+    elif retention.max_keep is not None and safe_wal_size is not None:
+        safe = max(safe_wal_size, 0)
+        left = safe / retention.wal_rate if retention.wal_rate else None
+        rate = "" if left is None else f" (at the publisher's average rate of {size(round(retention.wal_rate or 0))}/s)"
+        found.append(Exposure(
+            "max_slot_wal_keep_size", "wal_removed", left, safe <= retention.max_keep * (1 - IDLE_ALERT_SHARE),
+            f"{size(safe)} more WAL{rate} before it passes max_slot_wal_keep_size ({size(retention.max_keep)})"))
+    return sorted(found, key=lambda e: math.inf if e.seconds_left is None else e.seconds_left)

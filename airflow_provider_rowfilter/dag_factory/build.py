@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.schedule import LATE_INTERVALS, longest_gap
 from airflow_provider_rowfilter.core.spec_values import CONN_ID
 from airflow_provider_rowfilter.dag_factory.copies import copy_tasks
 from airflow_provider_rowfilter.dag_factory.operations import operations_dags
@@ -26,6 +27,7 @@ from airflow_provider_rowfilter.dag_factory.settings import (
 )
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
+from airflow_provider_rowfilter.operators.slot_guard import SlotGuardOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.spec_placeholders import (
@@ -90,15 +92,8 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     with DAG(dag_id=ids["incremental_sync"], schedule=s.schedule,
              description=f"Incremental sync of {spec.subscription}: one ApplyChanges micro-batch per run",
              **scheduled) as dag:
-        apply = ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
-                                     asset_alias=alias, **bounded, **job)
-        standbys = [c for c in spec.standbys if CONN_ID.match(c)]  # the check reads them through Airflow
-        if s.max_retained_wal is not None or s.max_batch_age is not None or s.max_sync_age is not None or standbys:
-            synced: dict[str, Any] = {} if s.max_sync_age is None else {"max_sync_age": s.max_sync_age}
-            apply >> SubscriptionLagCheckOperator(
-                task_id="check_lag", publisher_conn_id=spec.publisher_conn_id, max_retained_wal=s.max_retained_wal,
-                max_batch_age=s.max_batch_age, standby_conn_ids=standbys, trigger_rule="none_skipped", retries=0,
-                **synced, **who)
+        ApplyChangesOperator(task_id="apply", max_changes=s.max_changes, time_budget=s.time_budget,
+                             asset_alias=alias, **bounded, **job)
     dags[dag.dag_id] = dag
 
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
@@ -108,8 +103,37 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
         listed, _ = copy_tasks(pool=s.pool, tables=None, execution_timeout=copy_bound, **who, **job)
         refresh >> listed
     dags[dag.dag_id] = dag
+    watch = watch_dag(source, job, who, common)
+    dags[watch.dag_id] = watch
     dags.update(operations_dags(source, job, common))
     return dags
+
+
+def watch_dag(source: SubscriptionFile, job: dict[str, Any], who: dict[str, Any], common: dict[str, Any]) -> DAG:
+    """``<prefix>_watch``, on ``airflow.watch_schedule`` (every 5 minutes), never paused at creation: the slot guard
+    (a capture into the change log while the incremental sync is paused or the subscription disabled, or the slot
+    near an invalidation), then the lag check. Apart from the incremental sync, so that a paused, stuck or failing
+    apply still alerts and a killed worker's run (``running`` until Airflow's heartbeat timeout) holds up neither."""
+    spec, s, ids = source.spec, source.settings, source.dag_ids
+    schedule = spec.apply_schedule if spec.apply_schedule is not None else s.schedule  # what the apply runs on
+    gap = longest_gap(schedule) if schedule is not None else None
+    late = s.max_batch_age if s.max_batch_age is not None else (LATE_INTERVALS * gap if gap else None)
+    standbys = [c for c in spec.standbys if CONN_ID.match(c)]  # the check reads them through Airflow
+    synced: dict[str, Any] = {} if s.max_sync_age is None else {"max_sync_age": s.max_sync_age}
+    once: dict[str, Any] = {"retries": 0}
+    with DAG(dag_id=ids["watch"], schedule=source.watch_schedule,
+             description=f"Watch {spec.subscription}: keep its slot read while the apply is paused or disabled, and "
+             "check its lag and slot on a schedule of their own", **{**common, "is_paused_upon_creation": False}) as dag:
+        guard = SlotGuardOperator(task_id="guard_slot", spec=job["spec"], apply_dag_id=ids["incremental_sync"],
+                                  time_budget=s.guard_time_budget,
+                                  execution_timeout=dt.timedelta(seconds=s.guard_time_budget + 180), **once)
+        guard >> SubscriptionLagCheckOperator(
+            task_id="check_lag", publisher_conn_id=spec.publisher_conn_id,
+            max_retained_wal=s.max_retained_wal if s.max_retained_wal is not None else spec.retained_wal_warning_bytes,
+            max_batch_age=late, standby_conn_ids=standbys, apply_dag_id=ids["incremental_sync"],
+            apply_schedule=schedule, skip_unsubscribed=True, trigger_rule="all_done",
+            execution_timeout=dt.timedelta(minutes=5), **once, **synced, **who)
+    return dag
 
 
 def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS) -> dict[str, DAG]:

@@ -19,6 +19,7 @@ from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, read_text, yaml_document
+from airflow_provider_rowfilter.core.schedule import DURATION, parse_duration
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.spec_values import parse_size
 from airflow_provider_rowfilter.hooks.subscription_rel import parse_tables
@@ -28,7 +29,7 @@ DEFAULT_POOL = "rowfilter_copies"
 SPEC_PATTERNS = ("*.yaml", "*.yml")
 #: The DAGs of one spec file: the three that replicate, then the operations, run by hand with parameters.
 DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription",
-             "sync_sequences", "verify", "reconcile_tables")
+             "sync_sequences", "verify", "reconcile_tables", "watch")
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -87,6 +88,12 @@ class AirflowSettings:
     email: tuple[str, ...] | None = None
     #: ``package.module.function`` called with the context when a task fails (imported at parse time).
     on_failure_callback: str | None = None
+    #: Schedule of the watch DAG (the slot guard and the lag check, on a schedule of their own: a paused, stuck or
+    #: failing apply still alerts, and a paused or disabled one keeps its slot read): a cron, a preset or a
+    #: duration ('30s', '2min'); None: run it by hand.
+    watch_schedule: str | None = "*/5 * * * *"
+    #: Seconds the slot guard of one watch run may capture for.
+    guard_time_budget: float = 120.0
     #: Schedule of the verify DAG (every table compared with its publisher's rows); None (default): run it by hand.
     verify_schedule: str | None = None
     #: Seconds an apply or refresh task may run before Airflow stops it (and retries it): a hung apply
@@ -140,7 +147,8 @@ _KINDS: dict[str, Any] = {
     "poke_interval": "seconds", "sensor_timeout": "seconds", "deferrable": bool, "asset_alias": str,
     "max_retained_wal": "size", "max_batch_age": "seconds", "max_sync_age": "seconds",
     "tags": "names", "owner": str, "email": "names", "on_failure_callback": str, "execution_timeout": "timeout",
-    "copy_execution_timeout": "timeout", "verify_schedule": str,
+    "copy_execution_timeout": "timeout", "verify_schedule": str, "watch_schedule": "schedule_or_duration",
+    "guard_time_budget": "seconds",
 }
 
 
@@ -209,7 +217,10 @@ def _check(source: str, key: str, value: Any, kind: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise bad("a number of seconds > 0 (null: no limit)")
         return float(value)
-    elif kind == "schedule":
+    elif kind == "schedule_or_duration" and isinstance(value, (str, int, float)) and not isinstance(value, bool) \
+            and DURATION.match(str(value)):
+        return str(value)  # a duration: a timedelta schedule (watch_schedule)
+    elif kind in ("schedule", "schedule_or_duration"):
         # What DagBag checks when it bags a DAG: checked here, so that a cron Airflow cannot read fails this
         # file alone (its placeholder), instead of the loader file losing that DAG with an import error.
         if not isinstance(value, str) or not value.strip():
@@ -256,6 +267,14 @@ class SubscriptionFile:
     @property
     def prefix(self) -> str:
         return self.settings.dag_id_prefix or f"rowfilter_{self.spec.subscription}"
+
+    @property
+    def watch_schedule(self) -> str | dt.timedelta | None:
+        """The watch DAG's schedule as Airflow takes it: a duration becomes a ``timedelta``."""
+        value = self.settings.watch_schedule
+        if value is not None and DURATION.match(value):
+            return dt.timedelta(seconds=parse_duration(value, f"{self.path}: airflow: watch_schedule"))
+        return value
 
     @property
     def dag_ids(self) -> dict[str, str]:

@@ -186,34 +186,104 @@ class RowFilterHook(BaseHook):
 
 
 def libpq_url(host: str | None, port: int | None, login: str | None, database: str | None,
-              extra: Mapping[str, Any] | None = None) -> str:
-    """``postgresql://user@host:port/db?sslmode=…``: a libpq URL that never carries a password."""
+              extra: Mapping[str, Any] | None = None, *, hosts: Sequence[tuple[str, int | None]] = ()) -> str:
+    """``postgresql://user@host:port/db?sslmode=…``: a libpq URL that never carries a password; with ``hosts``,
+    one of several servers (``postgresql://user@h1:p1,h2:p2/db``: libpq tries each in turn)."""
     netloc = ""
     if login:
         netloc = quote(login, safe="") + "@"
-    if host:
-        netloc += f"[{host}]" if ":" in host and not host.startswith("[") else quote(host, safe="/")
-    if port:
-        netloc += f":{int(port)}"
+    netloc += ",".join(_host_port(h, p) for h, p in (hosts or [(host or "", port)]))
     path = "/" + quote(database, safe="") if database else ""
     params = {k: str(v) for k, v in (extra or {}).items() if k in LIBPQ_EXTRAS and v not in (None, "")}
     query = "?" + urlencode(sorted(params.items())) if params else ""
     return f"postgresql://{netloc}{path}{query}"
 
 
+def _host_port(host: str, port: int | None) -> str:
+    text = "" if not host else f"[{host}]" if ":" in host and not host.startswith("[") else quote(host, safe="/[]")
+    return text + (f":{int(port)}" if port else "")
+
+
+def connection_hosts(conn_id: str, host: str | None, port: int | None,
+                     extra: Mapping[str, Any]) -> list[tuple[str, int | None]]:
+    """The servers of a connection that names several (a primary and its standbys, on their own ports): the extra
+    ``hosts`` (``"db1:5432,db2:5433"`` or a list, IPv6 as ``[::1]:5432``), optionally with ``ports`` (a list, or
+    libpq's ``"5432,5433"``) for hosts given without one, as libpq's ``host=db1,db2 port=5432,5433`` reads them.
+    Airflow's own host and port hold one server (its URI form refuses two host:port pairs); when set too they must
+    be the first of ``hosts``. [] when the extra names none."""
+    listed = extra.get("hosts")
+    if listed in (None, "", []):
+        return []
+    bad = SpecError(f"connection {conn_id!r}: extra hosts={listed!r} ports={extra.get('ports')!r} is not a list of "
+                    "servers", hint='extra {"hosts": "db1:5432,db2:5433"} (or a list), or {"hosts": "db1,db2", '
+                    '"ports": "5432,5433"}')
+    names = _items(listed)
+    ports = _items(extra.get("ports"))
+    if names is None or ports is None or not all(names) or not all(p.isdigit() for p in ports):
+        raise bad
+    if ports and len(ports) not in (1, len(names)):
+        raise SpecError(f"connection {conn_id!r}: extra ports lists {len(ports)} ports for {len(names)} hosts",
+                        hint="one port for all, or one per host (libpq's rule)")
+    servers: list[tuple[str, int | None]] = []
+    for i, name in enumerate(names):
+        h, p = _split_host(name)
+        if p is None and ports:
+            p = int(ports[i if len(ports) > 1 else 0])
+        servers.append((h, p if p is not None else port))
+    if host and (servers[0][0] != host or (port and servers[0][1] != port)):
+        raise SpecError(f"connection {conn_id!r} sets host {host!r}" + (f" port {port}" if port else "") +
+                        f" and extra hosts {listed!r}, which does not start with it",
+                        hint="leave the connection's host empty and list every server in hosts, or list it first")
+    return servers
+
+
+def _items(value: Any) -> list[str] | None:
+    """A comma-separated string, a number or a list, as strings ([] for nothing; None: not such a value)."""
+    if value in (None, ""):
+        return []
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return [str(value)]
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",")]
+    if isinstance(value, list | tuple):
+        return [str(v).strip() for v in value]
+    return None
+
+
+def _split_host(text: str) -> tuple[str, int | None]:
+    """``db1:5433`` -> (db1, 5433); ``[::1]:5432`` -> (::1, 5432); ``db1`` -> (db1, None)."""
+    if text.startswith("["):
+        inside, _, rest = text[1:].partition("]")
+        return inside, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+    if text.count(":") == 1:
+        name, _, port = text.partition(":")
+        if port.isdigit():
+            return name, int(port)
+    return text, None
+
+
 def _endpoint(conn: Any, conn_id: str, role: str) -> Endpoint:
     if conn.conn_type not in POSTGRES_CONN_TYPES:
         raise SpecError(f"{role}_conn_id={conn_id!r} is a connection of type {conn.conn_type!r}",
                         hint="use a connection of type 'postgres' (postgresql://… in AIRFLOW_CONN_*)")
-    return Endpoint(conn_id, libpq_url(conn.host, conn.port, conn.login, conn.schema, conn.extra_dejson),
+    extra = dict(conn.extra_dejson or {})
+    hosts = connection_hosts(conn_id, conn.host, conn.port, extra)
+    if len(hosts) > 1 and role != "standby":
+        # Several servers: the one that accepts writes, as the publisher's and subscriber's sessions need (the
+        # capture advances its slot, the apply writes), unless the extra says otherwise.
+        extra.setdefault("target_session_attrs", "read-write")
+    return Endpoint(conn_id, libpq_url(conn.host, conn.port, conn.login, conn.schema, extra, hosts=hosts),
                     conn.password or None, role)
 
 
 def _missing(conn_id: str, role: str) -> SpecError:
     return SpecError(f"{role}_conn_id={conn_id!r}: no such Airflow connection",
-                     hint=f"create it (Admin > Connections, `airflow connections add {conn_id} --conn-uri "
-                     f"postgresql://user@host:5432/db --conn-password …`, or the AIRFLOW_CONN_{conn_id.upper()} "
-                     "environment variable) or fix the id")
+                     hint=f"create it (Admin > Connections, `airflow connections import <a file only you can read>` "
+                     f"holding {{\"{conn_id}\": {{\"conn_type\": \"postgres\", …}}}}, or the "
+                     f"AIRFLOW_CONN_{conn_id.upper()} environment variable; never a password on a command line) or "
+                     "fix the id")
 
 
 def _absolute(path: str, base_dir: str | None) -> str:

@@ -22,7 +22,7 @@ from airflow_provider_rowfilter.operators.metrics import apply_metrics, failure_
 from airflow_provider_rowfilter.operators.replication_link import ReplicationPageLink, subscription_of
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.subscription_guard import skip_unless_subscribed
-from airflow_provider_rowfilter.operators.subscription_lag import gauges_now
+from airflow_provider_rowfilter.operators.subscription_lag import gauges_now, schedule_warnings
 from airflow_provider_rowfilter.operators.table_assets import default_asset_alias, openlineage_dataset, table_asset_uri
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, factory_prefix, in_airflow_terms
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
@@ -301,11 +301,19 @@ class ApplyChangesOperator(RowFilterJobOperator):
             if name:
                 failure_metrics(name)
             self._gauges()
+            self._schedule_warnings()
             raise
         self._emit_asset_events(context, result)
         apply_metrics(result)
         self._gauges()
+        self._schedule_warnings()
         return result
+
+    def _schedule_warnings(self) -> None:
+        """The schedule against the publisher's slot limits, as validate and status warn (core/slot_retention.py)."""
+        if self._resolved is not None:
+            for text in schedule_warnings(self._resolved):
+                self.log.warning("%s", text)
 
     def _gauges(self) -> None:
         """Retained WAL and batch age after every run, failed or not (operators/metrics.py), when metrics are on."""

@@ -6,10 +6,16 @@ so the rules are in one place and tested without a database. The verdicts, worst
 - ``broken``: something a person must fix before changes flow again: the spec file is invalid, the
   subscriber cannot be read, the subscription records an error (a conflict), the incremental sync's
   last run failed, the slot is gone while tables are past their copy, or it was invalidated;
+- ``at risk``: the publisher is about to invalidate the slot (half of ``idle_replication_slot_timeout`` idle, or
+  half of ``max_slot_wal_keep_size`` used, or ``wal_status`` unreserved: core/slot_retention.py ``exposures``),
+  with the time left;
 - ``lagging``: changes flow, late: the last batch is older than ``max_batch_age`` (the spec's
   ``airflow.max_batch_age``, else three intervals of the incremental sync's schedule), the slot holds
   more WAL than the threshold (``airflow.max_retained_wal``, else the spec's ``retained_wal_warning``) or
-  is ``unreserved``, or tables are still in their initial sync;
+  is ``unreserved``, or tables are still in their initial sync, or the incremental sync has had a run in
+  ``running`` for longer than its interval, or the watch DAG's last lag check failed (its reasons);
+- ``paused``: the incremental-sync DAG is paused: nothing applies, the slot guard keeps the slot read (the
+  time left before the publisher would invalidate it is said while nobody reads it);
 - ``disabled`` (``rowfilter disable``), ``dropped`` (``DROP SUBSCRIPTION``), ``new`` (no state yet: the
   initial sync has not run): said as such, each with its reason;
 - ``ok``: none of the above.
@@ -20,11 +26,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from airflow_provider_rowfilter.core.schedule import LATE_INTERVALS
 from airflow_provider_rowfilter.humane import duration, size
 
-VERDICTS = ("broken", "lagging", "disabled", "dropped", "new", "ok")
-#: Schedule intervals a batch may be late by before the subscription is lagging (no max_batch_age set).
-LATE_INTERVALS = 3
+VERDICTS = ("broken", "at_risk", "lagging", "paused", "disabled", "dropped", "new", "ok")
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,14 @@ class Facts:
     max_retained_bytes: int | None = None
     past_copy: Sequence[str] = ()  # tables in d, f, s or r
     syncing: Sequence[str] = ()  # tables not yet in r, as "public.t1 (d)"
+    #: the incremental-sync DAG is paused (its id), and the publisher's limits counting down on the slot now
+    #: (core/slot_retention.py ``Exposure.as_dict``)
+    paused_dag: str | None = None
+    exposures: Sequence[dict] = ()
+    #: "run … of … has been running for 12 min, more than its interval (5 min)"
+    overdue_run: str | None = None
+    #: the problems of the watch DAG's last lag check, when it failed
+    check_failed: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -79,12 +92,33 @@ def judge(f: Facts) -> Health:
         broken.append("its replication slot was invalidated (wal_status lost)")
     if broken:
         return Health("broken", broken)
+    counting = [f"its slot would be {e['said']}" for e in f.exposures]
+    risky = [f"its slot would be {e['said']}" for e in f.exposures if e.get("at_risk")]
+    lagging = _lagging(f)
+    paused = _paused(f)
+    if risky:
+        return Health("at_risk", risky + paused + lagging)
     if not f.enabled:
         return Health("disabled", ["disabled (ALTER SUBSCRIPTION … DISABLE): nothing is applied until "
-                                   "`rowfilter enable`; the slot keeps the changes"])
+                                   "`rowfilter enable`; the slot keeps the changes"] + counting)
+    if paused:  # the cause of any lateness, said first
+        return Health("paused", paused + counting + lagging)
+    if lagging:
+        return Health("lagging", lagging + counting)
+    return Health("ok", [])
+
+
+def _paused(f: Facts) -> list[str]:
+    if not f.paused_dag:
+        return []
+    return [f"paused: its incremental sync {f.paused_dag} is paused, nothing is applied until it is unpaused; the "
+            "watch DAG's slot guard keeps the slot read meanwhile"]
+
+
+def _lagging(f: Facts) -> list[str]:
     lagging: list[str] = []
     limit = f.max_batch_age or (LATE_INTERVALS * f.schedule_interval if f.schedule_interval else None)
-    if limit is not None and f.past_copy:
+    if limit is not None and f.past_copy and f.enabled:
         if f.batch_age is None:
             lagging.append("no batch applied yet")
         elif f.batch_age > limit:
@@ -98,6 +132,7 @@ def judge(f: Facts) -> Health:
         lagging.append(f"its slot retains {size(f.retained_bytes)} of WAL, more than {size(f.max_retained_bytes)}")
     if f.syncing:
         lagging.append(f"initial sync: {', '.join(f.syncing)}")
-    if lagging:
-        return Health("lagging", lagging)
-    return Health("ok", [])
+    if f.overdue_run:
+        lagging.append(f.overdue_run)
+    lagging += [f"the watch's lag check failed: {p}" for p in f.check_failed]
+    return lagging

@@ -44,8 +44,28 @@ def nice_ceiling(value: float) -> float:
     return next(step * power for step in (1, 2, 5, 10) if step * power >= value)
 
 
+#: The shortest span the time axis shows (a subscription's first minutes are not one bar across the chart).
+MIN_SPAN = 10 * 60.0
+#: Time-axis steps, seconds: the first that puts at most MAX_TICKS labels on the span.
+TICK_STEPS = (60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600)
+MAX_TICKS = 7
+
+
+def span_of(points: Sequence[Point], failures: Sequence[dt.datetime], now: dt.datetime, window_seconds: float) -> float:
+    """Seconds the time axis covers: from the oldest batch or failed run of the window (a little before it) to
+    ``now``, at least :data:`MIN_SPAN`, at most the window: a new subscription fills the chart, an old one shows
+    its window."""
+    start = now - dt.timedelta(seconds=window_seconds)
+    times = [p.at for p in points if start <= p.at <= now] + [f for f in failures if start <= f <= now]
+    if not times:
+        return window_seconds
+    covered = (now - min(times)).total_seconds() * 1.05
+    return min(window_seconds, max(MIN_SPAN, covered))
+
+
 def render(points: Sequence[Point], failures: Sequence[dt.datetime], now: dt.datetime, window_seconds: float) -> str:
-    """The SVG of the last ``window_seconds`` up to ``now`` (times in UTC)."""
+    """The SVG of the last ``window_seconds`` up to ``now`` (times in UTC), its time axis fitted to the data."""
+    window_seconds = span_of(points, failures, now, window_seconds)
     start = now - dt.timedelta(seconds=window_seconds)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
 
@@ -64,11 +84,12 @@ def render(points: Sequence[Point], failures: Sequence[dt.datetime], now: dt.dat
         out.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y:.1f}" y2="{y:.1f}" stroke="{GRID}"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">{_count(top_changes * (4 - i) / 4)}</text>')
         out.append(f'<text x="{LEFT + plot_w + 6}" y="{y + 4:.1f}">{escape(_seconds(top_lag * (4 - i) / 4))}</text>')
-    hours = max(1, round(window_seconds / 3600))
-    step = dt.timedelta(seconds=window_seconds / hours)
-    for i in range(hours + 1):  # time labels, UTC
-        at = start + step * i
+    step = next((t for t in TICK_STEPS if window_seconds / t <= MAX_TICKS), TICK_STEPS[-1])
+    first = dt.datetime.fromtimestamp(math.ceil(start.timestamp() / step) * step, dt.timezone.utc)
+    at = first
+    while at <= now:  # time labels on round times, UTC
         out.append(f'<text x="{x(at):.1f}" y="{HEIGHT - 8}" text-anchor="middle">{at:%H:%M}</text>')
+        at += dt.timedelta(seconds=step)
     width = max(2.0, min(8.0, plot_w / max(len(shown), 1) * 0.6))
     for p in shown:
         h = plot_h * p.changes / top_changes

@@ -13,7 +13,9 @@ const h = React.createElement;
 const REFRESH_MS = 15000;
 const VERDICT = {
   broken: { palette: "failed", label: "broken" },
+  at_risk: { palette: "failed", label: "at risk" },
   lagging: { palette: "warning", label: "lagging" },
+  paused: { palette: "gray", label: "paused" },
   disabled: { palette: "gray", label: "disabled" },
   new: { palette: "info", label: "not subscribed yet" },
   ok: { palette: "success", label: "ok" },
@@ -143,6 +145,38 @@ function TriggerDialog({ request, onClose }) {
               loading: state.busy, onClick: submit, "data-testid": "rowfilter-trigger-submit" }, `Trigger ${op.action.toLowerCase()}`))))));
 }
 
+// --- the slot's clock, the schedule's warnings, the watch's check, the standbys -------------------------------
+function SlotClock({ view }) {
+  const lines = (view.exposures || []).map((e, i) => h(C.Text, { key: `e${i}`, fontSize: "sm",
+    color: e.at_risk ? "fg.error" : "fg.muted", "data-testid": "rowfilter-exposure" },
+  `${e.at_risk ? "AT RISK: " : ""}its slot would be ${e.said}`));
+  const warned = (view.warnings || []).map((w, i) => h(C.Text, { key: `w${i}`, fontSize: "sm", color: "fg.warning",
+    "data-testid": "rowfilter-warning" }, `WARNING: ${w}`));
+  const check = view.check;
+  const checked = check ? [h(C.Text, { key: "c", fontSize: "sm", "data-testid": "rowfilter-check",
+    color: check.state === "failed" ? "fg.error" : "fg.muted" },
+  check.state === "failed" ? `The watch's lag check failed (${check.end_date}): ${check.problems.join("; ") || "see its log"}`
+    : `The watch's lag check passed (${check.end_date})${check.state_said ? `: ${check.state_said}, ${check.reason}` : ""}`)] : [];
+  const overdue = view.overdue_run ? [h(C.Text, { key: "o", fontSize: "sm", color: "fg.warning",
+    "data-testid": "rowfilter-overdue" }, view.overdue_run)] : [];
+  const all = [...lines, ...warned, ...checked, ...overdue];
+  return all.length ? h(C.Stack, { gap: 1, mb: 3, "data-testid": "rowfilter-slot-clock" }, all) : null;
+}
+
+function StandbyPanel({ standbys }) {
+  if (!standbys || !standbys.length) return null;
+  return h(DataTable, { testId: "rowfilter-standbys", caption: "Standbys",
+    columns: [{ key: "standby", label: "standby", mono: true }, { key: "role", label: "role" },
+      { key: "timeline", label: "timeline", numeric: true }, { key: "replayed", label: "replayed", mono: true },
+      { key: "said", label: "failover", wrap: true }],
+    rows: standbys.map((s) => ({ key: s.standby, standby: s.standby,
+      role: h(C.Badge, { colorPalette: s.role === "promoted" ? "info" : s.role === "unreachable" ? "failed" : "gray",
+        variant: "subtle" }, s.role === "promoted" ? (s.is_publisher ? "promoted: the publisher" : "promoted") : s.role),
+      timeline: s.timeline === null || s.timeline === undefined ? "" : String(s.timeline),
+      replayed: s.replayed_lsn || "",
+      said: h(C.Text, { fontSize: "xs", color: s.ready || s.is_publisher ? "fg.success" : "fg.error" }, s.summary) })) });
+}
+
 // --- one subscription --------------------------------------------------------------------------------------
 function Stat({ label, value, help, testId }) {
   return h(C.StatRoot, { "data-testid": testId },
@@ -214,6 +248,7 @@ function Subscription({ view, onTrigger, focused }) {
     view.error && !view.last_error ? h(C.Box, { as: "pre", p: 3, mb: 3, borderRadius: "md", bg: "failed.subtle",
       color: "failed.fg", fontSize: "xs", whiteSpace: "pre-wrap", wordBreak: "break-word" }, view.error) : null,
     actions.length ? h(C.Wrap, { gap: 2, mb: 4, "data-testid": "rowfilter-actions" }, actions) : null,
+    h(SlotClock, { view }),
     view.tables.length || last || slot ? h(C.SimpleGrid, { columns: { base: 2, lg: 4 }, gap: 6, mb: 2 },
       h(Stat, { label: "Last batch", testId: "rowfilter-last-batch", value: last ? `${seconds(last.age_seconds)} ago` : "none yet",
         help: last ? `${last.finished_at}, through ${last.end_lsn || "—"}` : null }),
@@ -227,8 +262,15 @@ function Subscription({ view, onTrigger, focused }) {
       columns: [
         { key: "table", label: "table", mono: true }, { key: "state", label: "state" }, { key: "lsn", label: "lsn", mono: true },
         { key: "behind", label: "behind now", numeric: true }, { key: "age", label: "last batch" },
-        { key: "copied", label: "rows copied", numeric: true }, { key: "error", label: "last error", wrap: true }],
-      rows: view.tables.map((t) => ({ key: t.table, table: t.table,
+        { key: "copied", label: "rows copied", numeric: true }, { key: "check", label: "last verify / reconcile", wrap: true },
+        { key: "error", label: "last error", wrap: true }],
+      rows: view.tables.map((t) => ({ key: t.table,
+        table: t.filter_changed ? h(C.Flex, { gap: 2, align: "center" }, t.table,
+          h(C.Badge, { colorPalette: "warning", variant: "subtle", title: t.filter_changed, "data-testid": "rowfilter-filter-changed" },
+            "filter changed")) : t.table,
+        check: t.last_check ? h(C.Text, { fontSize: "xs", color: t.last_check.clean ? "fg.success" : "fg.error" },
+          t.last_check.said) : t.filter_changed ? h(C.Text, { fontSize: "xs", color: "fg.warning" },
+          `${t.filter_changed}: verify or reconcile it`) : "",
         state: h(C.Badge, { colorPalette: STATE_PALETTE[t.state] || "gray", variant: "subtle" }, `${t.state} ${t.label}`),
         lsn: t.lsn || "", behind: t.behind || "", age: t.last_batch_age || "", copied: count(t.rows_copied),
         error: t.last_error ? h(C.Text, { color: "fg.error", fontSize: "xs", title: t.last_error },
@@ -240,7 +282,10 @@ function Subscription({ view, onTrigger, focused }) {
         { key: "lag", label: "lag then", numeric: true }, { key: "took", label: "took", numeric: true }],
       rows: view.batches.map((b) => ({ key: b.id, id: String(b.id), finished: b.finished_at, end: b.end_lsn || "",
         changes: count(b.changes), transactions: count(b.transactions), lag: seconds(b.lag_seconds),
-        took: b.duration_ms === null ? "" : seconds(b.duration_ms / 1000) })) }) : null));
+        took: b.duration_ms === null ? "" : seconds(b.duration_ms / 1000) })) }) : null,
+    view.batch_ids_note ? h(C.Text, { mt: 2, fontSize: "xs", color: "fg.muted", "data-testid": "rowfilter-batch-ids" },
+      view.batch_ids_note) : null,
+    h(StandbyPanel, { standbys: view.standbys })));
 }
 
 // --- the page ------------------------------------------------------------------------------------------------

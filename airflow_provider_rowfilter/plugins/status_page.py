@@ -75,7 +75,8 @@ def visible_views(user: Any) -> list[SubscriptionView]:
                 continue
             dag_id = source.dag_ids["incremental_sync"]
             if may_read(dag_id):
-                views.append(read_view(source, run_facts(dag_id, session, now) if dag_id else RunFacts()))
+                views.append(read_view(source, run_facts(dag_id, session, now, source.dag_ids["watch"])
+                                       if dag_id else RunFacts()))
     return views
 
 

@@ -189,7 +189,12 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         now, current = pub.execute(f"SELECT clock_timestamp(), {WAL_NOW} - %s::pg_lsn",
                                    (result.end_lsn,)).fetchone()
         result.lag_bytes = max(int(current), 0)
-        if batch.last_commit_ts is not None:
+        if not result.more and (upto is None or upto >= flushed):
+            # Every transaction committed before the read is in the log: none waits, so the batch is not behind
+            # in time, however long ago the publisher last committed (an idle publisher is no lag).
+            result.lag_seconds = 0.0
+        elif batch.last_commit_ts is not None:
+            # Cut by the bound: the transactions after the last one captured wait, committed since it at the most.
             result.lag_seconds = max((now - batch.last_commit_ts).total_seconds(), 0.0)
     result.seconds = round(time.monotonic() - began, 3)
     if result.changes and result.seconds:
@@ -270,6 +275,16 @@ def _read_slot(pub: psycopg.Connection, writer: SegmentWriter, slot: str, public
                 hint="create the publication before the changes it must carry; to get past changes made before it, "
                 "apply until caught up otherwise (filtering: spark), or drop the slot and run `rowfilter refresh "
                 "--recreate-slot`; a slot is read by one process at a time") from e
+        if pub.broken or isinstance(e, psycopg.OperationalError) and not e.sqlstate or \
+                (e.sqlstate or "")[:2] in ("08", "57"):
+            # The publisher went away under the read (a crash, a shutdown, a failover): the slot is not in
+            # question, and a refresh would not help; nothing was captured or advanced.
+            raise CaptureError(
+                f'the publisher went away while replication slot "{slot}" was read: {primary_message(e)}',
+                detail="nothing was captured, and the slot was not advanced",
+                hint="the next run goes on from where this one started, once the publisher answers again; after a "
+                "failover, point the spec's publisher at the promoted standby (both servers in one URL with "
+                "target_session_attrs=read-write follow a promotion: docs/failover.md)") from e
         raise CaptureError(f'cannot read replication slot "{slot}": {primary_message(e)}',
                            hint="run refresh to (re)create the slot and the capture publication; a slot is "
                            "read by one process at a time") from e

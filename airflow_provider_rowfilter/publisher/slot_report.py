@@ -52,7 +52,12 @@ def publisher_view(spec: SubscriptionSpec, slot_name: str, copied: Sequence[tupl
                 view.warnings = [e.message]
             view.standbys = readiness(pub, slot_name, spec_standbys(spec), copied) if spec.standbys else []
     except RowFilterError as e:
-        return PublisherView(unreachable=e.message + (f" ({e.detail})" if e.detail else ""))
+        unreachable = e.message + (f" ({e.detail})" if e.detail else "")
+        # The standbys are read all the same: while the primary is down, whether one can be promoted with the
+        # slot, or was promoted already, is what matters most.
+        standbys = readiness(None, slot_name, spec_standbys(spec), copied, unreachable=unreachable) \
+            if spec.standbys else []
+        return PublisherView(unreachable=unreachable, standbys=standbys)
     return view
 
 
@@ -63,7 +68,13 @@ def findings(spec: SubscriptionSpec, view: PublisherView, past: Sequence[str]) -
     """
     slot = view.slot
     if slot is None:
-        return [f"{view.unreachable}: the replication slot's state is unknown, and lag was not measured"], None
+        promoted = [r.standby for r in view.standbys if r.role == "promoted"]
+        then = (f"; standby {', '.join(promoted)} was promoted: point the spec's publisher at it (or list both servers "
+                "in one URL with target_session_attrs=read-write)" if promoted else
+                "; when it is down for good, promote a failover-ready standby and point the publisher at it "
+                "(docs/failover.md, \"After a promotion\")" if view.standbys else "")
+        return [f"{view.unreachable}: the publisher cannot be reached, so the replication slot's state is unknown and "
+                f"lag was not measured (the slot itself is not known to be lost){then}"], None
     name = f'replication slot "{slot.name}"'
     if not slot.exists:
         if not past:
@@ -90,7 +101,7 @@ def findings(spec: SubscriptionSpec, view: PublisherView, past: Sequence[str]) -
     if view.retention is not None:
         warnings += schedule_risks(view.retention, longest_gap(spec.apply_schedule), spec.apply_schedule)
     for standby in view.standbys:
-        if not standby.ready:
+        if not standby.ready and not standby.is_publisher:
             warnings.append(f"standby {standby.standby} is not ready to take over the slot: "
                             + "; ".join(standby.problems))
     return warnings, None
@@ -121,5 +132,4 @@ def slot_line(name: str, view: PublisherView) -> str:
 
 def readiness_lines(view: PublisherView) -> list[str]:
     """One line per standby of the spec: ready to take over the slot, or what is wrong."""
-    return [f"standby {r.standby}: " + ("failover ready" if r.ready else "NOT failover ready: " + "; ".join(r.problems))
-            for r in view.standbys]
+    return [f"standby {r.standby}: {r.summary()}" for r in view.standbys]

@@ -13,8 +13,10 @@ Our apply does the same through the SQL functions (``pg_replication_origin_creat
 cluster may each hold a subscription of the same name, and an origin is active in one session at a time);
 ``pg_replication_origin_status`` then shows how far each subscription applied.
 These functions are a superuser's by default; a role without them (``GRANT EXECUTE``, the fix the warning
-names) applies all the same, untagged, and is warned once per process: then a downstream ``origin = none``
-cannot tell our writes from local ones.
+names) applies all the same, untagged: then a downstream ``origin = none`` cannot tell our writes from local
+ones. It is warned once per condition, not per run: the subscription's ``options`` in the subscriber record the
+role warned about (``origin_functions_refused``), later runs of that role say nothing more, and a run that may
+use them again clears it (so a later revoke warns again).
 """
 
 from __future__ import annotations
@@ -30,11 +32,16 @@ from airflow_provider_rowfilter.identifiers import table_sql
 
 log = logging.getLogger(__name__)
 
-#: What this process already warned about: the roles without the functions.
+#: What this process already warned about: the roles without the functions; the subscriptions whose record of a
+#: warning it cleared (:func:`_refused`).
 _warned: set[str] = set()
-FUNCTIONS = ("pg_replication_origin_create(text)", "pg_replication_origin_session_setup(text)",
-             "pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone)",
-             "pg_replication_origin_session_reset()")
+_cleared: set[str] = set()
+#: Every origin function the apply, the copy and DROP SUBSCRIPTION call: PostgreSQL revokes them all from PUBLIC
+#: (src/backend/catalog/system_functions.sql), so the GRANT the warning gives names each.
+FUNCTIONS = ("pg_replication_origin_create(text)", "pg_replication_origin_drop(text)",
+             "pg_replication_origin_oid(text)", "pg_replication_origin_session_setup(text)",
+             "pg_replication_origin_session_reset()", "pg_replication_origin_session_is_setup()",
+             "pg_replication_origin_xact_setup(pg_lsn, timestamp with time zone)")
 
 
 def origin_name(sub: psycopg.Connection, subscription: str) -> str:
@@ -50,7 +57,7 @@ def session_origin(sub: psycopg.Connection, subscription: str) -> AbstractContex
     and reset after its commit or rollback, as the commit record carries the origin too); yields whether the role
     may. ``sub`` must be outside a transaction (autocommit)."""
     name = origin_name(sub, subscription)
-    return _tagged(sub, name, created=(name,))
+    return _tagged(sub, name, created=(name,), subscription=subscription)
 
 
 def copy_origin(sub: psycopg.Connection, subscription: str, table: TableName) -> AbstractContextManager[bool]:
@@ -64,11 +71,12 @@ def copy_origin(sub: psycopg.Connection, subscription: str, table: TableName) ->
     apply_name = origin_name(sub, subscription)
     relid = sub.execute("SELECT %s::regclass::oid", (table_sql(table).as_string(sub),)).fetchone()[0]
     name = f"{apply_name}_{relid}"
-    return _tagged(sub, name, created=(apply_name, name), drop=True)
+    return _tagged(sub, name, created=(apply_name, name), drop=True, subscription=subscription)
 
 
 @contextmanager
-def _tagged(sub: psycopg.Connection, name: str, *, created: Sequence[str], drop: bool = False) -> Iterator[bool]:
+def _tagged(sub: psycopg.Connection, name: str, *, created: Sequence[str], drop: bool = False,
+            subscription: str | None = None) -> Iterator[bool]:
     """The session of ``sub`` set up with origin ``name`` for the block (the origins ``created`` first, where
     missing), reset after it and, with ``drop``, ``name`` dropped; yields False, warning once, when the role may
     not."""
@@ -81,9 +89,12 @@ def _tagged(sub: psycopg.Connection, name: str, *, created: Sequence[str], drop:
         sub.execute("SELECT pg_replication_origin_session_reset() WHERE pg_replication_origin_session_is_setup()")
         sub.execute("SELECT pg_replication_origin_session_setup(%s)", (name,))
     except psycopg.errors.InsufficientPrivilege:
-        _warn(sub)
+        _warn(sub, subscription)
         yield False
         return
+    if subscription is not None and subscription not in _cleared:  # once per process: one statement, not per batch
+        _cleared.add(subscription)
+        _refused(sub, subscription, None)
     try:
         yield True
     finally:
@@ -126,11 +137,42 @@ def drop_origin(sub: psycopg.Connection, subscription: str, tables: Sequence[Tab
                     "(SELECT pg_replication_origin_drop('%s') as a superuser)", name, name)
 
 
-def _warn(sub: psycopg.Connection) -> None:
+#: The key of ``rowfilter.subscription.options`` that records the role warned about (:func:`_warn`).
+REFUSED_KEY = "origin_functions_refused"
+
+
+def _refused(sub: psycopg.Connection, subscription: str, role: str | None) -> str | None:
+    """Record ``role`` as warned about for ``subscription`` (None: clear it); return the role recorded before. Best
+    effort: a subscriber whose state cannot be written this way warns per process, as before."""
+    try:
+        row = sub.execute(
+            "UPDATE rowfilter.subscription s SET options = CASE WHEN %s::text IS NULL THEN s.options - %s::text "
+            "ELSE s.options || jsonb_build_object(%s::text, %s::text) END FROM rowfilter.subscription old "
+            "WHERE s.name = %s AND old.name = s.name AND (old.options ->> %s::text) IS DISTINCT FROM %s::text "
+            "RETURNING old.options ->> %s::text",
+            (role, REFUSED_KEY, REFUSED_KEY, role, subscription, REFUSED_KEY, role, REFUSED_KEY)).fetchone()
+    except psycopg.Error as e:
+        log.debug("could not record the origin warning's condition: %s", e)
+        if not sub.autocommit and not sub.broken:
+            sub.rollback()
+        return None
+    if row is None:  # nothing changed: that role is recorded already (or nothing was, and none is)
+        return role
+    if role is None and row[0]:
+        log.info("the apply's writes carry the replication origin again (role may use the functions now)")
+    return row[0]
+
+
+def _warn(sub: psycopg.Connection, subscription: str | None = None) -> None:
     role = sub.execute("SELECT current_user").fetchone()[0]
     if role in _warned:
         return
     _warned.add(role)
+    if subscription is not None:
+        _cleared.discard(subscription)
+    if subscription is not None and _refused(sub, subscription, role) == role:
+        log.debug("role %s may not use the replication origin functions (warned before)", role)
+        return
     log.warning("the apply's writes carry no replication origin: role %s may not use the replication origin "
                 "functions, so a subscription downstream with origin = none cannot tell them from local writes; "
                 "fix: GRANT EXECUTE ON FUNCTION %s TO %s", role, ", ".join(FUNCTIONS), role)

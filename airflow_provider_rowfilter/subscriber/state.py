@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPLIED", "APPLY_LOCK", "SCHEMA", "AsyncStateReader", "BatchRecord", "DroppedState", "RefreshRecord",
     "RelState", "SlotLostError", "StateError", "StateReader", "StateStore", "SubscriptionRow", "StateReading",
-    "TableCheckRecord", "job_lock", "job_lock_key", "migrate", "relation_exists", "slot_lost",
+    "TableCheckRecord", "apply_running_for", "job_lock", "job_lock_key", "migrate", "relation_exists", "slot_lost",
 ]
 
 #: The states whose tables the apply serves (PostgreSQL's apply worker: FINISHEDCOPY, SYNCDONE, READY).
@@ -325,6 +325,19 @@ def job_lock(conn: psycopg.Connection, subscription: str, scope: str,
 
 class SlotLostError(RowFilterError):
     """The subscription's slot is gone while tables hold positions read from it."""
+
+
+def apply_running_for(conn: psycopg.Connection, subscription: str) -> float | None:
+    """Seconds since the session holding the subscription's apply lock began, None when no apply runs: an apply
+    shown running in Airflow whose session is gone (a killed worker) holds none (subscriber/state.py job_lock)."""
+    key = job_lock_key(subscription, APPLY_LOCK)
+    found = conn.execute(
+        """SELECT extract(epoch FROM clock_timestamp() - a.backend_start)::float8 FROM pg_locks l
+           JOIN pg_stat_activity a ON a.pid = l.pid
+           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+             AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+             AND l.classid = hashtext(%s)::oid AND l.objid = hashtext(%s)::oid""", key).fetchone()
+    return None if found is None or found[0] is None else round(float(found[0]), 1)
 
 
 def slot_lost(spec: SubscriptionSpec, slot: str, stranded: list[RelState]) -> SlotLostError:

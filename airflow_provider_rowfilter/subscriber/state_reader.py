@@ -11,13 +11,15 @@ here writes, so a role with ``SELECT`` on the schema is enough. Writers are in s
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 import psycopg
 
+from airflow_provider_rowfilter.core.copy_definitions import copy_definition_changes
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.subscriber.state_migrations import SCHEMA
@@ -147,6 +149,11 @@ class Overview:
     batches: tuple[BatchRecord, ...]
     window: tuple[BatchRecord, ...]
     last_drop: DropRecord | None
+    #: each table's last verify or reconcile
+    checks: dict[TableName, TableCheckRecord] = field(default_factory=dict)
+    #: tables past i whose initial-copy filter or column list the last refresh changed, and no reconcile or clean
+    #: verify since: what changed (core/copy_definitions.py)
+    filter_changes: dict[TableName, str] = field(default_factory=dict)
 
 
 # --- the plans: SQL and row mapping, once ------------------------------------------------------------
@@ -245,7 +252,21 @@ def _overview(name: str, shown: int, window_seconds: float, most: int) -> Plan[O
         window = yield from _batches(name, "AND finished_at > %s - make_interval(secs => %s) ORDER BY id DESC LIMIT %s",
                                      (now, window_seconds, most))
     drop = (yield from _last_drop(name)) if not reading.exists else None
-    return Overview(reading, now, tuple(batches), tuple(window), drop)
+    checks: dict[TableName, TableCheckRecord] = {}
+    changes: dict[TableName, str] = {}
+    if reading.exists:
+        checks = {c.table: c for c in (yield from _checks(name))}
+        last_two = yield from _refreshes(name, "ORDER BY id DESC LIMIT 2")
+        if len(last_two) == 2:
+            last, before = last_two
+            copied = [t.table for t in reading.tables if t.state is not SyncState.INIT]
+            for table, change in copy_definition_changes(before.definitions, last.definitions, copied).items():
+                check = checks.get(table)
+                mended = check is not None and check.lsn is not None and parse_lsn(check.lsn) >= parse_lsn(last.lsn) \
+                    and (check.kind == "reconcile" or check.clean)
+                if not mended:
+                    changes[table] = f"{change} at the refresh of {last.lsn}"
+    return Overview(reading, now, tuple(batches), tuple(window), drop, checks, changes)
 
 
 def _copy_token(name: str, table: TableName, state: SyncState | None) -> Plan[str | None]:

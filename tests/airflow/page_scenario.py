@@ -21,6 +21,8 @@ CONFLICT = ('conflict detected on relation "sales.t3": conflict=insert_exists\n'
             f"`rowfilter skip --lsn {CONFLICT_LSN}` (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert")
 SUBSCRIPTIONS = ("orders", "billing", "audit", "archive")
 SPEC = "subscription: {name}\npublisher_conn_id: rf_page_pub\nsubscriber_conn_id: rf_page_sub\npublications: [p1]\n"
+#: orders names a standby that does not answer: the page's standby panel says so.
+STANDBY = "standbys: ['postgresql://postgres@127.0.0.1:1/pub?connect_timeout=2']\n"
 
 
 @dataclass
@@ -66,6 +68,20 @@ def page_scenario(state_db: StateDb, fresh_db: Callable[..., str], tmp_path: Pat
                                                  duration_ms, counts, finished_at)
             VALUES ('audit', '0/16B3700', '0/16B3748', 12, 1, 0.9, 650, '{}', now() - interval '20 minutes'),
                    ('legacy', '0/16B3700', '0/16B3748', 30, 2, 0.5, 700, '{}', now() - interval '4 minutes')""")
+    with psycopg.connect(state_db.dsn, autocommit=True) as conn:
+        # billing: one more batch after the others' took ids: its ids skip, and the page says why (issue 46).
+        conn.execute("""
+            INSERT INTO rowfilter.batch_history (subscription, start_lsn, end_lsn, changes, transactions, lag_seconds,
+                                                 duration_ms, counts, finished_at)
+            VALUES ('billing', '0/16B3748', '0/16B3790', 40, 2, 1.5, 800, '{}', now() - interval '44 minutes')""")
+        # orders: a verify that found rows missing in public.t1; a refresh that changed public.t2's copy filter.
+        conn.execute("""
+            INSERT INTO rowfilter.table_check (subscription, schema_name, table_name, kind, lsn, clean, result)
+            VALUES ('orders', 'public', 't1', 'verify', '0/16B3748', false, '{"missing": 2, "rows": 40}')""")
+        conn.execute("""
+            INSERT INTO rowfilter.refresh_history (subscription, lsn, added, removed, definitions)
+            VALUES ('orders', '0/16B3000', '{}', '{}', '{"tables": [{"table": "public.t2", "copy_filter": "(b > 1)"}]}'),
+                   ('orders', '0/16B3400', '{}', '{}', '{"tables": [{"table": "public.t2", "copy_filter": "(b > 5)"}]}')""")
     with psycopg.connect(state_db.dsn, autocommit=True) as conn:  # where the last batches ended (record_batch's)
         conn.execute("UPDATE rowfilter.subscription SET applied_lsn = '0/16B3748' WHERE name <> 's1'")
     dbs["audit"].record_error(None, CONFLICT)
@@ -76,7 +92,7 @@ def page_scenario(state_db: StateDb, fresh_db: Callable[..., str], tmp_path: Pat
     folder = tmp_path / "subscriptions"
     folder.mkdir()
     for name in SUBSCRIPTIONS:
-        (folder / f"{name}.yaml").write_text(SPEC.format(name=name))
+        (folder / f"{name}.yaml").write_text(SPEC.format(name=name) + (STANDBY if name == "orders" else ""))
     (folder / "legacy.yaml").write_text(SPEC.format(name="legacy") + "airflow:\n  shedule: '@hourly'\n")
     env = {"ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), conn_env("rf_page_pub"): pub, conn_env("rf_page_sub"): state_db.dsn}
     return PageScenario(folder, env, state_db.dsn, pub)

@@ -22,16 +22,22 @@ def rowfilter(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 def test_every_command_finds_connections_wherever_airflow_keeps_them(
         airflow_db: dict[str, str], cluster: Cluster, tmp_path: Path) -> None:
-    """The publisher's connection made with ``airflow connections add`` lives in the metastore only, where a plain
+    """The publisher's connection imported with ``airflow connections import`` lives in the metastore only, where a plain
     process's task SDK does not look (issue 29 item 3); the subscriber's is an ``AIRFLOW_CONN_*`` variable. refresh,
     status and skip find both, and their SCRAM passwords work; a missing one is named, with where to make it."""
     env = {k: v for k, v in airflow_db.items() if not k.startswith("AIRFLOW_CONN_")}
-    added = subprocess.run(
-        [sys.executable, "-m", "airflow", "connections", "add", "rf_meta_pub", "--conn-json", json.dumps(
-            {"conn_type": "postgres", "host": cluster.pg.host, "port": cluster.pg.port, "login": cluster.pub_role,
-             "password": cluster.pub_password, "schema": cluster.pub_db})],
-        env=env, capture_output=True, text=True, timeout=120, check=False)
+    # As docs/first-week.md makes it: a file only its owner reads, imported, then removed; no password on a
+    # command line (issue 46 item 4).
+    private = tmp_path / "connections.json"
+    private.touch(mode=0o600)
+    private.write_text(json.dumps({"rf_meta_pub": {
+        "conn_type": "postgres", "host": cluster.pg.host, "port": cluster.pg.port, "login": cluster.pub_role,
+        "password": cluster.pub_password, "schema": cluster.pub_db}}))
+    command = [sys.executable, "-m", "airflow", "connections", "import", str(private)]
+    added = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert added.returncode == 0, added.stdout + added.stderr
+    assert cluster.pub_password not in " ".join(command) + added.stdout + added.stderr
+    private.unlink()
     env[conn_env("rf_env_sub")] = json.dumps({
         "conn_type": "postgres", "host": cluster.pg.host, "port": cluster.pg.port, "login": cluster.sub_role,
         "password": cluster.sub_password, "schema": cluster.sub_db})
@@ -55,7 +61,8 @@ def test_every_command_finds_connections_wherever_airflow_keeps_them(
     refused = rowfilter("status", "--spec", str(missing), env=env)
     assert refused.returncode == 1
     assert "publisher_conn_id='no_such_conn': no such Airflow connection" in refused.stderr, refused.stderr
-    assert "airflow connections add no_such_conn" in refused.stderr and conn_env("no_such_conn") in refused.stderr
+    assert "airflow connections import" in refused.stderr and conn_env("no_such_conn") in refused.stderr
+    assert "--conn-password" not in refused.stderr  # the hint puts no password on a command line
     with psycopg.connect(cluster.pg.dsn(cluster.pub_db), autocommit=True) as conn:
         conn.execute("SELECT pg_drop_replication_slot('rowfilter_meta')")
 

@@ -126,32 +126,47 @@ def test_defaults_of_a_file_without_an_airflow_section(tmp_path: Path) -> None:
     assert (apply.retries, apply.retry_exponential_backoff, apply.max_changes) == (3, 2.0, None)
     assert apply._conn_id == "spark_default"
     assert dags["rowfilter_plain_initial_sync"].get_task("wait_for_ready").mode == "reschedule"
-    assert list(dags["rowfilter_plain_incremental_sync"].task_dict) == ["apply"]  # no lag check unless asked
+    assert list(dags["rowfilter_plain_incremental_sync"].task_dict) == ["apply"]  # the check is the watch DAG's
 
 
-def test_lag_thresholds_add_a_check_after_the_apply(tmp_path: Path) -> None:
+def test_the_watch_dag_guards_the_slot_and_checks_on_its_own_schedule(tmp_path: Path) -> None:
+    """Issue 46 item 1: the lag and slot check runs in a DAG of its own, after the slot guard, never behind the apply."""
     text = MINIMAL + "airflow:\n  max_retained_wal: 512MB\n  max_batch_age: 900\n"
-    incremental = build_dags(_write(tmp_path, "watched", text))["rowfilter_watched_incremental_sync"]
-    assert _edges(incremental) == {"apply": ["check_lag"], "check_lag": []}
-    check = incremental.get_task("check_lag")
-    assert type(check).__name__ == "SubscriptionLagCheckOperator"
+    dags = build_dags(_write(tmp_path, "watched", text))
+    assert list(dags["rowfilter_watched_incremental_sync"].task_dict) == ["apply"]
+    watch = dags["rowfilter_watched_watch"]
+    assert (watch.schedule, watch.is_paused_upon_creation, watch.max_active_runs) == ("*/5 * * * *", False, 1)
+    assert _edges(watch) == {"guard_slot": ["check_lag"], "check_lag": []}
+    guard, check = watch.get_task("guard_slot"), watch.get_task("check_lag")
+    assert type(guard).__name__ == "SlotGuardOperator" and type(check).__name__ == "SubscriptionLagCheckOperator"
+    assert (guard.apply_dag_id, guard.retries, guard.execution_timeout) == (
+        "rowfilter_watched_incremental_sync", 0, timedelta(seconds=300))
     assert (check.max_retained_wal, check.max_batch_age, check.trigger_rule, check.retries) == (
-        "512MB", 900.0, "none_skipped", 0)
-    assert (check.subscription, check.subscriber_conn_id) == ("watched", "rowfilter_subscriber")
+        "512MB", 900.0, "all_done", 0)
+    assert (check.subscription, check.subscriber_conn_id, check.apply_dag_id, check.skip_unsubscribed) == (
+        "watched", "rowfilter_subscriber", "rowfilter_watched_incremental_sync", True)
     assert check.max_sync_age == timedelta(hours=1)  # tables stuck in i, d or f: checked by default
+    assert check.apply_schedule == "*/5 * * * *"
+    # Without thresholds: the page's rules (three intervals of the schedule, the spec's retained_wal_warning).
+    plain = build_dags(_write(tmp_path, "plain2", MINIMAL))["rowfilter_plain2_watch"].get_task("check_lag")
+    assert (plain.max_batch_age, plain.max_retained_wal) == (900.0, 1 << 30)
     stuck = build_dags(_write(tmp_path, "stuck", MINIMAL + "airflow:\n  max_sync_age: 7200\n"))
-    assert stuck["rowfilter_stuck_incremental_sync"].get_task("check_lag").max_sync_age == 7200.0  # alone, a check
+    assert stuck["rowfilter_stuck_watch"].get_task("check_lag").max_sync_age == 7200.0
+    every = build_dags(_write(tmp_path, "often", MINIMAL + "airflow:\n  watch_schedule: 30s\n"))
+    assert every["rowfilter_often_watch"].schedule == timedelta(seconds=30)
+    manual = build_dags(_write(tmp_path, "manual", MINIMAL + "airflow:\n  watch_schedule: null\n"))
+    assert manual["rowfilter_manual_watch"].schedule is None
     with pytest.raises(SpecError, match=r"airflow: max_retained_wal='lots' is not a size such as '1GB'"):
         build_dags(_write(tmp_path, "badsize", MINIMAL + "airflow:\n  max_retained_wal: lots\n"))
+    with pytest.raises(SpecError, match=r"airflow: watch_schedule='often' is not a schedule Airflow reads"):
+        build_dags(_write(tmp_path, "badwatch", MINIMAL + "airflow:\n  watch_schedule: often\n"))
 
 
-def test_standbys_add_a_readiness_check_after_the_apply(tmp_path: Path) -> None:
+def test_standbys_go_to_the_watchs_readiness_check(tmp_path: Path) -> None:
     text = MINIMAL + "standbys: [pg_standby1, 'postgresql://u@standby2/app']\n"
-    incremental = build_dags(_write(tmp_path, "ha", text))["rowfilter_ha_incremental_sync"]
-    assert _edges(incremental) == {"apply": ["check_lag"], "check_lag": []}
-    check = incremental.get_task("check_lag")
+    check = build_dags(_write(tmp_path, "ha", text))["rowfilter_ha_watch"].get_task("check_lag")
     # The connection ids only: a URL's standby has no password the task could use.
-    assert (check.standby_conn_ids, check.max_retained_wal, check.max_batch_age) == (["pg_standby1"], None, None)
+    assert check.standby_conn_ids == ["pg_standby1"]
 
 
 def test_the_spec_file_stays_valid_for_the_rowfilter_command(fresh_db: Any, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ today, and the tables then equal the publisher's filtered rows.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
@@ -23,6 +24,7 @@ from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
+from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
 from airflow_provider_rowfilter.publisher.capture_objects import SlotInvalidatedError
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
@@ -43,12 +45,20 @@ def execute(dsn: str, *statements: str) -> None:
             conn.execute(statement)
 
 
+def task_log(caplog, capsys) -> str:
+    """What the operators logged since the last look: Airflow's task logger writes to stdout here, ours to logging."""
+    out = capsys.readouterr()
+    text = caplog.text + out.out + out.err
+    caplog.clear()
+    return " ".join(text.split())
+
+
 def timeout(pg: LocalPostgres, value: str) -> None:
     execute(pg.dsn(), f"ALTER SYSTEM SET idle_replication_slot_timeout = '{value}'", "SELECT pg_reload_conf()")
 
 
 def test_an_idle_timeout_is_warned_about_alerted_on_and_named(publisher_cluster, fresh_db, airflow_conn, tmp_path,
-                                                              capsys):
+                                                              capsys, caplog, monkeypatch):
     pg = publisher_cluster
     pub = pg.create_database("idle_pub")
     execute(pub, TABLE, "INSERT INTO t SELECT g, g FROM generate_series(1, 100) g",
@@ -60,6 +70,7 @@ def test_an_idle_timeout_is_warned_about_alerted_on_and_named(publisher_cluster,
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(doc))
     spec = SubscriptionSpec.load(path)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[1]"}')
     timeout(pg, "1min")
     try:
         # 1. refresh warns: every 5 min is longer than the 1 min the publisher lets a slot sit unread.
@@ -68,20 +79,41 @@ def test_an_idle_timeout_is_warned_about_alerted_on_and_named(publisher_cluster,
         assert "the apply runs every 5 min (*/5 * * * *), and idle_replication_slot_timeout is 1 min" in warning
         assert "the slot is invalidated (idle_timeout) between two runs" in warning and "ALTER SYSTEM" in warning
         assert sync_tables(spec).ok
-        execute(pub, "INSERT INTO t SELECT g, g FROM generate_series(101, 120) g")
         apply(spec)
+        execute(pub, "INSERT INTO t SELECT g, g FROM generate_series(101, 120) g")
+        # The apply's task log says the same WARNING (issue 46 item 1), and so does the lag check's (below).
+        caplog.clear()
+        capsys.readouterr()
+        ApplyChangesOperator(task_id="apply", spec=str(path)).execute({})
+        assert "the slot is invalidated (idle_timeout) between two runs" in task_log(caplog, capsys)
 
         # 2. The lag check alerts while the slot is idle, before the timeout is reached.
         timeout(pg, "6s")
         check = SubscriptionLagCheckOperator(task_id="check_lag", subscription="idle_s1",
                                              subscriber_conn_id=airflow_conn(sub, "sub"),
-                                             publisher_conn_id=airflow_conn(pub, "pub"), max_retained_wal=None)
+                                             publisher_conn_id=airflow_conn(pub, "pub"), max_retained_wal=None,
+                                             apply_schedule="*/5 * * * *")
         time.sleep(3.5)
         with pytest.raises(AirflowFailException) as alert:
             check.execute({})
+        assert "idle_replication_slot_timeout is 6.0 s on the publisher: the slot is invalidated" in \
+            task_log(caplog, capsys)
         said = str(alert.value)
         assert 'its slot has not been read for' in said and "idle_replication_slot_timeout (6.0 s)" in said, said
         assert "Run the apply now" in said, said
+        # status says it at risk, with the time left (issue 46 item 1), and paused while disabled.
+        capsys.readouterr()
+        assert cli.main(["status", "--spec", str(path), "--json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["state"]["name"] == "at risk", doc["state"]
+        assert "its slot would be invalidated (idle_timeout) in about" in doc["state"]["reason"], doc["state"]
+        [idle] = [e for e in doc["exposures"] if e["setting"] == "idle_replication_slot_timeout"]
+        assert idle["at_risk"] and 0 <= idle["seconds_left"] < 3.5, idle
+        assert cli.main(["disable", "--spec", str(path)]) == 0
+        assert cli.main(["status", "--spec", str(path)]) == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "AT RISK: its slot would be invalidated (idle_timeout)" in text and "`rowfilter enable`" in text, text
+        assert cli.main(["enable", "--spec", str(path)]) == 0
 
         # 3. Past the timeout, the publisher's next checkpoint invalidates it.
         time.sleep(3.0)

@@ -54,7 +54,7 @@ def test_retained_wal_past_the_threshold_fails_and_names_the_sizes(state_db: Sta
 
     result = check(state_db, publisher_conn_id=pub_conn, max_retained_wal="1GB").execute({})
     assert result["retained_wal_bytes"] >= retained and result["wal_status"] == "reserved"
-    assert result["problems"] == () and result["batch_age_seconds"] is None  # no batch yet: age not checked
+    assert result["problems"] == [] and result["batch_age_seconds"] is None  # no batch yet: age not checked
 
 
 def test_a_missing_slot_fails(state_db: StateDb, fresh_db: Callable[..., str],
@@ -136,7 +136,7 @@ def test_a_table_stuck_in_i_d_or_f_fails_naming_it_and_its_state_unless_its_copy
     named with its state, how long, its last error and what moves it on; one whose copy holds its lock is at work."""
     state_db.set_states(**{"public.t1": "d", "public.t2": "f"})
     state_db.record_error("public.t1", "table public.t1: duplicate key value violates unique constraint")
-    assert check(state_db).execute({})["stuck_tables"] == ()  # just entered: within the default hour
+    assert check(state_db).execute({})["stuck_tables"] == []  # just entered: within the default hour
     with psycopg.connect(state_db.dsn, autocommit=True) as conn:
         conn.execute("UPDATE rowfilter.subscription_rel SET state_since = now() - interval '2 hours'")
         with pytest.raises(AirflowFailException) as e:
@@ -154,6 +154,6 @@ def test_a_table_stuck_in_i_d_or_f_fails_naming_it_and_its_state_unless_its_copy
         assert "2 table(s) not replicating" in str(e.value) and "public.t1" not in str(e.value), str(e.value)
         conn.execute("SELECT pg_advisory_unlock_all()")
     state_db.set_states(**{"public.t1": "r", "public.t2": "r", "sales.t3": "r"})
-    assert check(state_db, max_sync_age=60).execute({})["stuck_tables"] == ()  # r: replicating
+    assert check(state_db, max_sync_age=60).execute({})["stuck_tables"] == []  # r: replicating
     with pytest.raises(AirflowFailException, match="max_sync_age=0 is not a positive number of seconds"):
         check(state_db, max_sync_age=0).execute({})

@@ -48,7 +48,11 @@ with create_session() as session:  # the subscriptions' DAGs belong to team_a, t
     session.add(bundle)
     session.flush()
     for dag_id in ("rowfilter_orders_incremental_sync", "rowfilter_legacy_incremental_sync"):
-        session.add(DagModel(dag_id=dag_id, bundle_name=BUNDLE, fileloc="/x.py"))
+        session.add(DagModel(dag_id=dag_id, bundle_name=BUNDLE, fileloc="/x.py", is_paused=False))
+    session.add(DagBundleModel(name=BUNDLE + "_open"))  # no team: every viewer reads it
+    session.flush()
+    session.add(DagModel(dag_id="rowfilter_billing_incremental_sync", bundle_name=BUNDLE + "_open", fileloc="/x.py",
+                         is_paused=True))
 try:
     client = TestClient(create_app())
     out = {"anonymous": client.get("/rowfilter/api/subscriptions").status_code,
@@ -62,8 +66,8 @@ try:
     out["bundle"] = client.get("/rowfilter/replication.js").text[:3000]
 finally:
     with create_session() as session:
-        session.query(DagModel).filter(DagModel.bundle_name == BUNDLE).delete()
-        session.query(DagBundleModel).filter(DagBundleModel.name == BUNDLE).delete()
+        session.query(DagModel).filter(DagModel.bundle_name.in_((BUNDLE, BUNDLE + "_open"))).delete()
+        session.query(DagBundleModel).filter(DagBundleModel.name.in_((BUNDLE, BUNDLE + "_open"))).delete()
         session.query(Team).filter(Team.name.in_(("team_a", "team_b"))).delete()
 print("RESULT " + json.dumps(out))
 """
@@ -95,8 +99,21 @@ def test_the_data_follow_airflows_login_and_teams(airflow_db: dict[str, str], sc
     assert sorted(seen_b) == ["archive", "audit", "billing"]
 
     verdicts = {name: v["health"]["verdict"] for name, v in seen_a.items()}
-    assert verdicts == {"orders": "ok", "billing": "lagging", "audit": "broken", "legacy": "broken",
+    assert verdicts == {"orders": "ok", "billing": "paused", "audit": "broken", "legacy": "broken",
                         "archive": "dropped"}, {n: v["health"] for n, v in seen_a.items()}
+    # Issue 46: a paused incremental sync is said first, with the lateness it causes; skipped batch ids explained;
+    # a verify's result and a changed filter per table; the standby panel.
+    billing = seen_a["billing"]
+    assert billing["health"]["reasons"][0].startswith("paused: its incremental sync "
+                                                      "rowfilter_billing_incremental_sync is paused"), billing["health"]
+    assert any("more than 15 min" in r for r in billing["health"]["reasons"]), billing["health"]
+    assert "batch ids skip" in billing["batch_ids_note"] and "No batch is missing" in billing["batch_ids_note"]
+    tables = {t["table"]: t for t in seen_a["orders"]["tables"]}
+    assert tables["public.t1"]["last_check"]["said"].endswith("at 0/16B3748: 2 missing"), tables["public.t1"]
+    assert "at the refresh of 0/16B3400" in tables["public.t2"]["filter_changed"], tables["public.t2"]
+    assert tables["sales.t3"]["filter_changed"] is None and seen_a["orders"]["batch_ids_note"] is None
+    [standby] = seen_a["orders"]["standbys"]
+    assert standby["role"] == "unreachable" and standby["summary"].startswith("NOT failover ready"), standby
     orders = seen_a["orders"]
     ids = [b["id"] for b in orders["batches"]]
     assert len(ids) == 10 and ids == sorted(ids, reverse=True)  # newest first
@@ -105,7 +122,6 @@ def test_the_data_follow_airflows_login_and_teams(airflow_db: dict[str, str], sc
     assert all(t["behind_bytes"] is not None and t["last_batch_age"].endswith(" ago") for t in orders["tables"])
     assert orders["slot"]["exists"] is True and orders["chart_svg"].count("<rect") >= 36
     assert orders["dag_ids"]["skip_transaction"] == "rowfilter_orders_skip_transaction"
-    assert "more than 15 min" in seen_a["billing"]["health"]["reasons"][0]
     assert seen_a["audit"]["conflict_lsn"] == CONFLICT_LSN
     assert seen_a["audit"]["health"]["reasons"][0].startswith('last error: conflict detected on relation "sales.t3"')
     legacy = seen_a["legacy"]
@@ -143,11 +159,15 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
     began = time.monotonic()
     shots = Path(os.environ.get("ROWFILTER_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
-    # The invalid file's placeholder fails a run (dag.test writes every DAG of the folder to the database too).
-    [placeholder] = run_dags(airflow_db, [("rowfilter_legacy_incremental_sync", None)], env=scenario.env)
+    # The invalid file's placeholder fails a run (dag.test writes every DAG of the folder to the database too); the
+    # watch DAG of audit runs its guard (nothing to guard) and its lag check, which fails: its last batch is old.
+    placeholder, watch = run_dags(airflow_db, [("rowfilter_legacy_incremental_sync", None),
+                                               ("rowfilter_audit_watch", None)], env=scenario.env)
     assert placeholder["state"] == "failed", placeholder["output"][-3000:]
+    assert watch["tasks"] == {"guard_slot": "skipped", "check_lag": "failed"}, watch["output"][-5000:]
     with running_airflow(tmp_path, REPO / "dags", scenario.env, pieces=("api-server",), base=airflow_db) as airflow, \
             urllib.request.urlopen(f"{airflow.url}/auth/token", timeout=30) as answer:
+        airflow.query("UPDATE dag SET is_paused = 1 WHERE dag_id = 'rowfilter_billing_incremental_sync'")
         token = json.load(answer)["access_token"]
         with browser(WIDE, 1000) as page:
             page.send("Network.setCookie", name="_token", value=token, url=airflow.url)
@@ -165,10 +185,11 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
                 bold: c.querySelectorAll('[data-testid=rowfilter-last-error] b').length}))""")
             by = {c["id"].removeprefix("rowfilter-"): c for c in cards}
             assert {n: c["verdict"] for n, c in by.items()} == {
-                "orders": "ok", "billing": "lagging", "audit": "broken", "legacy": "broken", "archive": "dropped"}
+                "orders": "ok", "billing": "paused", "audit": "broken", "legacy": "broken", "archive": "dropped"}
             orders = by["orders"]
             assert orders["rects"] >= 36  # the chart: a bar per batch of the last 6 hours (and the legend's)
-            assert [r[0] for r in orders["tables"]] == ["public.t1", "public.t2", "sales.t3"]
+            assert [r[0].split("filter changed")[0].strip() for r in orders["tables"]] == [
+                "public.t1", "public.t2", "sales.t3"]
             for row in orders["tables"]:  # table, state, lsn, behind now, last batch, rows copied
                 assert row[1] == "r ready" and re.match(r"^[\d.,]+ (B|kB|MB|GB)$", row[3]), row
                 assert re.match(r"^\d+ min \d+ s ago$", row[4]), row
@@ -178,6 +199,15 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
             assert not re.search(r"\d\d:\d\d:\d\d\.\d", page.evaluate("document.body.innerText"))
             assert "/dags/rowfilter_orders_incremental_sync" in orders["links"]
             assert "more than 15 min" in by["billing"]["text"]
+            # Issue 46: paused said first; the ids' skip explained; a failed watch check's reason; a verify's result,
+            # a changed filter, the standby panel.
+            assert "paused: its incremental sync rowfilter_billing_incremental_sync is paused" in by["billing"]["text"]
+            assert "batch ids skip" in by["billing"]["text"] and "No batch is missing" in by["billing"]["text"]
+            assert "The watch's lag check failed" in by["audit"]["text"] and "more than max_batch_age (15 min)" in \
+                by["audit"]["text"], by["audit"]["text"]
+            t1, t2 = orders["tables"][0], orders["tables"][1]
+            assert "2 missing" in " ".join(t1) and "filter changed" in t2[0], (t1, t2)
+            assert "Standbys" in orders["text"] and "unreachable" in orders["text"]
             audit = by["audit"]
             assert "<b>7</b>" in audit["text"] and audit["bold"] == 0  # an error is text, never markup
             assert f"Skip transaction {CONFLICT_LSN}" in audit["text"] and "Resync sales.t3" in audit["text"]

@@ -94,3 +94,32 @@ def test_spark_reads_the_store_s_objects_by_their_hadoop_urls():
                                     "gs://b/x.parquet", "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet")] == [
         "s3a://b/p/x.parquet", "abfss://c@a.dfs.core.windows.net/p/x.parquet", "gs://b/x.parquet",
         "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet"]
+
+
+def test_a_killed_writer_s_staging_folder_is_removed_by_the_next(s3, s3_log, tmp_path, monkeypatch):
+    """Issue 46 item 4: a writer killed while it stages a segment (SIGKILL: nothing of its own cleans up) leaves
+    its local folder; the next writer of any log removes it, and never a live writer's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again, as a new process would
+    code = ("import sys, time\n"
+            "from airflow_provider_rowfilter.change_log.store import open_change_log\n"
+            "from airflow_provider_rowfilter.core.spec import SubscriptionSpec\n"
+            f"log = open_change_log(SubscriptionSpec(subscription='s1', publications=('p1',), change_log={s3_log!r}))\n"
+            "with log.writing():\n    print('staging', flush=True)\n    time.sleep(120)\n")
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    assert writer.stdout.readline().strip() == "staging"
+    [left] = [p for p in tmp_path.iterdir() if p.name.startswith(f"rowfilter-segment-{writer.pid}-")]
+    live = tmp_path / f"rowfilter-segment-{os.getpid()}-busy"  # this process is alive: its folder stays
+    live.mkdir()
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.wait()
+    assert left.is_dir()  # nothing of the killed writer removed it
+    write(open_change_log(spec_on(s3_log)), 100, 200)
+    assert not left.exists() and live.is_dir()
+    assert [p.name for p in tmp_path.iterdir()] == [live.name]  # and the writer removed its own after it

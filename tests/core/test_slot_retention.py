@@ -83,3 +83,29 @@ def test_a_fix_naming_wal_level_knows_the_publishers_version(version):
         assert needed.startswith("wal_level = replica or logical") and "without a restart" in needed
         assert "its last logical slot was dropped under wal_level = replica" in cause, cause
         assert fix.startswith("keep a logical slot on the primary under wal_level = replica"), fix
+
+
+def test_exposures_count_down_on_an_unread_slot():
+    """Issue 46 item 1: the time left before the publisher invalidates the slot, and when that is at risk."""
+    from airflow_provider_rowfilter.cli.status import subscription_state
+    from airflow_provider_rowfilter.core.slot_retention import exposures
+
+    now = dt.datetime(2026, 1, 1, 12, tzinfo=dt.timezone.utc)
+    retention = Retention(idle_timeout=3600.0, max_keep=1 << 30, wal_rate=float(1 << 20))
+    [idle, wal] = sorted(exposures(retention, active=False, inactive_since=now - dt.timedelta(minutes=10),
+                                   wal_status="extended", safe_wal_size=900 << 20, now=now), key=lambda e: e.setting)
+    assert (idle.reason, idle.seconds_left, idle.at_risk) == ("idle_timeout", 3000.0, False)
+    assert idle.describe().startswith("invalidated (idle_timeout) in about 50 min: not read for 10 min")
+    assert (wal.reason, wal.seconds_left, wal.at_risk) == ("wal_removed", 900.0, False)
+    assert "900.0 MB more WAL" in wal.describe() and "in about 15 min" in wal.describe()
+    assert subscription_state(True, [idle, wal]) is None
+    assert subscription_state(False, [idle, wal])[0] == "paused"
+    [late] = exposures(Retention(idle_timeout=3600.0), active=False, inactive_since=now - dt.timedelta(minutes=40),
+                       wal_status="reserved", safe_wal_size=None, now=now)
+    assert late.at_risk and late.seconds_left == 1200.0
+    name, why = subscription_state(True, [late])
+    assert name == "at risk" and "in about 20 min" in why
+    assert exposures(retention, active=True, inactive_since=None, wal_status="reserved", safe_wal_size=None,
+                     now=now) == []  # read now, and no cap known: nothing counts down
+    [lost] = exposures(Retention(), active=False, inactive_since=None, wal_status="unreserved", safe_wal_size=0, now=now)
+    assert lost.at_risk and lost.describe().startswith("invalidated (wal_removed) at the publisher's next checkpoint")

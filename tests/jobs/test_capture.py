@@ -360,13 +360,16 @@ def test_max_changes_bounds_the_batch_to_whole_transactions(env, capsys):
         big = in_transaction(conn, "INSERT INTO t1 SELECT g, 'big' FROM generate_series(100, 129) g")
     # 15 slot rows: the first transaction is 13 rows (Begin, Relation, 10 Inserts, Commit), the second
     # passes 15, and the batch ends at its commit.
+    time.sleep(1.2)  # the transactions left waiting by a cut batch have waited this long
     first = run_job(capsys, path, "--max-changes", "15")
     assert first["more"] and (first["transactions"], first["changes"]) == (2, 20)
+    assert first["lag_seconds"] >= 1.0, first
     assert slot_position(pub) == parse_lsn(first["end_lsn"])
     second = run_job(capsys, path, "--max-changes", "5")  # a transaction larger than the bound comes whole
     assert (second["transactions"], second["changes"]) == (1, 10) and second["start_lsn"] == first["end_lsn"]
     rest = run_job(capsys, path)
-    assert not rest["more"] and (rest["transactions"], rest["changes"]) == (3, 50)
+    # Caught up: nothing waits, so no lag, however long ago the publisher committed (issue 46 item 4).
+    assert not rest["more"] and (rest["transactions"], rest["changes"]) == (3, 50) and rest["lag_seconds"] == 0
     segments = ChangeLog(spec.change_log).segments()
     assert [(s.start_lsn, s.end_lsn) for s in segments] == [
         (parse_lsn(r["start_lsn"]), parse_lsn(r["end_lsn"])) for r in (first, second, rest)]
