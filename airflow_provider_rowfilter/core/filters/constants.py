@@ -123,8 +123,7 @@ def _not_iso(text: str, target: PgType) -> UnrepresentableConstant:
 # numeric_in's special values (numeric.c): NaN without a sign, [+-]Infinity or [+-]inf, any letter case, surrounded
 # by the whitespace isspace() skips
 _NUMERIC_SPECIAL = re.compile(r"[ \t\n\r\v\f]*(?:(nan)|([+-]?)(infinity|inf))[ \t\n\r\v\f]*", re.IGNORECASE)
-# what else Python's Decimal reads but numeric_in does not: sNaN, a signed NaN, a NaN with digits
-_PYTHON_ONLY_SPECIAL = re.compile(r"\s*[+-]?s?nan", re.IGNORECASE)
+_PYTHON_ONLY_SPECIAL = re.compile(r"[+-]?s?nan", re.IGNORECASE)
 
 
 def numeric_input(text: str) -> decimal.Decimal:
@@ -135,9 +134,11 @@ def numeric_input(text: str) -> decimal.Decimal:
         if special.group(1):
             return decimal.Decimal("NaN")
         return decimal.Decimal("-Infinity" if special.group(2) == "-" else "Infinity")
-    if _PYTHON_ONLY_SPECIAL.match(text) or re.match(r"\s*[+-]?inf", text, re.IGNORECASE):
+    stripped = text.strip(" \t\n\r\v\f")
+    # Python's Decimal also reads sNaN, a signed NaN, other infinity spellings and non-ASCII digits and spaces
+    if not stripped.isascii() or _PYTHON_ONLY_SPECIAL.match(stripped) or re.match(r"[+-]?inf", stripped, re.IGNORECASE):
         raise ValueError(text)
-    d = decimal.Decimal(text.strip())
+    d = decimal.Decimal(stripped)
     return d.copy_abs() if d.is_zero() else d
 
 

@@ -137,7 +137,7 @@ def numeric_channel_read(text: exp.Expr, t: PgType, channel: str) -> exp.Expr:
     return exp.Cast(this=finite, to=exp.DataType.build(T.spark_decimal(t), dialect="spark"))
 
 
-_ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case)
+_ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case, exp.Dot)
 
 
 def operand(e: exp.Expr) -> exp.Expr:

@@ -704,6 +704,7 @@ VALIDITY = (
     ("numeric_signed_nan_is_invalid", "n = '-NaN'::numeric", InvalidRowFilterError),
     ("numeric_signaling_nan_is_invalid", "n = 'sNaN'", InvalidRowFilterError),
     ("numeric_nan_with_digits_is_invalid", "n = 'NaN1'", InvalidRowFilterError),
+    ("numeric_of_non_ascii_digits_is_invalid", "n = '\u0663'", InvalidRowFilterError),
     ("numeric_infinity_spellings", "n < ' +inf ' AND n > '-INFINITY'::numeric", "accepted"),
     ("numeric_infinity_under_a_typmod_is_accepted", "'Infinity'::numeric(5,2) > n", "accepted"),
     ("numeric_literal_with_more_digits_than_the_column", "n = '1.2345'", UntranslatableFilterError),
