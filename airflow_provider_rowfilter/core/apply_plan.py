@@ -27,6 +27,7 @@ from sqlglot import exp, serde
 
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters import pg_types
+from airflow_provider_rowfilter.core.filters.spark_sql import NUMERIC_READS, decimal_read, numeric_channel_read
 from airflow_provider_rowfilter.core.filters.spark_translation import typed_read
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
@@ -46,6 +47,9 @@ class EpochRules:
     filters: dict[str, exp.Expr | None]  # DML action -> Spark filter tree (None: unfiltered)
     columns: tuple[str, ...] | None  # the column list, None when there is none
     column_types: dict[str, str]  # format_type() of the columns the filters read
+    #: the filters read numeric as its struct, NaN and the infinities carried (core/filters/spark_numeric.py);
+    #: False for the filters of a document recorded before (``NUMERIC_READS``), which read a bare DECIMAL
+    numeric_specials: bool = True
 
     @classmethod
     def from_document(cls, entry: dict) -> EpochRules:
@@ -65,6 +69,7 @@ class EpochRules:
             filters={a: _filter_tree(entry, a) for a in DML if a in entry["actions"]},
             columns=None if entry.get("columns") is None else tuple(entry["columns"]),
             column_types=dict(entry.get("filter_column_types") or {}),
+            numeric_specials=entry.get("numeric_reads") == NUMERIC_READS,
         )
 
     def publishes_column(self, name: str) -> bool:
@@ -198,25 +203,36 @@ def epochs_from_history(history: Sequence[tuple[str, dict]], since: int) -> Epoc
 
 
 def filter_expression(tree: exp.Expr, column_types: dict[str, str],
-                      read: Callable[[str], exp.Expr]) -> exp.Expr:
+                      read: Callable[[str], exp.Expr], *, numeric_specials: bool = True) -> exp.Expr:
     """The filter with each column reference replaced by ``read(name)`` cast to the column's Spark type.
 
     ``CAST(<read('a')> AS INT)``: the value's PostgreSQL text form, converted the way the
     differential tests check (an array's elements one by one, spark_translation.py ``typed_read``); a column
-    the change does not carry reads as NULL. ``tree`` is not changed.
+    the change does not carry reads as NULL. ``tree`` is not changed. Without ``numeric_specials`` (the filters of
+    a document recorded before numeric's NaN and infinities were carried) a numeric column is read as the DECIMAL
+    those filters compute with, and NaN or an infinity raises, naming the column and the fix (spark_sql.py
+    ``decimal_read``).
     """
 
-    def typed(node: exp.Expr) -> exp.Expr:
-        if not isinstance(node, exp.Column):
-            return node
-        name = node.name
+    def recorded(name: str) -> pg_types.PgType:
         type_name = column_types.get(name)
         pg_type = None if type_name is None else pg_types.parse_type(type_name)
         if pg_type is None or pg_types.spark_type(pg_type) is None:
             raise UntranslatableFilterError(
                 f'the filter column "{name}" has no recorded type the apply can read it as',
                 hint="run `rowfilter refresh` again so the definitions record the filter columns' types")
-        return typed_read(read(name), pg_type)
+        return pg_type
+
+    def typed(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Dot) and isinstance(node.this, exp.Column) and node.name in ("k", "v"):
+            # one channel of a numeric column's struct (core/filters/spark_numeric.py), read from the text alone
+            name = node.this.name
+            return numeric_channel_read(read(name), recorded(name), node.name)
+        if not isinstance(node, exp.Column):
+            return node
+        name = node.name
+        pg_type = recorded(name)
+        return typed_read(read(name), pg_type) if numeric_specials else decimal_read(read(name), pg_type, name)
 
     return tree.transform(typed)
 

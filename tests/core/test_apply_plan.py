@@ -58,7 +58,8 @@ def test_rules_per_epoch_none_where_not_subscribed():
     assert {a: f.sql(dialect="spark") for a, f in first.filters.items() if f is not None} == dict.fromkeys(
         ("insert", "update", "delete"), "n > 10")
     assert second is None
-    assert third == EpochRules(frozenset({"insert"}), {"insert": None}, ("id", "n"), {})
+    # recorded before the numeric reads were named: its filters read numeric as a bare DECIMAL
+    assert third == EpochRules(frozenset({"insert"}), {"insert": None}, ("id", "n"), {}, numeric_specials=False)
     assert first.publishes_column("anything") and third.publishes_column("n") and not third.publishes_column("a")
 
 
@@ -73,7 +74,30 @@ def test_leaves_from_the_newest_epoch_that_publishes_the_table():
 def test_filter_expression_reads_each_column_cast_to_its_type():
     tree = filter_expression(sqlglot.parse_one("n > 10 AND m IS NULL", dialect="spark"), {"n": "integer", "m": "numeric(10,2)"},
                              lambda name: exp.column(f"v_{name}"))
-    assert tree.sql(dialect="spark") == "CAST(v_n AS INT) > 10 AND CAST(v_m AS DECIMAL(10, 2)) IS NULL"
+    # numeric: a struct of a DOUBLE saying NaN/±Infinity (0 for a number) and the DECIMAL (core/filters/spark_numeric.py)
+    assert tree.sql(dialect="spark") == (
+        "CAST(v_n AS INT) > 10 AND CASE WHEN v_m IS NULL THEN CAST(NULL AS STRUCT<k: DOUBLE, v: DECIMAL(10, 2)>) "
+        "ELSE NAMED_STRUCT('k', CASE v_m WHEN 'NaN' THEN CAST('NaN' AS DOUBLE) WHEN 'Infinity' THEN "
+        "CAST('Infinity' AS DOUBLE) WHEN '-Infinity' THEN CAST('-Infinity' AS DOUBLE) ELSE CAST(0 AS DOUBLE) END, "
+        "'v', CAST(CASE WHEN v_m IN ('NaN', 'Infinity', '-Infinity') THEN NULL ELSE v_m END AS DECIMAL(10, 2))) "
+        "END IS NULL")
+
+
+def test_filter_expression_of_a_document_recorded_before_numeric_specials_reads_a_decimal():
+    """A document without ``numeric_reads`` holds filters that compute with a bare DECIMAL: read so, and NaN or an
+    infinity raises naming the column and the fix, where Spark's own cast raised CAST_INVALID_INPUT."""
+    entry = {"table": "public.t", "actions": ["insert"], "filters": {"insert": "m > 1"},
+             "spark_filters": {"insert": "m > 1"}, "columns": None, "filter_column_types": {"m": "numeric(10,2)"}}
+    rules = EpochRules.from_document(entry)
+    assert not rules.numeric_specials
+    assert EpochRules.from_document({**entry, "numeric_reads": "struct"}).numeric_specials
+    tree = filter_expression(rules.filters["insert"], rules.column_types, lambda name: exp.column(f"v_{name}"),
+                             numeric_specials=rules.numeric_specials)
+    text = tree.sql(dialect="spark")
+    assert text.startswith("CASE WHEN v_m IN ('NaN', 'Infinity', '-Infinity') THEN RAISE_ERROR(CONCAT("
+                           "'the filter column \"m\" holds ', v_m, "), text
+    assert text.endswith("ELSE CAST(v_m AS DECIMAL(10, 2)) END > 1")
+    assert "run `rowfilter refresh`" in text
 
 
 def test_filter_expression_refuses_a_column_without_a_recorded_type():

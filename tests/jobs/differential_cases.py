@@ -149,6 +149,68 @@ GENERATED_BATCHES = [[
     "INSERT INTO g3 (id, a) VALUES (7, 7)", "UPDATE g3 SET a = 9 WHERE id = 2",
 ]]
 
+# numeric's NaN and infinities (issue 49): NaN sorts above every number and equals itself (numeric.c cmp_numerics),
+# so a NaN amount passes amount >= 0 and native replicates it; keyed's key holds NaN; measures' filter meets
+# 'Infinity' and 'NaN' in BETWEEN, IS NOT DISTINCT FROM and @> (pg_get_expr prints '{NaN}'::numeric[]). As plain
+# data: ±Infinity and NaN in an unconstrained numeric, -0 (numeric has none: it is 0), the types' precision limits,
+# float8's own NaN, infinities and -0.
+NUMERIC_TABLES = """
+CREATE TABLE ledger(id int PRIMARY KEY, amount numeric(12,3), fee numeric, big numeric(38,0), small numeric(5,2),
+                    rate float8);
+CREATE TABLE keyed(k numeric(10,2) PRIMARY KEY, v text);
+CREATE TABLE measures(id int PRIMARY KEY, x numeric(8,2), y numeric(8,2), tags numeric(6,2)[]);
+"""
+NUMERIC_ROWS = """
+ALTER TABLE ledger REPLICA IDENTITY FULL;
+ALTER TABLE measures REPLICA IDENTITY FULL;
+INSERT INTO ledger VALUES
+  (1, 10.5, 'Infinity', 99999999999999999999999999999999999999, '-0', 1.5),
+  (2, 'NaN', '-Infinity', -99999999999999999999999999999999999999, 999.99, 'NaN'),
+  (3, -1, 'NaN', 0, -999.99, '-Infinity'),
+  (4, 999999999.999, 1e-100, 1, '-0.00', '-0'),
+  (5, -999999999.999, 123456789012345678901234567890.123456789, NULL, 0.01, 'Infinity'),
+  (6, NULL, NULL, NULL, NULL, NULL),
+  (7, '-0', -1e100, 5, 1, 0);
+INSERT INTO keyed VALUES ('NaN', 'nan key'), (1.5, 'one and a half'), ('-0', 'zero'), (99999999.99, 'limit'),
+                         (-3, 'negative');
+INSERT INTO measures VALUES (1, 'NaN', 2, '{NaN,1.50}'), (2, 3, 4, '{}'), (3, -5, 2, NULL),
+                            (4, 999999.99, 999999.99, '{9999.99,-9999.99}'), (5, '-0', 'NaN', '{-0}');
+"""
+NUMERIC_DDL = """
+CREATE PUBLICATION pnum FOR TABLE ledger WHERE (amount >= 0);
+CREATE PUBLICATION pkey FOR TABLE keyed WHERE (k > 1);
+CREATE PUBLICATION pmeasure FOR TABLE measures
+  WHERE (x + y BETWEEN 0 AND 'Infinity' OR x * y IS NOT DISTINCT FROM 'NaN' OR tags @> '{NaN}');
+"""
+NUMERIC_PUBLISHER = NUMERIC_TABLES + NUMERIC_ROWS + NUMERIC_DDL
+NUMERIC_PUBLICATIONS = ("pnum", "pkey", "pmeasure")
+NUMERIC_BATCHES = [
+    [
+        "INSERT INTO ledger VALUES (10, 'NaN', 'NaN', 0, 0, 'NaN'), "
+        "(11, 0.001, '-Infinity', 99999999999999999999999999999999999999, -0.01, '-0'), (12, -0.001, 'Infinity', 1, 1, 1)",
+        "UPDATE ledger SET amount = 'NaN' WHERE id = 3",          # -1 (out) to NaN (in): INSERT
+        "UPDATE ledger SET amount = -5 WHERE id = 2",             # NaN (in) to -5 (out): DELETE
+        "UPDATE ledger SET fee = '-Infinity', rate = '-Infinity' WHERE id = 1",
+        "DELETE FROM ledger WHERE id = 10",                       # a NaN row leaves
+        "UPDATE keyed SET k = 0.5 WHERE k = 'NaN'",               # the NaN key leaves the filter: DELETE
+        "INSERT INTO keyed VALUES ('NaN', 'nan again')",
+        "UPDATE keyed SET v = 'updated' WHERE k = 'NaN'",         # found by its NaN key
+        "UPDATE measures SET y = 'NaN' WHERE id = 3",             # x * y is NaN: enters
+        "UPDATE measures SET tags = '{1.00}' WHERE id = 1",
+        "INSERT INTO measures VALUES (6, -1, -1, '{NaN}'), (7, -1, -1, '{1}'), (8, 999999.99, -999999.99, '{}')",
+    ],
+    [
+        "UPDATE keyed SET k = 7 WHERE k = 'NaN'",                 # a key change within the filter
+        "UPDATE keyed SET k = 'NaN' WHERE k = -3",                # enters: INSERT of a NaN key
+        "UPDATE ledger SET big = -big, small = -small WHERE id IN (1, 4)",
+        "UPDATE ledger SET amount = amount WHERE amount = 'NaN'",
+        "BEGIN; DELETE FROM keyed WHERE k = 'NaN'; INSERT INTO keyed VALUES ('NaN', 'third'); COMMIT",
+        "UPDATE measures SET x = 'NaN' WHERE id = 2",
+    ],
+]
+NUMERIC_CASE = (NUMERIC_PUBLISHER, NUMERIC_TABLES, NUMERIC_PUBLICATIONS, ("ledger", "keyed", "measures"),
+                NUMERIC_BATCHES)
+
 CASES = {
     "combination-publish-lists": (COMBINATION_PUBLISHER, COMBINATION_TABLES,
                                   ("pub1", "pub2", "pub3a", "pub3b", "pub4", "pub5"), ("t1", "t2", "t3"),
@@ -162,4 +224,5 @@ CASES = {
     "toast-unchanged-full-identity": (TOAST_FULL_PUBLISHER, TOAST_TABLES, ("ptoast",), ("docs",), TOAST_FULL_BATCHES),
     "generated-columns": (GENERATED_PUBLISHER, GENERATED_SUBSCRIBER, ("pgen1", "pgen2", "pgen3"), ("g1", "g2", "g3"),
                           GENERATED_BATCHES),
+    "numeric-nan-and-infinities": NUMERIC_CASE,
 }

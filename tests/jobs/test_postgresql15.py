@@ -1,4 +1,5 @@
-"""PostgreSQL 15 as the publisher: its initial copy of a partition published both directly and through its root.
+"""PostgreSQL 15 as the publisher: its initial copy of a partition published both directly and through its root,
+and numeric's NaN and infinities in row filters and as data.
 
 A partition published on its own by one publication and through its root (``publish_via_partition_root``) by
 another is copied twice by a PostgreSQL 15 subscription: 15's ``pg_get_publication_tables`` lists both the root
@@ -7,16 +8,21 @@ and the partition, and tablesync copies each. PostgreSQL 16 lists the root only 
 copies once against every version (core/filters/subscription_filters.py drops a partition whose published
 ancestor is in the list), as 16 does: this test holds the native 15 subscription and ours to that, on a
 PostgreSQL 15 cluster (Debian's ``/usr/lib/postgresql/15/bin``, or ``$ROWFILTER_PG15_BIN_DIR``; skipped where
-there is none), started for this module only (about 2 s).
+there is none), started for this module only (about 2 s). The numeric case (tests/jobs/differential_cases.py
+``numeric-nan-and-infinities``) runs in both capture modes beside a native 15 subscription.
 """
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
+from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.databases import Databases, names, run_ours
+from tests.jobs.apply_scenario import publish
+from tests.jobs.databases import Databases, apply_path, names, run_ours
+from tests.jobs.differential_cases import CASES
 from tests.pg_versions import pg15_bin_dir
 
 TABLES = """
@@ -62,3 +68,25 @@ def test_a_partition_published_both_ways_is_copied_twice_by_15_and_once_by_ours(
     assert low and len(low) < len(published)
     assert table_rows(dbs15.ours, "parent") == published  # once, as PostgreSQL 16 and later copy it
     assert table_rows(dbs15.native, "parent") == sorted(published + low)  # 15: child_low's rows twice
+
+
+@pytest.mark.parametrize("path", ["source", "spark"])
+def test_numeric_nan_and_infinities_on_a_postgresql15_publisher_match_native(dbs15, spark, monkeypatch, path):
+    """numeric's NaN (above every number, equal to itself) and ±Infinity (PostgreSQL 14 on) in the filters and as
+    data, judged by 15's pgoutput (source) or by Spark (spark), copied then streamed: every table as native 15's."""
+    with psycopg.connect(dbs15.publisher, autocommit=True) as conn:
+        assert conn.info.server_version // 10000 == 15
+    publisher, subscriber, publications, tables, batches = CASES["numeric-nan-and-infinities"]
+    filtering, engines = apply_path(monkeypatch, path)
+    dbs15.create(publisher, subscriber)
+    native = dbs15.subscribe_native(publications)
+    spec = dbs15.spec(publications, f"ours15_{next(names)}", filtering)
+    run_ours(spec, spark)
+    native.wait_synced()
+    dbs15.assert_same(tables)  # the copy
+    for batch in batches:
+        publish(dbs15.publisher, batch)
+        apply(spec, spark=spark)
+        native.wait_caught_up()
+        dbs15.assert_same(tables)
+    assert set(engines) == {"process" if path == "source" else "spark"}, engines

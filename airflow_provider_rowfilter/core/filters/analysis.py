@@ -31,7 +31,13 @@ from airflow_provider_rowfilter.core.filters.analysis_coercion import CoercionAn
 from airflow_provider_rowfilter.core.filters.analysis_comparisons import ComparisonAnalysis
 from airflow_provider_rowfilter.core.filters.analysis_functions import FunctionAnalysis
 from airflow_provider_rowfilter.core.filters.analysis_operators import OperatorAnalysis
-from airflow_provider_rowfilter.core.filters.constants import InvalidConstant, decimal_type, unicode_escapes
+from airflow_provider_rowfilter.core.filters.constants import (
+    InvalidConstant,
+    NumericFieldOverflow,
+    decimal_type,
+    numeric_typmod,
+    unicode_escapes,
+)
 from airflow_provider_rowfilter.core.filters.dialect import identifier_name
 from airflow_provider_rowfilter.core.filters.functions import FunctionCatalog
 from airflow_provider_rowfilter.core.filters.grammar import (
@@ -136,10 +142,30 @@ class _Analyzer(ComparisonAnalysis, TextAnalysis, OperatorAnalysis, CoercionAnal
         if actual != wanted:
             self.targets[id(node)] = wanted
         if actual.is_unknown and id(node) in self.constants:
-            # An implicit coercion of a literal ignores varchar(n)/character(n) lengths (PostgreSQL
-            # coerces to the bare type; only an explicit cast or an assignment applies the length).
-            bare = PgType(wanted.name) if wanted.is_text_family else wanted
-            self.constants[id(node)] = self.literal_value(node, self.constants[id(node)], bare)
+            # An implicit coercion of a literal ignores varchar(n)/character(n) lengths and numeric(p,s)'s typmod
+            # (PostgreSQL coerces to the bare type; only an explicit cast or an assignment applies it).
+            bare = PgType(wanted.name) if wanted.is_text_family or wanted.name == "numeric" else wanted
+            value = self.literal_value(node, self.constants[id(node)], bare)
+            if wanted.name == "numeric" and wanted.precision is not None:
+                self.require_exact_numeric(value, wanted, node)
+            self.constants[id(node)] = value
+
+    def require_exact_numeric(self, value: object, t: PgType, node: exp.Expr) -> None:
+        """Refuse a literal the operator compares digit for digit (numeric_cmp) that the Spark type ``t``, the
+        numeric(p,s) the comparison is computed in here, would round or overflow (``n = '1.2345'`` for a
+        numeric(12,3) ``n`` is false for every row). NaN and the infinities fit any (core/filters/spark_numeric.py)."""
+        assert t.precision is not None
+        if not isinstance(value, decimal.Decimal) or not value.is_finite():
+            return
+        try:
+            exact = numeric_typmod(value, t.precision, t.scale or 0) == value
+        except NumericFieldOverflow:
+            exact = False
+        if not exact:
+            raise self.untranslatable(
+                f"the numeric literal {format(value, 'f')} compared as numeric({t.precision},{t.scale or 0})", node,
+                "write the literal within the column's precision and scale, or cast the column in the filter to a "
+                "numeric(p,s) that holds the literal (e.g. n::numeric(13,4) < '1.2345')")
 
     def _analyze(self, node: exp.Expr) -> PgType:
         handler = getattr(self, f"_a_{type(node).__name__}", None)

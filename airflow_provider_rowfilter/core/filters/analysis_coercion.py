@@ -14,14 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from airflow_provider_rowfilter.core.errors import InvalidRowFilterError
 from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.constants import (
     InvalidConstant,
+    NumericFieldOverflow,
     UnrepresentableConstant,
     constant_value,
     decimal_type,
+    numeric_typmod,
 )
-from airflow_provider_rowfilter.core.filters.grammar import MUTABLE, ONLY_SIMPLE
+from airflow_provider_rowfilter.core.filters.grammar import MUTABLE, ONLY_SIMPLE, node_position
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 
 if TYPE_CHECKING:  # the analyzer this mixin is part of (core/filters/analysis.py ``_Analyzer``)
@@ -144,10 +147,21 @@ class CoercionAnalysis(_Analyzer):
             # PostgreSQL folds a cast of a string literal (or NULL) into a typed constant at parse
             # time with the type's input function. A cast of a typed constant (32768::int2,
             # 2.5::integer) is a cast function PostgreSQL runs when the filter is evaluated.
+            if target.name == "numeric" and target.precision is not None:
+                typmod = self._numeric_literal_cast(node, target)
+                if typmod is not None:
+                    return typmod
             value = self.literal_value(node.this, self.constants[id(node.this)], target)
             self.constants[id(node)] = value
             if target.name == "numeric" and target.precision is None and isinstance(value, (int, decimal.Decimal)):
                 target = decimal_type(decimal.Decimal(value))  # a constant's own digits suffice
+            elif target.element is not None and target.element.name == "numeric" and target.element.precision is None \
+                    and isinstance(value, list):  # '{1.5,NaN}'::numeric[] (how pg_get_expr prints an array literal)
+                element = PgType("numeric", 1, 0)
+                for v in value:
+                    if isinstance(v, decimal.Decimal):
+                        element = T.numeric_holding(element, decimal_type(v))
+                target = PgType("_array", element=element)
             self._require_spark_type(target, node)
             return target
         if source == target or (source.name, target.name) in _BINARY_CAST:
@@ -175,11 +189,34 @@ class CoercionAnalysis(_Analyzer):
             raise self.error(f"cannot cast type {source} to {target}", node)
         return target
 
+    def _numeric_literal_cast(self, node: exp.Cast, target: PgType) -> PgType | None:
+        """``'…'::numeric(p,s)``: numeric_in reads the literal without the typmod and the typmod is a cast function
+        (numeric(numeric, int4)) PostgreSQL runs with the filter, so a value the typmod refuses (``'123.45'::numeric(3,1)``,
+        ``'Infinity'::numeric(5,2)``: apply_typmod's ``numeric field overflow``) is accepted here and raises when the
+        planner folds it (core/filters/folding.py), for every row. Such a literal is typed as a numeric constant of its
+        own digits, cast; None when the typmod takes the value (the cast is then folded into the constant here)."""
+        literal = node.this
+        value = self.literal_value(literal, self.constants[id(literal)], T.NUMERIC)
+        if value is None:
+            return None
+        assert isinstance(value, decimal.Decimal) and target.precision is not None
+        try:
+            numeric_typmod(value, target.precision, target.scale or 0)
+        except NumericFieldOverflow:
+            self.constants[id(literal)] = value
+            self.types[id(literal)] = decimal_type(value)
+            self._require_spark_type(self.types[id(literal)], node)
+            self._require_spark_type(target, node)
+            return target
+        return None
+
     def literal_value(self, node: exp.Expr, value: object, target: PgType) -> object:
         """Convert a constant to ``target`` as PostgreSQL's input function would, or raise its error."""
         try:
             return constant_value(value, target, self.context.timezone)
         except InvalidConstant as e:
             raise self.error(str(e), node) from None
+        except NumericFieldOverflow as e:
+            raise InvalidRowFilterError(str(e), detail=e.detail, source=self.sql, position=node_position(node)) from None
         except UnrepresentableConstant as e:
             raise self.untranslatable(e.what, node, e.fix) from None

@@ -77,15 +77,7 @@ class ComparisonAnalysis(_Analyzer):
     @staticmethod
     def _numeric_result(lt: PgType, rt: PgType) -> PgType:
         """numeric with the smallest precision/scale that holds both sides exactly (for Spark)."""
-        def bounds(t: PgType) -> tuple[int | None, int]:
-            if t.name == "numeric":
-                return (None if t.precision is None else t.precision - (t.scale or 0)), t.scale or 0
-            return {"int2": 5, "int4": 10, "int8": 19}[t.name], 0
-        (li, ls), (ri, rs) = bounds(lt), bounds(rt)
-        if li is None or ri is None:
-            return T.NUMERIC
-        scale = max(ls, rs)
-        return PgType("numeric", max(li, ri) + scale, scale)
+        return T.numeric_holding(lt, rt)
 
     def _comparison(self, node: exp.Binary, op: str) -> PgType:
         quantified = quantified_array(node.expression)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters import pg_types as T
+from airflow_provider_rowfilter.core.filters.constants import decimal_type, numeric_input
 from airflow_provider_rowfilter.core.filters.grammar import MUTABLE, ONLY_SIMPLE, USER_COLLATION
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.text import quantified_array
@@ -24,6 +25,16 @@ if TYPE_CHECKING:  # the analyzer this mixin is part of (core/filters/analysis.p
     _Analyzer = Any
 else:
     _Analyzer = object
+
+
+def _infinite(constant: object) -> bool:
+    """Whether a constant is (or an untyped literal reads as) numeric's Infinity or -Infinity."""
+    if isinstance(constant, str):
+        try:
+            constant = numeric_input(constant)
+        except (ValueError, decimal.InvalidOperation):
+            return False
+    return isinstance(constant, decimal.Decimal) and constant.is_infinite()
 
 
 class OperatorAnalysis(_Analyzer):
@@ -47,10 +58,20 @@ class OperatorAnalysis(_Analyzer):
         if op == "%" and common.name in ("float4", "float8"):
             raise self.error(f"operator does not exist: {lt} % {rt}", node)
         if common.name == "numeric":
+            lt_, rt_ = self._numeric_operand(node.left, lt, lt_), self._numeric_operand(node.right, rt, rt_)
             common = self._numeric_arith(lt_, rt_, op, node)
         self.coerce(node.left, lt, common if common.name != "numeric" else lt_)
         self.coerce(node.right, rt, common if common.name != "numeric" else rt_)
         return common
+
+    def _numeric_operand(self, child: exp.Expr, t: PgType, resolved: PgType) -> PgType:
+        """An untyped literal beside a numeric is a numeric (an unknown operand takes the other one's type:
+        parse_oper.c oper_select_candidate), typed by its own digits (``n + 'Infinity'``, ``n * '1.25'``)."""
+        if not t.is_unknown or self.constants.get(id(child)) is None:
+            return resolved
+        value = self.literal_value(child, self.constants[id(child)], T.NUMERIC)
+        assert isinstance(value, decimal.Decimal)
+        return decimal_type(value)
 
     def _numeric_arith(self, lt: PgType, rt: PgType, op: str, node: exp.Expr) -> PgType:
         if op == "/":
@@ -71,9 +92,11 @@ class OperatorAnalysis(_Analyzer):
             precision = max(p1 - s1, p2 - s2) + scale + 1
         elif op == "*":
             scale, precision = s1 + s2, p1 + p2 + 1
-        else:  # %
+        else:  # %: |a % b| < |b|, but a % ±Infinity is a (numeric_mod), and only a constant can be infinite
             scale = max(s1, s2)
-            precision = min(p1 - s1, p2 - s2) + scale
+            divisor = node.right if isinstance(node, exp.Binary) else list(node.iter_expressions())[1]
+            infinite = any(_infinite(self.constants.get(id(n))) for n in divisor.walk())
+            precision = (p1 - s1 if infinite else min(p1 - s1, p2 - s2)) + scale
         if precision > T.SPARK_MAX_DECIMAL_PRECISION:
             raise self.untranslatable(
                 f"numeric arithmetic needing {precision} digits", node,

@@ -4,17 +4,18 @@ PostgreSQL folds a cast of a string literal (or NULL) into a typed constant when
 filter, with the type's input function (int4in, numeric_in, date_in, timestamptz_in …); an unknown
 literal coerced to a column's type is read the same way. :func:`constant_value` does that for the
 types a filter can hold, raising PostgreSQL's ``invalid input syntax`` text or saying that Spark
-cannot hold the value.
+cannot hold the value. numeric is read as numeric_in reads it (:func:`numeric_input`: ``NaN``, ``Infinity`` and
+``-Infinity`` too) and a typmod applied as apply_typmod does (:func:`numeric_typmod`).
 """
 
 from __future__ import annotations
 
 import decimal
+import re
 import uuid
 
 import pendulum
 
-from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 
 
@@ -39,9 +40,8 @@ def constant_value(value: object, target: PgType, timezone: str) -> object:
     if value is None:
         return None
     if target.element is not None:
-        if isinstance(value, list):  # an array constant, already read: its elements converted
-            return [constant_value(v, target.element, timezone) for v in value]
-        return [constant_value(v, target.element, timezone) for v in array_elements(str(value))]
+        elements = value if isinstance(value, list) else array_elements(str(value))  # a list: already read
+        return [_element_value(v, target.element, timezone) for v in elements]
     text = str(value) if not isinstance(value, bool) else ("true" if value else "false")
     name = target.name
     bad = InvalidConstant(f'invalid input syntax for type {target}: "{text}"')
@@ -52,11 +52,9 @@ def constant_value(value: object, target: PgType, timezone: str) -> object:
             if not -limit <= number < limit:
                 raise InvalidConstant(f'value "{text}" is out of range for type {target}')
             return number
-        if name == "numeric":
-            d = decimal.Decimal(text.strip())
-            if target.scale is not None:
-                d = d.quantize(decimal.Decimal(1).scaleb(-target.scale), rounding=decimal.ROUND_HALF_UP)
-            return d
+        if name == "numeric":  # a typmod's overflow raises NumericFieldOverflow
+            d = numeric_input(text)
+            return d if target.precision is None else numeric_typmod(d, target.precision, target.scale or 0)
         if name in ("float4", "float8"):
             return float(text)
         if name == "bool":
@@ -81,6 +79,15 @@ def constant_value(value: object, target: PgType, timezone: str) -> object:
     except (ValueError, decimal.InvalidOperation, pendulum.parsing.exceptions.ParserError) as e:
         raise bad from e
     return value
+
+
+def _element_value(value: object, element: PgType, timezone: str) -> object:
+    """An element of an array constant: a numeric(p,s) element that overflows its typmod is kept as read (the
+    typmod is an ArrayCoerceExpr PostgreSQL runs with the filter, and its walker refuses it first)."""
+    try:
+        return constant_value(value, element, timezone)
+    except NumericFieldOverflow:
+        return constant_value(value, PgType("numeric"), timezone)
 
 
 def _datetime_value(text: str, target: PgType, timezone: str) -> object:
@@ -113,11 +120,62 @@ def _not_iso(text: str, target: PgType) -> UnrepresentableConstant:
         "write dates and timestamps in ISO 8601 form, e.g. '2024-01-31' or '2024-01-31 12:00:00+00'")
 
 
+# numeric_in's special values (numeric.c): NaN without a sign, [+-]Infinity or [+-]inf, any letter case, surrounded
+# by the whitespace isspace() skips
+_NUMERIC_SPECIAL = re.compile(r"[ \t\n\r\v\f]*(?:(nan)|([+-]?)(infinity|inf))[ \t\n\r\v\f]*", re.IGNORECASE)
+_PYTHON_ONLY_SPECIAL = re.compile(r"[+-]?s?nan", re.IGNORECASE)
+
+
+def numeric_input(text: str) -> decimal.Decimal:
+    """numeric_in (numeric.c) without a typmod: a number, or ``NaN``, ``Infinity`` or ``-Infinity`` (PostgreSQL 14 on).
+    numeric has no negative zero (``'-0'`` is 0). Raises ValueError for what numeric_in refuses."""
+    special = _NUMERIC_SPECIAL.fullmatch(text)
+    if special is not None:
+        if special.group(1):
+            return decimal.Decimal("NaN")
+        return decimal.Decimal("-Infinity" if special.group(2) == "-" else "Infinity")
+    stripped = text.strip(" \t\n\r\v\f")
+    # Python's Decimal also reads sNaN, a signed NaN, other infinity spellings and non-ASCII digits and spaces
+    if not stripped.isascii() or _PYTHON_ONLY_SPECIAL.match(stripped) or re.match(r"[+-]?inf", stripped, re.IGNORECASE):
+        raise ValueError(text)
+    d = decimal.Decimal(stripped)
+    return d.copy_abs() if d.is_zero() else d
+
+
+class NumericFieldOverflow(Exception):
+    """apply_typmod / apply_typmod_special (numeric.c) refuse the value for numeric(p,s): ``numeric field overflow``,
+    with PostgreSQL's DETAIL (``detail``)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("numeric field overflow")
+        self.detail = detail
+
+
+def numeric_typmod(d: decimal.Decimal, precision: int, scale: int) -> decimal.Decimal:
+    """``d`` as numeric(precision, scale) holds it (numeric.c apply_typmod, apply_typmod_special): rounded half away
+    from zero to ``scale`` digits; NaN as it is; an infinity, or a value that needs more than ``precision - scale``
+    integer digits, raises NumericFieldOverflow."""
+    if d.is_nan():
+        return d
+    if d.is_infinite():
+        raise NumericFieldOverflow(f"A field with precision {precision}, scale {scale} cannot hold an infinite value.")
+    with decimal.localcontext() as ctx:
+        ctx.prec = 1000
+        rounded = d.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
+    digits = precision - scale
+    if not rounded.is_zero() and rounded.adjusted() >= digits:
+        limit = f"10^{digits}" if digits > 0 else "1"
+        raise NumericFieldOverflow(f"A field with precision {precision}, scale {scale} must round to an absolute value "
+                                   f"less than {limit}.")
+    return rounded.copy_abs() if rounded.is_zero() else rounded
+
+
 def decimal_type(value: decimal.Decimal) -> PgType:
-    """The narrowest numeric(p,s) that holds ``value`` exactly."""
+    """The narrowest numeric(p,s) that holds ``value`` exactly: numeric(1,0) for NaN and the infinities, which need
+    no digit (the Spark value holds them beside its decimal, core/filters/spark_numeric.py)."""
     sign, digits, exponent = value.as_tuple()
     if not isinstance(exponent, int):
-        return T.NUMERIC
+        return PgType("numeric", 1, 0)
     scale = max(-exponent, 0)
     integer_digits = max(len(digits) + exponent, 0)
     return PgType("numeric", max(integer_digits + scale, 1), scale)

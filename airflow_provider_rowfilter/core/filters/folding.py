@@ -30,6 +30,7 @@ casts on the values themselves are core/filters/folding_values.py's.
 
 from __future__ import annotations
 
+import decimal
 from dataclasses import dataclass, field
 
 from sqlglot import exp
@@ -303,6 +304,8 @@ class _Folder:
                 return UNKNOWN
             return arith(_ARITHMETIC[type(node)], values[0], values[1], t)
         if isinstance(node, exp.Abs) or (isinstance(node, exp.Func) and function_name(node) == "abs"):
+            if isinstance(values[0], decimal.Decimal):
+                return values[0].copy_abs()  # numeric_abs: NaN stays NaN, -Infinity is Infinity
             return arith("-", 0, values[0], t) if values[0] < 0 else values[0]
         self._raises(node, values)
         return UNKNOWN

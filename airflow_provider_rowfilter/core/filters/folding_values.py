@@ -2,9 +2,10 @@
 
 What core/filters/folding.py's walker computes once it holds the values of a node's arguments, with PostgreSQL's
 semantics: integer range checks (int.c, int8.c), truncating division and C's ``%``, numeric with its typmod
-(numeric.c ``apply_typmod``), double precision overflow and underflow (float.c), casts between them (half away
-from zero from numeric, ``rint`` from floats), ``date ± integer`` within PostgreSQL's dates (date.c), and the
-comparisons. A value it does not model is :data:`UNKNOWN`; an error PostgreSQL raises is :class:`PlannerError`.
+(numeric.c ``apply_typmod``) and its NaN and infinities (their order, arithmetic and casts), double precision
+overflow and underflow (float.c), casts between them (half away from zero from numeric, ``rint`` from floats),
+``date ± integer`` within PostgreSQL's dates (date.c), and the comparisons. A value it does not model is
+:data:`UNKNOWN`; an error PostgreSQL raises is :class:`PlannerError`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import struct
 
 from sqlglot import exp
 
+from airflow_provider_rowfilter.core.filters.constants import NumericFieldOverflow, numeric_typmod
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.spark_sql import MAX_UNIX_DATE, MIN_UNIX_DATE
 
@@ -69,7 +71,7 @@ def convert(v: object, own: PgType | None, target: PgType | None) -> object:
     if own.is_integer and target.name == "numeric":
         return decimal.Decimal(v)  # type: ignore[arg-type]
     if (own.is_integer or own.name == "numeric") and target.name == "float8":
-        return float(v)  # type: ignore[arg-type]
+        return _float8(v)
     if own.name == "float4" and target.name == "float8":
         return v
     if own.name == "bpchar" and target.is_text_family and target.name != "bpchar":
@@ -97,8 +99,8 @@ def cast_value(v: object, source: PgType | None, target: PgType | None) -> objec
     if source.is_integer and target.is_integer:
         return _checked_integer(int(v), target)  # type: ignore[call-overload]
     if source.name == "numeric" and target.is_integer and isinstance(v, decimal.Decimal):
-        if not v.is_finite():
-            return UNKNOWN
+        if not v.is_finite():  # numeric.c numeric_int4_opt_error and kin
+            raise PlannerError(f"cannot convert {'NaN' if v.is_nan() else 'infinity'} to {_INTEGERS[target.name][2]}")
         return _checked_integer(int(v.to_integral_value(rounding=decimal.ROUND_HALF_UP)), target)
     if source.name in ("float4", "float8") and target.is_integer and isinstance(v, float):
         if math.isnan(v) or math.isinf(v):
@@ -108,18 +110,21 @@ def cast_value(v: object, source: PgType | None, target: PgType | None) -> objec
         d = decimal.Decimal(v)  # type: ignore[arg-type]
         if target.precision is None:
             return d
-        if not d.is_finite():
-            return UNKNOWN
-        scale = target.scale or 0
-        d = d.quantize(decimal.Decimal(1).scaleb(-scale), rounding=decimal.ROUND_HALF_UP)
-        if d != 0 and d.adjusted() >= target.precision - scale:
-            raise PlannerError("numeric field overflow")  # numeric.c apply_typmod
-        return d
+        try:
+            return numeric_typmod(d, target.precision, target.scale or 0)
+        except NumericFieldOverflow as e:
+            raise PlannerError(str(e)) from None
     if (source.is_integer or source.name == "numeric") and target.name == "float8":
-        return float(v)  # type: ignore[arg-type]
+        return _float8(v)
     if source.name == "float8" and target.name == "float4" and isinstance(v, float):
         return _float4(v)
     return convert(v, source, target)
+
+
+def _float8(v: object) -> float:
+    """numeric or an integer → double precision (numeric.c numeric_float8: NaN and the infinities as they are);
+    numeric has no negative zero, so neither has the result."""
+    return float(v) + 0.0  # type: ignore[arg-type]
 
 
 def _float4(v: float) -> object:
@@ -152,15 +157,18 @@ def arith(op: str, a, b, t: PgType | None) -> object:
             return (abs(a) % abs(b)) * (1 if a >= 0 else -1)  # C's %: the dividend's sign
         return _checked_integer(a + b if op == "+" else a - b if op == "-" else a * b, t)
     if t.name == "numeric":
-        if op in "/%" and decimal.Decimal(b) == 0:
+        da, db = decimal.Decimal(a), decimal.Decimal(b)
+        if not (da.is_finite() and db.is_finite()):
+            return _special_arith(op, da, db)
+        if op in "/%" and db.is_zero():
             raise PlannerError("division by zero")
         if op == "/":
             return UNKNOWN  # refused by the analysis anyway: PostgreSQL picks the scale from the values
-        da, db = decimal.Decimal(a), decimal.Decimal(b)
         with decimal.localcontext() as ctx:
             ctx.prec = 1000
             result = da + db if op == "+" else da - db if op == "-" else da * db if op == "*" else da.__mod__(db)
-        return result  # numeric arithmetic has no typmod: no overflow short of numeric's own limits
+        # numeric arithmetic has no typmod: no overflow short of numeric's own limits; and no negative zero
+        return result.copy_abs() if result.is_zero() else result
     if t.name == "float8":
         fa: float = float(a)
         fb: float = float(b)
@@ -182,13 +190,51 @@ def arith(op: str, a, b, t: PgType | None) -> object:
     return UNKNOWN
 
 
+_NAN, _INFINITY = decimal.Decimal("NaN"), decimal.Decimal("Infinity")
+
+
+def _special_arith(op: str, a: decimal.Decimal, b: decimal.Decimal) -> object:
+    """numeric arithmetic with NaN or an infinity (numeric.c numeric_add_opt_error, numeric_sub_opt_error,
+    numeric_mul_opt_error, numeric_div_opt_error, numeric_mod_opt_error): NaN when either is NaN, Infinity - Infinity,
+    Infinity * 0 and Infinity % x; x % ±Infinity is x; an infinity divided by (or modulo) 0 raises."""
+    if op in "/%" and not a.is_nan() and not b.is_nan() and a.is_infinite() and b.is_zero():
+        raise PlannerError("division by zero")
+    if op == "/":
+        return UNKNOWN  # refused by the analysis anyway
+    if a.is_nan() or b.is_nan():
+        return _NAN
+    if op == "%":
+        return _NAN if a.is_infinite() else a
+    if op == "*":
+        if a.is_zero() or b.is_zero():
+            return _NAN
+        return -_INFINITY if a.is_signed() != b.is_signed() else _INFINITY
+    if op == "-":
+        b = -b
+    if a.is_infinite() and b.is_infinite() and a.is_signed() != b.is_signed():
+        return _NAN
+    return a if a.is_infinite() else b
+
+
+def numeric_order(d: decimal.Decimal) -> tuple[int, decimal.Decimal]:
+    """A numeric's place in numeric_cmp's order (numeric.c cmp_numerics): -Infinity, then the finite values, then
+    Infinity, then NaN, which equals itself."""
+    if d.is_nan():
+        return 2, decimal.Decimal(0)
+    if d.is_infinite():
+        return (-1 if d.is_signed() else 1), decimal.Decimal(0)
+    return 0, d
+
+
 def comparison(op, a: object, b: object, t: PgType | None) -> object:
     """A comparison of two folded values in ``t`` (NULL in, NULL out); UNKNOWN where not modelled."""
     if a is UNKNOWN or b is UNKNOWN or t is None:
         return UNKNOWN
     if a is None or b is None:
         return None
-    if t.is_integer or t.name == "numeric" or t.name == "bool":
+    if t.name == "numeric":
+        return COMPARISONS[op](numeric_order(decimal.Decimal(a)), numeric_order(decimal.Decimal(b)))  # type: ignore[arg-type]
+    if t.is_integer or t.name == "bool":
         return COMPARISONS[op](a, b)
     if t.name == "float8" and isinstance(a, float) and isinstance(b, float) and not (math.isnan(a) or math.isnan(b)):
         return COMPARISONS[op](a, b)

@@ -134,15 +134,35 @@ def numeric_common(left: PgType, right: PgType) -> PgType | None:
     return max((left, right), key=lambda t: INTEGER_TYPES.index(t.name))
 
 
+def numeric_holding(left: PgType, right: PgType) -> PgType:
+    """numeric with the smallest precision and scale that hold both sides exactly (integers by their digits);
+    unconstrained when one side is."""
+    def bounds(t: PgType) -> tuple[int | None, int]:
+        if t.name == "numeric":
+            return (None if t.precision is None else t.precision - (t.scale or 0)), t.scale or 0
+        return {"int2": 5, "int4": 10, "int8": 19}[t.name], 0
+    (li, ls), (ri, rs) = bounds(left), bounds(right)
+    if li is None or ri is None:
+        return NUMERIC
+    scale = max(ls, rs)
+    return PgType("numeric", max(li, ri) + scale, scale)
+
+
+def spark_decimal(t: PgType) -> str:
+    """The DECIMAL of numeric(p,s) ``t``: the finite values of its Spark struct (:func:`spark_type`)."""
+    return f"DECIMAL({t.precision},{t.scale or 0})"
+
+
 def spark_type(t: PgType) -> str | None:
-    """The Spark SQL type that holds this PostgreSQL type exactly, or None."""
+    """The Spark SQL type that holds this PostgreSQL type exactly, or None. numeric(p,s) is a DECIMAL beside a
+    DOUBLE that says whether the value is NaN or an infinity (core/filters/spark_numeric.py)."""
     if t.element is not None:
         inner = spark_type(t.element)
         return f"ARRAY<{inner}>" if inner else None
     if t.name == "numeric":
         if t.precision is None or t.precision > SPARK_MAX_DECIMAL_PRECISION:
             return None
-        return f"DECIMAL({t.precision},{t.scale or 0})"
+        return f"STRUCT<k: DOUBLE, v: {spark_decimal(t)}>"
     return {
         "bool": "BOOLEAN", "int2": "SMALLINT", "int4": "INT", "int8": "BIGINT",
         "float4": "FLOAT", "float8": "DOUBLE", "text": "STRING", "varchar": "STRING",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.grammar import row_fields
 from airflow_provider_rowfilter.core.filters.spark_sql import (
@@ -22,6 +23,17 @@ from airflow_provider_rowfilter.core.filters.spark_sql import (
     operand,
     raise_error,
 )
+
+
+def _holding(left: T.PgType, right: T.PgType) -> T.PgType:
+    """The numeric(p,s) that holds two numeric types' values, or the refusal when Spark's DECIMAL cannot."""
+    common = T.numeric_holding(left, right)
+    if common.precision is None or common.precision > T.SPARK_MAX_DECIMAL_PRECISION:
+        raise UntranslatableFilterError(f"comparing {left} with {right} in one numeric of at most "
+                                        f"{T.SPARK_MAX_DECIMAL_PRECISION} digits",
+                                        hint="cast one side to the other's numeric(p,s) in the filter")
+    return common
+
 
 if TYPE_CHECKING:  # the translator this mixin is part of (core/filters/spark_translation.py ``_Translator``)
     _Translator = Any
@@ -83,6 +95,9 @@ class CompositeTranslation(_Translator):
                     result = raise_error("could not identify an equality operator for type unknown")
                     continue
                 a, b = self.value(left[i]), self.value(right[i])
+                if lt.name == "numeric" and lt != rt:  # numeric_eq across typmods: both in one Spark struct
+                    common = _holding(lt, rt)
+                    a, b = self.convert(a, lt, common), self.convert(b, rt, common)
                 if lt.name == "bpchar":  # bpchareq: without trailing spaces
                     a, b = fn("rtrim", a), fn("rtrim", b)
                 # two NULLs equal, one NULL unequal, else the type's =: Spark's null-safe <=>
@@ -141,6 +156,12 @@ class CompositeTranslation(_Translator):
         element = self.rf.types[id(node.this)].element
         assert element is not None
         a, b = self._array_operand(sub), self._array_operand(sup)
+        if element.name == "numeric":  # numeric_eq across typmods: both arrays of one Spark struct
+            sub_type, sup_type = (self.rf.types[id(x)].element for x in (sub, sup))
+            assert sub_type is not None and sup_type is not None
+            if sub_type != sup_type:
+                common = T.PgType("_array", element=_holding(sub_type, sup_type))
+                a, b = cast(a, common), cast(b, common)
 
         def compared(e: exp.Expr) -> exp.Expr:
             return fn("rtrim", e) if element.name == "bpchar" else e

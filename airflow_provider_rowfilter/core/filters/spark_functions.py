@@ -46,9 +46,16 @@ class FunctionTranslation(_Translator):
             value = fn("rtrim", value)
         return fn("char_length", value)
 
-    def _f_abs(self, node, t): return cast(fn("abs", self._arg(node, 0)), t)
+    def _f_abs(self, node, t):
+        if t.name == "numeric":
+            return self.numeric_abs(self._arg(node, 0), t)
+        return cast(fn("abs", self._arg(node, 0)), t)
 
     def _f_mod(self, node, t):
+        if t.name == "numeric":
+            args = list(node.iter_expressions())
+            types = [self.rf.targets.get(id(a), self.rf.types[id(a)]) for a in args]
+            return self.numeric_arith(exp.Mod, self.value(args[0]), types[0], self.value(args[1]), types[1], t)
         return cast(exp.Mod(this=exp.Paren(this=self._arg(node, 0)), expression=exp.Paren(this=self._arg(node, 1))), t)
 
     # substr/substring, left, right, strpos/position, split_part, repeat (varlena.c), with PostgreSQL's
@@ -132,5 +139,5 @@ class FunctionTranslation(_Translator):
         if t.name == "float8":
             return fn("bround", self.value(args[0]), exp.Literal.number(0))
         digits = self.value(args[1]) if len(args) > 1 else exp.Literal.number(0)
-        return cast(fn("round", self.value(args[0]), digits), t)
+        return self.numeric_round(self.value(args[0]), digits, t)
 

@@ -4,7 +4,8 @@ Casts to the Spark counterpart of a PostgreSQL type, ``raise_error`` for the err
 while evaluating a filter, float arithmetic and float8 → real with float.h's overflow and underflow
 checks, ``date ± integer`` with date.c's range check, LIKE patterns rewritten for Spark's escape rules,
 ASCII case mapping (the C collation's), and the typed read of a value's PostgreSQL text form (arrays
-included, as array_out writes them). core/filters/spark_translation.py composes them.
+included, as array_out writes them; numeric's NaN and infinities as core/filters/spark_numeric.py holds them).
+core/filters/spark_translation.py composes them.
 """
 
 from __future__ import annotations
@@ -50,12 +51,39 @@ LAMBDA_TESTED = exp.Var(this="__rowfilter_tested")
 _ARRAY_ELEMENT = r'"(?:[^"\\]|\\.)*"|[^,{}"]+'
 
 
+#: ``numeric_reads`` of a table a refresh records (core/filters/subscription_filters.py ``filters_document``): its
+#: Spark filters read a numeric column as the struct :func:`typed_read` gives (NaN and ±Infinity kept); a document
+#: without it was recorded before, its filters reading a bare DECIMAL (:func:`decimal_read`, core/apply_plan.py).
+NUMERIC_READS = "struct"
+
+
 def typed_read(text: exp.Expr, t: PgType) -> exp.Expr:
-    """A value's PostgreSQL text form (``text``, a STRING expression) read as ``t``'s Spark type: a cast, or for an
-    array its elements, each unquoted (an unquoted ``NULL`` is NULL: array_out quotes any element spelled so) and
-    cast, all dimensions in order, as ``op ANY/ALL`` walks them."""
+    """A value's PostgreSQL text form (``text``, a STRING expression) read as ``t``'s Spark type: a cast (numeric's
+    struct: :func:`numeric_read`), or for an array its elements, each unquoted (an unquoted ``NULL`` is NULL:
+    array_out quotes any element spelled so) and read so, all dimensions in order, as ``op ANY/ALL`` walks them."""
+    return _read(text, t, _scalar_read)
+
+
+def decimal_read(text: exp.Expr, t: PgType, column: str) -> exp.Expr:
+    """:func:`typed_read` with numeric read as a bare DECIMAL: what the filters a refresh recorded before numeric's
+    special values were carried expect (core/apply_plan.py). Such a filter cannot judge NaN or an infinity: the read
+    raises, naming the column and the fix, where Spark's cast raised CAST_INVALID_INPUT."""
+    def scalar(e: exp.Expr, s: PgType) -> exp.Expr:
+        if s.name != "numeric":
+            return _scalar_read(e, s)
+        special = exp.In(this=e.copy(), expressions=[exp.Literal.string(x) for x in NUMERIC_SPECIALS])
+        message = fn("concat", exp.Literal.string(f'the filter column "{column}" holds '), e.copy(),
+                     exp.Literal.string(", which the filters recorded by an earlier version of airflow-provider-rowfilter "
+                                        "read as a decimal and cannot judge: run `rowfilter refresh` (it records them "
+                                        "again, NaN and the infinities carried), then apply again"))
+        return exp.Case(ifs=[exp.If(this=special, true=fn("raise_error", message))],
+                        default=exp.Cast(this=e, to=exp.DataType.build(T.spark_decimal(s), dialect="spark")))
+    return _read(text, t, scalar)
+
+
+def _read(text: exp.Expr, t: PgType, scalar) -> exp.Expr:
     if t.element is None:
-        return cast(text, t)
+        return scalar(text, t)
     element = exp.Var(this="__rowfilter_text")
     unquoted = exp.Case(
         ifs=[exp.If(this=fn("startswith", element.copy(), exp.Literal.string('"')),
@@ -67,10 +95,49 @@ def typed_read(text: exp.Expr, t: PgType) -> exp.Expr:
         default=element.copy())
     undecorated = fn("regexp_replace", text, exp.Literal.string(r"^\[[^=]*\]="), exp.Literal.string(""))
     elements = fn("regexp_extract_all", undecorated, exp.Literal.string(_ARRAY_ELEMENT), exp.Literal.number(0))
-    return fn("transform", elements, exp.Lambda(this=cast(unquoted, t.element), expressions=[element.copy()]))
+    return fn("transform", elements, exp.Lambda(this=scalar(unquoted, t.element), expressions=[element.copy()]))
 
 
-_ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case)
+def _scalar_read(text: exp.Expr, t: PgType) -> exp.Expr:
+    return numeric_read(text, t) if t.name == "numeric" else cast(text, t)
+
+
+#: numeric_out's text of numeric's special values (numeric.c), each the k of its Spark struct (core/filters/spark_numeric.py)
+NUMERIC_SPECIALS = ("NaN", "Infinity", "-Infinity")
+
+
+def double(text: str) -> exp.Expr:
+    """A DOUBLE constant: a number, ``NaN``, ``Infinity`` or ``-Infinity``."""
+    literal = exp.Literal.string(text) if text in NUMERIC_SPECIALS else exp.Literal.number(text)
+    return exp.Cast(this=literal, to=exp.DataType.build("DOUBLE"))
+
+
+def numeric_read(text: exp.Expr, t: PgType) -> exp.Expr:
+    """numeric_out's text read as numeric(p,s)'s struct (core/filters/spark_numeric.py): ``k`` 0 and ``v`` the DECIMAL
+    for a number, ``k`` NaN or ±Infinity and ``v`` NULL for ``NaN``, ``Infinity``, ``-Infinity``; NULL for NULL."""
+    specials = [exp.Literal.string(x) for x in NUMERIC_SPECIALS]
+    k = exp.Case(this=text.copy(), ifs=[exp.If(this=x.copy(), true=double(x.this)) for x in specials],
+                 default=double("0"))
+    struct = fn("named_struct", exp.Literal.string("k"), k, exp.Literal.string("v"),
+                numeric_channel_read(text.copy(), t, "v"))
+    return exp.Case(ifs=[exp.If(this=exp.Is(this=text, expression=exp.Null()), true=cast(exp.Null(), t))],
+                    default=struct)
+
+
+def numeric_channel_read(text: exp.Expr, t: PgType, channel: str) -> exp.Expr:
+    """One field of :func:`numeric_read`'s struct, read from the text alone: ``k`` (NULL for NULL) or ``v``."""
+    specials = [exp.Literal.string(x) for x in NUMERIC_SPECIALS]
+    if channel == "k":
+        return exp.Case(ifs=[exp.If(this=exp.Is(this=text.copy(), expression=exp.Null()), true=exp.Null()),
+                             *(exp.If(this=exp.EQ(this=text.copy(), expression=x.copy()), true=double(x.this))
+                               for x in specials)],
+                        default=double("0"))
+    finite = exp.Case(ifs=[exp.If(this=exp.In(this=text.copy(), expressions=specials), true=exp.Null())],
+                      default=text.copy())
+    return exp.Cast(this=finite, to=exp.DataType.build(T.spark_decimal(t), dialect="spark"))
+
+
+_ATOMS = (exp.Column, exp.Literal, exp.Paren, exp.Cast, exp.Func, exp.Boolean, exp.Null, exp.Case, exp.Dot)
 
 
 def operand(e: exp.Expr) -> exp.Expr:

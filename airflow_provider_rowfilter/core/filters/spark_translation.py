@@ -32,6 +32,7 @@ from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
 from airflow_provider_rowfilter.core.filters.spark_composites import CompositeTranslation
 from airflow_provider_rowfilter.core.filters.spark_functions import FunctionTranslation
+from airflow_provider_rowfilter.core.filters.spark_numeric import NumericTranslation
 from airflow_provider_rowfilter.core.filters.spark_sql import (
     LAMBDA_ELEMENT,
     LAMBDA_SCALAR,
@@ -81,7 +82,7 @@ def to_spark_text(tree: exp.Expr) -> str:
     return tree.sql(dialect="spark")
 
 
-class _Translator(FunctionTranslation, CompositeTranslation):
+class _Translator(FunctionTranslation, CompositeTranslation, NumericTranslation):
     def __init__(self, rf: RowFilter, folded: dict[int, object] | None = None) -> None:
         self.rf = rf
         self.folded = folded or {}  # what the planner computed (core/filters/folding.py): rendered as constants
@@ -115,9 +116,17 @@ class _Translator(FunctionTranslation, CompositeTranslation):
             return fn("rtrim", built)
         if own.is_text_family and target.is_text_family:
             return built
-        if own.name in ("numeric", "float4", "float8") and target.is_integer:
-            rounding = "round" if own.name == "numeric" else "bround"  # numeric: half away from 0; float: rint
-            return cast(fn(rounding, built, exp.Literal.number(0)), target)
+        if own.name == "numeric":  # core/filters/spark_numeric.py: NaN and the infinities
+            if target.name == "numeric":
+                return self.numeric_widen(built, target)
+            if target.is_integer:
+                return self.numeric_to_integer(built, target)
+            if target.name in ("float4", "float8"):
+                return self.numeric_to_float(built, target)
+        if own.is_integer and target.name == "numeric":
+            return self.numeric_from_integer(built, own, target)
+        if own.name in ("float4", "float8") and target.is_integer:
+            return cast(fn("bround", built, exp.Literal.number(0)), target)  # rint: half to even
         if own.name == "float8" and target.name == "float4":
             return checked_float4(built, cast(built.copy(), target))
         if own.name == "int4" and target.name == "bool":
@@ -147,7 +156,7 @@ class _Translator(FunctionTranslation, CompositeTranslation):
                 exponent = digits.exponent if isinstance(digits.exponent, int) else 0
                 scale = max(-exponent, 0)
                 t = PgType("numeric", max(len(digits.digits), scale + 1) + max(exponent, 0), scale)
-            return cast(exp.Literal.string(format(d, "f")), t)
+            return self.numeric_constant(d, t)
         if t.name in ("float4", "float8"):
             assert isinstance(value, (int, float, decimal.Decimal)), value
             f = float(value)
@@ -305,6 +314,11 @@ class _Translator(FunctionTranslation, CompositeTranslation):
             if rt.name == "date":
                 return fn("datediff", left, right)
             return checked_date(cls, left, right)
+        if t.name == "numeric":
+            lt_ = self.rf.targets.get(id(node.left), self.rf.types[id(node.left)])
+            rt_ = self.rf.targets.get(id(node.right), self.rf.types[id(node.right)])
+            result = self.numeric_arith(cls, left, lt_, right, rt_, t)
+            return self._dividend_first(cls, node, left, result, t)
         result = cast(cls(this=exp.Paren(this=left), expression=exp.Paren(this=right)), t)
         if t.name in ("float4", "float8"):
             result = checked_float(cls, left, right, result, t)
@@ -332,6 +346,8 @@ class _Translator(FunctionTranslation, CompositeTranslation):
         return self._arith(exp.Div, node, t)
 
     def _t_Neg(self, node, t):
+        if t.name == "numeric":
+            return self.numeric_neg(self.value(node.this), t)
         return exp.Neg(this=exp.Paren(this=self.value(node.this)))
 
     def _t_DPipe(self, node, t):
@@ -444,6 +460,8 @@ class _Translator(FunctionTranslation, CompositeTranslation):
     def _t_Cast(self, node, t):
         inner = self.rf.types[id(node.this)]
         built = self.convert(self.value(node.this), inner, t)
+        if t.name == "numeric" and inner.name == "numeric" and node.to.expressions:
+            return self.numeric_typmod(built, t)  # numeric(p,s): apply_typmod_special refuses an infinity
         if t.is_text_family and t.precision is not None and inner != t:
             # An explicit cast to varchar(n) truncates silently; character(n) truncates and pads.
             n = exp.Literal.number(t.precision)

@@ -22,6 +22,7 @@ from airflow_provider_rowfilter.core.errors import (
     UntranslatableFilterError,
 )
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter, evaluated_by_publisher, validate_row_filter
+from airflow_provider_rowfilter.core.filters.spark_sql import NUMERIC_READS
 from airflow_provider_rowfilter.core.filters.spark_translation import spark_or, to_spark_text
 from airflow_provider_rowfilter.core.publication import (
     DML_ACTIONS,
@@ -458,8 +459,10 @@ def filters_document(filters: SubscriptionFilters, subscription: str, *, with_tr
             "spark_filters": {a.value: _maybe(to_spark_text, spark[a]) for a in spark},
             "copy_filter": t.copy_filter_sql,
             "columns": list(t.columns) if t.columns is not None else None,
-            # What the apply job casts each value the Spark filters read to (format_type() text).
+            # What the apply job casts each value the Spark filters read to (format_type() text), and how it reads
+            # a numeric (core/filters/spark_sql.py NUMERIC_READS)
             "filter_column_types": _filter_column_types(t),
+            "numeric_reads": NUMERIC_READS,
         })
         if with_trees:
             tables[-1]["spark_filter_trees"] = {a.value: _maybe(serde.dump, spark[a]) for a in spark}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from airflow_provider_rowfilter.core.filters import pg_types as T
+from airflow_provider_rowfilter.core.filters.constants import NumericFieldOverflow, numeric_typmod
 from airflow_provider_rowfilter.core.filters.grammar import ONLY_SIMPLE, quantified_array, row_fields
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.regex import UnsupportedRegex, java_regex, similar_to_regex
@@ -212,18 +213,25 @@ class TextAnalysis(_Analyzer):
         if element.element is not None:
             raise self.untranslatable("an array of arrays under ANY/ALL", array,
                                       "compare the arrays' elements instead")
+        t = PgType("_array", element=element)
         if element.name == "numeric" and element.precision is not None:
             # numeric_eq compares the literal's own digits, not rounded to the other side's scale: kept only when
-            # every element is exactly a value of that numeric(p,s)
+            # every element is exactly a value of that numeric(p,s) (NaN and the infinities are values of any)
             values = self.literal_value(array, self.constants[id(array)], PgType("_array", element=T.NUMERIC))
-            exact = self.literal_value(array, values, PgType("_array", element=element))
-            limit = decimal.Decimal(10) ** (element.precision - (element.scale or 0))
-            if values != exact or any(v is not None and abs(v) >= limit for v in values):
-                raise self.untranslatable(
-                    f"an array constant with more digits than numeric({element.precision},{element.scale or 0})",
-                    array, "write the elements within the column's precision and scale, or as ARRAY[…] of numbers")
-        t = PgType("_array", element=element)
-        self.constants[id(array)] = self.literal_value(array, self.constants[id(array)], t)
+            assert isinstance(values, list)
+            for v in values:
+                try:
+                    exact = not isinstance(v, decimal.Decimal) or not v.is_finite() \
+                        or numeric_typmod(v, element.precision, element.scale or 0) == v
+                except NumericFieldOverflow:
+                    exact = False
+                if not exact:
+                    raise self.untranslatable(
+                        f"an array constant with more digits than numeric({element.precision},{element.scale or 0})",
+                        array, "write the elements within the column's precision and scale, or as ARRAY[…] of numbers")
+            self.constants[id(array)] = values
+        else:
+            self.constants[id(array)] = self.literal_value(array, self.constants[id(array)], t)
         self.types[id(array)] = t
         return element
 

@@ -52,6 +52,7 @@ COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("u", "uuid", 2950),
     ("ia", "integer[]", 1007),  # op ANY/ALL over an array column (read from PostgreSQL's text form)
     ("ta", "text[]", 1009),
+    ("na", "numeric(6,2)[]", 1231),  # its elements NaN too (numeric's special values, core/filters/spark_numeric.py)
 )
 DATA_COLUMNS = tuple(name for name, _, _ in COLUMNS if name != "id")
 _TEXT_OIDS = {25, 1043, 1042, 1009}

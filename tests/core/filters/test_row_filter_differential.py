@@ -170,7 +170,8 @@ def _nullable(values: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
     return st.one_of(st.none(), values, values, values)
 
 
-ROW = st.fixed_dictionaries({name: _nullable(VALUES[name]) for name in ft.DATA_COLUMNS})
+# Every column but na (drawn by the numeric property below, NULL here, so that these examples stay what they were).
+ROW = st.fixed_dictionaries({name: _nullable(VALUES[name]) for name in ft.DATA_COLUMNS if name in VALUES})
 ROWS = st.lists(ROW, min_size=ROWS_PER_EXAMPLE // 2, max_size=ROWS_PER_EXAMPLE)
 
 # ---------------------------------------------------------------------------------------------
@@ -677,6 +678,151 @@ def later_boolean(draw: st.DrawFn, depth: int) -> str:
 LATER_FILTERS = st.lists(later_boolean(2), min_size=FILTERS_PER_EXAMPLE, max_size=FILTERS_PER_EXAMPLE)
 
 # ---------------------------------------------------------------------------------------------
+# numeric's NaN and infinities (issue 49), drawn by strategies of their own: rows whose n and na hold NaN, zeros
+# written -0 (numeric has no negative zero) and the types' limits; numbers that mix n with 'NaN', 'Infinity' and
+# '-Infinity' in numeric_in's spellings, typmod casts (apply_typmod_special refuses an infinity), numeric.c's special
+# cases of + - * %, abs, unary minus, round and the casts to integer (an error) and to double precision (NaN, ±Inf).
+# ---------------------------------------------------------------------------------------------
+_NUMERIC_SPECIAL_12_3 = st.one_of(
+    st.sampled_from([decimal.Decimal(x) for x in ("NaN", "NaN", "-0", "-0.000", "0.001", "-0.001", "999999999.999",
+                                                  "-999999999.999", "0.0005", "999999999.9994", "2.5", "-2.5")]),
+    _NUMERIC_12_3,
+)
+_NUMERIC_6_2 = st.one_of(
+    st.sampled_from([decimal.Decimal(x) for x in ("NaN", "-0", "9999.99", "-9999.99", "0.01", "1.5")]),
+    st.integers(-999_999, 999_999).map(lambda i: decimal.Decimal(i).scaleb(-2)),
+)
+NUMERIC_ROW = st.fixed_dictionaries({
+    **{name: _nullable(VALUES[name]) for name in ("i2", "i4", "i8", "f8", "f4", "b")},
+    "n": _nullable(_NUMERIC_SPECIAL_12_3),
+    "na": _nullable(st.lists(st.one_of(st.none(), _NUMERIC_6_2), max_size=4)),
+})
+NUMERIC_ROWS = st.lists(NUMERIC_ROW, min_size=ROWS_PER_EXAMPLE // 2, max_size=ROWS_PER_EXAMPLE)
+_SPECIAL_TEXTS = ["NaN", "Infinity", "-Infinity", "nan", "-inf", "+Infinity", "inf", "-0", " NaN "]
+
+
+@st.composite
+def numeric_literal(draw: st.DrawFn) -> str:
+    """A numeric constant: a special value, a typmod cast of a string (a cast PostgreSQL runs, which may overflow),
+    a literal at numeric(12,3)'s limits, an untyped literal (it takes the other side's type), or any number."""
+    form = draw(st.integers(0, 5))
+    if form == 0:
+        return f"{_quote(draw(st.sampled_from(_SPECIAL_TEXTS)))}::numeric"
+    if form == 1:
+        value = draw(st.sampled_from(["NaN", "Infinity", "1.5", "-0", "123.45", "-2.55"]))
+        return f"{_quote(value)}::{draw(st.sampled_from(['numeric(5,2)', 'numeric(3,1)', 'decimal(6,1)']))}"
+    if form == 2:
+        return draw(st.sampled_from(["999999999.999", "-999999999.999", "0.001", "-0.0", "0", "1.5", "2.5", "1e3"]))
+    if form == 3:
+        return _quote(draw(st.sampled_from([*_SPECIAL_TEXTS, "1.5", "0", "-2.5"])))
+    return draw(number_literal("numeric"))[0]
+
+
+@st.composite
+def special_number(draw: st.DrawFn, depth: int) -> tuple[str, str]:
+    """A number over n and numeric's special constants, and its PostgreSQL type."""
+    leaves = ["n", "n", "literal", "literal", "other"]
+    compound = ["arith", "arith", "arith", "mod", "neg", "abs", "round", "cast", "to_float", "case", "simple_case",
+                "coalesce", "nullif", "greatest"]
+    choice = draw(st.sampled_from(leaves + (compound if depth > 0 else [])))
+    sub = depth - 1
+    if choice == "n":
+        return "n", "numeric"
+    if choice == "literal":
+        return draw(numeric_literal()), "numeric"
+    if choice == "other":
+        return draw(number(0, floats=draw(st.integers(0, 3)) == 0))
+    if choice == "arith":
+        (a, ta), (b, tb) = draw(special_number(sub)), draw(special_number(sub))
+        return _group(draw, f"{a} {draw(st.sampled_from(['+', '-', '*']))} {b}"), _common_number(ta, tb)
+    if choice == "mod":
+        a, ta = draw(special_number(sub).filter(lambda e: e[1] not in FLOATS))
+        b, tb = draw(st.one_of(special_number(sub).filter(lambda e: e[1] not in FLOATS),
+                               st.sampled_from([("0", "int4"), ("2", "int4"), ("'Infinity'::numeric", "numeric"),
+                                                ("'-inf'", "numeric"), ("0.0", "numeric")])))
+        text = f"mod({a}, {b})" if draw(st.booleans()) else _group(draw, f"{a} % {b}")
+        return text, _common_number(ta, tb)
+    if choice == "neg":
+        a, ta = draw(special_number(sub))
+        return _group(draw, f"- {a}"), ta
+    if choice == "abs":
+        a, ta = draw(special_number(sub))
+        return f"abs({a})", ta
+    if choice == "round":
+        a, ta = draw(special_number(sub).filter(lambda e: e[1] == "numeric"))
+        return (f"round({a}, {draw(st.integers(-1, 3))})" if draw(st.booleans()) else f"round({a})"), "numeric"
+    if choice == "cast":
+        a, _ = draw(special_number(sub))
+        kind = draw(st.sampled_from(["int2", "int4", "int8", "numeric", "numeric"]))
+        return f"({a})::{draw(st.sampled_from(CAST_NAMES[kind]))}", kind
+    if choice == "to_float":
+        a, _ = draw(special_number(sub))
+        kind = draw(st.sampled_from(FLOATS))
+        return f"({a})::{draw(st.sampled_from(CAST_NAMES[kind]))}", kind
+    if choice == "case":
+        (a, ta), (b, tb) = draw(special_number(sub)), draw(special_number(sub))
+        return f"CASE WHEN {draw(special_boolean(sub))} THEN {a} ELSE {b} END", _common_number(ta, tb)
+    if choice == "simple_case":
+        (a, _), (b, tb), (c, tc) = draw(special_number(sub)), draw(special_number(sub)), draw(special_number(sub))
+        return f"CASE {a} WHEN {draw(numeric_literal())} THEN {b} ELSE {c} END", _common_number(tb, tc)
+    (a, ta), (b, tb) = draw(special_number(sub)), draw(special_number(sub))
+    if choice == "nullif":
+        return f"NULLIF({a}, {b})", ta
+    fn = {"coalesce": "COALESCE", "greatest": draw(st.sampled_from(["GREATEST", "LEAST"]))}[choice]
+    return f"{fn}({a}, {draw(st.sampled_from(['', 'NULL, ']))}{b})", _common_number(ta, tb)
+
+
+@st.composite
+def special_boolean(draw: st.DrawFn, depth: int) -> str:
+    """Comparisons of those numbers: every operator the translation takes, over n, na and constants."""
+    choice = draw(st.sampled_from(["compare", "compare", "compare", "distinct", "between", "in", "quantified",
+                                   "quantified_column", "quantified_literal", "is_null", "row_compare",
+                                   "array_operator", *(["and_or", "not"] if depth > 0 else [])]))
+    d = max(depth - 1, 0)
+
+    def num() -> str:
+        return draw(special_number(d))[0]
+    if choice == "compare":
+        return _group(draw, f"{num()} {draw(st.sampled_from(['=', '<>', '<', '<=', '>', '>=']))} {num()}")
+    if choice == "distinct":
+        return _group(draw, f"{num()} IS {draw(st.sampled_from(['', 'NOT ']))}DISTINCT FROM {num()}")
+    if choice == "between":
+        op = draw(st.sampled_from(["BETWEEN", "NOT BETWEEN", "BETWEEN SYMMETRIC", "NOT BETWEEN SYMMETRIC"]))
+        return _group(draw, f"{num()} {op} ({num()}) AND ({num()})")
+    if choice == "in":
+        items = ", ".join(num() for _ in range(draw(st.integers(1, 4))))
+        return _group(draw, f"{num()} {draw(st.sampled_from(['IN', 'NOT IN']))} ({items})")
+    if choice == "quantified":
+        elements = ", ".join(draw(st.one_of(st.just("n"), numeric_literal(), number_literal("int4").map(lambda e: e[0])))
+                             for _ in range(draw(st.integers(1, 3))))
+        return (f"{num()} {draw(st.sampled_from(['=', '<>', '<', '>=']))} "
+                f"{draw(st.sampled_from(['ANY', 'ALL']))} (ARRAY[{elements}])")
+    if choice == "quantified_column":
+        return (f"{num()} {draw(st.sampled_from(['=', '<>', '<', '<=', '>', '>=']))} "
+                f"{draw(st.sampled_from(['ANY', 'ALL', 'SOME']))} (na)")
+    if choice == "quantified_literal":
+        literal = draw(array_literal(st.sampled_from(["NaN", "Infinity", "-inf", "1.5", "0", "-0", "999999999.999"])))
+        return f"{num()} {draw(st.sampled_from(['=', '<>', '<', '>=']))} {draw(st.sampled_from(['ANY', 'ALL']))} " \
+               f"({_quote(literal)})"
+    if choice == "is_null":
+        return _group(draw, f"{num()} IS {draw(st.sampled_from(['', 'NOT ']))}NULL")
+    if choice == "row_compare":
+        op = draw(st.sampled_from(["=", "<>", "<", ">=", "IS DISTINCT FROM"]))
+        return _group(draw, f"({num()}, {num()}) {op} ({num()}, {num()})")
+    if choice == "array_operator":
+        right = draw(st.one_of(st.just("na"), st.builds(lambda a, b: f"ARRAY[{a}, {b}]", numeric_literal(),
+                                                        st.sampled_from(["n", "1.5", "'NaN'::numeric"])),
+                               array_literal(st.sampled_from(["NaN", "1.50", "9999.99", "-0"])).map(_quote)))
+        return _group(draw, f"na {draw(st.sampled_from(['@>', '<@', '&&']))} {right}")
+    if choice == "not":
+        return _group(draw, f"NOT {draw(special_boolean(d))}")
+    return _group(draw, f"{draw(special_boolean(d))} {draw(st.sampled_from(['AND', 'OR']))} "
+                        f"{draw(special_boolean(d))}")
+
+
+NUMERIC_FILTERS = st.lists(special_boolean(2), min_size=FILTERS_PER_EXAMPLE, max_size=FILTERS_PER_EXAMPLE)
+
+# ---------------------------------------------------------------------------------------------
 # The check
 # ---------------------------------------------------------------------------------------------
 
@@ -694,6 +840,7 @@ NEW_CONSTRUCTS = {name: re.compile(pattern) for name, pattern in {
     "regex ANY/ALL": r"~\*? (ANY|ALL|SOME) \(ARRAY", "U&\"…\" UESCAPE": r"U&\"[^\"]*\" UESCAPE",
     "row ANY/ALL": r"(ANY|ALL|SOME) \(ARRAY\[ROW\(", "regex \\u \\U \\x": r"~[^']*'[^']*\\[uUx][0-9A-Fa-f]",
     "ANY/ALL (COALESCE|CASE)": r"(ANY|ALL|SOME) \((COALESCE|CASE)\b",
+    "numeric NaN/Infinity constant": r"(?i)'[ +-]*(nan|inf)", "numeric array column": r"\bna\b",
 }.items()}
 
 
@@ -947,6 +1094,18 @@ def test_postgres_and_spark_agree_on_arrays_rows_and_literals(diff_conn, frame_o
     column or literal, row comparisons, @> <@ &&, U&'…', regular-expression classes, \\A and \\Z, and since issue 35
     x ~ ANY/ALL (ARRAY[…]) (!~ and !~* on each element), U&"…" UESCAPE names, (a, b) = ANY (ARRAY[ROW(…)]) and
     x op ANY/ALL (COALESCE(…) or CASE … END of array columns and '{…}')."""
+    problems, compared = check_filters(diff_conn, frame_of, rows, filters)
+    assert not problems, "\n\n".join(problems)
+    assume(compared > 0)
+
+
+@_seeded
+@settings(settings.get_profile("rowfilter-differential"), max_examples=max(MAX_EXAMPLES // 3, 1))
+@given(rows=NUMERIC_ROWS, filters=NUMERIC_FILTERS)
+def test_postgres_and_spark_agree_on_numeric_specials(diff_conn, frame_of, rows, filters) -> None:
+    """The same property over numeric's NaN and infinities (issue 49): rows whose n and na hold NaN, -0 and the
+    types' limits, filters whose numbers meet 'NaN', 'Infinity' and '-Infinity' in every operator the translation
+    takes, with PostgreSQL's order (NaN above Infinity, equal to itself), arithmetic and casts as the referee."""
     problems, compared = check_filters(diff_conn, frame_of, rows, filters)
     assert not problems, "\n\n".join(problems)
     assume(compared > 0)
