@@ -29,6 +29,7 @@ import psycopg
 
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.identifiers import table_sql
+from airflow_provider_rowfilter.subscriber.state import StateStore
 
 log = logging.getLogger(__name__)
 
@@ -145,22 +146,17 @@ def _refused(sub: psycopg.Connection, subscription: str, role: str | None) -> st
     """Record ``role`` as warned about for ``subscription`` (None: clear it); return the role recorded before. Best
     effort: a subscriber whose state cannot be written this way warns per process, as before."""
     try:
-        row = sub.execute(
-            "UPDATE rowfilter.subscription s SET options = CASE WHEN %s::text IS NULL THEN s.options - %s::text "
-            "ELSE s.options || jsonb_build_object(%s::text, %s::text) END FROM rowfilter.subscription old "
-            "WHERE s.name = %s AND old.name = s.name AND (old.options ->> %s::text) IS DISTINCT FROM %s::text "
-            "RETURNING old.options ->> %s::text",
-            (role, REFUSED_KEY, REFUSED_KEY, role, subscription, REFUSED_KEY, role, REFUSED_KEY)).fetchone()
+        changed, before = StateStore(sub, subscription).swap_option(REFUSED_KEY, role)
     except psycopg.Error as e:
         log.debug("could not record the origin warning's condition: %s", e)
         if not sub.autocommit and not sub.broken:
             sub.rollback()
         return None
-    if row is None:  # nothing changed: that role is recorded already (or nothing was, and none is)
+    if not changed:  # that role is recorded already (or nothing was, and none is)
         return role
-    if role is None and row[0]:
+    if role is None and before:
         log.info("the apply's writes carry the replication origin again (role may use the functions now)")
-    return row[0]
+    return before
 
 
 def _warn(sub: psycopg.Connection, subscription: str | None = None) -> None:

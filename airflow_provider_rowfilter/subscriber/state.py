@@ -235,6 +235,17 @@ class StateStore(StateReader):
                           (enabled, self.subscription))
         return before
 
+    def swap_option(self, key: str, value: str | None) -> tuple[bool, str | None]:
+        """Set ``options[key]`` to ``value`` (None removes it) only where it differs; return whether it changed
+        and the value it had before (one statement, so two workers never both see the change)."""
+        row = self.conn.execute(
+            f"UPDATE {SCHEMA}.subscription s SET options = CASE WHEN %s::text IS NULL THEN s.options - %s::text "
+            f"ELSE s.options || jsonb_build_object(%s::text, %s::text) END FROM {SCHEMA}.subscription old "
+            "WHERE s.name = %s AND old.name = s.name AND (old.options ->> %s::text) IS DISTINCT FROM %s::text "
+            "RETURNING old.options ->> %s::text",
+            (value, key, key, value, self.subscription, key, value, key)).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
     def record_error(self, table: TableName | None, error: str | None) -> None:
         """Remember why the last attempt failed (for the sensor and ``status``; None clears it); commits on
         its own, or with the caller's transaction."""
