@@ -54,8 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
-from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
+from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.publisher.capture_objects import capture_names  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows  # noqa: E402
@@ -254,17 +254,17 @@ class PhaseTimer:
         self._undo.append((owner, attr, original))
 
     def install(self) -> PhaseTimer:
-        from airflow_provider_rowfilter.apply import capture_ahead
+        from airflow_provider_rowfilter.flows.apply import capture_ahead
         from airflow_provider_rowfilter.spark import apply_frames
         from airflow_provider_rowfilter.subscriber.apply_target import StagedTable
 
         self._wrap(capture_ahead, "capture", "capture")
-        self._wrap(apply_frames, "decide", "decide")  # imported by name inside apply/reducers.py reduce: looked up per call
+        self._wrap(apply_frames, "decide", "decide")  # imported by name inside flows/apply/reducers.py reduce: looked up per call
         self._wrap(apply_frames.DecidedBatch, "facts", "facts")  # first action: read, judge, persist, count
         self._wrap(apply_frames, "write_stage", "stage")  # reduce per key + COPY into apply_stage
         self._wrap(StagedTable, "apply", "subscriber")  # per-table SQL in the subscriber transaction
-        # A batch the publisher judged: reduced in the process, its rows COPYed from it (apply/net_effect.py).
-        from airflow_provider_rowfilter.apply import reducers
+        # A batch the publisher judged: reduced in the process, its rows COPYed from it (flows/apply/net_effect.py).
+        from airflow_provider_rowfilter.flows.apply import reducers
 
         # reading the segments and reducing them (net_effect.py or arrow_fold.py), looked up per call
         self._wrap(reducers, "reduce_here", "reduce")
@@ -305,7 +305,7 @@ class PhaseTimer:
 # --- the measurements ---------------------------------------------------------------------------------
 def apply_until_done(spec: SubscriptionSpec, spark, max_changes: int, timer: PhaseTimer | None = None,
                      verbose: bool = False) -> tuple[float, list[dict]]:
-    from airflow_provider_rowfilter.apply.drain import apply
+    from airflow_provider_rowfilter.flows.apply.drain import apply
 
     batches = []
     began = time.monotonic()
@@ -333,7 +333,7 @@ def phase_breakdown(batches: list[dict], total: float) -> dict[str, float]:
         for k, v in b["phases"].items():
             sums[k] += v
     sums["decide"] = sums.get("decide", 0.0)
-    # facts and stage run inside apply/reducers.py reduce after decide returned; "other": the rest of apply()
+    # facts and stage run inside flows/apply/reducers.py reduce after decide returned; "other": the rest of apply()
     # (migrate, state reads, segment footers, batch_history, commit, prune) and the loop itself.
     accounted = sum(sums.get(k, 0.0) for k in PhaseTimer.STEPS if k != "capture")  # the capture runs ahead
     sums["other"] = max(total - accounted, 0.0)
@@ -341,7 +341,7 @@ def phase_breakdown(batches: list[dict], total: float) -> dict[str, float]:
 
 
 def empty_batches(spec: SubscriptionSpec, spark, repeat: int) -> list[float]:
-    from airflow_provider_rowfilter.apply.drain import apply
+    from airflow_provider_rowfilter.flows.apply.drain import apply
 
     times = []
     for _ in range(repeat):

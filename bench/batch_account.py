@@ -1,8 +1,8 @@
 """One draining run accounted per batch: its phases and every statement the batch sent, with what each cost.
 
 Installed by ``bench/drain.py --phases --account FILE`` around ours in the benchmark's process. Per batch
-(apply/drain.py ``_apply_batch``, on the run's thread): the wait for its capture (the one started ahead),
-the plan (apply/batch_plan.py), the reduction (apply/reducers.py), the transaction (apply/batch_transaction.py)
+(flows/apply/drain.py ``_apply_batch``, on the run's thread): the wait for its capture (the one started ahead),
+the plan (flows/apply/batch_plan.py), the reduction (flows/apply/reducers.py), the transaction (flows/apply/batch_transaction.py)
 and, inside them, each statement by its database and its first words, with the round trips and seconds;
 the capture itself (its own thread) by its wall time. Wraps module attributes while active; not a test.
 """
@@ -82,7 +82,7 @@ class BatchAccount:
         entry[1] += seconds
 
     def install(self) -> BatchAccount:
-        from airflow_provider_rowfilter.apply import capture_ahead, drain, reducers
+        from airflow_provider_rowfilter.flows.apply import capture_ahead, drain, reducers
 
         account = self
 

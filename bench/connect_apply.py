@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV  # noqa: E402
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
-from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
+from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.spark import connect_server  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 
@@ -76,7 +76,7 @@ A.decide = timed("plan", A.decide)
 A.DecidedBatch.facts = timed("judge", A.DecidedBatch.facts)
 A.DecidedBatch.collected = timed("judge", A.DecidedBatch.collected)
 A.write_stage = timed("write", A.write_stage)
-from airflow_provider_rowfilter.apply import net_effect, reducers
+from airflow_provider_rowfilter.flows.apply import net_effect, reducers
 from airflow_provider_rowfilter.jobs import apply
 reducers.copy_stage_rows = timed("write", reducers.copy_stage_rows)
 net_effect.reduce_batch = timed("judge", net_effect.reduce_batch)  # a batch the publisher judged: no Spark

@@ -34,7 +34,7 @@ and timed the same way after it; the cluster is then Debian's PostgreSQL 15 with
         # instead of pgbench, ONE transaction updating every published account (1M at scale 20);
         # --phases: ours in this process, timed by phase (bench/apply.py PhaseTimer)
     python bench/drain.py --workload update --scale 6 --phases --before-arrow-fold
-        # the same at 300,000 rows, reduced as before apply/arrow_fold.py (by Spark: the "before" of a comparison)
+        # the same at 300,000 rows, reduced as before flows/apply/arrow_fold.py (by Spark: the "before" of a comparison)
     python bench/drain.py --workload update --scale 6 --phases --read-back
         # the reducer reads the segment back from the log instead of taking the capture's rows (the "before")
     python bench/drain.py --workload update --scale 6 --phases --before-keys-once
@@ -123,17 +123,17 @@ def wait_confirmed(pub: str, slot: str, target: str, deadline: float) -> None:
 
 def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
     """Ours as one draining run in this process (the job's ``apply``), its time by phase."""
-    from airflow_provider_rowfilter.apply.drain import apply
     from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+    from airflow_provider_rowfilter.flows.apply.drain import apply
 
     spec = SubscriptionSpec.load(spec_file)
-    if args.before_arrow_fold:  # the reducers before apply/arrow_fold.py: the walk up to 200,000 changes, then Spark
-        from airflow_provider_rowfilter.apply import net_effect, reducers
+    if args.before_arrow_fold:  # the reducers before flows/apply/arrow_fold.py: the walk up to 200,000 changes, then Spark
+        from airflow_provider_rowfilter.flows.apply import net_effect, reducers
 
         reducers.COLUMNS_BATCH_CHANGES = reducers.IN_PROCESS_BATCH_CHANGES
         net_effect.reduce_batch = net_effect.reduce_changes
     if args.read_back:  # before the hand-over: the reducer reads every segment back from the log
-        from airflow_provider_rowfilter.apply import capture_ahead
+        from airflow_provider_rowfilter.flows.apply import capture_ahead
 
         capture_ahead.HOLD = None
     if args.before_keys_once:  # the in-process rows COPYed into the transaction's stage, then read into the keys table
@@ -350,12 +350,12 @@ def main(argv: list[str] | None = None) -> int:
                    "64MB): a transaction larger is spilled to disk and read back by each of them")
     p.add_argument("--read-back", action="store_true",
                    help="with --phases: the reducer reads each segment back from the log, as before the capture "
-                   "handed its rows over (apply/capture_ahead.py HOLD)")
+                   "handed its rows over (flows/apply/capture_ahead.py HOLD)")
     p.add_argument("--account", type=Path, help="with --phases: write each batch's phases and statements (count, "
                    "seconds) as JSON to this file (bench/batch_account.py)")
     p.add_argument("--profile", type=Path, help="with --phases: write cProfile's statistics of our run to this file")
     p.add_argument("--before-arrow-fold", action="store_true",
-                   help="with --phases: the reducers before apply/arrow_fold.py (change by change up to 200,000 "
+                   help="with --phases: the reducers before flows/apply/arrow_fold.py (change by change up to 200,000 "
                    "changes, Spark past it)")
     p.add_argument("--before-keys-once", action="store_true",
                    help="with --phases: the subscriber's side before subscriber/typed_keys.py (the rows reduced in the "

@@ -2,8 +2,8 @@
 
 A batch of ``--changes`` changes shaped like pgbench's TPC-B transaction (an UPDATE of an account, of a
 teller, of a branch, an INSERT into history; ``--scale`` sets the tellers and branches, so their keys
-repeat) in one table, reduced by apply/net_effect.py ``reduce_batch`` (on the Arrow columns:
-apply/arrow_fold.py) and ``reduce_changes`` (change by change, the walk, which folds the repeated keys
+repeat) in one table, reduced by flows/apply/net_effect.py ``reduce_batch`` (on the Arrow columns:
+flows/apply/arrow_fold.py) and ``reduce_changes`` (change by change, the walk, which folds the repeated keys
 in Python), ``--repeat`` times; the best CPU time of each, per change. Not part of the test suite.
 
     python bench/fold.py                      # 300,000 changes, scale 10, 3 rounds
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from apply import ROOT, load_average  # noqa: E402  (bench/apply.py: the shared helpers; puts this checkout on the path)
 
 sys.path.insert(0, str(ROOT))
-from airflow_provider_rowfilter.apply.net_effect import reduce_batch, reduce_changes  # noqa: E402
+from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch, reduce_changes  # noqa: E402
 from tests.change_rows import UNFILTERED, arrow_rows, ins, passed_through, upd  # noqa: E402
 
 

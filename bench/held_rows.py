@@ -2,8 +2,8 @@
 
 A segment of ``--rows`` UPDATEs of a pgbench-accounts-like table (``--fetch-rows`` a fetch, as the capture
 appends them) is written by change_log/segment_writer.py with ``Hold`` (the columns the reducers read,
-apply/net_effect.py ``CHANGE_COLUMNS``); then, ``--repeat`` times, the reducer's input is made both
-ways: read back (``pq.read_table`` of those columns, then ``combine_chunks`` as apply/arrow_fold.py does)
+flows/apply/net_effect.py ``CHANGE_COLUMNS``); then, ``--repeat`` times, the reducer's input is made both
+ways: read back (``pq.read_table`` of those columns, then ``combine_chunks`` as flows/apply/arrow_fold.py does)
 and taken from the writer (``combine_chunks`` of the held table), and the two are compared equal. Not
 part of the test suite.
 
@@ -25,9 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from apply import ROOT, load_average  # noqa: E402  (bench/apply.py: the shared helpers; puts this checkout on the path)
 
 sys.path.insert(0, str(ROOT))
-from airflow_provider_rowfilter.apply.net_effect import CHANGE_COLUMNS  # noqa: E402
 from airflow_provider_rowfilter.change_log.log import ChangeLog  # noqa: E402
 from airflow_provider_rowfilter.change_log.segment_writer import Hold, SegmentWriter  # noqa: E402
+from airflow_provider_rowfilter.flows.apply.net_effect import CHANGE_COLUMNS  # noqa: E402
 from tests.change_log.test_log import T1, TS_US, fetch, tup, update  # noqa: E402  (the capture's way to ChangeRows)
 
 

@@ -37,10 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from snapshot_copy import TABLE, admin_url, create_database, digest, publisher_setup, start_spark  # noqa: E402
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables  # noqa: E402
+from airflow_provider_rowfilter.flows.verify.reconcile import reconcile  # noqa: E402
 from airflow_provider_rowfilter.jobs import comparison  # noqa: E402
-from airflow_provider_rowfilter.jobs.reconcile import reconcile  # noqa: E402
-from airflow_provider_rowfilter.jobs.refresh import refresh  # noqa: E402
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.tooling.native import NativeSubscription  # noqa: E402
 
 QUARTER = "region = 'NSW'"

@@ -2,8 +2,8 @@
 
 No publisher, no capture: ``--rows`` change-log rows are made here (an UPDATE of every row of a table like
 ``pgbench_accounts``: ``aid`` its key, every column sent; or ``--workload insert``: new keys), reduced by the
-job's own reducer (apply/arrow_fold.py), then written by the batch transaction's code
-(apply/batch_transaction.py ``commit_batch``'s stage and keys, ``StagedTable.apply``) inside a transaction that is
+job's own reducer (flows/apply/arrow_fold.py), then written by the batch transaction's code
+(flows/apply/batch_transaction.py ``commit_batch``'s stage and keys, ``StagedTable.apply``) inside a transaction that is
 rolled back, ``--repeat`` times, each statement's seconds printed (``--explain``: with its EXPLAIN ANALYZE; the
 COPYs, not statements of ``execute``, are the rest of each run's total).
 The publisher's own ``UPDATE`` of the same rows is timed in the same run, as the yardstick. Not part of the
@@ -33,9 +33,9 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from airflow_provider_rowfilter.apply import arrow_fold  # noqa: E402
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, TargetPlan  # noqa: E402
 from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
+from airflow_provider_rowfilter.flows.apply import arrow_fold  # noqa: E402
 from airflow_provider_rowfilter.subscriber import apply_stage, direct_update, typed_keys  # noqa: E402
 from airflow_provider_rowfilter.subscriber.apply_target import StagedTable, read_target  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                     timed = Timed(conn, args.explain and attempt == 0)
                     began, cpu, ours = time.monotonic(), backend_cpu(conn), time.process_time()
                     table = StagedTable(conn, "bench:1", target, "error", None, None, 0, apply_stage.STAGE)
-                    table.stage, key_rows = typed_keys.stage_rows(conn, rows)  # as apply/batch_transaction.py does
+                    table.stage, key_rows = typed_keys.stage_rows(conn, rows)  # as flows/apply/batch_transaction.py does
                     table.rows = key_rows.get(0)
                     staged = time.monotonic() - began
                     counts = table.apply()

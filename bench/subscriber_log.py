@@ -124,7 +124,7 @@ def log_bytes(shape: str, spec: SubscriptionSpec, state: dict) -> int:
 # --- the shapes ---------------------------------------------------------------------------------------------
 def drain_product(spec: SubscriptionSpec, pub: str, slot: str, target: str, max_changes: int) -> dict:
     """The product's apply in this process (capture into its log, then apply), until the slot confirms target."""
-    from airflow_provider_rowfilter.apply.drain import apply
+    from airflow_provider_rowfilter.flows.apply.drain import apply
 
     changes = batches = 0
     timer = PhaseTimer().install()
@@ -162,9 +162,9 @@ def drain_table(spec: SubscriptionSpec, pub: str, slot: str, target: str, max_ch
 
 def _warm_up() -> None:
     """Import what the shapes run before any is timed (the first would pay it alone)."""
-    import airflow_provider_rowfilter.apply.drain  # noqa: F401
-    import airflow_provider_rowfilter.apply.net_effect  # noqa: F401
     import airflow_provider_rowfilter.change_log.store  # noqa: F401
+    import airflow_provider_rowfilter.flows.apply.drain  # noqa: F401
+    import airflow_provider_rowfilter.flows.apply.net_effect  # noqa: F401
     import airflow_provider_rowfilter.publisher.capture  # noqa: F401
     import airflow_provider_rowfilter.subscriber.apply_target  # noqa: F401
 

@@ -21,8 +21,8 @@ from rich.console import Console
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.console.progress import BarHandler, bar_display
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.humane import PROGRESS_ATTR, ProgressReport
-from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.terminal import exe, tmux_screens
 
 ROWS = 600_000

@@ -49,12 +49,9 @@ LAYER_OF = {
     "subscriber": "subscriber",
     # PySpark (never Airflow); a few modules without pyspark (the JVM's settings, its class archive).
     "spark": "spark",
-    # A run in process: the apply's drain and its batches (pyspark loaded only when a batch needs Spark),
-    # DROP SUBSCRIPTION, the sequences' sync. The jobs, the CLI and the operators' in-task runs call them.
-    "apply": "flow",
-    "subscription_drop": "flow",
-    "sequence_sync": "flow",
-    "slot_guard": "flow",
+    # The use cases, each run in process (pyspark loaded only when a batch or a table needs Spark): the jobs,
+    # the CLI and the operators' in-task runs call them.
+    "flows": "flow",
     # Entry points: the jobs spark-submit runs, and the console command that runs them in process.
     "jobs": "entry",
     "cli": "entry",
@@ -65,8 +62,6 @@ LAYER_OF = {
     "triggers": "airflow",
     "plugins": "airflow",
     "dag_factory": "airflow",
-    # The DAGs standing for a spec file the factory cannot build.
-    "spec_placeholders": "airflow",
     # The local PostgreSQL, the native referee and the demo: they may use every layer, none uses them.
     "tooling": "tooling",
 }
@@ -176,7 +171,7 @@ BREAKS = {
     "the subscriber imports the publisher": ("subscriber.copy_target", "publisher.copy_source"),
     "an operator runs the apply job": ("operators.apply_changes", "jobs.apply"),
     "an operator runs the drop job": ("operators.subscription_ops", "jobs.drop"),
-    "the apply imports a job": ("apply.capture_ahead", "jobs.refresh"),
+    "the apply imports a job": ("flows.apply.capture_ahead", "jobs.refresh"),
     "the core imports the subscriber": ("core.apply_plan", "subscriber.apply_stage"),
     # And those main brought while issue 31 was under way (verify/reconcile, sync-sequences).
     "the subscriber's compare target imports the publisher": ("subscriber.compare_target", "publisher.copy_source"),
@@ -219,7 +214,7 @@ def test_blocker_catches_a_forbidden_import() -> None:
 
 
 def test_the_snapshot_job_loads_without_spark_or_the_log() -> None:
-    """A table read by one reader copies without Spark (jobs/table_copy.py SparkOnDemand): the job's module
+    """A table read by one reader copies without Spark (flows/table_sync/table_copy.py SparkOnDemand): the job's module
     loads without pyspark (its Connect client alone takes 0.7 s) and without pyarrow (the change log's)."""
     module = f"{PACKAGE}.jobs.snapshot"
     result = import_blocked([module], ("pyspark", "pyarrow", "numpy"))
@@ -227,8 +222,8 @@ def test_the_snapshot_job_loads_without_spark_or_the_log() -> None:
 
 
 def test_the_apply_loads_without_spark_for_the_operator_s_run_in_its_task() -> None:
-    """ApplyChangesOperator runs apply/drain.py in its task up to the first batch Spark must judge
+    """ApplyChangesOperator runs flows/apply/drain.py in its task up to the first batch Spark must judge
     (skip_when_idle): what that imports must not need pyspark, which Airflow code never loads."""
-    module = f"{PACKAGE}.apply.drain"
+    module = f"{PACKAGE}.flows.apply.drain"
     result = import_blocked([module], ("pyspark",))
     assert result["failed"] == {} and result["imported"] == [module] and result["leaked"] == []

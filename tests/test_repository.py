@@ -2,7 +2,7 @@
 
 - Every repository path cited in the code (comments, docstrings, messages) and in the docs exists: a
   path under one of the repository's folders (``tests/…``, ``docs/…``), or under the package
-  (``apply/drain.py`` as the package's modules cite each other), or relative to the citing file (a
+  (``flows/apply/drain.py`` as the package's modules cite each other), or relative to the citing file (a
   link between docs pages). PostgreSQL's sources (``src/backend/…``) are not this repository's.
 - No ``noqa`` names a rule ruff does not run (pyproject.toml ``[tool.ruff.lint] select``).
 - A ``type: ignore`` stands only in a module mypy checks (setup.cfg ``[mypy] files``).
@@ -56,7 +56,7 @@ def test_every_cited_repository_path_exists() -> None:
 
 
 @pytest.mark.parametrize(("text", "found"), [
-    ("see apply/drain.py and docs/apply.md#speed", ["apply/drain.py", "docs/apply.md"]),
+    ("see flows/apply/drain.py and docs/apply.md#speed", ["flows/apply/drain.py", "docs/apply.md"]),
     ("(src/backend/replication/logical/worker.c, https://example.org/docs/x.md)", []),
     ("tests/core/test_x.py tests core/x.py; dags/<team>/s1.yaml", []),
 ])
@@ -65,7 +65,7 @@ def test_the_citations_read_are_the_repository_s(text: str, found: list[str]) ->
 
 
 def test_a_path_that_is_gone_is_caught() -> None:
-    assert not resolves("apply/" + "no_such_module.py", PACKAGE / "apply" / "drain.py")
+    assert not resolves("flows/apply/" + "no_such_module.py", PACKAGE / "apply" / "drain.py")
     assert resolves("drain.py", PACKAGE / "apply" / "batch_plan.py")  # beside the citing file
 
 

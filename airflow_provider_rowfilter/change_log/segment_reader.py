@@ -47,7 +47,7 @@ def segment_counts(path: str | os.PathLike) -> tuple[int, int]:
 def segment_filtering(path: str | os.PathLike) -> str:
     """Who evaluated the publications for a segment's changes: ``source`` (the publisher's pgoutput, through
     the subscription's publications) or ``spark`` (captured unfiltered; also every segment written before the
-    metadata recorded it). The apply never mixes the two in one batch (apply/batch_plan.py)."""
+    metadata recorded it). The apply never mixes the two in one batch (flows/apply/batch_plan.py)."""
     raw = (read_metadata(path).metadata or {}).get(METADATA_KEY.encode())
     return (json.loads(raw) if raw else {}).get("filtering") or "spark"
 

@@ -6,7 +6,7 @@ A log stops being the subscription's in two ways, and neither is read again:
   (change_log/log.py ``set_aside``): its positions belong to a slot that no longer exists, and the tables it
   fed are copied again or reconciled from a snapshot of the new slot;
 - the spec's ``change_log`` moved to another directory that holds everything the tables need: the apply
-  records the new one (apply/batch_plan.py ``_check_log``), and the old directory, when it was copied rather
+  records the new one (flows/apply/batch_plan.py ``_check_log``), and the old directory, when it was copied rather
   than moved, still holds segments: removed when it is a copy of the same log (its id) ending no later (the
   new one holds all it had); another log is kept, with a warning.
 

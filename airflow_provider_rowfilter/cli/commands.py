@@ -15,7 +15,7 @@ from airflow_provider_rowfilter.humane import batch_lag, counts_text, duration
 
 def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: bool | None = None) -> int:
     """Run the RefreshPublication job in-process and say what it added and removed."""
-    from airflow_provider_rowfilter.jobs.refresh import refresh as run_refresh
+    from airflow_provider_rowfilter.flows.refresh import refresh as run_refresh
 
     result = run_refresh(spec, recreate_slot=recreate_slot, reconcile=reconcile)
     # A table whose copy filter or column list changed: the job's own WARNING line says what and what to do.
@@ -47,8 +47,8 @@ def compare(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     ``verify`` exits 1 when a table differs; ``reconcile`` when a table could not be reconciled.
     """
     from airflow_provider_rowfilter.core.relation import TableName
-    from airflow_provider_rowfilter.jobs.reconcile import reconcile
-    from airflow_provider_rowfilter.jobs.verify import MAX_READERS, verify
+    from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
+    from airflow_provider_rowfilter.flows.verify.verify import MAX_READERS, verify
 
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
     readers = getattr(args, "max_readers", None) or MAX_READERS
@@ -83,10 +83,10 @@ def compare(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
 def apply_batch(spec: SubscriptionSpec, *, max_changes: int | None, time_budget: float | None = None,
                 as_json: bool) -> int:
     """Run ApplyChanges in-process: batches until drained (or the budget is spent), each in one transaction."""
-    from airflow_provider_rowfilter.apply.drain import apply
+    from airflow_provider_rowfilter.flows.apply.drain import apply
 
     bars = wants_bars(err_console)
-    with progress_bars(bars):  # no --max-changes: larger batches while a backlog waits (apply/capture_ahead.py)
+    with progress_bars(bars):  # no --max-changes: larger batches while a backlog waits (flows/apply/capture_ahead.py)
         result = apply(_one_bar(spec, bars), max_changes=max_changes, time_budget=time_budget)
     if as_json:
         print(json.dumps(result.summary()))
@@ -164,7 +164,7 @@ def set_enabled(spec: SubscriptionSpec, enabled: bool) -> int:
 def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run SyncSequences in-process and say, per sequence, what it set (or would)."""
     from airflow_provider_rowfilter.core.relation import TableName
-    from airflow_provider_rowfilter.sequence_sync import sync_sequences as run_sync
+    from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences as run_sync
 
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
     result = run_sync(spec, tables, dry_run=args.dry_run)
@@ -192,7 +192,7 @@ def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
 
 def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
     """``DROP SUBSCRIPTION``: run the drop in-process and say what went; nothing left to drop is not an error."""
-    from airflow_provider_rowfilter.subscription_drop import drop as run_drop
+    from airflow_provider_rowfilter.flows.drop import drop as run_drop
 
     result = run_drop(spec, keep_slot=keep_slot)
     if not result.dropped:
@@ -225,8 +225,8 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
 def sync_tables(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run the SnapshotCopy job in-process (``snapshot``, or ``resync`` first); say what each table got."""
     from airflow_provider_rowfilter.core.relation import TableName
-    from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, sync_tables
-    from airflow_provider_rowfilter.jobs.snapshot import resync as run_resync
+    from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables
+    from airflow_provider_rowfilter.flows.table_sync.sync import resync as run_resync
 
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
     bars = wants_bars(err_console)

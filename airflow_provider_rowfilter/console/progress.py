@@ -1,7 +1,7 @@
 """How the ``rowfilter`` command shows a long copy or drain: live bars on a terminal, the log's lines elsewhere.
 
 The jobs report their progress once, as log records of ``PROGRESS_LOGGER`` carrying a
-:class:`~airflow_provider_rowfilter.humane.ProgressReport` (subscriber/copy_progress.py, apply/drain.py).
+:class:`~airflow_provider_rowfilter.humane.ProgressReport` (subscriber/copy_progress.py, flows/apply/drain.py).
 Where stderr is not a terminal (a pipe, a file, Airflow's task log) nothing here runs: the records are
 printed as the lines they are. On a terminal, :func:`progress_bars` draws one Rich bar per report key
 (rows copied of the estimate for a copy, WAL done of the run's target for a drain), with what the report

@@ -35,7 +35,7 @@ from airflow_provider_rowfilter.core.spec_values import ConflictPolicy
 
 DML = ("insert", "update", "delete")
 #: A batch's bound unless the run sets one (``--max-changes``): the slot rows one capture reads, whole
-#: transactions (publisher/capture.py), and about the changes one batch applies (apply/batch_plan.py).
+#: transactions (publisher/capture.py), and about the changes one batch applies (flows/apply/batch_plan.py).
 DEFAULT_MAX_CHANGES = 100_000
 
 
@@ -123,7 +123,7 @@ class ApplyPlan:
 
 @dataclass
 class BatchFacts:
-    """What a judged batch says before anything is staged (spark/apply_frames.py, apply/net_effect.py)."""
+    """What a judged batch says before anything is staged (spark/apply_frames.py, flows/apply/net_effect.py)."""
 
     counts: dict[int, dict[str, int]]  # per target: filtered, unpublished, update_to_insert, update_to_delete, skipped
     column_sets: list[tuple[int, tuple[str, ...], int]]  # (target, published columns, first commit_lsn)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from airflow_provider_rowfilter.dag_factory.build import build_dags, dags_from_folder
 from airflow_provider_rowfilter.dag_factory.copies import WAITING_FOR_COPY, copy_tasks, tables_waiting_for_copy
 from airflow_provider_rowfilter.dag_factory.operations import check_dags, operations_dags
+from airflow_provider_rowfilter.dag_factory.placeholders import SpecFileWarning, invalid_spec_dag
 from airflow_provider_rowfilter.dag_factory.settings import (
     DAG_KINDS,
     DEFAULT_POOL,
@@ -31,7 +32,6 @@ from airflow_provider_rowfilter.dag_factory.settings import (
     SubscriptionFile,
     callback_from,
 )
-from airflow_provider_rowfilter.spec_placeholders import SpecFileWarning, invalid_spec_dag
 
 __all__ = ["DAG_KINDS", "DEFAULT_POOL", "SPEC_PATTERNS", "WAITING_FOR_COPY", "AirflowSettings", "SpecFileWarning",
            "SubscriptionFile", "build_dags", "callback_from", "check_dags", "copy_tasks", "dags_from_folder",

@@ -17,6 +17,12 @@ from airflow_provider_rowfilter.core.schedule import LATE_INTERVALS, longest_gap
 from airflow_provider_rowfilter.core.spec_values import CONN_ID
 from airflow_provider_rowfilter.dag_factory.copies import copy_tasks
 from airflow_provider_rowfilter.dag_factory.operations import operations_dags
+from airflow_provider_rowfilter.dag_factory.placeholders import (
+    SpecFileWarning,
+    invalid_spec_dag,
+    lenient_settings,
+    placeholder_ids,
+)
 from airflow_provider_rowfilter.dag_factory.settings import (
     DAG_KINDS,
     SPEC_PATTERNS,
@@ -30,12 +36,6 @@ from airflow_provider_rowfilter.operators.refresh_publication import RefreshPubl
 from airflow_provider_rowfilter.operators.slot_guard import SlotGuardOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
-from airflow_provider_rowfilter.spec_placeholders import (
-    SpecFileWarning,
-    invalid_spec_dag,
-    lenient_settings,
-    placeholder_ids,
-)
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def dags_from_folder(folder: str | Path, patterns: Iterable[str] = SPEC_PATTERNS
     """The DAGs of every spec file in ``folder`` (not recursive), by DAG id.
 
     Each file stands alone: one that is not a valid spec (or repeats another file's subscription or
-    DAG ids) does not stop the others. It becomes a placeholder DAG (spec_placeholders.py) whose
+    DAG ids) does not stop the others. It becomes a placeholder DAG (dag_factory/placeholders.py) whose
     only task fails with the error naming the file, under the file's own DAG ids when its
     ``subscription`` (and ``airflow.dag_id_prefix``) can be read, so that the subscription stays in
     the UI and a run in flight fails with the reason instead of "Dag not found"; the incremental

@@ -1,7 +1,7 @@
 """ApplyChanges: the slot drained to the subscriber in bounded batches, with PostgreSQL's row-filter semantics, exactly once.
 
 The apply job: what spark-submit runs for ApplyChangesOperator and ``python -m`` for a Spark Connect client: the
-arguments, then one call of apply/drain.py ``apply``, which does the run (docs/apply.md). Prints one
+arguments, then one call of flows/apply/drain.py ``apply``, which does the run (docs/apply.md). Prints one
 JSON line: the run's summary (each batch is also kept in ``rowfilter.batch_history``).
 """
 
@@ -12,9 +12,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.apply.capture_ahead import BACKLOG_MAX_CHANGES
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.flows.apply.capture_ahead import BACKLOG_MAX_CHANGES
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 

@@ -1,6 +1,6 @@
 """SyncSequences as a job: ``python -m airflow_provider_rowfilter.jobs.sync_sequences --spec …``.
 
-The arguments, then one call of sequence_sync.py ``sync_sequences`` (what ``rowfilter sync-sequences`` and
+The arguments, then one call of flows/sync_sequences.py ``sync_sequences`` (what ``rowfilter sync-sequences`` and
 SyncSequencesOperator run in process). Prints one JSON line: each sequence, its values before and after,
 and what was done; exit 1 when a sequence could not be synchronized (the others were).
 """
@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job
-from airflow_provider_rowfilter.sequence_sync import sync_sequences
 
 
 def main(argv: Sequence[str] | None = None) -> int:

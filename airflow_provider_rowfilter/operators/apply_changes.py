@@ -177,8 +177,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
 
     # --- a run with nothing to judge, in the task --------------------------------------------------------
     def run_in_task(self, resolved: ResolvedSpec) -> bool:
-        """The job's own run without Spark (apply/drain.py ``without_spark``): done when no batch needs Spark
-        (none has a change, or the publisher judged them: apply/net_effect.py); else what it captured
+        """The job's own run without Spark (flows/apply/drain.py ``without_spark``): done when no batch needs Spark
+        (none has a change, or the publisher judged them: flows/apply/net_effect.py); else what it captured
         stays in the log and the job is submitted for the rest."""
         self._in_task, self._budget_spent = None, 0.0
         prefix = factory_prefix(self)
@@ -188,8 +188,8 @@ class ApplyChangesOperator(RowFilterJobOperator):
         began = time.monotonic()
         # Imported here: a DAG file that declares the operator loads none of the apply's code (nor numpy and
         # pyarrow with it) when the scheduler parses it.
-        from airflow_provider_rowfilter.apply.drain import SparkNeeded, apply
         from airflow_provider_rowfilter.connection import in_task, is_transient
+        from airflow_provider_rowfilter.flows.apply.drain import SparkNeeded, apply
         from airflow_provider_rowfilter.hooks.store_connection import environment
 
         bound, budget = self._max_changes(), self._time_budget()

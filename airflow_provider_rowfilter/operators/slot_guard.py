@@ -1,4 +1,4 @@
-"""SlotGuardOperator: read the slot into the change log while the apply is paused or disabled (slot_guard.py)."""
+"""SlotGuardOperator: read the slot into the change log while the apply is paused or disabled (flows/slot_guard.py)."""
 
 from __future__ import annotations
 
@@ -65,8 +65,8 @@ class SlotGuardOperator(_SubscriptionOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         # Imported here: a DAG file that declares the operator loads none of the capture's code (nor pyarrow).
         from airflow_provider_rowfilter.connection import is_transient
+        from airflow_provider_rowfilter.flows.slot_guard import guard_slot
         from airflow_provider_rowfilter.hooks.store_connection import environment
-        from airflow_provider_rowfilter.slot_guard import guard_slot
 
         resolved = self.resolve()
         name = resolved.spec.subscription

@@ -100,7 +100,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
         (templated: ``true``/``false`` as rendered text are read as such)
 
     Refuses, dropping nothing, while an apply, snapshot or resync of the subscription runs. Returns (XCom)
-    what was dropped (subscription_drop.py ``DropResult``).
+    what was dropped (flows/drop.py ``DropResult``).
     """
 
     template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "confirm", "keep_slot")
@@ -113,7 +113,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
 
     @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_rowfilter.subscription_drop import drop
+        from airflow_provider_rowfilter.flows.drop import drop
 
         resolved = self.resolve()
         name = resolved.spec.subscription
@@ -148,7 +148,7 @@ class SyncSequencesOperator(_SubscriptionOperator):
     :param dry_run: say what would be set, set nothing. (templated: ``true``/``false`` as rendered text)
 
     Idempotent: a sequence already past is left alone. Returns (XCom) each sequence with its values before and
-    after and what was done (sequence_sync.py ``SequencesResult``).
+    after and what was done (flows/sync_sequences.py ``SequencesResult``).
     """
 
     template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "tables", "dry_run")
@@ -162,7 +162,7 @@ class SyncSequencesOperator(_SubscriptionOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_rowfilter.core.relation import TableName
-        from airflow_provider_rowfilter.sequence_sync import sync_sequences
+        from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences
 
         resolved = self.resolve()
         dry_run = _boolean(self.dry_run, f"{self.task_id}: dry_run")

@@ -34,12 +34,12 @@ from airflow_provider_rowfilter.core.schedule import longest_gap
 from airflow_provider_rowfilter.core.slot_retention import exposures, schedule_risks
 from airflow_provider_rowfilter.core.spec_values import CONN_ID, parse_size
 from airflow_provider_rowfilter.dag_factory import DAG_KINDS, SPEC_PATTERNS, AirflowSettings, SubscriptionFile
+from airflow_provider_rowfilter.dag_factory.placeholders import lenient_keys, lenient_settings, placeholder_ids
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.plugins import health, lag_chart
 from airflow_provider_rowfilter.publisher.readiness import readiness, standby_label
 from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
-from airflow_provider_rowfilter.spec_placeholders import lenient_keys, lenient_settings, placeholder_ids
 from airflow_provider_rowfilter.subscriber.state_reader import BatchRecord, Overview, StateReader, TableCheckRecord
 
 BATCHES_SHOWN = 10
@@ -308,7 +308,7 @@ def batch_ids_note(batches: tuple[BatchRecord, ...]) -> str | None:
 
 def invalid_view(path: Path, error: Exception, dag_id: str, failures: RunFacts) -> SubscriptionView:
     """A spec file the factory cannot build: its error, its placeholder's failed run and, when the file still
-    names its subscription and connections (spec_placeholders.py ``lenient_keys``), the subscription's state,
+    names its subscription and connections (dag_factory/placeholders.py ``lenient_keys``), the subscription's state,
     lag and slot, read as for a valid file: a typo does not hide where replication stands."""
     text = str(error).strip() or type(error).__name__
     known = lenient_keys(path)
@@ -322,7 +322,7 @@ def invalid_view(path: Path, error: Exception, dag_id: str, failures: RunFacts) 
 
 
 def placeholder_dag_id(path: Path) -> str:
-    """The DAG an invalid file's incremental sync stands under (spec_placeholders.py)."""
+    """The DAG an invalid file's incremental sync stands under (dag_factory/placeholders.py)."""
     ids = placeholder_ids(path, set(), DAG_KINDS)
     return next((dag_id for dag_id, kind in ids.items() if kind in ("incremental_sync", None)), next(iter(ids)))
 

@@ -126,7 +126,7 @@ def capture(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES, u
         :func:`_check_log`.
     :param hold: keep the segment's rows (those columns) in memory too, for a reducer of this process
         (``result.held``); only for a segment the publisher filtered (``filtering: source``), whose reduction
-        runs here (apply/reducers.py).
+        runs here (flows/apply/reducers.py).
     :raises ChangeLogError: the log misses changes the subscriber needs; nothing was read or advanced.
     """
     if max_changes < 1:

@@ -24,7 +24,7 @@ from airflow_provider_rowfilter.core.errors import CatalogError
 KNOWN_COLUMNS: Mapping[str, Mapping[str, int]] = {
     "pg_publication": {"oid": 10, "pubname": 10, "pubowner": 10, "puballtables": 10, "pubinsert": 10,
                        "pubupdate": 10, "pubdelete": 10, "pubtruncate": 11, "pubviaroot": 13, "pubgencols": 18,
-                       # PostgreSQL 19's FOR ALL SEQUENCES: publishes no table (sequence_sync.py reads it)
+                       # PostgreSQL 19's FOR ALL SEQUENCES: publishes no table (flows/sync_sequences.py reads it)
                        "puballsequences": 19},
     "pg_publication_rel": {"oid": 10, "prpubid": 10, "prrelid": 10, "prqual": 15, "prattrs": 15},
     "pg_publication_namespace": {"oid": 15, "pnpubid": 15, "pnnspid": 15},

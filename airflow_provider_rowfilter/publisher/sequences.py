@@ -2,7 +2,7 @@
 
 Logical replication does not replicate sequences (the Restrictions of PostgreSQL's logical
 replication chapter): a failover or a switchover to the subscriber needs the subscriber's sequences
-moved past the publisher's (sequence_sync.py). A table owns a sequence through ``pg_depend``
+moved past the publisher's (flows/sync_sequences.py). A table owns a sequence through ``pg_depend``
 (``deptype`` ``a`` for ``serial``'s OWNED BY, ``i`` for an identity column: what
 ``pg_get_serial_sequence`` follows); ``pg_sequences.last_value`` is the last value handed out, NULL
 when the sequence was never used (or the role may not read it: ``has_sequence_privilege``). The

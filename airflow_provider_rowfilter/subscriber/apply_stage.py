@@ -1,7 +1,7 @@
 """``rowfilter.apply_stage``: one attempt's net effect of a batch, between the reducers and the batch's transaction.
 
 Its columns are declared once, here (:data:`STAGE_COLUMNS`: name, Arrow type, SQL type): the table's DDL
-(subscriber/state_migrations.py), the rows the in-process reducer builds (apply/net_effect.py) and the
+(subscriber/state_migrations.py), the rows the in-process reducer builds (flows/apply/net_effect.py) and the
 projection Spark stages (spark/apply_frames.py) are all made from the declaration, and
 subscriber/apply_target.py reads the rows back by these names.
 

@@ -1,6 +1,6 @@
 """Where a batch lands: the subscriber's tables, written set-based from the staged net effect of the batch.
 
-A reducer (spark/apply_frames.py, or apply/net_effect.py in the job's process) reduces every key a
+A reducer (spark/apply_frames.py, or flows/apply/net_effect.py in the job's process) reduces every key a
 batch touches to its net effect, computed twice: as if the key existed in the subscriber before the
 batch (``p_*``, "present") and as if it did not (``a_*``, "absent"), because only the subscriber knows
 which is true. The two outcomes differ in whether a row is left and in its flags, never in a value
@@ -79,7 +79,7 @@ class StagedTable(BarrierStatements):
         """Apply every phase and barrier; raise :class:`ConflictError` at the first conflict, :class:`ChangeByChange`
         when the net effects cannot answer as PostgreSQL's change-by-change apply."""
         counts = TableCounts()
-        self.counts = counts  # what the phases before a stop counted (apply/batch_transaction.py keeps it)
+        self.counts = counts  # what the phases before a stop counted (flows/apply/batch_transaction.py keeps it)
         self.tracks_origins = tracks_origins(self.conn)
         at_risk = bool(not self.exact and self.target.key and other_unique_indexes(self.conn, table_sql(self.target.table),
                                                                                 self.target.key))

@@ -5,7 +5,7 @@ subscriber/copy_target.py ``check_target``; its key as the apply reads it, subsc
 ``read_target``). A verify reads it in a snapshot exported by a repeatable-read transaction together with
 the tables' positions (:func:`exported_positions`): rows and positions are committed together by every
 batch, so the snapshot's rows are the table as of the position it shows. Its rows are read as the
-publisher's are (the comparison's readers, jobs/comparison.py): this module says only what the subscriber
+publisher's are (the comparison's readers, flows/verify/comparison.py): this module says only what the subscriber
 holds, and imports nothing of the publisher's side.
 """
 

@@ -9,7 +9,7 @@ ERROR) is counted each time it is met, one that does not (``update_missing``, ``
 ``update_origin_differs``, ``delete_origin_differs``: applied; LOG) once, with the transaction that meets it.
 So here: a conflict the batch goes on from is counted in the batch's own transaction (:func:`count` from
 subscriber/apply_target.py's caller), an error in a transaction of its own after the batch rolled back
-(apply/drain.py), once per attempt.
+(flows/apply/drain.py), once per attempt.
 
 ``rowfilter.subscription_stats`` reads like ``pg_stat_subscription_stats`` (its error counts under PostgreSQL 19's
 names, :data:`ERROR_COUNTS`, its ``confl_*`` columns and ``stats_reset``, one row per subscription; and
@@ -71,7 +71,7 @@ class ConflictError(RowFilterError):
                  identity: tuple[Sequence[str], Sequence[str | None]] | None = None) -> None:
         self.kind = kind
         self.met: dict[TableName, dict[str, int]] = {}  # the conflicts the batch went on from before it stopped
-        self.batch_start: str | None = None  # the stopped batch's start (apply/batch_transaction.py sets both)
+        self.batch_start: str | None = None  # the stopped batch's start (flows/apply/batch_transaction.py sets both)
         self.commit_lsn = commit_lsn
         self.xid = xid
         self.key = tuple(key)

@@ -1,4 +1,4 @@
-"""Move a subscriber sequence past a value (``setval``), as ``rowfilter sync-sequences`` decides (sequence_sync.py).
+"""Move a subscriber sequence past a value (``setval``), as ``rowfilter sync-sequences`` decides (flows/sync_sequences.py).
 
 ``setval(seq, v, true)`` makes the next ``nextval`` return ``v + increment``. It is not transactional
 (PostgreSQL's sequence functions), which does not matter here: moving a sequence forward twice to the

@@ -252,9 +252,9 @@ MIGRATIONS: list[tuple[int, str]] = [
         $$;
     """),
     # pg_stat_subscription_stats' error counts, with PostgreSQL 19's names (its release notes: sync_error_count
-    # renamed sync_table_error_count, sync_seq_error_count added): an apply run that failed (apply/drain.py), a table's
-    # copy that failed (jobs/table_copy.py), a sync-sequences run that could not move every sequence
-    # (sequence_sync.py). sync_error_count, PostgreSQL 18's name of sync_table_error_count, stays as a column of the
+    # renamed sync_table_error_count, sync_seq_error_count added): an apply run that failed (flows/apply/drain.py), a table's
+    # copy that failed (flows/table_sync/table_copy.py), a sync-sequences run that could not move every sequence
+    # (flows/sync_sequences.py). sync_error_count, PostgreSQL 18's name of sync_table_error_count, stays as a column of the
     # view (the same value) for one release (docs/operations.md). The view is made anew for the columns' order,
     # PostgreSQL 19's; a reset sets these back to zero too.
     (11, """

@@ -4,7 +4,7 @@ subscriber/apply_target.py applies a table's staged keys from a temporary table 
 key columns typed (``_k0`` …, looked up through the table's key index) and its values as ``jsonb``, with
 ``existed``: whether the key has a row in the subscriber when its phase starts. Rows staged by Spark arrive in
 ``rowfilter.apply_stage`` and are read from there into that table (``StagedTable._load_keys``). Rows reduced in
-the job's process (apply/net_effect.py, apply/arrow_fold.py) are held here as Arrow: they used to be COPYed into
+the job's process (flows/apply/net_effect.py, flows/apply/arrow_fold.py) are held here as Arrow: they used to be COPYed into
 the transaction's own stage as text, then read again into the keys table, every row written twice. Now they
 are COPYed once, into the keys table itself (:func:`write_keys`), their key items taken out of the staged JSON
 key by Arrow; only the barriers (a handful of rows) still go through the transaction's stage

@@ -13,7 +13,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.apply.drain import ApplyError, apply
+from airflow_provider_rowfilter.flows.apply.drain import ApplyError, apply
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.tooling.native import table_rows

@@ -21,12 +21,12 @@ import pytest
 import yaml
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.cli.status import status
 from airflow_provider_rowfilter.connection import in_task
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
 from airflow_provider_rowfilter.publisher.capture import capture

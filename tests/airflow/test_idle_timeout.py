@@ -20,10 +20,10 @@ import yaml
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
 from airflow_provider_rowfilter.publisher.capture_objects import SlotInvalidatedError

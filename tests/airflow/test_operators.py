@@ -257,7 +257,7 @@ def test_snapshot_resync_and_tuning_arguments(dbs: Databases) -> None:
     assert op.application_args[2:] == ["--table", "public.t1", "--resync", "--max-partitions", "4",
                                        "--fetch-size", "5000"]
     # The same arguments the job's own parser accepts.
-    from airflow_provider_rowfilter.jobs.snapshot import snapshot_parser
+    from airflow_provider_rowfilter.flows.table_sync.sync import snapshot_parser
 
     args = snapshot_parser().parse_args(op.application_args)
     assert (args.table, args.resync, args.max_partitions, args.fetch_size) == (["public.t1"], True, 4, 5000)
@@ -759,9 +759,9 @@ def test_apply_in_the_task_takes_the_store_s_credentials_from_its_connection(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """Issue 32: the change log in a bucket, the workers' environment without the store's keys: the task's own run
     captures and applies with the credentials of the ``aws`` connection named by change_log_conn_id."""
-    from airflow_provider_rowfilter.apply.drain import apply
     from airflow_provider_rowfilter.change_log.store import open_change_log
-    from airflow_provider_rowfilter.jobs.refresh import refresh
+    from airflow_provider_rowfilter.flows.apply.drain import apply
+    from airflow_provider_rowfilter.flows.refresh import refresh
     from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 
     with psycopg.connect(dbs.sub, autocommit=True) as conn:
@@ -782,7 +782,7 @@ def test_apply_in_the_task_takes_the_store_s_credentials_from_its_connection(
                               subscriber_conn_id=dbs.sub_conn, conn_id=dbs.spark_conn, change_log_conn_id=aws)
     caplog.set_level("INFO")
     result = op.execute({})
-    assert "applied s_s3: 1 batch(es), 2 changes" in caplog.text  # by the task itself (apply/drain.py, in process)
+    assert "applied s_s3: 1 batch(es), 2 changes" in caplog.text  # by the task itself (flows/apply/drain.py, in process)
     assert result["counts"]["public.t1"]["insert"] == 1 and result["counts"]["public.t2"]["insert"] == 1
     with psycopg.connect(dbs.sub) as conn:
         assert conn.execute("SELECT a, b FROM t1 ORDER BY a").fetchall() == [(7, "b7")]

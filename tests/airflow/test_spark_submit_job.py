@@ -66,7 +66,7 @@ def spark_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[s
     return make
 
 
-ERROR = ("INFO airflow_provider_rowfilter.apply.drain: applied s1: 0 batch(es)\n"
+ERROR = ("INFO airflow_provider_rowfilter.flows.apply.drain: applied s1: 0 batch(es)\n"
          'ERROR: conflict detected on relation "public.t": conflict=insert_exists\n'
          "DETAIL:  Key (id)=(5) already exists in the subscriber.\n")
 
@@ -93,7 +93,7 @@ def test_a_crash_without_the_job_s_error_keeps_spark_submit_hook_s_exception(air
 
 
 def test_a_job_s_result_line_is_kept(airflow_conn, spark_submit) -> None:
-    spark_submit('INFO airflow_provider_rowfilter.apply.drain: applied s1\n{"subscription": "s1", "batches": 2}', 0)
+    spark_submit('INFO airflow_provider_rowfilter.flows.apply.drain: applied s1\n{"subscription": "s1", "batches": 2}', 0)
     hook = JobSubmitHook(conn_id=airflow_conn(CONNECTIONS["local"], "spark"))
     hook.submit("job.py")
     assert hook.output.result == {"subscription": "s1", "batches": 2}

@@ -17,9 +17,9 @@ import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
-from airflow_provider_rowfilter.jobs.verify import verify
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
+from airflow_provider_rowfilter.flows.verify.verify import verify
 from airflow_provider_rowfilter.operators.reconcile_tables import ReconcileTablesOperator
 from airflow_provider_rowfilter.operators.verify_tables import VerifyTablesOperator
 from tests.airflow.conftest import StatsdReceiver

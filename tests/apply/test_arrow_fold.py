@@ -1,6 +1,6 @@
-"""apply/arrow_fold.py beyond the fold's truth table (tests/apply/test_fold.py): the JSON it writes for any
+"""flows/apply/arrow_fold.py beyond the fold's truth table (tests/apply/test_fold.py): the JSON it writes for any
 text, several segments and tables' keys apart, the transaction being skipped, and the batches it leaves to
-the change-by-change walk (apply/net_effect.py ``reduce_changes``), which must stage the same rows."""
+the change-by-change walk (flows/apply/net_effect.py ``reduce_changes``), which must stage the same rows."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_provider_rowfilter.apply.arrow_fold import reduce_columns
-from airflow_provider_rowfilter.apply.net_effect import reduce_changes
+from airflow_provider_rowfilter.flows.apply.arrow_fold import reduce_columns
+from airflow_provider_rowfilter.flows.apply.net_effect import reduce_changes
 from tests.change_rows import UNFILTERED, arrow_rows, dele, ins, passed_through, plan, rules, upd
 
 # Every character JSON escapes (quote, backslash, control characters), others it does not (U+2028, DEL, é).

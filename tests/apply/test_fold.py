@@ -1,7 +1,7 @@
 """The fold's truth table, through both reducers: each key's net effect and the barriers, no database.
 
-One table of cases, run through the reducer of the job's own process (apply/net_effect.py, from Arrow
-tables, change by change and, where the batch allows it, on its columns: apply/arrow_fold.py) and
+One table of cases, run through the reducer of the job's own process (flows/apply/net_effect.py, from Arrow
+tables, change by change and, where the batch allows it, on its columns: flows/apply/arrow_fold.py) and
 through Spark's (spark/apply_frames.py ``decide_frame``, from a frame of the same rows): all must stage
 exactly the expected rows (subscriber/apply_stage.py ``STAGE_COLUMNS``), so a rule broken
 in either fails here (docs/adr/two-reducers-one-fold.md). Each key's net effect is staged as if it
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.apply.arrow_fold import reduce_columns
-from airflow_provider_rowfilter.apply.net_effect import reduce_batch, reduce_changes
 from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.flows.apply.arrow_fold import reduce_columns
+from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch, reduce_changes
 from airflow_provider_rowfilter.spark.apply_frames import decide_frame
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, arrow_schema
 from tests.change_rows import (
@@ -175,7 +175,7 @@ def test_fold_in_process(changes, the_plan, expected):
     assert facts.changes == len(sent(changes))
 
 
-#: The cases the reduction on Arrow columns leaves to the change-by-change walk (apply/arrow_fold.py): a barrier,
+#: The cases the reduction on Arrow columns leaves to the change-by-change walk (flows/apply/arrow_fold.py): a barrier,
 #: an unchanged TOASTed value.
 NOT_ON_COLUMNS = {"update-not-carried-keeps-subscriber-value", "update-update-partial", "upsert-update-update-partial",
                   "truncate-between", "key-change-between", "truncate-of-one-leaf-of-two", "truncate-of-every-leaf"}

@@ -1,11 +1,11 @@
-"""apply/net_effect.py's reading of a segment's relation layouts (the reduction itself is held against Spark's
+"""flows/apply/net_effect.py's reading of a segment's relation layouts (the reduction itself is held against Spark's
 and PostgreSQL's in tests/jobs/test_apply_random.py and test_apply_differential.py)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from airflow_provider_rowfilter.apply.net_effect import _layout_ids, _toasted
+from airflow_provider_rowfilter.flows.apply.net_effect import _layout_ids, _toasted
 
 
 def test_each_row_gets_its_relation_layout_and_a_relation_without_columns_has_none() -> None:

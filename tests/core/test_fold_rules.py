@@ -43,7 +43,7 @@ def test_a_single_changes_flags():
 
 @pytest.mark.parametrize("policy", CONFLICT_POLICIES)
 def test_repeated_full_updates_stay_on_the_columns(policy):
-    """apply/arrow_fold.py ``_last_updates`` needs the fold of repeated full UPDATEs to depend on their count alone:
+    """flows/apply/arrow_fold.py ``_last_updates`` needs the fold of repeated full UPDATEs to depend on their count alone:
     under every policy today it does (otherwise those keys would silently go through the walk, a Python step each)."""
     assert repeated_updates(True, policy) == RepeatedUpdates(True, True, 0, 0)
     upsert = policy == "upsert"

@@ -16,8 +16,8 @@ import psycopg
 
 from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, TableSyncResult, sync_tables
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, TableSyncResult, sync_tables
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 from tests.roles import PasswordRole
 
@@ -25,14 +25,14 @@ names = itertools.count(1)  # unique subscription names within the run
 #: Who evaluates the publications (core/spec.py): the differential and fault tests run in both modes.
 FILTERING_MODES = ("source", "spark")
 #: Who evaluates the publications and who reduces the batch: the publisher, then the job's own process
-#: (apply/net_effect.py); the publisher, then Spark (a batch over IN_PROCESS_BATCH_CHANGES); Spark both.
+#: (flows/apply/net_effect.py); the publisher, then Spark (a batch over IN_PROCESS_BATCH_CHANGES); Spark both.
 APPLY_PATHS = ("source", "source-reduced-by-spark", "spark")
 
 
 def apply_path(monkeypatch, path: str) -> tuple[str, Counter]:
     """The spec's ``filtering`` for ``path`` (one of :data:`APPLY_PATHS`), and a count of the batches each
     engine reduces (``process``, ``spark``) as the test goes on."""
-    from airflow_provider_rowfilter.apply import net_effect, reducers
+    from airflow_provider_rowfilter.flows.apply import net_effect, reducers
     from airflow_provider_rowfilter.spark import apply_frames
 
     if path == "source-reduced-by-spark":

@@ -13,7 +13,7 @@ import psycopg
 import yaml
 
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions
+from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions
 from tests.jobs.databases import names
 
 PUBLISHER = """
@@ -37,7 +37,7 @@ SPLIT_SNAPSHOT = """
 import json, sys
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, sync_tables
+from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables
 def body():
     arg = sys.argv[1]
     spec = SubscriptionSpec.from_json(arg) if arg.lstrip().startswith("{") else SubscriptionSpec.load(arg)

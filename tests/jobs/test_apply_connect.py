@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.flows.refresh import refresh
 from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import names
 from tests.jobs.differential_cases import CASES, DOC_PUBLISHER, DOC_STEPS, DOC_TABLES

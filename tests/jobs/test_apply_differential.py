@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.change_log.segment_reader import segment_filtering
 from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
 from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import APPLY_PATHS, FILTERING_MODES, apply_path, names, run_ours

@@ -22,11 +22,11 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.apply import capture_ahead, reducers
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.connection import in_task
 from airflow_provider_rowfilter.core.lsn import parse_lsn
+from airflow_provider_rowfilter.flows.apply import capture_ahead, reducers
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.publisher.capture import capture

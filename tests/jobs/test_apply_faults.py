@@ -76,7 +76,7 @@ def test_killed_at_fault_point_then_rerun_matches_native(job, point, filtering):
 @pytest.mark.parametrize("filtering", ["source"])
 @pytest.mark.parametrize("point", ["apply-after-commit", "apply-after-stage"])
 def test_killed_while_the_next_batch_is_captured_ahead_then_rerun_matches_native(job, point, filtering):
-    """A draining run captures batch k + 1 in a thread while batch k is applied (apply/capture_ahead.py):
+    """A draining run captures batch k + 1 in a thread while batch k is applied (flows/apply/capture_ahead.py):
     killed in batch k's apply, the capture ahead dies with it, anywhere in its work."""
     publish(job.dbs.publisher, [f"INSERT INTO t SELECT g, g % 7, 'txn {i}' FROM generate_series({500_000 + i * 1000}, "
                                 f"{500_399 + i * 1000}) g" for i in range(8)] + changes(0))

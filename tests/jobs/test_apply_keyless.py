@@ -14,7 +14,7 @@ import time
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
 from airflow_provider_rowfilter.tooling.native import table_rows
 from airflow_provider_rowfilter.tooling.pg_datadir import LOG_FILE

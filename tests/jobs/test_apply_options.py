@@ -26,9 +26,9 @@ import pytest
 from psycopg.rows import dict_row
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError, ConflictError
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import (

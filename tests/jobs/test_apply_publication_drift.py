@@ -16,13 +16,13 @@ import dataclasses
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.publication_state import PublicationChangedError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationChangedError
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import resync
 from airflow_provider_rowfilter.jobs.exit_status import EXIT_ERROR, fail
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import resync
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import names, run_ours

@@ -26,13 +26,13 @@ import psycopg
 import pyarrow as pa
 import pytest
 
-from airflow_provider_rowfilter.apply import net_effect, reducers
-from airflow_provider_rowfilter.apply.drain import ApplyResult, apply
-from airflow_provider_rowfilter.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.core.lsn import parse_lsn
+from airflow_provider_rowfilter.flows.apply import net_effect, reducers
+from airflow_provider_rowfilter.flows.apply.drain import ApplyResult, apply
+from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.jobs import table_copy
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.spark import apply_frames
 from airflow_provider_rowfilter.spark.apply_frames import DecidedBatch
 from airflow_provider_rowfilter.tooling.native import table_rows
@@ -275,7 +275,7 @@ def catch_up(spec, spark, counts: Counter) -> list[ApplyResult]:
 
 
 def same_as_spark(spark, compared: Counter):
-    """``reduce_batch`` (apply/net_effect.py), held against Spark's reduction of the same batch (the same
+    """``reduce_batch`` (flows/apply/net_effect.py), held against Spark's reduction of the same batch (the same
     segments' rows, as Arrow tables): the same facts and the same staged rows (keys and values compared as
     the JSON they are)."""
     def both(segments, plan, token, exact=frozenset()):

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.change_log.segment_reader import segment_relations
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationChangedError
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import resync, sync_tables
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import resync, sync_tables
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import (

@@ -14,11 +14,11 @@ import dataclasses
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.change_log.segment_reader import segment_filtering
 from airflow_provider_rowfilter.core.errors import RowFilterError, UntranslatableFilterError
-from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publications
 from airflow_provider_rowfilter.publisher.definitions import load_definitions

@@ -22,8 +22,8 @@ from airflow_provider_rowfilter.change_log.segment_reader import read_segments, 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.jobs import capture as capture_job
-from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.publisher import capture as capture_module
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names

@@ -21,9 +21,9 @@ from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import resync
 from airflow_provider_rowfilter.jobs import apply as apply_job
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import resync
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.subscriber.state import SlotLostError
 from tests.jobs.apply_scenario import assert_same_as_native, changes, publish

@@ -15,8 +15,8 @@ import yaml
 from airflow_provider_rowfilter.change_log.store import TIMEOUT_ENV, open_change_log
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.jobs import capture as capture_job
-from airflow_provider_rowfilter.jobs.refresh import refresh
 from tests.s3_faults import fault_proxy
 
 ROWS = 2000

@@ -12,13 +12,13 @@ import psycopg
 import pytest
 import yaml
 
-from airflow_provider_rowfilter.apply.drain import apply_lock
 from airflow_provider_rowfilter.change_log.log import POSITION_FILE, ChangeLog
 from airflow_provider_rowfilter.cli import main
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.table_copy import table_lock
+from airflow_provider_rowfilter.flows.apply.drain import apply_lock
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.table_copy import table_lock
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_publication_names
 from airflow_provider_rowfilter.publisher.writer_lock import writer_lock_on

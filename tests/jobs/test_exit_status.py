@@ -10,10 +10,10 @@ import socket
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import ApplyBusyError
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import PublicationError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.apply.drain import ApplyBusyError
 from airflow_provider_rowfilter.jobs.exit_status import (
     EXIT_ERROR,
     EXIT_STATUS_LINE,

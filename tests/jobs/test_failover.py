@@ -39,14 +39,14 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter import cli, faults
-from airflow_provider_rowfilter.apply import capture_ahead
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.reconcile import reconcile
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
+from airflow_provider_rowfilter.flows.apply import capture_ahead
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
+from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
 from airflow_provider_rowfilter.publisher import failover
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.capture_objects import capture_names

@@ -9,7 +9,7 @@ from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from tests.jobs.databases import names
 from tests.jobs.snapshot_scenario import execute

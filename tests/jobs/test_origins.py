@@ -20,12 +20,12 @@ import time
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.drop import drop
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.subscriber.replication_origin import origin_name
-from airflow_provider_rowfilter.subscription_drop import drop
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 
 TABLE = "CREATE TABLE t (id int PRIMARY KEY, v text);"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import publish

@@ -12,7 +12,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import Databases, apply_path, names, run_ours
 from tests.jobs.differential_cases import CASES

@@ -16,11 +16,11 @@ import dataclasses
 import psycopg
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
-from airflow_provider_rowfilter.sequence_sync import NO_NAMESAKE, sync_sequences
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.sync_sequences import NO_NAMESAKE, sync_sequences
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.databases import names
 

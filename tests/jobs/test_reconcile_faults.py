@@ -18,11 +18,11 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.jobs.reconcile import reconcile
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
-from airflow_provider_rowfilter.jobs.verify import verify
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
+from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
+from airflow_provider_rowfilter.flows.verify.verify import verify
 from tests.jobs.verify_scenario import Proof, execute, live_changes
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.jobs.reconcile import reconcile
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.verify import verify
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
+from airflow_provider_rowfilter.flows.verify.verify import verify
 from tests.jobs.verify_scenario import Proof, execute, expected_diff, live_changes
 
 #: case: (publications before, after, publisher statement making the change, rows changed by hand on ours)

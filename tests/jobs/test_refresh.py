@@ -13,7 +13,7 @@ import yaml
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.publisher.capture_objects import CaptureError
 
 SCHEMA = """

@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter import cli
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.jobs.exit_status import EXIT_TRANSIENT
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.snapshot_scenario import T1, T2, execute
 
@@ -132,7 +132,7 @@ import sys
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import run_job
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, resync
+from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, resync
 options = CopyOptions(max_partitions=2, min_pages=1)  # t1's few pages split in two: Spark runs the readers
 sys.exit(run_job(lambda: resync(SubscriptionSpec.load(sys.argv[1]), [TableName("public", "t1")], copy=True,
                                 options=options).ok and 0))
@@ -170,7 +170,7 @@ def test_a_spark_connect_server_that_does_not_answer_changes_nothing(setup, spar
 @pytest.mark.parametrize("unusable", ["spark_master", "spark_remote"])
 def test_a_copy_by_one_reader_needs_no_spark(setup, spark, unusable):  # noqa: F811
     """A table read by one reader copies without Spark, as tablesync does: the unusable master is never
-    started, the Connect server that does not answer never asked (jobs/table_copy.py SparkOnDemand)."""
+    started, the Connect server that does not answer never asked (flows/table_sync/table_copy.py SparkOnDemand)."""
     spec, path = setup
     setting = {"spark_master": "no-such-master://x"} if unusable == "spark_master" else {"spark_remote": _free_url()}
     path, _, _ = copied(spec, spark, path, **setting)

@@ -1,4 +1,4 @@
-"""The slot guard's run (slot_guard.py) on real PostgreSQL: it reads the slot into the change log, applying nothing;
+"""The slot guard's run (flows/slot_guard.py) on real PostgreSQL: it reads the slot into the change log, applying nothing;
 the next apply applies what it kept, once; it never captures into a log the apply does not read, nor beside a
 running apply. (With a real scheduler, paused past idle_replication_slot_timeout: tests/airflow/test_slot_guard.py.)"""
 
@@ -9,11 +9,11 @@ import dataclasses
 import psycopg
 import yaml
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import sync_tables
-from airflow_provider_rowfilter.slot_guard import guard_slot
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.slot_guard import guard_slot
+from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.tooling.native import table_rows
 
 TABLE = "CREATE TABLE t (id int PRIMARY KEY, v int); ALTER TABLE t REPLICA IDENTITY FULL;"

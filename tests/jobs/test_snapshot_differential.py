@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import psycopg
 import pytest
 
+from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.databases import ROW_FILTER_PUBLISHER, ROW_FILTER_TABLES, names, run_ours
 

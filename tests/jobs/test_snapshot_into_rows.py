@@ -20,11 +20,11 @@ import yaml
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.jobs.snapshot import CopyOptions, sync_tables
+from airflow_provider_rowfilter.flows.drop import drop
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables
 from airflow_provider_rowfilter.subscriber.copy_target import check_target, create_staging, staging_table
 from airflow_provider_rowfilter.subscriber.state import StateStore
-from airflow_provider_rowfilter.subscription_drop import drop
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 from tests.jobs.apply_scenario import JOB_TIMEOUT, SPARK_CONF
 from tests.jobs.databases import names

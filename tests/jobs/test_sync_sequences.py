@@ -1,4 +1,4 @@
-"""``rowfilter sync-sequences`` (sequence_sync.py): the subscriber's sequences moved past the publisher's.
+"""``rowfilter sync-sequences`` (flows/sync_sequences.py): the subscriber's sequences moved past the publisher's.
 
 Sequences are not replicated (PostgreSQL's Restrictions); before a switchover to the subscriber each
 sequence a subscribed table's column owns must hand out values past the publisher's. Serial and
@@ -16,8 +16,8 @@ import yaml
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.jobs.refresh import refresh
-from airflow_provider_rowfilter.sequence_sync import sync_sequences
+from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences
 from airflow_provider_rowfilter.subscriber.state import StateError
 from tests.jobs.databases import names
 

@@ -13,9 +13,9 @@ import time
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.jobs.refresh import refresh
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.subscriber.apply_target import ConflictError
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
 from tests.jobs.databases import apply_path

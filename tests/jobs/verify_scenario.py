@@ -117,8 +117,8 @@ class Proof:
 
     def __init__(self, fresh_db, tmp_path: Path, filtering: str, publications: tuple[str, ...] = ("p1",),
                  rows: int = 2000, setup: str | None = None) -> None:
-        from airflow_provider_rowfilter.jobs.refresh import refresh
-        from airflow_provider_rowfilter.jobs.snapshot import sync_tables
+        from airflow_provider_rowfilter.flows.refresh import refresh
+        from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
         from airflow_provider_rowfilter.tooling.native import NativeSubscription
 
         self.publisher, self.ours, lived, self.fresh_dsn = fresh_db(), fresh_db(), fresh_db(), fresh_db()
@@ -147,7 +147,7 @@ class Proof:
 
     def caught_up(self) -> None:
         """Ours applied up to now, and every native subscription confirmed it."""
-        from airflow_provider_rowfilter.apply.drain import apply
+        from airflow_provider_rowfilter.flows.apply.drain import apply
 
         apply(self.spec)
         for native in self.natives:

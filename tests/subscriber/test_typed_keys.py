@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 from psycopg import sql
 
-from airflow_provider_rowfilter.apply.net_effect import reduce_batch
+from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.subscriber import direct_update, typed_keys
 from airflow_provider_rowfilter.subscriber.apply_target import ConflictError, StagedTable, read_target
 from airflow_provider_rowfilter.subscriber.state_migrations import migrate
@@ -137,7 +137,7 @@ def test_updates_of_existing_rows_are_one_statement_that_applies_what_the_keys_t
         assert direct_update.update_directly(table, keyed) is None
     _, missing = reduce_batch([arrow_rows([*updates, upd(130, 0, ["5", "none", "15"])])], UNFILTERED, "tok")
     assert _each_mode(dsn, missing, "error")[0] == {"update": 4, "missing_update": 1}
-    # A value the column refuses: PostgreSQL's error either way (apply/batch_transaction.py then names the column).
+    # A value the column refuses: PostgreSQL's error either way (flows/apply/batch_transaction.py then names the column).
     _, refused = reduce_batch([arrow_rows([*updates, upd(130, 0, ["4", "x", "abc"])])], UNFILTERED, "tok")
     for mode in MODES:
         with pytest.raises(psycopg.errors.InvalidTextRepresentation, match='type integer: "abc"'):

@@ -6,9 +6,9 @@ or transformed, which columns each table is sent, which tables need phases) and 
 ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out. Which one runs:
 
 - a batch the publisher judged (``filtering: source``) of at most :data:`IN_PROCESS_BATCH_CHANGES`
-  changes is reduced in this process from Arrow tables (apply/net_effect.py): no Spark at all; so is
+  changes is reduced in this process from Arrow tables (flows/apply/net_effect.py): no Spark at all; so is
   one of at most :data:`COLUMNS_BATCH_CHANGES` whose keys allow a reduction on its Arrow columns
-  (apply/arrow_fold.py);
+  (flows/apply/arrow_fold.py);
 - any other batch is judged and reduced by Spark (spark/apply_frames.py), in the run's one session,
   started by the first batch that needs it. A batch of at most :data:`COLLECTED_BATCH_CHANGES`
   changes comes back to this process in one Spark action and is COPYed from here; a larger one is
@@ -26,11 +26,11 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_rowfilter.apply import arrow_fold, net_effect
-from airflow_provider_rowfilter.apply.batch_plan import BatchPlan
-from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.core.apply_plan import BatchFacts
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.apply import arrow_fold, net_effect
+from airflow_provider_rowfilter.flows.apply.batch_plan import BatchPlan
+from airflow_provider_rowfilter.flows.apply.result import ApplyResult
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage, copy_stage_rows, new_token
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget
@@ -40,11 +40,11 @@ if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to judge
     from pyspark.sql import SparkSession
 
 #: A batch the publisher judged (``filtering: source``) of at most this many changes (the log's count)
-#: is reduced in the job's own process and starts no Spark (apply/net_effect.py); a larger one
+#: is reduced in the job's own process and starts no Spark (flows/apply/net_effect.py); a larger one
 #: goes to Spark, whose executors scale out (docs/apply.md, "Batches the publisher judged").
 IN_PROCESS_BATCH_CHANGES = 200_000
 #: A larger batch the publisher judged, of at most this many changes, is reduced in the job's process too when
-#: its keys allow it (apply/arrow_fold.py: no barrier, repeated keys' changes within IN_PROCESS_BATCH_CHANGES),
+#: its keys allow it (flows/apply/arrow_fold.py: no barrier, repeated keys' changes within IN_PROCESS_BATCH_CHANGES),
 #: on its Arrow columns: a 1M-row transaction without Spark. Its columns and staged rows are held in memory at
 #: once, about 0.75 KB a change at the peak for pgbench's accounts (docs/apply.md); a batch past this, or
 #: one that does not allow it, goes to Spark.
@@ -56,7 +56,7 @@ COLLECTED_BATCH_CHANGES = 50_000
 
 
 class SparkNeeded(Exception):  # not an error: what a run without Spark reports when it stops
-    """A run without Spark (apply/drain.py ``apply`` ``without_spark``) reached what only the job can do: a
+    """A run without Spark (flows/apply/drain.py ``apply`` ``without_spark``) reached what only the job can do: a
     batch that needs Spark, or a change log here that is not the one on record. That batch wrote nothing;
     what its capture logged stays in the log for the job."""
 
@@ -109,7 +109,7 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
     changes = batch.logged_changes
     reduced = reduce_here(batch, staged.token, held) if batch.filtering == "source" else None
     if reduced is not None:
-        # staged by the batch's own transaction (apply/batch_transaction.py): written once, where it is applied
+        # staged by the batch's own transaction (flows/apply/batch_transaction.py): written once, where it is applied
         facts, staged.rows = reduced
         staged.extra, staged.skipped, result.changes = _checked(facts, batch.targets)
     else:
@@ -141,8 +141,8 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
 def reduce_here(batch: BatchPlan, token: str, held: Mapping[str, pa.Table] | None = None
                 ) -> tuple[BatchFacts, pa.Table] | None:
     """A batch pgoutput judged, reduced in this process without Spark: one of at most
-    :data:`IN_PROCESS_BATCH_CHANGES` changes always (apply/net_effect.py), one of at most
-    :data:`COLUMNS_BATCH_CHANGES` when its keys allow it (apply/arrow_fold.py); else None.
+    :data:`IN_PROCESS_BATCH_CHANGES` changes always (flows/apply/net_effect.py), one of at most
+    :data:`COLUMNS_BATCH_CHANGES` when its keys allow it (flows/apply/arrow_fold.py); else None.
 
     A segment this process captured is taken from ``held`` (by its path: the capture's
     ``CaptureResult.held``, the rows it wrote into that very file), not read back; any other is read from the log.

@@ -5,13 +5,13 @@ readers share, as the initial copy's readers do (publisher/copy_source.py ``expo
 subscriber is brought to exactly X first, under the apply's lock taken on the job's own session (a running
 batch is waited for; no other run starts meanwhile): the slot is captured up to X (publisher/capture.py:
 every transaction committed before X, none after) and the log is applied on that session
-(apply/drain.py, advisory locks being re-entrant), so every table's position is X. A repeatable-read
+(flows/apply/drain.py, advisory locks being re-entrant), so every table's position is X. A repeatable-read
 transaction then exports the subscriber's snapshot, in which the rows are the subscriber's as of X, and
 the lock is released: later batches go on being applied while the comparison reads the two snapshots.
 
 Each table's rows under its effective copy filter and column list (the initial copy's query) are then
 compared with the subscriber's, bucket by bucket, hashed in the databases, and row by row only inside the
-buckets that differ (jobs/comparison.py). Nothing is written to either side's tables; each table's result is
+buckets that differ (flows/verify/comparison.py). Nothing is written to either side's tables; each table's result is
 kept in ``rowfilter.table_check`` (``status``). Exit 0 when every compared table is equal, 1 when one differs.
 A table not copied yet (``i``, ``d``) has nothing to compare and is listed as such.
 """
@@ -34,8 +34,8 @@ from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.table_compare import TableCheck
+from airflow_provider_rowfilter.flows.verify.comparison import Engines, Sides, bucket_pass, check_of, plan_table, row_diff
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
-from airflow_provider_rowfilter.jobs.comparison import Engines, Sides, bucket_pass, check_of, plan_table, row_diff
 from airflow_provider_rowfilter.jobs.exit_status import fail, is_transient, run_job
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.publisher.copy_source import ExportedSnapshot, exported_snapshot
@@ -106,7 +106,7 @@ class VerifyResult:
 
 def chosen_tables(store: StateStore, tables: Sequence[TableName] | None) -> list[RelState]:
     """The subscription's tables (``tables`` of them; each must be one of its tables)."""
-    from airflow_provider_rowfilter.jobs.snapshot import _chosen
+    from airflow_provider_rowfilter.flows.table_sync.sync import _chosen
 
     return _chosen(store, tables)
 
@@ -239,7 +239,7 @@ def capture_through(spec: SubscriptionSpec, store: StateStore, lsn: str) -> None
     """Capture the slot into the change log up to ``lsn``: every transaction committed before it, none after
     (``upto_lsn``: pg_logical_slot_peek_binary_changes stops after the first record ending at or past it,
     logicalfuncs.c ``pg_logical_slot_get_changes_guts``). Under the apply's lock."""
-    from airflow_provider_rowfilter.jobs.refresh import slot_lost
+    from airflow_provider_rowfilter.flows.refresh import slot_lost
     from airflow_provider_rowfilter.publisher.capture import capture
 
     target = parse_lsn(lsn)
@@ -256,7 +256,7 @@ def capture_through(spec: SubscriptionSpec, store: StateStore, lsn: str) -> None
 def apply_log(spec: SubscriptionSpec, store: StateStore, engines: Engines) -> None:
     """Apply what the change log holds (up to the point just captured) on the job's session, which holds the
     apply's lock: every table's position becomes the point."""
-    from airflow_provider_rowfilter.apply.drain import apply
+    from airflow_provider_rowfilter.flows.apply.drain import apply
 
     try:
         apply(spec, capture_first=False, spark=engines.session, subscriber=store.conn)

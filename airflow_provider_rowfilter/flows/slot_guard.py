@@ -21,13 +21,13 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from airflow_provider_rowfilter.apply.drain import ApplyBusyError, apply_lock
 from airflow_provider_rowfilter.change_log.log import ChangeLogError
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.apply.drain import ApplyBusyError, apply_lock
 from airflow_provider_rowfilter.publisher.capture import capture
 from airflow_provider_rowfilter.publisher.catalog_reader import flush_position
 from airflow_provider_rowfilter.subscriber.state import StateStore
@@ -87,7 +87,7 @@ def guard_slot(spec: SubscriptionSpec, *, max_changes: int = DEFAULT_MAX_CHANGES
         recorded, here = store.log_needs().recorded, open_change_log(spec).identity()
         if recorded is None or here is None or here.id != recorded.id:
             # Never a log the apply does not read (a worker that sees another folder, or none): the changes would
-            # leave the slot for a log nobody applies from (the apply's own rule: apply/drain.py).
+            # leave the slot for a log nobody applies from (the apply's own rule: flows/apply/drain.py).
             result.skipped = (f"the change log at {open_change_log(spec).where} is not the one the subscriber records "
                               f"({'none yet' if recorded is None else recorded.location}): run the guard where the "
                               "apply's change log is seen")

@@ -202,7 +202,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
     log.info("refresh of %s at %s: added %s, removed %s", spec.subscription, lsn, result.added, result.removed)
     held = [r.table for r in _positioned_tables(spec) if r.reconciling] if in_place else []
     if in_place and (changed or held):
-        from airflow_provider_rowfilter.jobs.reconcile import reconcile as run_reconcile
+        from airflow_provider_rowfilter.flows.verify.reconcile import reconcile as run_reconcile
 
         done = run_reconcile(spec, sorted(set(changed) | set(held)))
         result.reconciled = [t.as_dict() for t in done.tables]
@@ -257,7 +257,7 @@ def _hold_for_reconcile(spec: SubscriptionSpec, stranded: list[RelState]) -> Non
     """A lost slot, repaired in place: each table it had positioned is held in ``d`` for a reconcile (its rows kept),
     in one transaction, before the new slot exists; the reconcile after the refresh compares it at a point of
     the new slot (jobs/reconcile.py)."""
-    from airflow_provider_rowfilter.jobs.reconcile import hold
+    from airflow_provider_rowfilter.flows.verify.reconcile import hold
 
     with connect(spec.subscriber, "subscriber", spec) as sub:
         migrate(sub)
@@ -285,7 +285,7 @@ def _drop_invalidated(spec: SubscriptionSpec, pub: psycopg.Connection, slot: str
 
 def _resync(spec: SubscriptionSpec, tables: list) -> None:
     """Empty the tables and send them back to ``i``, each in one transaction (``rowfilter resync``)."""
-    from airflow_provider_rowfilter.jobs.snapshot import resync  # the copy's modules: only on this path
+    from airflow_provider_rowfilter.flows.table_sync.sync import resync  # the copy's modules: only on this path
 
     resync(spec, tables)
     log.warning("slot of %s recreated: %s emptied and sent back to state i for a new copy", spec.subscription,

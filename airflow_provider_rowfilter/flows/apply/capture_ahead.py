@@ -6,28 +6,28 @@ import contextvars
 import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from airflow_provider_rowfilter.apply import net_effect
-from airflow_provider_rowfilter.apply.reducers import COLUMNS_BATCH_CHANGES, IN_PROCESS_BATCH_CHANGES
 from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.segment_writer import Hold
 from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.flows.apply import net_effect
+from airflow_provider_rowfilter.flows.apply.reducers import COLUMNS_BATCH_CHANGES, IN_PROCESS_BATCH_CHANGES
 from airflow_provider_rowfilter.publisher.capture import CaptureResult, capture
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.subscriber.state import StateStore, slot_lost
 
 log = logging.getLogger(__name__)
 
-#: What a capture keeps in memory of its segment for this process's reducer (apply/reducers.py ``reduce_here``):
+#: What a capture keeps in memory of its segment for this process's reducer (flows/apply/reducers.py ``reduce_here``):
 #: the columns the reducers read, of a segment of at most what is reduced in this process.
 HOLD: Hold | None = Hold(COLUMNS_BATCH_CHANGES, net_effect.CHANGE_COLUMNS)
 #: A run without a bound of its own (no ``--max-changes``) captures its first batch at DEFAULT_MAX_CHANGES slot
 #: rows, so that the apply starts soon; while a backlog waits, each capture ahead reads as many slot rows as
 #: make about this many changes (by the last capture's share of changes among its slot rows: pgbench's
 #: transactions are half Begin and Commit), at most BACKLOG_MAX_CHANGES slot rows: a batch still reduced in
-#: this process by the walk (apply/reducers.py IN_PROCESS_BATCH_CHANGES, with room for its last transaction),
+#: this process by the walk (flows/apply/reducers.py IN_PROCESS_BATCH_CHANGES, with room for its last transaction),
 #: with fewer batches' fixed costs and fewer re-reads of the WAL from the slot's restart_lsn (docs/benchmarks.md).
 BACKLOG_BATCH_CHANGES = IN_PROCESS_BATCH_CHANGES * 9 // 10
 BACKLOG_MAX_CHANGES = 4 * DEFAULT_MAX_CHANGES
@@ -56,7 +56,7 @@ class CaptureAhead:
         """:param max_changes: every capture's bound (slot rows); None: DEFAULT_MAX_CHANGES, then larger ones ahead
         while a backlog waits (:data:`BACKLOG_BATCH_CHANGES`)."""
         self.spec, self.store, self.fixed = spec, store, max_changes
-        #: the bound of the capture :meth:`take` returned last (what its batch applies of the log: apply/drain.py)
+        #: the bound of the capture :meth:`take` returned last (what its batch applies of the log: flows/apply/drain.py)
         self.max_changes = DEFAULT_MAX_CHANGES if max_changes is None else max_changes
         self._ahead = self.max_changes  # the bound of the capture running ahead
         self.pending: Future[CaptureResult] | None = None

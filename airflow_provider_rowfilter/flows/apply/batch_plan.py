@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from airflow_provider_rowfilter.apply.result import ApplyResult, batch_span
 from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment
 from airflow_provider_rowfilter.change_log.segment_reader import (
     segment_counts,
@@ -34,6 +33,7 @@ from airflow_provider_rowfilter.core.publication_state import changes, drift_err
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationSpan, check_identities, check_relations
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.apply.result import ApplyResult, batch_span
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state, table_names, tables_present
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget, read_target
 from airflow_provider_rowfilter.subscriber.state import APPLIED, RelState, StateStore, SubscriptionRow

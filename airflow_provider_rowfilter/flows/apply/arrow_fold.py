@@ -1,7 +1,7 @@
 """A batch the publisher judged, reduced on its Arrow columns: no Python per change.
 
-apply/net_effect.py reduces a batch the publisher judged (``filtering: source``) by walking every change
-in Python, about 12 µs each; a batch over apply/reducers.py ``IN_PROCESS_BATCH_CHANGES`` went to Spark,
+flows/apply/net_effect.py reduces a batch the publisher judged (``filtering: source``) by walking every change
+in Python, about 12 µs each; a batch over flows/apply/reducers.py ``IN_PROCESS_BATCH_CHANGES`` went to Spark,
 whose fixed costs (a JVM, planning, persisting, a collect or a Python worker per partition) made a
 1M-row transaction 7 times slower than PostgreSQL's own apply (docs/benchmarks.md). Most batches need
 none of that: their keys each change once (an UPDATE of many rows, a bulk INSERT) and no change cuts a
@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_rowfilter.apply import net_effect
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
 from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, RepeatedUpdates, repeated_updates, step
+from airflow_provider_rowfilter.flows.apply import net_effect
 from airflow_provider_rowfilter.subscriber.apply_stage import arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}

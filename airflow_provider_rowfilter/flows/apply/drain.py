@@ -3,15 +3,15 @@
 A run first reads how far the publisher has flushed its WAL (its *target*), then repeats one bounded
 batch until everything committed before that point is applied, or until the run's time budget is
 spent (checked between batches; a batch is never cut). A batch captures at most ``max_changes`` slot
-rows into the change log (apply/capture_ahead.py, publisher/capture.py), then applies a slice of about
+rows into the change log (flows/apply/capture_ahead.py, publisher/capture.py), then applies a slice of about
 ``max_changes`` changes of what the log holds past each table's position in three steps:
 
-1. **plan** (apply/batch_plan.py): the slice of the log (whole segments, so whole transactions), the
+1. **plan** (flows/apply/batch_plan.py): the slice of the log (whole segments, so whole transactions), the
    tables it applies and the definitions of each change, checked before anything is staged;
-2. **reduce** (apply/reducers.py): Spark judges and reduces the changes (spark/apply_frames.py), or,
+2. **reduce** (flows/apply/reducers.py): Spark judges and reduces the changes (spark/apply_frames.py), or,
    for a batch the publisher judged (``filtering: source``), this process reduces them
-   (apply/net_effect.py); the net effect is staged in the subscriber;
-3. **commit** (apply/batch_transaction.py): ONE subscriber transaction writes every table
+   (flows/apply/net_effect.py); the net effect is staged in the subscriber;
+3. **commit** (flows/apply/batch_transaction.py): ONE subscriber transaction writes every table
    (subscriber/apply_target.py), moves every table's position and state (``f`` → ``s`` → ``r``) and
    records the batch.
 
@@ -31,11 +31,6 @@ from typing import TYPE_CHECKING
 
 import psycopg
 
-from airflow_provider_rowfilter.apply.batch_plan import plan_batch
-from airflow_provider_rowfilter.apply.batch_transaction import commit_batch
-from airflow_provider_rowfilter.apply.capture_ahead import CaptureAhead
-from airflow_provider_rowfilter.apply.reducers import SparkNeeded, SparkOnDemand, reduce
-from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
@@ -43,6 +38,11 @@ from airflow_provider_rowfilter.core.errors import ApplyError, RowFilterError, U
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.flows.apply.batch_plan import plan_batch
+from airflow_provider_rowfilter.flows.apply.batch_transaction import commit_batch
+from airflow_provider_rowfilter.flows.apply.capture_ahead import CaptureAhead
+from airflow_provider_rowfilter.flows.apply.reducers import SparkNeeded, SparkOnDemand, reduce
+from airflow_provider_rowfilter.flows.apply.result import ApplyResult
 from airflow_provider_rowfilter.humane import ProgressReport, duration, report_progress, size
 from airflow_provider_rowfilter.publisher.catalog_reader import flush_position
 from airflow_provider_rowfilter.subscriber import conflicts
@@ -78,11 +78,11 @@ def apply(spec: SubscriptionSpec, *, max_changes: int | None = None, spark: Spar
     """Apply the slot to the subscriber in batches, each in one transaction, until the run's target or budget.
 
     :param max_changes: each batch's bound: the capture's (slot rows, whole transactions;
-        None: DEFAULT_MAX_CHANGES for the first, larger ones while a backlog waits, apply/capture_ahead.py;
+        None: DEFAULT_MAX_CHANGES for the first, larger ones while a backlog waits, flows/apply/capture_ahead.py;
         publisher/capture.py) and about that many changes of the log applied at once.
     :param spark: the session to run in; default the active one, else one built from the spec (and
         stopped at the end). Not started at all when no batch needs it (a batch with a change to judge,
-        or a batch the publisher judged of more than IN_PROCESS_BATCH_CHANGES changes: apply/reducers.py).
+        or a batch the publisher judged of more than IN_PROCESS_BATCH_CHANGES changes: flows/apply/reducers.py).
     :param capture_first: read the slot (the default); False applies what the log already holds.
     :param time_budget: seconds after which no further batch starts (checked between batches; a
         batch is never cut); None: run until drained; 0: one batch.
@@ -205,8 +205,8 @@ def _apply_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
     one subscriber transaction.
 
     Returns whether the batch reached the log's end (False: more of the log is due). ``prune`` False:
-    the segments it applied stay until no capture runs (apply/capture_ahead.py). ``held``: the rows of segments this
-    run captured, by path (apply/reducers.py ``reduce_here``); those the batch applied are dropped from it.
+    the segments it applied stay until no capture runs (flows/apply/capture_ahead.py). ``held``: the rows of segments this
+    run captured, by path (flows/apply/reducers.py ``reduce_here``); those the batch applied are dropped from it.
     """
     batch = plan_batch(spec, sub, store, store.require_subscription(), change_log, result, max_changes)
     if batch is None:

@@ -5,12 +5,12 @@ resync), a reconcile keeps the table readable and writes only what differs. Per 
 
 1. **Hold.** One subscriber transaction moves the table to ``d``, marked as a reconcile (``status`` shows
    it): the apply leaves a table in ``d`` alone, as PostgreSQL's apply worker leaves a table whose sync
-   runs, and keeps the change log from its position on (apply/drain.py ``_prune``).
+   runs, and keeps the change log from its position on (flows/apply/drain.py ``_prune``).
 2. **Snapshot.** A temporary slot exports the publisher's snapshot at its consistent point X, as the
    initial copy's does (publisher/copy_source.py); as the copy, nothing read at X is written before the
    standbys of ``synchronized_standby_slots`` have confirmed X (publisher/failover.py), and the hold
    waits for them too.
-3. **Compare and fix.** The bucket pass of a verify (jobs/comparison.py) finds the key ranges that differ;
+3. **Compare and fix.** The bucket pass of a verify (flows/verify/comparison.py) finds the key ranges that differ;
    each group of them is fixed in ONE subscriber transaction (subscriber/reconcile_target.py: missing rows
    inserted, extra ones deleted, different ones updated), which brings the group to exactly the publisher's
    rows at X whatever it held before.
@@ -44,10 +44,10 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.core.table_compare import GROUP_ROWS, TableCheck
+from airflow_provider_rowfilter.flows.verify.comparison import Engines, Sides, bucket_pass, check_of, group_fixes, plan_table
+from airflow_provider_rowfilter.flows.verify.verify import LOCK_WAIT, MAX_READERS, chosen_tables, verify
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
-from airflow_provider_rowfilter.jobs.comparison import Engines, Sides, bucket_pass, check_of, group_fixes, plan_table
 from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
-from airflow_provider_rowfilter.jobs.verify import LOCK_WAIT, MAX_READERS, chosen_tables, verify
 from airflow_provider_rowfilter.publisher.capture_objects import current_lsn
 from airflow_provider_rowfilter.publisher.copy_source import exported_snapshot
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
@@ -117,7 +117,7 @@ def reconcile(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None,
             try:
                 result.tables.append(job.table(rel))
             except Exception as e:  # recorded on the table; the other tables go on
-                from airflow_provider_rowfilter.jobs.table_copy import describe
+                from airflow_provider_rowfilter.flows.table_sync.table_copy import describe
 
                 message = describe(e)
                 log.error("%s: reconcile failed: %s", rel.table, message)

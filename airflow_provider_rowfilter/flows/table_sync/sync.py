@@ -20,7 +20,7 @@ interrupted copy.
 ``resync`` empties the named tables and sends them back to ``i`` (the backfill path); with
 ``copy`` it copies them at once instead, emptying each in the transaction that starts its copy,
 after every check, so that a check that fails changes nothing. See docs/initial-sync.md. One table's copy
-is jobs/table_copy.py's.
+is flows/table_sync/table_copy.py's.
 """
 
 from __future__ import annotations
@@ -39,9 +39,7 @@ from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
-from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
-from airflow_provider_rowfilter.jobs.table_copy import (
+from airflow_provider_rowfilter.flows.table_sync.table_copy import (
     COPYABLE,
     CopyJob,
     CopyOptions,
@@ -52,6 +50,8 @@ from airflow_provider_rowfilter.jobs.table_copy import (
     resync_again,
     table_lock,
 )
+from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
+from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
 from airflow_provider_rowfilter.publisher.copy_source import DEFAULT_BLOCK_ROWS
 from airflow_provider_rowfilter.publisher.definitions import load_definitions
 from airflow_provider_rowfilter.subscriber.copy_target import (

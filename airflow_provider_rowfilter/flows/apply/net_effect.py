@@ -6,12 +6,12 @@ filters on the old and the new row, the UPDATE turned into INSERT or DELETE, the
 table takes ``core/apply_plan.PASS_THROUGH`` and nothing is left to judge. What is left of
 spark/apply_frames.py is routing each change to its table, its key, values and flags, and the reduction
 of each key's changes to their net effect; for a batch of up to
-apply/reducers.py ``IN_PROCESS_BATCH_CHANGES`` changes that costs less here, in one pass over Arrow
+flows/apply/reducers.py ``IN_PROCESS_BATCH_CHANGES`` changes that costs less here, in one pass over Arrow
 columns, than Spark's fixed cost per action (docs/apply.md "Batches the publisher judged"). So the apply
 of such a batch starts no Spark at all, and ApplyChangesOperator's task applies it without submitting the
 job.
 
-The contract is the one Spark's ``DecidedBatch.collected`` keeps (apply/reducers.py): the change-log
+The contract is the one Spark's ``DecidedBatch.collected`` keeps (flows/apply/reducers.py): the change-log
 rows of the batch's segments in, as Arrow tables; the batch's facts (core/apply_plan.py ``read_facts``)
 and the rows of ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out, which
 subscriber/apply_target.py applies unchanged. Each step below names the step of Spark's it mirrors
@@ -78,7 +78,7 @@ def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str,
                  exact: frozenset[int] = frozenset()) -> tuple[BatchFacts, pa.Table]:
     """The facts and the staged rows of a batch the publisher judged (``filtering: source``).
 
-    On the batch's Arrow columns when it allows it (apply/arrow_fold.py: no barrier, no unchanged TOASTed
+    On the batch's Arrow columns when it allows it (flows/apply/arrow_fold.py: no barrier, no unchanged TOASTed
     value), else change by change here.
 
     :param segments: the batch's change-log rows, a table per segment in log order, with at least
@@ -86,7 +86,7 @@ def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str,
     :param exact: the targets whose every change is a phase of its own (judged change by change:
         subscriber/change_by_change.py), which only the change-by-change walk stages.
     """
-    from airflow_provider_rowfilter.apply.arrow_fold import reduce_columns  # it builds on this module's rules
+    from airflow_provider_rowfilter.flows.apply.arrow_fold import reduce_columns  # it builds on this module's rules
 
     segments = list(segments)
     reduced = None if exact else reduce_columns(segments, plan, token, fold_limit=sum(s.num_rows for s in segments))

@@ -237,7 +237,7 @@ class CopyJob:
             # publisher and the subscriber in one cluster it would wait for our own transaction.
             # A table past its copy (a resync) holds the apply's lock from the snapshot to the move
             # to d, so that no batch moves its position past the snapshot and prunes the change log
-            # the catch-up replays from (apply/drain.py, _prune); a table in i or d keeps the log whole.
+            # the catch-up replays from (flows/apply/drain.py, _prune); a table in i or d keeps the log whole.
             with applies_paused(sub, self.spec.subscription) if self.resync else nullcontext():
                 snap = held.enter_context(exported_snapshot(
                     connect(self.spec.publisher, "publisher", self.spec, replication="database")))

@@ -18,9 +18,6 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.apply.batch_plan import BatchPlan
-from airflow_provider_rowfilter.apply.reducers import Staged
-from airflow_provider_rowfilter.apply.result import ApplyResult
 from airflow_provider_rowfilter.connection import primary_message
 from airflow_provider_rowfilter.core.apply_plan import TargetPlan
 from airflow_provider_rowfilter.core.errors import ApplyError
@@ -29,6 +26,9 @@ from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationSpan
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.flows.apply.batch_plan import BatchPlan
+from airflow_provider_rowfilter.flows.apply.reducers import Staged
+from airflow_provider_rowfilter.flows.apply.result import ApplyResult
 from airflow_provider_rowfilter.subscriber import conflicts, replication_origin
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE, clear_stage, stage_more
 from airflow_provider_rowfilter.subscriber.apply_target import (
@@ -123,7 +123,7 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
             # The first in commit order, as PostgreSQL stops; a conflict of a key several transactions changed is known
             # by its batch only: after those of a known transaction.
             stop = min(stops, key=lambda c: (c.commit_lsn is None, c.commit_lsn or 0))
-            # Counted after the rollback all the same, as PostgreSQL's counts do not roll back (apply/drain.py).
+            # Counted after the rollback all the same, as PostgreSQL's counts do not roll back (flows/apply/drain.py).
             stop.met, stop.batch_start = {t: c for t, c in met.items() if c}, result.start_lsn
             raise stop
         conflicts.clear_stopped(sub, spec.subscription)
