@@ -39,8 +39,8 @@ from snapshot_copy import TABLE, admin_url, create_database, digest, publisher_s
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables  # noqa: E402
+from airflow_provider_rowfilter.flows.verify import comparison  # noqa: E402
 from airflow_provider_rowfilter.flows.verify.reconcile import reconcile  # noqa: E402
-from airflow_provider_rowfilter.jobs import comparison  # noqa: E402
 from airflow_provider_rowfilter.tooling.native import NativeSubscription  # noqa: E402
 
 QUARTER = "region = 'NSW'"

@@ -47,8 +47,8 @@ from snapshot_copy import (  # noqa: E402
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables  # noqa: E402
+from airflow_provider_rowfilter.flows.verify import comparison  # noqa: E402
 from airflow_provider_rowfilter.flows.verify.verify import verify  # noqa: E402
-from airflow_provider_rowfilter.jobs import comparison  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,8 +65,8 @@ def test_the_citations_read_are_the_repository_s(text: str, found: list[str]) ->
 
 
 def test_a_path_that_is_gone_is_caught() -> None:
-    assert not resolves("flows/apply/" + "no_such_module.py", PACKAGE / "apply" / "drain.py")
-    assert resolves("drain.py", PACKAGE / "apply" / "batch_plan.py")  # beside the citing file
+    assert not resolves("flows/apply/" + "no_such_module.py", PACKAGE / "flows" / "apply" / "drain.py")
+    assert resolves("drain.py", PACKAGE / "flows" / "apply" / "batch_plan.py")  # beside the citing file
 
 
 def test_no_noqa_names_a_rule_that_is_not_run() -> None:

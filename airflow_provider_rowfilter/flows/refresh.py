@@ -24,10 +24,7 @@ the subscription: leaving it out of the capture would lose its changes.
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import psycopg
@@ -47,8 +44,6 @@ from airflow_provider_rowfilter.core.schedule import longest_gap
 from airflow_provider_rowfilter.core.slot_retention import schedule_risks
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
-from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.publisher.capture_objects import (
     CaptureError,
     capture_names,
@@ -290,26 +285,3 @@ def _resync(spec: SubscriptionSpec, tables: list) -> None:
     resync(spec, tables)
     log.warning("slot of %s recreated: %s emptied and sent back to state i for a new copy", spec.subscription,
                 ", ".join(str(t) for t in tables))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the result as JSON (exit status: jobs/exit_status.py)."""
-    setup_logging()
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--recreate-slot", action="store_true",
-                   help="the slot is gone: create a new one and send the tables it positioned back to i")
-    p.add_argument("--reconcile", action="store_true",
-                   help="repair in place (rowfilter reconcile) instead: the tables a lost slot positioned, and the "
-                   "tables whose copy filter or column list changed (the spec's reconcile: true)")
-
-    def body() -> int:
-        args, spec = parse(p, argv)
-        result = refresh(spec, recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
-        print(json.dumps({**result.__dict__, "changed": result.changed}))
-        return 0
-
-    return run_job(body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -257,7 +257,7 @@ def test_snapshot_resync_and_tuning_arguments(dbs: Databases) -> None:
     assert op.application_args[2:] == ["--table", "public.t1", "--resync", "--max-partitions", "4",
                                        "--fetch-size", "5000"]
     # The same arguments the job's own parser accepts.
-    from airflow_provider_rowfilter.flows.table_sync.sync import snapshot_parser
+    from airflow_provider_rowfilter.jobs.snapshot import snapshot_parser
 
     args = snapshot_parser().parse_args(op.application_args)
     assert (args.table, args.resync, args.max_partitions, args.fetch_size) == (["public.t1"], True, 4, 5000)

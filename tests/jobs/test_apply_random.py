@@ -31,8 +31,8 @@ from airflow_provider_rowfilter.flows.apply import net_effect, reducers
 from airflow_provider_rowfilter.flows.apply.drain import ApplyResult, apply
 from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch
 from airflow_provider_rowfilter.flows.refresh import refresh
+from airflow_provider_rowfilter.flows.table_sync import table_copy
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
-from airflow_provider_rowfilter.jobs import table_copy
 from airflow_provider_rowfilter.spark import apply_frames
 from airflow_provider_rowfilter.spark.apply_frames import DecidedBatch
 from airflow_provider_rowfilter.tooling.native import table_rows

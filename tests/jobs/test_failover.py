@@ -294,7 +294,8 @@ def test_primary_killed_at_a_random_moment_of_a_run_beside_a_writing_workload(sc
 def test_promotion_while_tables_are_in_d_and_f(scene, monkeypatch, modes):
     """``f``: copied from the old primary, its position on the standby's history (readiness waited for the replay);
     ``d``: its copy dies with the primary and is made again from the promoted standby."""
-    from airflow_provider_rowfilter.jobs import snapshot, table_copy
+    from airflow_provider_rowfilter.flows.table_sync import sync as snapshot
+    from airflow_provider_rowfilter.flows.table_sync import table_copy
 
     scene.wait_ready()
     spec = scene.specs["source"]
@@ -421,7 +422,7 @@ def test_what_the_standby_never_received_is_refused_and_table_positions_are_repa
     execute(pair.primary.dsn(), "ALTER SYSTEM RESET synchronized_standby_slots", "SELECT pg_reload_conf()")
     time.sleep(0.5)
     apply(specs["fork"], spark=spark)  # captured and applied: the standby has none of it
-    from airflow_provider_rowfilter.jobs import snapshot
+    from airflow_provider_rowfilter.flows.table_sync import sync as snapshot
 
     assert snapshot.resync(pos, [ORDERS], copy=True, spark=spark).ok  # orders: f, copied past the fork
     assert reconcile(pos, [ITEMS], spark=spark).ok  # items: f, reconciled past the fork

@@ -15,8 +15,8 @@ import dataclasses
 
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions
+from airflow_provider_rowfilter.flows.verify import comparison
 from airflow_provider_rowfilter.flows.verify.verify import verify
-from airflow_provider_rowfilter.jobs import comparison
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import publish
 from tests.jobs.databases import names, run_ours

@@ -9,9 +9,9 @@ import psycopg
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
+from airflow_provider_rowfilter.flows.verify import comparison
 from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
 from airflow_provider_rowfilter.flows.verify.verify import verify
-from airflow_provider_rowfilter.jobs import comparison
 from airflow_provider_rowfilter.subscriber.state import StateReader
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.verify_scenario import execute, spec_file

@@ -23,9 +23,9 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables
+from airflow_provider_rowfilter.flows.verify import comparison
 from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
 from airflow_provider_rowfilter.flows.verify.verify import verify
-from airflow_provider_rowfilter.jobs import comparison
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.attacker import plant_shadows
 from tests.jobs.databases import apply_path, names

@@ -18,9 +18,9 @@ from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.flows.apply.drain import ApplyBusyError, apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
+from airflow_provider_rowfilter.flows.verify import comparison
 from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
 from airflow_provider_rowfilter.flows.verify.verify import verify
-from airflow_provider_rowfilter.jobs import comparison
 from tests.jobs.verify_scenario import execute, live_changes, spec_file
 
 MILLION = 1_000_000

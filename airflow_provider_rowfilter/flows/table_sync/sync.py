@@ -1,8 +1,8 @@
 """Table synchronization of a subscription's tables (PostgreSQL's tablesync worker): ``rowfilter snapshot``.
 
-The module keeps the command's name (``python -m airflow_provider_rowfilter.jobs.snapshot``, what
-SnapshotCopyOperator submits); "snapshot" inside it means only the publisher snapshot the copy reads, and
-"copy" the COPY that moves the rows (tablesync.c copy_table).
+Its entry point keeps the command's name (jobs/snapshot.py, what SnapshotCopyOperator submits); "snapshot"
+here means only the publisher snapshot the copy reads, and "copy" the COPY that moves the rows (tablesync.c
+copy_table).
 
 For each chosen table in state ``i`` (or ``d``, a copy that did not finish): ``d``, then the rows
 that satisfy ANY of the subscription's publications' filters (``publish`` ignored), only the
@@ -25,9 +25,7 @@ is flows/table_sync/table_copy.py's.
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
@@ -50,9 +48,6 @@ from airflow_provider_rowfilter.flows.table_sync.table_copy import (
     resync_again,
     table_lock,
 )
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
-from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
-from airflow_provider_rowfilter.publisher.copy_source import DEFAULT_BLOCK_ROWS
 from airflow_provider_rowfilter.publisher.definitions import load_definitions
 from airflow_provider_rowfilter.subscriber.copy_target import (
     check_target,
@@ -189,41 +184,3 @@ def _chosen(store: StateStore, tables: Sequence[TableName] | None) -> list[RelSt
                          hint=f"its tables are {', '.join(str(t) for t in known) or 'none yet'}; a table newly "
                          "added to a publication joins after `rowfilter refresh`")
     return [known[t] for t in dict.fromkeys(tables)]
-
-
-# --- entry point -----------------------------------------------------------------------------------
-def snapshot_parser():
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--table", action="append", default=[], metavar="SCHEMA.TABLE",
-                   help="copy this table (repeatable); default every table waiting for its copy")
-    p.add_argument("--resync", action="store_true",
-                   help="empty the named tables and copy them again (the backfill path)")
-    p.add_argument("--max-partitions", type=int, help="most parallel readers per table (default: one, unless "
-                   "the planner says several pay, then up to twice Spark's default parallelism; one reader "
-                   "copies straight into the table)")
-    p.add_argument("--fetch-size", type=int, default=DEFAULT_BLOCK_ROWS,
-                   help="rows handed from the publisher's COPY to the subscriber's per write")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the result as JSON; non-zero on failure
-    (exit status: jobs/exit_status.py)."""
-    setup_logging()
-
-    def body() -> int:
-        args, spec = parse(snapshot_parser(), argv)
-        tables = [TableName.from_sql(t, "--table") for t in args.table] or None
-        options = CopyOptions(max_partitions=args.max_partitions, fetch_size=args.fetch_size)
-        if args.resync:
-            result = resync(spec, tables or [], copy=True, options=options)
-        else:
-            result = sync_tables(spec, tables, options=options)
-        print(json.dumps(result.summary()))
-        return 0 if result.ok else fail(result.error())
-
-    return run_job(body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -18,25 +18,20 @@ A table not copied yet (``i``, ``d``) has nothing to compare and is listed as su
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
-import sys
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from airflow_provider_rowfilter.connection import connect
+from airflow_provider_rowfilter.connection import connect, is_transient
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.table_compare import TableCheck
 from airflow_provider_rowfilter.flows.verify.comparison import Engines, Sides, bucket_pass, check_of, plan_table, row_diff
-from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
-from airflow_provider_rowfilter.jobs.exit_status import fail, is_transient, run_job
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
 from airflow_provider_rowfilter.publisher.copy_source import ExportedSnapshot, exported_snapshot
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
@@ -266,34 +261,3 @@ def apply_log(spec: SubscriptionSpec, store: StateStore, engines: Engines) -> No
         raise VerifyError(f"cannot bring subscription {spec.subscription!r} to the verify's point: the apply "
                           f"failed: {e.message}", table=e.table, detail=e.detail,
                           hint=(e.hint + "; " if e.hint else "") + "then run the verify again") from e
-
-
-# --- entry point ------------------------------------------------------------------------------------------
-def verify_parser() -> argparse.ArgumentParser:
-    p = parser(__doc__.splitlines()[0])
-    p.add_argument("--table", action="append", default=[], metavar="SCHEMA.TABLE",
-                   help="verify this table (repeatable); default every table of the subscription")
-    p.add_argument("--max-readers", type=positive, default=MAX_READERS,
-                   help=f"most parallel readers of one side of one table (default {MAX_READERS})")
-    p.add_argument("--lock-wait", type=seconds, default=LOCK_WAIT, metavar="SECONDS",
-                   help=f"how long to wait for a running apply to end (default {LOCK_WAIT:.0f})")
-    p.add_argument("--exit-zero", action="store_true", help="exit 0 when a table differs (the JSON says so)")
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point for spark-submit and ``python -m``: prints the result as JSON; 1 when a table differs."""
-    setup_logging()
-
-    def body() -> int:
-        args, spec = parse(verify_parser(), argv)
-        tables = [TableName.from_sql(t, "--table") for t in args.table] or None
-        result = verify(spec, tables, max_readers=args.max_readers, lock_wait=args.lock_wait)
-        print(json.dumps(result.summary()))
-        return 0 if result.clean or args.exit_zero else fail(result.error())
-
-    return run_job(body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
