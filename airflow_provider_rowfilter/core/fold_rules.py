@@ -7,8 +7,9 @@ row at that point, and the conflict policy. :data:`FOLD_RULES` says, for each, w
 what becomes of the row's cells (a value and a flag per subscriber column), whether the change meets a
 conflict, and whether it is skipped and counted. The three reducers derive their code from it:
 
-- flows/apply/net_effect.py walks each key's changes and applies :func:`step` per change (``_folded``), and
-  turns a key's only change into its outcome from :func:`step` too (``_single``);
+- flows/apply/net_effect.py walks each key's changes and applies :func:`step` per change
+  (flows/apply/change_rows.py ``_folded``), and turns a key's only change into its outcome from :func:`step` too
+  (``_single``);
 - flows/apply/arrow_fold.py builds its pyarrow.compute kernels from :func:`step` per operation (a key's only
   change) and from :func:`repeated_updates` (a key changed only by UPDATEs that carry every column);
 - spark/fold_expressions.py builds the Spark expressions of both from :func:`step`.

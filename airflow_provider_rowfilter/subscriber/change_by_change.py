@@ -5,7 +5,7 @@ PostgreSQL's apply worker applies each remote change on its own, and checks ever
 and UPDATE (execReplication.c ``ExecSimpleRelationInsert``, ``ExecSimpleRelationUpdate`` →
 ``CheckAndReportConflict``). Ours applies each key's net effect set-based (subscriber/apply_target.py). On a table
 whose only unique index is its key the two answer alike: a key's own values are folded in commit order with the
-first conflict recorded (flows/apply/net_effect.py ``_folded``), and a change of the key is a barrier of its own. On a
+first conflict recorded (flows/apply/change_rows.py ``_folded``), and a change of the key is a barrier of its own. On a
 table with another unique index they may not:
 
 - a value a key held in the middle of the batch is never checked (a key inserted onto a local row's unique
@@ -21,7 +21,7 @@ most :data:`ONE_BY_ONE_LIMIT` changes of the table: past it, a WARNING instead),
 would insert or update holds a value another local row holds in a covered unique index (what the conflict checks
 of subscriber/unique_conflicts.py read: one join per index); a conflict or unique violation met on the table is at
 risk too. Then :class:`ChangeByChange` is raised; the batch's transaction rolls back, and the batch is reduced
-again with each of that table's changes a phase of its own (flows/apply/net_effect.py ``_Stage.add``,
+again with each of that table's changes a phase of its own (flows/apply/change_rows.py ``Stage.add``,
 spark/apply_frames.py ``staged``: ``exact``), applied in commit order, so each INSERT and UPDATE is checked against
 the rows as PostgreSQL would find them: the same conflict type, message and DETAIL, or no conflict.
 

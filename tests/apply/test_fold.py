@@ -23,7 +23,8 @@ import pytest
 
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.apply.arrow_fold import reduce_columns
-from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch, reduce_changes
+from airflow_provider_rowfilter.flows.apply.net_effect import reduce_changes
+from airflow_provider_rowfilter.flows.apply.reducers import reduce_batch
 from airflow_provider_rowfilter.spark.apply_frames import decide_frame
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, arrow_schema
 from tests.change_rows import (

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from airflow_provider_rowfilter.flows.apply.net_effect import _layout_ids, _toasted
+from airflow_provider_rowfilter.flows.apply.change_rows import layout_ids
+from airflow_provider_rowfilter.flows.apply.net_effect import _toasted
 
 
 def test_each_row_gets_its_relation_layout_and_a_relation_without_columns_has_none() -> None:
     names = pa.chunked_array([[["a", "b"], [], ["a", "b"]], [["a", "b", "c"], []]], pa.list_(pa.string()))
-    ids, layouts = _layout_ids(names)
+    ids, layouts = layout_ids(names)
     assert [layouts[i] for i in ids] == [("a", "b"), (), ("a", "b"), ("a", "b", "c"), ()]
     assert len(layouts) == 3
 

@@ -32,7 +32,7 @@ APPLY_PATHS = ("source", "source-reduced-by-spark", "spark")
 def apply_path(monkeypatch, path: str) -> tuple[str, Counter]:
     """The spec's ``filtering`` for ``path`` (one of :data:`APPLY_PATHS`), and a count of the batches each
     engine reduces (``process``, ``spark``) as the test goes on."""
-    from airflow_provider_rowfilter.flows.apply import net_effect, reducers
+    from airflow_provider_rowfilter.flows.apply import reducers
     from airflow_provider_rowfilter.spark import apply_frames
 
     if path == "source-reduced-by-spark":
@@ -45,7 +45,7 @@ def apply_path(monkeypatch, path: str) -> tuple[str, Counter]:
             engines[engine] += 1
             return function(*args, **kwargs)
         return run
-    monkeypatch.setattr(net_effect, "reduce_batch", counted("process", net_effect.reduce_batch))
+    monkeypatch.setattr(reducers, "reduce_batch", counted("process", reducers.reduce_batch))
     monkeypatch.setattr(apply_frames, "decide", counted("spark", apply_frames.decide))
     return ("spark" if path == "spark" else "source"), engines
 

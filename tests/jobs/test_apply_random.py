@@ -27,9 +27,9 @@ import pyarrow as pa
 import pytest
 
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.flows.apply import net_effect, reducers
+from airflow_provider_rowfilter.flows.apply import reducers
 from airflow_provider_rowfilter.flows.apply.drain import ApplyResult, apply
-from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch
+from airflow_provider_rowfilter.flows.apply.reducers import reduce_batch
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync import table_copy
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
@@ -275,7 +275,7 @@ def catch_up(spec, spark, counts: Counter) -> list[ApplyResult]:
 
 
 def same_as_spark(spark, compared: Counter):
-    """``reduce_batch`` (flows/apply/net_effect.py), held against Spark's reduction of the same batch (the same
+    """``reduce_batch`` (flows/apply/reducers.py), held against Spark's reduction of the same batch (the same
     segments' rows, as Arrow tables): the same facts and the same staged rows (keys and values compared as
     the JSON they are)."""
     def both(segments, plan, token, exact=frozenset()):
@@ -338,7 +338,7 @@ def test_random_workload_matches_native(dbs, spark, monkeypatch, seed, filtering
     for name in ("collected", "staged"):
         monkeypatch.setattr(DecidedBatch, name, counting(getattr(DecidedBatch, name), paths, name))
     compared: Counter = Counter()
-    monkeypatch.setattr(net_effect, "reduce_batch", same_as_spark(spark, compared))
+    monkeypatch.setattr(reducers, "reduce_batch", same_as_spark(spark, compared))
     counts: Counter = Counter()
     batches = catch_up(spec, spark, counts)
     native.wait_caught_up()

@@ -13,7 +13,7 @@ import pyarrow.compute as pc
 import pytest
 from psycopg import sql
 
-from airflow_provider_rowfilter.flows.apply.net_effect import reduce_batch
+from airflow_provider_rowfilter.flows.apply.reducers import reduce_batch
 from airflow_provider_rowfilter.subscriber import direct_update, typed_keys
 from airflow_provider_rowfilter.subscriber.apply_target import ConflictError, StagedTable, read_target
 from airflow_provider_rowfilter.subscriber.state_migrations import migrate

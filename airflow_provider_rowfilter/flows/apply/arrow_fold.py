@@ -9,7 +9,7 @@ table's changes into phases. Such a key's net effect is ``_single``'s, column by
 by Arrow compute functions over the whole batch at once (pyarrow.compute runs in C++ and releases the
 GIL); so is that of a key changed only by UPDATEs that carry every column (the last one wins: a
 counter row updated by every transaction). Any other key changed more than once is folded by
-net_effect.py's own ``_folded``. What the rules are is core/fold_rules.py's (docs/adr/two-reducers-one-fold.md):
+change_rows.py's own ``_folded``. What the rules are is core/fold_rules.py's (docs/adr/two-reducers-one-fold.md):
 the kernels are derived from its table, and the fold's truth table holds them to the same outcomes and
 facts as the walk (tests/apply/test_fold.py).
 
@@ -29,7 +29,15 @@ import pyarrow.compute as pc
 
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
 from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, RepeatedUpdates, repeated_updates, step
-from airflow_provider_rowfilter.flows.apply import net_effect
+from airflow_provider_rowfilter.flows.apply.change_rows import (
+    CHANGE_COLUMNS,
+    ENCODE,
+    ROW_COLUMNS,
+    Change,
+    Layout,
+    Stage,
+    layout_ids,
+)
 from airflow_provider_rowfilter.subscriber.apply_stage import arrow_schema
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}
@@ -44,7 +52,7 @@ def reduce_columns(segments: Sequence[pa.Table], plan: ApplyPlan, token: str,
     """
     if any(rules != PASS_THROUGH for t in plan.targets for rules in t.rules):
         raise ValueError("only a batch the publisher judged (every table PASS_THROUGH) is reduced here")
-    tables = [s.select(list(net_effect.CHANGE_COLUMNS)) for s in segments if s.num_rows]
+    tables = [s.select(list(CHANGE_COLUMNS)) for s in segments if s.num_rows]
     if not tables:
         return None
     batch = pa.concat_tables(tables).combine_chunks()
@@ -125,12 +133,12 @@ def _ops(kind: pa.ChunkedArray) -> np.ndarray:
 
 
 def _layouts(column_names: pa.ChunkedArray) -> tuple[np.ndarray, list[tuple[str, ...]]]:
-    ids, names = net_effect._layout_ids(column_names)
+    ids, names = layout_ids(column_names)
     return np.asarray(ids, np.int64), names
 
 
 def _json_items(values: pa.Array) -> pa.Array:
-    """Each value as an item of a JSON array, as net_effect.py ``_json`` writes it: ``null``, or the string
+    """Each value as an item of a JSON array, as change_rows.py ``json_array`` writes it: ``null``, or the string
     quoted with ``"`` and ``\\`` escaped (control characters, rare, by Python's own encoder)."""
     quoted = pc.binary_join_element_wise('"', values, '"', "")
     escape = pc.match_substring_regex(values, r'[\x00-\x1f"\\]').fill_null(False)
@@ -141,7 +149,7 @@ def _json_items(values: pa.Array) -> pa.Array:
         control = pc.match_substring_regex(some, r"[\x00-\x1f]")
         if pc.any(control).as_py():
             at = np.flatnonzero(control.to_numpy(zero_copy_only=False))
-            exact = [net_effect._ENCODE(v) for v in some.take(pa.array(at)).to_pylist()]
+            exact = [ENCODE(v) for v in some.take(pa.array(at)).to_pylist()]
             escaped = pc.replace_with_mask(escaped, control, pa.array(exact, pa.string()))
         quoted = pc.replace_with_mask(quoted, escape, escaped)
     return quoted.fill_null("null")
@@ -169,9 +177,9 @@ def _at(values: pa.Array, positions: Sequence[int | None]) -> pa.Array:
 
 def _route_layout(batch: pa.Table, rows: np.ndarray, op: np.ndarray, target: TargetPlan,
                   names: tuple[str, ...]) -> tuple[pa.Array, pa.Array, pa.Array] | None:
-    """The keys, values and flags of one target's rows of one relation layout (``_Layout.change``); None when
+    """The keys, values and flags of one target's rows of one relation layout (change_rows.py ``Layout.change``); None when
     one of them is a barrier or its lists do not have the layout's width."""
-    layout = net_effect._Layout(target, names)
+    layout = Layout(target, names)
     if not layout.columns:
         return None
     every = len(rows) == batch.num_rows
@@ -191,7 +199,7 @@ def _route_layout(batch: pa.Table, rows: np.ndarray, op: np.ndarray, target: Tar
             keys = new_key
         else:
             old_key = _at(old, layout.key)
-            # an UPDATE that changes the key is a barrier (net_effect.py ``_Layout.change``)
+            # an UPDATE that changes the key is a barrier (change_rows.py ``Layout.change``)
             if pc.any(pc.and_(upd, pc.not_equal(old_key, new_key)).fill_null(False)).as_py():
                 return None
             keys = pc.if_else(dele, old_key, new_key)
@@ -208,7 +216,7 @@ def _route_layout(batch: pa.Table, rows: np.ndarray, op: np.ndarray, target: Tar
 
 def _groups(target_of: np.ndarray, layout_of: np.ndarray, layout_names: list[tuple[str, ...]], ops: np.ndarray,
             commit: np.ndarray, batch: pa.Table, targets: list[TargetPlan]) -> list[dict]:
-    """The facts' groups (net_effect.py ``reduce_batch``): changes and the first commit per table, layout,
+    """The facts' groups (net_effect.py ``reduce_changes``): changes and the first commit per table, layout,
     kind and operation."""
     grouped = pa.table({"t": target_of, "lay": layout_of, "kind": batch.column("kind"), "op": pa.array(ops),
                         "commit": commit}).group_by(["t", "lay", "kind", "op"]).aggregate(
@@ -235,7 +243,7 @@ def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: 
         "n_delete": pa.array(masks["D"].astype(np.int64)), "vals": vals,
         **_single_outcomes("p", True, policy, masks, flag, commit, xid),
         **_single_outcomes("a", False, policy, masks, flag, commit, xid),
-        # the key's first operation and the one transaction of its one change (net_effect.py _Stage.add)
+        # the key's first operation and the one transaction of its one change (change_rows.py Stage.add)
         "op": pa.array(op.astype(str), pa.string()), "commit_lsn": commit, "xid": xid,
     }
     schema = arrow_schema()
@@ -311,7 +319,7 @@ def _last_updates(batch: pa.Table, rows: np.ndarray, codes: np.ndarray, updated:
             (f"{side}_conflict_lsn", nothing_int), (f"{side}_conflict_xid", nothing_int),
             (f"{side}_missing_update", pa.array(rule.missing_update_first + (count - 1) * rule.missing_update_after)),
             (f"{side}_missing_delete", zeros))},
-        # the key's first operation, and its transaction when all its changes are one's (net_effect.py _Stage.add)
+        # the key's first operation, and its transaction when all its changes are one's (change_rows.py Stage.add)
         "op": pa.array(["U"] * n, pa.string()),
         "commit_lsn": pa.array(np.where(one, first_commit, 0), pa.int64(), mask=~one),
         "xid": pa.array(np.where(one, first_xid, 0), pa.int64(), mask=~one),
@@ -334,19 +342,19 @@ def _repeated_updates(policy: str) -> tuple[RepeatedUpdates, RepeatedUpdates] | 
 def _folded(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: list[TargetPlan],
             layout_of: np.ndarray, layout_names: list[tuple[str, ...]], ops: np.ndarray, plan: ApplyPlan,
             token: str) -> pa.Table:
-    """The staged rows of keys changed more than once, folded by net_effect.py (``_Layout.change``, ``_Stage``)."""
-    picked = batch.take(pa.array(rows)).select(list(net_effect._ROW)).to_pylist()
-    layouts: dict[tuple[int, int], net_effect._Layout] = {}
-    changes: dict[int, list[net_effect._Change]] = {}
+    """The staged rows of keys changed more than once, folded by change_rows.py (``Layout.change``, ``Stage``)."""
+    picked = batch.take(pa.array(rows)).select(list(ROW_COLUMNS)).to_pylist()
+    layouts: dict[tuple[int, int], Layout] = {}
+    changes: dict[int, list[Change]] = {}
     for i, r in zip(rows.tolist(), picked, strict=True):
         t, lay = int(target_of[i]), int(layout_of[i])
         layout = layouts.get((t, lay))
         if layout is None:
-            layout = layouts[t, lay] = net_effect._Layout(targets[t], layout_names[lay])
+            layout = layouts[t, lay] = Layout(targets[t], layout_names[lay])
         change = layout.change(str(ops[i]), r["commit_lsn"], r["seq"], r["xid"], r["replica_identity"],
                                r["new_values"], None, r["old_kind"], r["old_values"])
         changes.setdefault(t, []).append(change)
-    stage = net_effect._Stage(token)
+    stage = Stage(token)
     for t, kept in changes.items():
         stage.add(targets[t], kept, plan.policy)
     return stage.table()

@@ -12,7 +12,7 @@ from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
-from airflow_provider_rowfilter.flows.apply import net_effect
+from airflow_provider_rowfilter.flows.apply.change_rows import CHANGE_COLUMNS
 from airflow_provider_rowfilter.flows.apply.reducers import COLUMNS_BATCH_CHANGES, IN_PROCESS_BATCH_CHANGES
 from airflow_provider_rowfilter.publisher.capture import CaptureResult, capture
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError
@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 #: What a capture keeps in memory of its segment for this process's reducer (flows/apply/reducers.py ``reduce_here``):
 #: the columns the reducers read, of a segment of at most what is reduced in this process.
-HOLD: Hold | None = Hold(COLUMNS_BATCH_CHANGES, net_effect.CHANGE_COLUMNS)
+HOLD: Hold | None = Hold(COLUMNS_BATCH_CHANGES, CHANGE_COLUMNS)
 #: A run without a bound of its own (no ``--max-changes``) captures its first batch at DEFAULT_MAX_CHANGES slot
 #: rows, so that the apply starts soon; while a backlog waits, each capture ahead reads as many slot rows as
 #: make about this many changes (by the last capture's share of changes among its slot rows: pgbench's

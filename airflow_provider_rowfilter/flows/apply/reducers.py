@@ -17,7 +17,7 @@ or transformed, which columns each table is sent, which tables need phases) and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -26,10 +26,11 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_rowfilter.core.apply_plan import BatchFacts
+from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, BatchFacts
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply import arrow_fold, net_effect
 from airflow_provider_rowfilter.flows.apply.batch_plan import BatchPlan
+from airflow_provider_rowfilter.flows.apply.change_rows import CHANGE_COLUMNS
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage, copy_stage_rows, new_token
@@ -153,13 +154,31 @@ def reduce_here(batch: BatchPlan, token: str, held: Mapping[str, pa.Table] | Non
         return None
     held = held or {}
     segments = [held[path] if path in held and held[path].num_rows == count
-                else pq.read_table(path, columns=list(net_effect.CHANGE_COLUMNS))
+                else pq.read_table(path, columns=list(CHANGE_COLUMNS))
                 for path, (_, count) in zip(batch.paths, batch.logged, strict=True)]
     if changes <= IN_PROCESS_BATCH_CHANGES:
-        return net_effect.reduce_batch(segments, batch.plan, token, batch.exact)
+        return reduce_batch(segments, batch.plan, token, batch.exact)
     if batch.exact:  # judged change by change: only the walk above does that (and Spark)
         return None
     return arrow_fold.reduce_columns(segments, batch.plan, token, fold_limit=IN_PROCESS_BATCH_CHANGES)
+
+
+def reduce_batch(segments: Iterable[pa.Table], plan: ApplyPlan, token: str,
+                 exact: frozenset[int] = frozenset()) -> tuple[BatchFacts, pa.Table]:
+    """The facts and the staged rows of a batch the publisher judged (``filtering: source``).
+
+    On the batch's Arrow columns when it allows it (flows/apply/arrow_fold.py: no barrier, no unchanged TOASTed
+    value), else change by change (flows/apply/net_effect.py).
+
+    :param segments: the batch's change-log rows, a table per segment in log order, with at least
+        flows/apply/change_rows.py ``CHANGE_COLUMNS``.
+    :param exact: the targets whose every change is a phase of its own (judged change by change:
+        subscriber/change_by_change.py), which only the change-by-change walk stages.
+    """
+    segments = list(segments)
+    reduced = None if exact else arrow_fold.reduce_columns(segments, plan, token,
+                                                           fold_limit=sum(s.num_rows for s in segments))
+    return reduced if reduced is not None else net_effect.reduce_changes(segments, plan, token, exact)
 
 
 def _checked(facts: BatchFacts, targets: dict[int, ApplyTarget]) -> tuple[dict[int, dict[str, int]], bool, int]:
