@@ -41,8 +41,9 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.batch_plan import plan_batch
 from airflow_provider_rowfilter.flows.apply.batch_transaction import commit_batch
 from airflow_provider_rowfilter.flows.apply.capture_ahead import CaptureAhead
-from airflow_provider_rowfilter.flows.apply.reducers import SparkNeeded, SparkOnDemand, reduce
+from airflow_provider_rowfilter.flows.apply.reducers import reduce
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult
+from airflow_provider_rowfilter.flows.spark_on_demand import SparkNeeded, SparkOnDemand
 from airflow_provider_rowfilter.humane import ProgressReport, duration, report_progress, size
 from airflow_provider_rowfilter.publisher.catalog_reader import flush_position
 from airflow_provider_rowfilter.subscriber import conflicts
@@ -63,7 +64,7 @@ if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to apply
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ApplyBusyError", "ApplyError", "ApplyResult", "SparkNeeded", "apply"]
+__all__ = ["ApplyBusyError", "ApplyError", "ApplyResult", "apply"]
 
 
 class ApplyBusyError(ApplyError):
@@ -101,7 +102,7 @@ def apply(spec: SubscriptionSpec, *, max_changes: int | None = None, spark: Spar
     result = ApplyResult(spec.subscription, time_budget=time_budget)
     batches: list[ApplyResult] = []
     try:
-        _run(spec, result, batches, max_changes, SparkOnDemand(spec, spark, allowed=not without_spark),
+        _run(spec, result, batches, max_changes, SparkOnDemand(spec, spark, "apply", allowed=not without_spark),
              capture_first, began, time_budget, subscriber)
     except (ApplyBusyError, SparkNeeded):
         raise  # another apply runs, or the job must: not a failure of the subscription

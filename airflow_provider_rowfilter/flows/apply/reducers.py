@@ -18,7 +18,6 @@ or transformed, which columns each table is sent, which tables need phases) and 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,13 +31,14 @@ from airflow_provider_rowfilter.flows.apply import arrow_fold, net_effect
 from airflow_provider_rowfilter.flows.apply.batch_plan import BatchPlan
 from airflow_provider_rowfilter.flows.apply.change_rows import CHANGE_COLUMNS
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult
+from airflow_provider_rowfilter.flows.spark_on_demand import SparkOnDemand
 from airflow_provider_rowfilter.spark.settings import SHORT_BATCH_CHANGES
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage, copy_stage_rows, new_token
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget
 from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
 
 if TYPE_CHECKING:  # the job starts Spark only when a batch has changes to judge
-    from pyspark.sql import SparkSession
+    pass
 
 #: A batch the publisher judged (``filtering: source``) of at most this many changes (the log's count)
 #: is reduced in the job's own process and starts no Spark (flows/apply/net_effect.py); a larger one
@@ -54,32 +54,6 @@ COLUMNS_BATCH_CHANGES = 1_000_000
 #: action, its rows collected as Arrow (a few MB) and COPYed from the job's own process,
 #: so no Python worker starts (docs/apply.md, "Small batches").
 COLLECTED_BATCH_CHANGES = 50_000
-
-
-class SparkNeeded(Exception):  # not an error: what a run without Spark reports when it stops
-    """A run without Spark (flows/apply/drain.py ``apply`` ``without_spark``) reached what only the job can do: a
-    batch that needs Spark, or a change log here that is not the one on record. That batch wrote nothing;
-    what its capture logged stays in the log for the job."""
-
-
-class SparkOnDemand(ExitStack):
-    """The run's one Spark session: started by the first batch that needs Spark, kept for the others
-    (stopped when the run ends); ``allowed`` False: that batch raises :class:`SparkNeeded` instead."""
-
-    def __init__(self, spec: SubscriptionSpec, spark: SparkSession | None, *, allowed: bool = True) -> None:
-        super().__init__()
-        self.spec, self.spark, self.allowed = spec, spark, allowed
-        self.session: SparkSession | None = None
-
-    def get(self, *, short_batch: bool) -> SparkSession:
-        """The session; ``short_batch`` (its JVM compiles for a short life) counts only when it is started here."""
-        if not self.allowed:
-            raise SparkNeeded(f"subscription {self.spec.subscription}: a batch needs Spark")
-        if self.session is None:
-            from airflow_provider_rowfilter.spark.session import job_session
-
-            self.session = self.enter_context(job_session(self.spec, "apply", self.spark, short_batch=short_batch))
-        return self.session
 
 
 @dataclass

@@ -37,14 +37,15 @@ from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.flows.spark_on_demand import SparkOnDemand
 from airflow_provider_rowfilter.flows.table_sync.table_copy import (
     COPYABLE,
     CopyJob,
     CopyOptions,
-    SparkOnDemand,
     TableCopy,
     TableSyncError,
     describe,
+    refuse_speculation,
     resync_again,
     table_lock,
 )
@@ -106,7 +107,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
                  spark: SparkSession | None, options: CopyOptions | None) -> TableSyncResult:
     """Table synchronization, or with ``resync`` the copy again of ``tables`` whatever their state. Every check
     that concerns all tables (the definitions) runs before any table changes; the Spark session starts
-    when a table first needs it, before that table changes (:class:`SparkOnDemand`)."""
+    when a table first needs it, before that table changes (flows/spark_on_demand.py)."""
     options = options or CopyOptions()
     result = TableSyncResult(spec.subscription, resync=resync)
     with connect(spec.subscriber, "subscriber", spec) as sub:
@@ -128,7 +129,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
             return result
         with connect(spec.publisher, "publisher", spec) as pub:
             definitions = load_definitions(spec, pub)
-        with SparkOnDemand(spec, spark) as session:
+        with SparkOnDemand(spec, spark, "snapshot", check=refuse_speculation) as session:
             job = CopyJob(spec, definitions, store, session, options, resync=resync)
             for rel in todo:
                 result.tables.append(job.copy(rel))

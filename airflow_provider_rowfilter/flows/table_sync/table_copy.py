@@ -3,7 +3,7 @@
 :class:`CopyJob` copies one table in ``i`` or ``d``: every check first, then the publisher snapshot and ONE
 subscriber transaction moving the table to ``d``, then the rows, by one reader straight into the table in the
 transaction that records ``f``, or by several readers as Spark tasks into a staging table moved in one
-transaction. :class:`SparkOnDemand` starts Spark only for a table that needs it. A failure is recorded on its
+transaction. flows/spark_on_demand.py ``SparkOnDemand`` starts Spark only for a table that needs it. A failure is recorded on its
 table and the other tables go on.
 """
 
@@ -25,6 +25,7 @@ from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
+from airflow_provider_rowfilter.flows.spark_on_demand import SparkOnDemand
 from airflow_provider_rowfilter.publisher.copy_source import (
     DEFAULT_BLOCK_ROWS,
     PartitionOptions,
@@ -101,58 +102,6 @@ def resync_again(tables: Sequence[TableName | str]) -> str:
     return f"run `rowfilter resync {' '.join(f'--table {t}' for t in names)} --copy` again"
 
 
-class SparkOnDemand:
-    """The job's Spark session, started the first time a table needs Spark: to run several readers, or
-    to size them by Spark's parallelism. A table read by one reader copies without Spark, as tablesync
-    does; a job of such tables never loads pyspark (its Connect client alone takes 0.7 s to import).
-
-    Spark that cannot start, or cannot say its parallelism, stops the job before the table that asked
-    for it changes (the tables copied before keep their copies, and the run again skips them): the
-    error is kept as :attr:`failure`, which :meth:`CopyJob.copy` lets through instead of recording it
-    on the table (a Connect server that does not answer exits with the status Airflow retries).
-    """
-
-    def __init__(self, spec: SubscriptionSpec, given: SparkSession | None) -> None:
-        self.spec = spec
-        self.given = given
-        self.session: SparkSession | None = None
-        self.parallelism: int | None = None
-        self.failure: Exception | None = None
-        self.stack = ExitStack()
-
-    def __enter__(self) -> SparkOnDemand:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stack.close()
-
-    def __call__(self) -> SparkSession:
-        if self.session is None:
-            from airflow_provider_rowfilter.spark.session import job_session
-
-            try:
-                session = self.stack.enter_context(job_session(self.spec, "snapshot", self.given))
-                _refuse_speculation(session)
-            except Exception as e:
-                self.failure = e
-                raise
-            self.session = session
-        return self.session
-
-    def default_parallelism(self) -> int:
-        """Spark's default parallelism (one small action), asked once."""
-        if self.parallelism is None:
-            from airflow_provider_rowfilter.spark.copy_frames import default_parallelism
-
-            session = self()
-            try:
-                self.parallelism = default_parallelism(session)
-            except Exception as e:
-                self.failure = e
-                raise
-        return self.parallelism
-
-
 class CopyJob:
     """The per-table copy, sharing the definitions, the state store and the Spark session (on demand)."""
 
@@ -224,7 +173,7 @@ class CopyJob:
         # records f, as tablesync does, and writes each row once (subscriber/copy_target.py copy_direct).
         direct = len(reads) == 1
         if not direct:
-            self.spark()  # started before the table changes (see SparkOnDemand)
+            self.spark.get()  # started before the table changes (see flows/spark_on_demand.py)
         with ExitStack() as held:
             # The copy starts with the snapshot it reads, then ONE subscriber transaction: a new staging
             # table (an interrupted attempt's is dropped with what it staged: the copy is redone from
@@ -275,7 +224,7 @@ class CopyJob:
 
                     # The writers' fence: this attempt's updated_at, as set_state(d) wrote it.
                     fence = CopyFence(self.spec.subscription, table.schema, table.name, self.store.copy_token(table))
-                    staged = run_partitions(self.spark(), reads, partial(
+                    staged = run_partitions(self.spark.get(), reads, partial(
                         copy_partition, self.source_conninfo, snap, self.target_conninfo, target.copy_sql(),
                         fence=fence, block_rows=self.options.fetch_size))
         if not direct:  # the rows and the state f, together, tagged as the copy's (replication_origin.py)
@@ -310,8 +259,8 @@ def _drop_staging_quietly(conn: psycopg.Connection, target: CopyTarget) -> None:
         log.warning("%s: could not drop the staging table %s: %s", target.table, target.staging, describe(e))
 
 
-def _refuse_speculation(spark: SparkSession) -> None:
-    # A speculative copy of a partition would commit the same rows twice.
+def refuse_speculation(spark: SparkSession) -> None:
+    """Refuse a session that copies speculatively: a speculative copy of a partition would commit the same rows twice."""
     from airflow_provider_rowfilter.spark.copy_frames import speculation
 
     if speculation(spark):
