@@ -10,7 +10,7 @@ here writes, so a role with ``SELECT`` on the schema is enough. Writers are in s
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -349,6 +349,21 @@ class StateReader:
         rels = self._read(_tables(self.subscription))
         wanted = set(tables) if tables is not None else None
         return [r for r in rels if wanted is None or r.table in wanted]
+
+    def chosen_tables(self, tables: Sequence[TableName] | None) -> list[RelState]:
+        """The subscription's tables, or ``tables`` of them in their order, once each; each must be one of its
+        tables (:class:`StateError` names the first that is not)."""
+        rels = self.tables()
+        if tables is None:
+            return rels
+        known = {r.table: r for r in rels}
+        unknown = [t for t in tables if t not in known]
+        if unknown:
+            raise StateError(f"table {unknown[0]} is not part of subscription {self.subscription!r}",
+                             table=str(unknown[0]),
+                             hint=f"its tables are {', '.join(str(t) for t in known) or 'none yet'}; a table newly "
+                             "added to a publication joins after `rowfilter refresh`")
+        return [known[t] for t in dict.fromkeys(tables)]
 
     def read_state(self) -> StateReading:
         """The subscription's row and its tables, read together (the sensor's and the DAG factory's view)."""

@@ -56,7 +56,7 @@ from airflow_provider_rowfilter.subscriber.copy_target import (
     fence_copies,
     truncate,
 )
-from airflow_provider_rowfilter.subscriber.state import RelState, StateError, StateStore, migrate
+from airflow_provider_rowfilter.subscriber.state import StateStore, migrate
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -114,7 +114,7 @@ def _copy_tables(spec: SubscriptionSpec, tables: Sequence[TableName] | None, *, 
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
-        chosen = _chosen(store, tables)
+        chosen = store.chosen_tables(tables)
         todo = chosen if resync else [r for r in chosen if r.state in COPYABLE and not r.reconciling]
         for rel in chosen:
             if rel.reconciling and not resync:
@@ -156,7 +156,7 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
-        for rel in _chosen(store, tables):
+        for rel in store.chosen_tables(tables):
             with table_lock(sub, spec.subscription, rel.table):
                 target = check_target(sub, spec.subscription, rel.table, ())
                 try:
@@ -171,17 +171,3 @@ def resync(spec: SubscriptionSpec, tables: Sequence[TableName], *, copy: bool = 
             log.info("%s: emptied and sent back to state i (was %s)", rel.table, rel.state.value)
     return TableSyncResult(spec.subscription, [
         TableCopy(str(t), SyncState.INIT.value, note="emptied; the next snapshot copies it") for t in tables])
-
-
-def _chosen(store: StateStore, tables: Sequence[TableName] | None) -> list[RelState]:
-    rels = store.tables()
-    if tables is None:
-        return rels
-    known = {r.table: r for r in rels}
-    unknown = [t for t in tables if t not in known]
-    if unknown:
-        raise StateError(f"table {unknown[0]} is not part of subscription {store.subscription!r}",
-                         table=str(unknown[0]),
-                         hint=f"its tables are {', '.join(str(t) for t in known) or 'none yet'}; a table newly "
-                         "added to a publication joins after `rowfilter refresh`")
-    return [known[t] for t in dict.fromkeys(tables)]

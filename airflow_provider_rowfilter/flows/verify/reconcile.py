@@ -42,7 +42,7 @@ from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.core.table_compare import GROUP_ROWS, TableCheck
 from airflow_provider_rowfilter.flows.verify.comparison import Engines, Sides, bucket_pass, check_of, group_fixes, plan_table
-from airflow_provider_rowfilter.flows.verify.verify import LOCK_WAIT, MAX_READERS, chosen_tables, verify
+from airflow_provider_rowfilter.flows.verify.verify import LOCK_WAIT, MAX_READERS, verify
 from airflow_provider_rowfilter.publisher.capture_objects import current_lsn
 from airflow_provider_rowfilter.publisher.copy_source import exported_snapshot
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
@@ -105,7 +105,7 @@ def reconcile(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None,
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         store.require_subscription()
-        rels = chosen_tables(store, tables)
+        rels = store.chosen_tables(tables)
         definitions = load_definitions(spec, pub)
         job = _Reconcile(spec, store, pub, definitions, engines, max_readers, group_rows)
         for rel in rels:

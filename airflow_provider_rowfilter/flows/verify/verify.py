@@ -37,7 +37,15 @@ from airflow_provider_rowfilter.publisher.copy_source import ExportedSnapshot, e
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.subscriber.compare_target import exported_positions, native_subscriptions_of
 from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
-from airflow_provider_rowfilter.subscriber.state import APPLIED, APPLY_LOCK, RelState, StateStore, job_lock, migrate
+from airflow_provider_rowfilter.subscriber.state import (
+    APPLIED,
+    APPLY_LOCK,
+    RelState,
+    StateStore,
+    job_lock,
+    migrate,
+    slot_lost,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -99,13 +107,6 @@ class VerifyResult:
             "shows what it would change); docs/verify.md says which repair fits which cause")
 
 
-def chosen_tables(store: StateStore, tables: Sequence[TableName] | None) -> list[RelState]:
-    """The subscription's tables (``tables`` of them; each must be one of its tables)."""
-    from airflow_provider_rowfilter.flows.table_sync.sync import _chosen
-
-    return _chosen(store, tables)
-
-
 def why_not_compared(rel: RelState, definitions: Definitions) -> str | None:
     """Why a table has nothing to compare (None: it has)."""
     if rel.reconciling:
@@ -132,7 +133,7 @@ def verify(spec: SubscriptionSpec, tables: Sequence[TableName] | None = None, *,
         migrate(sub)
         store = StateStore(sub, spec.subscription)
         enabled = store.require_subscription().enabled
-        chosen = [r.table for r in chosen_tables(store, tables)]
+        chosen = [r.table for r in store.chosen_tables(tables)]
         definitions = load_definitions(spec, pub)
         rels = store.tables(chosen)
         wanted = {r.table for r in rels if why_not_compared(r, definitions) is None}
@@ -234,7 +235,6 @@ def capture_through(spec: SubscriptionSpec, store: StateStore, lsn: str) -> None
     """Capture the slot into the change log up to ``lsn``: every transaction committed before it, none after
     (``upto_lsn``: pg_logical_slot_peek_binary_changes stops after the first record ending at or past it,
     logicalfuncs.c ``pg_logical_slot_get_changes_guts``). Under the apply's lock."""
-    from airflow_provider_rowfilter.flows.refresh import slot_lost
     from airflow_provider_rowfilter.publisher.capture import capture
 
     target = parse_lsn(lsn)
