@@ -4,7 +4,7 @@ Both sides run the same SQL over the same columns (the table's published columns
 order), so each database hashes its own rows and only small aggregates travel (docs/verify.md):
 
 1. **Buckets.** Every row falls into one bucket, by its key: ranges of a single integer key
-   (:class:`KeyRanges`: an index range scan reads one), else a hash of the key (:class:`KeyHashes`); a
+   (:class:`RangeBuckets`: an index range scan reads one), else a hash of the key (:class:`HashBuckets`); a
    table without a usable key is compared as a multiset of rows, bucketed by the hash of the whole row.
    Per bucket each side returns its row count and the sum of its rows' 64-bit hashes: equal pairs mean
    equal rows (a sum, not a XOR, so a row present twice counts twice). A row's hash is
@@ -121,7 +121,7 @@ def record_hash_probe(columns: Sequence[str], types: Mapping[str, str]) -> str:
 
 # --- buckets -------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class KeyRanges:
+class RangeBuckets:
     """Buckets of equal width of a single integer key: bucket ``i`` is ``[lower + i*stride, lower + (i+1)*stride)``,
     the first and the last open-ended."""
 
@@ -131,7 +131,7 @@ class KeyRanges:
     count: int
 
     @classmethod
-    def spanning(cls, column: str, lower: int, upper: int, rows: int) -> KeyRanges:
+    def spanning(cls, column: str, lower: int, upper: int, rows: int) -> RangeBuckets:
         """Buckets over ``[lower, upper]`` for about ``rows`` rows."""
         count = bucket_count(rows)
         stride = max(1, math.ceil((upper - lower + 1) / count))
@@ -161,7 +161,7 @@ class KeyRanges:
 
 
 @dataclass(frozen=True)
-class KeyHashes:
+class HashBuckets:
     """Buckets by a non-negative 31-bit hash of the key (of the whole row, for a multiset): ``count`` of them."""
 
     columns: tuple[str, ...]  # the key's (the row's)
@@ -185,7 +185,7 @@ class KeyHashes:
         return f"{self.bucket_sql(alias)} = ANY ('{{{','.join(map(str, chosen))}}}'::int4[])"
 
 
-Buckets = KeyRanges | KeyHashes
+Buckets = RangeBuckets | HashBuckets
 
 
 def bucket_count(rows: int) -> int:

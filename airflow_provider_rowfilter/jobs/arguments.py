@@ -29,7 +29,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def load_spec(args: argparse.Namespace) -> SubscriptionSpec:
+def spec_from_arguments(args: argparse.Namespace) -> SubscriptionSpec:
     return SubscriptionSpec.load(args.spec) if args.spec else SubscriptionSpec.from_json(args.spec_json)
 
 
@@ -43,7 +43,7 @@ def positive(text: str) -> int:
 
 def parse(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> tuple[argparse.Namespace, SubscriptionSpec]:
     args = p.parse_args(argv)
-    return args, load_spec(args)
+    return args, spec_from_arguments(args)
 
 
 def seconds(text: str) -> float:

@@ -48,7 +48,7 @@ from pyspark.sql import functions as F
 from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, BatchFacts, read_facts
 from airflow_provider_rowfilter.spark.fold_expressions import folded, single, single_vals
 from airflow_provider_rowfilter.spark.judge import judged_frame
-from airflow_provider_rowfilter.spark.log_reader import read_segments
+from airflow_provider_rowfilter.spark.log_reader import segments_frame
 from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS
 from airflow_provider_rowfilter.spark.sql_trees import lit, per_target, sql
 from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, STAGE_COLUMNS, copy_stage
@@ -211,7 +211,7 @@ def _sql_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[Non
 
 def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBatch:
     """Read the segments and judge every change of the subscribed tables (checkpointed locally on first use)."""
-    return decide_frame(read_segments(spark, paths), plan)
+    return decide_frame(segments_frame(spark, paths), plan)
 
 
 def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:

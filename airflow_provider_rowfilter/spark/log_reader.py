@@ -39,7 +39,7 @@ def hadoop_url(path: str) -> str:
     return HADOOP_SCHEMES.get(scheme.lower(), (scheme, ""))[0] + ":" + rest
 
 
-def read_segments(spark: SparkSession, paths: list[str]) -> DataFrame:
+def segments_frame(spark: SparkSession, paths: list[str]) -> DataFrame:
     """The segments as one DataFrame of the change log's rows."""
     urls = [hadoop_url(p) for p in paths]
     remote = next((u for u in urls if is_url(u)), None)

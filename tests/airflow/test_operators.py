@@ -518,7 +518,7 @@ def test_apply_operator_fields_outlets_and_application() -> None:
 
 def test_apply_command_line(dbs: Databases, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_rowfilter.jobs.apply import apply_parser
-    from airflow_provider_rowfilter.jobs.arguments import load_spec
+    from airflow_provider_rowfilter.jobs.arguments import spec_from_arguments
     from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "home"))
@@ -535,7 +535,7 @@ def test_apply_command_line(dbs: Databases, tmp_path: Path, monkeypatch: pytest.
         "--spec-json", command[command.index("--spec-json") + 1], "--max-changes", "500"]
     # The job's own parser reads exactly these arguments.
     args = apply_parser().parse_args(op.application_args)
-    spec = load_spec(args)
+    spec = spec_from_arguments(args)
     assert args.max_changes == 500
     assert spec.subscription == "s_apply" and spec.publications == ("p1", "p2")
     assert spec.change_log == str(Path(dag.folder) / "changes" / "s_apply")  # relative: from the DAG's folder

@@ -7,9 +7,9 @@ import pytest
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.table_compare import (
     EXAMPLES,
+    HashBuckets,
     Hashing,
-    KeyHashes,
-    KeyRanges,
+    RangeBuckets,
     add_sums,
     compare_shape,
     diff_keyed,
@@ -23,27 +23,27 @@ T = TableName("public", "t")
 
 
 def test_ranges_of_an_integer_key_cover_every_value_once():
-    buckets = KeyRanges.spanning("id", 1, 1000, rows=10_000)
+    buckets = RangeBuckets.spanning("id", 1, 1000, rows=10_000)
     assert (buckets.lower, buckets.stride, buckets.count) == (1, 334, 3)
     assert buckets.predicate([0]) == '(("id" < 335 OR "id" IS NULL))'
     assert buckets.predicate([1, 2]) == '(("id" >= 335))'  # consecutive buckets merged, the last open-ended
     assert buckets.predicate([0, 2]) == '(("id" < 335 OR "id" IS NULL) OR ("id" >= 669))'
     assert buckets.predicate([0, 1, 2]) == "((TRUE))"
     assert buckets.predicate([]) == "FALSE"
-    assert "div(" in KeyRanges("id", -(1 << 63), 1 << 60, 16).bucket_sql()  # past a bigint: numeric
+    assert "div(" in RangeBuckets("id", -(1 << 63), 1 << 60, 16).bucket_sql()  # past a bigint: numeric
 
 
 def test_hashed_buckets_of_a_key():
-    buckets = KeyHashes(("k",), Hashing.RECORD, 8)
+    buckets = HashBuckets(("k",), Hashing.RECORD, 8)
     assert buckets.bucket_sql("t") == '((hash_record_extended(ROW(t."k"), 1) & 2147483647) % 8)::int4'
     assert buckets.predicate([3, 1]) == ('((hash_record_extended(ROW("k"), 1) & 2147483647) % 8)::int4 '
                                          "= ANY ('{1,3}'::int4[])")
     assert buckets.predicate(range(8)) == "TRUE"
-    assert "md5(ROW(\"k\")::text)" in KeyHashes(("k",), Hashing.TEXT, 8).bucket_sql()
+    assert "md5(ROW(\"k\")::text)" in HashBuckets(("k",), Hashing.TEXT, 8).bucket_sql()
 
 
 def test_a_qualified_range():
-    assert KeyRanges("id", 0, 10, 2).predicate([1], "t") == '((t."id" >= 10))'
+    assert RangeBuckets("id", 0, 10, 2).predicate([1], "t") == '((t."id" >= 10))'
 
 
 @pytest.mark.parametrize(("pub", "sub", "record", "key", "integer", "hashing"), [

@@ -187,7 +187,7 @@ class CopyJob:
             # A table past its copy (a resync) holds the apply's lock from the snapshot to the move
             # to d, so that no batch moves its position past the snapshot and prunes the change log
             # the catch-up replays from (flows/apply/drain.py, _prune); a table in i or d keeps the log whole.
-            with applies_paused(sub, self.spec.subscription) if self.resync else nullcontext():
+            with resync_apply_lock(sub, self.spec.subscription) if self.resync else nullcontext():
                 snap = held.enter_context(exported_snapshot(
                     connect(self.spec.publisher, "publisher", self.spec, replication="database")))
                 with connect(self.spec.publisher, "publisher", self.spec) as pub:  # failover: before the copy
@@ -275,7 +275,7 @@ def table_lock(conn: psycopg.Connection, subscription: str, table: TableName) ->
         hint="wait for that job to end, then run this one again"))
 
 
-def applies_paused(conn: psycopg.Connection, subscription: str) -> AbstractContextManager[None]:
+def resync_apply_lock(conn: psycopg.Connection, subscription: str) -> AbstractContextManager[None]:
     """The apply's job lock, held by a resync while it starts its copy; refused while a batch runs."""
     return job_lock(conn, subscription, APPLY_LOCK, lambda: TableSyncError(
         f"an apply of subscription {subscription!r} is running; the table was left as it was",

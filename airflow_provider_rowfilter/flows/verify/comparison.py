@@ -27,8 +27,8 @@ from airflow_provider_rowfilter.core.table_compare import (
     HASH_PROBE,
     Buckets,
     CompareShape,
-    KeyHashes,
-    KeyRanges,
+    HashBuckets,
+    RangeBuckets,
     RowDiff,
     TableCheck,
     add_sums,
@@ -233,9 +233,9 @@ def plan_table(pub: psycopg.Connection, sub: psycopg.Connection, subscription: s
         bounds = [b for b in (key_bounds(pub, source, shape.key[0]), key_bounds(sub, target_source, shape.key[0]))
                   if b is not None]
         lower, upper = (min(b[0] for b in bounds), max(b[1] for b in bounds)) if bounds else (0, 0)
-        buckets = KeyRanges.spanning(shape.key[0], lower, upper, rows)
+        buckets = RangeBuckets.spanning(shape.key[0], lower, upper, rows)
     else:
-        buckets = KeyHashes(shape.key or shape.columns, shape.hashing, bucket_count(rows))
+        buckets = HashBuckets(shape.key or shape.columns, shape.hashing, bucket_count(rows))
     pages = max(table_pages(pub, source), table_pages(sub, target_source))
     return TablePlan(shape, source, target, target_source, buckets, tuple(reader_predicates(pub, source, max_readers)),
                      tuple(reader_predicates(sub, target_source, max_readers)), pages)
@@ -304,7 +304,7 @@ def row_diff(plan: TablePlan, sides: Sides, found: BucketPass, engine: Engine) -
     if not differing:
         return RowDiff()
     rows_sql = keyed_rows_sql if plan.shape.keyed else multiset_rows_sql
-    if isinstance(plan.buckets, KeyRanges):  # index ranges: one read per group on each side
+    if isinstance(plan.buckets, RangeBuckets):  # index ranges: one read per group on each side
         theirs = ours = group_predicates(plan, found)
     else:  # a hash needs a scan: one pass of each side's readers over every differing bucket
         chosen = plan.buckets.predicate(differing)
@@ -322,7 +322,7 @@ def _both(predicate: str, reader: str | None) -> str:
 def group_fixes(plan: TablePlan, found: BucketPass, group_rows: int = GROUP_ROWS) -> list[GroupFix]:
     """One fix per group of differing buckets: the publisher's COPY of the group's rows, the target's predicate."""
     fixes = []
-    if isinstance(plan.buckets, KeyHashes):  # no index finds a hashed range: each group scans both sides once
+    if isinstance(plan.buckets, HashBuckets):  # no index finds a hashed range: each group scans both sides once
         group_rows *= HASHED_GROUP_FACTOR
     for i, chosen in enumerate(groups(found.differing, found.sizes(), group_rows)):
         predicate = plan.buckets.predicate(chosen)
