@@ -114,7 +114,7 @@ class BatchAccount:
         from airflow_provider_rowfilter.subscriber import apply_stage, typed_keys
 
         self._wrap(typed_keys, "write_keys", self._phase("transaction: keys written (COPY, ANALYZE, existed)"))
-        self._wrap(apply_stage, "_copy_csv", self._phase("transaction: COPY rows"))
+        self._wrap(apply_stage, "copy_csv", self._phase("transaction: COPY rows"))
         return self
 
     def _captured(self, seconds: float, args) -> None:

@@ -20,12 +20,12 @@ settings), ``copies`` (the initial copies' mapped tasks), ``build`` (the DAGs of
 
 from __future__ import annotations
 
+from airflow_provider_rowfilter.core.dag_kinds import DAG_KINDS
 from airflow_provider_rowfilter.dag_factory.build import build_dags, dags_from_folder
 from airflow_provider_rowfilter.dag_factory.copies import WAITING_FOR_COPY, copy_tasks, tables_waiting_for_copy
 from airflow_provider_rowfilter.dag_factory.operations import check_dags, operations_dags
 from airflow_provider_rowfilter.dag_factory.placeholders import SpecFileWarning, invalid_spec_dag
 from airflow_provider_rowfilter.dag_factory.settings import (
-    DAG_KINDS,
     DEFAULT_POOL,
     SPEC_PATTERNS,
     AirflowSettings,

@@ -12,6 +12,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from airflow_provider_rowfilter.core.dag_kinds import DAG_KINDS
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.schedule import LATE_INTERVALS, longest_gap
 from airflow_provider_rowfilter.core.spec_values import CONN_ID
@@ -24,12 +25,11 @@ from airflow_provider_rowfilter.dag_factory.placeholders import (
     placeholder_ids,
 )
 from airflow_provider_rowfilter.dag_factory.settings import (
-    DAG_KINDS,
     SPEC_PATTERNS,
     AirflowSettings,
     SubscriptionFile,
-    _email_notifier,
     callback_from,
+    email_notifier,
 )
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
@@ -57,7 +57,7 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     }
     if s.owner:
         default_args["owner"] = s.owner
-    callbacks = [_email_notifier(s.email, str(source.path))] if s.email else []
+    callbacks = [email_notifier(s.email, str(source.path))] if s.email else []
     if s.on_failure_callback:
         callbacks.append(callback_from(s.on_failure_callback, str(source.path)))
     if callbacks:
@@ -180,7 +180,7 @@ def _placeholders(path: Path, error: Exception, taken: set[str]) -> dict[str, DA
     even that fails (whatever the file holds), one placeholder on the factory's default schedule, so that the file's
     failure still shows and alerts and the folder's other files load."""
     try:
-        kept = lenient_settings(path, AirflowSettings.from_mapping, _email_notifier)
+        kept = lenient_settings(path, AirflowSettings.from_mapping, email_notifier)
         return {dag_id: invalid_spec_dag(dag_id, path, error, kind=kind, settings=kept)
                 for dag_id, kind in placeholder_ids(path, taken, DAG_KINDS).items()}
     except Exception as e:

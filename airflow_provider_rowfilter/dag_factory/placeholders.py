@@ -30,6 +30,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, read_bytes, yaml_document
+from airflow_provider_rowfilter.dag_factory.settings import callback_from
 
 #: The schedule of the incremental sync when the file gives none (AirflowSettings.schedule's default).
 DEFAULT_SCHEDULE = "*/5 * * * *"
@@ -63,7 +64,7 @@ def lenient_settings(path: Path, settings_of: Callable[[Mapping[str, Any], str],
     """The schedules, start date, owner, tags and failure callbacks of ``path``'s ``airflow:`` section, each
     key checked on its own with ``settings_of`` (AirflowSettings.from_mapping); what does not pass is left out.
 
-    ``notifier`` builds the email notifier of a list of addresses (the factory's ``_email_notifier``).
+    ``notifier`` builds the email notifier of a list of addresses (the factory's ``email_notifier``).
     """
     text, raw = lenient_document(path)
     section = raw.get("airflow") if isinstance(raw, Mapping) else None
@@ -84,8 +85,6 @@ def lenient_settings(path: Path, settings_of: Callable[[Mapping[str, Any], str],
         except RowFilterError:
             pass
     if values.get("on_failure_callback"):
-        from airflow_provider_rowfilter.dag_factory import callback_from
-
         callbacks.append(callback_from(values["on_failure_callback"], source))
     given = "schedule" in values and _valid_schedule(values["schedule"])
     return LenientSettings(

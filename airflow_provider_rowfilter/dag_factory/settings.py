@@ -17,6 +17,7 @@ from typing import Any
 
 from airflow.sdk import DAG
 
+from airflow_provider_rowfilter.core.dag_kinds import DAG_KINDS
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
 from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, read_text, yaml_document
 from airflow_provider_rowfilter.core.schedule import DURATION, parse_duration
@@ -27,9 +28,6 @@ from airflow_provider_rowfilter.hooks.subscription_rel import parse_tables
 #: The pool that bounds parallel initial copies unless a spec file names another.
 DEFAULT_POOL = "rowfilter_copies"
 SPEC_PATTERNS = ("*.yaml", "*.yml")
-#: The DAGs of one spec file: the three that replicate, then the operations, run by hand with parameters.
-DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription",
-             "sync_sequences", "verify", "reconcile_tables", "watch")
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
@@ -152,7 +150,7 @@ _KINDS: dict[str, Any] = {
 }
 
 
-def _email_notifier(email: Sequence[str], source: str) -> Callable[..., Any]:
+def email_notifier(email: Sequence[str], source: str) -> Callable[..., Any]:
     """Airflow 3's way of emailing a failure (a task's ``email`` is deprecated): the smtp provider's notifier."""
     try:
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier

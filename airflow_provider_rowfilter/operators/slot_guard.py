@@ -12,14 +12,14 @@ from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.apply_dag import apply_dag
-from airflow_provider_rowfilter.operators.subscription_ops import _passwords, _SubscriptionOperator
+from airflow_provider_rowfilter.operators.subscription_ops import SubscriptionOperator, connection_passwords
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, in_airflow_terms
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class SlotGuardOperator(_SubscriptionOperator):
+class SlotGuardOperator(SubscriptionOperator):
     """Keep the subscription's slot read while nothing applies it: one capture run into the change log.
 
     Runs when the incremental sync (``apply_dag_id``) is paused, when the subscription is disabled
@@ -38,7 +38,7 @@ class SlotGuardOperator(_SubscriptionOperator):
     "end_lsn", "caught_up"}``.
     """
 
-    template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "apply_dag_id")
+    template_fields: Sequence[str] = (*SubscriptionOperator.template_fields, "apply_dag_id")
     roles = ("publisher", "subscriber")
     ui_color = "#d6e4f0"
 
@@ -71,14 +71,14 @@ class SlotGuardOperator(_SubscriptionOperator):
         resolved = self.resolve()
         name = resolved.spec.subscription
         try:
-            with _passwords(resolved):
+            with connection_passwords(resolved):
                 why = self._why(resolved, context)
             if why is None:
                 raise AirflowSkipException(f"subscription {name!r}: its apply reads the slot (its DAG is not paused, "
                                            "the subscription is enabled, the slot is not near an invalidation): "
                                            "nothing to guard")
             self.log.info("Subscription %s: %s: reading its slot into the change log, applying nothing", name, why)
-            with _passwords(resolved), environment(resolved.store_env):
+            with connection_passwords(resolved), environment(resolved.store_env):
                 result = guard_slot(resolved.spec, time_budget=self.time_budget)
         except (RowFilterError, psycopg.Error) as e:
             text = in_airflow_terms(self, str(e).strip())

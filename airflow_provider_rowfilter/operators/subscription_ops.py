@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class _SubscriptionOperator(BaseOperator):
+class SubscriptionOperator(BaseOperator):
     """A task on one subscription, given by a spec file and/or its fields (as the job operators take them)."""
 
     template_fields: Sequence[str] = ("spec", "subscription", "publisher_conn_id", "subscriber_conn_id")
@@ -52,13 +52,13 @@ class _SubscriptionOperator(BaseOperator):
             raise AirflowFailException(f"{self.task_id}: {e}") from e
 
 
-def _passwords(resolved: ResolvedSpec) -> AbstractContextManager[None]:
+def connection_passwords(resolved: ResolvedSpec) -> AbstractContextManager[None]:
     """The connections' passwords handed to the job's code in this process only (connection.py ``in_task``),
     never into the task's environment, which its child processes would inherit."""
     return in_task({role: e.password for role, e in resolved.endpoints.items() if e.password})
 
 
-class SkipTransactionOperator(_SubscriptionOperator):
+class SkipTransactionOperator(SubscriptionOperator):
     """``ALTER SUBSCRIPTION … SKIP (lsn = …)`` (``rowfilter skip``): the next apply drops the remote
     transaction that finished at ``lsn`` (the LSN a conflict error names); ``"NONE"`` clears it.
 
@@ -68,7 +68,7 @@ class SkipTransactionOperator(_SubscriptionOperator):
     rule and message). Returns (XCom) ``{"subscription", "skip_lsn"}``.
     """
 
-    template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "lsn")
+    template_fields: Sequence[str] = (*SubscriptionOperator.template_fields, "lsn")
 
     def __init__(self, *, lsn: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -90,7 +90,7 @@ class SkipTransactionOperator(_SubscriptionOperator):
         return {"subscription": resolved.spec.subscription, "skip_lsn": value}
 
 
-class DropSubscriptionOperator(_SubscriptionOperator):
+class DropSubscriptionOperator(SubscriptionOperator):
     """``DROP SUBSCRIPTION`` (``rowfilter drop``): the slot and our publications on the publisher, the
     subscription's state in the subscriber, the change log moved aside; the subscriber's tables stay.
 
@@ -103,7 +103,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
     what was dropped (flows/drop.py ``DropResult``).
     """
 
-    template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "confirm", "keep_slot")
+    template_fields: Sequence[str] = (*SubscriptionOperator.template_fields, "confirm", "keep_slot")
     roles = ("publisher", "subscriber")
 
     def __init__(self, *, confirm: str, keep_slot: bool | str = False, **kwargs: Any) -> None:
@@ -122,7 +122,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
                                        f"nothing was dropped (pass confirm={name!r} to drop subscription {name!r})")
         keep_slot = _boolean(self.keep_slot, f"{self.task_id}: keep_slot")
         try:
-            with _passwords(resolved):
+            with connection_passwords(resolved):
                 result = drop(resolved.spec, keep_slot=keep_slot)
         except (RowFilterError, psycopg.Error) as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e
@@ -139,7 +139,7 @@ class DropSubscriptionOperator(_SubscriptionOperator):
         return asdict(result)
 
 
-class SyncSequencesOperator(_SubscriptionOperator):
+class SyncSequencesOperator(SubscriptionOperator):
     """Move the subscriber's sequences past the publisher's (``rowfilter sync-sequences``): before a switchover or
     a failover to the subscriber, since logical replication does not replicate sequences.
 
@@ -151,7 +151,7 @@ class SyncSequencesOperator(_SubscriptionOperator):
     after and what was done (flows/sync_sequences.py ``SequencesResult``).
     """
 
-    template_fields: Sequence[str] = (*_SubscriptionOperator.template_fields, "tables", "dry_run")
+    template_fields: Sequence[str] = (*SubscriptionOperator.template_fields, "tables", "dry_run")
     roles = ("publisher", "subscriber")
 
     def __init__(self, *, tables: Sequence[str] | str | None = None, dry_run: bool | str = False,
@@ -169,7 +169,7 @@ class SyncSequencesOperator(_SubscriptionOperator):
         names = self.tables.split(",") if isinstance(self.tables, str) else list(self.tables or [])
         try:
             tables = [TableName.from_sql(t.strip(), "tables") for t in names if t.strip()] or None
-            with _passwords(resolved):
+            with connection_passwords(resolved):
                 result = sync_sequences(resolved.spec, tables, dry_run=dry_run)
         except (RowFilterError, psycopg.Error) as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e

@@ -23,17 +23,14 @@ from typing import Any, TypeVar, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_provider_rowfilter.core.dag_kinds import COMMAND_DAGS, DAG_KINDS
+
 F = TypeVar("F", bound=Callable[..., Any])
 _COMMAND = re.compile(r"`rowfilter (?P<command>[a-z-]+)(?P<args>[^`]*)`")
-#: The DAG of each command (dag_factory/settings.py ``DAG_KINDS``), and how its options become the DAG's parameters.
-_DAG_OF = {"skip": "skip_transaction", "resync": "resync_tables", "drop": "drop_subscription", "refresh": "refresh",
-           "snapshot": "refresh"}
 
 
 def factory_prefix(task: Any) -> str | None:
     """``rowfilter_s1`` when ``task`` is in a DAG of the DAG factory (its id ends with one of its kinds)."""
-    from airflow_provider_rowfilter.dag_factory import DAG_KINDS
-
     dag = task.dag if getattr(task, "has_dag", lambda: False)() else None
     if dag is None or "rowfilter" not in (dag.tags or ()):
         return None
@@ -54,9 +51,9 @@ def in_airflow_terms(task: Any, text: str) -> str:
             words = args.split()
         if "--spec" in words:
             return match.group(0)
-        if prefix is not None and command in _DAG_OF and "--recreate-slot" not in words:
+        if prefix is not None and command in COMMAND_DAGS and "--recreate-slot" not in words:
             params = _params(command, words)
-            what = f"the DAG {prefix}_{_DAG_OF[command]}"
+            what = f"the DAG {prefix}_{COMMAND_DAGS[command]}"
             return f"{what} (Trigger DAG with {params})" if params else what
         if prefix is not None and command == "status":
             return "Browse → Replication"

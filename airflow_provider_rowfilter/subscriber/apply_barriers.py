@@ -17,7 +17,7 @@ from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, log_change
 from airflow_provider_rowfilter.subscriber.origin_conflicts import LocalOrigin, report, row_origin
-from airflow_provider_rowfilter.subscriber.staged_sql import StagedStatements, TableCounts, _json_list, _json_text
+from airflow_provider_rowfilter.subscriber.staged_sql import StagedStatements, TableCounts, json_list, json_text
 from airflow_provider_rowfilter.subscriber.unique_conflicts import conflicting_rows, unique_indexes
 
 
@@ -63,14 +63,14 @@ class BarrierStatements(StagedStatements):
                     self.rel, self._update_set(vals_sql, sql.Literal(flags)), old_key))
         except psycopg.errors.UniqueViolation:
             self._moved_key_exists(key, vals_sql, flags, commit_lsn, xid, old_key)
-            new = [None if f != "0" else v for v, f in zip(_json_list(vals), flags, strict=False)]
+            new = [None if f != "0" else v for v, f in zip(json_list(vals), flags, strict=False)]
             by_name = dict(zip(self.target.column_names, new, strict=False))
-            self._conflict("update_exists", _json_text([by_name.get(k) for k in self.target.key]), commit_lsn, xid,
-                           _json_text(new))
+            self._conflict("update_exists", json_text([by_name.get(k) for k in self.target.key]), commit_lsn, xid,
+                           json_text(new))
         if cur.rowcount:
             counts.update += 1
             if local is not None:
-                self._origin_differed("U", local, counts, dict(zip(self.target.key, _json_list(key), strict=True)),
+                self._origin_differed("U", local, counts, dict(zip(self.target.key, json_list(key), strict=True)),
                                       vals, commit_lsn, xid)
         elif self.policy == "upsert":
             self.conn.execute(sql.SQL("INSERT INTO {} ({}) OVERRIDING SYSTEM VALUE SELECT {}").format(
@@ -79,7 +79,7 @@ class BarrierStatements(StagedStatements):
             counts.insert += 1
         else:
             counts.missing_update += 1
-            self._log_skipped("update_missing", dict(zip(self.target.key, _json_list(key), strict=True)), vals,
+            self._log_skipped("update_missing", dict(zip(self.target.key, json_list(key), strict=True)), vals,
                               commit_lsn, xid)
 
     def _moved_key_exists(self, key: str, vals_sql: sql.Composable, flags: str, commit_lsn: int, xid: int | None,
@@ -101,8 +101,8 @@ class BarrierStatements(StagedStatements):
             sql.SQL(", ").join(sql.SQL("n.{}::text").format(sql.Identifier(c)) for c in self.target.column_names),
             new)).fetchone()
         raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(found) > 1 else "update_exists",
-                            self.target.key, _json_list(key), int(commit_lsn), None if xid is None else int(xid),
-                            found, None if remote is None else list(remote), identity=(self.target.key, _json_list(key)))
+                            self.target.key, json_list(key), int(commit_lsn), None if xid is None else int(xid),
+                            found, None if remote is None else list(remote), identity=(self.target.key, json_list(key)))
 
     def _row_origin(self, where: sql.Composable) -> LocalOrigin | None:
         """The row a barrier's UPDATE or DELETE finds (``where``), when another origin last modified it
@@ -118,7 +118,7 @@ class BarrierStatements(StagedStatements):
                     f"replica identity ({', '.join(key)})=({', '.join(str(v) for v in key.values())})")
         report(self.target.table, op, local, identity, xid)
         if self.conflict_log is not None:
-            remote = None if vals is None else dict(zip(self.target.column_names, _json_list(vals), strict=False))
+            remote = None if vals is None else dict(zip(self.target.column_names, json_list(vals), strict=False))
             log_change(self.conn, self.conflict_log, self.target.table, kind, key, remote,
                        None if commit_lsn is None else format_lsn(int(commit_lsn)), None if xid is None else int(xid),
                        local.row)
@@ -127,7 +127,7 @@ class BarrierStatements(StagedStatements):
                      xid: int | None) -> None:
         if self.conflict_log is None:
             return
-        remote = None if vals is None else dict(zip(self.target.column_names, _json_list(vals), strict=False))
+        remote = None if vals is None else dict(zip(self.target.column_names, json_list(vals), strict=False))
         log_change(self.conn, self.conflict_log, self.target.table, kind, key, remote,
                    None if commit_lsn is None else format_lsn(int(commit_lsn)), None if xid is None else int(xid))
 

@@ -147,11 +147,11 @@ def copy_stage(conninfo: dict[str, str], columns: Sequence[str], batches: Iterab
     import pyarrow as pa
 
     with open_session(autocommit=False, **conninfo) as conn:
-        rows = _copy_csv(conn, STAGE, columns, batches)
+        rows = copy_csv(conn, STAGE, columns, batches)
     yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
 
 
-def _copy_csv(conn: psycopg.Connection, table: sql.Composable, columns: Sequence[str], batches: Iterable) -> int:
+def copy_csv(conn: psycopg.Connection, table: sql.Composable, columns: Sequence[str], batches: Iterable) -> int:
     """COPY Arrow record batches into ``table``, written as CSV by Arrow; returns the rows written."""
     import pyarrow as pa
     import pyarrow.csv as pa_csv
@@ -184,7 +184,7 @@ LOCAL_STAGE = sql.Identifier("rowfilter_batch_stage")
 def stage_locally(conn: psycopg.Connection, rows: pa.Table) -> sql.Composable:
     """COPY staged rows held in this process into :data:`LOCAL_STAGE`, in the caller's transaction; returns it."""
     conn.execute(sql.SQL("CREATE TEMP TABLE {} (LIKE {}) ON COMMIT DROP").format(LOCAL_STAGE, STAGE))
-    _copy_csv(conn, LOCAL_STAGE, rows.column_names, rows.to_batches(max_chunksize=50_000))
+    copy_csv(conn, LOCAL_STAGE, rows.column_names, rows.to_batches(max_chunksize=50_000))
     conn.execute(sql.SQL("CREATE INDEX ON {} ({})").format(
         LOCAL_STAGE, sql.SQL(", ").join(sql.Identifier(c) for c in STAGE_INDEX if c != "token")))
     return LOCAL_STAGE
@@ -192,7 +192,7 @@ def stage_locally(conn: psycopg.Connection, rows: pa.Table) -> sql.Composable:
 
 def stage_more(conn: psycopg.Connection, rows: pa.Table) -> None:
     """COPY more rows held in this process into :data:`LOCAL_STAGE` (made by :func:`stage_locally`)."""
-    _copy_csv(conn, LOCAL_STAGE, rows.column_names, rows.to_batches(max_chunksize=50_000))
+    copy_csv(conn, LOCAL_STAGE, rows.column_names, rows.to_batches(max_chunksize=50_000))
 
 
 def new_token(subscription: str) -> str:

@@ -47,7 +47,7 @@ from airflow_provider_rowfilter.subscriber.change_by_change import (
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, log_keys
 from airflow_provider_rowfilter.subscriber.direct_update import update_directly
 from airflow_provider_rowfilter.subscriber.origin_conflicts import origin_differs, tracks_origins
-from airflow_provider_rowfilter.subscriber.staged_sql import TableCounts, _json_list
+from airflow_provider_rowfilter.subscriber.staged_sql import TableCounts, json_list
 from airflow_provider_rowfilter.subscriber.target_table import (
     ApplyTarget,
     ApplyTargetError,
@@ -262,8 +262,8 @@ class StagedTable(BarrierStatements):
         found = conflicting_rows(self.conn, self.rel, self.target.column_names, new, indexes, other_row=True)
         remote, lsn, xid = self._remote(new)
         raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(found) > 1 else "update_exists",
-                            self.target.key, _json_list(key), lsn, xid, found, remote, batch=self.span,
-                            identity=(self.target.key, _json_list(key)))
+                            self.target.key, json_list(key), lsn, xid, found, remote, batch=self.span,
+                            identity=(self.target.key, json_list(key)))
 
     def _insert_exists(self, phase: int, key: str, commit_lsn: int, xid: int | None, vals: str | None) -> None:
         """An INSERT whose key the subscriber has: ``insert_exists``, or ``multiple_unique_conflicts`` when its row
@@ -273,8 +273,8 @@ class StagedTable(BarrierStatements):
                                  unique_indexes(self.conn, table_sql(self.target.table)))
         local = found or [row for row in [self._local_row(key)] if row is not None]
         raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(local) > 1 else "insert_exists",
-                            self.target.key, _json_list(key), int(commit_lsn), None if xid is None else int(xid),
-                            local, None if vals is None else _json_list(vals))
+                            self.target.key, json_list(key), int(commit_lsn), None if xid is None else int(xid),
+                            local, None if vals is None else json_list(vals))
 
     def _other_index_conflict(self, phase: int) -> None:
         """The phase's INSERT violated a unique index other than the key: raise PostgreSQL 18's conflict for the
@@ -288,4 +288,4 @@ class StagedTable(BarrierStatements):
         found = conflicting_rows(self.conn, self.rel, self.target.column_names, new, indexes)
         remote, lsn, xid = self._remote(new)
         raise ConflictError(self.target.table, "multiple_unique_conflicts" if len(found) > 1 else "insert_exists",
-                            self.target.key, _json_list(key), lsn, xid, found, remote, batch=self.span)
+                            self.target.key, json_list(key), lsn, xid, found, remote, batch=self.span)

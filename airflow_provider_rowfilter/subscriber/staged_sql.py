@@ -135,9 +135,9 @@ class StagedStatements:
 
     def _conflict(self, kind: str, key: str, commit_lsn: int, xid: int | None, vals: str | None = None) -> None:
         local = self._local_row(key)
-        raise ConflictError(self.target.table, kind, self.target.key, _json_list(key), int(commit_lsn),
+        raise ConflictError(self.target.table, kind, self.target.key, json_list(key), int(commit_lsn),
                             None if xid is None else int(xid), [] if local is None else [local],
-                            None if vals is None else _json_list(vals))
+                            None if vals is None else json_list(vals))
 
     def _local_row(self, key: str) -> LocalRow | None:
         """The subscriber's row holding ``key`` (a JSON list), the index it exists in, its xmin."""
@@ -155,12 +155,12 @@ class StagedStatements:
                WHERE i.indrelid = %s AND (i.indisreplident OR i.indisprimary)
                ORDER BY i.indisreplident DESC LIMIT 1""", (row[1],)).fetchone()
         return LocalRow("?" if index is None else index[0], row[0], tuple(row[2:]), self.target.key,
-                        tuple(_json_list(key)))
+                        tuple(json_list(key)))
 
 
-def _json_list(text: str) -> list[str | None]:
+def json_list(text: str) -> list[str | None]:
     return list(json.loads(text))
 
 
-def _json_text(values: Sequence[str | None]) -> str:
+def json_text(values: Sequence[str | None]) -> str:
     return json.dumps(list(values))

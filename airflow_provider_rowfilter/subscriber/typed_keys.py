@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, _copy_csv, stage_locally
+from airflow_provider_rowfilter.subscriber.apply_stage import STAGE_COLUMNS, copy_csv, stage_locally
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTarget
 
 if TYPE_CHECKING:  # loaded by the functions that take Arrow rows: the subscriber's side imports no Arrow
@@ -87,7 +87,7 @@ def write_keys(conn: psycopg.Connection, keys: sql.Identifier, rel: sql.Composab
     items = key_items(rows.column("key").combine_chunks(), len(target.key)) if target.key else []
     written = pa.table([rows.column("phase"), rows.column("key"), *items, *(rows.column(c) for c in _CARRIED),
                         existed], names=columns)
-    _copy_csv(conn, keys, columns, written.to_batches(max_chunksize=50_000))
+    copy_csv(conn, keys, columns, written.to_batches(max_chunksize=50_000))
     if key_phases(rows):
         conn.execute(sql.SQL("CREATE INDEX ON {} (phase)").format(keys))
     conn.execute(sql.SQL("ANALYZE {} ({})").format(keys, sql.SQL(", ").join(
