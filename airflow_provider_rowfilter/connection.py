@@ -27,9 +27,9 @@ from typing import Any
 
 import psycopg
 
-from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, check_no_password, parse, scrub
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.conninfo import PASSWORD_ENV, check_no_password, parse, scrub
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 __all__ = ["PASSWORD_ENV", "SECURE_SEARCH_PATH_SQL", "connect", "conninfo_params", "in_task", "is_transient",
            "open_async_session", "open_session", "password"]
@@ -95,7 +95,7 @@ def connect(url: str | None, role: str, spec: SubscriptionSpec, **params: str) -
         return open_session(url, application_name=f"rowfilter:{spec.subscription}", **extra)
     except psycopg.OperationalError as e:
         # libpq's and the server's texts quote values of the string: only host, port, user and dbname
-        # may show (core/conninfo.py, scrub); the traceback's chain would repeat the raw text
+        # may show (core/spec/conninfo.py, scrub); the traceback's chain would repeat the raw text
         host = next((p.value for p in parse(url) if p.key == "host"), "?")
         text = scrub(str(e).strip(), url)
         conn_id = getattr(spec, f"{role}_conn_id", None)  # the spec came from Airflow: name its connection too
@@ -145,7 +145,7 @@ def _warn_search_path(options: str | None) -> None:
     """Say once per process that a connection's ``options`` (its string's, or ``PGOPTIONS``) ask for a search_path
     the pin replaces. PostgreSQL's CREATE SUBSCRIPTION accepts such a conninfo and pins all the same, silently;
     here the request is named, since whoever wrote it expects it to take effect. The options carry no secret
-    (core/conninfo.py refuses one in any value), but only the setting's name is logged."""
+    (core/spec/conninfo.py refuses one in any value), but only the setting's name is logged."""
     if options and "search_path" in options.lower() and options not in _WARNED:
         _WARNED.add(options)
         log.warning("a connection's options set search_path: ignored. Every session runs with an empty "

@@ -123,7 +123,7 @@ def wait_confirmed(pub: str, slot: str, target: str, deadline: float) -> None:
 
 def in_process(spec_file: Path, args) -> tuple[list[dict], dict[str, float]]:
     """Ours as one draining run in this process (the job's ``apply``), its time by phase."""
-    from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+    from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
     from airflow_provider_rowfilter.flows.apply.drain import apply
 
     spec = SubscriptionSpec.load(spec_file)

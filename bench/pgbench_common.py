@@ -28,7 +28,7 @@ from apply import (  # noqa: E402  (bench/apply.py: the shared helpers; puts thi
     write_spec,
 )
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.publisher.capture_objects import capture_names  # noqa: E402
 from airflow_provider_rowfilter.spark import connect_server  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from snapshot_copy import TABLE, admin_url, create_database, digest, publisher_setup, start_spark  # noqa: E402
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.flows.verify import comparison  # noqa: E402

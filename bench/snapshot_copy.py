@@ -36,7 +36,7 @@ from psycopg import sql
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables  # noqa: E402
 from airflow_provider_rowfilter.publisher.capture_objects import drop_capture_objects  # noqa: E402

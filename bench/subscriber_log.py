@@ -65,7 +65,7 @@ from subscriber_table_log import (  # noqa: E402
 )
 
 from airflow_provider_rowfilter.core.lsn import parse_lsn  # noqa: E402
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres  # noqa: E402
 from airflow_provider_rowfilter.tooling.native import NativeSubscription  # noqa: E402
 

@@ -44,7 +44,7 @@ from snapshot_copy import (  # noqa: E402
     start_spark,
 )
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec  # noqa: E402
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec  # noqa: E402
 from airflow_provider_rowfilter.flows.refresh import refresh  # noqa: E402
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables  # noqa: E402
 from airflow_provider_rowfilter.flows.verify import comparison  # noqa: E402

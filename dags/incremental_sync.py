@@ -38,7 +38,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from airflow_provider_rowfilter.core.spec_values import SUBSCRIPTION_NAME
+from airflow_provider_rowfilter.core.spec.values import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 
 with DAG(

@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import DAG, Param
 
-from airflow_provider_rowfilter.core.spec_values import SUBSCRIPTION_NAME
+from airflow_provider_rowfilter.core.spec.values import SUBSCRIPTION_NAME
 from airflow_provider_rowfilter.dag_factory import copy_tasks
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator

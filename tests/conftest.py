@@ -213,7 +213,7 @@ def spark_connect_server() -> Iterator[ServerInfo]:
     """The run's one local Spark Connect server (started only when a test asks). It answers only its token,
     which is the run's ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` (as a user exports it, or an operator sets it from
     the ``spark_connect`` connection), so that every job process of the run finds it."""
-    from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV
+    from airflow_provider_rowfilter.core.spec.spark_remote import SPARK_CONNECT_TOKEN_ENV
     from airflow_provider_rowfilter.spark import connect_server
 
     with socket.socket() as probe:  # a free port on loopback

@@ -33,5 +33,5 @@ class PasswordRole:
 PUBLISHER = PasswordRole("rf_test_publisher", f"pub-{secrets.token_urlsafe(18)}")
 SUBSCRIBER = PasswordRole("rf_test_subscriber", f"sub-{secrets.token_urlsafe(18)}")
 ROLES = {"publisher": PUBLISHER, "subscriber": SUBSCRIBER}
-#: What a job reads the passwords from (core/conninfo.py PASSWORD_ENV).
+#: What a job reads the passwords from (core/spec/conninfo.py PASSWORD_ENV).
 PASSWORD_ENV = {"ROWFILTER_PUBLISHER_PASSWORD": PUBLISHER.password, "ROWFILTER_SUBSCRIBER_PASSWORD": SUBSCRIBER.password}

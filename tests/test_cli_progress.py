@@ -20,7 +20,7 @@ from rich.console import Console
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.console.progress import BarHandler, bar_display
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.humane import PROGRESS_ATTR, ProgressReport
 from tests.terminal import exe, tmux_screens

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_provider_rowfilter import connection
 from airflow_provider_rowfilter.connection import connect, open_async_session, open_session
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.subscriber.copy_target import executor_conninfo
 
 PACKAGE = Path(connection.__file__).parent

@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "airflow_provider_rowfilter"
 FOLDERS = ("airflow_provider_rowfilter", "tests", "docs", "bench", "dags", "scripts")
-#: The package's own folders and modules, as its modules cite one another (``core/spec.py``).
+#: The package's own folders and modules, as its modules cite one another (``core/spec/subscription.py``).
 INSIDE = tuple(p.name for p in PACKAGE.iterdir() if not p.name.startswith(("_", ".")))
 _PATH = re.compile(r"(?<![\w./-])((?:[A-Za-z_][\w-]*/)+[\w-]+\.(?:py|md|sql|yaml|yml|json|svg|sh|toml|cfg|txt))(?![\w/])")
 _NOQA = re.compile(r"#\s*noqa:\s*([A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)")

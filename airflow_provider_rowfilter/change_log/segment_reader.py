@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.change_log.segment_schema import METADATA_KEY, SCHEMA
-from airflow_provider_rowfilter.core.relation_checks import IdentitySpan, RelationSpan
+from airflow_provider_rowfilter.core.apply.relation_checks import IdentitySpan, RelationSpan
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.change_log.log import Segment
@@ -84,7 +84,7 @@ def read_segments(segments: Sequence[Segment]) -> pa.Table:
 
 
 def segment_identities(path: str | os.PathLike) -> list[IdentitySpan]:
-    """The replica identities the UPDATEs and DELETEs of a segment were logged under (core/apply_plan.py
+    """The replica identities the UPDATEs and DELETEs of a segment were logged under (core/apply/plan.py
     ``check_identities``): one entry per table, operation, identity and key, with where it first and last appears.
     Reads the few columns that say it, not the values."""
     table = read_table(path, columns=["commit_lsn", "lsn", "kind", "schema", "table", "replica_identity",

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_rowfilter.core.relation_checks import RelationSpan
+from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
 
 FORMAT_VERSION = 1  # of a segment
 METADATA_KEY = "rowfilter.change_log"

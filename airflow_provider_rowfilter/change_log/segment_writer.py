@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.log import ChangeLog, ChangeLogError, Segment
 from airflow_provider_rowfilter.change_log.segment_schema import FORMAT_VERSION, METADATA_KEY, SCHEMA, ChangeRows
+from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
 from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.private_files import create_private
-from airflow_provider_rowfilter.core.relation_checks import RelationSpan
 
 DEFAULT_ROW_GROUP_ROWS = 10_000
 

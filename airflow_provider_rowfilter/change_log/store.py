@@ -45,9 +45,9 @@ from airflow_provider_rowfilter.change_log.log import (
     segment_name,
 )
 from airflow_provider_rowfilter.change_log.segment_reader import read_metadata
-from airflow_provider_rowfilter.core.log_location import LogLocation
 from airflow_provider_rowfilter.core.lsn import format_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.log_location import LogLocation
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 _CHUNK = 8 << 20  # bytes per write of an upload (pyarrow sends parts of its own size)
 

@@ -26,7 +26,7 @@ from airflow_provider_rowfilter.cli.spec_file import load_spec
 from airflow_provider_rowfilter.cli.status import STATUS_COLUMNS, status
 from airflow_provider_rowfilter.console.output import output_format
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 
 __all__ = ["COMMANDS", "EXIT_BROKEN", "STATUS_COLUMNS", "console", "err_console", "load_spec", "main",

@@ -13,15 +13,15 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import (
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.core.publication import PublishAction
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.publication.model import PublishAction
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 
 def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     """Validate the spec's publications against the publisher and print the effective filters."""
     from airflow_provider_rowfilter.connection import connect
-    from airflow_provider_rowfilter.core.schedule import longest_gap
     from airflow_provider_rowfilter.core.slot_retention import schedule_risks
+    from airflow_provider_rowfilter.core.spec.schedule import longest_gap
     from airflow_provider_rowfilter.publisher.capture_objects import capture_names
     from airflow_provider_rowfilter.publisher.definitions import load_definitions
     from airflow_provider_rowfilter.publisher.readiness import readiness, spec_standbys
@@ -53,7 +53,7 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     return 0
 
 
-#: How validate and status name each mode (core/spec.py ``filtering``).
+#: How validate and status name each mode (core/spec/subscription.py ``filtering``).
 FILTERING_LABELS = {"source": "source (the publisher's pgoutput)", "spark": "spark (the apply judges)"}
 
 

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.spec_values import CONN_ID
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.values import CONN_ID
 
 
 def load_spec(path: str, needs: Sequence[str] = ("publisher", "subscriber"),

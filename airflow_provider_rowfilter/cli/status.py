@@ -12,7 +12,7 @@ from airflow_provider_rowfilter.cli.console import EXIT_BROKEN, console, say
 from airflow_provider_rowfilter.console.output import Column, output_format, print_table
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.slot_retention import Exposure, exposures
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.humane import ago, counts_text, duration, size
 
 if TYPE_CHECKING:

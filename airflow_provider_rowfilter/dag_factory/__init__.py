@@ -20,7 +20,7 @@ settings), ``copies`` (the initial copies' mapped tasks), ``build`` (the DAGs of
 
 from __future__ import annotations
 
-from airflow_provider_rowfilter.core.dag_kinds import DAG_KINDS
+from airflow_provider_rowfilter.core.spec.dag_kinds import DAG_KINDS
 from airflow_provider_rowfilter.dag_factory.build import build_dags, dags_from_folder
 from airflow_provider_rowfilter.dag_factory.copies import WAITING_FOR_COPY, copy_tasks, tables_waiting_for_copy
 from airflow_provider_rowfilter.dag_factory.operations import check_dags, operations_dags

@@ -12,10 +12,10 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from airflow_provider_rowfilter.core.dag_kinds import DAG_KINDS
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.schedule import LATE_INTERVALS, longest_gap
-from airflow_provider_rowfilter.core.spec_values import CONN_ID
+from airflow_provider_rowfilter.core.spec.dag_kinds import DAG_KINDS
+from airflow_provider_rowfilter.core.spec.schedule import LATE_INTERVALS, longest_gap
+from airflow_provider_rowfilter.core.spec.values import CONN_ID
 from airflow_provider_rowfilter.dag_factory.copies import copy_tasks
 from airflow_provider_rowfilter.dag_factory.operations import operations_dags
 from airflow_provider_rowfilter.dag_factory.placeholders import (

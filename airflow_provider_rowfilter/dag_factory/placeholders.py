@@ -29,7 +29,7 @@ from airflow.sdk import DAG, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, read_bytes, yaml_document
+from airflow_provider_rowfilter.core.spec.input_files import MAX_SPEC_BYTES, read_bytes, yaml_document
 from airflow_provider_rowfilter.dag_factory.settings import callback_from
 
 #: The schedule of the incremental sync when the file gives none (AirflowSettings.schedule's default).
@@ -96,7 +96,7 @@ def lenient_settings(path: Path, settings_of: Callable[[Mapping[str, Any], str],
 
 def lenient_document(path: Path) -> tuple[str, Any]:
     """``(text, YAML)`` of a spec file whatever is wrong with it: ``("", None)`` when it cannot be read as a file
-    (core/input_files.py: not a regular file, too large), bytes that are not UTF-8 replaced by U+FFFD, and None
+    (core/spec/input_files.py: not a regular file, too large), bytes that are not UTF-8 replaced by U+FFFD, and None
     for YAML that does not parse or nests too deep. Never raises: what it returns only names a placeholder."""
     try:
         text = read_bytes(path, f"spec file {str(path)!r}", MAX_SPEC_BYTES).decode("utf-8", errors="replace")

@@ -17,12 +17,12 @@ from typing import Any
 
 from airflow.sdk import DAG
 
-from airflow_provider_rowfilter.core.dag_kinds import DAG_KINDS
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError
-from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, read_text, yaml_document
-from airflow_provider_rowfilter.core.schedule import DURATION, parse_duration
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.spec_values import parse_size
+from airflow_provider_rowfilter.core.spec.dag_kinds import DAG_KINDS
+from airflow_provider_rowfilter.core.spec.input_files import MAX_SPEC_BYTES, read_text, yaml_document
+from airflow_provider_rowfilter.core.spec.schedule import DURATION, parse_duration
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.values import parse_size
 from airflow_provider_rowfilter.hooks.subscription_rel import parse_tables
 
 #: The pool that bounds parallel initial copies unless a spec file names another.

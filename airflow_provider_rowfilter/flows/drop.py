@@ -27,7 +27,7 @@ from airflow_provider_rowfilter.change_log.log import ChangeLogError
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import CatalogError, RowFilterError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.humane import size
 from airflow_provider_rowfilter.publisher.capture_objects import (
     STOP_BEFORE_DROP,

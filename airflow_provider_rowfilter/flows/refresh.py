@@ -31,7 +31,6 @@ import psycopg
 
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect
-from airflow_provider_rowfilter.core.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.filters.subscription_filters import (
     filters_document,
@@ -39,10 +38,11 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import (
     leaf_capture_columns,
     subscribed_tables,
 )
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.schedule import longest_gap
+from airflow_provider_rowfilter.core.publication.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
+from airflow_provider_rowfilter.core.publication.relation import TableName
 from airflow_provider_rowfilter.core.slot_retention import schedule_risks
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.schedule import longest_gap
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.publisher.capture_objects import (
     CaptureError,
@@ -80,7 +80,7 @@ class RefreshResult:
     definitions_changed: bool = False
     resynced: list[str] = field(default_factory=list)  # sent back to i because the slot had to be recreated
     refused: dict[str, str] = field(default_factory=dict)  # on_invalid_table: skip: table -> why
-    filtering: str = "spark"  # source or spark: who evaluates the definitions (core/spec.py)
+    filtering: str = "spark"  # source or spark: who evaluates the definitions (core/spec/subscription.py)
     #: tables past i whose initial-copy filter or column list changed since the last refresh: what changed
     copy_definitions_changed: dict[str, str] = field(default_factory=dict)
     reconciled: list[dict] = field(default_factory=list)  # reconcile: true (or --reconcile): each table's result
@@ -107,7 +107,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
     in_place = spec.reconcile if reconcile is None else reconcile
     resynced: list[RelState] = []
     with connect(spec.publisher, "publisher", spec) as pub:
-        # The definitions and what the drift check holds the catalog against (core/publication_state.py), in one
+        # The definitions and what the drift check holds the catalog against (core/publication/state.py), in one
         # snapshot: an ALTER committed in between would otherwise hide behind a state read after it.
         pub.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         with pub.transaction():

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from typing import TYPE_CHECKING
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 if TYPE_CHECKING:  # pyspark is loaded only when a step starts Spark
     from pyspark.sql import SparkSession

@@ -18,7 +18,7 @@ from urllib.parse import unquote
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_rowfilter.core.spark_remote import remote_params, with_remote_params
+from airflow_provider_rowfilter.core.spec.spark_remote import remote_params, with_remote_params
 
 #: The exit status of a job whose error a later run may not meet (jobs/exit_status.py EXIT_TRANSIENT).
 EXIT_TRANSIENT = getattr(os, "EX_TEMPFAIL", 75)

@@ -18,11 +18,11 @@ from airflow.sdk import BaseHook
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_provider_rowfilter.connection import open_session
-from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError, UnreachableError
-from airflow_provider_rowfilter.core.log_location import is_url
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.spec_values import CONN_ID
+from airflow_provider_rowfilter.core.spec.conninfo import PASSWORD_ENV, redact, scrub
+from airflow_provider_rowfilter.core.spec.log_location import is_url
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.values import CONN_ID
 
 ROLES = ("publisher", "subscriber")
 POSTGRES_CONN_TYPES = ("postgres", "postgresql")

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.core.apply.plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.flows.apply.capture_ahead import BACKLOG_MAX_CHANGES
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging

@@ -7,7 +7,7 @@ import logging
 import warnings
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 #: PySpark 4.0's FutureWarning about pandas 3, issued on every run: about PySpark's version support, nothing
 #: a user of a job can act on.

@@ -14,7 +14,7 @@ import psycopg
 from airflow.sdk import Asset, AssetAlias
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.core.apply.plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.errors import RowFilterError, SpecError, UnreachableError
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.humane import batch_lag, counts_text, duration

@@ -41,7 +41,7 @@ def subscription_of(operator: Any) -> str | None:
     path = getattr(operator, "spec", None)
     if isinstance(path, str) and path and "{{" not in path:
         from airflow_provider_rowfilter.core.errors import RowFilterError
-        from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+        from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
         try:
             return SubscriptionSpec.load(path).subscription

@@ -34,7 +34,7 @@ from airflow.sdk.log import mask_secret
 
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV
+from airflow_provider_rowfilter.core.spec.spark_remote import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.hooks.job_output import JobOutput, connect_url, job_failure
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.hooks.spark_submit_job import JobSubmitHook

@@ -14,7 +14,6 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_rowfilter.connection import one, open_session
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.schedule import longest_gap
 from airflow_provider_rowfilter.core.slot_retention import (
     KEEP_FIX,
     WAY_BACK,
@@ -24,7 +23,8 @@ from airflow_provider_rowfilter.core.slot_retention import (
     schedule_risks,
     stamp,
 )
-from airflow_provider_rowfilter.core.spec_values import parse_size
+from airflow_provider_rowfilter.core.spec.schedule import longest_gap
+from airflow_provider_rowfilter.core.spec.values import parse_size
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec, RowFilterHook
 from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.operators.apply_dag import ApplyDag, apply_dag

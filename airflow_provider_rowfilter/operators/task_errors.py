@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_provider_rowfilter.core.dag_kinds import COMMAND_DAGS, DAG_KINDS
+from airflow_provider_rowfilter.core.spec.dag_kinds import COMMAND_DAGS, DAG_KINDS
 
 F = TypeVar("F", bound=Callable[..., Any])
 _COMMAND = re.compile(r"`rowfilter (?P<command>[a-z-]+)(?P<args>[^`]*)`")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from airflow_provider_rowfilter.core.schedule import LATE_INTERVALS
+from airflow_provider_rowfilter.core.spec.schedule import LATE_INTERVALS
 from airflow_provider_rowfilter.humane import duration, size
 
 VERDICTS = ("broken", "at_risk", "lagging", "paused", "disabled", "dropped", "new", "ok")

@@ -30,9 +30,9 @@ from airflow.configuration import conf
 from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.schedule import longest_gap
 from airflow_provider_rowfilter.core.slot_retention import exposures, schedule_risks
-from airflow_provider_rowfilter.core.spec_values import CONN_ID, parse_size
+from airflow_provider_rowfilter.core.spec.schedule import longest_gap
+from airflow_provider_rowfilter.core.spec.values import CONN_ID, parse_size
 from airflow_provider_rowfilter.dag_factory import DAG_KINDS, SPEC_PATTERNS, AirflowSettings, SubscriptionFile
 from airflow_provider_rowfilter.dag_factory.placeholders import lenient_keys, lenient_settings, placeholder_ids
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
@@ -43,7 +43,7 @@ from airflow_provider_rowfilter.publisher.slot_health import read_retention, rea
 from airflow_provider_rowfilter.subscriber.state_reader import BatchRecord, Overview, StateReader, TableCheckRecord
 
 BATCHES_SHOWN = 10
-#: The spec's default ``retained_wal_warning`` (core/spec.py), for a file that cannot be read.
+#: The spec's default ``retained_wal_warning`` (core/spec/subscription.py), for a file that cannot be read.
 RETAINED_WAL_WARNING = "1GB"
 #: The chart's window.
 WINDOW_SECONDS = 6 * 3600

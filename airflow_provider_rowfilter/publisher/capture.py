@@ -48,10 +48,10 @@ from airflow_provider_rowfilter.change_log.segment_schema import KINDS
 from airflow_provider_rowfilter.change_log.segment_writer import DEFAULT_ROW_GROUP_ROWS, Hold, SegmentWriter
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
-from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.core.apply.plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.pgoutput import PgOutputError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher import pgoutput_columns
 from airflow_provider_rowfilter.publisher.capture_objects import (
     CaptureError,
@@ -95,7 +95,7 @@ class CaptureResult:
     messages: int = 0  # rows read from the slot (changes plus Begin/Commit/Relation/… messages)
     more: bool = False  # the bound cut the batch: more changes may be waiting
     heartbeat: bool = False  # the slot moved on although nothing was for us
-    filtering: str | None = None  # source or spark: who evaluated the publications (core/spec.py)
+    filtering: str | None = None  # source or spark: who evaluated the publications (core/spec/subscription.py)
     decoder: str = pgoutput_columns.DECODER  # native (the C extension) or numpy (publisher/pgoutput_columns.py)
     recovered_lsn: str | None = None  # an interrupted batch finished: the slot caught up with the log
     lag_bytes: int | None = None  # pg_current_wal_lsn() - end_lsn

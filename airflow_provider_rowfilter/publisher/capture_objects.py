@@ -1,6 +1,6 @@
 """The capture objects on the publisher: one logical slot (pgoutput) and the capture publications.
 
-Under ``filtering: source`` (core/spec.py) there are no capture publications: the slot is read
+Under ``filtering: source`` (core/spec/subscription.py) there are no capture publications: the slot is read
 through the subscription's own publications, and a refresh drops ours (:func:`drop_capture_publications`).
 What follows is about ``filtering: spark``.
 
@@ -36,8 +36,8 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication import ALL_ACTIONS, PublishAction
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.model import ALL_ACTIONS, PublishAction
+from airflow_provider_rowfilter.core.publication.relation import TableName
 from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation, wal_level_needed
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.slot_health import WAL_NOW, SlotHealth, read_slot

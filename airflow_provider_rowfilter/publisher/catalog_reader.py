@@ -1,5 +1,5 @@
 """Read the publisher's catalog over psycopg into core's models: tables, partitions, replica identity
-(:class:`~airflow_provider_rowfilter.core.catalog.PublisherCatalog`) and publications."""
+(:class:`~airflow_provider_rowfilter.core.publication.catalog.PublisherCatalog`) and publications."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ from collections.abc import Sequence
 
 import psycopg
 
-from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import CatalogError
 from airflow_provider_rowfilter.core.filters.analysis import FilterContext
 from airflow_provider_rowfilter.core.filters.functions import FunctionCatalog
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.publication import (
+from airflow_provider_rowfilter.core.publication.catalog import PublisherCatalog
+from airflow_provider_rowfilter.core.publication.model import (
     Publication,
     PublicationSet,
     PublishAction,
     PublishedTable,
 )
-from airflow_provider_rowfilter.core.relation import (
+from airflow_provider_rowfilter.core.publication.relation import (
     FIRST_NORMAL_OBJECT_ID,
     Column,
     Relation,
@@ -33,7 +33,7 @@ from airflow_provider_rowfilter.publisher.slot_health import WAL_END
 log = logging.getLogger(__name__)
 
 #: Where a publications file's unqualified names are looked up (``FOR TABLE t9`` is ``public.t9``, ``FOR TABLES IN
-#: SCHEMA CURRENT_SCHEMA`` is ``public``), after pg_catalog (core/catalog.py): PostgreSQL's default search_path
+#: SCHEMA CURRENT_SCHEMA`` is ``public``), after pg_catalog (core/publication/catalog.py): PostgreSQL's default search_path
 #: without ``"$user"``. Never the session's own path: that is pinned empty (connection.py ``open_session``), and
 #: the job role's ``$user`` schema is one a role with CREATE on the database may make and fill with a table
 #: of the same name, which would take the name over on the next run.
@@ -264,7 +264,7 @@ _STATE_SCHEMAS = """(SELECT coalesce(jsonb_object_agg(pubname, schemas), '{}') F
 
 def read_publication_state(conn: psycopg.Connection, publications: Sequence[str],
                            tables: Sequence[TableName]) -> dict:
-    """What the catalog says now of ``publications`` for the subscribed ``tables`` (core/publication_state.py),
+    """What the catalog says now of ``publications`` for the subscribed ``tables`` (core/publication/state.py),
     in one query: what a refresh records and each apply batch of ``filtering: spark`` holds against it. A
     publication feature this version does not understand stops it (publisher/catalog_features.py)."""
     refuse_unknown_features(conn, publications)

@@ -3,7 +3,7 @@
 The rows are exactly the initial copy's (publisher/copy_source.py ``select_sql``: the table's effective
 copy filter, its published columns, ``ONLY`` as tablesync reads it), read in the snapshot of a temporary
 slot like the copy's, so the comparison point is an LSN. The bucket sums and the rows of differing
-buckets are statements of core/table_compare.py; :func:`read_rows` runs one of them in a snapshot, on
+buckets are statements of core/compare/table_compare.py; :func:`read_rows` runs one of them in a snapshot, on
 either side (it is what a Spark task runs, or a thread of the job).
 """
 
@@ -16,7 +16,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter.connection import open_session
-from airflow_provider_rowfilter.core.table_compare import SESSION_SETTINGS
+from airflow_provider_rowfilter.core.compare.table_compare import SESSION_SETTINGS
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.copy_source import (
     BlockRanges,

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import psycopg
 
-from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import ReplicaIdentityError, RowFilterError
 from airflow_provider_rowfilter.core.filters.subscription_filters import SubscriptionFilters, subscription_filters
-from airflow_provider_rowfilter.core.publication import PublicationSet
-from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl, table_refusals
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.publication.catalog import PublisherCatalog
+from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl, table_refusals
+from airflow_provider_rowfilter.core.publication.model import PublicationSet
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.catalog_features import refuse_unknown_features
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, read_publications
 
@@ -25,7 +25,7 @@ class Definitions:
     publications: PublicationSet
     filters: SubscriptionFilters
     source: str  # "ddl file <path>" or "publisher catalog"
-    filtering: str = "spark"  # who evaluates them: source (the publisher's pgoutput) or spark (core/spec.py)
+    filtering: str = "spark"  # who evaluates them: source (the publisher's pgoutput) or spark (core/spec/subscription.py)
     #: what PostgreSQL will refuse on the publisher itself (filtering: source only, where it is the publisher's to say)
     warnings: tuple[str, ...] = ()
 

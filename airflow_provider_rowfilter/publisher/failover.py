@@ -41,7 +41,7 @@ import psycopg
 from airflow_provider_rowfilter.change_log.identity import LogNeeds, ServerOrigin
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.capture_objects import CaptureError
 
 log = logging.getLogger(__name__)

@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass, field
 import psycopg
 
 from airflow_provider_rowfilter.connection import connect, primary_message
-from airflow_provider_rowfilter.core.conninfo import redact
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.spec_values import CONN_ID
+from airflow_provider_rowfilter.core.spec.conninfo import redact
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.values import CONN_ID
 from airflow_provider_rowfilter.publisher.failover import FAILOVER_VERSION
 
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.schedule import longest_gap
 from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation, schedule_risks
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.schedule import longest_gap
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.publisher.readiness import Readiness, readiness, spec_standbys
 from airflow_provider_rowfilter.publisher.slot_health import SlotHealth, read_retention, read_slot
@@ -30,7 +30,7 @@ class PublisherView:
     current: int | None = None
     slot: SlotHealth | None = None
     unreachable: str | None = None
-    filtering: str | None = None  # the mode the next capture takes (core/spec.py), or why it refuses
+    filtering: str | None = None  # the mode the next capture takes (core/spec/subscription.py), or why it refuses
     retention: Retention | None = None
     standbys: list[Readiness] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # a standby as the publisher: what it lacks

@@ -25,7 +25,7 @@ import psycopg
 
 from airflow_provider_rowfilter.change_log.log import ChangeLogError
 from airflow_provider_rowfilter.connection import connect
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 #: How soon the server drops a vanished writer's session, and its lock (seconds): idle, then 3 probes 10 s apart.
 #: (tcp_user_timeout is PostgreSQL 12+: set where the server has it.)

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, BatchFacts, read_facts
+from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, BatchFacts, read_facts
 from airflow_provider_rowfilter.spark.fold_expressions import folded, single, single_vals
 from airflow_provider_rowfilter.spark.judge import judged_frame
 from airflow_provider_rowfilter.spark.log_reader import segments_frame

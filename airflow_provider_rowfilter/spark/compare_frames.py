@@ -18,7 +18,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_provider_rowfilter.core.table_compare import EXAMPLES, RowDiff
+from airflow_provider_rowfilter.core.compare.table_compare import EXAMPLES, RowDiff
 from airflow_provider_rowfilter.publisher.compare_source import Read
 from airflow_provider_rowfilter.publisher.copy_source import ExportedSnapshot
 from airflow_provider_rowfilter.subscriber.reconcile_target import GroupCounts, GroupFix

@@ -39,7 +39,7 @@ from pathlib import Path
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.private_files import open_private, private_directory, write_private
-from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV, remote_params
+from airflow_provider_rowfilter.core.spec.spark_remote import SPARK_CONNECT_TOKEN_ENV, remote_params
 from airflow_provider_rowfilter.spark.processes import alive
 from airflow_provider_rowfilter.spark.remote import remote_address
 from airflow_provider_rowfilter.spark.settings import (

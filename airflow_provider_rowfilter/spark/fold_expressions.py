@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, Step, step
+from airflow_provider_rowfilter.core.apply.fold_rules import OPERATIONS, Step, step
 from airflow_provider_rowfilter.spark.sql_trees import col, fn, get, lambda_, lit, long, null, struct, var
 
 
@@ -30,7 +30,7 @@ def _by_op(op: exp.Expr, insert: exp.Expr, update: exp.Expr,
 
 def single(existed: bool, policy: str) -> exp.Expr:
     """The net effect of a key's only change (most keys of a batch), without a fold: each operation's rule
-    (core/fold_rules.py ``step``) from the start, as an expression.
+    (core/apply/fold_rules.py ``step``) from the start, as an expression.
 
     The same as :func:`folded` on a one-element list, but without the values: they are the change's
     own, staged once for both outcomes. A value whose flag is not 0 is never read.
@@ -38,7 +38,7 @@ def single(existed: bool, policy: str) -> exp.Expr:
     def outcome(rule: Step) -> exp.Expr:
         o = exp.Bracket(this=col("ops"), expressions=[lit(0)])
         flags = None
-        if rule.present:  # core/fold_rules.py single_flags
+        if rule.present:  # core/apply/fold_rules.py single_flags
             flags = get(o, "_fl")
             if rule.cells == "overlay":
                 flags = fn("translate", flags, lit("1"), lit("2"))
@@ -56,7 +56,7 @@ def single(existed: bool, policy: str) -> exp.Expr:
 
 def folded(existed: bool, policy: str) -> exp.Expr:
     """The net effect of a key's changes, in commit order, from a start where the key existed or not: each
-    change's rule (core/fold_rules.py ``step``), chosen by the operation and whether the key has a row, as
+    change's rule (core/apply/fold_rules.py ``step``), chosen by the operation and whether the key has a row, as
     the step of an ``aggregate``.
 
     State: present, cells (value and flag per column; 2 = the subscriber's current value), the first

@@ -10,8 +10,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan, filter_expression
-from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind
+from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, EpochRules, TargetPlan, filter_expression
+from airflow_provider_rowfilter.core.apply.update_decision import UPDATE_DECISION_TABLE, ChangeKind
 from airflow_provider_rowfilter.spark.sql_trees import col, fn, lit, per_rules, per_target, text
 
 # What a change is applied as: I, U, D, T; or dropped: x filtered out, u operation not published.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_rowfilter.core.log_location import is_url
+from airflow_provider_rowfilter.core.spec.log_location import is_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -28,8 +28,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from airflow_provider_rowfilter.core.errors import RowFilterError, SparkAuthenticationError, SpecError
-from airflow_provider_rowfilter.core.spark_remote import remote_params, with_remote_params
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.spark_remote import remote_params, with_remote_params
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.spark.class_archive import mark_session
 from airflow_provider_rowfilter.spark.remote import remote_address, require_server
 from airflow_provider_rowfilter.spark.settings import (

@@ -11,7 +11,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, TargetPlan, case_over
+from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, TargetPlan, case_over
 
 
 def text(e: exp.Expr, alias: str | None = None) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.core.spec_values import CONFLICT_POLICIES, ConflictPolicy
+from airflow_provider_rowfilter.core.spec.values import CONFLICT_POLICIES, ConflictPolicy
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictError, ConflictLog, LocalRow

@@ -25,7 +25,7 @@ from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState, check_transition
 from airflow_provider_rowfilter.subscriber.state_migrations import SCHEMA, migrate
 from airflow_provider_rowfilter.subscriber.state_reader import (
@@ -42,7 +42,7 @@ from airflow_provider_rowfilter.subscriber.state_reader import (
 )
 
 if TYPE_CHECKING:
-    from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+    from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 __all__ = [
     "APPLIED", "APPLY_LOCK", "SCHEMA", "AsyncStateReader", "BatchRecord", "DroppedState", "RefreshRecord",
@@ -191,7 +191,7 @@ class StateStore(StateReader):
              lag_bytes, lag_seconds)))[0]
 
     def record_check(self, table: TableName, kind: str, lsn: str | None, clean: bool, result: dict) -> None:
-        """Keep a table's last verify or reconcile (``result``: core/table_compare.py ``TableCheck.as_dict``)."""
+        """Keep a table's last verify or reconcile (``result``: core/compare/table_compare.py ``TableCheck.as_dict``)."""
         self.conn.execute(
             f"""INSERT INTO {SCHEMA}.table_check (subscription, schema_name, table_name, kind, lsn, clean, result)
                 VALUES (%s, %s, %s, %s, %s, %s, %s)

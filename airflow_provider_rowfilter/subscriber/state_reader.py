@@ -17,10 +17,10 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from airflow_provider_rowfilter.core.copy_definitions import copy_definition_changes
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.copy_definitions import copy_definition_changes
+from airflow_provider_rowfilter.core.publication.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.subscriber.state_migrations import SCHEMA
 
@@ -58,7 +58,7 @@ class RelState:
 
 @dataclass(frozen=True)
 class TableCheckRecord:
-    """One ``table_check`` row: the table's last verify or reconcile (``result``: core/table_compare.py TableCheck)."""
+    """One ``table_check`` row: the table's last verify or reconcile (``result``: core/compare/table_compare.py TableCheck)."""
 
     table: TableName
     kind: str
@@ -152,7 +152,7 @@ class Overview:
     #: each table's last verify or reconcile
     checks: dict[TableName, TableCheckRecord] = field(default_factory=dict)
     #: tables past i whose initial-copy filter or column list the last refresh changed, and no reconcile or clean
-    #: verify since: what changed (core/copy_definitions.py)
+    #: verify since: what changed (core/publication/copy_definitions.py)
     filter_changes: dict[TableName, str] = field(default_factory=dict)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from tests.status_scenario import LONG, status_scenario

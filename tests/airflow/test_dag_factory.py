@@ -19,8 +19,8 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.relation import TableName, table_names
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.publication.relation import TableName, table_names
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.dag_factory import (
     DAG_KINDS,
     AirflowSettings,
@@ -325,7 +325,7 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
         airflow_db,
         [("rowfilter_dagfactory_initial_sync", None), ("rowfilter_dagfactory_refresh", None),
          ("rowfilter_dagfactory_incremental_sync", None)],
-        # The change log outside the spec files' folder: allowed by the deployment (core/spec_paths.py).
+        # The change log outside the spec files' folder: allowed by the deployment (core/spec/paths.py).
         env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
         pools={"rowfilter_copies": 2}, between=between, timeout=900)
     elapsed = time.monotonic() - began

@@ -20,7 +20,7 @@ import yaml
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables

@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 import airflow_provider_rowfilter
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from tests.airflow.operator_databases import PUB_PASSWORD, SUB_PASSWORD, Databases, operator_databases

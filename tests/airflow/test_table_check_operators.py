@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.flows.verify.verify import verify

@@ -8,7 +8,7 @@ in either fails here (docs/adr/two-reducers-one-fold.md). Each key's net effect 
 existed before the batch (``p_*``) and as if not (``a_*``); the subscriber chooses.
 
 The in-process reducer takes a batch the publisher judged: every table passes through
-(core/apply_plan.py ``PASS_THROUGH``), and a change the judge drops never reaches it, because pgoutput
+(core/apply/plan.py ``PASS_THROUGH``), and a change the judge drops never reaches it, because pgoutput
 never sends it (:class:`JudgedOut` marks such a change; Spark receives and drops it).
 
 The rules are PostgreSQL's: ``apply_handle_update``/``apply_handle_delete`` in
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.relation import TableName
 from airflow_provider_rowfilter.flows.apply.arrow_fold import reduce_columns
 from airflow_provider_rowfilter.flows.apply.net_effect import reduce_changes
 from airflow_provider_rowfilter.flows.apply.reducers import reduce_batch

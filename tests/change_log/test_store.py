@@ -9,7 +9,7 @@ from airflow_provider_rowfilter.change_log.log import ChangeLogError
 from airflow_provider_rowfilter.change_log.segment_reader import read_segments, segment_relations
 from airflow_provider_rowfilter.change_log.segment_writer import SegmentWriter
 from airflow_provider_rowfilter.change_log.store import ObjectStoreLog, open_change_log
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from tests.change_log.test_log import T1, TS_US, fetch, insert, tup
 
 
@@ -109,7 +109,7 @@ def test_a_killed_writer_s_staging_folder_is_removed_by_the_next(s3, s3_log, tmp
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again, as a new process would
     code = ("import sys, time\n"
             "from airflow_provider_rowfilter.change_log.store import open_change_log\n"
-            "from airflow_provider_rowfilter.core.spec import SubscriptionSpec\n"
+            "from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec\n"
             f"log = open_change_log(SubscriptionSpec(subscription='s1', publications=('p1',), change_log={s3_log!r}))\n"
             "with log.writing():\n    print('staging', flush=True)\n    time.sleep(120)\n")
     writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=os.environ.copy())

@@ -1,4 +1,4 @@
-"""What one apply batch evaluates (core/apply_plan.py): epochs, rules, filter expressions, relation checks."""
+"""What one apply batch evaluates (core/apply/plan.py): epochs, rules, filter expressions, relation checks."""
 
 from __future__ import annotations
 
@@ -6,22 +6,22 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.apply_plan import (
+from airflow_provider_rowfilter.core.apply.plan import (
     ApplyPlan,
     EpochRules,
     TargetPlan,
     epochs_from_history,
     filter_expression,
 )
-from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.relation_checks import (
+from airflow_provider_rowfilter.core.apply.relation_checks import (
     IdentitySpan,
     RelationChangedError,
     RelationSpan,
     check_identities,
     check_relations,
 )
+from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
+from airflow_provider_rowfilter.core.publication.relation import TableName
 
 T = TableName("public", "t")
 

@@ -1,4 +1,4 @@
-"""core/conninfo.py against libpq itself: the same parameters from every string libpq parses, an error
+"""core/spec/conninfo.py against libpq itself: the same parameters from every string libpq parses, an error
 where libpq's parser fails, every secret found and redacted."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from airflow_provider_rowfilter.core.conninfo import ConninfoError, check_no_password, parse, redact, scrub
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.spec.conninfo import ConninfoError, check_no_password, parse, redact, scrub
 
 KEYWORDS = {o.keyword.decode() for o in pq.Conninfo.get_defaults()}
 SECRET = "s3cr3t-Xq9"

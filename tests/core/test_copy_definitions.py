@@ -1,9 +1,9 @@
-"""core/copy_definitions.py: what a refresh says of a table whose initial-copy filter or column list changed."""
+"""core/publication/copy_definitions.py: what a refresh says of a table whose initial-copy filter or column list changed."""
 
 from __future__ import annotations
 
-from airflow_provider_rowfilter.core.copy_definitions import copy_definition_changes
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.copy_definitions import copy_definition_changes
+from airflow_provider_rowfilter.core.publication.relation import TableName
 
 T1, T2, T3 = TableName("public", "t1"), TableName("public", "t2"), TableName("public", "t3")
 

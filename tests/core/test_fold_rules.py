@@ -1,4 +1,4 @@
-"""core/fold_rules.py: the table every reducer derives its fold from. What each rule means is held by the truth
+"""core/apply/fold_rules.py: the table every reducer derives its fold from. What each rule means is held by the truth
 table in every engine (tests/apply/test_fold.py); here, that the table is whole and that its derived forms
 keep the kernels' fast paths."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.core.fold_rules import (
+from airflow_provider_rowfilter.core.apply.fold_rules import (
     OPERATIONS,
     RepeatedUpdates,
     Step,
@@ -15,7 +15,7 @@ from airflow_provider_rowfilter.core.fold_rules import (
     step,
     steps,
 )
-from airflow_provider_rowfilter.core.spec_values import CONFLICT_POLICIES
+from airflow_provider_rowfilter.core.spec.values import CONFLICT_POLICIES
 
 
 @pytest.mark.parametrize("policy", CONFLICT_POLICIES)

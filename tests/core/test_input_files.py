@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.input_files import MAX_SPEC_BYTES, MAX_YAML_DEPTH, read_text, yaml_document
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.input_files import MAX_SPEC_BYTES, MAX_YAML_DEPTH, read_text, yaml_document
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 VALID = "subscription: s1\npublications: [p1]\npublisher: postgresql://u@127.0.0.1:1/db\n"
 

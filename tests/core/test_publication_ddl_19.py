@@ -1,4 +1,4 @@
-"""PostgreSQL 19's publication statements in a publications file (core/publication_ddl.py), against a real catalog.
+"""PostgreSQL 19's publication statements in a publications file (core/publication/ddl.py), against a real catalog.
 
 No PostgreSQL 19 server can be had here, so the rules and texts are held to 19's source (gram.y
 ``pub_all_obj_type_list``, ``opt_pub_except_clause``, ``pub_except_obj_list``; publicationcmds.c
@@ -17,8 +17,8 @@ import pytest
 
 from airflow_provider_rowfilter.core.errors import PublicationError, PublicationSyntaxError
 from airflow_provider_rowfilter.core.filters.subscription_filters import subscribed_tables, subscription_filters
-from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl
+from airflow_provider_rowfilter.core.publication.relation import TableName
 
 SCHEMA = """
 CREATE TABLE t1 (a int PRIMARY KEY); CREATE TABLE t2 (a int PRIMARY KEY); CREATE TABLE t3 (a int PRIMARY KEY);

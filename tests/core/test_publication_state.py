@@ -1,10 +1,10 @@
-"""core/publication_state.py: what a drift check names, from two readings of the publisher's catalog."""
+"""core/publication/state.py: what a drift check names, from two readings of the publisher's catalog."""
 
 from __future__ import annotations
 
 import copy
 
-from airflow_provider_rowfilter.core.publication_state import changes
+from airflow_provider_rowfilter.core.publication.state import changes
 
 RECORDED = {
     "present": ["public.t", "public.u"],

@@ -1,12 +1,12 @@
-"""core/schedule.py: a schedule's longest gap between two runs (what the slot's limits are held against)."""
+"""core/spec/schedule.py: a schedule's longest gap between two runs (what the slot's limits are held against)."""
 
 from __future__ import annotations
 
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.schedule import longest_gap, parse_duration
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.schedule import longest_gap, parse_duration
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 
 @pytest.mark.parametrize(("schedule", "seconds"), [

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.spec_paths import ALLOWED_PATHS_ENV
+from airflow_provider_rowfilter.core.spec.paths import ALLOWED_PATHS_ENV
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 
 def write(tmp_path: Path, extra: str = "") -> Path:
@@ -30,7 +30,7 @@ def test_default_is_beside_the_spec_file(tmp_path):
     ("../logs/s1", "logs/s1"), ("/{tmp}/abs", "abs"),
 ], ids=["relative-to-the-spec-file", "absolute"])
 def test_given_path_is_resolved_relative_to_the_spec_file(tmp_path, monkeypatch, value, expected):
-    # Outside the spec file's folder: allowed by whoever runs the jobs (core/spec_paths.py), never by the spec.
+    # Outside the spec file's folder: allowed by whoever runs the jobs (core/spec/paths.py), never by the spec.
     monkeypatch.setenv(ALLOWED_PATHS_ENV, f"/nowhere{os.pathsep}{tmp_path}")
     spec = SubscriptionSpec.load(write(tmp_path, f"change_log: {value.format(tmp=tmp_path)}\n"))
     assert spec.change_log == str(tmp_path / expected)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_rowfilter.core.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.errors import PublicationError, RowFilterError, SpecError
-from airflow_provider_rowfilter.core.publication_ddl import publications_from_ddl
-from airflow_provider_rowfilter.core.script_excerpt import looks_secret, mask_secrets
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.spec_paths import ALLOWED_PATHS_ENV
+from airflow_provider_rowfilter.core.publication.catalog import PublisherCatalog
+from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl
+from airflow_provider_rowfilter.core.publication.script_excerpt import looks_secret, mask_secrets
+from airflow_provider_rowfilter.core.spec.paths import ALLOWED_PATHS_ENV
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 SECRET = "Zk8x2Qv9mP3nR7tY1wE5uI0oA4sD6fG"
 AIRFLOW_CFG = f"""[core]
@@ -156,7 +156,7 @@ def test_every_quoting_form_is_masked(template):
 
 
 def test_a_semicolon_inside_a_dollar_quote_or_an_e_string_does_not_end_the_statement():
-    from airflow_provider_rowfilter.core.script_excerpt import statement_span
+    from airflow_provider_rowfilter.core.publication.script_excerpt import statement_span
 
     for first in ("CREATE PUBLICATION p1 FOR TABLE t WHERE (a = $x$;$x$);",
                   "CREATE PUBLICATION p1 FOR TABLE t WHERE (a = E'\\';');",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spark_remote import remote_params, with_remote_params
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.spark_remote import remote_params, with_remote_params
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 BASE = {"subscription": "s1", "publications": ["p1"]}
 

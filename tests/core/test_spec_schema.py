@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 SECRET = "hunter2-Zk8q"
 BASE = "subscription: s1\npublications: [p1]\n"

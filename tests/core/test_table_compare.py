@@ -1,11 +1,10 @@
-"""core/table_compare.py: buckets, their predicates, and the matching of the rows of differing buckets."""
+"""core/compare/table_compare.py: buckets, their predicates, and the matching of the rows of differing buckets."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.table_compare import (
+from airflow_provider_rowfilter.core.compare.table_compare import (
     EXAMPLES,
     HashBuckets,
     Hashing,
@@ -18,6 +17,7 @@ from airflow_provider_rowfilter.core.table_compare import (
     groups,
     runs,
 )
+from airflow_provider_rowfilter.core.publication.relation import TableName
 
 T = TableName("public", "t")
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.core.update_decision import UPDATE_DECISION_TABLE, ChangeKind, decide_update
+from airflow_provider_rowfilter.core.apply.update_decision import UPDATE_DECISION_TABLE, ChangeKind, decide_update
 
 
 @pytest.mark.parametrize(

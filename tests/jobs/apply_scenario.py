@@ -23,7 +23,7 @@ from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.change_log.segment_writer import DEFAULT_ROW_GROUP_ROWS
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.publisher.capture_objects import capture_names
 from airflow_provider_rowfilter.tooling.native import table_rows

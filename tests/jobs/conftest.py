@@ -35,7 +35,7 @@ def dbs(request, tmp_path, pg_version):
 
 @pytest.fixture
 def filtering():
-    """Who evaluates the publications (core/spec.py): ``auto`` (source here); a test parametrizes it for both."""
+    """Who evaluates the publications (core/spec/subscription.py): ``auto`` (source here); a test parametrizes it for both."""
     return "auto"
 
 

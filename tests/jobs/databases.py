@@ -14,15 +14,15 @@ from pathlib import Path
 
 import psycopg
 
-from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.conninfo import PASSWORD_ENV
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, TableSyncResult, sync_tables
 from airflow_provider_rowfilter.tooling.native import NativeSubscription, table_rows
 from tests.roles import PasswordRole
 
 names = itertools.count(1)  # unique subscription names within the run
-#: Who evaluates the publications (core/spec.py): the differential and fault tests run in both modes.
+#: Who evaluates the publications (core/spec/subscription.py): the differential and fault tests run in both modes.
 FILTERING_MODES = ("source", "spark")
 #: Who evaluates the publications and who reduces the batch: the publisher, then the job's own process
 #: (flows/apply/net_effect.py); the publisher, then Spark (a batch over IN_PROCESS_BATCH_CHANGES); Spark both.

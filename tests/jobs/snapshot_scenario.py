@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import yaml
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions
 from tests.jobs.databases import names
 
@@ -35,7 +35,7 @@ T1_SECOND_PAGE = "INSERT INTO t1 SELECT g, g, (ARRAY['NSW', 'QLD'])[1 + g % 2] F
 #: from the job's own process, without Spark). Prints the job's JSON summary; exits as the job does.
 SPLIT_SNAPSHOT = """
 import json, sys
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import fail, run_job
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables
 def body():

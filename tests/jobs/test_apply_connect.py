@@ -185,7 +185,7 @@ def test_a_classic_session_in_the_process_is_not_mixed_with_connect(dbs, spark, 
 # workers the server ran its Arrow function in.
 ATTACH = """
 import json, sys
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.spark.session import job_session
 
 def pids(batches):
@@ -235,7 +235,7 @@ def test_a_session_the_server_closed_is_replaced(spark_connect_url):
 
 SETTINGS = """
 import json, sys
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.spark.session import job_session
 
 remote, leave = sys.argv[1:3]

@@ -27,7 +27,7 @@ from psycopg.rows import dict_row
 
 from airflow_provider_rowfilter import cli
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTargetError, ConflictError
 from airflow_provider_rowfilter.tooling.native import table_rows

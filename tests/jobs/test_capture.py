@@ -21,7 +21,7 @@ from airflow_provider_rowfilter.change_log.log import ChangeLog, segment_name
 from airflow_provider_rowfilter.change_log.segment_reader import read_segments, segment_relations
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.jobs import capture as capture_job
 from airflow_provider_rowfilter.publisher import capture as capture_module

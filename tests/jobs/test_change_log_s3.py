@@ -23,7 +23,7 @@ import pytest
 
 from airflow_provider_rowfilter.change_log.segment_reader import segment_filtering
 from airflow_provider_rowfilter.change_log.store import open_change_log
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from tests.jobs.apply_scenario import (
     PUBLICATIONS,

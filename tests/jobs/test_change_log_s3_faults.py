@@ -14,7 +14,7 @@ import yaml
 
 from airflow_provider_rowfilter.change_log.store import TIMEOUT_ENV, open_change_log
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.jobs import capture as capture_job
 from tests.s3_faults import fault_proxy

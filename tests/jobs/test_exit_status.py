@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import PublicationError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import ApplyBusyError
 from airflow_provider_rowfilter.jobs.exit_status import (
     EXIT_ERROR,

@@ -1,5 +1,5 @@
 """PostgreSQL 19's publications in a publications file, end to end on a PostgreSQL 18 publisher (no 19 server can be
-had here; the file, not the publisher, defines the publications, core/publication_ddl.py).
+had here; the file, not the publisher, defines the publications, core/publication/ddl.py).
 
 ``FOR ALL TABLES EXCEPT (TABLE …)``: the excluded table is neither subscribed nor copied, its changes are not applied,
 and when it leaves the exception list (``ALTER PUBLICATION … SET ALL TABLES``) the next refresh subscribes it, as
@@ -16,7 +16,7 @@ import dataclasses
 import psycopg
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.sync_sequences import NO_NAMESAKE, sync_sequences

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.publisher.capture_objects import CaptureError
 

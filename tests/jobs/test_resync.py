@@ -129,8 +129,8 @@ def test_a_snapshot_the_publisher_refuses_rolls_the_start_back(setup, spark, cap
 
 SEVERAL_READERS = """
 import sys
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, resync
 options = CopyOptions(max_partitions=2, min_pages=1)  # t1's few pages split in two: Spark runs the readers

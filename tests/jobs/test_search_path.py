@@ -18,8 +18,8 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter import connection
-from airflow_provider_rowfilter.core.conninfo import PASSWORD_ENV
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.conninfo import PASSWORD_ENV
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables

@@ -18,7 +18,7 @@ import psycopg
 import yaml
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from tests.jobs.databases import run_ours
 from tests.jobs.snapshot_scenario import T1, T2, execute
 

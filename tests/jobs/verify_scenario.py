@@ -15,7 +15,7 @@ import psycopg
 import yaml
 from psycopg import sql
 
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from tests.jobs.databases import names
 
 

@@ -10,8 +10,8 @@ import yaml
 from psycopg import sql
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.memory_setting import DECODING_WORK_MEM_RANGE, memory_kb
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.memory_setting import DECODING_WORK_MEM_RANGE, memory_kb
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.publisher import capture as capture_module
 from airflow_provider_rowfilter.publisher.capture import capture

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan
+from airflow_provider_rowfilter.core.apply.plan import ApplyPlan
 from airflow_provider_rowfilter.spark.apply_frames import decide_frame
 from airflow_provider_rowfilter.spark.settings import SMALL_BATCH_SQL_SETTINGS
 from tests.change_rows import CHANGES, COLUMNS, FILTERED, UNFILTERED, dele, ins, plan, rules, trunc, upd
@@ -41,7 +41,7 @@ JUDGE_CASES = {
     # DELETE: the filter on the old row; found by the old key.
     "delete-match": ([dele(100, 0, ["1", "x", "20"])], FILTERED, [(0, "D", ["1"], None, None, False)]),
     "delete-no-match": ([dele(100, 0, ["1", "x", "5"])], FILTERED, [(0, "x", None, None, None, False)]),
-    # UPDATE with an old row: the decision table of core/update_decision.py.
+    # UPDATE with an old row: the decision table of core/apply/update_decision.py.
     "update-both-match": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "20"])], FILTERED,
                           [(0, "U", ["1"], ["1", "y", "30"], "000", False)]),
     "update-new-only-is-insert": ([upd(100, 0, ["1", "y", "30"], ["1", "x", "5"])], FILTERED,

@@ -20,7 +20,7 @@ def _free_port() -> int:
 
 NO_SERVER = """
 import sys, time
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.spark.session import job_session
 def body():

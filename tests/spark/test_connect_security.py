@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_rowfilter.core.spark_remote import SPARK_CONNECT_TOKEN_ENV
+from airflow_provider_rowfilter.core.spec.spark_remote import SPARK_CONNECT_TOKEN_ENV
 from airflow_provider_rowfilter.jobs.exit_status import EXIT_ERROR
 from airflow_provider_rowfilter.spark import connect_server
 from airflow_provider_rowfilter.spark.session import SESSION_REUSE_SECONDS, remote_conf, reused_session_id
@@ -130,7 +130,7 @@ def test_a_job_finds_the_local_server_s_token_in_its_state_directory(spark_conne
 
 JOB = """
 import sys
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.spark.session import job_session
 def body():

@@ -57,7 +57,7 @@ def _binary(cls, left: exp.Expr, right: exp.Expr) -> exp.Expr:
 
 def _field(e: exp.Expr, name: str) -> exp.Expr:
     """A field of a numeric struct. Of a column's, ``n.k``: the apply reads that channel from the change's text
-    (core/apply_plan.py ``filter_expression``, spark_sql.py ``numeric_channel_read``) rather than the whole struct."""
+    (core/apply/plan.py ``filter_expression``, spark_sql.py ``numeric_channel_read``) rather than the whole struct."""
     return exp.Dot(this=e if isinstance(e, exp.Column) else exp.Paren(this=e), expression=exp.to_identifier(name))
 
 

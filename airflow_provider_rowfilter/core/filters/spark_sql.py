@@ -53,7 +53,7 @@ _ARRAY_ELEMENT = r'"(?:[^"\\]|\\.)*"|[^,{}"]+'
 
 #: ``numeric_reads`` of a table a refresh records (core/filters/subscription_filters.py ``filters_document``): its
 #: Spark filters read a numeric column as the struct :func:`typed_read` gives (NaN and ±Infinity kept); a document
-#: without it was recorded before, its filters reading a bare DECIMAL (:func:`decimal_read`, core/apply_plan.py).
+#: without it was recorded before, its filters reading a bare DECIMAL (:func:`decimal_read`, core/apply/plan.py).
 NUMERIC_READS = "struct"
 
 
@@ -66,7 +66,7 @@ def typed_read(text: exp.Expr, t: PgType) -> exp.Expr:
 
 def decimal_read(text: exp.Expr, t: PgType, column: str) -> exp.Expr:
     """:func:`typed_read` with numeric read as a bare DECIMAL: what the filters a refresh recorded before numeric's
-    special values were carried expect (core/apply_plan.py). Such a filter cannot judge NaN or an infinity: the read
+    special values were carried expect (core/apply/plan.py). Such a filter cannot judge NaN or an infinity: the read
     raises, naming the column and the fix, where Spark's cast raised CAST_INVALID_INPUT."""
     def scalar(e: exp.Expr, s: PgType) -> exp.Expr:
         if s.name != "numeric":

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from sqlglot import exp, serde
 
-from airflow_provider_rowfilter.core.catalog import PublisherCatalog, publishable
 from airflow_provider_rowfilter.core.errors import (
     ColumnListConflictError,
     PublicationError,
@@ -24,13 +23,14 @@ from airflow_provider_rowfilter.core.errors import (
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter, evaluated_by_publisher, validate_row_filter
 from airflow_provider_rowfilter.core.filters.spark_sql import NUMERIC_READS
 from airflow_provider_rowfilter.core.filters.spark_translation import spark_or, to_spark_text
-from airflow_provider_rowfilter.core.publication import (
+from airflow_provider_rowfilter.core.publication.catalog import PublisherCatalog, publishable
+from airflow_provider_rowfilter.core.publication.model import (
     DML_ACTIONS,
     Publication,
     PublicationSet,
     PublishAction,
 )
-from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.publication.relation import Relation, RelKind, TableName
 
 
 @dataclass(frozen=True, eq=False)

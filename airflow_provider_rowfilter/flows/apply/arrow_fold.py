@@ -9,7 +9,7 @@ table's changes into phases. Such a key's net effect is ``_single``'s, column by
 by Arrow compute functions over the whole batch at once (pyarrow.compute runs in C++ and releases the
 GIL); so is that of a key changed only by UPDATEs that carry every column (the last one wins: a
 counter row updated by every transaction). Any other key changed more than once is folded by
-change_rows.py's own ``_folded``. What the rules are is core/fold_rules.py's (docs/adr/two-reducers-one-fold.md):
+change_rows.py's own ``_folded``. What the rules are is core/apply/fold_rules.py's (docs/adr/two-reducers-one-fold.md):
 the kernels are derived from its table, and the fold's truth table holds them to the same outcomes and
 facts as the walk (tests/apply/test_fold.py).
 
@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
-from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, RepeatedUpdates, repeated_updates, step
+from airflow_provider_rowfilter.core.apply.fold_rules import OPERATIONS, RepeatedUpdates, repeated_updates, step
+from airflow_provider_rowfilter.core.apply.plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
 from airflow_provider_rowfilter.flows.apply.change_rows import (
     CHANGE_COLUMNS,
     ENCODE,
@@ -228,7 +228,7 @@ def _groups(target_of: np.ndarray, layout_of: np.ndarray, layout_names: list[tup
 
 def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: list[TargetPlan], ops: np.ndarray,
              keys: pa.Array, vals: pa.Array, flag: pa.Array, policy: str, token: str) -> pa.Table:
-    """The staged rows of keys changed once: each operation's rule (core/fold_rules.py ``step``) from both starts,
+    """The staged rows of keys changed once: each operation's rule (core/apply/fold_rules.py ``step``) from both starts,
     column by column."""
     n = len(rows)
     op = ops[rows]
@@ -255,7 +255,7 @@ def _singles(batch: pa.Table, rows: np.ndarray, target_of: np.ndarray, targets: 
 def _single_outcomes(side: str, existed: bool, policy: str, masks: dict[str, np.ndarray], flag: pa.Array,
                      commit: pa.Array, xid: pa.Array) -> dict[str, pa.Array]:
     """One side's outcome of each key's only change, its operation's rule applied to every change of that
-    operation at once (core/fold_rules.py ``step``, ``single_flags``)."""
+    operation at once (core/apply/fold_rules.py ``step``, ``single_flags``)."""
     n = len(flag)
     present, conflict = np.zeros(n, bool), np.zeros(n, bool)
     counted = {"missing_update": np.zeros(n, np.int64), "missing_delete": np.zeros(n, np.int64)}
@@ -287,7 +287,7 @@ def _last_updates(batch: pa.Table, rows: np.ndarray, codes: np.ndarray, updated:
                   targets: list[TargetPlan], keys: pa.Array, vals: pa.Array, flags: pa.Array, policy: str,
                   token: str) -> pa.Table:
     """The staged rows of keys changed only by UPDATEs that carry every column: the fold of such changes per key at
-    once (core/fold_rules.py ``repeated_updates``, from both starts; :func:`_repeated_updates` says when it
+    once (core/apply/fold_rules.py ``repeated_updates``, from both starts; :func:`_repeated_updates` says when it
     applies). Under the rules today: where the key existed, every UPDATE finds it and the last one's values are
     left (flags all 0); where it did not, each finds nothing (flags all 2, the cells never set), or, under
     upsert, the first inserts and the others update (the last one's values, flags all 0)."""

@@ -3,7 +3,7 @@
 The log is first proven continuous from the tables' lowest position to its end (change_log/log.py).
 A batch then takes whole segments (whole transactions) past that position, about ``max_changes``
 changes of them, all captured in one filtering mode; reads each subscriber table it applies
-(subscriber/apply_target.py) and the definitions in force for each change (core/apply_plan.py); and
+(subscriber/apply_target.py) and the definitions in force for each change (core/apply/plan.py); and
 holds the segments' relations against those definitions before any reducer runs: a relation the
 definitions no longer describe, a publication changed since the refresh, or (for a publications file) a
 replica identity that cannot carry the filter stops the batch untouched.
@@ -26,13 +26,13 @@ from airflow_provider_rowfilter.change_log.segment_reader import (
 )
 from airflow_provider_rowfilter.change_log.unrecorded import remove_unrecorded
 from airflow_provider_rowfilter.connection import connect
-from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, Epochs, TargetPlan, epochs_from_history
+from airflow_provider_rowfilter.core.apply.plan import PASS_THROUGH, ApplyPlan, Epochs, TargetPlan, epochs_from_history
+from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan, check_identities, check_relations
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication_state import changes, drift_error
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.relation_checks import RelationSpan, check_identities, check_relations
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.publication.state import changes, drift_error
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult, batch_span
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state, table_names, tables_present
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget, read_target
@@ -112,7 +112,7 @@ def plan_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStor
         plans = []
         for index, rel in enumerate(rels):
             batch.targets[index] = target = read_target(sub, rel.table, index)
-            if filtering == "source":  # pgoutput judged: the changes pass through (core/apply_plan.py)
+            if filtering == "source":  # pgoutput judged: the changes pass through (core/apply/plan.py)
                 leaves, rules = (rel.table,), (PASS_THROUGH,)
             else:
                 leaves, rules = epochs.leaves(rel.table), epochs.rules(rel.table)
@@ -199,7 +199,7 @@ def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: 
 
 
 def _check_publications(spec: SubscriptionSpec, epochs: Epochs, span: str) -> None:
-    """Judged in Spark, the definitions of the last refresh must still be the publisher's (core/publication_state.py).
+    """Judged in Spark, the definitions of the last refresh must still be the publisher's (core/publication/state.py).
 
     One query on the publisher, after this batch's capture: when it still says what the refresh recorded,
     every change captured so far was committed before any ALTER still to come, and is judged as pgoutput

@@ -8,9 +8,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 from airflow_provider_rowfilter.change_log.identity import LogNeeds
 from airflow_provider_rowfilter.change_log.segment_writer import Hold
-from airflow_provider_rowfilter.core.apply_plan import DEFAULT_MAX_CHANGES
+from airflow_provider_rowfilter.core.apply.plan import DEFAULT_MAX_CHANGES
 from airflow_provider_rowfilter.core.lsn import format_lsn
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.flows.apply.change_rows import CHANGE_COLUMNS
 from airflow_provider_rowfilter.flows.apply.reducers import COLUMNS_BATCH_CHANGES, IN_PROCESS_BATCH_CHANGES

@@ -4,7 +4,7 @@ flows/apply/net_effect.py (change by change) and flows/apply/arrow_fold.py (on t
 same change-log columns (:data:`CHANGE_COLUMNS`), place a table's columns in each relation layout of the log
 the same way (:class:`Layout`, ``judged_frame`` steps 1 and 2 of spark/judge.py), and stage the same rows of
 ``rowfilter.apply_stage`` (:class:`Stage`, spark/apply_frames.py ``staged``), a key changed more than once folded
-by core/fold_rules.py's rules (``_folded``, spark/fold_expressions.py ``folded``). Which reducer runs is
+by core/apply/fold_rules.py's rules (``_folded``, spark/fold_expressions.py ``folded``). Which reducer runs is
 flows/apply/reducers.py's choice.
 """
 
@@ -20,8 +20,8 @@ from operator import attrgetter
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_rowfilter.core.apply_plan import TargetPlan
-from airflow_provider_rowfilter.core.fold_rules import OPERATIONS, Step, single_flags, steps
+from airflow_provider_rowfilter.core.apply.fold_rules import OPERATIONS, Step, single_flags, steps
+from airflow_provider_rowfilter.core.apply.plan import TargetPlan
 from airflow_provider_rowfilter.subscriber.apply_stage import OUTCOME_FIELDS, arrow_schema
 
 #: The change log's columns the reduction reads (change_log/segment_schema.py ``SCHEMA``).
@@ -198,7 +198,7 @@ _Outcome = tuple
 
 
 def _single(o: Change, rule: Step, missing_update: int, missing_delete: int) -> _Outcome:
-    """A key's only change, by its rule (core/fold_rules.py ``step``) from a start where the key existed or not;
+    """A key's only change, by its rule (core/apply/fold_rules.py ``step``) from a start where the key existed or not;
     ``missing_update``, ``missing_delete``: what the rule counts (:func:`_single_rules`)."""
     conflict = rule.conflict
     return (None, rule.present, single_flags(rule, o.flags), o.commit_lsn if conflict else None,
@@ -216,12 +216,12 @@ _Rule = tuple[bool, str, bool, str | None]
 
 
 def _fold_table(rules: dict[tuple[str, bool], Step]) -> dict[tuple[str, bool], _Rule]:
-    """core/fold_rules.py ``steps`` as tuples, unpacked per change faster than a Step's fields are read."""
+    """core/apply/fold_rules.py ``steps`` as tuples, unpacked per change faster than a Step's fields are read."""
     return {k: (r.present, r.cells, r.conflict, r.counted) for k, r in rules.items()}
 
 
 def _folded(ops: Sequence[Change], existed: bool, table: dict[tuple[str, bool], _Rule], width: int) -> _Outcome:
-    """A key's changes folded in commit order, each by its rule (core/fold_rules.py ``steps``, as
+    """A key's changes folded in commit order, each by its rule (core/apply/fold_rules.py ``steps``, as
     :func:`_fold_table`): a value and a flag per column (2: the subscriber's current value), the first conflict,
     the UPDATEs and DELETEs that found no row."""
     present, flags = existed, [2] * width

@@ -12,11 +12,11 @@ of such a batch starts no Spark at all, and ApplyChangesOperator's task applies 
 job.
 
 The contract is the one Spark's ``DecidedBatch.collected`` keeps (flows/apply/reducers.py): the change-log
-rows of the batch's segments in, as Arrow tables; the batch's facts (core/apply_plan.py ``read_facts``)
+rows of the batch's segments in, as Arrow tables; the batch's facts (core/apply/plan.py ``read_facts``)
 and the rows of ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out, which
 subscriber/apply_target.py applies unchanged. Each step below names the step of Spark's it mirrors
 (spark/judge.py ``judged_frame``, spark/apply_frames.py ``staged``, spark/fold_expressions.py ``single``,
-``folded``); the fold's rules themselves are core/fold_rules.py's, which flows/apply/change_rows.py ``_single``
+``folded``); the fold's rules themselves are core/apply/fold_rules.py's, which flows/apply/change_rows.py ``_single``
 and ``_folded`` apply. Why the reduction exists in several engines and how they are held equal:
 docs/adr/two-reducers-one-fold.md. The fold's truth table runs through
 both, without a database (tests/apply/test_fold.py); the differential tests run every source-filtered
@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
+from airflow_provider_rowfilter.core.apply.plan import PASS_THROUGH, ApplyPlan, BatchFacts, TargetPlan, read_facts
 from airflow_provider_rowfilter.flows.apply.change_rows import ROW_COLUMNS, Change, Layout, Stage, layout_ids
 
 _OPS = {"insert": "I", "update": "U", "delete": "D", "truncate": "T"}

@@ -1,7 +1,7 @@
 """A batch reduced to its net effect per key and staged in the subscriber, by one of two reducers.
 
 Both reducers keep one contract (docs/adr/two-reducers-one-fold.md): the batch's change-log rows, the
-plan (core/apply_plan.py) and a staging token in; the batch's facts (``BatchFacts``: what was filtered
+plan (core/apply/plan.py) and a staging token in; the batch's facts (``BatchFacts``: what was filtered
 or transformed, which columns each table is sent, which tables need phases) and the rows of
 ``rowfilter.apply_stage`` (subscriber/apply_stage.py ``STAGE_COLUMNS``) out. Which one runs:
 
@@ -25,8 +25,8 @@ import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, BatchFacts
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, BatchFacts
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply import arrow_fold, net_effect
 from airflow_provider_rowfilter.flows.apply.batch_plan import BatchPlan
 from airflow_provider_rowfilter.flows.apply.change_rows import CHANGE_COLUMNS

@@ -1,7 +1,7 @@
 """One table compared with its publisher: the plan, the bucket pass on both sides, the rows of the differing buckets.
 
 What ``rowfilter verify`` and ``rowfilter reconcile`` share (jobs/verify.py, jobs/reconcile.py). The
-statements are core/table_compare.py's; each side runs its own (publisher/compare_source.py,
+statements are core/compare/table_compare.py's; each side runs its own (publisher/compare_source.py,
 subscriber/compare_target.py); an *engine* runs the reads: the job's own threads for a table of a few
 readers (:class:`LocalEngine`: no Spark session is started for it, as the initial copy copies a table of one
 reader without Spark), Spark tasks otherwise (spark/compare_frames.py), where the rows of the differing
@@ -19,10 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import psycopg
 
-from airflow_provider_rowfilter.core.filters.subscription_filters import TableFilters
-from airflow_provider_rowfilter.core.relation import Relation
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
-from airflow_provider_rowfilter.core.table_compare import (
+from airflow_provider_rowfilter.core.compare.table_compare import (
     GROUP_ROWS,
     HASH_PROBE,
     Buckets,
@@ -42,6 +39,9 @@ from airflow_provider_rowfilter.core.table_compare import (
     multiset_rows_sql,
     record_hash_probe,
 )
+from airflow_provider_rowfilter.core.filters.subscription_filters import TableFilters
+from airflow_provider_rowfilter.core.publication.relation import Relation
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.compare_source import (
     READER_PAGES,
     Read,
@@ -243,7 +243,7 @@ def plan_table(pub: psycopg.Connection, sub: psycopg.Connection, subscription: s
 
 def record_hashing(pub: psycopg.Connection, sub: psycopg.Connection, columns: Sequence[str],
                    types: dict[str, str]) -> bool:
-    """Whether both sides can hash the rows with ``hash_record_extended`` and hash alike (core/table_compare.py)."""
+    """Whether both sides can hash the rows with ``hash_record_extended`` and hash alike (core/compare/table_compare.py)."""
     probes = []
     for conn in (pub, sub):
         if conn.info.server_version < 140000:

@@ -35,7 +35,7 @@ from rich.text import Text
 from airflow_provider_rowfilter.cli import console, print_filters, say, status
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.private_files import private_directory
-from airflow_provider_rowfilter.core.spec import SubscriptionSpec
+from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.definitions import Definitions, load_definitions
 from airflow_provider_rowfilter.spark import connect_server
 from airflow_provider_rowfilter.subscriber.state import StateStore

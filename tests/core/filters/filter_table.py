@@ -19,7 +19,7 @@ from psycopg.abc import Buffer
 from psycopg.adapt import Loader
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, TargetPlan
+from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, EpochRules, TargetPlan
 from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
 from airflow_provider_rowfilter.core.filters.spark_translation import to_spark_text, typed_read
@@ -28,8 +28,8 @@ from airflow_provider_rowfilter.core.filters.subscription_filters import (
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.core.publication import PublishAction
-from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.publication.model import PublishAction
+from airflow_provider_rowfilter.core.publication.relation import Column, Relation, RelKind, TableName
 
 TABLE = "filter_rows"
 

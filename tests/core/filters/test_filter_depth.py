@@ -90,7 +90,7 @@ def test_an_in_list_is_read_in_linear_time():
 
 
 def test_the_parse_sees_the_callers_context_variables():
-    from airflow_provider_rowfilter.core.publication_ddl import _DEFER_FILTER_ERRORS, table_refusals
+    from airflow_provider_rowfilter.core.publication.ddl import _DEFER_FILTER_ERRORS, table_refusals
 
     seen = []
     probe = stack_depth.deep_stack(lambda: seen.append(_DEFER_FILTER_ERRORS.get()))

@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from airflow_provider_rowfilter.core.errors import InvalidRowFilterError, PublicationSyntaxError
 from airflow_provider_rowfilter.core.filters.row_filter import parse_row_filter, validate_row_filter
-from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.publication.relation import Column, Relation, RelKind, TableName
 
 RELATION = Relation(TableName("public", "t"), 16384, RelKind.TABLE,
                     (Column("id", 1, "integer", 23), Column("b", 2, "text", 25, collation="default"),
@@ -78,8 +78,8 @@ UNCONSTRAINED = Relation(TableName("public", "t"), 16384, RelKind.TABLE,
 @pytest.mark.parametrize("sql", ["amount::numeric(20,2) > 100", "amount IS NULL", "amount > 1"])
 def test_numeric_column_without_precision_is_refused_at_validation(sql):
     """The apply reads each filter column as its Spark type, and a numeric without a precision has none
-    (core/apply_plan.py ``filter_expression``): a filter the refresh accepted failed at the first apply."""
-    from airflow_provider_rowfilter.core.apply_plan import filter_expression
+    (core/apply/plan.py ``filter_expression``): a filter the refresh accepted failed at the first apply."""
+    from airflow_provider_rowfilter.core.apply.plan import filter_expression
     from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
 
     with pytest.raises(UntranslatableFilterError, match='the column "amount" of type numeric without a precision') as raised:

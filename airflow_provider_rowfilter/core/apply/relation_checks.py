@@ -6,7 +6,7 @@ row the definitions need, must stop the batch (:class:`RelationChangedError`), n
 "not subscribed" or "filtered". The change log's segments record each relation definition as
 pgoutput announced it (:class:`RelationSpan`) and each replica identity (:class:`IdentitySpan`);
 :func:`check_relations` and :func:`check_identities` read them against the epochs of
-core/apply_plan.py.
+core/apply/plan.py.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from dataclasses import dataclass, replace
 
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.apply_plan import ApplyPlan, EpochRules, Epochs, TargetPlan
+from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, EpochRules, Epochs, TargetPlan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.relation import TableName
 
 
 class RelationChangedError(RowFilterError):

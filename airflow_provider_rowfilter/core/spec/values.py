@@ -2,7 +2,7 @@
 
 The spec's vocabularies (conflict policies, filtering modes, origins …) as ``Literal`` types pydantic checks,
 the publisher versions that features need, and for each key the refusal's text and its fix (``EXPECTED``):
-core/spec.py reads a spec with them; the DAG factory and the CLI name the same values.
+core/spec/subscription.py reads a spec with them; the DAG factory and the CLI name the same values.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import ValidationError
 
-from airflow_provider_rowfilter.core import spark_remote
 from airflow_provider_rowfilter.core.errors import SpecError
+from airflow_provider_rowfilter.core.spec import spark_remote
 
 SPEC_VERSION = 1
 #: What ApplyChanges does when an INSERT finds its key in the subscriber (the spec's ``conflict_policy``).

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.relation import TableName
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.core.errors import RowFilterError
@@ -41,7 +41,7 @@ class PublishedTable:
     columns: tuple[str, ...] | None = None
     filter: RowFilter | None = field(default=None, compare=False, repr=False)
     #: Why the file's filter was refused, kept for the subscription to raise for this table alone
-    #: (``on_invalid_table: skip``; core/publication_ddl.py, ``table_refusals``).
+    #: (``on_invalid_table: skip``; core/publication/ddl.py, ``table_refusals``).
     refusal: RowFilterError | None = field(default=None, compare=False, repr=False)
 
 

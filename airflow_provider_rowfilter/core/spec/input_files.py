@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.spec_values import yaml_problem
+from airflow_provider_rowfilter.core.spec.values import yaml_problem
 
 #: A spec file is a few hundred bytes; a publications file of this size holds some 100,000 tables' entries.
 MAX_SPEC_BYTES = 1 << 20

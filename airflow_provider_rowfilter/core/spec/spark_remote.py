@@ -6,7 +6,7 @@ from airflow_provider_rowfilter.core.errors import SpecError
 
 #: The environment variable pyspark's Spark Connect client reads its bearer token from (never the spec).
 SPARK_CONNECT_TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
-#: The refusal of a spark_remote that is no Spark Connect URL, and its fix (core/spec_values.py names them too).
+#: The refusal of a spark_remote that is no Spark Connect URL, and its fix (core/spec/values.py names them too).
 NOT_A_URL = "is not a Spark Connect URL"
 URL_HINT = "write spark_remote: sc://host:15002 or leave it out"
 

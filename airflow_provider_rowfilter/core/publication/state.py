@@ -22,7 +22,7 @@ The *state* is a JSON-ready dict (stored in the refresh's definitions document u
 
 What the change stream itself carries at each change's position is not part of it: a column added to
 a table (its Relation message lists it), a replica identity switched (the old tuple is the key or the
-full row as the publisher logged it), a column renamed or a table renamed (core/relation_checks.py
+full row as the publisher logged it), a column renamed or a table renamed (core/apply/relation_checks.py
 ``check_relations``). A table missing now is left out of the comparison: dropped, it sends nothing
 more; renamed, its next change stops the batch by ``check_relations``.
 """

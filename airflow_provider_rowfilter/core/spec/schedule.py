@@ -8,7 +8,7 @@ while an apply runs, so what decides is the schedule (core/slot_retention.py com
 presets (``@hourly``), read with croniter (the library Airflow's own cron timetables use), or a
 duration in PostgreSQL's time units (``'90s'``, ``'5min'``, ``'2h'``, ``'1d'``; a bare number is
 seconds). A spec file of the DAG factory that sets none takes its ``airflow: schedule``
-(core/spec.py ``SubscriptionSpec.load``).
+(core/spec/subscription.py ``SubscriptionSpec.load``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,6 @@ from dataclasses import replace
 
 from sqlglot import exp
 
-from airflow_provider_rowfilter.core.catalog import SYSTEM_SCHEMAS, PublisherCatalog, publishable
 from airflow_provider_rowfilter.core.errors import PublicationError, RowFilterError
 from airflow_provider_rowfilter.core.filters.dialect import (
     AlterPublication,
@@ -33,14 +32,15 @@ from airflow_provider_rowfilter.core.filters.dialect import (
 )
 from airflow_provider_rowfilter.core.filters.row_filter import validate_row_filter
 from airflow_provider_rowfilter.core.filters.stack_depth import deep_stack
-from airflow_provider_rowfilter.core.publication import (
+from airflow_provider_rowfilter.core.publication.catalog import SYSTEM_SCHEMAS, PublisherCatalog, publishable
+from airflow_provider_rowfilter.core.publication.model import (
     Publication,
     PublicationSet,
     PublishAction,
     PublishedTable,
 )
-from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
-from airflow_provider_rowfilter.core.script_excerpt import STATEMENT_WORDS, quoting_only_sql
+from airflow_provider_rowfilter.core.publication.relation import SYSTEM_COLUMNS, RelKind, TableName
+from airflow_provider_rowfilter.core.publication.script_excerpt import STATEMENT_WORDS, quoting_only_sql
 
 #: Set by :func:`table_refusals`: a table's refused row filter is kept on its entry instead of raised.
 _DEFER_FILTER_ERRORS: ContextVar[bool] = ContextVar("defer_filter_errors", default=False)
@@ -62,7 +62,7 @@ def table_refusals() -> Iterator[None]:
 def publications_from_ddl(sql: str, catalog: PublisherCatalog, base: PublicationSet | None = None) -> PublicationSet:
     """Apply a script of publication statements to ``base`` (default: none) and return the result.
 
-    Its errors quote the script only inside an SQL statement, secrets masked (core/script_excerpt.py): the
+    Its errors quote the script only inside an SQL statement, secrets masked (core/publication/script_excerpt.py): the
     script is a file a spec named, which may be any file. Parsed on a deep stack (core/filters/stack_depth.py).
     """
     with quoting_only_sql(sql):

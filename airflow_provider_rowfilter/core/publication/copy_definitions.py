@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.core.publication.relation import TableName
 
 #: What PostgreSQL leaves, said once per table a refresh names.
 AS_POSTGRESQL_LEAVES_IT = (

@@ -12,9 +12,10 @@ from typing import Any
 from pydantic import ConfigDict, ValidationError, field_validator
 from pydantic.dataclasses import dataclass
 
-from airflow_provider_rowfilter.core.conninfo import check_no_password
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.input_files import (
+from airflow_provider_rowfilter.core.names import identifier, quote_identifier
+from airflow_provider_rowfilter.core.spec.conninfo import check_no_password
+from airflow_provider_rowfilter.core.spec.input_files import (
     MAX_SCRIPT_BYTES,
     MAX_SPEC_BYTES,
     decoded,
@@ -22,13 +23,12 @@ from airflow_provider_rowfilter.core.input_files import (
     read_text,
     yaml_document,
 )
-from airflow_provider_rowfilter.core.log_location import LogLocation, is_url, parse_location
-from airflow_provider_rowfilter.core.memory_setting import DECODING_WORK_MEM_RANGE, memory_kb
-from airflow_provider_rowfilter.core.names import identifier, quote_identifier
-from airflow_provider_rowfilter.core.schedule import FACTORY_DEFAULT_SCHEDULE, longest_gap
-from airflow_provider_rowfilter.core.spark_remote import check_spark_remote
-from airflow_provider_rowfilter.core.spec_paths import check_change_log_location, confine
-from airflow_provider_rowfilter.core.spec_values import (
+from airflow_provider_rowfilter.core.spec.log_location import LogLocation, is_url, parse_location
+from airflow_provider_rowfilter.core.spec.memory_setting import DECODING_WORK_MEM_RANGE, memory_kb
+from airflow_provider_rowfilter.core.spec.paths import check_change_log_location, confine
+from airflow_provider_rowfilter.core.spec.schedule import FACTORY_DEFAULT_SCHEDULE, longest_gap
+from airflow_provider_rowfilter.core.spec.spark_remote import check_spark_remote
+from airflow_provider_rowfilter.core.spec.values import (
     CONN_ID,
     CONNINFO_KEYS,
     EXPECTED,
@@ -54,7 +54,7 @@ class SubscriptionSpec:
 
     ``publisher``/``subscriber`` are libpq connection strings without a password in any form (the
     password comes from ``PGPASSWORD``/``~/.pgpass`` or, in Airflow, from the connection:
-    core/conninfo.py); ``publications_ddl`` is a path to a file of CREATE PUBLICATION statements,
+    core/spec/conninfo.py); ``publications_ddl`` is a path to a file of CREATE PUBLICATION statements,
     relative to the spec file. ``change_log`` is the directory of the durable change-log segments
     written by the capture (docs/change-log.md), relative to the spec file; it defaults to
     ``.rowfilter/<subscription>/changes`` beside the spec file (beside the working directory when the
@@ -190,17 +190,17 @@ class SubscriptionSpec:
         """Read a spec file; resolve ``publications_ddl`` and ``change_log`` relative to it."""
         p = Path(path)
         source = f"spec file {str(p)!r}"
-        # A regular file of bounded size, UTF-8, YAML of bounded depth (core/input_files.py).
+        # A regular file of bounded size, UTF-8, YAML of bounded depth (core/spec/input_files.py).
         data = yaml_document(read_text(p, source, MAX_SPEC_BYTES), source)
         if not isinstance(data, dict):
             raise SpecError(f"spec file {str(p)!r} must hold a mapping (subscription: …, publications: …)")
         factory = data.pop("airflow", None)  # the Airflow DAG factory's own section (docs/dag-factory.md)
         if isinstance(factory, dict) and "apply_schedule" not in data:
-            # The factory's incremental DAG runs the apply on this schedule (core/schedule.py).
+            # The factory's incremental DAG runs the apply on this schedule (core/spec/schedule.py).
             schedule = factory.get("schedule", FACTORY_DEFAULT_SCHEDULE)
             if isinstance(schedule, str):
                 data["apply_schedule"] = schedule
-        # The files a spec file names stay in its folder, symlinks resolved (core/spec_paths.py).
+        # The files a spec file names stay in its folder, symlinks resolved (core/spec/paths.py).
         if data.get("publications_ddl") and isinstance(data["publications_ddl"], str):
             data["publications_ddl"] = confine(data["publications_ddl"], "publications_ddl", p.parent, source)
         change_log = data.get("change_log")
@@ -262,7 +262,7 @@ class SubscriptionSpec:
 
     @property
     def decoding_work_mem_kb(self) -> int | None:
-        """``logical_decoding_work_mem`` in kB, read as PostgreSQL reads the setting (core/memory_setting.py); None:
+        """``logical_decoding_work_mem`` in kB, read as PostgreSQL reads the setting (core/spec/memory_setting.py); None:
         the publisher's own (the capture's session does not set it)."""
         if self.logical_decoding_work_mem is None:
             return None
@@ -328,8 +328,8 @@ class SubscriptionSpec:
         """The text of ``publications_ddl``, or None when publications come from the publisher's catalog."""
         if not self.publications_ddl:
             return None
-        # The file the spec's check found (core/spec_paths.py ``confine`` resolved its symlinks): a symlink put in its
-        # place since is refused, not followed; a FIFO or a device is refused unread (core/input_files.py).
+        # The file the spec's check found (core/spec/paths.py ``confine`` resolved its symlinks): a symlink put in its
+        # place since is refused, not followed; a FIFO or a device is refused unread (core/spec/input_files.py).
         what = f"publications_ddl file {self.publications_ddl!r} of subscription {self.subscription!r}"
         return decoded(read_bytes(self.publications_ddl, what, MAX_SCRIPT_BYTES, follow=False), what)
 

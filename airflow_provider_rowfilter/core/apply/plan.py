@@ -13,7 +13,7 @@ come as the Spark expression trees the refresh translated (``spark_filter_trees`
 parsed once here); :func:`filter_expression` rewrites each column reference into a typed read of the
 change's values (PostgreSQL text form, cast to the column's Spark type).
 
-Before any of that, core/relation_checks.py holds the relations the change log's segments carry
+Before any of that, core/apply/relation_checks.py holds the relations the change log's segments carry
 against these definitions.
 """
 
@@ -30,8 +30,8 @@ from airflow_provider_rowfilter.core.filters import pg_types
 from airflow_provider_rowfilter.core.filters.spark_sql import NUMERIC_READS, decimal_read, numeric_channel_read
 from airflow_provider_rowfilter.core.filters.spark_translation import typed_read
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.spec_values import ConflictPolicy
+from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.spec.values import ConflictPolicy
 
 DML = ("insert", "update", "delete")
 #: A batch's bound unless the run sets one (``--max-changes``): the slot rows one capture reads, whole
