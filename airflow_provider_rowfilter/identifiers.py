@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from psycopg import sql
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 
 def table_sql(table: TableName) -> sql.Identifier:

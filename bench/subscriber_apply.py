@@ -34,7 +34,7 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from airflow_provider_rowfilter.core.apply.plan import PASS_THROUGH, ApplyPlan, TargetPlan  # noqa: E402
-from airflow_provider_rowfilter.core.publication.relation import TableName  # noqa: E402
+from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
 from airflow_provider_rowfilter.flows.apply import arrow_fold  # noqa: E402
 from airflow_provider_rowfilter.subscriber import apply_stage, direct_update, typed_keys  # noqa: E402
 from airflow_provider_rowfilter.subscriber.apply_target import StagedTable, read_target  # noqa: E402

@@ -14,7 +14,7 @@ import pyarrow as pa
 import sqlglot
 
 from airflow_provider_rowfilter.core.apply.plan import PASS_THROUGH, ApplyPlan, EpochRules, TargetPlan
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 #: The change log's columns that the judge reads, in Spark's types (a row's fields, in this order).
 CHANGES = ("commit_lsn bigint, seq int, lsn bigint, xid bigint, kind string, schema string, `table` string, "

@@ -24,7 +24,7 @@ from airflow_provider_rowfilter.core.pgoutput import (
     Type,
     Update,
 )
-from airflow_provider_rowfilter.core.publication.relation import ReplicaIdentity
+from airflow_provider_rowfilter.core.relation import ReplicaIdentity
 
 # --- hand-built bytes -------------------------------------------------------------------------------
 

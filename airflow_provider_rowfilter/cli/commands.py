@@ -46,7 +46,7 @@ def compare(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
 
     ``verify`` exits 1 when a table differs; ``reconcile`` when a table could not be reconciled.
     """
-    from airflow_provider_rowfilter.core.publication.relation import TableName
+    from airflow_provider_rowfilter.core.relation import TableName
     from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
     from airflow_provider_rowfilter.flows.verify.verify import MAX_READERS, verify
 
@@ -163,7 +163,7 @@ def set_enabled(spec: SubscriptionSpec, enabled: bool) -> int:
 
 def sync_sequences(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run SyncSequences in-process and say, per sequence, what it set (or would)."""
-    from airflow_provider_rowfilter.core.publication.relation import TableName
+    from airflow_provider_rowfilter.core.relation import TableName
     from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences as run_sync
 
     tables = [TableName.from_sql(t, "--table") for t in args.table] if args.table else None
@@ -224,7 +224,7 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool) -> int:
 
 def sync_tables(spec: SubscriptionSpec, args: argparse.Namespace) -> int:
     """Run the SnapshotCopy job in-process (``snapshot``, or ``resync`` first); say what each table got."""
-    from airflow_provider_rowfilter.core.publication.relation import TableName
+    from airflow_provider_rowfilter.core.relation import TableName
     from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, sync_tables
     from airflow_provider_rowfilter.flows.table_sync.sync import resync as run_resync
 

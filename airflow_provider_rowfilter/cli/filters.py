@@ -8,12 +8,12 @@ from rich.text import Text
 
 from airflow_provider_rowfilter.cli.console import console, say
 from airflow_provider_rowfilter.console.output import Column, output_format, print_table
-from airflow_provider_rowfilter.core.filters.subscription_filters import (
+from airflow_provider_rowfilter.core.publication.model import PublishAction
+from airflow_provider_rowfilter.core.publication.subscription_filters import (
     SubscriptionFilters,
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.core.publication.model import PublishAction
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 

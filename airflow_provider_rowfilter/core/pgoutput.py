@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn
-from airflow_provider_rowfilter.core.publication.relation import ReplicaIdentity
+from airflow_provider_rowfilter.core.relation import ReplicaIdentity
 
 # PostgreSQL timestamps count microseconds from 2000-01-01 00:00:00 UTC.
 POSTGRES_EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
@@ -125,8 +125,8 @@ class RelationColumn:
 @dataclass(frozen=True, slots=True)
 class RelationMessage:
     """pgoutput's Relation message: a table as the publisher describes it before its changes (the catalog's
-    tables are core/publication/relation.py's
-    :class:`~airflow_provider_rowfilter.core.publication.relation.Relation`)."""
+    tables are core/relation.py's
+    :class:`~airflow_provider_rowfilter.core.relation.Relation`)."""
 
     oid: int
     namespace: str  # "pg_catalog" is sent as ""

@@ -32,14 +32,14 @@ import psycopg
 from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.filters.subscription_filters import (
+from airflow_provider_rowfilter.core.publication.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
+from airflow_provider_rowfilter.core.publication.subscription_filters import (
     filters_document,
     leaf_actions,
     leaf_capture_columns,
     subscribed_tables,
 )
-from airflow_provider_rowfilter.core.publication.copy_definitions import AS_POSTGRESQL_LEAVES_IT, copy_definition_changes
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.slot_retention import schedule_risks
 from airflow_provider_rowfilter.core.spec.schedule import longest_gap
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 
 from airflow_provider_rowfilter.connection import connect, one
 from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog
 from airflow_provider_rowfilter.publisher.sequences import (

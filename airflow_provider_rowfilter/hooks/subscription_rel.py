@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_provider_rowfilter.connection import open_async_session
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.publication.relation import TableName, table_names
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.sync_state import SyncState, at_least
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.subscriber.state_reader import (

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from airflow_provider_rowfilter.core.compare.table_compare import GROUP_ROWS
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.verify.reconcile import reconcile
 from airflow_provider_rowfilter.flows.verify.verify import LOCK_WAIT, MAX_READERS
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging

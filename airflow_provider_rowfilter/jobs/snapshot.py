@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.table_sync.sync import resync, sync_tables
 from airflow_provider_rowfilter.flows.table_sync.table_copy import CopyOptions
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging

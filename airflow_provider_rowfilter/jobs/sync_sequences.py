@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import run_job

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.verify.verify import LOCK_WAIT, MAX_READERS, verify
 from airflow_provider_rowfilter.jobs.arguments import parse, parser, positive, seconds, setup_logging
 from airflow_provider_rowfilter.jobs.exit_status import fail, run_job

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from airflow_provider_rowfilter.core.publication.relation import table_names
+from airflow_provider_rowfilter.core.relation import table_names
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.metrics import check_metrics
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator

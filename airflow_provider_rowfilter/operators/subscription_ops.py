@@ -161,7 +161,7 @@ class SyncSequencesOperator(SubscriptionOperator):
         self.dry_run = dry_run  # type: ignore[method-assign,assignment]  # the parameter; shadows BaseOperator.dry_run()
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_provider_rowfilter.core.publication.relation import TableName
+        from airflow_provider_rowfilter.core.relation import TableName
         from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences
 
         resolved = self.resolve()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_rowfilter.connection import conninfo_params
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.values import SUBSCRIPTION_NAME
 
 

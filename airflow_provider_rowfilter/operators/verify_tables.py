@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from airflow.sdk.exceptions import AirflowException
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.publication.relation import TableName, table_names
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.metrics import check_metrics
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator

@@ -37,7 +37,7 @@ from psycopg import sql
 from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.publication.model import ALL_ACTIONS, PublishAction
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.slot_retention import WAY_BACK, Retention, invalidation, wal_level_needed
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.publisher.slot_health import WAL_NOW, SlotHealth, read_slot
@@ -172,7 +172,7 @@ def ensure_capture_publications(conn: psycopg.Connection, subscription: str,
     created only when a leaf needs it, and refused on publishers older than PostgreSQL 18, whose
     pgoutput cannot decode the slot's pending changes through a publication younger than them.
     Everything happens in one transaction: a leaf moving between publications is never in none. ``columns``:
-    the leaves that get a column list (core/filters/subscription_filters.py ``leaf_capture_columns``), the same in
+    the leaves that get a column list (core/publication/subscription_filters.py ``leaf_capture_columns``), the same in
     each publication of theirs; the others get none.
     """
     marker = MARKER + subscription

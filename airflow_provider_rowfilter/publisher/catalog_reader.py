@@ -19,7 +19,7 @@ from airflow_provider_rowfilter.core.publication.model import (
     PublishAction,
     PublishedTable,
 )
-from airflow_provider_rowfilter.core.publication.relation import (
+from airflow_provider_rowfilter.core.relation import (
     FIRST_NORMAL_OBJECT_ID,
     Column,
     Relation,

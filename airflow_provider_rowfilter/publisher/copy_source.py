@@ -37,12 +37,12 @@ from psycopg.pq import ExecStatus
 
 from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication.relation import Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
 from airflow_provider_rowfilter.core.slot_retention import wal_level_needed
 from airflow_provider_rowfilter.identifiers import table_sql
 
 if TYPE_CHECKING:  # the executors import this module too; they need no filter parser (sqlglot)
-    from airflow_provider_rowfilter.core.filters.subscription_filters import TableFilters
+    from airflow_provider_rowfilter.core.publication.subscription_filters import TableFilters
 
 log = logging.getLogger(__name__)
 

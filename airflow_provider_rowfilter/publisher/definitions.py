@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import psycopg
 
 from airflow_provider_rowfilter.core.errors import ReplicaIdentityError, RowFilterError
-from airflow_provider_rowfilter.core.filters.subscription_filters import SubscriptionFilters, subscription_filters
 from airflow_provider_rowfilter.core.publication.catalog import PublisherCatalog
 from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl, table_refusals
 from airflow_provider_rowfilter.core.publication.model import PublicationSet
+from airflow_provider_rowfilter.core.publication.subscription_filters import SubscriptionFilters, subscription_filters
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.catalog_features import refuse_unknown_features
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, read_publications

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook, parse_state, parse_tables
 from airflow_provider_rowfilter.triggers.subscription_rel import SubscriptionRelTrigger

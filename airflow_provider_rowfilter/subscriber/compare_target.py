@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import psycopg
 
 from airflow_provider_rowfilter.core.compare.table_compare import CompareShape, compare_shape
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.subscriber.apply_target import read_target
 from airflow_provider_rowfilter.subscriber.copy_target import CopyTarget, check_target
 from airflow_provider_rowfilter.subscriber.state import RelState, StateReader

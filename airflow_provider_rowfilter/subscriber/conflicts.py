@@ -30,7 +30,7 @@ from psycopg.types.json import Jsonb
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 #: PostgreSQL 18's conflict types, in its order (conflict.c ``ConflictTypeNames``).
 CONFLICT_TYPES = ("insert_exists", "update_origin_differs", "update_exists", "update_missing",

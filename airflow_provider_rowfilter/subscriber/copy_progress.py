@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import psycopg
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.humane import ProgressReport, duration, report_progress
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.connection import conninfo_params, open_session, password
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.state import SCHEMA, StateReader

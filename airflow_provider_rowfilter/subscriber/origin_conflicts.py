@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.subscriber.conflicts import ConflictLog, log_found
 
 if TYPE_CHECKING:

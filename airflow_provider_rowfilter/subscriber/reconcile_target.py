@@ -26,7 +26,7 @@ from psycopg import sql
 
 from airflow_provider_rowfilter.connection import open_session
 from airflow_provider_rowfilter.core.compare.table_compare import ident
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.identifiers import table_sql
 
 log = logging.getLogger(__name__)

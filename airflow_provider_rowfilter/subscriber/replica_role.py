@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import psycopg
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 log = logging.getLogger(__name__)
 

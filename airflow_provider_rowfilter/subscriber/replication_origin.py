@@ -27,7 +27,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 import psycopg
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.state import StateStore
 

@@ -25,7 +25,7 @@ from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState, check_transition
 from airflow_provider_rowfilter.subscriber.state_migrations import SCHEMA, migrate
 from airflow_provider_rowfilter.subscriber.state_reader import (

@@ -25,7 +25,7 @@ atexit.register(shutil.rmtree, _HOME, ignore_errors=True)
 os.environ["AIRFLOW_HOME"] = _HOME
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 
-from airflow_provider_rowfilter.core.publication.relation import TableName  # noqa: E402
+from airflow_provider_rowfilter.core.relation import TableName  # noqa: E402
 from airflow_provider_rowfilter.core.sync_state import SyncState  # noqa: E402
 from airflow_provider_rowfilter.subscriber.state import StateStore, migrate  # noqa: E402
 from airflow_provider_rowfilter.tooling.demo.dag_runner import airflow_home  # noqa: E402

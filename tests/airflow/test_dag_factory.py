@@ -19,7 +19,7 @@ import pytest
 from airflow.sdk import DAG
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.publication.relation import TableName, table_names
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.dag_factory import (
     DAG_KINDS,

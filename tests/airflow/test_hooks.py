@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook, libpq_url
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.apply.arrow_fold import reduce_columns
 from airflow_provider_rowfilter.flows.apply.net_effect import reduce_changes
 from airflow_provider_rowfilter.flows.apply.reducers import reduce_batch

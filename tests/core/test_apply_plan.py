@@ -21,7 +21,7 @@ from airflow_provider_rowfilter.core.apply.relation_checks import (
     check_relations,
 )
 from airflow_provider_rowfilter.core.errors import UntranslatableFilterError
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 T = TableName("public", "t")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_provider_rowfilter.core.publication.copy_definitions import copy_definition_changes
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 T1, T2, T3 = TableName("public", "t1"), TableName("public", "t2"), TableName("public", "t3")
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.publication.relation import TableName, table_names
+from airflow_provider_rowfilter.core.relation import TableName, table_names
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 

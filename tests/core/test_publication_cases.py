@@ -21,9 +21,9 @@ from airflow_provider_rowfilter.core.errors import (
     UntranslatableFilterError,
 )
 from airflow_provider_rowfilter.core.filters.dialect import parse_statements
-from airflow_provider_rowfilter.core.filters.subscription_filters import subscription_filters
 from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.publication.model import PublishAction
+from airflow_provider_rowfilter.core.publication.subscription_filters import subscription_filters
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog, read_publications
 
 # Cases where we do not yet answer as PostgreSQL does; each is listed in docs/row-filters.md

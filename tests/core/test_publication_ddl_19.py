@@ -16,9 +16,9 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.errors import PublicationError, PublicationSyntaxError
-from airflow_provider_rowfilter.core.filters.subscription_filters import subscribed_tables, subscription_filters
 from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.publication.subscription_filters import subscribed_tables, subscription_filters
+from airflow_provider_rowfilter.core.relation import TableName
 
 SCHEMA = """
 CREATE TABLE t1 (a int PRIMARY KEY); CREATE TABLE t2 (a int PRIMARY KEY); CREATE TABLE t3 (a int PRIMARY KEY);

@@ -17,7 +17,7 @@ from airflow_provider_rowfilter.core.compare.table_compare import (
     groups,
     runs,
 )
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 T = TableName("public", "t")
 

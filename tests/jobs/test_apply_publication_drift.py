@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationChangedError
-from airflow_provider_rowfilter.core.publication.relation import TableName
 from airflow_provider_rowfilter.core.publication.state import PublicationChangedError
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import resync

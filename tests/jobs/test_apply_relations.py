@@ -17,7 +17,7 @@ from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.change_log.segment_reader import segment_relations
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationChangedError
 from airflow_provider_rowfilter.core.lsn import format_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import resync, sync_tables

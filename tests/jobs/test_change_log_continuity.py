@@ -19,7 +19,7 @@ import yaml
 
 from airflow_provider_rowfilter.change_log.log import ChangeLog
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import resync

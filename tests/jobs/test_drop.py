@@ -14,7 +14,7 @@ import yaml
 
 from airflow_provider_rowfilter.change_log.log import POSITION_FILE, ChangeLog
 from airflow_provider_rowfilter.cli import main
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.drain import apply_lock
 from airflow_provider_rowfilter.flows.refresh import refresh

@@ -40,7 +40,7 @@ import yaml
 
 from airflow_provider_rowfilter import cli, faults
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply import capture_ahead
 from airflow_provider_rowfilter.flows.apply.drain import apply

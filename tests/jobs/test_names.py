@@ -6,7 +6,7 @@ import psycopg
 import yaml
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.flows.refresh import refresh

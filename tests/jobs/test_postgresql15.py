@@ -5,7 +5,7 @@ A partition published on its own by one publication and through its root (``publ
 another is copied twice by a PostgreSQL 15 subscription: 15's ``pg_get_publication_tables`` lists both the root
 and the partition, and tablesync copies each. PostgreSQL 16 lists the root only (pg_publication.c
 ``filter_partitions`` applied across all the subscription's publications), so the rows are copied once. Ours
-copies once against every version (core/filters/subscription_filters.py drops a partition whose published
+copies once against every version (core/publication/subscription_filters.py drops a partition whose published
 ancestor is in the list), as 16 does: this test holds the native 15 subscription and ours to that, on a
 PostgreSQL 15 cluster (Debian's ``/usr/lib/postgresql/15/bin``, or ``$ROWFILTER_PG15_BIN_DIR``; skipped where
 there is none), started for this module only (about 2 s). The numeric case (tests/jobs/differential_cases.py

@@ -14,7 +14,7 @@ import logging
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.subscriber.replica_role import replica_role
 
 ROLE = "rowfilter_applier"

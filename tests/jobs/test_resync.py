@@ -129,7 +129,7 @@ def test_a_snapshot_the_publisher_refuses_rolls_the_start_back(setup, spark, cap
 
 SEVERAL_READERS = """
 import sys
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.jobs.exit_status import run_job
 from airflow_provider_rowfilter.flows.table_sync.sync import CopyOptions, resync

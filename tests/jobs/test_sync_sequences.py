@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter import cli
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.sync_sequences import sync_sequences
 from airflow_provider_rowfilter.subscriber.state import StateError

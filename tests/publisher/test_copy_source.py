@@ -5,8 +5,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.filters.subscription_filters import TableFilters
-from airflow_provider_rowfilter.core.publication.relation import Column, Relation, RelKind, ReplicaIdentity, TableName
+from airflow_provider_rowfilter.core.publication.subscription_filters import TableFilters
+from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, ReplicaIdentity, TableName
 from airflow_provider_rowfilter.publisher.copy_source import (
     SPLIT_START_COST,
     BlockRanges,

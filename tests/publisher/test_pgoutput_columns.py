@@ -26,7 +26,7 @@ from airflow_provider_rowfilter.core.pgoutput import (
     Update,
     decode_message,
 )
-from airflow_provider_rowfilter.core.publication.relation import ReplicaIdentity
+from airflow_provider_rowfilter.core.relation import ReplicaIdentity
 from airflow_provider_rowfilter.publisher import pgoutput_columns
 from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import (

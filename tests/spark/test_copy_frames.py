@@ -7,7 +7,7 @@ from functools import partial
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.publisher.copy_source import (
     BlockRanges,
     CopySource,

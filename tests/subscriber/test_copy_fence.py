@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.subscriber.copy_target import (
     CopyFence,

@@ -8,7 +8,7 @@ import time
 import psycopg
 
 from airflow_provider_rowfilter.connection import connect, in_task
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.humane import PROGRESS_LOGGER
 from airflow_provider_rowfilter.subscriber.copy_progress import copy_progress, copy_report

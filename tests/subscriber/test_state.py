@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.subscriber.state import (
     AsyncStateReader,

@@ -30,7 +30,7 @@ from airflow_provider_rowfilter.core.filters import pg_types
 from airflow_provider_rowfilter.core.filters.spark_sql import NUMERIC_READS, decimal_read, numeric_channel_read
 from airflow_provider_rowfilter.core.filters.spark_translation import typed_read
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.values import ConflictPolicy
 
 DML = ("insert", "update", "delete")

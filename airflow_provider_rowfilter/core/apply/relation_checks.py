@@ -19,7 +19,7 @@ from sqlglot import exp
 from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, EpochRules, Epochs, TargetPlan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 
 class RelationChangedError(RowFilterError):

@@ -26,7 +26,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 #: The output settings of every comparing session, on both sides: what the text form of a date, time,
 #: interval, float or bytea depends on (capture's own: publisher/capture.py).

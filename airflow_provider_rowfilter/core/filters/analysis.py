@@ -49,7 +49,7 @@ from airflow_provider_rowfilter.core.filters.grammar import (
 )
 from airflow_provider_rowfilter.core.filters.pg_types import ANY, PgType
 from airflow_provider_rowfilter.core.filters.text import TextAnalysis, row_fields
-from airflow_provider_rowfilter.core.publication.relation import SYSTEM_COLUMNS, Relation
+from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, Relation
 
 
 @dataclass(frozen=True)

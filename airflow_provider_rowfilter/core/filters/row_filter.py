@@ -17,7 +17,7 @@ from airflow_provider_rowfilter.core.filters.analysis import FilterContext, anal
 from airflow_provider_rowfilter.core.filters.grammar import parse_row_filter
 from airflow_provider_rowfilter.core.filters.pg_types import PgType
 from airflow_provider_rowfilter.core.filters.stack_depth import bounded, deep_stack
-from airflow_provider_rowfilter.core.publication.relation import Relation
+from airflow_provider_rowfilter.core.relation import Relation
 
 
 @dataclass(frozen=True, eq=False)

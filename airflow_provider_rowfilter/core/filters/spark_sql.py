@@ -51,7 +51,7 @@ LAMBDA_TESTED = exp.Var(this="__rowfilter_tested")
 _ARRAY_ELEMENT = r'"(?:[^"\\]|\\.)*"|[^,{}"]+'
 
 
-#: ``numeric_reads`` of a table a refresh records (core/filters/subscription_filters.py ``filters_document``): its
+#: ``numeric_reads`` of a table a refresh records (core/publication/subscription_filters.py ``filters_document``): its
 #: Spark filters read a numeric column as the struct :func:`typed_read` gives (NaN and ±Infinity kept); a document
 #: without it was recorded before, its filters reading a bare DECIMAL (:func:`decimal_read`, core/apply/plan.py).
 NUMERIC_READS = "struct"

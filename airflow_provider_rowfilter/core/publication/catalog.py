@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from airflow_provider_rowfilter.core.filters.analysis import FilterContext
-from airflow_provider_rowfilter.core.publication.relation import Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
 
 SYSTEM_SCHEMAS = frozenset({"pg_catalog", "information_schema", "pg_toast"})
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 #: What PostgreSQL leaves, said once per table a refresh names.
 AS_POSTGRESQL_LEAVES_IT = (
@@ -35,7 +35,7 @@ def _columns(columns: tuple[str, ...] | None) -> str:
 
 def copy_definition_changes(before: Mapping[str, Any] | None, after: Mapping[str, Any],
                             tables: Iterable[TableName]) -> dict[TableName, str]:
-    """For each of ``tables`` in both refresh documents (core/filters/subscription_filters.py ``filters_document``) whose
+    """For each of ``tables`` in both refresh documents (core/publication/subscription_filters.py ``filters_document``) whose
     initial-copy filter or column list differs: what changed, in words."""
     old, new = _entries(before), _entries(after)
     changes: dict[TableName, str] = {}

@@ -39,8 +39,8 @@ from airflow_provider_rowfilter.core.publication.model import (
     PublishAction,
     PublishedTable,
 )
-from airflow_provider_rowfilter.core.publication.relation import SYSTEM_COLUMNS, RelKind, TableName
 from airflow_provider_rowfilter.core.publication.script_excerpt import STATEMENT_WORDS, quoting_only_sql
+from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
 
 #: Set by :func:`table_refusals`: a table's refused row filter is kept on its entry instead of raised.
 _DEFER_FILTER_ERRORS: ContextVar[bool] = ContextVar("defer_filter_errors", default=False)

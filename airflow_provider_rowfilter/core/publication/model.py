@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.core.errors import RowFilterError

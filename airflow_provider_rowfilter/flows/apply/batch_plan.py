@@ -30,8 +30,8 @@ from airflow_provider_rowfilter.core.apply.plan import PASS_THROUGH, ApplyPlan, 
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan, check_identities, check_relations
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
 from airflow_provider_rowfilter.core.publication.state import changes, drift_error
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult, batch_span
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state, table_names, tables_present

@@ -23,7 +23,7 @@ from airflow_provider_rowfilter.core.apply.plan import TargetPlan
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
 from airflow_provider_rowfilter.core.errors import ApplyError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.flows.apply.batch_plan import BatchPlan

@@ -36,7 +36,7 @@ from airflow_provider_rowfilter.change_log.store import open_change_log
 from airflow_provider_rowfilter.connection import connect, primary_message
 from airflow_provider_rowfilter.core.errors import ApplyError, RowFilterError, UnreachableError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.batch_plan import plan_batch
 from airflow_provider_rowfilter.flows.apply.batch_transaction import commit_batch

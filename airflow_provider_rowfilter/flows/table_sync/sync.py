@@ -34,7 +34,7 @@ import psycopg
 
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import SpecError
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.flows.spark_on_demand import SparkOnDemand

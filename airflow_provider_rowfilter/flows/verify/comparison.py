@@ -39,8 +39,8 @@ from airflow_provider_rowfilter.core.compare.table_compare import (
     multiset_rows_sql,
     record_hash_probe,
 )
-from airflow_provider_rowfilter.core.filters.subscription_filters import TableFilters
-from airflow_provider_rowfilter.core.publication.relation import Relation
+from airflow_provider_rowfilter.core.publication.subscription_filters import TableFilters
+from airflow_provider_rowfilter.core.relation import Relation
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.publisher.compare_source import (
     READER_PAGES,

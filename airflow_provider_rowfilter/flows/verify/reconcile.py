@@ -38,7 +38,7 @@ from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.compare.table_compare import GROUP_ROWS, TableCheck
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.flows.verify.comparison import Engines, Sides, bucket_pass, check_of, group_fixes, plan_table

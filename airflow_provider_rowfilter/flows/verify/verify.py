@@ -29,7 +29,7 @@ from airflow_provider_rowfilter.connection import connect, is_transient
 from airflow_provider_rowfilter.core.compare.table_compare import TableCheck
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import parse_lsn
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.verify.comparison import Engines, Sides, bucket_pass, check_of, plan_table, row_diff
 from airflow_provider_rowfilter.publisher.capture_objects import SlotMissingError

@@ -23,13 +23,13 @@ from airflow_provider_rowfilter.core.apply.plan import ApplyPlan, EpochRules, Ta
 from airflow_provider_rowfilter.core.filters import pg_types as T
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
 from airflow_provider_rowfilter.core.filters.spark_translation import to_spark_text, typed_read
-from airflow_provider_rowfilter.core.filters.subscription_filters import (
+from airflow_provider_rowfilter.core.publication.model import PublishAction
+from airflow_provider_rowfilter.core.publication.subscription_filters import (
     SubscriptionFilters,
     TableFilters,
     filters_document,
 )
-from airflow_provider_rowfilter.core.publication.model import PublishAction
-from airflow_provider_rowfilter.core.publication.relation import Column, Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
 
 TABLE = "filter_rows"
 

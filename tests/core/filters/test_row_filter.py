@@ -16,7 +16,7 @@ from sqlglot import exp
 
 from airflow_provider_rowfilter.core.errors import InvalidRowFilterError, PublicationSyntaxError
 from airflow_provider_rowfilter.core.filters.row_filter import parse_row_filter, validate_row_filter
-from airflow_provider_rowfilter.core.publication.relation import Column, Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.relation import Column, Relation, RelKind, TableName
 
 RELATION = Relation(TableName("public", "t"), 16384, RelKind.TABLE,
                     (Column("id", 1, "integer", 23), Column("b", 2, "text", 25, collation="default"),

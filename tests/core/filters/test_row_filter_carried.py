@@ -18,11 +18,11 @@ from sqlglot import exp
 from airflow_provider_rowfilter.core.apply.plan import EpochRules, filter_expression
 from airflow_provider_rowfilter.core.filters.row_filter import RowFilter
 from airflow_provider_rowfilter.core.filters.spark_translation import spark_or
-from airflow_provider_rowfilter.core.filters.subscription_filters import filters_document, subscription_filters
 from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.publication.model import Publication, PublicationSet, PublishedTable
 from airflow_provider_rowfilter.core.publication.model import PublishAction as A
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.publication.subscription_filters import filters_document, subscription_filters
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog
 
 T1 = TableName("public", "t1")

@@ -7,10 +7,10 @@ import psycopg
 import pytest
 
 from airflow_provider_rowfilter.core.errors import ColumnListConflictError, ReplicaIdentityError
-from airflow_provider_rowfilter.core.filters.subscription_filters import subscribed_tables, subscription_filters
 from airflow_provider_rowfilter.core.publication.ddl import publications_from_ddl
 from airflow_provider_rowfilter.core.publication.model import PublishAction as A
-from airflow_provider_rowfilter.core.publication.relation import TableName
+from airflow_provider_rowfilter.core.publication.subscription_filters import subscribed_tables, subscription_filters
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.publisher.catalog_reader import read_catalog
 
 SCHEMA = """

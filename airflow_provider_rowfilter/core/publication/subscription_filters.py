@@ -30,7 +30,7 @@ from airflow_provider_rowfilter.core.publication.model import (
     PublicationSet,
     PublishAction,
 )
-from airflow_provider_rowfilter.core.publication.relation import Relation, RelKind, TableName
+from airflow_provider_rowfilter.core.relation import Relation, RelKind, TableName
 
 
 @dataclass(frozen=True, eq=False)
