@@ -4,12 +4,15 @@
    statement of every module (at the top, inside a function, under ``TYPE_CHECKING``): a module imports
    its own layer and the layers below it, never one above or beside it. The io layer is split by side:
    the change log imports neither database side, the publisher's side never the subscriber's, the
-   subscriber's never the publisher's; the apply's run (``flow``) composes them; the Airflow layer
-   never imports the jobs it submits.
+   subscriber's never the publisher's; the use cases (``flow``, flows/) compose them; the Airflow layer
+   never imports the jobs it submits, and the operators never the DAG factory that builds DAGs of them.
 2. **Which third-party packages a layer loads** (:data:`BLOCKED`): each layer's modules are imported
    in a fresh interpreter that refuses the packages it must not load (core is pure Python, Airflow code
    loads neither pyspark nor numpy and pyarrow, which a scheduler parsing a DAG file would pay for,
    tests/airflow/test_dag_parse.py), and no layer imports the tooling.
+
+3. **No two rooms import each other** (:func:`rooms`): a folder of the package (flows/'s and core/'s subfolders
+   each a room of their own) imports another only if that one does not import it back, however far round.
 
 Each layer's modules are found with pkgutil: new modules are covered without editing this file.
 """
@@ -55,13 +58,14 @@ LAYER_OF = {
     # Entry points: the jobs spark-submit runs, and the console command that runs them in process.
     "jobs": "entry",
     "cli": "entry",
-    # Airflow's side of the boundary.
+    # Airflow's side of the boundary: hooks, operators, sensors, triggers; above them the DAG factory that builds
+    # DAGs of the operators and the UI's page that shows the factory's DAGs.
     "hooks": "airflow",
     "operators": "airflow",
     "sensors": "airflow",
     "triggers": "airflow",
-    "plugins": "airflow",
-    "dag_factory": "airflow",
+    "plugins": "factory",
+    "dag_factory": "factory",
     # The local PostgreSQL, the native referee and the demo: they may use every layer, none uses them.
     "tooling": "tooling",
 }
@@ -78,6 +82,7 @@ MAY_IMPORT = {
     "flow": _BELOW_FLOW | {"flow"},
     "entry": _BELOW_FLOW | {"flow", "console", "entry"},
     "airflow": _BELOW_FLOW | {"flow", "airflow"},
+    "factory": _BELOW_FLOW | {"flow", "airflow", "factory"},
     "tooling": set(LAYER_OF.values()),
 }
 TOOLING = f"{PACKAGE}.tooling"
@@ -94,6 +99,7 @@ BLOCKED = {
     "flow": ("airflow", "pyspark", TOOLING),
     "entry": ("airflow", TOOLING),
     "airflow": ("pyspark", "pyarrow", "numpy", TOOLING),
+    "factory": ("pyspark", "pyarrow", "numpy", TOOLING),
     "tooling": (),
 }
 # Layers that must hold at least one module today; the others are checked once they exist.
@@ -177,6 +183,9 @@ BREAKS = {
     "the subscriber's compare target imports the publisher": ("subscriber.compare_target", "publisher.copy_source"),
     "the subscriber's reconcile imports the publisher": ("subscriber.reconcile_target", "publisher.copy_source"),
     "an operator runs the sync-sequences job": ("operators.subscription_ops", "jobs.sync_sequences"),
+    # And those issue 43 found: a flow importing an entry point, the operators importing the DAG factory.
+    "a flow imports an entry point": ("flows.verify.verify", "jobs.exit_status"),
+    "an operator imports the DAG factory": ("operators.task_errors", "dag_factory.settings"),
 }
 
 
@@ -227,3 +236,85 @@ def test_the_apply_loads_without_spark_for_the_operator_s_run_in_its_task() -> N
     module = f"{PACKAGE}.flows.apply.drain"
     result = import_blocked([module], ("pyspark",))
     assert result["failed"] == {} and result["imported"] == [module] and result["leaked"] == []
+
+
+def _module_of(path: Path) -> str:
+    relative = path.relative_to(ROOT.parent).with_suffix("")
+    return ".".join(relative.parts[:-1] if relative.name == "__init__" else relative.parts)
+
+
+def room(module: str) -> str | None:
+    """The room of a module of the package: its top-level name; in flows/ and core/, each subfolder and each module
+    (``flows.verify``, ``flows.refresh``, ``core.spec``, ``core.errors``)."""
+    if module != PACKAGE and not module.startswith(PACKAGE + "."):
+        return None
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] not in LAYER_OF:  # the root, or a name it defines
+        return "__init__"
+    if parts[1] in ("flows", "core") and len(parts) > 2 and (
+            (ROOT / parts[1] / parts[2]).is_dir() or (ROOT / parts[1] / f"{parts[2]}.py").exists()):
+        return ".".join(parts[1:3])
+    return parts[1]
+
+
+def rooms() -> dict[str, set[str]]:
+    """Which rooms each room imports (not itself), read from every import statement."""
+    imports: dict[str, set[str]] = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module_of(path)
+        for _, imported in _imports(path, module):
+            here, there = room(module), room(imported)
+            if here is not None and there is not None and here != there:
+                imports.setdefault(here, set()).add(there)
+    return imports
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of ``graph`` with more than one node (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                other = stack.pop()
+                part.append(other)
+                if other == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_two_rooms_import_each_other() -> None:
+    graph = rooms()
+    assert "flows.apply" in graph and "core.spec" in graph["flows.apply"]  # the rooms are read
+    assert circles(graph) == [], {node: sorted(graph[node]) for part in circles(graph) for node in part}
+
+
+# The circles issue 43 broke, each of which the check above must find.
+ROOM_CIRCLES = {
+    "the factory and the operators": {"dag_factory": {"operators"}, "operators": {"dag_factory"}},
+    "verify, refresh and reconcile": {"flows.verify": {"flows.refresh"}, "flows.refresh": {"flows.verify"}},
+    "the publication model and the filters": {"core.publication": {"core.filters"}, "core.filters": {"core.publication"}},
+}
+
+
+@pytest.mark.parametrize("graph", ROOM_CIRCLES.values(), ids=ROOM_CIRCLES.keys())
+def test_each_known_circle_is_found(graph: dict[str, set[str]]) -> None:
+    assert circles(graph) == [sorted(graph)]
