@@ -223,7 +223,7 @@ def test_blocker_catches_a_forbidden_import() -> None:
 
 
 def test_the_snapshot_job_loads_without_spark_or_the_log() -> None:
-    """A table read by one reader copies without Spark (flows/table_sync/table_copy.py SparkOnDemand): the job's module
+    """A table read by one reader copies without Spark (flows/spark_on_demand.py SparkOnDemand): the job's module
     loads without pyspark (its Connect client alone takes 0.7 s) and without pyarrow (the change log's)."""
     module = f"{PACKAGE}.jobs.snapshot"
     result = import_blocked([module], ("pyspark", "pyarrow", "numpy"))

@@ -170,7 +170,7 @@ def test_a_spark_connect_server_that_does_not_answer_changes_nothing(setup, spar
 @pytest.mark.parametrize("unusable", ["spark_master", "spark_remote"])
 def test_a_copy_by_one_reader_needs_no_spark(setup, spark, unusable):  # noqa: F811
     """A table read by one reader copies without Spark, as tablesync does: the unusable master is never
-    started, the Connect server that does not answer never asked (flows/table_sync/table_copy.py SparkOnDemand)."""
+    started, the Connect server that does not answer never asked (flows/spark_on_demand.py SparkOnDemand)."""
     spec, path = setup
     setting = {"spark_master": "no-such-master://x"} if unusable == "spark_master" else {"spark_remote": _free_url()}
     path, _, _ = copied(spec, spark, path, **setting)

@@ -1,10 +1,10 @@
-"""One table's copy (tablesync.c copy_table), as ``rowfilter snapshot`` and ``resync --copy`` run it (jobs/snapshot.py).
+"""One table's copy (tablesync.c copy_table), as ``rowfilter snapshot`` and ``resync --copy`` run it (sync.py).
 
 :class:`CopyJob` copies one table in ``i`` or ``d``: every check first, then the publisher snapshot and ONE
 subscriber transaction moving the table to ``d``, then the rows, by one reader straight into the table in the
 transaction that records ``f``, or by several readers as Spark tasks into a staging table moved in one
-transaction. flows/spark_on_demand.py ``SparkOnDemand`` starts Spark only for a table that needs it. A failure is recorded on its
-table and the other tables go on.
+transaction. flows/spark_on_demand.py ``SparkOnDemand`` starts Spark only for a table that needs it. A failure is
+recorded on its table and the other tables go on.
 """
 
 from __future__ import annotations
