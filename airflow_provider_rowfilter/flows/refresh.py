@@ -99,7 +99,7 @@ def refresh(spec: SubscriptionSpec, *, recreate_slot: bool = False, reconcile: b
     """Run RefreshPublication for ``spec``; raise (having changed nothing) when the definitions are invalid
     or the slot is gone and ``recreate_slot`` was not given.
 
-    :param reconcile: repair in place (jobs/reconcile.py) instead of leaving or emptying: the tables a lost slot
+    :param reconcile: repair in place (flows/verify/reconcile.py) instead of leaving or emptying: the tables a lost slot
         had positioned (with ``recreate_slot``), and each table whose initial-copy filter or column list changed.
         None: the spec's ``reconcile``.
     """
@@ -251,7 +251,7 @@ def _positioned_tables(spec: SubscriptionSpec) -> list[RelState]:
 def _hold_for_reconcile(spec: SubscriptionSpec, stranded: list[RelState]) -> None:
     """A lost slot, repaired in place: each table it had positioned is held in ``d`` for a reconcile (its rows kept),
     in one transaction, before the new slot exists; the reconcile after the refresh compares it at a point of
-    the new slot (jobs/reconcile.py)."""
+    the new slot (flows/verify/reconcile.py)."""
     from airflow_provider_rowfilter.flows.verify.reconcile import hold
 
     with connect(spec.subscriber, "subscriber", spec) as sub:

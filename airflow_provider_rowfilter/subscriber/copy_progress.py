@@ -32,7 +32,7 @@ DEFAULT_INTERVAL = 10.0
 _ROWS = """SELECT coalesce((SELECT n_tup_ins FROM pg_stat_user_tables WHERE relid = c.oid), 0)
                 + coalesce((SELECT sum(tuples_processed) FROM pg_stat_progress_copy WHERE relid = c.oid), 0)
            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s"""
-# A copy straight into the table (one reader, jobs/snapshot.py): only its own COPY counts (its backend's);
+# A copy straight into the table (one reader, flows/table_sync/table_copy.py): only its own COPY counts (its backend's);
 # the table's earlier inserts, and another session's COPY into it, are not the copy's.
 _ROWS_OF_ONE_COPY = """SELECT coalesce((SELECT sum(tuples_processed) FROM pg_stat_progress_copy
                                        WHERE relid = c.oid AND pid = %s), 0)

@@ -3,8 +3,8 @@
 The apply worker and the table-sync worker both run as ``replica`` (``SetConfigOption`` at the start
 of ApplyWorkerMain in src/backend/replication/logical/worker.c, which serves both before
 PostgreSQL 17; SetupApplyOrSyncWorker from 17): ordinary triggers and foreign keys do not fire for
-the rows they write. The apply's transaction (flows/apply/batch_transaction.py) and table synchronization's (jobs/snapshot.py)
-do the same through :func:`replica_role`.
+the rows they write. The apply's transaction (flows/apply/batch_transaction.py) and table synchronization's
+(flows/table_sync/table_copy.py) do the same through :func:`replica_role`.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ class StateStore(StateReader):
                   timeline: int | None = None) -> None:
         """Move one table to ``new`` (row locked; the move must be one the state machine makes).
 
-        ``reconcile``: the table is in ``d`` for a reconcile (jobs/reconcile.py), not a copy; any other move
+        ``reconcile``: the table is in ``d`` for a reconcile (flows/verify/reconcile.py), not a copy; any other move
         clears that mark. ``timeline``: ``lsn`` was taken from the publisher's WAL on that timeline (a copy, a
         reconcile: publisher/failover.py ``confirmed_timeline``); without it, a position that does not move keeps
         the timeline it had, and a new one has none (a batch end).

@@ -122,7 +122,7 @@ MIGRATIONS: list[tuple[int, str]] = [
         ADD COLUMN change_log_host text,
         ADD COLUMN change_log_path text;
     """),
-    # Verify and reconcile (jobs/verify.py, jobs/reconcile.py): a table held in d by a reconcile says so; the
+    # Verify and reconcile (flows/verify/verify.py, flows/verify/reconcile.py): a table held in d by a reconcile says so; the
     # last comparison of each table; a reconcile's counts in the batch history, told from the apply's batches.
     (5, """
     ALTER TABLE rowfilter.subscription_rel ADD COLUMN reconcile_since timestamptz;

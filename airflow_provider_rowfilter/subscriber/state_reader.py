@@ -43,7 +43,7 @@ class RelState:
     rows_copied: int | None
     last_error: str | None
     updated_at: datetime
-    #: Set while a reconcile holds the table in ``d`` (jobs/reconcile.py): since when.
+    #: Set while a reconcile holds the table in ``d`` (flows/verify/reconcile.py): since when.
     reconcile_since: datetime | None = None
     #: The publisher's timeline ``lsn`` was taken on, when it came from its WAL directly (a copy, a reconcile,
     #: refresh without copy); None for a batch end (in the change log) or a subscriber before migration 8.

@@ -72,10 +72,10 @@ class SubscriptionSpec:
     ``on_invalid_table`` is what ``refresh`` does with a table whose definition it refuses (a filter
     Spark cannot evaluate exactly, an invalid one, a replica identity that does not cover it):
     ``refuse`` refuses the whole subscription; ``skip`` keeps the subscription for the other tables
-    and leaves that one in state ``i`` with the reason as its ``last_error`` (jobs/refresh.py).
+    and leaves that one in state ``i`` with the reason as its ``last_error`` (flows/refresh.py).
     ``filtering`` says who evaluates the publications' filters, publish lists and column lists
     (:meth:`filtering_mode`; docs/change-log.md, "Two capture modes"). ``reconcile: true`` makes ``refresh``
-    repair in place (jobs/reconcile.py) a table whose initial-copy filter or column list changed, instead of
+    repair in place (flows/verify/reconcile.py) a table whose initial-copy filter or column list changed, instead of
     leaving it as PostgreSQL leaves it, and ``refresh --recreate-slot`` keep and reconcile the tables instead of
     emptying them (docs/verify.md).
     ``failover`` makes the slot a failover slot, synchronized to the publisher's standbys (PostgreSQL

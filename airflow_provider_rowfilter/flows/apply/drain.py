@@ -94,7 +94,7 @@ def apply(spec: SubscriptionSpec, *, max_changes: int | None = None, spark: Spar
         subscriber records (the task must never capture into a log the job does not read).
     :param subscriber: run on this subscriber connection (left open), whose session may hold the apply's lock
         already (advisory locks are re-entrant): a verify applies up to its point while no other run can
-        (jobs/verify.py).
+        (flows/verify/verify.py).
     :raises ConflictError: a change conflicts (that batch changed neither the subscriber nor the
         slot; the run's earlier batches stay committed).
     """

@@ -1,6 +1,6 @@
 """One table compared with its publisher: the plan, the bucket pass on both sides, the rows of the differing buckets.
 
-What ``rowfilter verify`` and ``rowfilter reconcile`` share (jobs/verify.py, jobs/reconcile.py). The
+What ``rowfilter verify`` and ``rowfilter reconcile`` share (flows/verify/verify.py, reconcile.py). The
 statements are core/compare/table_compare.py's; each side runs its own (publisher/compare_source.py,
 subscriber/compare_target.py); an *engine* runs the reads: the job's own threads for a table of a few
 readers (:class:`LocalEngine`: no Spark session is started for it, as the initial copy copies a table of one

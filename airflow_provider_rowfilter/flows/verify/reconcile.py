@@ -20,7 +20,7 @@ resync), a reconcile keeps the table readable and writes only what differs. Per 
 
 The table is never empty, and only behind (not wrong) while held. Killed anywhere, a rerun finds it held
 and does steps 2 to 4 again with a new snapshot: every group ends at the new X whatever an earlier run
-fixed. ``--dry-run`` changes nothing: it verifies (jobs/verify.py) and says what would change.
+fixed. ``--dry-run`` changes nothing: it verifies (flows/verify/verify.py) and says what would change.
 """
 
 from __future__ import annotations
