@@ -1,1 +1,1 @@
-"""Pure-Python core: publication model, row-filter validation and translation. Imports neither Airflow nor Spark."""
+"""Pure-Python core, importing neither Airflow nor Spark: spec/, filters/, publication/, apply/ and compare/ on the basics."""
