@@ -91,8 +91,7 @@ def _hadoop_reads(spark: SparkSession, scheme: str, url: str) -> bool:
     jsc = getattr(spark, "_jsc", None)
     if jvm is None or jsc is None:  # Spark Connect: the server decides
         try:
-            spark.read.parquet(url).schema
-            return True
+            return len(spark.read.parquet(url).schema.fields) > 0
         except Exception as e:  # the server's error, as Connect raises it: ClassNotFoundException, no FileSystem, …
             log.info("the Spark Connect server does not read %s itself (%s): its executors read it with pyarrow",
                      url, str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
