@@ -70,10 +70,13 @@ STATE_DIR_ENV = "ROWFILTER_SPARK_SERVER_DIR"
 #: In the default state directory: one file per port of a server started with another ``--state-dir``,
 #: naming that directory (:func:`local_token` reads it).
 SERVERS_DIR = "servers"
-#: What the server's process keeps of the environment of whoever starts it: where programs, Java and the
-#: locale are, nothing else (no AIRFLOW_CONN_*, ROWFILTER_*_PASSWORD, PGPASSWORD, AWS_*, …).
+#: What the server's process keeps of the environment of whoever starts it: where programs, Java, the locale and
+#: the cluster's configuration directories are (``SPARK_CONF_DIR``: a standalone cluster's spark-defaults.conf, with
+#: its ``spark.authenticate.secret`` in a 0600 file rather than on the command line; ``HADOOP_CONF_DIR`` and
+#: ``YARN_CONF_DIR`` for YARN), nothing else (no AIRFLOW_CONN_*, ROWFILTER_*_PASSWORD, PGPASSWORD, AWS_*, …).
 SERVER_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JAVA_HOME",
-                      "SPARK_LOCAL_DIRS", "SPARK_LOCAL_IP", "PYTHONPATH", "VIRTUAL_ENV")
+                      "SPARK_LOCAL_DIRS", "SPARK_LOCAL_IP", "PYTHONPATH", "VIRTUAL_ENV", "SPARK_CONF_DIR",
+                      "HADOOP_CONF_DIR", "YARN_CONF_DIR")
 
 
 class ServerError(RowFilterError):
