@@ -150,7 +150,8 @@ def class_path_directories(conf: Mapping[str, str], environ: Mapping[str, str] |
     ``HADOOP_CONF_DIR``, ``YARN_CONF_DIR``, and the directories among ``spark.driver.extraClassPath`` and
     ``SPARK_DIST_CLASSPATH``."""
     environ = os.environ if environ is None else environ
-    spark_home = environ.get("SPARK_HOME") or (str(spark_jars().parent) if spark_jars() else None)
+    jars = spark_jars()
+    spark_home = environ.get("SPARK_HOME") or (str(jars.parent) if jars is not None else None)
     named = [environ.get("SPARK_CONF_DIR") or (os.path.join(spark_home, "conf") if spark_home else None),
              environ.get("HADOOP_CONF_DIR"), environ.get("YARN_CONF_DIR"),
              *str(conf.get("spark.driver.extraClassPath", "")).split(os.pathsep),

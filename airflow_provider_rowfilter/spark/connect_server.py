@@ -25,6 +25,7 @@ to require a token there).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -57,6 +58,8 @@ from airflow_provider_rowfilter.spark.settings import (
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
 DEFAULT_MASTER = "local[*]"
+logger = logging.getLogger(__name__)
+
 HOST = "127.0.0.1"
 #: The host name of the server's URL: pyspark's client sends a token without TLS only to ``localhost``
 #: (gRPC's local channel credentials); to any other name it would insist on TLS.
@@ -165,6 +168,10 @@ def start(state_dir: Path | None = None, *, port: int = DEFAULT_PORT, master: st
     if _listening(port):
         raise ServerError(f"port {port} on {HOST} is already in use by another process",
                           hint="stop it, or start the server on another port (--port) and set spark_remote to match")
+    if master.startswith("spark://") and "spark.cores.max" not in (conf or {}):
+        logger.warning("the Spark Connect server takes every free core of %s while it runs (spark.cores.max unset): "
+                       "jobs submitted to that master beside it wait for cores; start it with --conf "
+                       "spark.cores.max=N to leave them room (docs/operations.md, \"On a Spark cluster\")", master)
     private_directory(state)  # 0700 when made here; every file in it is 0600 either way
     log_path, token_path = state / LOG_FILE, state / TOKEN_FILE
     token = secrets.token_urlsafe(32)
