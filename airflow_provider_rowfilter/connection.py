@@ -188,7 +188,7 @@ _REFUSED_FOR_GOOD = ("password authentication failed", "authentication failed", 
 #: are gone with it, and a rerun recomputes them (spark/apply_frames.py keeps a cluster's judged batch where Spark
 #: recomputes it; these cover what it cannot). Matched in the error's text: the Airflow side never imports pyspark.
 SPARK_EXECUTOR_LOST = ("CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND", "ExecutorLostFailure", "FetchFailedException",
-                       "MetadataFetchFailedException", "has no executor to run on")
+                       "MetadataFetchFailedException")
 
 
 def is_transient(error: BaseException) -> bool:
