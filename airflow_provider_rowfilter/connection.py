@@ -184,6 +184,12 @@ TRANSIENT_CODES = ("55006", "55P03")
 _REFUSED_FOR_GOOD = ("password authentication failed", "authentication failed", "no pg_hba.conf entry",
                      "does not exist", "permission denied", "SSL is not enabled", "certificate")
 
+#: Spark's conditions of an executor lost under a job (a worker or pod gone, a node reclaimed): the blocks it held
+#: are gone with it, and a rerun recomputes them (spark/apply_frames.py keeps a cluster's judged batch where Spark
+#: recomputes it; these cover what it cannot). Matched in the error's text: the Airflow side never imports pyspark.
+SPARK_EXECUTOR_LOST = ("CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND", "ExecutorLostFailure", "FetchFailedException",
+                       "MetadataFetchFailedException")
+
 
 def is_transient(error: BaseException) -> bool:
     """Whether a later run may succeed without anybody changing anything (see the module's list).
@@ -195,6 +201,9 @@ def is_transient(error: BaseException) -> bool:
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if getattr(current, "transient", False):
+            return True
+        if type(current).__module__.startswith(("pyspark", "py4j")) and any(
+                marker in str(current) for marker in SPARK_EXECUTOR_LOST):
             return True
         if isinstance(current, psycopg.Error):
             code = current.sqlstate

@@ -361,6 +361,8 @@ def write_spec(spec: SubscriptionSpec, directory: Path) -> Path:
     if spec.spark_remote:  # a Spark Connect client: the server has the master
         data["spark_remote"] = spec.spark_remote
         del data["spark_master"]
+    if spec.filtering != "auto":  # bench/drain.py --filtering
+        data["filtering"] = spec.filtering
     path.write_text(yaml.safe_dump(data))
     return path
 

@@ -197,12 +197,13 @@ def run(args, cluster: LocalPostgres, workdir: Path, remote: str | None = None) 
     began = time.monotonic()
     native = NativeSubscription(pub, native_db, "bench_native", tuple(PUBLICATIONS)).create(timeout=3600)
     native_copy = time.monotonic() - began
-    spec_file, slot, our_copy = setup_ours(pub, ours_db, "bench_ours", workdir, args.conf, remote)
+    spec_file, slot, our_copy = setup_ours(pub, ours_db, "bench_ours", workdir, args.conf, remote,
+                                           filtering=args.filtering)
     s3_ours = None
     if args.s3:  # the same subscription of ours again, its change log in a bucket
         (workdir / "s3").mkdir()
         s3_ours = setup_ours(pub, cluster.dsn("bench_ours_s3"), "bench_ours_s3", workdir / "s3", args.conf, remote,
-                             change_log=f"s3://{args.s3.bucket()}/bench/changes")
+                             change_log=f"s3://{args.s3.bucket()}/bench/changes", filtering=args.filtering)
     ours_b = None
     if args.versus_max_changes:  # the same subscription of ours again, drained with a fixed --max-changes
         (workdir / "b").mkdir()
@@ -345,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workload", choices=("pgbench", "update"), default="pgbench",
                    help="pgbench for --seconds (default), or ONE transaction updating every published account")
     p.add_argument("--phases", action="store_true", help="ours in this process, timed by phase")
+    p.add_argument("--filtering", choices=("source", "spark"),
+                   help="our spec's filtering (spark: every batch judged by Spark; default: the spec's own)")
     p.add_argument("--decoding-work-mem", metavar="SIZE",
                    help="logical_decoding_work_mem for every decoding session (ALTER SYSTEM; default the server's, "
                    "64MB): a transaction larger is spilled to disk and read back by each of them")

@@ -103,18 +103,20 @@ def cli(spec_file: Path, command: str, *extra: str) -> float:
 
 
 def setup_ours(pub: str, target: str, name: str, workdir: Path, conf: dict[str, str],
-               remote: str | None = None, change_log: str | None = None) -> tuple[Path, str, float]:
+               remote: str | None = None, change_log: str | None = None, filtering: str | None = None
+               ) -> tuple[Path, str, float]:
     """refresh, snapshot, then apply runs until caught up (tables in r); returns (spec file, slot, seconds).
 
     ``remote``: the jobs are clients of this Spark Connect server (only SQL settings are a client's).
     ``change_log``: where the log lives (default ``<workdir>/changes``; an ``s3://`` URL for bench/drain.py --s3).
+    ``filtering``: the spec's (``spark``: Spark judges every batch; default the spec's own).
     """
     spark_conf = {**SPARK_CONF, **conf}
     if remote:
         spark_conf = {k: v for k, v in spark_conf.items() if k.startswith("spark.sql.")}
     spec = SubscriptionSpec(subscription=name, publisher=pub, subscriber=target, publications=tuple(PUBLICATIONS),
                             change_log=change_log or str(workdir / "changes"), spark_conf=spark_conf,
-                            spark_remote=remote)
+                            spark_remote=remote, **({"filtering": filtering} if filtering else {}))
     spec_file = write_spec(spec, workdir)
     slot = capture_names(name)[0]
     began = time.monotonic()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from airflow_provider_rowfilter.change_log.segment_schema import METADATA_KEY, SCHEMA
@@ -16,6 +18,7 @@ from airflow_provider_rowfilter.core.apply.relation_checks import IdentitySpan, 
 
 if TYPE_CHECKING:
     from airflow_provider_rowfilter.change_log.log import Segment
+    from airflow_provider_rowfilter.change_log.store import StoreAccess
 
 
 def read_metadata(path: str | os.PathLike) -> pq.FileMetaData:
@@ -103,3 +106,44 @@ def segment_identities(path: str | os.PathLike) -> list[IdentitySpan]:
                                 tuple(n for n in r["_key"].split("\x00") if n), r["commit_lsn_min"],
                                 r["commit_lsn_max"], r["lsn_min"]) for r in grouped.to_pylist()),
                   key=lambda s: s.first_lsn)
+
+
+#: One part of a segment read by one task: (URL, part, parts). A part is the row groups whose first row falls in
+#: its share of the segment's rows (:func:`read_parts`).
+SegmentPart = tuple[str, int, int]
+
+
+def segment_parts(paths: Sequence[str], changes: Sequence[int] | None, rows_per_part: int) -> list[SegmentPart]:
+    """The parts the segments ``paths`` are read in: about ``rows_per_part`` rows each (by the log's count of
+    ``changes`` of each segment, one part each when unknown)."""
+    counts = list(changes) if changes is not None else [0] * len(paths)
+    return [(path, part, parts) for path, count in zip(paths, counts, strict=True)
+            for parts in [max(1, -(-count // rows_per_part))] for part in range(parts)]
+
+
+def read_parts(access: StoreAccess, parts: Sequence[SegmentPart], indexes: Iterable[pa.RecordBatch]
+               ) -> Iterator[pa.RecordBatch]:
+    """``mapInArrow`` body on a Spark executor: read the ``parts`` whose indexes arrive (a column of ids, one a
+    task) from the store with pyarrow, as record batches of the log's :data:`SCHEMA`, one row group at a time (a
+    segment of an older format gets its missing columns as NULLs). Writes one line to the executor's log per part
+    (the segment's name, the rows read: no value)."""
+    with access.opened() as filesystem:
+        for batch in indexes:
+            for index in batch.column(0).to_pylist():
+                url, part, count = parts[index]
+                key = access.key(url)
+                footer = pq.read_metadata(key, filesystem=filesystem)
+                starts, total = [], 0
+                for group in range(footer.num_row_groups):
+                    starts.append(total)
+                    total += footer.row_group(group).num_rows
+                share = (total * part // count, total * (part + 1) // count)
+                groups = [g for g, first in enumerate(starts) if share[0] <= first < share[1]]
+                rows = 0
+                if groups:
+                    fragment = ds.ParquetFileFormat().make_fragment(key, filesystem, row_groups=groups)
+                    for read in fragment.to_batches(schema=SCHEMA):
+                        rows += read.num_rows
+                        yield read
+                print(f"rowfilter: read {rows} changes of {key.rsplit('/', 1)[-1]} (part {part + 1} of {count}) "
+                      "from the store", file=sys.stderr, flush=True)

@@ -30,7 +30,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,7 +46,7 @@ from airflow_provider_rowfilter.change_log.log import (
 )
 from airflow_provider_rowfilter.change_log.segment_reader import read_metadata
 from airflow_provider_rowfilter.core.lsn import format_lsn
-from airflow_provider_rowfilter.core.spec.log_location import LogLocation
+from airflow_provider_rowfilter.core.spec.log_location import LogLocation, parse_location
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 _CHUNK = 8 << 20  # bytes per write of an upload (pyarrow sends parts of its own size)
@@ -293,17 +293,91 @@ TIMEOUT_ENV = "ROWFILTER_STORE_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0
 
 
-def _filesystem(location: LogLocation) -> tuple[pafs.FileSystem, str]:
-    """pyarrow's filesystem for the URL and the log's path in it. S3 is configured here (the endpoint from
+def _filesystem(location: LogLocation, environ: Mapping[str, str] | None = None) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's filesystem for the URL and the log's path in it, configured from ``environ`` (this process's
+    environment by default). S3 is configured here (the keys when the environment holds them, the endpoint from
     ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``, bounded timeouts); the others as pyarrow reads their URLs."""
     assert location.url is not None
+    environ = os.environ if environ is None else environ
     if location.scheme != "s3":
-        return pafs.FileSystem.from_uri(location.url)
-    timeout = float(os.environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+        with _environment(environ):
+            return pafs.FileSystem.from_uri(location.url)
+    timeout = float(environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
+    endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL") or None
+    # Keys the environment holds are the SDK's first choice anyway; given here, they are what a reader on another
+    # machine uses too (StoreAccess), not whatever that machine's environment holds. Else the SDK's own chain.
+    keys = ({"access_key": environ["AWS_ACCESS_KEY_ID"], "secret_key": environ["AWS_SECRET_ACCESS_KEY"],
+             "session_token": environ.get("AWS_SESSION_TOKEN") or None}
+            if environ.get("AWS_ACCESS_KEY_ID") and environ.get("AWS_SECRET_ACCESS_KEY") else {})
+    region = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION")
     return pafs.S3FileSystem(endpoint_override=endpoint, request_timeout=timeout, connect_timeout=timeout,
                              retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=3),
-                             allow_delayed_open=True), location.path  # a small object: one PutObject
+                             allow_delayed_open=True,  # a small object: one PutObject
+                             **keys, **({"region": region} if region else {})), location.path
+
+
+#: The variables of each store's SDK that give its credentials and endpoint (docs/change-log.md, "On object
+#: storage"): what :class:`StoreAccess` carries from the driver's environment to the Spark executors.
+STORE_VARIABLES = {
+    "s3": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION", "AWS_DEFAULT_REGION",
+           "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_EC2_METADATA_DISABLED", TIMEOUT_ENV),
+    "gs": ("GOOGLE_APPLICATION_CREDENTIALS",),
+    "abfs": ("AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_TENANT_ID", "AZURE_AUTHORITY_HOST"),
+    "hdfs": ("HADOOP_HOME", "ARROW_LIBHDFS_DIR", "CLASSPATH", "KRB5CCNAME"),
+}
+
+
+@dataclass(frozen=True)
+class StoreAccess:
+    """How a process on another machine (a Spark executor's Python worker) opens the log's store as this one does:
+    the log's URL and the store's variables of this process's environment (:data:`STORE_VARIABLES`).
+
+    Pickled into the Spark task that reads the segments, as the subscriber's password is (subscriber/copy_target.py
+    ``executor_conninfo``): never on a command line, in a Spark setting (which the UI's environment page shows) or in a
+    log; its ``repr`` names the URL and the variables' names only. Where the environment holds no keys (a role, a
+    profile), the executor's own environment and identity give them, as the store's SDK finds them there.
+    """
+
+    url: str
+    environment: tuple[tuple[str, str], ...] = field(repr=False)
+
+    @classmethod
+    def of(cls, url: str, environ: Mapping[str, str] | None = None) -> StoreAccess:
+        environ = os.environ if environ is None else environ
+        scheme = parse_location(url, "the change log").scheme
+        return cls(url, tuple((k, environ[k]) for k in STORE_VARIABLES.get(scheme, ()) if environ.get(k)))
+
+    def __repr__(self) -> str:
+        return f"StoreAccess({self.url!r}, variables={[k for k, _ in self.environment]})"
+
+    @contextlib.contextmanager
+    def opened(self) -> Iterator[pafs.FileSystem]:
+        """pyarrow's filesystem of the store (keys: the path within it, ``bucket/prefix/name``), with the carried
+        variables in this process's environment while it is used (a GCS or Azure client may read them late)."""
+        values = dict(self.environment)
+        with _environment(values):
+            yield _filesystem(parse_location(self.url, "the change log"), {**os.environ, **values})[0]
+
+    def key(self, url: str) -> str:
+        """An object's key in :meth:`filesystem` from its URL (``s3://bucket/p/x`` → ``bucket/p/x``)."""
+        return parse_location(url, "a change-log segment").path
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment while a filesystem is made (pyarrow's GCS and Azure clients read
+    their credentials there when they are made), then as before."""
+    changed = {k: v for k, v in values.items() if os.environ.get(k) != v}
+    saved = {k: os.environ.get(k) for k in changed}
+    os.environ.update(changed)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 _CREDENTIALS_HINT = ("check the store is reachable and the credentials in the environment of the capture and the apply "

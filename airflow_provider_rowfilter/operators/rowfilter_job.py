@@ -259,7 +259,7 @@ class RowFilterJobOperator(SparkSubmitOperator):
         self.conf["spark.driver.extraJavaOptions"] = driver.removesuffix(earlier).rstrip() if earlier else driver
         # Only a driver started on this machine with this environment: under YARN or Kubernetes the hook
         # hands env_vars to the cluster, and the driver would never mark its session.
-        self._archive = class_archive(self.job, self.conf) \
+        self._archive = class_archive(self.job, self.conf, environ={**os.environ, **(self.env_vars or {})}) \
             if deploy_mode == "client" and not on_cluster_manager and self.archives_classes else None
         self._archive_options = self._archive.java_options() if self._archive is not None else ()
         self.conf["spark.driver.extraJavaOptions"] = " ".join(

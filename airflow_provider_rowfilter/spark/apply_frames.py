@@ -209,9 +209,11 @@ def _sql_settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[Non
                 spark.conf.set(key, old)
 
 
-def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan) -> DecidedBatch:
-    """Read the segments and judge every change of the subscribed tables (checkpointed locally on first use)."""
-    return decide_frame(segments_frame(spark, paths), plan)
+def decide(spark: SparkSession, paths: list[str], plan: ApplyPlan, changes: Sequence[int] | None = None
+           ) -> DecidedBatch:
+    """Read the segments (``changes``: the log's count of each) and judge every change of the subscribed tables
+    (checkpointed locally on first use)."""
+    return decide_frame(segments_frame(spark, paths, changes), plan)
 
 
 def decide_frame(raw: DataFrame, plan: ApplyPlan) -> DecidedBatch:

@@ -144,17 +144,51 @@ def archive_key(job: str, java: Path, jars: Path, conf: Mapping[str, str]) -> st
     return f"{job}-{digest.hexdigest()[:16]}"
 
 
-def class_archive(job: str, conf: Mapping[str, str], directory: Path | None = None) -> ClassArchive | None:
+def class_path_directories(conf: Mapping[str, str], environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The directories spark-submit's launcher puts on the driver's class path (launcher/AbstractCommandBuilder.java
+    ``buildClassPath``): the configuration directory (``SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``),
+    ``HADOOP_CONF_DIR``, ``YARN_CONF_DIR``, and the directories among ``spark.driver.extraClassPath`` and
+    ``SPARK_DIST_CLASSPATH``."""
+    environ = os.environ if environ is None else environ
+    jars = spark_jars()
+    spark_home = environ.get("SPARK_HOME") or (str(jars.parent) if jars is not None else None)
+    named = [environ.get("SPARK_CONF_DIR") or (os.path.join(spark_home, "conf") if spark_home else None),
+             environ.get("HADOOP_CONF_DIR"), environ.get("YARN_CONF_DIR"),
+             *str(conf.get("spark.driver.extraClassPath", "")).split(os.pathsep),
+             *environ.get("SPARK_DIST_CLASSPATH", "").split(os.pathsep)]
+    return [Path(p) for p in named if p and not p.endswith("*") and os.path.isdir(p)]
+
+
+def _non_empty(directory: Path) -> bool:
+    try:
+        return any(directory.iterdir())
+    except OSError:
+        return True  # unreadable: the JVM could not tell either
+
+
+def class_archive(job: str, conf: Mapping[str, str], directory: Path | None = None,
+                  environ: Mapping[str, str] | None = None) -> ClassArchive | None:
     """The archive for ``job``'s driver, or None: no ``java`` or Spark jars found, the caller's driver
-    options choose class sharing themselves, the directory is new (made now, for the next run) or
-    cannot be made."""
+    options choose class sharing themselves, a directory on the driver's class path holds a file, the
+    directory is new (made now, for the next run) or cannot be made.
+
+    :param environ: spark-submit's environment (this process's by default).
+
+    HotSpot archives only classes from jars: a JVM asked to write an archive at exit while a directory of its
+    class path holds a file (a ``spark-defaults.conf`` in ``SPARK_CONF_DIR``, a ``core-site.xml`` in
+    ``HADOOP_CONF_DIR``, which spark-submit puts there) refuses ("Cannot have non-empty directory in paths")
+    and exits 1 after the job succeeded. Such a driver gets no archive: it starts as without one.
+    """
     options = str(conf.get("spark.driver.extraJavaOptions", ""))
-    if any(own in options for own in OWN_OPTIONS) or os.environ.get(ARCHIVE_DIR_ENV) == "off":
+    environ = os.environ if environ is None else environ
+    if any(own in options for own in OWN_OPTIONS) or environ.get(ARCHIVE_DIR_ENV) == "off":
+        return None
+    if any(_non_empty(d) for d in class_path_directories(conf, environ)):
         return None
     java, jars = java_binary(), spark_jars()
     if java is None or jars is None:
         return None
-    directory = directory or archive_dir()
+    directory = directory or archive_dir()  # the operator's own environment: where its disk keeps archives
     try:
         if not directory.is_dir():  # the first task on this disk: whether the disk outlives it, the next one sees
             private_directory(directory)  # 0700: a JVM maps what it finds there

@@ -25,6 +25,7 @@ to require a token there).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -57,6 +58,8 @@ from airflow_provider_rowfilter.spark.settings import (
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002  # Spark Connect's own default (spark.connect.grpc.binding.port)
 DEFAULT_MASTER = "local[*]"
+logger = logging.getLogger(__name__)
+
 HOST = "127.0.0.1"
 #: The host name of the server's URL: pyspark's client sends a token without TLS only to ``localhost``
 #: (gRPC's local channel credentials); to any other name it would insist on TLS.
@@ -70,10 +73,13 @@ STATE_DIR_ENV = "ROWFILTER_SPARK_SERVER_DIR"
 #: In the default state directory: one file per port of a server started with another ``--state-dir``,
 #: naming that directory (:func:`local_token` reads it).
 SERVERS_DIR = "servers"
-#: What the server's process keeps of the environment of whoever starts it: where programs, Java and the
-#: locale are, nothing else (no AIRFLOW_CONN_*, ROWFILTER_*_PASSWORD, PGPASSWORD, AWS_*, …).
+#: What the server's process keeps of the environment of whoever starts it: where programs, Java, the locale and
+#: the cluster's configuration directories are (``SPARK_CONF_DIR``: a standalone cluster's spark-defaults.conf, with
+#: its ``spark.authenticate.secret`` in a 0600 file rather than on the command line; ``HADOOP_CONF_DIR`` and
+#: ``YARN_CONF_DIR`` for YARN), nothing else (no AIRFLOW_CONN_*, ROWFILTER_*_PASSWORD, PGPASSWORD, AWS_*, …).
 SERVER_ENVIRONMENT = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JAVA_HOME",
-                      "SPARK_LOCAL_DIRS", "SPARK_LOCAL_IP", "PYTHONPATH", "VIRTUAL_ENV")
+                      "SPARK_LOCAL_DIRS", "SPARK_LOCAL_IP", "PYTHONPATH", "VIRTUAL_ENV", "SPARK_CONF_DIR",
+                      "HADOOP_CONF_DIR", "YARN_CONF_DIR")
 
 
 class ServerError(RowFilterError):
@@ -162,6 +168,10 @@ def start(state_dir: Path | None = None, *, port: int = DEFAULT_PORT, master: st
     if _listening(port):
         raise ServerError(f"port {port} on {HOST} is already in use by another process",
                           hint="stop it, or start the server on another port (--port) and set spark_remote to match")
+    if master.startswith("spark://") and "spark.cores.max" not in (conf or {}):
+        logger.warning("the Spark Connect server takes every free core of %s while it runs (spark.cores.max unset): "
+                       "jobs submitted to that master beside it wait for cores; start it with --conf "
+                       "spark.cores.max=N to leave them room (docs/operations.md, \"On a Spark cluster\")", master)
     private_directory(state)  # 0700 when made here; every file in it is 0600 either way
     log_path, token_path = state / LOG_FILE, state / TOKEN_FILE
     token = secrets.token_urlsafe(32)

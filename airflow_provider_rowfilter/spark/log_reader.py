@@ -1,26 +1,36 @@
-"""Spark reads the change log's segments: local paths, or the same objects by their Hadoop URLs on a cluster.
+"""Spark reads the change log's segments: local paths, or the store's objects read by the executors themselves.
 
-A log on object storage (change_log/store.py) is read by the executors themselves through Hadoop's
-connector for the store: ``s3://`` becomes ``s3a://`` (hadoop-aws), ``abfs://`` becomes ``abfss://``
-(hadoop-azure), ``gs://`` (the GCS connector) and ``hdfs://`` stay as they are. A Spark that has no
-connector for the scheme (a ``local[*]`` session without the hadoop-aws jars, as in the tests here)
-reads the batch's segments on the driver with pyarrow, with the same credentials the capture used, and
-hands them to Spark as Arrow: the same rows, through the driver's memory (a WARNING says which
-connector would let the executors read them; docs/change-log.md, "On object storage").
+A log in a directory (on a local master, or a disk every executor mounts) is read by Spark's own Parquet
+reader. A log on object storage (change_log/store.py) is read by the executors, never through the driver:
+
+- through Hadoop's connector for the store when the cluster has one (``s3://`` as ``s3a://``, hadoop-aws;
+  ``abfs://`` as ``abfss://``, hadoop-azure; ``gs://``, the GCS connector): Spark's JVM reader, no Python
+  worker. ``hdfs://`` always (Spark's Hadoop jars have its client);
+- else with pyarrow's filesystem for the store inside the executors' Python workers (``mapInArrow`` over a
+  small frame of the batch's segment parts, :func:`~..change_log.segment_reader.read_parts`): no connector,
+  no Maven repository, the same pyarrow the jobs import. The store's credentials reach the tasks in the task
+  itself (change_log/store.py ``StoreAccess``), never a command line, a Spark setting or a log.
+
+Whether the cluster has the connector: a classic session asks its JVM for the scheme's FileSystem class; a
+Spark Connect client asks the server to read the first segment's schema, and takes pyarrow's way when the
+server cannot (``ClassNotFoundException: …S3AFileSystem`` is what a server without hadoop-aws answers).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
+from airflow_provider_rowfilter.change_log.segment_reader import read_parts, segment_parts
+from airflow_provider_rowfilter.change_log.segment_schema import SCHEMA
+from airflow_provider_rowfilter.change_log.store import StoreAccess
 from airflow_provider_rowfilter.core.spec.log_location import is_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -29,36 +39,65 @@ HADOOP_SCHEMES = {"s3": ("s3a", "org.apache.hadoop:hadoop-aws (with the AWS SDK 
                   "abfs": ("abfss", "org.apache.hadoop:hadoop-azure"),
                   "gs": ("gs", "com.google.cloud.bigdataoss:gcs-connector"),
                   "hdfs": ("hdfs", "Hadoop's HDFS client (in Spark's Hadoop jars)")}
+#: Rows of a segment one executor task reads (the segments' row groups are 10,000 changes:
+#: change_log/segment_writer.py): a large batch's read spreads over the cluster's cores.
+ROWS_PER_TASK = 50_000
 
 
 def hadoop_url(path: str) -> str:
-    """The URL Spark's executors read ``path`` by (a local path as it is)."""
+    """The URL Spark's executors read ``path`` by through Hadoop (a local path as it is)."""
     if not is_url(path):
         return path
     scheme, rest = path.split(":", 1)
     return HADOOP_SCHEMES.get(scheme.lower(), (scheme, ""))[0] + ":" + rest
 
 
-def segments_frame(spark: SparkSession, paths: list[str]) -> DataFrame:
-    """The segments as one DataFrame of the change log's rows."""
+def segments_frame(spark: SparkSession, paths: list[str], changes: Sequence[int] | None = None) -> DataFrame:
+    """The segments as one DataFrame of the change log's rows, read by the executors.
+
+    :param changes: the log's count of changes of each segment (how many tasks read it), when known.
+    """
+    remote = next((p for p in paths if is_url(p)), None)
+    if remote is None:
+        return spark.read.parquet(*paths)
+    scheme = remote.split(":", 1)[0].lower()
     urls = [hadoop_url(p) for p in paths]
-    remote = next((u for u in urls if is_url(u)), None)
-    if remote is None or _hadoop_reads(spark, remote.split(":", 1)[0]):
+    if scheme == "hdfs" or _hadoop_reads(spark, HADOOP_SCHEMES[scheme][0], urls[0]):
         return spark.read.parquet(*urls)
-    scheme = paths[0].split(":", 1)[0].lower()
-    log.warning("Spark has no Hadoop connector for %s:// (%s): the driver reads the batch's %d segment(s) from the "
-                "store and hands them to Spark", HADOOP_SCHEMES[scheme][0], HADOOP_SCHEMES[scheme][1], len(paths))
-    return spark.createDataFrame(pa.concat_tables(pq.read_table(p) for p in paths))
+    log.info("Spark has no Hadoop connector for %s:// (%s): the executors read the batch's %d segment(s) with "
+             "pyarrow", HADOOP_SCHEMES[scheme][0], HADOOP_SCHEMES[scheme][1], len(paths))
+    return read_with_pyarrow(spark, paths, changes)
 
 
-def _hadoop_reads(spark: SparkSession, scheme: str) -> bool:
-    """Whether the session's Hadoop has a file system for ``scheme`` (True when it cannot be asked: Spark Connect)."""
+def read_with_pyarrow(spark: SparkSession, paths: Sequence[str], changes: Sequence[int] | None = None) -> DataFrame:
+    """The segments on object storage read by the executors' Python workers with pyarrow, a task per part."""
+    parts = segment_parts(paths, changes, ROWS_PER_TASK)
+    body = partial(read_parts, StoreAccess.of(paths[0]), parts)
+    # spark.range with as many partitions as elements puts exactly one part in each task.
+    return spark.range(0, len(parts), 1, len(parts)).mapInArrow(body, log_schema())
+
+
+def log_schema() -> StructType:
+    """The change log's rows as Spark reads them from Parquet: :data:`SCHEMA`, every field nullable."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(SCHEMA.with_metadata(None), prefer_timestamp_ntz=False)
+
+
+def _hadoop_reads(spark: SparkSession, scheme: str, url: str) -> bool:
+    """Whether the session's Hadoop has a file system for ``scheme``: a classic session's JVM is asked for its
+    class; a Spark Connect server is asked for the schema of ``url`` (whatever it answers instead means no)."""
+    jvm = getattr(spark, "_jvm", None)
+    jsc = getattr(spark, "_jsc", None)
+    if jvm is None or jsc is None:  # Spark Connect: the server decides
+        try:
+            return len(spark.read.parquet(url).schema.fields) > 0
+        except Exception as e:  # the server's error, as Connect raises it: ClassNotFoundException, no FileSystem, …
+            log.info("the Spark Connect server does not read %s itself (%s): its executors read it with pyarrow",
+                     url, str(e).strip().splitlines()[0][:300] if str(e).strip() else type(e).__name__)
+            return False
     try:
-        jvm, jsc = spark._jvm, spark._jsc
-        if jvm is None or jsc is None:
-            return True  # no JVM here: Spark Connect, whose server decides
-        conf = jsc.hadoopConfiguration()
-        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, jsc.hadoopConfiguration())
         return True
-    except Exception as e:  # py4j's "No FileSystem for scheme", or no JVM (Connect)
+    except Exception as e:  # py4j's "No FileSystem for scheme" or ClassNotFoundException
         return "No FileSystem for scheme" not in str(e) and "ClassNotFound" not in str(e)

@@ -31,6 +31,7 @@ from airflow_provider_rowfilter.core.errors import RowFilterError, SparkAuthenti
 from airflow_provider_rowfilter.core.spec.spark_remote import remote_params, with_remote_params
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.spark.class_archive import mark_session
+from airflow_provider_rowfilter.spark.executor_wait import watch_executors
 from airflow_provider_rowfilter.spark.remote import remote_address, require_server
 from airflow_provider_rowfilter.spark.settings import (
     EXCLUDED_OPTIMIZER_RULES,
@@ -143,6 +144,7 @@ def build_session(
     with _scratch_environment(scratch), _environment(UI_ADDRESS_ENV, LOOPBACK if loopback else None):
         session = builder.getOrCreate()
     mark_session()  # the operator keeps the class archive this JVM writes when it exits (spark/class_archive.py)
+    watch_executors(session.sparkContext, settings["spark.master"])  # a job the cluster gives no core says so
     logger.info("Spark session %r on %s (Spark %s)", app_name, session.sparkContext.master, session.version)
     return session
 

@@ -7,6 +7,7 @@ import pytest
 from airflow_provider_rowfilter.change_log.identity import LogIdentity, LogNeeds
 from airflow_provider_rowfilter.change_log.log import ChangeLogError
 from airflow_provider_rowfilter.change_log.segment_reader import read_segments, segment_relations
+from airflow_provider_rowfilter.change_log.segment_schema import SCHEMA
 from airflow_provider_rowfilter.change_log.segment_writer import SegmentWriter
 from airflow_provider_rowfilter.change_log.store import ObjectStoreLog, open_change_log
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
@@ -94,6 +95,37 @@ def test_spark_reads_the_store_s_objects_by_their_hadoop_urls():
                                     "gs://b/x.parquet", "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet")] == [
         "s3a://b/p/x.parquet", "abfss://c@a.dfs.core.windows.net/p/x.parquet", "gs://b/x.parquet",
         "hdfs://nn:8020/x.parquet", "/data/s1/x.parquet"]
+
+
+def test_executors_read_the_segments_parts_with_the_access_the_driver_carries(s3, s3_log, monkeypatch):
+    """spark/log_reader.py's way without a Hadoop connector: the task gets the store's variables in the task (a
+    pickled StoreAccess), reads its share of a segment's row groups, and the parts make the segment exactly once;
+    the access's repr shows no secret."""
+    import pickle
+
+    import pyarrow as pa
+
+    from airflow_provider_rowfilter.change_log.segment_reader import read_parts, segment_parts
+    from airflow_provider_rowfilter.change_log.store import StoreAccess
+
+    log = open_change_log(spec_on(s3_log))
+    with log.writing():
+        writer = SegmentWriter(log, 100, row_group_rows=4)
+        writer.append(fetch([(199, TS_US, 7, None)], [(0, i, 101 + i, T1, insert(tup(str(i), "x"))) for i in range(10)]))
+        writer.end_transactions(1)
+        segment = writer.finish(200)
+    access = pickle.loads(pickle.dumps(StoreAccess.of(str(segment.path))))
+    assert s3.secret_key not in repr(access) and "AWS_SECRET_ACCESS_KEY" in repr(access)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):  # an executor's bare environment
+        monkeypatch.delenv(key)
+    parts = segment_parts([str(segment.path)], [10], rows_per_part=5)
+    assert [p[1:] for p in parts] == [(0, 2), (1, 2)]
+    read = [pa.Table.from_batches(list(read_parts(access, parts, [pa.record_batch({"id": [i]})])), schema=SCHEMA)
+            for i in range(len(parts))]
+    assert [t.num_rows for t in read] == [8, 2]  # row groups of 4 rows: those starting in rows 0-4, then 5-9
+    assert pa.concat_tables(read).equals(read_segments([segment]))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONG")  # the carried keys win over the executor's own
+    assert sum(b.num_rows for b in read_parts(access, parts[:1], [pa.record_batch({"id": [0]})])) == 8
 
 
 def test_a_killed_writer_s_staging_folder_is_removed_by_the_next(s3, s3_log, tmp_path, monkeypatch):

@@ -1,7 +1,8 @@
 """The jobs as Spark Connect clients (spec ``spark_remote``) of the run's one local Connect server.
 
 The differential cases of test_apply_differential.py run again through Connect: refresh, the initial
-copy (spark/copy_frames.py) and the apply batches, beside PostgreSQL's own subscription; and a job
+copy (spark/copy_frames.py) and the apply batches, beside PostgreSQL's own subscription (the first with its
+change log on the run's S3-compatible server); and a job
 run as Airflow runs it (a process of its own) attaches to the server without starting a JVM.
 """
 
@@ -60,10 +61,13 @@ def run_ours_through_connect(spec, cwd: Path) -> dict:
     return run_job("snapshot", spec, cwd)
 
 
-def test_update_transformation_example_through_connect(dbs, spark_connect_url, tmp_path):
+def test_update_transformation_example_through_connect(dbs, spark_connect_url, s3_log, tmp_path):
+    """... with the change log in the run's S3-compatible server (issue 44, 5c): the server has no hadoop-aws and no
+    AWS_* of its own (spark/connect_server.py keeps none), so its executors read the segments with pyarrow, the
+    client's credentials inside the task (spark/log_reader.py)."""
     dbs.create(DOC_PUBLISHER, DOC_TABLES)
     native = dbs.subscribe_native(("p1",))
-    spec = connect_spec(dbs, ("p1",), spark_connect_url)
+    spec = replace(connect_spec(dbs, ("p1",), spark_connect_url), change_log=s3_log)
     copied = run_ours_through_connect(spec, tmp_path)  # the copy's tasks run on the server's executors
     assert [t["rows_copied"] for t in copied["tables"]] == [2], copied  # (6, NSW) and (9, NSW)
     for step in DOC_STEPS:

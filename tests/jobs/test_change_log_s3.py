@@ -7,7 +7,8 @@ credentials through the standard environment (tests/s3_server.py), never a comma
   matches the native one (a differential check per point);
 - a backlog drained by one run in several batches (judged by the publisher, reduced in process), and the
   differential test's step-by-step example in both capture modes: in ``spark`` mode Spark reads the bucket's
-  segments (here a ``local`` session without hadoop-aws: through the driver, spark/log_reader.py).
+  segments (here a ``local`` session without hadoop-aws: its Python workers read them with pyarrow,
+  spark/log_reader.py).
 
 The directory's own tests (test_apply_faults.py, test_apply_drain.py, test_apply_differential.py) cover
 every other point and case; what differs on a store is only change_log/store.py.

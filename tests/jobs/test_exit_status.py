@@ -76,3 +76,20 @@ def test_the_job_prints_the_error_and_exits_with_its_kind(capsys: pytest.Capture
                                        f"{EXIT_STATUS_LINE}1\n")
     assert fail(ApplyBusyError("another apply is running")) == EXIT_TRANSIENT == 75
     assert capsys.readouterr().err.endswith(f"{EXIT_STATUS_LINE}75\n")
+
+
+@pytest.mark.spark
+def test_an_executor_lost_with_the_judged_batch_s_blocks_is_a_retry(spark) -> None:
+    """Issue 44 (5d): the judged batch is kept with localCheckpoint (spark/apply_frames.py), whose blocks die with
+    their executor; Spark then fails the next action with CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND, which a rerun does not
+    meet. Caused here as an executor's loss causes it: the checkpoint's blocks removed under the frame."""
+    from airflow_provider_rowfilter.core.apply_plan import ApplyPlan
+    from airflow_provider_rowfilter.spark.apply_frames import DecidedBatch
+
+    frame = spark.range(0, 1000, 1, 2).localCheckpoint(eager=True)
+    DecidedBatch(frame, ApplyPlan.__new__(ApplyPlan)).release()  # what the blocks' executor going away does
+    with pytest.raises(Exception) as caught:
+        frame.where("id % 7 = 0").count()
+    assert "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND" in str(caught.value)
+    assert is_transient(caught.value)
+    assert not is_transient(RuntimeError("CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND"))  # Spark's own error only

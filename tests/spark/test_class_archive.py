@@ -126,3 +126,20 @@ def test_files_of_killed_runs_are_removed(installation: Path) -> None:
     fresh.making.write_bytes(b"being written")
     class_archive("apply", {})
     assert not one.making.exists() and fresh.making.exists()
+
+
+def test_no_archive_while_a_directory_on_the_driver_s_class_path_holds_a_file(installation: Path) -> None:
+    """Issue 44 (5a): HotSpot refuses to archive with a non-empty directory on the class path ("Cannot have non-empty
+    directory in paths", and the driver exits 1): spark-submit puts SPARK_CONF_DIR there, where a cluster's
+    spark-defaults.conf (its spark.authenticate secret) lives. Such a driver runs without an archive."""
+    class_archive("apply", {})  # the directory: archives are made from the next run on
+    conf_dir = installation / "conf"
+    conf_dir.mkdir()
+    assert class_archive("apply", {}, environ={**os.environ, "SPARK_CONF_DIR": str(conf_dir)}) is not None  # empty
+    (conf_dir / "spark-defaults.conf").write_text("spark.authenticate true\n")
+    assert class_archive("apply", {}, environ={**os.environ, "SPARK_CONF_DIR": str(conf_dir)}) is None
+    assert class_archive("apply", {}, environ={**os.environ, "HADOOP_CONF_DIR": str(conf_dir)}) is None
+    assert class_archive("apply", {"spark.driver.extraClassPath": f"/opt/x.jar{os.pathsep}{conf_dir}"}) is None
+    (installation / "spark" / "conf").mkdir()  # SPARK_HOME/conf, the launcher's default
+    (installation / "spark" / "conf" / "log4j2.properties").write_text("")
+    assert class_archive("apply", {}) is None

@@ -104,10 +104,13 @@ def test_the_server_keeps_none_of_its_starter_s_environment_and_no_secret_on_its
 
 @pytest.mark.parametrize("environ", [{"AIRFLOW_CONN_PG": "postgresql://u:pw@h/db", "ROWFILTER_PUBLISHER_PASSWORD": "pw",
                                       "PGPASSWORD": "pw", "AWS_SECRET_ACCESS_KEY": "k", "PATH": "/usr/bin",
-                                      "JAVA_HOME": "/opt/java"}])
+                                      "JAVA_HOME": "/opt/java", "SPARK_CONF_DIR": "/etc/spark"}])
 def test_server_environment_is_an_allowlist(environ):
+    """... and keeps SPARK_CONF_DIR (issue 44, 5b): without it a server started with --master spark://… cannot join
+    a cluster that authenticates (its secret in spark-defaults.conf there, never on the command line)."""
     env = connect_server.server_environment("tok", environ)
-    assert set(env) == {"PATH", "JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON", SPARK_CONNECT_TOKEN_ENV}
+    assert set(env) == {"PATH", "JAVA_HOME", "SPARK_HOME", "PYSPARK_PYTHON", SPARK_CONNECT_TOKEN_ENV, "SPARK_CONF_DIR"}
+    assert env["SPARK_CONF_DIR"] == "/etc/spark"
     assert env[SPARK_CONNECT_TOKEN_ENV] == "tok"
 
 

@@ -97,7 +97,7 @@ def reduce(spec: SubscriptionSpec, sub: psycopg.Connection, batch: BatchPlan, re
         # A small batch is judged and staged by one Spark action, its rows COPYed from here (docs/apply.md).
         small = changes <= COLLECTED_BATCH_CHANGES
         conninfo = executor_conninfo(spec.subscriber, "subscriber", f"rowfilter:{spec.subscription}:apply")
-        decided = decide(session, batch.paths, batch.plan)
+        decided = decide(session, batch.paths, batch.plan, [c for _, c in batch.logged])
         try:
             exact = sorted(batch.exact)
             facts, collected = decided.collected(staged.token, exact) if small else (decided.facts(), None)
