@@ -29,7 +29,7 @@ DEFAULT_POOL = "rowfilter_copies"
 SPEC_PATTERNS = ("*.yaml", "*.yml")
 #: The DAGs of one spec file: the three that replicate, then the operations, run by hand with parameters.
 DAG_KINDS = ("initial_sync", "incremental_sync", "refresh", "skip_transaction", "resync_tables", "drop_subscription",
-             "sync_sequences", "verify", "reconcile_tables", "watch")
+             "sync_sequences", "verify", "reconcile_tables", "watch", "disable_subscription", "enable_subscription")
 _DAG_ID = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
