@@ -120,17 +120,32 @@ def record_progress(sub: psycopg.Connection, finish_lsn: str) -> None:
     sub.execute("SELECT pg_replication_origin_xact_setup(%s::pg_lsn, now())", (finish_lsn,))
 
 
+def subscription_origins(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> list[str]:
+    """The subscription's origin and those a killed copy of one of ``tables`` may have left, by name."""
+    name = origin_name(sub, subscription)
+    return [name, *(f"{name}_{row[0]}" for t in tables
+                    for row in [sub.execute("SELECT to_regclass(%s)::oid", (table_sql(t).as_string(sub),)).fetchone()]
+                    if row is not None and row[0] is not None)]
+
+
+def undroppable_origins(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> list[str]:
+    """The subscription's origins that exist and that the role may not drop (``pg_replication_origin_drop`` is a
+    superuser's unless granted: src/backend/catalog/system_functions.sql revokes it from PUBLIC)."""
+    names = subscription_origins(sub, subscription, tables)
+    if sub.execute("SELECT has_function_privilege('pg_replication_origin_drop(text)', 'EXECUTE')").fetchone()[0]:
+        return []
+    return [n for (n,) in sub.execute("SELECT roname FROM pg_replication_origin WHERE roname = ANY(%s) ORDER BY 1",
+                                      (names,))]
+
+
 def drop_origin(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> None:
     """DROP SUBSCRIPTION drops its origin (subscriptioncmds.c ``DropSubscription``): ours too, where the role may,
     and the origin a copy of one of ``tables`` left when it was killed (:func:`copy_origin`), as DROP SUBSCRIPTION
     drops the table synchronization origins."""
     name = origin_name(sub, subscription)
-    copies = [f"{name}_{row[0]}" for t in tables
-              for row in [sub.execute("SELECT to_regclass(%s)::oid", (table_sql(t).as_string(sub),)).fetchone()]
-              if row is not None and row[0] is not None]
     try:
         with sub.transaction():
-            for n in (name, *copies):
+            for n in subscription_origins(sub, subscription, tables):
                 sub.execute("SELECT pg_replication_origin_drop(%s) WHERE pg_replication_origin_oid(%s) IS NOT NULL",
                             (n, n))
     except psycopg.errors.InsufficientPrivilege:
