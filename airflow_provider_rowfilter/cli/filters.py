@@ -37,6 +37,7 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         standbys = readiness(conn, capture_names(spec.subscription)[0], spec_standbys(spec)) if spec.standbys else []
     warnings += [f"standby {r.standby} is not ready to take over the slot: " + "; ".join(r.problems)
                  for r in standbys if not r.ready]
+    warnings += _subscriber_warnings(spec)
     if fmt == "json":
         document = filters_document(definitions.filters, spec.subscription,
                                     untranslatable_ok=definitions.filtering == "source")
@@ -51,6 +52,25 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     for text in warnings:
         say(("WARNING:", "yellow"), " ", text, err=True)
     return 0
+
+
+def _subscriber_warnings(spec: SubscriptionSpec) -> list[str]:
+    """What validate warns about the subscriber, when the spec names one it can reach (validate needs only the
+    publisher): its cluster nearing max_active_replication_origins (subscriber/replication_origin.py)."""
+    if not spec.subscriber:
+        return []
+    import psycopg
+
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.core.errors import RowFilterError
+    from airflow_provider_rowfilter.subscriber.replication_origin import origin_capacity_warning
+
+    try:
+        with connect(spec.subscriber, "subscriber", spec, connect_timeout="5") as sub:
+            found = origin_capacity_warning(sub)
+    except (RowFilterError, psycopg.Error):
+        return []  # validate's subject is the publisher: a subscriber not made yet is no warning
+    return [found] if found else []
 
 
 #: How validate and status name each mode (core/spec.py ``filtering``).

@@ -187,3 +187,29 @@ def _warn(sub: psycopg.Connection, subscription: str | None = None) -> None:
     log.warning("the apply's writes carry no replication origin: role %s may not use the replication origin "
                 "functions, so a subscription downstream with origin = none cannot tell them from local writes; "
                 "fix: GRANT EXECUTE ON FUNCTION %s TO %s", role, ", ".join(FUNCTIONS), role)
+
+
+def origin_capacity_warning(sub: psycopg.Connection) -> str | None:
+    """A warning when the subscriber's cluster nears its limit of tracked replication origins, else None.
+
+    Every subscription that applies there, native or ours, tracks its progress in one replication state, and
+    the cluster has ``max_active_replication_origins`` of them (PostgreSQL 18: src/backend/replication/logical/
+    origin.c; ``max_replication_slots`` before); at the limit, the next one cannot set up its origin, and a native
+    subscription's apply worker stops with "could not find free replication state slot". An origin left by a
+    dropped subscription keeps its state. Warned from 80 % (8 of the default 10).
+    """
+    setting = "max_active_replication_origins" if sub.info.server_version >= 180000 else "max_replication_slots"
+    row = sub.execute(f"SELECT current_setting('{setting}')::int, (SELECT count(*) FROM pg_replication_origin_status), "
+                      "(SELECT count(*) FROM pg_replication_origin), (SELECT array_agg(roname ORDER BY roname) FROM "
+                      "pg_replication_origin WHERE roname LIKE 'rowfilter\\_%')").fetchone()
+    assert row is not None
+    limit, tracked, created, ours = row[0], row[1], row[2], list(row[3] or [])
+    used = max(tracked, created)
+    if limit <= 0 or used < max(limit - 2, -(-limit * 8 // 10)):
+        return None
+    shown = ", ".join(ours[:5]) + (f" and {len(ours) - 5} more" if len(ours) > 5 else "")
+    return (f"the subscriber's cluster has {used} replication origins of {setting} = {limit} "
+            f"({tracked} tracking progress in pg_replication_origin_status{'; ours: ' + shown if ours else ''}): each "
+            f"subscription applying there, native or ours, needs one, and at {limit} the next cannot start; drop the "
+            "origins no subscription uses (SELECT pg_replication_origin_drop(name), as a superuser) or raise "
+            f"{setting} (a restart)")
