@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return validate(spec_of(needs=("publisher",)),
-                            fmt=output_format(args.format, console, as_json=args.json))
+                            fmt=output_format(args.format, console, as_json=args.json), what_if=args.what_if)
         if args.command == "refresh":
             return refresh(spec_of(), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
         if args.command in ("verify", "reconcile") or (args.command == "resync" and args.reconcile):

@@ -17,8 +17,11 @@ from airflow_provider_rowfilter.core.publication import PublishAction
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
 
 
-def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
-    """Validate the spec's publications against the publisher and print the effective filters."""
+def validate(spec: SubscriptionSpec, *, fmt: str | None = None, what_if: str | None = None) -> int:
+    """Validate the spec's publications against the publisher and print the effective filters (``what_if``: an
+    ALTER PUBLICATION judged instead, publisher/what_if.py)."""
+    if what_if is not None:
+        return _what_if(spec, what_if, fmt)
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.core.schedule import longest_gap
     from airflow_provider_rowfilter.core.slot_retention import schedule_risks
@@ -51,6 +54,24 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             say(f"standby {r.standby}: " + ("failover ready" if r.ready else "NOT failover ready"))
     for text in warnings:
         say(("WARNING:", "yellow"), " ", text, err=True)
+    return 0
+
+
+def _what_if(spec: SubscriptionSpec, statement: str, fmt: str | None) -> int:
+    """``validate --what-if``: each table's rows entering and leaving, nothing run or written."""
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.publisher.what_if import what_if
+
+    with connect(spec.publisher, "publisher", spec) as conn:
+        found = what_if(spec, conn, statement)
+    if fmt == "json":
+        print(json.dumps(found.as_dict(), indent=2))
+        return 0
+    say(f"subscription {spec.subscription}: if the publisher ran {found.statement}")
+    for t in found.tables:
+        say(f"  {t.describe()}")
+    say("(nothing was run or written; after the real statement, `rowfilter refresh` then `rowfilter reconcile` "
+        "brings each table there in place, or reconcile: true does it at the refresh)")
     return 0
 
 

@@ -113,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         shape.add_argument("--format", choices=FORMATS, default=None,
                            help="table (default on a terminal), tsv, or json; piped, the default is plain rows")
         shape.add_argument("--json", action="store_true", help="the same as --format json")
+    commands["validate"].add_argument("--what-if", metavar="STATEMENT", help="an ALTER PUBLICATION … statement (or "
+                                      "several, ;-separated): say how many rows of each table would enter and leave "
+                                      "its initial-copy filter, judged by the publisher, without running it or "
+                                      "writing anything")
     commands["refresh"].add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a "
                                      "new one and send every table it had positioned back to state i, emptied, "
                                      "for a new copy")
