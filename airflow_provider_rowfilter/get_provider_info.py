@@ -52,13 +52,15 @@ def get_provider_info() -> dict:
         "sensors": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_rowfilter.sensors.subscription_rel"],
+                "python-modules": ["airflow_provider_rowfilter.sensors.subscription_lsn",
+                                   "airflow_provider_rowfilter.sensors.subscription_rel"],
             }
         ],
         "triggers": [
             {
                 "integration-name": INTEGRATION,
-                "python-modules": ["airflow_provider_rowfilter.triggers.subscription_rel"],
+                "python-modules": ["airflow_provider_rowfilter.triggers.subscription_lsn",
+                                   "airflow_provider_rowfilter.triggers.subscription_rel"],
             }
         ],
         "hooks": [

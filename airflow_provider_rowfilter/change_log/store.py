@@ -86,6 +86,11 @@ class ObjectPath:
 STAGING_PREFIX = "rowfilter-segment-"
 
 
+#: What a failed store operation of a capture means: the slot moves only after the store did.
+_NOTHING_ADVANCED = ("nothing was advanced: the slot still holds every change not in a complete segment, and the next "
+                     "run goes on from there")
+
+
 def remove_stale_staging(folder: str | None = None) -> list[str]:
     """Remove the staging folders (:data:`STAGING_PREFIX`) in ``folder`` (the temporary directory) that belong to
     this user and to a process that no longer runs: what a killed writer left. Returns what was removed; never
@@ -255,16 +260,15 @@ class ObjectStoreLog(ChangeLog):
                 self.fs.delete_file(key)
             raise
 
-    def _store(self, what: str, call):
-        """Run a store operation; turn its failure into a ChangeLogError naming the log and the cause."""
+    def _store(self, what: str, call, detail: str | None = _NOTHING_ADVANCED):
+        """Run a store operation; turn its failure into a ChangeLogError naming the log and the cause (``detail``:
+        what it means for the run; the capture's by default, which advances the slot only after the store did)."""
         try:
             return call()
         except ChangeLogError:
             raise
         except OSError as e:
-            raise ChangeLogError(f"could not {what} the change log {self.url!r}: {_first_line(e)}",
-                                 detail="nothing was advanced: the slot still holds every change not in a "
-                                 "complete segment, and the next run goes on from there",
+            raise ChangeLogError(f"could not {what} the change log {self.url!r}: {_first_line(e)}", detail=detail,
                                  hint=_CREDENTIALS_HINT) from e
 
     def set_aside(self) -> str | None:
@@ -276,14 +280,14 @@ class ObjectStoreLog(ChangeLog):
     def _move_aside(self, label: str) -> str | None:
         """Copy every object of the log under ``<prefix>.<label>-<time>`` then delete the originals (no rename)."""
         infos = [i for i in self._store("list", lambda: self.fs.get_file_info(
-            pafs.FileSelector(self.key, allow_not_found=True, recursive=True))) if i.type == pafs.FileType.File]
+            pafs.FileSelector(self.key, allow_not_found=True, recursive=True)), None) if i.type == pafs.FileType.File]
         if not infos:
             return None
         aside = f"{self.key}.{label}-{int(time.time())}"
+        for info in infos:  # the originals stay whole until every copy is made: run again to finish
+            self._store("copy", lambda i=info: self.fs.copy_file(i.path, aside + i.path[len(self.key):]), None)
         for info in infos:
-            self._store("copy", lambda i=info: self.fs.copy_file(i.path, aside + i.path[len(self.key):]))
-        for info in infos:
-            self._store("delete from", lambda i=info: self.fs.delete_file(i.path))
+            self._store("delete from", lambda i=info: self.fs.delete_file(i.path), None)
         return f"{self.scheme}://{aside}"
 
 

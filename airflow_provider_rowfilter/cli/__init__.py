@@ -24,6 +24,7 @@ from airflow_provider_rowfilter.cli.filters import print_filters, validate
 from airflow_provider_rowfilter.cli.parser import COMMANDS, build_parser
 from airflow_provider_rowfilter.cli.spec_file import load_spec
 from airflow_provider_rowfilter.cli.status import STATUS_COLUMNS, status
+from airflow_provider_rowfilter.cli.wait import wait
 from airflow_provider_rowfilter.console.output import output_format
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
@@ -46,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return validate(spec_of(needs=("publisher",)),
-                            fmt=output_format(args.format, console, as_json=args.json))
+                            fmt=output_format(args.format, console, as_json=args.json), what_if=args.what_if)
         if args.command == "refresh":
             return refresh(spec_of(), recreate_slot=args.recreate_slot, reconcile=args.reconcile or None)
         if args.command in ("verify", "reconcile") or (args.command == "resync" and args.reconcile):
@@ -68,6 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return reset_conflicts(spec_of(needs=("subscriber",)))
         if args.command in ("disable", "enable"):
             return set_enabled(spec_of(needs=("subscriber",)), args.command == "enable")
+        if args.command == "wait":
+            return wait(spec_of(needs=("subscriber",) if args.lsn else ("publisher", "subscriber")), lsn=args.lsn,
+                        at=args.at, timeout=args.timeout, interval=args.interval, as_json=args.json)
         if args.command == "spark-server":
             return spark_server(args)
     except RowFilterError as e:

@@ -17,8 +17,11 @@ from airflow_provider_rowfilter.core.publication.subscription_filters import (
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
 
-def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
-    """Validate the spec's publications against the publisher and print the effective filters."""
+def validate(spec: SubscriptionSpec, *, fmt: str | None = None, what_if: str | None = None) -> int:
+    """Validate the spec's publications against the publisher and print the effective filters (``what_if``: an
+    ALTER PUBLICATION judged instead, publisher/what_if.py)."""
+    if what_if is not None:
+        return _what_if(spec, what_if, fmt)
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.core.slot_retention import schedule_risks
     from airflow_provider_rowfilter.core.spec.schedule import longest_gap
@@ -37,6 +40,7 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         standbys = readiness(conn, capture_names(spec.subscription)[0], spec_standbys(spec)) if spec.standbys else []
     warnings += [f"standby {r.standby} is not ready to take over the slot: " + "; ".join(r.problems)
                  for r in standbys if not r.ready]
+    warnings += _subscriber_warnings(spec)
     if fmt == "json":
         document = filters_document(definitions.filters, spec.subscription,
                                     untranslatable_ok=definitions.filtering == "source")
@@ -51,6 +55,43 @@ def validate(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     for text in warnings:
         say(("WARNING:", "yellow"), " ", text, err=True)
     return 0
+
+
+def _what_if(spec: SubscriptionSpec, statement: str, fmt: str | None) -> int:
+    """``validate --what-if``: each table's rows entering and leaving, nothing run or written."""
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.publisher.what_if import what_if
+
+    with connect(spec.publisher, "publisher", spec) as conn:
+        found = what_if(spec, conn, statement)
+    if fmt == "json":
+        print(json.dumps(found.as_dict(), indent=2))
+        return 0
+    say(f"subscription {spec.subscription}: if the publisher ran {found.statement}")
+    for t in found.tables:
+        say(f"  {t.describe()}")
+    say("(nothing was run or written; after the real statement, `rowfilter refresh` then `rowfilter reconcile` "
+        "brings each table there in place, or reconcile: true does it at the refresh)")
+    return 0
+
+
+def _subscriber_warnings(spec: SubscriptionSpec) -> list[str]:
+    """What validate warns about the subscriber, when the spec names one it can reach (validate needs only the
+    publisher): its cluster nearing max_active_replication_origins (subscriber/replication_origin.py)."""
+    if not spec.subscriber:
+        return []
+    import psycopg
+
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.core.errors import RowFilterError
+    from airflow_provider_rowfilter.subscriber.replication_origin import origin_capacity_warning
+
+    try:
+        with connect(spec.subscriber, "subscriber", spec, connect_timeout="5") as sub:
+            found = origin_capacity_warning(sub)
+    except (RowFilterError, psycopg.Error):
+        return []  # validate's subject is the publisher: a subscriber not made yet is no warning
+    return [found] if found else []
 
 
 #: How validate and status name each mode (core/spec/subscription.py ``filtering``).

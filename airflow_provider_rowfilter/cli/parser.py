@@ -67,6 +67,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
                        "past the value of the publisher's sequence of the same column (sequences are not "
                        "replicated). A sequence already past is left alone; --dry-run only says what it would set.",
                        "rowfilter sync-sequences --spec s1.yaml --table public.orders --dry-run"),
+    "wait": ("wait until every table has applied past a publisher LSN (read-your-writes); exit 4 on --timeout",
+             "Wait until every table of the subscription holds what the publisher had committed through --lsn (e.g. "
+             "SELECT pg_current_wal_insert_lsn() right after your COMMIT), or at --at TIME: its position at or past "
+             "the LSN, in state r (or s, or f: a copy consistent with a later snapshot). Exit 0 then; 1 when the "
+             "subscription or a table records an error (waiting cannot fix it); 4 when --timeout runs out first.",
+             "rowfilter wait --spec s1.yaml --lsn 0/1F00F48 --timeout 120"),
     "drop": ("drop the subscription (DROP SUBSCRIPTION): slot, capture publication, state",
              "Drop the slot and the capture publication on the publisher and the subscription's state in the "
              "subscriber; its tables and their data stay.",
@@ -107,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         shape.add_argument("--format", choices=FORMATS, default=None,
                            help="table (default on a terminal), tsv, or json; piped, the default is plain rows")
         shape.add_argument("--json", action="store_true", help="the same as --format json")
+    commands["validate"].add_argument("--what-if", metavar="STATEMENT", help="an ALTER PUBLICATION … statement (or "
+                                      "several, ;-separated): say how many rows of each table would enter and leave "
+                                      "its initial-copy filter, judged by the publisher, without running it or "
+                                      "writing anything")
     commands["refresh"].add_argument("--recreate-slot", action="store_true", help="the slot was dropped: create a "
                                      "new one and send every table it had positioned back to state i, emptied, "
                                      "for a new copy")
@@ -155,6 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="drop the subscriber side only and leave the slot on the publisher, e.g. when "
                                   "it cannot be reached (ALTER SUBSCRIPTION ... SET (slot_name = NONE)); the slot "
                                   "retains WAL until dropped")
+    target = commands["wait"].add_mutually_exclusive_group(required=True)
+    target.add_argument("--lsn", help="the publisher LSN, e.g. 0/1F00F48")
+    target.add_argument("--at", metavar="TIME", help="what the publisher had committed at this time (ISO 8601 with "
+                        "its zone, or now): exact for a time not past yet (read when the publisher's clock reaches "
+                        "it); for a past time, its position now, which holds everything committed by then")
+    commands["wait"].add_argument("--timeout", type=seconds, default=300.0, metavar="SECONDS",
+                                  help="give up after this many seconds, exit 4 (default 300)")
+    commands["wait"].add_argument("--interval", type=interval, default=1.0, metavar="SECONDS",
+                                  help="seconds between two readings of the subscriber (default 1)")
+    commands["wait"].add_argument("--json", action="store_true", help="print where the tables stand as JSON")
     server = sub.add_parser(
         "spark-server", help="start, stop or show the local Spark Connect server the specs' spark_remote can point at "
         "(127.0.0.1 only)", formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -38,6 +38,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.publisher.slot_report import findings, publisher_view, readiness_lines, slot_line
     from airflow_provider_rowfilter.subscriber import conflicts
+    from airflow_provider_rowfilter.subscriber.replication_origin import origin_capacity_warning
     from airflow_provider_rowfilter.subscriber.state import StateReader, apply_running_for, relation_exists
 
     with connect(spec.subscriber, "subscriber", spec) as conn:
@@ -49,10 +50,12 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         conflict_stats = conflicts.read(conn, spec.subscription) if relation_exists(conn, "conflict_stats") else None
         running = apply_running_for(conn, spec.subscription)
         now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]  # the clock finished_at was written by
+        origins = origin_capacity_warning(conn)
     view = publisher_view(spec, subscription.slot_name,
                           [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
     current, slot, unreachable, filtering = view.current, view.slot, view.unreachable, view.filtering
     warnings, broken = findings(spec, view, [str(t.table) for t in tables if t.state.value != "i"])
+    warnings += [origins] if origins else []
     fmt = fmt or output_format(None, console)
     lag = {}
     for t in tables:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param
 
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.core.spec.dag_kinds import DAG_KINDS
@@ -97,9 +97,18 @@ def build_dags(path: str | Path) -> dict[str, DAG]:
     dags[dag.dag_id] = dag
 
     with DAG(dag_id=ids["refresh"], schedule=s.refresh_schedule,
-             description=f"Refresh publication of {spec.subscription}, then copy the tables it added",
-             **(scheduled if s.refresh_schedule else common)) as dag:
-        refresh = RefreshPublicationOperator(task_id="refresh", **bounded, **job)
+             description=f"Refresh publication of {spec.subscription}, then copy the tables it added; with "
+             "recreate_slot and reconcile, the repair of a lost slot in place",
+             params={"recreate_slot": Param(False, type="boolean", title="Recreate the slot",
+                                            description="the slot was dropped or invalidated: create a new one (its "
+                                            "tables emptied for a new copy, unless reconcile)"),
+                     "reconcile": Param(False, type="boolean", title="Reconcile in place",
+                                        description="repair the tables in place instead of emptying them: the lost "
+                                        "slot's, and those whose copy filter or column list changed (off: the "
+                                        "spec's reconcile)")},
+             render_template_as_native_obj=True, **(scheduled if s.refresh_schedule else common)) as dag:
+        refresh = RefreshPublicationOperator(task_id="refresh", recreate_slot="{{ params.recreate_slot }}",
+                                             reconcile="{{ params.reconcile }}", **bounded, **job)
         listed, _ = copy_tasks(pool=s.pool, tables=None, execution_timeout=copy_bound, **who, **job)
         refresh >> listed
     dags[dag.dag_id] = dag

@@ -11,6 +11,7 @@ from airflow_provider_rowfilter.operators.reconcile_tables import ReconcileTable
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
 from airflow_provider_rowfilter.operators.subscription_ops import (
     DropSubscriptionOperator,
+    SetEnabledOperator,
     SkipTransactionOperator,
     SyncSequencesOperator,
 )
@@ -33,12 +34,17 @@ def operations_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[
              **manual) as dag:
         SkipTransactionOperator(task_id="skip", spec=job["spec"], lsn="{{ params.lsn }}")
     dags[dag.dag_id] = dag
-    with DAG(dag_id=ids["resync_tables"], description=f"Copy tables of {spec.subscription} again: empty them in the "
-             "subscriber, back to i, then the initial copy (the incremental sync catches them up)",
+    with DAG(dag_id=ids["resync_tables"], description=f"EMPTY tables of {spec.subscription} and copy them again: "
+             "truncated in the subscriber, back to i, then the initial copy (the incremental sync catches them up); "
+             f"to repair in place instead, {ids['reconcile_tables']}",
              params={"tables": Param([], type="array", items={"type": "string"}, minItems=1, title="Tables",
-                                     description="schema.table names of the subscription")},
-             **manual) as dag:
-        SnapshotCopyOperator(task_id="resync", resync=True, tables="{{ params.tables | join(',') }}", **job)
+                                     description="schema.table names of the subscription"),
+                     "confirm_empty": Param(False, type="boolean", title="Empty these tables first",
+                                            description="they are truncated in the subscriber and unreadable until "
+                                            f"copied again; a repair in place is {ids['reconcile_tables']}")},
+             render_template_as_native_obj=True, **manual) as dag:
+        SnapshotCopyOperator(task_id="resync", resync=True, tables="{{ params.tables | join(',') }}",
+                             confirm_empty="{{ params.confirm_empty }}", **job)
     dags[dag.dag_id] = dag
     with DAG(dag_id=ids["drop_subscription"], description=f"Drop subscription {spec.subscription} (DROP "
              "SUBSCRIPTION): its slot, its state and its change log; the subscriber's tables stay",
@@ -59,6 +65,13 @@ def operations_dags(source: SubscriptionFile, job: dict[str, Any], common: dict[
         SyncSequencesOperator(task_id="sync_sequences", spec=job["spec"], tables="{{ params.tables | join(',') }}",
                               dry_run="{{ params.dry_run }}")
     dags[dag.dag_id] = dag
+    for kind, enabled, what in (("disable_subscription", False, "Pause (disable)"), ("enable_subscription", True,
+                                                                                     "Resume (enable)")):
+        with DAG(dag_id=ids[kind], description=f"{what} subscription {spec.subscription} (ALTER SUBSCRIPTION … "
+                 f"{'ENABLE' if enabled else 'DISABLE'})" + ("" if enabled else ": the apply applies nothing until it "
+                 "is enabled; the watch's slot guard keeps the slot read meanwhile"), **manual) as dag:
+            SetEnabledOperator(task_id="enable" if enabled else "disable", spec=job["spec"], enabled=enabled)
+        dags[dag.dag_id] = dag
     dags.update(check_dags(source, job, common))
     return dags
 

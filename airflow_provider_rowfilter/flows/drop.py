@@ -1,8 +1,11 @@
 """DropSubscription: ``DROP SUBSCRIPTION`` for a rowfilter subscription (``rowfilter drop``).
 
 Checks first, then drops, so that a refusal changes nothing: no apply, snapshot or resync of the
-subscription may be running (their advisory locks in the subscriber, the capture's among them), and,
-unless ``keep_slot``, the publisher must be reachable and the slot not active. Then, in this order:
+subscription may be running (their advisory locks in the subscriber, the capture's among them), the change log
+must be listable (an object store's connection and credentials resolved: the last step moves it aside), the role
+must be allowed to drop the subscription's replication origins when it has any (else they would stay, each
+counting against the subscriber cluster's ``max_active_replication_origins``), and, unless ``keep_slot``, the
+publisher must be reachable and the slot not active. Then, in this order:
 the slot and the capture publications on the publisher (only the ones we created), the
 subscription's rows in schema ``rowfilter`` of the subscriber (its tables' states, its refresh and
 batch history, its staged rows) in one transaction, and the change log is moved aside as
@@ -24,9 +27,10 @@ from dataclasses import dataclass, field
 import psycopg
 
 from airflow_provider_rowfilter.change_log.log import ChangeLogError
-from airflow_provider_rowfilter.change_log.store import open_change_log
+from airflow_provider_rowfilter.change_log.store import ChangeLog, open_change_log
 from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.errors import CatalogError, RowFilterError
+from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.humane import size
 from airflow_provider_rowfilter.publisher.capture_objects import (
@@ -38,7 +42,7 @@ from airflow_provider_rowfilter.publisher.capture_objects import (
 from airflow_provider_rowfilter.publisher.writer_lock import holders, writer_lock_on
 from airflow_provider_rowfilter.subscriber.apply_stage import clear_stage
 from airflow_provider_rowfilter.subscriber.copy_target import drop_stagings
-from airflow_provider_rowfilter.subscriber.replication_origin import drop_origin
+from airflow_provider_rowfilter.subscriber.replication_origin import FUNCTIONS, drop_origin, undroppable_origins
 from airflow_provider_rowfilter.subscriber.state import (
     APPLY_LOCK,
     StateStore,
@@ -114,6 +118,9 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
         if has_state:
             stack.enter_context(_no_job_running(sub, spec.subscription))
         _no_capture_running(stack, sub, spec.subscription)
+        _log_listable(change_log)
+        tables = StateStore(sub, spec.subscription).tables() if has_state else []
+        _origins_droppable(sub, spec.subscription, [r.table for r in tables])
         if not keep_slot:
             pub = stack.enter_context(_connect_publisher(spec, slot))
             dropped = drop_capture_objects(pub, spec.subscription)
@@ -134,10 +141,40 @@ def drop(spec: SubscriptionSpec, *, keep_slot: bool = False) -> DropResult:
                 result.state_dropped = True
                 result.tables = [str(t) for t in state.tables]
                 result.refreshes, result.batches = state.refreshes, state.batches
-        moved = change_log.retire()
+        try:
+            moved = change_log.retire()
+        except ChangeLogError as e:  # checked above; lost since: say what was dropped, and how to finish
+            raise DropError(e.message, detail=f"{result.describe()}; the change log stays where it is",
+                            hint="run the drop again once the store answers: it finishes the job (the change log "
+                            "moved aside); or move or delete the log yourself") from e
         result.change_log_moved_to = None if moved is None else str(moved)
     log.info("subscription %s: %s", spec.subscription, result.describe())
     return result
+
+
+def _log_listable(change_log: ChangeLog) -> None:
+    """The drop's last step moves the change log aside: refuse, having dropped nothing, when it cannot even be listed
+    (an object store without its connection's credentials, unreachable)."""
+    try:
+        change_log.segments()
+    except ChangeLogError as e:
+        raise DropError(e.message, detail="nothing was dropped: the drop moves the change log aside last, and "
+                        "checks first that it can", hint=e.hint) from e
+
+
+def _origins_droppable(sub: psycopg.Connection, subscription: str, tables: list[TableName]) -> None:
+    """Refuse, having dropped nothing, when the subscription has replication origins the role may not drop: left
+    behind, each would count against the cluster's max_active_replication_origins (PostgreSQL 18) for good."""
+    names = undroppable_origins(sub, subscription, tables)
+    if names:
+        role = sub.execute("SELECT current_user").fetchone()[0]
+        listed = ", ".join(names)
+        raise DropError(f"role {role} may not drop the replication origin(s) {listed} of subscription "
+                        f"{subscription!r}", detail="nothing was dropped: DROP SUBSCRIPTION drops its origins, and "
+                        "one left behind counts against the subscriber cluster's max_active_replication_origins",
+                        hint=f"GRANT EXECUTE ON FUNCTION {', '.join(FUNCTIONS)} TO {role} (as a superuser; "
+                        f"docs/first-week.md), or drop them as a superuser first: "
+                        + "; ".join(f"SELECT pg_replication_origin_drop('{n}')" for n in names))
 
 
 @contextmanager

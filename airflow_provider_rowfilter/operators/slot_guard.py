@@ -12,7 +12,7 @@ from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.apply_dag import apply_dag
-from airflow_provider_rowfilter.operators.subscription_ops import SubscriptionOperator, connection_passwords
+from airflow_provider_rowfilter.operators.subscription_ops import connection_passwords, SubscriptionOperator, with_store
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, in_airflow_terms
 
 if TYPE_CHECKING:
@@ -50,16 +50,7 @@ class SlotGuardOperator(SubscriptionOperator):
         self.change_log_conn_id = change_log_conn_id
 
     def resolve(self) -> ResolvedSpec:
-        from dataclasses import replace
-
-        from airflow_provider_rowfilter.hooks.store_connection import store_environment
-
-        resolved = super().resolve()
-        store = self.change_log_conn_id or resolved.spec.change_log_conn_id
-        try:
-            return replace(resolved, store_env=store_environment(store)) if store else resolved
-        except RowFilterError as e:
-            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        return with_store(super().resolve(), self.change_log_conn_id, self.task_id)
 
     @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:

@@ -27,6 +27,9 @@ class SnapshotCopyOperator(RowFilterJobOperator):
         planner says several pay, for a large table whose filter keeps little of it; then up to twice
         Spark's parallelism).
     :param fetch_size: rows handed from the publisher's ``COPY`` to the subscriber's per write.
+    :param confirm_empty: with ``resync``, the confirmation that the tables may be emptied (the DAG factory's resync
+        DAG asks for it: ``true``; anything else refuses, emptying nothing, and names the reconcile that repairs in
+        place instead). None (default): no confirmation asked. (templated)
 
     The other parameters are those of
     :class:`~airflow_provider_rowfilter.operators.rowfilter_job.RowFilterJobOperator`.
@@ -37,13 +40,15 @@ class SnapshotCopyOperator(RowFilterJobOperator):
     """
 
     job: ClassVar[str] = "snapshot"
-    template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "tables")
+    template_fields: Sequence[str] = (*RowFilterJobOperator.template_fields, "tables", "confirm_empty")
 
     def __init__(self, *, tables: Sequence[str] | str | None = None, resync: bool = False,
-                 max_partitions: int | None = None, fetch_size: int | None = None, **kwargs: Any) -> None:
+                 max_partitions: int | None = None, fetch_size: int | None = None,
+                 confirm_empty: bool | str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tables = tables
         self.resync = resync
+        self.confirm_empty = confirm_empty
         self.max_partitions = max_partitions
         self.fetch_size = fetch_size
 
@@ -60,6 +65,13 @@ class SnapshotCopyOperator(RowFilterJobOperator):
             if not tables:
                 raise SpecError("resync=True needs the tables to copy again",
                                 hint="pass tables=['public.t1'] (a resync empties those tables first)")
+            if self.confirm_empty is not None and str(self.confirm_empty).strip().lower() not in ("true", "1", "yes"):
+                listed = ", ".join(str(t) for t in tables)
+                raise SpecError(f"a resync empties {listed} in the subscriber before copying it again, and "
+                                "confirm_empty is not true: nothing was emptied",
+                                hint=f"trigger again with confirm_empty = true to empty and copy {listed}; or repair "
+                                "in place, the table staying readable, with `rowfilter reconcile "
+                                + " ".join(f"--table {t}" for t in tables) + "`")
             arguments.append("--resync")
         for name, value in (("max_partitions", self.max_partitions), ("fetch_size", self.fetch_size)):
             if value is None:

@@ -52,6 +52,20 @@ class SubscriptionOperator(BaseOperator):
             raise AirflowFailException(f"{self.task_id}: {e}") from e
 
 
+def with_store(resolved: ResolvedSpec, change_log_conn_id: str | None, task_id: str) -> ResolvedSpec:
+    """The spec with its change log's store credentials (``change_log_conn_id``, else the spec's), resolved from the
+    Airflow connection as the job operators resolve them (hooks/store_connection.py), for a run in this task."""
+    from dataclasses import replace
+
+    from airflow_provider_rowfilter.hooks.store_connection import store_environment
+
+    store = change_log_conn_id or resolved.spec.change_log_conn_id
+    try:
+        return replace(resolved, store_env=store_environment(store)) if store else resolved
+    except RowFilterError as e:
+        raise AirflowFailException(f"{task_id}: {e}") from e
+
+
 def connection_passwords(resolved: ResolvedSpec) -> AbstractContextManager[None]:
     """The connections' passwords handed to the job's code in this process only (connection.py ``in_task``),
     never into the task's environment, which its child processes would inherit."""
@@ -90,6 +104,47 @@ class SkipTransactionOperator(SubscriptionOperator):
         return {"subscription": resolved.spec.subscription, "skip_lsn": value}
 
 
+class SetEnabledOperator(SubscriptionOperator):
+    """``ALTER SUBSCRIPTION … DISABLE`` / ``ENABLE`` (``rowfilter disable`` / ``enable``): pause the apply, or resume it.
+
+    Disabled, every apply of the subscription (the incremental sync's runs too) applies nothing and says so; the
+    watch DAG's slot guard keeps the slot read into the change log meanwhile, so a pause never costs the slot.
+
+    :param enabled: True resumes (enable), False pauses (disable). (templated: ``true``/``false`` as text)
+
+    Returns (XCom) ``{"subscription", "enabled", "was_enabled"}``.
+    """
+
+    template_fields: Sequence[str] = (*SubscriptionOperator.template_fields, "enabled")
+
+    def __init__(self, *, enabled: bool | str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.enabled = enabled
+
+    @clear_errors
+    def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_rowfilter.subscriber.state import StateStore
+
+        resolved = self.resolve()
+        enabled = _boolean(self.enabled, f"{self.task_id}: enabled")
+        name = resolved.spec.subscription
+        try:
+            with resolved.connect("subscriber") as conn:
+                was = StateStore(conn, name).set_enabled(enabled)
+        except (RowFilterError, psycopg.Error) as e:
+            raise AirflowFailException(f"{self.task_id}: {e}") from e
+        prefix = factory_prefix(self)
+        if was == enabled:
+            self.log.info("Subscription %s: already %s", name, "enabled" if enabled else "disabled")
+        elif enabled:
+            self.log.info("Subscription %s: enabled; the next apply goes on from where it stopped", name)
+        else:
+            self.log.info("Subscription %s: disabled; the apply applies nothing until it is enabled again (%s); the "
+                          "watch's slot guard keeps the slot read meanwhile", name,
+                          f"the DAG {prefix}_enable_subscription" if prefix else "`rowfilter enable`")
+        return {"subscription": name, "enabled": enabled, "was_enabled": was}
+
+
 class DropSubscriptionOperator(SubscriptionOperator):
     """``DROP SUBSCRIPTION`` (``rowfilter drop``): the slot and our publications on the publisher, the
     subscription's state in the subscriber, the change log moved aside; the subscriber's tables stay.
@@ -98,31 +153,38 @@ class DropSubscriptionOperator(SubscriptionOperator):
         (templated)
     :param keep_slot: leave the publisher alone (``SET (slot_name = NONE)`` first); its slot keeps WAL.
         (templated: ``true``/``false`` as rendered text are read as such)
+    :param change_log_conn_id: the Airflow connection whose credentials reach a change log on object storage
+        (default: the spec's ``change_log_conn_id``); the drop moves the log aside last, and checks it can first.
 
-    Refuses, dropping nothing, while an apply, snapshot or resync of the subscription runs. Returns (XCom)
-    what was dropped (flows/drop.py ``DropResult``).
+    Refuses, dropping nothing, while an apply, snapshot or resync of the subscription runs, when the change log
+    cannot be listed, or when the role may not drop the subscription's replication origins. Returns (XCom) what
+    was dropped (flows/drop.py ``DropResult``).
     """
 
-    template_fields: Sequence[str] = (*SubscriptionOperator.template_fields, "confirm", "keep_slot")
+    template_fields: Sequence[str] = (*SubscriptionOperator.template_fields, "confirm", "keep_slot",
+                                      "change_log_conn_id")
     roles = ("publisher", "subscriber")
 
-    def __init__(self, *, confirm: str, keep_slot: bool | str = False, **kwargs: Any) -> None:
+    def __init__(self, *, confirm: str, keep_slot: bool | str = False, change_log_conn_id: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.confirm = confirm
         self.keep_slot = keep_slot
+        self.change_log_conn_id = change_log_conn_id
 
     @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_rowfilter.hooks.store_connection import environment
         from airflow_provider_rowfilter.flows.drop import drop
 
-        resolved = self.resolve()
+        resolved = with_store(self.resolve(), self.change_log_conn_id, self.task_id)
         name = resolved.spec.subscription
         if str(self.confirm).strip() != name:
             raise AirflowFailException(f"{self.task_id}: confirm={self.confirm!r} is not the subscription's name; "
                                        f"nothing was dropped (pass confirm={name!r} to drop subscription {name!r})")
         keep_slot = _boolean(self.keep_slot, f"{self.task_id}: keep_slot")
         try:
-            with connection_passwords(resolved):
+            with connection_passwords(resolved), environment(resolved.store_env):
                 result = drop(resolved.spec, keep_slot=keep_slot)
         except (RowFilterError, psycopg.Error) as e:
             raise AirflowFailException(f"{self.task_id}: {e}") from e

@@ -51,7 +51,9 @@ def in_airflow_terms(task: Any, text: str) -> str:
             words = args.split()
         if "--spec" in words:
             return match.group(0)
-        if prefix is not None and command in COMMAND_DAGS and "--recreate-slot" not in words:
+        if prefix is not None and command in COMMAND_DAGS:
+            if command == "resync" and "--reconcile" in words:
+                command = "reconcile"  # a repair in place: the reconcile DAG, never the one that empties
             params = _params(command, words)
             what = f"the DAG {prefix}_{COMMAND_DAGS[command]}"
             return f"{what} (Trigger DAG with {params})" if params else what
@@ -72,7 +74,15 @@ def _params(command: str, words: list[str]) -> str:
     if command == "resync":
         tables = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--table"]
         named = [t for t in tables if t != "T" and not t.startswith("<")]
-        return f"tables = {named!r}".replace("'", '"') if named else "tables = the table(s)"
+        listed = f"tables = {named!r}".replace("'", '"') if named else "tables = the table(s)"
+        return f"{listed}, confirm_empty = true (it empties them)"
+    if command in ("reconcile", "verify"):
+        tables = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--table"]
+        named = [t for t in tables if t != "T" and not t.startswith("<")]
+        return (f"tables = {named!r}".replace("'", '"') if named else "") + (
+            (", " if named else "") + "dry_run = true" if "--dry-run" in words else "")
+    if command == "refresh":
+        return ", ".join(f"{name} = true" for name in ("recreate_slot", "reconcile") if f"--{name.replace('_', '-')}" in words)
     if command == "drop":
         return "confirm = the subscription's name" + (", keep_slot = true" if "--keep-slot" in words else "")
     return ""

@@ -71,10 +71,39 @@ const OPERATIONS = {
     fields: [{ name: "lsn", label: "Finish LSN of the transaction", kind: "text" }],
   },
   resync_tables: {
-    title: "Copy tables again",
+    title: "Empty tables and copy them again",
     action: "Resync tables",
-    what: "The tables are emptied in the subscriber, sent back to state i and copied again; the incremental sync catches them up.",
-    fields: [{ name: "tables", label: "Tables (schema.table, comma-separated)", kind: "list" }],
+    what: "The tables are EMPTIED (truncated) in the subscriber, sent back to state i and copied again: readers see them empty until the copy ends; the incremental sync then catches them up. To repair them in place instead, the table staying readable, use Reconcile.",
+    danger: true,
+    confirm: "confirm_empty",
+    fields: [{ name: "tables", label: "Tables (schema.table, comma-separated)", kind: "list" },
+      { name: "confirm_empty", label: "Yes, empty these tables first", kind: "bool" }],
+  },
+  reconcile_tables: {
+    title: "Reconcile tables in place",
+    action: "Reconcile",
+    what: "Each table is brought to what a new copy under the current definitions would hold: missing rows inserted, extra ones deleted, different ones updated, range by range; it is never emptied and stays readable.",
+    fields: [{ name: "tables", label: "Tables (schema.table, comma-separated; empty: every table)", kind: "list" },
+      { name: "dry_run", label: "Dry run: only say what would change", kind: "bool" }],
+  },
+  refresh: {
+    title: "Recreate the slot",
+    action: "Recreate slot",
+    what: "refresh --recreate-slot --reconcile: a new replication slot on the publisher, and every table the lost slot had positioned reconciled in place against it (never emptied). Without reconcile, those tables are emptied and copied again.",
+    fields: [{ name: "recreate_slot", label: "Create a new slot", kind: "bool" },
+      { name: "reconcile", label: "Reconcile in place (keep the tables readable)", kind: "bool" }],
+  },
+  disable_subscription: {
+    title: "Pause the subscription",
+    action: "Pause",
+    what: "ALTER SUBSCRIPTION … DISABLE: every apply applies nothing until it is resumed; the watch DAG's slot guard keeps the slot read into the change log meanwhile.",
+    fields: [],
+  },
+  enable_subscription: {
+    title: "Resume the subscription",
+    action: "Resume",
+    what: "ALTER SUBSCRIPTION … ENABLE: the next apply goes on from where the subscription stopped.",
+    fields: [],
   },
   drop_subscription: {
     title: "Drop the subscription",
@@ -121,7 +150,8 @@ function TriggerDialog({ request, onClose }) {
   const field = (f) => h(C.FieldRoot, { key: f.name, mt: 3 },
     f.kind === "bool"
       ? h(C.SwitchRoot, { checked: Boolean(values[f.name]), onCheckedChange: (e) => setValues({ ...values, [f.name]: e.checked }) },
-        h(C.SwitchHiddenInput), h(C.SwitchControl, null, h(C.SwitchThumb)), h(C.SwitchLabel, null, f.label))
+        h(C.SwitchHiddenInput, { "data-testid": `rowfilter-param-${f.name}` }), h(C.SwitchControl, null, h(C.SwitchThumb)),
+        h(C.SwitchLabel, null, f.label))
       : [h(C.FieldLabel, { key: "l" }, f.label),
         h(C.Input, { key: "i", "data-testid": `rowfilter-param-${f.name}`, value: values[f.name] || "", fontFamily: "mono",
           onChange: (e) => setValues({ ...values, [f.name]: e.target.value }) })]);
@@ -141,8 +171,9 @@ function TriggerDialog({ request, onClose }) {
               h(RouterLink, { to: `/dags/${encodeURIComponent(dagId)}/runs/${encodeURIComponent(state.run)}` }, state.run)) : null),
           h(C.DialogFooter, null,
             h(C.Button, { variant: "outline", onClick: onClose }, state.run ? "Close" : "Cancel"),
-            state.run ? null : h(C.Button, { colorPalette: request.kind === "drop_subscription" ? "danger" : "brand",
-              loading: state.busy, onClick: submit, "data-testid": "rowfilter-trigger-submit" }, `Trigger ${op.action.toLowerCase()}`))))));
+            state.run ? null : h(C.Button, { colorPalette: request.kind === "drop_subscription" || op.danger ? "danger" : "brand",
+              loading: state.busy, onClick: submit, disabled: Boolean(op.confirm && !values[op.confirm]),
+              "data-testid": "rowfilter-trigger-submit" }, `Trigger ${op.action.toLowerCase()}`))))));
 }
 
 // --- the slot's clock, the schedule's warnings, the watch's check, the standbys -------------------------------
@@ -209,14 +240,33 @@ function Subscription({ view, onTrigger, focused }) {
       h(Router.Link, { to: taskLogPath(failed), "data-testid": "rowfilter-failed-log" }, `Log of the failed task (${failed.task_id})`)));
   }
   const live = !["dropped", "new"].includes(view.health.verdict) && view.tables.length > 0;
+  const repair = view.repair;
+  if (repair && dags[repair.kind] && view.health.verdict !== "dropped") {  // the one the state calls for, first
+    actions.push(h(C.Button, { key: "repair", size: "sm", variant: "solid", colorPalette: "brand", title: repair.why,
+      "data-testid": "rowfilter-action-repair", "data-kind": repair.kind, onClick: () => ask(repair.kind, repair.values) },
+      repair.label));
+  }
   if (dags.skip_transaction && live) {
-    actions.push(h(C.Button, { key: "skip", size: "sm", variant: view.conflict_lsn ? "solid" : "outline",
-      colorPalette: view.conflict_lsn ? "brand" : "gray", "data-testid": "rowfilter-action-skip",
-      onClick: () => ask("skip_transaction", { lsn: view.conflict_lsn || "" }) },
-      view.conflict_lsn ? `Skip transaction ${view.conflict_lsn}…` : "Skip a transaction…"));
-    actions.push(h(C.Button, { key: "resync", size: "sm", variant: "outline", "data-testid": "rowfilter-action-resync",
-      onClick: () => ask("resync_tables", { tables: erroredTables.join(", ") }) },
-      erroredTables.length ? `Resync ${erroredTables.join(", ")}…` : "Resync tables…"));
+    if (!repair || repair.kind !== "skip_transaction") {
+      actions.push(h(C.Button, { key: "skip", size: "sm", variant: "outline", colorPalette: "gray",
+        "data-testid": "rowfilter-action-skip", onClick: () => ask("skip_transaction", { lsn: view.conflict_lsn || "" }) },
+        "Skip a transaction…"));
+    }
+    if (dags.reconcile_tables && (!repair || repair.kind !== "reconcile_tables")) {
+      actions.push(h(C.Button, { key: "reconcile", size: "sm", variant: "outline", "data-testid": "rowfilter-action-reconcile",
+        onClick: () => ask("reconcile_tables", { tables: erroredTables.join(", "), dry_run: false }) },
+        erroredTables.length ? `Reconcile ${erroredTables.join(", ")}…` : "Reconcile tables…"));
+    }
+    if (view.enabled === false && dags.enable_subscription) {
+      actions.push(h(C.Button, { key: "resume", size: "sm", variant: "solid", colorPalette: "brand",
+        "data-testid": "rowfilter-action-resume", onClick: () => ask("enable_subscription", {}) }, "Resume (enable)…"));
+    } else if (dags.disable_subscription) {
+      actions.push(h(C.Button, { key: "pause", size: "sm", variant: "outline", "data-testid": "rowfilter-action-pause",
+        onClick: () => ask("disable_subscription", {}) }, "Pause (disable)…"));
+    }
+    actions.push(h(C.Button, { key: "resync", size: "sm", variant: "outline", colorPalette: "danger",
+      "data-testid": "rowfilter-action-resync", onClick: () => ask("resync_tables", { tables: erroredTables.join(", "), confirm_empty: false }) },
+      erroredTables.length ? `Empty and resync ${erroredTables.join(", ")}…` : "Empty and resync tables…"));
     actions.push(h(C.Button, { key: "drop", size: "sm", variant: "outline", colorPalette: "danger", "data-testid": "rowfilter-action-drop",
       onClick: () => ask("drop_subscription", { confirm: "", keep_slot: false }) }, "Drop…"));
   }

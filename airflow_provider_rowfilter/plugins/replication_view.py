@@ -38,6 +38,7 @@ from airflow_provider_rowfilter.dag_factory.placeholders import lenient_keys, le
 from airflow_provider_rowfilter.hooks.rowfilter import RowFilterHook
 from airflow_provider_rowfilter.humane import duration, size
 from airflow_provider_rowfilter.plugins import health, lag_chart
+from airflow_provider_rowfilter.plugins.repairs import offered_repair
 from airflow_provider_rowfilter.publisher.readiness import readiness, standby_label
 from airflow_provider_rowfilter.publisher.slot_health import read_retention, read_slot
 from airflow_provider_rowfilter.subscriber.state_reader import BatchRecord, Overview, StateReader, TableCheckRecord
@@ -99,6 +100,8 @@ class SubscriptionView:
     overdue_run: str | None = None
     #: what the batches' ids say when they skip (one sequence for every subscription of the subscriber)
     batch_ids_note: str | None = None
+    #: the repair the state calls for, offered first (plugins/repairs.py): ``{"kind", "values", "label", "why"}``
+    repair: dict[str, Any] | None = None
 
 
 def when(at: dt.datetime | None) -> str | None:
@@ -202,6 +205,7 @@ def _read(view: SubscriptionView, reads: Reads, failures: RunFacts) -> Subscript
         syncing=[f"{t['table']} ({t['state']})" for t in view.tables if t["state"] != "r"],
         paused_dag=view.paused_dag, exposures=view.exposures, overdue_run=view.overdue_run,
         check_failed=(view.check or {}).get("problems") or [] if (view.check or {}).get("state") == "failed" else [])
+    view.repair = offered_repair(view)
     verdict = health.judge(facts)
     view.health = {"verdict": verdict.verdict,
                    "reasons": verdict.reasons + ([d] if reads.spec_error and (d := failures.describe()) else [])}

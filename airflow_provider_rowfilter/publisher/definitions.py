@@ -44,6 +44,24 @@ def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> D
         refuse_unknown_features(publisher, spec.publication_names)
         publications = read_publications(publisher)
         source = "publisher catalog"
+    return resolve_definitions(spec, publisher, catalog, publications, source)
+
+
+def definitions_after(spec: SubscriptionSpec, publisher: psycopg.Connection, current: Definitions,
+                      statements: str) -> Definitions:
+    """What the subscription would receive after ``statements`` (``ALTER PUBLICATION …``, as a publications file
+    holds them) on top of ``current``: applied with PostgreSQL's rules and refusals (core/publication_ddl.py),
+    never run on the publisher."""
+    skip = spec.on_invalid_table == "skip"
+    with table_refusals() if skip else nullcontext():
+        publications = publications_from_ddl(statements, current.catalog, base=current.publications)
+    return resolve_definitions(spec, publisher, current.catalog, publications, f"{current.source}, then the what-if")
+
+
+def resolve_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection, catalog: PublisherCatalog,
+                        publications: PublicationSet, source: str) -> Definitions:
+    """The subscription's effective filters under ``publications``, evaluated by whom the spec says."""
+    skip = spec.on_invalid_table == "skip"
     filtering = spec.filtering_mode(publisher.info.server_version)
     spec.origin_option(publisher.info.server_version)  # origin = none before PostgreSQL 16: refused here, first
     if filtering == "spark":

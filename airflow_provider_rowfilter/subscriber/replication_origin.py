@@ -120,17 +120,32 @@ def record_progress(sub: psycopg.Connection, finish_lsn: str) -> None:
     sub.execute("SELECT pg_replication_origin_xact_setup(%s::pg_lsn, now())", (finish_lsn,))
 
 
+def subscription_origins(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> list[str]:
+    """The subscription's origin and those a killed copy of one of ``tables`` may have left, by name."""
+    name = origin_name(sub, subscription)
+    return [name, *(f"{name}_{row[0]}" for t in tables
+                    for row in [sub.execute("SELECT to_regclass(%s)::oid", (table_sql(t).as_string(sub),)).fetchone()]
+                    if row is not None and row[0] is not None)]
+
+
+def undroppable_origins(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> list[str]:
+    """The subscription's origins that exist and that the role may not drop (``pg_replication_origin_drop`` is a
+    superuser's unless granted: src/backend/catalog/system_functions.sql revokes it from PUBLIC)."""
+    names = subscription_origins(sub, subscription, tables)
+    if sub.execute("SELECT has_function_privilege('pg_replication_origin_drop(text)', 'EXECUTE')").fetchone()[0]:
+        return []
+    return [n for (n,) in sub.execute("SELECT roname FROM pg_replication_origin WHERE roname = ANY(%s) ORDER BY 1",
+                                      (names,))]
+
+
 def drop_origin(sub: psycopg.Connection, subscription: str, tables: Sequence[TableName] = ()) -> None:
     """DROP SUBSCRIPTION drops its origin (subscriptioncmds.c ``DropSubscription``): ours too, where the role may,
     and the origin a copy of one of ``tables`` left when it was killed (:func:`copy_origin`), as DROP SUBSCRIPTION
     drops the table synchronization origins."""
     name = origin_name(sub, subscription)
-    copies = [f"{name}_{row[0]}" for t in tables
-              for row in [sub.execute("SELECT to_regclass(%s)::oid", (table_sql(t).as_string(sub),)).fetchone()]
-              if row is not None and row[0] is not None]
     try:
         with sub.transaction():
-            for n in (name, *copies):
+            for n in subscription_origins(sub, subscription, tables):
                 sub.execute("SELECT pg_replication_origin_drop(%s) WHERE pg_replication_origin_oid(%s) IS NOT NULL",
                             (n, n))
     except psycopg.errors.InsufficientPrivilege:
@@ -172,3 +187,29 @@ def _warn(sub: psycopg.Connection, subscription: str | None = None) -> None:
     log.warning("the apply's writes carry no replication origin: role %s may not use the replication origin "
                 "functions, so a subscription downstream with origin = none cannot tell them from local writes; "
                 "fix: GRANT EXECUTE ON FUNCTION %s TO %s", role, ", ".join(FUNCTIONS), role)
+
+
+def origin_capacity_warning(sub: psycopg.Connection) -> str | None:
+    """A warning when the subscriber's cluster nears its limit of tracked replication origins, else None.
+
+    Every subscription that applies there, native or ours, tracks its progress in one replication state, and
+    the cluster has ``max_active_replication_origins`` of them (PostgreSQL 18: src/backend/replication/logical/
+    origin.c; ``max_replication_slots`` before); at the limit, the next one cannot set up its origin, and a native
+    subscription's apply worker stops with "could not find free replication state slot". An origin left by a
+    dropped subscription keeps its state. Warned from 80 % (8 of the default 10).
+    """
+    setting = "max_active_replication_origins" if sub.info.server_version >= 180000 else "max_replication_slots"
+    row = sub.execute(f"SELECT current_setting('{setting}')::int, (SELECT count(*) FROM pg_replication_origin_status), "
+                      "(SELECT count(*) FROM pg_replication_origin), (SELECT array_agg(roname ORDER BY roname) FROM "
+                      "pg_replication_origin WHERE roname LIKE 'rowfilter\\_%')").fetchone()
+    assert row is not None
+    limit, tracked, created, ours = row[0], row[1], row[2], list(row[3] or [])
+    used = max(tracked, created)
+    if limit <= 0 or used < max(limit - 2, -(-limit * 8 // 10)):
+        return None
+    shown = ", ".join(ours[:5]) + (f" and {len(ours) - 5} more" if len(ours) > 5 else "")
+    return (f"the subscriber's cluster has {used} replication origins of {setting} = {limit} "
+            f"({tracked} tracking progress in pg_replication_origin_status{'; ours: ' + shown if ours else ''}): each "
+            f"subscription applying there, native or ours, needs one, and at {limit} the next cannot start; drop the "
+            "origins no subscription uses (SELECT pg_replication_origin_drop(name), as a superuser) or raise "
+            f"{setting} (a restart)")

@@ -365,18 +365,41 @@ def test_factory_dags_initial_sync_refresh_and_incremental_sync(airflow_db: dict
 
     # The operations DAGs, with their parameters as the Trigger form sends them (issue 18 item 12).
     applied = batch["end_lsn"]
+
+    def slot_lost(result: dict[str, Any]) -> None:
+        if result["dag_id"] == "rowfilter_dagfactory_enable_subscription":  # the slot lost before the refresh's run
+            cluster.execute(cluster.pub_db, "SELECT pg_drop_replication_slot('rowfilter_dagfactory')")
+
     runs = run_dags(
         airflow_db,
         [("rowfilter_dagfactory_skip_transaction", {"lsn": "0/10"}),
          ("rowfilter_dagfactory_skip_transaction", {"lsn": "FFFF/0"}),
          ("rowfilter_dagfactory_resync_tables", {"tables": ["public.t1"]}),
+         ("rowfilter_dagfactory_resync_tables", {"tables": ["public.t1"], "confirm_empty": True}),
          ("rowfilter_dagfactory_sync_sequences", {"tables": [], "dry_run": True}),
+         ("rowfilter_dagfactory_disable_subscription", None),
+         ("rowfilter_dagfactory_enable_subscription", None),
+         ("rowfilter_dagfactory_refresh", {"recreate_slot": True, "reconcile": True}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactry", "keep_slot": False}),
          ("rowfilter_dagfactory_drop_subscription", {"confirm": "dagfactory", "keep_slot": False})],
         env={**cluster.airflow_env(), "ROWFILTER_SUBSCRIPTIONS_DIR": str(folder), "ROWFILTER_ALLOWED_PATHS": str(log)},
-        timeout=600)
-    too_early, skip, resync, sequences, wrong_name, dropped = runs
+        between=slot_lost, timeout=900)
+    too_early, skip, unconfirmed, resync, sequences, disabled, enabled, recreated, wrong_name, dropped = runs
     output = runs[-1]["output"]
+    # A resync empties the tables: without confirm_empty it refuses, emptying nothing, and names the repair in place.
+    assert unconfirmed["state"] == "failed", output[-5000:]
+    assert "a resync empties public.t1 in the subscriber before copying it again, and confirm_empty is not true: " \
+           "nothing was emptied" in output
+    assert 'the DAG rowfilter_dagfactory_reconcile_tables (Trigger DAG with tables = ["public.t1"])' in output
+    # Pause and resume.
+    assert disabled["state"] == enabled["state"] == "success", output[-5000:]
+    assert disabled["xcoms"]["disable"] == {"subscription": "dagfactory", "enabled": False, "was_enabled": True}
+    assert enabled["xcoms"]["enable"] == {"subscription": "dagfactory", "enabled": True, "was_enabled": False}
+    # The lost slot's repair from Airflow: a new slot, every table reconciled in place, none emptied.
+    assert recreated["state"] == "success", output[-5000:]
+    assert recreated["rendered"]["refresh"]["recreate_slot"] is True
+    assert "slot of dagfactory recreated: " in output and "kept and held for a reconcile in place" in output
+    # (the drop below drops the new slot: its slot_dropped says there was one)
     assert too_early["state"] == "failed", output[-5000:]
     assert f"skip WAL location (LSN 0/10) must be greater than origin LSN {applied}" in output
     assert skip["state"] == "success" and skip["xcoms"]["skip"] == {"subscription": "dagfactory",

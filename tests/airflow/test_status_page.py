@@ -123,6 +123,18 @@ def test_the_data_follow_airflows_login_and_teams(airflow_db: dict[str, str], sc
     assert orders["slot"]["exists"] is True and orders["chart_svg"].count("<rect") >= 36
     assert orders["dag_ids"]["skip_transaction"] == "rowfilter_orders_skip_transaction"
     assert seen_a["audit"]["conflict_lsn"] == CONFLICT_LSN
+    # The repair each state calls for (plugins/repairs.py): the conflict's skip; a verify's difference and a changed
+    # filter reconciled in place; the DAGs of every repair are known to the page.
+    assert seen_a["audit"]["repair"] == {"kind": "skip_transaction", "values": {"lsn": CONFLICT_LSN},
+                                         "label": f"Skip transaction {CONFLICT_LSN}…",
+                                         "why": "a conflict stopped the apply"}
+    assert orders["repair"]["kind"] == "reconcile_tables" and orders["repair"]["values"] == {
+        "tables": "public.t1, public.t2", "dry_run": False}
+    assert {k: orders["dag_ids"][k] for k in ("refresh", "reconcile_tables", "disable_subscription",
+                                              "enable_subscription")} == {
+        "refresh": "rowfilter_orders_refresh", "reconcile_tables": "rowfilter_orders_reconcile_tables",
+        "disable_subscription": "rowfilter_orders_disable_subscription",
+        "enable_subscription": "rowfilter_orders_enable_subscription"}
     assert seen_a["audit"]["health"]["reasons"][0].startswith('last error: conflict detected on relation "sales.t3"')
     legacy = seen_a["legacy"]
     assert "unknown key 'shedule'" in legacy["health"]["reasons"][0]
@@ -210,15 +222,37 @@ def test_the_page_in_a_browser(airflow_db: dict[str, str], scenario: PageScenari
             assert "Standbys" in orders["text"] and "unreachable" in orders["text"]
             audit = by["audit"]
             assert "<b>7</b>" in audit["text"] and audit["bold"] == 0  # an error is text, never markup
-            assert f"Skip transaction {CONFLICT_LSN}" in audit["text"] and "Resync sales.t3" in audit["text"]
+            assert f"Skip transaction {CONFLICT_LSN}" in audit["text"] and "Empty and resync sales.t3" in audit["text"]
+            assert "Reconcile public.t1, public.t2 in place" in orders["text"] and "Pause (disable)" in orders["text"]
             [log] = [link for link in by["legacy"]["links"] if "/tasks/" in link]
             assert log.startswith("/dags/rowfilter_legacy_incremental_sync/runs/") and log.endswith("/tasks/invalid_spec")
             assert len(by["legacy"]["tables"]) == 3 and "unknown key 'shedule'" in by["legacy"]["text"]
             assert "dropped at" in by["archive"]["text"]
             page.screenshot(shots / "replication-wide.png", whole="[data-testid=rowfilter-page]")
 
-            # The skip DAG's trigger form, its LSN filled in from the conflict; triggered as the signed-in user.
-            page.evaluate("document.querySelector('#rowfilter-audit [data-testid=rowfilter-action-skip]').click()")
+            # A resync says it empties the tables, and triggers nothing until that is confirmed.
+            page.evaluate("document.querySelector('#rowfilter-audit [data-testid=rowfilter-action-resync]').click()")
+            page.wait_for("!!document.querySelector('[data-testid=rowfilter-trigger-dialog]')", what="the dialog")
+            said = page.evaluate("document.querySelector('[data-testid=rowfilter-trigger-dialog]').innerText")
+            assert "EMPTIED" in said and "Reconcile" in said, said
+            assert page.evaluate("document.querySelector('[data-testid=rowfilter-trigger-submit]').disabled") is True
+            page.screenshot(shots / "replication-resync-dialog.png")
+            page.evaluate("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'}))")
+            page.wait_for("!document.querySelector('[data-testid=rowfilter-trigger-dialog]')", what="closed")
+            # Pause, from the page: the disable DAG triggered.
+            page.evaluate("document.querySelector('#rowfilter-orders [data-testid=rowfilter-action-pause]').click()")
+            page.wait_for("!!document.querySelector('[data-testid=rowfilter-trigger-dialog]')", what="the dialog")
+            page.evaluate("document.querySelector('[data-testid=rowfilter-trigger-submit]').click()")
+            page.wait_for("document.querySelector('[data-testid=rowfilter-trigger-dialog]').innerText"
+                          ".includes('Triggered:')", what="the triggered pause")
+            assert airflow.query("SELECT count(*) FROM dag_run WHERE dag_id = 'rowfilter_orders_disable_subscription'"
+                                 ) == [(1,)]
+            page.evaluate("document.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape'}))")
+            page.wait_for("!document.querySelector('[data-testid=rowfilter-trigger-dialog]')", what="closed")
+
+            # The repair offered first: the skip DAG's trigger form, its LSN filled in from the conflict; triggered
+            # as the signed-in user.
+            page.evaluate("document.querySelector('#rowfilter-audit [data-testid=rowfilter-action-repair]').click()")
             page.wait_for("!!document.querySelector('[data-testid=rowfilter-trigger-dialog]')", what="the dialog")
             assert page.evaluate("document.querySelector('[data-testid=rowfilter-param-lsn]').value") == CONFLICT_LSN
             page.screenshot(shots / "replication-skip-dialog.png")

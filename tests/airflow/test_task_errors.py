@@ -35,13 +35,24 @@ def test_in_a_factory_dag_a_command_becomes_the_dag_to_trigger(factory_task) -> 
         "skip the whole remote transaction with the DAG rowfilter_orders_skip_transaction (Trigger DAG with lsn = "
         "0/1A2B3C8) (ALTER SUBSCRIPTION … SKIP); or set conflict_policy: upsert")
     assert in_airflow_terms(task, "copy it again with `rowfilter resync --table public.t1 --copy`") == \
-        'copy it again with the DAG rowfilter_orders_resync_tables (Trigger DAG with tables = ["public.t1"])'
+        'copy it again with the DAG rowfilter_orders_resync_tables (Trigger DAG with tables = ["public.t1"], ' \
+        'confirm_empty = true (it empties them))'
+    # A repair in place is the reconcile DAG, never the one that empties.
+    assert in_airflow_terms(task, "`rowfilter resync --reconcile --table public.t1`") == \
+        'the DAG rowfilter_orders_reconcile_tables (Trigger DAG with tables = ["public.t1"])'
+    assert in_airflow_terms(task, "`rowfilter reconcile --table public.t1`") == \
+        'the DAG rowfilter_orders_reconcile_tables (Trigger DAG with tables = ["public.t1"])'
+    assert in_airflow_terms(task, "`rowfilter enable` resumes it") == \
+        "the DAG rowfilter_orders_enable_subscription resumes it"
     assert in_airflow_terms(task, "`rowfilter drop --keep-slot`") == \
         "the DAG rowfilter_orders_drop_subscription (Trigger DAG with confirm = the subscription's name, keep_slot = true)"
     assert in_airflow_terms(task, "run `rowfilter refresh` first") == "run the DAG rowfilter_orders_refresh first"
+    # The lost slot's repair: the refresh DAG's parameters.
+    assert in_airflow_terms(task, "run `rowfilter refresh --recreate-slot --reconcile`") == \
+        "run the DAG rowfilter_orders_refresh (Trigger DAG with recreate_slot = true, reconcile = true)"
     # No DAG does it: the command, with the file, for a shell where Airflow's connections are.
-    assert in_airflow_terms(task, "run `rowfilter refresh --recreate-slot`") == \
-        f"run `rowfilter refresh --spec {path.resolve()} --recreate-slot`"
+    assert in_airflow_terms(task, "run `rowfilter sync-sequences --dry-run`") == \
+        f"run `rowfilter sync-sequences --spec {path.resolve()} --dry-run`"
 
 
 def test_elsewhere_the_command_gets_the_spec_file(tmp_path: Path) -> None:

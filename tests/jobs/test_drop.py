@@ -241,3 +241,75 @@ def test_a_publication_of_our_name_that_we_did_not_create_is_left_alone(dbs, tmp
     assert out == f"subscription {SUB}: nothing to drop"
     assert f'left alone: publication "{SLOT}" was not created by rowfilter' in err
     assert publisher_objects(pub) == {"slot": False, "publication": True}
+
+
+# --- issue 46: a drop that could not finish changes nothing -------------------------------------------------
+def test_a_change_log_that_cannot_be_listed_refuses_the_drop_before_anything(dbs, tmp_path, capsys, monkeypatch):
+    pub, sub = dbs
+    with socket_closed() as port:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", "nobody")
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nothing")
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        monkeypatch.setenv("ROWFILTER_STORE_TIMEOUT", "2")
+        refresh(SubscriptionSpec.load(spec_file(tmp_path, pub, sub)))  # subscribed with its log in a folder
+        path = tmp_path / "s3.yaml"  # then the spec names a store this process cannot reach
+        path.write_text(yaml.safe_dump({"subscription": SUB, "publisher": pub, "subscriber": sub,
+                                        "publications": ["p1"], "copy_data": False,
+                                        "change_log": "s3://no-such-bucket/drop"}))
+        code, out, err = run(capsys, "--spec", str(path))
+    assert code == 1, (out, err)
+    assert "could not list the change log 's3://no-such-bucket/drop'" in err
+    assert "nothing was dropped: the drop moves the change log aside last, and checks first that it can" in err
+    assert "nothing was advanced" not in err and "change_log_conn_id" in err
+    assert publisher_objects(pub)["slot"] and state_rows(sub)["subscription"] == 1  # untouched
+
+
+def test_origins_the_role_may_not_drop_refuse_the_drop_and_name_the_grant(dbs, tmp_path, capsys, monkeypatch):
+    pub, sub = dbs
+    path = spec_file(tmp_path, pub, sub)
+    refresh(SubscriptionSpec.load(path))
+    role = "drop_no_origin_functions"
+    with psycopg.connect(sub, autocommit=True) as conn:
+        oid = conn.execute("SELECT oid FROM pg_database WHERE datname = current_database()").fetchone()[0]
+        origin = f"rowfilter_{oid}_{SUB}"
+        conn.execute(f"SELECT pg_replication_origin_create('{origin}')")  # as an apply with the GRANT left it
+        conn.execute(f"DROP ROLE IF EXISTS {role}")
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'origin-less-7'")
+        conn.execute(f"GRANT USAGE ON SCHEMA rowfilter TO {role}; GRANT SELECT ON ALL TABLES IN SCHEMA rowfilter "
+                     f"TO {role}")
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(sub)
+        as_role = f"postgresql://{role}@{info['host']}:{info['port']}/{info['dbname']}"
+        monkeypatch.setenv("ROWFILTER_SUBSCRIBER_PASSWORD", "origin-less-7")
+        limited = tmp_path / "limited.yaml"
+        limited.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "subscriber": as_role}))
+        code, out, err = run(capsys, "--spec", str(limited))
+        assert code == 1, (out, err)
+        assert f"role {role} may not drop the replication origin(s) {origin} of subscription '{SUB}'" in err
+        assert "nothing was dropped" in err and "GRANT EXECUTE ON FUNCTION pg_replication_origin_create(text), " \
+            "pg_replication_origin_drop(text)" in err and f"SELECT pg_replication_origin_drop('{origin}')" in err
+        assert publisher_objects(pub)["slot"] and state_rows(sub)["subscription"] == 1  # untouched
+        # With the drop the superuser's (as the GRANT makes it the role's): origins go with the subscription.
+        monkeypatch.delenv("ROWFILTER_SUBSCRIBER_PASSWORD")
+        assert main(["drop", "--spec", str(path)]) == 0
+        with psycopg.connect(sub) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_replication_origin WHERE roname = %s",
+                                (origin,)).fetchone() == (0,)
+    finally:
+        with psycopg.connect(sub, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+
+class socket_closed:
+    """A port of 127.0.0.1 that nothing listens on, for the block."""
+
+    def __enter__(self) -> int:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            return probe.getsockname()[1]
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -83,7 +83,7 @@ def test_an_executor_lost_with_the_judged_batch_s_blocks_is_a_retry(spark) -> No
     """Issue 44 (5d): the judged batch is kept with localCheckpoint (spark/apply_frames.py), whose blocks die with
     their executor; Spark then fails the next action with CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND, which a rerun does not
     meet. Caused here as an executor's loss causes it: the checkpoint's blocks removed under the frame."""
-    from airflow_provider_rowfilter.core.apply_plan import ApplyPlan
+    from airflow_provider_rowfilter.core.apply.plan import ApplyPlan
     from airflow_provider_rowfilter.spark.apply_frames import DecidedBatch
 
     frame = spark.range(0, 1000, 1, 2).localCheckpoint(eager=True)

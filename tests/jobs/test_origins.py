@@ -109,3 +109,39 @@ def test_origin_none_is_refused_before_postgresql_16():
                                         "PostgreSQL 15") as caught:
         spec.origin_option(150004)
     assert "unrecognized pgoutput option: origin" in str(caught.value)
+
+
+def test_validate_and_status_warn_when_the_subscriber_nears_max_active_replication_origins(fresh_db, tmp_path,
+                                                                                           capsys):
+    """Issue 46: origins left behind count against the cluster's limit (PostgreSQL 18); validate and status say so
+    from 80 % of it, before a native subscription stops catching up."""
+    import yaml
+
+    from airflow_provider_rowfilter import cli
+
+    pub, sub = fresh_db(), fresh_db()
+    execute(pub, "CREATE TABLE t (id int PRIMARY KEY)", "CREATE PUBLICATION p FOR TABLE t")
+    execute(sub, "CREATE TABLE t (id int PRIMARY KEY)")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"subscription": "origins", "publisher": pub, "subscriber": sub,
+                                    "publications": ["p"], "change_log": str(tmp_path / "log")}))
+    refresh(SubscriptionSpec.load(path))
+    with psycopg.connect(sub, autocommit=True) as conn:
+        limit = int(conn.execute("SHOW max_active_replication_origins").fetchone()[0])
+        count = conn.execute("SELECT count(*) FROM pg_replication_origin").fetchone()[0]
+    assert cli.main(["status", "--spec", str(path)]) == 0
+    assert "replication origins of max_active_replication_origins" not in capsys.readouterr().err
+    left = [f"rowfilter_0_left_{n}" for n in range(max(limit - 2, -(-limit * 8 // 10)) - count)]
+    try:
+        with psycopg.connect(sub, autocommit=True) as conn:
+            for name in left:  # as drops without the GRANT left them
+                conn.execute("SELECT pg_replication_origin_create(%s)", (name,))
+        for command in ("status", "validate"):
+            assert cli.main([command, "--spec", str(path)]) == 0
+            err = " ".join(capsys.readouterr().err.split())
+            assert f"replication origins of max_active_replication_origins = {limit}" in err, (command, err)
+            assert "ours: rowfilter_0_left_0" in err and "SELECT pg_replication_origin_drop(name)" in err
+    finally:
+        with psycopg.connect(sub, autocommit=True) as conn:
+            for name in left:
+                conn.execute("SELECT pg_replication_origin_drop(%s)", (name,))
