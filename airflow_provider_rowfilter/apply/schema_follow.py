@@ -39,7 +39,7 @@ from airflow_provider_rowfilter.core.lsn import format_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationSpan
 from airflow_provider_rowfilter.identifiers import table_sql
-from airflow_provider_rowfilter.subscriber.target_table import ApplyTarget, TargetColumn
+from airflow_provider_rowfilter.subscriber.target_table import ApplyTarget, TargetColumn, read_target
 
 
 class SchemaChangeError(RowFilterError):
@@ -336,4 +336,37 @@ def plan_all(mode: str, targets: Mapping[int, ApplyTarget], leaves_of: Mapping[i
         if changes:
             targets[index] = shaped  # type: ignore[index]
             found[index] = changes
+    return found
+
+
+#: The publisher's live, non-generated columns of a table by name (``to_regclass``: NULL when it has none so named).
+_PUBLISHED_COLUMNS = """
+SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_catalog.pg_attribute a
+WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum"""
+
+
+def pending_differences(pub: psycopg.Connection, sub: psycopg.Connection,
+                        tables: Sequence[tuple[TableName, Sequence[str] | None]]) -> list[str]:
+    """How each table of the subscriber differs from the publisher's now (``rowfilter status``): what the next batches
+    will follow (``schema_changes: follow``) or stop on (``stop``). ``tables``: each with its column list, if any."""
+    found = []
+    for table, column_list in tables:
+        theirs = dict(pub.execute(_PUBLISHED_COLUMNS, (table_sql(table).as_string(pub),)).fetchall())
+        if not theirs:
+            found.append(f"{table}: no such table on the publisher (renamed or moved there?)")
+            continue
+        try:
+            mine = {c.name: c.type_sql for c in read_target(sub, table, 0).columns}
+        except RowFilterError:
+            found.append(f"{table}: no such table in the subscriber")
+            continue
+        published = [c for c in theirs if column_list is None or c in column_list]
+        for name in published:
+            if name not in mine:
+                found.append(f"{table}: column {name} ({theirs[name]}) is on the publisher, not in the subscriber")
+            elif mine[name] != theirs[name]:
+                found.append(f"{table}: column {name} is {theirs[name]} on the publisher, {mine[name]} in the subscriber")
+        if column_list is None:
+            found += [f"{table}: column {name} is in the subscriber, not on the publisher (renamed or dropped there, "
+                      "or the subscriber's own)" for name in mine if name not in theirs]
     return found

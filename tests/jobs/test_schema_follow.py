@@ -9,6 +9,7 @@ Both capture modes (``filtering`` source: pgoutput judges; spark: the apply judg
 
 from __future__ import annotations
 
+import json
 import signal
 
 import psycopg
@@ -17,6 +18,8 @@ import yaml
 
 from airflow_provider_rowfilter.apply.drain import apply
 from airflow_provider_rowfilter.apply.schema_follow import SchemaChangeError, widens
+from airflow_provider_rowfilter.cli.status import status
+from airflow_provider_rowfilter.subscriber.state import StateReader
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTargetError
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import (
@@ -79,12 +82,24 @@ def test_columns_added_between_changes_follow_in_the_batch_beside_native(dbs, sp
     assert "(901,1,\"inserted before the add\",7,)" in table_rows(dbs.ours, "t")
     (recorded,) = _history(dbs, spec)
     assert [c["column"] for c in recorded] == ["extra", "note"] and recorded[0]["type"] == "integer"
+    with psycopg.connect(dbs.ours, autocommit=True) as conn:  # what the Replication page reads
+        (last, *_) = StateReader(conn, spec.subscription).overview().batches
+    assert last.schema_changes is not None and last.schema_changes[0]["text"] == texts[0].removeprefix("public.t: ")
     _same(dbs, native, "u")
 
 
-def test_default_stop_still_stops_at_an_added_column(dbs, spark, tmp_path):
+def test_default_stop_still_stops_at_an_added_column_and_status_shows_it(dbs, spark, tmp_path, capsys):
     _, spec = _start(dbs, spark, tmp_path, mode="stop")
-    publish(dbs.publisher, ["ALTER TABLE t ADD COLUMN extra int DEFAULT 7", "INSERT INTO t VALUES (902, 2, 'x', 8)"])
+    capsys.readouterr()
+    assert status(spec, fmt="json") == 0
+    assert json.loads(capsys.readouterr().out)["schema_differences"] == []
+    publish(dbs.publisher, ["ALTER TABLE t ADD COLUMN extra int DEFAULT 7", "INSERT INTO t VALUES (902, 2, 'x', 8)",
+                            "ALTER TABLE u ALTER COLUMN k TYPE bigint"])
+    status(spec, fmt="json")
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["schema_changes"] == "stop" and doc["schema_differences"] == [
+        "public.t: column extra (integer) is on the publisher, not in the subscriber",
+        "public.u: column k is bigint on the publisher, integer in the subscriber"], doc["schema_differences"]
     before = frozen(dbs, spec)
     with pytest.raises(ApplyTargetError, match='missing replicated column: "extra"'):
         apply(spec, max_changes=100_000, spark=spark)
