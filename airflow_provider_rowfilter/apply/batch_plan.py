@@ -23,6 +23,7 @@ from airflow_provider_rowfilter.apply.schema_follow import (
     SchemaChange,
     plan_all,
     read_publisher_columns,
+    renamed_rules,
 )
 from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment
 from airflow_provider_rowfilter.change_log.segment_reader import (
@@ -36,7 +37,7 @@ from airflow_provider_rowfilter.connection import connect
 from airflow_provider_rowfilter.core.apply_plan import PASS_THROUGH, ApplyPlan, Epochs, TargetPlan, epochs_from_history
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication_state import changes, drift_error
+from airflow_provider_rowfilter.core.publication_state import changes, drift_error, renamed_state
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationSpan, check_identities, check_relations
 from airflow_provider_rowfilter.core.spec import SubscriptionSpec
@@ -125,16 +126,25 @@ def plan_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStor
                 shapes[index] = (rel.table,), (PASS_THROUGH,)
             else:
                 shapes[index] = epochs.leaves(rel.table), epochs.rules(rel.table)
+        renames: list[tuple[TableName, str, str, str]] = []
         if spec.schema_changes != "stop":  # the DDL the batch's transaction runs first (apply/schema_follow.py)
             batch.schema = _follow(spec, batch.targets, {i: shapes[i][0] for i in shapes},
                                    {i: positions[rel.table] for i, rel in enumerate(rels)}, spans)
+            if filtering == "spark":  # the definitions recorded by name follow the renames, as PostgreSQL's do
+                renames = [*store.schema_renames(), *((c.table, c.column, c.new_name or "", format_lsn(c.lsn))
+                                                      for planned in batch.schema.values() for c in planned
+                                                      if c.kind == "rename")]
+                for index, rel in enumerate(rels):
+                    shapes[index] = shapes[index][0], renamed_rules(rel.table, shapes[index][1], epochs.starts, renames)
         plans = [TargetPlan(index, rel.table, shapes[index][0], positions[rel.table], batch.targets[index].column_names,
                             batch.targets[index].key, shapes[index][1]) for index, rel in enumerate(rels)]
         batch.plan = ApplyPlan((0,) if filtering == "source" else epochs.starts, tuple(plans), batch.skip_lsn,
                                spec.conflict_policy)
         batch.spans = _check_relations(spec, spans, batch.plan, epochs, since, filtering)
         if filtering == "spark":
-            _check_publications(spec, epochs, batch_span(result.start_lsn, result.end_lsn))
+            followed = [(str(t), old, new) for t, old, new, lsn in renames if parse_lsn(lsn) > epochs.starts[-1]] \
+                if epochs.starts else []
+            _check_publications(spec, epochs, batch_span(result.start_lsn, result.end_lsn), followed)
             if spec.publications_ddl:  # the publisher does not know them: it could not refuse what they forbid
                 check_identities(batch.plan, epochs,
                                  lambda: [i for s in batch.segments for i in segment_identities(s.path)])
@@ -231,18 +241,24 @@ def _follow(spec: SubscriptionSpec, targets: dict[int, ApplyTarget], leaves: dic
     return found
 
 
-def _check_publications(spec: SubscriptionSpec, epochs: Epochs, span: str) -> None:
+def _check_publications(spec: SubscriptionSpec, epochs: Epochs, span: str,
+                        renamed: Sequence[tuple[str, str, str]] = ()) -> None:
     """Judged in Spark, the definitions of the last refresh must still be the publisher's (core/publication_state.py).
 
     One query on the publisher, after this batch's capture: when it still says what the refresh recorded,
     every change captured so far was committed before any ALTER still to come, and is judged as pgoutput
     would; when not, the batch stops untouched.
 
+    ``renamed``: the columns ``schema_changes: follow`` renamed since that refresh (table, old, new), which the
+    publisher's stored filters and column lists follow (core/publication_state.py ``renamed_state``).
+
     :raises PublicationChangedError: naming each publication and table and what changed.
     """
     recorded = epochs.documents[-1].get("publisher") if epochs.documents else None
     if recorded is None:
         return  # definitions from a publications file (the user's to change), or recorded before the check
+    if renamed:
+        recorded = renamed_state(recorded, renamed)
     tables = [TableName.parse(t) for t in recorded["present"]]
     with connect(spec.publisher, "publisher", spec) as pub:
         found = changes(recorded, read_publication_state(pub, spec.publication_names, tables))

@@ -34,8 +34,9 @@ from dataclasses import dataclass, replace
 import psycopg
 from psycopg import sql
 
+from airflow_provider_rowfilter.core.apply_plan import EpochRules
 from airflow_provider_rowfilter.core.errors import RowFilterError
-from airflow_provider_rowfilter.core.lsn import format_lsn
+from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationSpan
 from airflow_provider_rowfilter.identifiers import table_sql
@@ -307,6 +308,19 @@ def _unfollowed(table: TableName, at: int, what: str, fix: str, why: str | None 
                 "(smallint/integer to bigint, varchar(n) to a longer varchar or text, numeric precision up). ")
         + "Nothing of the batch was applied.",
         hint=f"change the subscriber's table yourself ({fix}) and run again; the change log keeps the batch")
+
+
+def renamed_rules(table: TableName, rules: Sequence[EpochRules | None], starts: Sequence[int],
+                  renames: Sequence[tuple[TableName, str, str | None, str]]) -> tuple[EpochRules | None, ...]:
+    """``table``'s definitions of each epoch (starting at ``starts``) after the renames followed since its refresh
+    recorded them (``renames``: table, old, new, LSN; oldest first): PostgreSQL's own follow the rename."""
+    out = []
+    for epoch, r in enumerate(rules):
+        for t, old, new, lsn in renames:
+            if r is not None and new is not None and t == table and parse_lsn(lsn) > starts[epoch]:
+                r = r.renamed(old, new)
+        out.append(r)
+    return tuple(out)
 
 
 def run_changes(conn: psycopg.Connection, changes: Sequence[SchemaChange], *, after: bool = False) -> None:

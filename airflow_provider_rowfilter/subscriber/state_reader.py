@@ -238,6 +238,14 @@ def _refreshes(name: str, tail: str, params: tuple = ()) -> Plan[list[RefreshRec
     return [RefreshRecord(*row) for row in rows]
 
 
+def _renames(name: str) -> Plan[list[tuple[TableName, str, str, str]]]:
+    rows = yield (f"SELECT c ->> 'table', c ->> 'column', c ->> 'new_name', c ->> 'lsn' FROM {SCHEMA}.batch_history b, "
+                  "jsonb_array_elements(CASE WHEN jsonb_typeof(to_jsonb(b) -> 'schema_changes') = 'array' "
+                  "THEN to_jsonb(b) -> 'schema_changes' ELSE '[]' END) c "
+                  "WHERE b.subscription = %s AND c ->> 'kind' = 'rename' ORDER BY b.id"), (name,)
+    return [(TableName.parse(t), old, new, lsn) for t, old, new, lsn in rows]
+
+
 def _last_drop(name: str) -> Plan[DropRecord | None]:
     if not (yield from _exists("drop_history")):
         return None
@@ -392,6 +400,10 @@ class StateReader:
     def refreshes(self, after_id: int = 0) -> list[RefreshRecord]:
         """The refreshes recorded after ``after_id`` (every one by default), oldest first."""
         return self._read(_refreshes(self.subscription, "AND id > %s ORDER BY id", (after_id,)))
+
+    def schema_renames(self) -> list[tuple[TableName, str, str, str]]:
+        """The columns ``schema_changes: follow`` renamed (table, old name, new name, LSN), oldest first."""
+        return self._read(_renames(self.subscription))
 
     def last_refresh(self) -> RefreshRecord | None:
         refreshes = self._read(_refreshes(self.subscription, "ORDER BY id DESC LIMIT 1"))

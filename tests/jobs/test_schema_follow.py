@@ -216,3 +216,34 @@ def test_killed_after_the_schema_change_then_rerun_matches_native(dbs, spark, tm
 ])
 def test_widens(old, new, safe):
     assert widens(old, new) is safe
+
+
+@pytest.mark.parametrize("filtering", FILTERING_MODES)
+def test_a_filter_column_renamed_follows_in_the_definitions_too(dbs, spark, tmp_path, filtering):
+    # u's filter reads n: PostgreSQL's stored filter follows the rename (by attribute number); so must the definitions
+    # the apply judges by (filtering: spark), in this batch and in the next ones, until a refresh records the new name.
+    native, spec = _start(dbs, spark, tmp_path, filtering=filtering)
+    publish(dbs.publisher, ["UPDATE u SET n = 60 WHERE k = 10"])  # enters the filter
+    apply(spec, max_changes=100_000, spark=spark)
+    native.wait_caught_up()
+    publish(dbs.native, ["ALTER TABLE u RENAME COLUMN n TO n2"])
+    publish(dbs.publisher, ["ALTER TABLE u RENAME COLUMN n TO n2",
+                            "INSERT INTO u VALUES (700, 'a', 99)",     # passes the filter
+                            "INSERT INTO u VALUES (701, 'a', 1)",      # does not
+                            "UPDATE u SET n2 = 97 WHERE k = 11"])      # enters it
+    result = apply(spec, max_changes=100_000, spark=spark)
+    assert [s.split(" at ")[0] for s in result.schema_changes] == ["public.u: renamed column n to n2"]
+    _same_renamed(dbs, native)
+    publish(dbs.publisher, ["UPDATE u SET n2 = 5 WHERE k = 700", "INSERT INTO u VALUES (702, 'b', 70)"])  # leaves; new
+    result = apply(spec, max_changes=100_000, spark=spark)
+    assert result.batch_id is not None and result.schema_changes == []
+    _same_renamed(dbs, native)
+    assert "(702,b,70)" in table_rows(dbs.ours, "u") and not any(r.startswith("(700,") for r in table_rows(dbs.ours, "u"))
+
+
+def _same_renamed(dbs, native):
+    native.wait_caught_up()
+    ours = table_rows(dbs.ours, "u")
+    assert ours == table_rows(dbs.native, "u")
+    with psycopg.connect(dbs.publisher, autocommit=True) as conn:
+        assert ours == sorted(r[0] for r in conn.execute("SELECT x::text FROM u x WHERE n2 > 50 AND s <> 'c'"))
