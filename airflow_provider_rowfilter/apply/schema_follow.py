@@ -110,13 +110,16 @@ class PublisherColumn:
     has_missing: bool
     default_sql: str | None
     default_is_const: bool
+    listed: bool  # a publication lists the table with a column list (pg_publication_rel.prattrs, PostgreSQL 15+)
 
 
 #: The publisher's columns of a table, by its OID (pg_attribute, dropped ones included).
 PUBLISHER_COLUMNS = """
 SELECT a.attnum, a.attname, a.attisdropped, format_type(a.atttypid, a.atttypmod),
        CASE WHEN a.atthasmissing THEN (a.attmissingval::text::text[])[1] END, a.atthasmissing,
-       pg_get_expr(d.adbin, d.adrelid), coalesce(d.adbin::text LIKE '{CONST %%', false)
+       pg_get_expr(d.adbin, d.adrelid), coalesce(d.adbin::text LIKE '{CONST %%', false),
+       EXISTS (SELECT 1 FROM pg_catalog.pg_publication_rel pr
+               WHERE pr.prrelid = a.attrelid AND to_jsonb(pr) ->> 'prattrs' IS NOT NULL)
 FROM pg_catalog.pg_attribute a LEFT JOIN pg_catalog.pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE a.attrelid = %s AND a.attnum > 0 ORDER BY a.attnum"""
 
@@ -286,6 +289,12 @@ def _added(table: TableName, name: str, type_sql: str, at: int, catalog: Sequenc
                           f"{name} {type_sql}, then `rowfilter reconcile --table {table}`",
                           why="the publisher's table no longer has it as the batch's changes carry it (changed again "
                           "since), so what its rows got when it was added is not known")
+    if column.listed:
+        raise _unfollowed(table, at, f'column "{name}" ({type_sql}) published', f"ALTER TABLE {table} ADD COLUMN "
+                          f"{name} {type_sql} in the subscriber, run again, then `rowfilter reconcile --table {table}`",
+                          why="the table is published with a column list: the column may have been added to the list "
+                          "(ALTER PUBLICATION … SET TABLE), and the rows already there then hold values only the "
+                          "publisher's rows have")
     const = column.default_sql if column.default_is_const else None
     if column.has_missing:
         existing = "'" + (column.missing or "").replace("'", "''") + "'::" + type_sql
