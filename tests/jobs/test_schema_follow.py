@@ -4,7 +4,8 @@ Native replication replicates no DDL: the native subscriber gets each DDL by han
 needs it (a column added before the first change that carries it, a rename once the changes under the
 old name are applied). Ours runs once over the whole interleaved workload (one batch: the DDL in the
 middle of it) and must end equal to the native subscriber and to the publisher's filtered rows.
-Both capture modes (``filtering`` source: pgoutput judges; spark: the apply judges).
+Both capture modes (``filtering`` source: pgoutput judges; spark: the apply judges), on an 18 publisher (the run's
+cluster) and a 15 one (Debian's, or ``$ROWFILTER_PG15_BIN_DIR``; started for this module only).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from airflow_provider_rowfilter.apply.schema_follow import SchemaChangeError, wi
 from airflow_provider_rowfilter.cli.status import status
 from airflow_provider_rowfilter.subscriber.state import StateReader
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTargetError
+from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import table_rows
 from tests.jobs.apply_scenario import (
     PUBLICATIONS,
@@ -32,7 +34,8 @@ from tests.jobs.apply_scenario import (
     publish,
     write_spec,
 )
-from tests.jobs.databases import FILTERING_MODES, run_ours
+from tests.jobs.databases import FILTERING_MODES, Databases, names, run_ours
+from tests.pg_versions import pg15_bin_dir
 
 
 def _start(dbs, spark, tmp_path, mode="follow", filtering="source"):
@@ -247,3 +250,47 @@ def _same_renamed(dbs, native):
     assert ours == table_rows(dbs.native, "u")
     with psycopg.connect(dbs.publisher, autocommit=True) as conn:
         assert ours == sorted(r[0] for r in conn.execute("SELECT x::text FROM u x WHERE n2 > 50 AND s <> 'c'"))
+
+
+@pytest.fixture(scope="module")
+def local_pg15():
+    with LocalPostgres.start(bin_dir=pg15_bin_dir()) as pg:
+        assert pg.version_num // 10000 == 15
+        yield pg
+
+
+@pytest.fixture
+def dbs15(local_pg15, tmp_path):
+    made = [f"s15_{role}_{next(names)}" for role in ("pub", "native", "ours")]
+    databases = Databases(*(local_pg15.create_database(name) for name in made), change_logs=tmp_path)
+    yield databases
+    for native in databases.natives:
+        native.drop()
+    for name in reversed(made):
+        local_pg15.drop_database(name)
+
+
+@pytest.mark.parametrize("filtering", FILTERING_MODES)
+def test_on_a_postgresql15_publisher_columns_added_widened_and_renamed_follow_beside_native(dbs15, spark, tmp_path,
+                                                                                           filtering):
+    dbs = dbs15
+    native, spec = _start(dbs, spark, tmp_path, filtering=filtering)
+    with psycopg.connect(dbs.publisher, autocommit=True) as conn:
+        assert conn.info.server_version // 10000 == 15
+    publish(dbs.native, ["ALTER TABLE t ADD COLUMN extra int DEFAULT 7", "ALTER TABLE t ALTER COLUMN grp TYPE bigint"])
+    publish(dbs.publisher, ["UPDATE t SET v = 'before' WHERE id = 1",
+                            "ALTER TABLE t ADD COLUMN extra int DEFAULT 7",
+                            "ALTER TABLE t ALTER COLUMN grp TYPE bigint",
+                            "INSERT INTO t VALUES (902, 5000000000, 'after', 8)",
+                            "UPDATE u SET n = 60 WHERE k = 10"])
+    result = apply(spec, max_changes=100_000, spark=spark)
+    assert sorted(s.split(" at ")[0] for s in result.schema_changes) == [  # one relation: in the columns' order
+        "public.t: added column extra (integer)", "public.t: changed column grp to bigint"]
+    _same(dbs, native)
+    native.wait_caught_up()
+    publish(dbs.native, ["ALTER TABLE u RENAME COLUMN n TO n2"])
+    publish(dbs.publisher, ["ALTER TABLE u RENAME COLUMN n TO n2", "INSERT INTO u VALUES (700, 'a', 99)",
+                            "UPDATE u SET n2 = 97 WHERE k = 11"])
+    result = apply(spec, max_changes=100_000, spark=spark)
+    assert [s.split(" at ")[0] for s in result.schema_changes] == ["public.u: renamed column n to n2"]
+    _same_renamed(dbs, native)
