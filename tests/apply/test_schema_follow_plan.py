@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.apply.schema_follow import PublisherColumn, SchemaChangeError, plan_changes
+from airflow_provider_rowfilter.apply.schema_follow import PublisherColumn, SchemaChangeError, plan_changes, widens
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.relation_checks import RelationSpan
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTarget, TargetColumn
@@ -118,3 +118,14 @@ def test_the_definitions_follow_a_rename_as_postgresqls_stored_filter_does():
     assert first.filters["insert"].sql() == "n2 > 50 AND ABS(n2) < 90 AND s <> 'n'" and first.filters["update"] is None
     assert first.columns == ("k", "n2") and first.column_types == {"n2": "integer", "s": "text"}
     assert later == rules and rules.columns == ("k", "n")  # the recorded ones are left as they were
+
+
+@pytest.mark.parametrize(("old", "new", "safe"), [
+    ("integer", "bigint", True), ("smallint", "integer", True), ("bigint", "integer", False),
+    ("character varying(5)", "character varying(9)", True), ("character varying(5)", "text", True),
+    ("character varying(9)", "character varying(5)", False), ("character varying(5)", "character varying", True),
+    ("numeric(5,2)", "numeric(7,2)", True), ("numeric(5,2)", "numeric(7,3)", False), ("numeric(5,2)", "numeric", True),
+    ("numeric", "numeric(9,2)", False), ("text", "character varying(9)", False), ("integer", "text", False),
+])
+def test_widens(old, new, safe):
+    assert widens(old, new) is safe

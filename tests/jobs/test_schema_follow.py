@@ -19,7 +19,7 @@ import yaml
 
 from airflow_provider_rowfilter import faults
 from airflow_provider_rowfilter.apply.drain import apply
-from airflow_provider_rowfilter.apply.schema_follow import SchemaChangeError, widens
+from airflow_provider_rowfilter.apply.schema_follow import SchemaChangeError
 from airflow_provider_rowfilter.cli.status import status
 from airflow_provider_rowfilter.subscriber.state import StateReader
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTargetError
@@ -110,21 +110,8 @@ def test_default_stop_still_stops_at_an_added_column_and_status_shows_it(dbs, sp
     assert frozen(dbs, spec) == before
 
 
-def test_a_volatile_default_stops_the_batch_untouched_naming_the_fix(dbs, spark, tmp_path):
-    _, spec = _start(dbs, spark, tmp_path)
-    publish(dbs.publisher, ["ALTER TABLE t ADD COLUMN r float8 DEFAULT random()", "INSERT INTO t VALUES (902, 2, 'x')"])
-    before = frozen(dbs, spec)
-    with pytest.raises(SchemaChangeError) as caught:
-        apply(spec, max_changes=100_000, spark=spark)
-    text = str(caught.value)
-    assert 'schema change not followed: column "r" (double precision) added with DEFAULT random() at 0/' in text, text
-    assert "rowfilter reconcile --table public.t" in text and "Nothing of the batch was applied" in text, text
-    assert frozen(dbs, spec) == before
-
-
-@pytest.mark.parametrize("filtering", FILTERING_MODES)
-def test_types_widened_follow_and_a_narrowing_stops(dbs, spark, tmp_path, filtering):
-    native, spec = _start(dbs, spark, tmp_path, filtering=filtering)
+def test_types_widened_follow_and_a_narrowing_stops(dbs, spark, tmp_path):
+    native, spec = _start(dbs, spark, tmp_path)  # the Spark path's widened staging: the 15 case below
     publish(dbs.native, ["ALTER TABLE t ALTER COLUMN grp TYPE bigint"])
     publish(dbs.publisher, ["UPDATE t SET v = 'before' WHERE id = 1",
                             "ALTER TABLE t ALTER COLUMN grp TYPE bigint",
@@ -163,9 +150,8 @@ def test_a_dropped_column_is_kept_or_dropped(dbs, spark, tmp_path, mode):
         assert '(1,1,"before the drop")' in table_rows(dbs.ours, "t")
 
 
-@pytest.mark.parametrize("filtering", FILTERING_MODES)
-def test_a_column_renamed_follows_by_its_place_and_number(dbs, spark, tmp_path, filtering):
-    native, spec = _start(dbs, spark, tmp_path, filtering=filtering)
+def test_a_column_renamed_follows_by_its_place_and_number(dbs, spark, tmp_path):
+    native, spec = _start(dbs, spark, tmp_path)  # on the Spark path: the filter column renamed below
     publish(dbs.publisher, ["UPDATE t SET v = 'under the old name' WHERE id = 1"])
     apply(spec, max_changes=100_000, spark=spark)
     native.wait_caught_up()
@@ -178,16 +164,6 @@ def test_a_column_renamed_follows_by_its_place_and_number(dbs, spark, tmp_path, 
     _same(dbs, native)
     with psycopg.connect(dbs.ours, autocommit=True) as conn:
         assert conn.execute("SELECT count(*) FROM t WHERE v2 IS NOT NULL").fetchone()[0] > 100  # values kept
-
-
-def test_a_drop_and_add_of_the_last_column_is_not_taken_for_a_rename(dbs, spark, tmp_path):
-    native, spec = _start(dbs, spark, tmp_path)
-    native.wait_caught_up()
-    publish(dbs.native, ["ALTER TABLE t ADD COLUMN v2 text"])
-    publish(dbs.publisher, ["ALTER TABLE t DROP COLUMN v", "ALTER TABLE t ADD COLUMN v2 text",
-                            "INSERT INTO t VALUES (906, 2, 'new column')"])
-    with pytest.raises(SchemaChangeError, match='column "v2" \\(text\\) added, or "v" renamed to it'):
-        apply(spec, max_changes=100_000, spark=spark)
 
 
 #: Every point a batch that follows a schema change passes (capture-mid-read needs a bigger segment: test_apply_faults).
@@ -219,17 +195,6 @@ def test_killed_around_the_schema_change_then_rerun_matches_native(dbs, spark, t
     _same(dbs, native)
     _same(dbs, native, "u")
     assert len(_history(dbs, job.spec)) == 1  # followed once
-
-
-@pytest.mark.parametrize(("old", "new", "safe"), [
-    ("integer", "bigint", True), ("smallint", "integer", True), ("bigint", "integer", False),
-    ("character varying(5)", "character varying(9)", True), ("character varying(5)", "text", True),
-    ("character varying(9)", "character varying(5)", False), ("character varying(5)", "character varying", True),
-    ("numeric(5,2)", "numeric(7,2)", True), ("numeric(5,2)", "numeric(7,3)", False), ("numeric(5,2)", "numeric", True),
-    ("numeric", "numeric(9,2)", False), ("text", "character varying(9)", False), ("integer", "text", False),
-])
-def test_widens(old, new, safe):
-    assert widens(old, new) is safe
 
 
 @pytest.mark.parametrize("filtering", FILTERING_MODES)
