@@ -21,6 +21,11 @@ POINTS = (
     "apply-after-commit",      # the subscriber committed; old segments not yet removed
 )
 
+#: Where a batch that follows a schema change (schema_changes: follow) can be killed besides POINTS.
+SCHEMA_POINTS = (
+    "apply-after-schema",      # the subscriber's DDL run in the batch's open transaction, no row applied yet
+)
+
 #: Where a reconcile can be killed (docs/verify.md, "A reconcile killed"), in the order it reaches them.
 RECONCILE_POINTS = (
     "reconcile-after-hold",    # the table is in d for the reconcile, nothing of it fixed yet

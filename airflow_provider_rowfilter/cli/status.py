@@ -18,8 +18,10 @@ from airflow_provider_rowfilter.humane import ago, counts_text, duration, size
 if TYPE_CHECKING:
     from datetime import datetime
 
+    import psycopg
+
     from airflow_provider_rowfilter.subscriber.conflicts import ConflictStats
-    from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState, TableCheckRecord
+    from airflow_provider_rowfilter.subscriber.state import BatchRecord, RelState, StateReader, TableCheckRecord
 
 
 #: The columns of ``rowfilter status`` (a column is added here and in :func:`_status_row`).
@@ -51,6 +53,7 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
         running = apply_running_for(conn, spec.subscription)
         now = conn.execute("SELECT clock_timestamp()").fetchall()[0][0]  # the clock finished_at was written by
         origins = origin_capacity_warning(conn)
+        schema = _schema_differences(spec, conn, reader, tables)
     view = publisher_view(spec, subscription.slot_name,
                           [(str(t.table), t.lsn) for t in tables if t.state.value == "f" and t.lsn])
     current, slot, unreachable, filtering = view.current, view.slot, view.unreachable, view.filtering
@@ -91,6 +94,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             "last_error": subscription.last_error,
             "last_batch": batch,
             "conflicts": None if conflict_stats is None else conflict_stats.as_dict(),
+            "schema_changes": spec.schema_changes,
+            "schema_differences": schema,
             "tables": [{"table": str(t.table), "state": t.state.value, "lsn": t.lsn,
                         "lag_bytes": lag.get(t.table),
                         "lag_seconds": last.lag_seconds if last is not None and _in_last_batch(t, last) else None,
@@ -127,6 +132,8 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
             say(*parts)
         if conflict_stats is not None and any(conflict_stats.total.values()):
             say(("conflicts:", "yellow"), " ", _conflict_line(conflict_stats))
+        for line in schema or ():
+            say(("schema:", "yellow"), " ", line, f" ({_SCHEMA_NEXT[spec.schema_changes]})")
     if subscription.last_error:
         say(("last error:", "red"), " ", subscription.last_error, err=True)
     for text in warnings:
@@ -134,6 +141,32 @@ def status(spec: SubscriptionSpec, *, fmt: str | None = None) -> int:
     if broken:
         say(("BROKEN:", "bold red"), " ", broken, err=True)
     return code
+
+
+_SCHEMA_NEXT = {"stop": "schema_changes: stop: a batch that carries it stops until you change the subscriber",
+                "follow": "schema_changes: follow: the batch that carries it follows it",
+                "follow_drops": "schema_changes: follow_drops: the batch that carries it follows it"}
+
+
+def _schema_differences(spec: SubscriptionSpec, sub: psycopg.Connection, reader: StateReader,
+                        tables: Sequence[RelState]) -> list[str] | None:
+    """How the tables past their copy differ from the publisher's now (apply/schema_follow.py); None: unreadable."""
+    from psycopg import Error as DatabaseError
+
+    from airflow_provider_rowfilter.apply.schema_follow import pending_differences
+    from airflow_provider_rowfilter.connection import connect
+    from airflow_provider_rowfilter.core.errors import RowFilterError
+
+    refresh = reader.last_refresh()
+    lists = {} if refresh is None else {t["table"]: t.get("columns") for t in refresh.definitions.get("tables", ())}
+    applied = [(t.table, lists.get(str(t.table))) for t in tables if t.state.value in "fsr"]
+    if not applied:
+        return []
+    try:
+        with connect(spec.publisher, "publisher", spec) as pub:
+            return pending_differences(pub, sub, applied)
+    except (RowFilterError, DatabaseError):
+        return None
 
 
 def subscription_state(enabled: bool, counting: Sequence[Exposure]) -> tuple[str, str] | None:

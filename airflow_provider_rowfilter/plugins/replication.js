@@ -329,10 +329,13 @@ function Subscription({ view, onTrigger, focused }) {
       columns: [
         { key: "id", label: "batch", numeric: true }, { key: "finished", label: "finished" }, { key: "end", label: "end lsn", mono: true },
         { key: "changes", label: "changes", numeric: true }, { key: "transactions", label: "transactions", numeric: true },
-        { key: "lag", label: "lag then", numeric: true }, { key: "took", label: "took", numeric: true }],
+        { key: "lag", label: "lag then", numeric: true }, { key: "took", label: "took", numeric: true },
+        { key: "schema", label: "schema changes" }],
       rows: view.batches.map((b) => ({ key: b.id, id: String(b.id), finished: b.finished_at, end: b.end_lsn || "",
         changes: count(b.changes), transactions: count(b.transactions), lag: seconds(b.lag_seconds),
-        took: b.duration_ms === null ? "" : seconds(b.duration_ms / 1000) })) }) : null,
+        took: b.duration_ms === null ? "" : seconds(b.duration_ms / 1000),
+        schema: (b.schema || []).length ? h(C.Text, { fontSize: "xs", "data-testid": "rowfilter-batch-schema" },
+          b.schema.join("; ")) : "" })) }) : null,
     view.batch_ids_note ? h(C.Text, { mt: 2, fontSize: "xs", color: "fg.muted", "data-testid": "rowfilter-batch-ids" },
       view.batch_ids_note) : null,
     h(StandbyPanel, { standbys: view.standbys })));

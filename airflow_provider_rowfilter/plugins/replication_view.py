@@ -247,7 +247,8 @@ def _fill(view: SubscriptionView, overview: Overview, current: int | None, now: 
             "filter_changed": overview.filter_changes.get(t.table)})
     view.batches = [{"id": b.id, "finished_at": when(b.finished_at), "start_lsn": b.start_lsn, "end_lsn": b.end_lsn,
                      "changes": b.changes, "transactions": b.transactions, "lag_seconds": b.lag_seconds,
-                     "duration_ms": b.duration_ms, "skipped_lsn": b.skipped_lsn} for b in overview.batches]
+                     "duration_ms": b.duration_ms, "skipped_lsn": b.skipped_lsn,
+                     "schema": [f"schema: {c['text']}" for c in b.schema_changes or ()]} for b in overview.batches]
     view.batch_ids_note = batch_ids_note(overview.batches)
 
 

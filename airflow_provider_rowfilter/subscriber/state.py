@@ -178,17 +178,18 @@ class StateStore(StateReader):
 
     def record_batch(self, *, start_lsn: str | None, end_lsn: str, counts: dict, duration_ms: int,
                      transactions: int, changes: int, skipped_lsn: str | None, lag_bytes: int | None,
-                     lag_seconds: float | None) -> int:
+                     lag_seconds: float | None, schema_changes: list[dict] | None = None) -> int:
         """The batch is applied through ``end_lsn``: the subscription's ``applied_lsn`` (its error cleared) and
-        a ``batch_history`` row; returns the row's id. In the batch's own transaction, with its data."""
+        a ``batch_history`` row; returns the row's id. In the batch's own transaction, with its data.
+        ``schema_changes``: the DDL the batch ran on the subscriber's tables (apply/schema_follow.py)."""
         self.conn.execute(f"UPDATE {SCHEMA}.subscription SET applied_lsn = %s, last_error = NULL, updated_at = now() "
                           f"WHERE name = %s", (end_lsn, self.subscription))
         return one(self.conn.execute(
             f"""INSERT INTO {SCHEMA}.batch_history (subscription, start_lsn, end_lsn, counts, duration_ms,
-                   transactions, changes, skipped_lsn, lag_bytes, lag_seconds)
-               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
+                   transactions, changes, skipped_lsn, lag_bytes, lag_seconds, schema_changes)
+               VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING id""",
             (self.subscription, start_lsn, end_lsn, Jsonb(counts), duration_ms, transactions, changes, skipped_lsn,
-             lag_bytes, lag_seconds)))[0]
+             lag_bytes, lag_seconds, Jsonb(schema_changes) if schema_changes else None)))[0]
 
     def record_check(self, table: TableName, kind: str, lsn: str | None, clean: bool, result: dict) -> None:
         """Keep a table's last verify or reconcile (``result``: core/compare/table_compare.py ``TableCheck.as_dict``)."""

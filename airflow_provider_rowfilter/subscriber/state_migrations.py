@@ -296,6 +296,10 @@ MIGRATIONS: list[tuple[int, str]] = [
             ON CONFLICT (subscription) DO UPDATE SET stats_reset = EXCLUDED.stats_reset;
         $$;
     """),
+    # schema_changes: follow (apply/schema_follow.py): the DDL a batch ran on the subscriber's tables, committed with it.
+    (12, """
+    ALTER TABLE rowfilter.batch_history ADD COLUMN schema_changes jsonb;
+    """),
 ]
 #: stage_fingerprint() of the declaration the last migration running stage_ddl() was written for.
 STAGE_MIGRATED = "68882da0365c2814"

@@ -115,6 +115,8 @@ class BatchRecord:
     skipped_lsn: str | None
     counts: dict[str, Any]
     finished_at: datetime
+    #: schema_changes: follow: the DDL the batch ran (apply/schema_follow.py SchemaChange.as_dict), or None
+    schema_changes: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,7 @@ class Overview:
 # --- the plans: SQL and row mapping, once ------------------------------------------------------------
 _SUBSCRIPTION = (f"SELECT name, publications, slot_name, capture_publication, options, enabled, last_error, "
                  f"applied_lsn::text, skip_lsn::text FROM {SCHEMA}.subscription WHERE name = %s")
+# schema_changes came with migration 12 (read through to_jsonb as well).
 # reconcile_since and kind came with migration 5, lsn_timeline and state_since with 8: read through to_jsonb, a subscriber not
 # migrated yet reads as having none (no reconcile, every batch the apply's, no position's timeline known).
 _TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last_error, updated_at, "
@@ -166,7 +169,8 @@ _TABLES = (f"SELECT schema_name, table_name, state, lsn::text, rows_copied, last
            f"coalesce((to_jsonb(r) ->> 'state_since')::timestamptz, updated_at) "
            f"FROM {SCHEMA}.subscription_rel r WHERE subscription = %s ORDER BY schema_name, table_name")
 _BATCHES = (f"SELECT id, start_lsn::text, end_lsn::text, transactions, changes, lag_bytes, lag_seconds, duration_ms, "
-            f"skipped_lsn::text, counts, finished_at FROM {SCHEMA}.batch_history b WHERE subscription = %s "
+            f"skipped_lsn::text, counts, finished_at, to_jsonb(b) -> 'schema_changes' "
+            f"FROM {SCHEMA}.batch_history b WHERE subscription = %s "
             f"AND coalesce(to_jsonb(b) ->> 'kind', 'apply') = 'apply'")
 _CHECKS = (f"SELECT schema_name, table_name, kind, lsn::text, clean, result, checked_at FROM {SCHEMA}.table_check "
            f"WHERE subscription = %s ORDER BY schema_name, table_name")
@@ -232,6 +236,14 @@ def _batches(name: str, tail: str, params: tuple = ()) -> Plan[list[BatchRecord]
 def _refreshes(name: str, tail: str, params: tuple = ()) -> Plan[list[RefreshRecord]]:
     rows = yield f"{_REFRESHES} {tail}", (name, *params)
     return [RefreshRecord(*row) for row in rows]
+
+
+def _renames(name: str) -> Plan[list[tuple[TableName, str, str, str]]]:
+    rows = yield (f"SELECT c ->> 'table', c ->> 'column', c ->> 'new_name', c ->> 'lsn' FROM {SCHEMA}.batch_history b, "
+                  "jsonb_array_elements(CASE WHEN jsonb_typeof(to_jsonb(b) -> 'schema_changes') = 'array' "
+                  "THEN to_jsonb(b) -> 'schema_changes' ELSE '[]' END) c "
+                  "WHERE b.subscription = %s AND c ->> 'kind' = 'rename' ORDER BY b.id"), (name,)
+    return [(TableName.parse(t), old, new, lsn) for t, old, new, lsn in rows]
 
 
 def _last_drop(name: str) -> Plan[DropRecord | None]:
@@ -403,6 +415,10 @@ class StateReader:
     def refreshes(self, after_id: int = 0) -> list[RefreshRecord]:
         """The refreshes recorded after ``after_id`` (every one by default), oldest first."""
         return self._read(_refreshes(self.subscription, "AND id > %s ORDER BY id", (after_id,)))
+
+    def schema_renames(self) -> list[tuple[TableName, str, str, str]]:
+        """The columns ``schema_changes: follow`` renamed (table, old name, new name, LSN), oldest first."""
+        return self._read(_renames(self.subscription))
 
     def last_refresh(self) -> RefreshRecord | None:
         refreshes = self._read(_refreshes(self.subscription, "ORDER BY id DESC LIMIT 1"))

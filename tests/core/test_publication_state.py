@@ -45,3 +45,20 @@ def test_a_table_gone_under_its_name_is_left_to_the_relation_check():
         del s["members"]["p"]["public.t"]
         del s["generated"]["public.t"]
     assert changed(rename) == []
+
+
+def test_a_followed_column_rename_reads_as_the_publisher_shows_it():
+    """schema_changes: follow renamed u.n to n2: PostgreSQL's stored filter and column list follow it (by number), so
+    the recording is compared as renamed; a function of that name, a string and another column are left alone."""
+    from airflow_provider_rowfilter.core.publication.state import renamed_state
+
+    recorded = {"present": ["public.u"], "publications": {"p": {}},
+                "members": {"p": {"public.u": ["((n > 50) AND (abs(n) = 'n'::text::int) AND (nn > 1))", ["k", "n"]],
+                                  "public.t": ["(n > 1)", None]}}}
+    got = renamed_state(recorded, [("public.u", "n", "n2"), ("public.u", "k", "Key K")])
+    assert got["members"]["p"]["public.u"] == ["((n2 > 50) AND (abs(n2) = 'n'::text::int) AND (nn > 1))",
+                                               ["Key K", "n2"]]
+    assert got["members"]["p"]["public.t"] == ["(n > 1)", None]  # another table's n
+    assert recorded["members"]["p"]["public.u"][0].startswith("((n > 50)")  # the recording itself is kept
+    assert changes(got, {**recorded, "members": {"p": {"public.u": [
+        "((n2 > 50) AND (abs(n2) = 'n'::text::int) AND (nn > 1))", ["Key K", "n2"]], "public.t": ["(n > 1)", None]}}}) == []

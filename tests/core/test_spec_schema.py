@@ -38,6 +38,11 @@ def load(tmp_path: Path, text: str) -> SubscriptionSpec:
     pytest.param(BASE + "copy_data: 'false'\n", "copy_data='false' is not true or false\nHINT:  write copy_data: "
                  "true or copy_data: false, without quotes", id="copy-data-string"),
     pytest.param(BASE + "copy_data: 0\n", "copy_data=0 is not true or false", id="copy-data-int"),
+    pytest.param(BASE + "schema_changes: replicate\n",
+                 "schema_changes='replicate' is not one of stop, follow, follow_drops\nHINT:  stop (PostgreSQL's "
+                 "behaviour", id="schema-changes-unknown"),
+    pytest.param(BASE + "schema_changes: true\n", "schema_changes=True is not one of stop, follow, follow_drops",
+                 id="schema-changes-bool"),
     pytest.param(BASE + "conflict_policy: merge\n", "conflict_policy='merge' is not one of error, upsert",
                  id="conflict-policy"),
     pytest.param(BASE + "spark_conf: [a]\n", "spark_conf=['a'] is not a mapping of Spark settings", id="conf-list"),
@@ -138,6 +143,7 @@ def test_what_stays_accepted(tmp_path: Path) -> None:
                 "subscriber: host=h user=u dbname=d\n")
     assert spec.publications == ("p1",)  # one name is one publication
     assert spec.copy_data is False and spec.conflict_policy == "upsert"
+    assert spec.schema_changes == "stop"  # PostgreSQL's behaviour unless asked
     assert spec.spark_conf == {"spark.executor.cores": "2", "spark.sql.adaptive.enabled": "true",
                                "spark.memory.fraction": "0.5", "spark.app.name": "x"}
     assert spec.retained_wal_warning_bytes == 512 << 20

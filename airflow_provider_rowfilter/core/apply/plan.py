@@ -20,7 +20,7 @@ against these definitions.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import sqlglot
 from sqlglot import exp, serde
@@ -74,6 +74,22 @@ class EpochRules:
 
     def publishes_column(self, name: str) -> bool:
         return self.columns is None or name in self.columns
+
+    def renamed(self, old: str, new: str) -> EpochRules:
+        """These definitions after ``ALTER TABLE … RENAME COLUMN old TO new`` on the publisher: PostgreSQL stores a
+        publication's filter and column list by attribute number (``pg_publication_rel.prqual``, ``prattrs``), so
+        they follow the rename; recorded by name, they are renamed here (apply/schema_follow.py)."""
+        def rename(tree: exp.Expr | None) -> exp.Expr | None:
+            if tree is None:
+                return None
+            tree = tree.copy()
+            for column in tree.find_all(exp.Column):
+                if column.name == old:
+                    column.set("this", exp.Identifier(this=new, quoted=column.this.args.get("quoted", False)))
+            return tree
+        return replace(self, filters={a: rename(t) for a, t in self.filters.items()},
+                       columns=None if self.columns is None else tuple(new if c == old else c for c in self.columns),
+                       column_types={new if c == old else c: t for c, t in self.column_types.items()})
 
 
 def _filter_tree(entry: dict, action: str) -> exp.Expr | None:

@@ -29,9 +29,12 @@ more; renamed, its next change stops the batch by ``check_relations``.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_provider_rowfilter.core.errors import RowFilterError
+from airflow_provider_rowfilter.core.filters.pg_lexer import scan
 
 _SETTINGS = ("all_tables", "publish", "publish_via_partition_root", "publish_generated_columns")
 
@@ -94,6 +97,34 @@ def changes(recorded: dict, current: dict) -> list[str]:
                 out.append(f"table {table}: {what} changed from {_columns(before or None)} to "
                            f"{_columns(after or None)}")
     return out
+
+
+def renamed_state(recorded: dict, renames: Sequence[tuple[str, str, str]]) -> dict:
+    """``recorded`` as the publisher shows it after the column renames ``renames`` (table, old, new; in order) that
+    ``schema_changes: follow`` followed: PostgreSQL's stored filter and column list follow a rename (by attribute
+    number), so ``pg_get_expr`` shows the new name where the recording has the old one; nothing else differs."""
+    members = {pub: dict(m) for pub, m in recorded.get("members", {}).items()}
+    for table, old, new in renames:
+        for m in members.values():
+            if table in m:
+                qual, cols = m[table]
+                m[table] = [None if qual is None else _renamed_in(qual, old, new),
+                            None if cols is None else [new if c == old else c for c in cols]]
+    return {**recorded, "members": members}
+
+
+def _renamed_in(text: str, old: str, new: str) -> str:
+    """``pg_get_expr`` text with the column ``old`` read as ``new`` (a name followed by ``(`` is a function's)."""
+    quoted = new if re.fullmatch(r"[a-z_][a-z0-9_$]*", new) else '"' + new.replace('"', '""') + '"'
+    out, at = [], 0
+    for token in scan(text):
+        name = token.value if token.kind == "ident" else text[token.start + 1:token.end - 1].replace('""', '"') \
+            if token.kind == "qident" else None
+        if name == old and not text[token.end:].lstrip().startswith("(") \
+                and not text[:token.start].rstrip().endswith("."):
+            out += [text[at:token.start], quoted]
+            at = token.end
+    return "".join(out) + text[at:]
 
 
 def drift_error(subscription: str, refreshed_at: str, found: list[str], batch: str) -> PublicationChangedError:

@@ -41,6 +41,7 @@ from airflow_provider_rowfilter.core.spec.values import (
     Filtering,
     InvalidTablePolicy,
     Origin,
+    SchemaChanges,
     parse_size,
     refusal,
 )
@@ -78,6 +79,10 @@ class SubscriptionSpec:
     repair in place (flows/verify/reconcile.py) a table whose initial-copy filter or column list changed, instead of
     leaving it as PostgreSQL leaves it, and ``refresh --recreate-slot`` keep and reconcile the tables instead of
     emptying them (docs/verify.md).
+    ``schema_changes`` is what the apply does when a batch's relations show a schema change on the publisher:
+    ``stop`` (the default, PostgreSQL's behaviour) leaves the subscriber's table to you; ``follow`` adds, renames
+    and widens its columns in the batch's transaction, before the first change that needs it; ``follow_drops``
+    also drops those dropped on the publisher (apply/schema_follow.py; docs/operations.md, "Schema changes").
     ``failover`` makes the slot a failover slot, synchronized to the publisher's standbys (PostgreSQL
     17+, ``CREATE SUBSCRIPTION … failover``); None (the default) turns it on where the publisher supports
     it. ``standbys`` are the publisher's physical standbys (libpq strings, or Airflow connection ids),
@@ -112,6 +117,7 @@ class SubscriptionSpec:
     on_invalid_table: InvalidTablePolicy = "refuse"
     filtering: Filtering = "auto"
     reconcile: bool = False
+    schema_changes: SchemaChanges = "stop"
     spark_master: str = "local[*]"
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_remote: str | None = None

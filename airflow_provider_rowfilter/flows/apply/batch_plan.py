@@ -17,6 +17,13 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from airflow_provider_rowfilter.flows.apply.schema_follow import (
+    PublisherColumn,
+    SchemaChange,
+    plan_all,
+    read_publisher_columns,
+    renamed_rules,
+)
 from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment
 from airflow_provider_rowfilter.change_log.segment_reader import (
     segment_counts,
@@ -30,7 +37,7 @@ from airflow_provider_rowfilter.core.apply.plan import PASS_THROUGH, ApplyPlan, 
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan, check_identities, check_relations
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
-from airflow_provider_rowfilter.core.publication.state import changes, drift_error
+from airflow_provider_rowfilter.core.publication.state import changes, drift_error, renamed_state
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult, batch_span
@@ -57,6 +64,8 @@ class BatchPlan:
     spans: list[RelationSpan] = field(default_factory=list)  # the relations of the segments
     # the targets judged change by change, every change a phase (subscriber/change_by_change.py)
     exact: frozenset[int] = frozenset()
+    #: schema_changes: follow: the DDL each target gets first, in the batch's transaction (apply/schema_follow.py)
+    schema: dict[int, list[SchemaChange]] = field(default_factory=dict)
 
     @property
     def logged_changes(self) -> int:
@@ -109,20 +118,33 @@ def plan_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateStor
                       None if subscription.skip_lsn is None else parse_lsn(subscription.skip_lsn))
     if batch.segments:
         epochs = epochs_from_history([(r.lsn, r.definitions) for r in store.refreshes()], since)
-        plans = []
+        spans = [span for segment in batch.segments for span in segment_relations(segment.path)]
+        shapes = {}
         for index, rel in enumerate(rels):
-            batch.targets[index] = target = read_target(sub, rel.table, index)
+            batch.targets[index] = read_target(sub, rel.table, index)
             if filtering == "source":  # pgoutput judged: the changes pass through (core/apply/plan.py)
-                leaves, rules = (rel.table,), (PASS_THROUGH,)
+                shapes[index] = (rel.table,), (PASS_THROUGH,)
             else:
-                leaves, rules = epochs.leaves(rel.table), epochs.rules(rel.table)
-            plans.append(TargetPlan(index, rel.table, leaves, positions[rel.table], target.column_names, target.key,
-                                    rules))
+                shapes[index] = epochs.leaves(rel.table), epochs.rules(rel.table)
+        renames: list[tuple[TableName, str, str, str]] = []
+        if spec.schema_changes != "stop":  # the DDL the batch's transaction runs first (apply/schema_follow.py)
+            batch.schema = _follow(spec, batch.targets, {i: shapes[i][0] for i in shapes},
+                                   {i: positions[rel.table] for i, rel in enumerate(rels)}, spans)
+            if filtering == "spark":  # the definitions recorded by name follow the renames, as PostgreSQL's do
+                renames = [*store.schema_renames(), *((c.table, c.column, c.new_name or "", format_lsn(c.lsn))
+                                                      for planned in batch.schema.values() for c in planned
+                                                      if c.kind == "rename")]
+                for index, rel in enumerate(rels):
+                    shapes[index] = shapes[index][0], renamed_rules(rel.table, shapes[index][1], epochs.starts, renames)
+        plans = [TargetPlan(index, rel.table, shapes[index][0], positions[rel.table], batch.targets[index].column_names,
+                            batch.targets[index].key, shapes[index][1]) for index, rel in enumerate(rels)]
         batch.plan = ApplyPlan((0,) if filtering == "source" else epochs.starts, tuple(plans), batch.skip_lsn,
                                spec.conflict_policy)
-        batch.spans = _check_relations(spec, batch.segments, batch.plan, epochs, since, filtering)
+        batch.spans = _check_relations(spec, spans, batch.plan, epochs, since, filtering)
         if filtering == "spark":
-            _check_publications(spec, epochs, batch_span(result.start_lsn, result.end_lsn))
+            followed = [(str(t), old, new) for t, old, new, lsn in renames if parse_lsn(lsn) > epochs.starts[-1]] \
+                if epochs.starts else []
+            _check_publications(spec, epochs, batch_span(result.start_lsn, result.end_lsn), followed)
             if spec.publications_ddl:  # the publisher does not know them: it could not refuse what they forbid
                 check_identities(batch.plan, epochs,
                                  lambda: [i for s in batch.segments for i in segment_identities(s.path)])
@@ -181,7 +203,7 @@ def _one_filtering(counted: list[tuple[Segment, tuple[int, int]]], end: int
     return counted[:cut], counted[cut][0].start_lsn, modes[0]
 
 
-def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: ApplyPlan, epochs: Epochs,
+def _check_relations(spec: SubscriptionSpec, spans: list[RelationSpan], plan: ApplyPlan, epochs: Epochs,
                      since: int, filtering: str) -> list[RelationSpan]:
     """The relations of the batch's segments (metadata only), held against the plan before any Spark work.
 
@@ -190,7 +212,6 @@ def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: 
 
     :raises RelationChangedError: a change due in this batch has a relation the definitions no longer describe.
     """
-    spans = [span for segment in segments for span in segment_relations(segment.path)]
     known = sorted({TableName.parse(n) for doc in epochs.documents for e in doc["tables"]
                     for n in (e["table"], *e["leaves"])}, key=str)
     check_relations(plan, epochs, spans, since, lambda oids: _publisher_names(spec, oids),
@@ -198,18 +219,46 @@ def _check_relations(spec: SubscriptionSpec, segments: Sequence[Segment], plan: 
     return spans
 
 
-def _check_publications(spec: SubscriptionSpec, epochs: Epochs, span: str) -> None:
+def _follow(spec: SubscriptionSpec, targets: dict[int, ApplyTarget], leaves: dict[int, Sequence[TableName]],
+            positions: dict[int, int], spans: Sequence[RelationSpan]) -> dict[int, list[SchemaChange]]:
+    """The schema changes the batch's relations show, planned for each target (``targets`` reshaped in place).
+
+    The publisher's catalog is read only for a table whose relation differs from the subscriber's.
+    """
+    pub: list[psycopg.Connection] = []
+    try:
+        def columns(oid: int) -> list[PublisherColumn]:
+            if not pub:
+                pub.append(connect(spec.publisher, "publisher", spec))
+            return read_publisher_columns(pub[0], oid)
+        found = plan_all(spec.schema_changes, targets, leaves, positions, spans, columns)
+    finally:
+        for conn in pub:
+            conn.close()
+    for planned in found.values():
+        for change in planned:
+            log.info("%s: schema: %s", change.table, change.describe())
+    return found
+
+
+def _check_publications(spec: SubscriptionSpec, epochs: Epochs, span: str,
+                        renamed: Sequence[tuple[str, str, str]] = ()) -> None:
     """Judged in Spark, the definitions of the last refresh must still be the publisher's (core/publication/state.py).
 
     One query on the publisher, after this batch's capture: when it still says what the refresh recorded,
     every change captured so far was committed before any ALTER still to come, and is judged as pgoutput
     would; when not, the batch stops untouched.
 
+    ``renamed``: the columns ``schema_changes: follow`` renamed since that refresh (table, old, new), which the
+    publisher's stored filters and column lists follow (core/publication_state.py ``renamed_state``).
+
     :raises PublicationChangedError: naming each publication and table and what changed.
     """
     recorded = epochs.documents[-1].get("publisher") if epochs.documents else None
     if recorded is None:
         return  # definitions from a publications file (the user's to change), or recorded before the check
+    if renamed:
+        recorded = renamed_state(recorded, renamed)
     tables = [TableName.parse(t) for t in recorded["present"]]
     with connect(spec.publisher, "publisher", spec) as pub:
         found = changes(recorded, read_publication_state(pub, spec.publication_names, tables))

@@ -18,6 +18,7 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter import faults
+from airflow_provider_rowfilter.flows.apply.schema_follow import run_changes
 from airflow_provider_rowfilter.connection import primary_message
 from airflow_provider_rowfilter.core.apply.plan import TargetPlan
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
@@ -70,6 +71,11 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
         # (subscriber/typed_keys.py), the barriers into the transaction's own stage (subscriber/apply_stage.py).
         stage, key_rows = (STAGE, {}) if staged.rows is None else stage_rows(sub, staged.rows)
         replica_role(sub, "apply", tables=[rel.table for index, rel in enumerate(batch.rels) if index in batch.targets])
+        # schema_changes: follow: each table's DDL first (a column added, renamed, widened), in this transaction.
+        for changes in batch.schema.values():
+            run_changes(sub, changes)
+        if batch.schema:
+            faults.point("apply-after-schema")
         stops: list[ConflictError] = []
         one_by_one: set[int] = set()  # the tables whose changes must be judged one by one (ChangeByChange)
         met: dict[TableName, dict[str, int]] = {}  # the conflicts the batch went on from, per table
@@ -126,6 +132,10 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
             # Counted after the rollback all the same, as PostgreSQL's counts do not roll back (flows/apply/drain.py).
             stop.met, stop.batch_start = {t: c for t, c in met.items() if c}, result.start_lsn
             raise stop
+        for changes in batch.schema.values():
+            run_changes(sub, changes, after=True)  # follow_drops: a column dropped, once the rows that had it are in
+        schema = [c for changes in batch.schema.values() for c in changes]
+        result.schema_changes = [f"{c.table}: {c.describe()}" for c in schema]
         conflicts.clear_stopped(sub, spec.subscription)
         skip_lsn = batch.skip_lsn
         if skip_lsn is not None and (staged.skipped or skip_lsn < batch.end):
@@ -141,7 +151,8 @@ def commit_batch(spec: SubscriptionSpec, sub: psycopg.Connection, store: StateSt
         result.batch_id = store.record_batch(
             start_lsn=result.start_lsn, end_lsn=format_lsn(batch.end), counts=result.tables,
             duration_ms=result.duration_ms, transactions=result.transactions, changes=result.changes,
-            skipped_lsn=result.skipped_lsn, lag_bytes=result.lag_bytes, lag_seconds=result.lag_seconds)
+            skipped_lsn=result.skipped_lsn, lag_bytes=result.lag_bytes, lag_seconds=result.lag_seconds,
+            schema_changes=[c.as_dict() for c in schema])
         clear_stage(sub, spec.subscription)
     faults.point("apply-after-commit")
 

@@ -36,6 +36,8 @@ class ApplyResult:
     budget_exhausted: bool = False  # the time budget stopped the run before it drained
     time_budget: float | None = None  # seconds
     disabled: bool = False  # the subscription is disabled (ALTER SUBSCRIPTION … DISABLE): nothing was applied
+    #: schema_changes: follow: what the batches changed in the subscriber's tables ("public.t: added column …")
+    schema_changes: list[str] = field(default_factory=list)
 
     @property
     def changed_tables(self) -> list[str]:
@@ -61,6 +63,7 @@ class ApplyResult:
         self.transactions += batch.transactions
         self.changes += batch.changes
         self.skipped_lsn = batch.skipped_lsn or self.skipped_lsn
+        self.schema_changes += batch.schema_changes
         for table, counts in batch.tables.items():
             self.tables[table] = dict(Counter(self.tables.get(table, {})) + Counter(counts))
 
