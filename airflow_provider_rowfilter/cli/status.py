@@ -153,9 +153,9 @@ def _schema_differences(spec: SubscriptionSpec, sub: psycopg.Connection, reader:
     """How the tables past their copy differ from the publisher's now (apply/schema_follow.py); None: unreadable."""
     from psycopg import Error as DatabaseError
 
-    from airflow_provider_rowfilter.apply.schema_follow import pending_differences
     from airflow_provider_rowfilter.connection import connect
     from airflow_provider_rowfilter.core.errors import RowFilterError
+    from airflow_provider_rowfilter.flows.apply.schema_follow import pending_differences
 
     refresh = reader.last_refresh()
     lists = {} if refresh is None else {t["table"]: t.get("columns") for t in refresh.definitions.get("tables", ())}

@@ -12,7 +12,7 @@ from airflow_provider_rowfilter.connection import one
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.rowfilter import ResolvedSpec
 from airflow_provider_rowfilter.operators.apply_dag import apply_dag
-from airflow_provider_rowfilter.operators.subscription_ops import connection_passwords, SubscriptionOperator, with_store
+from airflow_provider_rowfilter.operators.subscription_ops import SubscriptionOperator, connection_passwords, with_store
 from airflow_provider_rowfilter.operators.task_errors import clear_errors, in_airflow_terms
 
 if TYPE_CHECKING:

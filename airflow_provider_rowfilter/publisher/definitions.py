@@ -50,7 +50,7 @@ def load_definitions(spec: SubscriptionSpec, publisher: psycopg.Connection) -> D
 def definitions_after(spec: SubscriptionSpec, publisher: psycopg.Connection, current: Definitions,
                       statements: str) -> Definitions:
     """What the subscription would receive after ``statements`` (``ALTER PUBLICATION …``, as a publications file
-    holds them) on top of ``current``: applied with PostgreSQL's rules and refusals (core/publication_ddl.py),
+    holds them) on top of ``current``: applied with PostgreSQL's rules and refusals (core/publication/ddl.py),
     never run on the publisher."""
     skip = spec.on_invalid_table == "skip"
     with table_refusals() if skip else nullcontext():

@@ -1,7 +1,7 @@
 """What-if before an ALTER PUBLICATION: how many rows of each table would enter and leave, without writing.
 
 The statement is applied to the subscription's current definitions with PostgreSQL's rules (the publications
-file's parser, core/publication_ddl.py: what PostgreSQL refuses is refused, with its message), never run on the
+file's parser, core/publication/ddl.py: what PostgreSQL refuses is refused, with its message), never run on the
 publisher. Each table's rows are then judged by the publisher itself, once, in one READ ONLY snapshot: the initial
 copy's filter before (the OR of the publications' row filters, as tablesync.c ``fetch_remote_table_info`` reads
 them) and after. A row enters when it satisfies the new filter and not the old; it leaves when it satisfies the old

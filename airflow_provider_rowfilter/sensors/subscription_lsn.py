@@ -84,7 +84,7 @@ class SubscriptionLsnSensor(BaseSensorOperator):
 
             if not self.publisher_conn_id:
                 raise AirflowFailException(f"{self.task_id}: at= needs publisher_conn_id=")
-            at = parse_at(self.at)  # type: ignore[arg-type]  # not None: lsn is None
+            at = parse_at(self.at)  # not None: lsn is None
             endpoint = SubscriptionRelHook.endpoint(self.publisher_conn_id, "publisher")
             with endpoint.connect(application_name="rowfilter:sensor") as conn:
                 position = committed_position(conn, at, deadline=None)

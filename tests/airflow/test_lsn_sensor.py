@@ -9,9 +9,9 @@ import psycopg
 import pytest
 import yaml
 
-from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.core.lsn import parse_lsn
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
+from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.sensors.subscription_lsn import SubscriptionLsnSensor

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_rowfilter.apply.schema_follow import PublisherColumn, SchemaChangeError, plan_changes, widens
-from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
+from airflow_provider_rowfilter.core.relation import TableName
+from airflow_provider_rowfilter.flows.apply.schema_follow import PublisherColumn, SchemaChangeError, plan_changes, widens
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTarget, TargetColumn
 
 T = TableName("public", "t")
@@ -107,8 +107,8 @@ def test_a_partitioned_target_is_left_to_stop():
 def test_the_definitions_follow_a_rename_as_postgresqls_stored_filter_does():
     import sqlglot
 
-    from airflow_provider_rowfilter.apply.schema_follow import renamed_rules
     from airflow_provider_rowfilter.core.apply.plan import EpochRules
+    from airflow_provider_rowfilter.flows.apply.schema_follow import renamed_rules
 
     rules = EpochRules(frozenset({"insert", "update"}), {"insert": sqlglot.parse_one("n > 50 AND abs(n) < 90 AND s <> 'n'"),
                                                          "update": None}, ("k", "n"), {"n": "integer", "s": "text"})

@@ -18,9 +18,9 @@ import pytest
 import yaml
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.flows.apply.drain import apply
-from airflow_provider_rowfilter.apply.schema_follow import SchemaChangeError
 from airflow_provider_rowfilter.cli.status import status
+from airflow_provider_rowfilter.flows.apply.drain import apply
+from airflow_provider_rowfilter.flows.apply.schema_follow import SchemaChangeError
 from airflow_provider_rowfilter.subscriber.state import StateReader
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTargetError
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres

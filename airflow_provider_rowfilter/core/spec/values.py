@@ -33,6 +33,13 @@ INVALID_TABLE_POLICIES: tuple[str, ...] = get_args(InvalidTablePolicy)
 #: apply, reading it through our unfiltered capture publications; ``auto`` source where it can.
 Filtering = Literal["auto", "source", "spark"]
 FILTERING_MODES: tuple[str, ...] = get_args(Filtering)
+#: What the apply does with a schema change on the publisher that a batch's relations show (the spec's
+#: ``schema_changes``): ``stop`` stops the batch until the subscriber's table is changed by hand (PostgreSQL's
+#: behaviour, which replicates no DDL); ``follow`` applies it to the subscriber's table in the batch's
+#: transaction (a column added, renamed, widened; a dropped column is kept); ``follow_drops`` also drops the
+#: columns dropped on the publisher (apply/schema_follow.py).
+SchemaChanges = Literal["stop", "follow", "follow_drops"]
+SCHEMA_CHANGES: tuple[str, ...] = get_args(SchemaChanges)
 #: pgoutput filters rows (and projects column lists) from PostgreSQL 15 (pgoutput_row_filter in
 #: src/backend/replication/pgoutput/pgoutput.c).
 SOURCE_FILTERING_VERSION = 150000
@@ -66,6 +73,10 @@ EXPECTED = {
     "filtering": (f"is not one of {', '.join(FILTERING_MODES)}",
                   "auto (the publisher filters when it is PostgreSQL 15+ and the definitions come from its catalog), "
                   "source or spark"),
+    "schema_changes": (f"is not one of {', '.join(SCHEMA_CHANGES)}",
+                       "stop (PostgreSQL's behaviour: a batch stops until you change the subscriber's table), follow "
+                       "(columns added, renamed or widened on the publisher follow in the batch) or follow_drops "
+                       "(follow, and drop the columns dropped on the publisher)"),
     "reconcile": ("is not true or false", "write reconcile: true (refresh repairs in place a table whose copy filter "
                   "or column list changed) or reconcile: false (PostgreSQL's behaviour), without quotes"),
     "spark_conf": ("is not a mapping of Spark settings",

@@ -17,13 +17,6 @@ from dataclasses import dataclass, field
 
 import psycopg
 
-from airflow_provider_rowfilter.flows.apply.schema_follow import (
-    PublisherColumn,
-    SchemaChange,
-    plan_all,
-    read_publisher_columns,
-    renamed_rules,
-)
 from airflow_provider_rowfilter.change_log.log import ChangeLog, Segment
 from airflow_provider_rowfilter.change_log.segment_reader import (
     segment_counts,
@@ -41,6 +34,13 @@ from airflow_provider_rowfilter.core.publication.state import changes, drift_err
 from airflow_provider_rowfilter.core.relation import TableName
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult, batch_span
+from airflow_provider_rowfilter.flows.apply.schema_follow import (
+    PublisherColumn,
+    SchemaChange,
+    plan_all,
+    read_publisher_columns,
+    renamed_rules,
+)
 from airflow_provider_rowfilter.publisher.catalog_reader import read_publication_state, table_names, tables_present
 from airflow_provider_rowfilter.subscriber.apply_target import ApplyTarget, read_target
 from airflow_provider_rowfilter.subscriber.state import APPLIED, RelState, StateStore, SubscriptionRow
@@ -250,7 +250,7 @@ def _check_publications(spec: SubscriptionSpec, epochs: Epochs, span: str,
     would; when not, the batch stops untouched.
 
     ``renamed``: the columns ``schema_changes: follow`` renamed since that refresh (table, old, new), which the
-    publisher's stored filters and column lists follow (core/publication_state.py ``renamed_state``).
+    publisher's stored filters and column lists follow (core/publication/state.py ``renamed_state``).
 
     :raises PublicationChangedError: naming each publication and table and what changed.
     """

@@ -18,7 +18,6 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter import faults
-from airflow_provider_rowfilter.flows.apply.schema_follow import run_changes
 from airflow_provider_rowfilter.connection import primary_message
 from airflow_provider_rowfilter.core.apply.plan import TargetPlan
 from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
@@ -30,6 +29,7 @@ from airflow_provider_rowfilter.core.sync_state import SyncState
 from airflow_provider_rowfilter.flows.apply.batch_plan import BatchPlan
 from airflow_provider_rowfilter.flows.apply.reducers import Staged
 from airflow_provider_rowfilter.flows.apply.result import ApplyResult
+from airflow_provider_rowfilter.flows.apply.schema_follow import run_changes
 from airflow_provider_rowfilter.subscriber import conflicts, replication_origin
 from airflow_provider_rowfilter.subscriber.apply_stage import STAGE, clear_stage, stage_more
 from airflow_provider_rowfilter.subscriber.apply_target import (

@@ -3,7 +3,7 @@
 PostgreSQL replicates no DDL; its apply worker stops at a relation the subscriber's table does not
 match (relation.c ``logicalrep_rel_open``: "missing replicated column"). pgoutput sends a RELATION
 message before the first change after a schema change (pgoutput.c ``maybe_send_schema``), so the
-change log's segments record, in stream order, each shape a table had (core/relation_checks.py
+change log's segments record, in stream order, each shape a table had (core/apply/relation_checks.py
 ``RelationSpan``). With ``follow`` the batch plan compares them with the subscriber's table
 (:func:`plan_changes`) and the batch's one transaction runs the DDL before it applies the changes
 (:func:`run_changes`, apply/batch_transaction.py), so the DDL and the rows commit together or not at all:
@@ -35,10 +35,10 @@ import psycopg
 from psycopg import sql
 
 from airflow_provider_rowfilter.core.apply.plan import EpochRules
+from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.core.lsn import format_lsn, parse_lsn
 from airflow_provider_rowfilter.core.relation import TableName
-from airflow_provider_rowfilter.core.apply.relation_checks import RelationSpan
 from airflow_provider_rowfilter.identifiers import table_sql
 from airflow_provider_rowfilter.subscriber.target_table import ApplyTarget, TargetColumn, read_target
 
@@ -354,10 +354,10 @@ def plan_all(mode: str, targets: Mapping[int, ApplyTarget], leaves_of: Mapping[i
         return cached[oid]
 
     found: dict[int, list[SchemaChange]] = {}
-    for index, target in list(targets.items()):  # type: ignore[union-attr]
+    for index, target in list(targets.items()):
         shaped, changes = plan_changes(mode, target, leaves_of[index], positions[index], spans, read)
         if changes:
-            targets[index] = shaped  # type: ignore[index]
+            targets[index] = shaped
             found[index] = changes
     return found
 
