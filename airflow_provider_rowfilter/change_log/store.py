@@ -46,6 +46,7 @@ from airflow_provider_rowfilter.change_log.log import (
 )
 from airflow_provider_rowfilter.change_log.segment_reader import read_metadata
 from airflow_provider_rowfilter.core.lsn import format_lsn
+from airflow_provider_rowfilter.core.spec.environment import environment
 from airflow_provider_rowfilter.core.spec.log_location import LogLocation, parse_location
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 
@@ -304,7 +305,7 @@ def _filesystem(location: LogLocation, environ: Mapping[str, str] | None = None)
     assert location.url is not None
     environ = os.environ if environ is None else environ
     if location.scheme != "s3":
-        with _environment(environ):
+        with environment(environ):
             return pafs.FileSystem.from_uri(location.url)
     timeout = float(environ.get(TIMEOUT_ENV) or DEFAULT_TIMEOUT)
     endpoint = environ.get("AWS_ENDPOINT_URL_S3") or environ.get("AWS_ENDPOINT_URL") or None
@@ -359,29 +360,12 @@ class StoreAccess:
         """pyarrow's filesystem of the store (keys: the path within it, ``bucket/prefix/name``), with the carried
         variables in this process's environment while it is used (a GCS or Azure client may read them late)."""
         values = dict(self.environment)
-        with _environment(values):
+        with environment(values):
             yield _filesystem(parse_location(self.url, "the change log"), {**os.environ, **values})[0]
 
     def key(self, url: str) -> str:
         """An object's key in :meth:`filesystem` from its URL (``s3://bucket/p/x`` → ``bucket/p/x``)."""
         return parse_location(url, "a change-log segment").path
-
-
-@contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment while a filesystem is made (pyarrow's GCS and Azure clients read
-    their credentials there when they are made), then as before."""
-    changed = {k: v for k, v in values.items() if os.environ.get(k) != v}
-    saved = {k: os.environ.get(k) for k in changed}
-    os.environ.update(changed)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 _CREDENTIALS_HINT = ("check the store is reachable and the credentials in the environment of the capture and the apply "

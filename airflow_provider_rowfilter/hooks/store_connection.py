@@ -15,9 +15,7 @@ them there). The ``rowfilter`` command takes the same connection (the spec's ``c
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -58,18 +56,3 @@ def store_environment(conn_id: str, get_connection: Callable[[str], Any] | None 
                         hint=f"use a connection of type {', '.join(STORE_CONN_TYPES)}, or leave change_log_conn_id "
                         "out and give the workers the store's credentials in their environment")
     return {k: str(v) for k, v in values.items() if v}
-
-
-@contextmanager
-def environment(values: Mapping[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment while the block runs (the task's own run), then as before."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

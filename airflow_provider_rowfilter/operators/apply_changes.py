@@ -189,9 +189,9 @@ class ApplyChangesOperator(RowFilterJobOperator):
         # Imported here: a DAG file that declares the operator loads none of the apply's code (nor numpy and
         # pyarrow with it) when the scheduler parses it.
         from airflow_provider_rowfilter.connection import in_task, is_transient
+        from airflow_provider_rowfilter.core.spec.environment import environment
         from airflow_provider_rowfilter.flows.apply.drain import apply
         from airflow_provider_rowfilter.flows.spark_on_demand import SparkNeeded
-        from airflow_provider_rowfilter.hooks.store_connection import environment
 
         bound, budget = self._max_changes(), self._time_budget()
         try:

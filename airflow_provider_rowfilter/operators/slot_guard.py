@@ -56,8 +56,8 @@ class SlotGuardOperator(SubscriptionOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         # Imported here: a DAG file that declares the operator loads none of the capture's code (nor pyarrow).
         from airflow_provider_rowfilter.connection import is_transient
+        from airflow_provider_rowfilter.core.spec.environment import environment
         from airflow_provider_rowfilter.flows.slot_guard import guard_slot
-        from airflow_provider_rowfilter.hooks.store_connection import environment
 
         resolved = self.resolve()
         name = resolved.spec.subscription

@@ -174,8 +174,8 @@ class DropSubscriptionOperator(SubscriptionOperator):
 
     @clear_errors
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_provider_rowfilter.core.spec.environment import environment
         from airflow_provider_rowfilter.flows.drop import drop
-        from airflow_provider_rowfilter.hooks.store_connection import environment
 
         resolved = with_store(self.resolve(), self.change_log_conn_id, self.task_id)
         name = resolved.spec.subscription
