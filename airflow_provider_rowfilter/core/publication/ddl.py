@@ -40,7 +40,7 @@ from airflow_provider_rowfilter.core.publication.model import (
     PublishedTable,
 )
 from airflow_provider_rowfilter.core.publication.script_excerpt import STATEMENT_WORDS, quoting_only_sql
-from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, RelKind, TableName
+from airflow_provider_rowfilter.core.relation import SYSTEM_COLUMNS, Relation, RelKind, TableName
 
 #: Set by :func:`table_refusals`: a table's refused row filter is kept on its entry instead of raised.
 _DEFER_FILTER_ERRORS: ContextVar[bool] = ContextVar("defer_filter_errors", default=False)
@@ -155,6 +155,17 @@ def _boolean(key: str, value: str | None) -> bool:
 
 
 # --- objects ----------------------------------------------------------------------------------------
+def _open_table(table: exp.Expr, pub: Publication, catalog: PublisherCatalog) -> Relation:
+    """A table a statement names, as publicationcmds.c ``OpenTableList`` opens it (``relation does not exist``)."""
+    schema = identifier_name(table.args.get("db")) or None
+    name = identifier_name(table.this)
+    rel = catalog.resolve(schema, name)
+    if rel is None:
+        qualified = f"{schema}.{name}" if schema else name
+        raise PublicationError(f'relation "{qualified}" does not exist', publication=pub.name)
+    return rel
+
+
 def _table_entries(
     specs: list[exp.Expr], pub: Publication, catalog: PublisherCatalog, *, dropping: bool = False
 ) -> list[PublishedTable]:
@@ -163,13 +174,7 @@ def _table_entries(
     for spec in specs:
         if not isinstance(spec, PublicationTableSpec):
             continue
-        table = spec.this
-        schema = identifier_name(table.args.get("db")) or None
-        name = identifier_name(table.this)
-        rel = catalog.resolve(schema, name)
-        if rel is None:
-            qualified = f"{schema}.{name}" if schema else name
-            raise PublicationError(f'relation "{qualified}" does not exist', publication=pub.name)
+        rel = _open_table(spec.this, pub, catalog)
         where = spec.args.get("where")
         columns = spec.args.get("columns")
         if dropping and columns is not None:
@@ -268,13 +273,7 @@ def _except_tables(specs: list[exp.Expr], pub: Publication, catalog: PublisherCa
     for spec in specs:
         if not isinstance(spec, PublicationExceptSpec):
             continue
-        table = spec.this
-        schema = identifier_name(table.args.get("db")) or None
-        name = identifier_name(table.this)
-        rel = catalog.resolve(schema, name)
-        if rel is None:
-            qualified = f"{schema}.{name}" if schema else name
-            raise PublicationError(f'relation "{qualified}" does not exist', publication=pub.name)
+        rel = _open_table(spec.this, pub, catalog)
         members = [rel.name] + ([] if spec.args.get("only") or rel.is_partitioned else list(rel.inheritance_children))
         names += [m for m in members if m not in names]
     for member in names:
