@@ -71,14 +71,11 @@ def _params(command: str, words: list[str]) -> str:
     if command == "skip":
         lsn = _option(words, "--lsn")
         return f"lsn = {lsn}" if lsn else "lsn = the finish LSN"
+    named = _tables(words)
     if command == "resync":
-        tables = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--table"]
-        named = [t for t in tables if t != "T" and not t.startswith("<")]
         listed = f"tables = {named!r}".replace("'", '"') if named else "tables = the table(s)"
         return f"{listed}, confirm_empty = true (it empties them)"
     if command in ("reconcile", "verify"):
-        tables = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--table"]
-        named = [t for t in tables if t != "T" and not t.startswith("<")]
         return (f"tables = {named!r}".replace("'", '"') if named else "") + (
             (", " if named else "") + "dry_run = true" if "--dry-run" in words else "")
     if command == "refresh":
@@ -86,6 +83,12 @@ def _params(command: str, words: list[str]) -> str:
     if command == "drop":
         return "confirm = the subscription's name" + (", keep_slot = true" if "--keep-slot" in words else "")
     return ""
+
+
+def _tables(words: list[str]) -> list[str]:
+    """The tables a command's ``--table`` options name, without a hint's placeholders (``T``, ``<table>``)."""
+    return [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--table" and words[i + 1] != "T"
+            and not words[i + 1].startswith("<")]
 
 
 def _option(words: list[str], name: str) -> str | None:
