@@ -12,6 +12,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow_provider_rowfilter.core.errors import RowFilterError
 from airflow_provider_rowfilter.hooks.subscription_rel import SubscriptionRelHook
 from airflow_provider_rowfilter.subscriber.applied_position import check_applied
+from airflow_provider_rowfilter.triggers.subscription_rel import unreadable_state
 
 
 class SubscriptionLsnTrigger(BaseTrigger):
@@ -49,10 +50,7 @@ class SubscriptionLsnTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "message": str(e), "retryable": False})
                 return
             except psycopg.Error as e:
-                message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                yield TriggerEvent({"status": "error", "retryable": True,
-                                    "message": f"cannot read the state of subscription {self.subscription!r} "
-                                    f"from {self.subscriber_conn_id!r}: {message}"})
+                yield unreadable_state(self.subscription, self.subscriber_conn_id, e)
                 return
             if progress.error:
                 yield TriggerEvent({"status": "error", "message": progress.error, "retryable": False})

@@ -66,10 +66,7 @@ class SubscriptionRelTrigger(BaseTrigger):
                 yield TriggerEvent({"status": "error", "message": str(e), "retryable": False})
                 return
             except psycopg.Error as e:
-                message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                yield TriggerEvent({"status": "error", "retryable": True,
-                                    "message": f"cannot read the state of subscription {self.subscription!r} "
-                                    f"from {self.subscriber_conn_id!r}: {message}"})
+                yield unreadable_state(self.subscription, self.subscriber_conn_id, e)
                 return
             if progress.error:
                 yield TriggerEvent({"status": "error", "message": progress.error, "retryable": False,
@@ -81,3 +78,10 @@ class SubscriptionRelTrigger(BaseTrigger):
             self.log.info("Subscription %s: waiting for %s to reach %r", self.subscription,
                           ", ".join(f"{t} ({progress.states[t]})" for t in progress.waiting), target.value)
             await asyncio.sleep(self.poke_interval)
+
+
+def unreadable_state(subscription: str, conn_id: str, e: psycopg.Error) -> TriggerEvent:
+    """The event of a wait that could not read the subscriber's state: retryable (the server may come back)."""
+    message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return TriggerEvent({"status": "error", "retryable": True,
+                         "message": f"cannot read the state of subscription {subscription!r} from {conn_id!r}: {message}"})
