@@ -199,11 +199,19 @@ def origin_capacity_warning(sub: psycopg.Connection) -> str | None:
     dropped subscription keeps its state. Warned from 80 % (8 of the default 10).
     """
     setting = "max_active_replication_origins" if sub.info.server_version >= 180000 else "max_replication_slots"
-    row = sub.execute(f"SELECT current_setting('{setting}')::int, (SELECT count(*) FROM pg_replication_origin_status), "
-                      "(SELECT count(*) FROM pg_replication_origin), (SELECT array_agg(roname ORDER BY roname) FROM "
-                      "pg_replication_origin WHERE roname LIKE 'rowfilter\\_%')").fetchone()
+    row = sub.execute(f"SELECT current_setting('{setting}')::int, (SELECT count(*) FROM pg_replication_origin), "
+                      "(SELECT array_agg(roname ORDER BY roname) FROM pg_replication_origin WHERE roname LIKE "
+                      "'rowfilter\\_%'), has_table_privilege('pg_catalog.pg_replication_origin_status', 'SELECT')"
+                      ).fetchone()
     assert row is not None
-    limit, tracked, created, ours = row[0], row[1], row[2], list(row[3] or [])
+    limit, created, ours, may_read_status = row[0], row[1], list(row[2] or []), row[3]
+    # system_views.sql revokes pg_replication_origin_status from PUBLIC: a role without the grant counts the
+    # origins it can see (the catalog), which is what holds a state once each applies.
+    tracked = created
+    if may_read_status:
+        counted = sub.execute("SELECT count(*) FROM pg_catalog.pg_replication_origin_status").fetchone()
+        assert counted is not None
+        tracked = counted[0]
     used = max(tracked, created)
     if limit <= 0 or used < max(limit - 2, -(-limit * 8 // 10)):
         return None

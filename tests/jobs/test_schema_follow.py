@@ -11,6 +11,7 @@ cluster) and a 15 one (Debian's, or ``$ROWFILTER_PG15_BIN_DIR``; started for thi
 from __future__ import annotations
 
 import json
+import re
 import signal
 
 import psycopg
@@ -79,7 +80,7 @@ def test_columns_added_between_changes_follow_in_the_batch_beside_native(dbs, sp
     result = apply(spec, max_changes=100_000, spark=spark)
     assert result.batch_id is not None
     texts = result.schema_changes
-    assert len(texts) == 2 and texts[0].startswith("public.t: added column extra (integer) at 0/"), texts
+    assert len(texts) == 2 and re.match(r"public\.t: added column extra \(integer\) at [0-9A-F]+/[0-9A-F]+$", texts[0]), texts
     assert texts[1].startswith("public.t: added column note (text) at"), texts
     _same(dbs, native)
     assert "(5,0,t5,7,)" in table_rows(dbs.ours, "t")  # a row the batch never touched: the publisher's default
@@ -126,7 +127,7 @@ def test_types_widened_follow_and_a_narrowing_stops(dbs, spark, tmp_path):
     with pytest.raises(SchemaChangeError) as caught:
         apply(spec, max_changes=100_000, spark=spark)
     text = str(caught.value)
-    assert 'column "v" changed from text to character varying(3) at 0/' in text, text
+    assert re.search(r'column "v" changed from text to character varying\(3\) at [0-9A-F]+/', text), text
     assert "ALTER TABLE public.t ALTER COLUMN v TYPE character varying(3)" in text, text
     assert frozen(dbs, spec) == before
 
