@@ -19,6 +19,7 @@ import pytest
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from tests.pg_versions import pg16_bin_dir, pg17_bin_dir
 from tests.reaper import reaped
+from tests.replication_origins import drop_origins
 from tests.roles import ROLES, PasswordRole
 from tests.s3_server import S3Server, s3_server
 
@@ -125,21 +126,6 @@ def fresh_db(local_pg: LocalPostgres, request: pytest.FixtureRequest) -> Iterato
     for name in reversed(created):
         local_pg.drop_database(name)
     drop_origins(local_pg)
-
-
-def drop_origins(pg: LocalPostgres) -> None:
-    """Drop the replication origins our applies made (subscriber/replication_origin.py): they belong to the cluster,
-    not to the test's databases, and each holds one of its max_active_replication_origins states until dropped, as
-    a native subscription's does until DROP SUBSCRIPTION."""
-    import psycopg
-
-    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
-        for (name,) in conn.execute("SELECT roname FROM pg_replication_origin WHERE roname LIKE 'rowfilter\\_%'"
-                                    ).fetchall():
-            try:
-                conn.execute("SELECT pg_replication_origin_drop(%s)", (name,))
-            except psycopg.errors.ObjectInUse:
-                pass  # a job of the test still runs (its process is being stopped): the next test drops it
 
 
 @pytest.fixture(scope="session")

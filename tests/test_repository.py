@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import configparser
 import re
 from collections.abc import Iterator
@@ -90,3 +91,27 @@ def test_a_type_ignore_stands_only_where_mypy_looks() -> None:
     wrong = [str(p.relative_to(ROOT)) for p in _sources() if p.suffix == ".py" and _IGNORE.search(p.read_text())
              and not any(p == c or c in p.parents for c in checked)]
     assert wrong == []
+
+
+def _imports_of_tests(source: str) -> list[str]:
+    """The modules of tests/ a source imports that are test modules or conftests (never to be shared)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+            [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        found += [n for n in names if n.startswith("tests.") and re.match(r"(test_|conftest$)", n.rsplit(".", 1)[-1])]
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """What tests share lives in a helper module beside them (tests/jobs/conflict_counts.py, tests/airflow/support.py),
+    so that running one module never runs or imports another's tests and fixtures."""
+    wrong = [f"{p.relative_to(ROOT)}: {name}" for p in sorted((ROOT / "tests").rglob("*.py"))
+             for name in _imports_of_tests(p.read_text())]
+    assert wrong == []
+
+
+def test_an_import_of_a_test_module_is_caught() -> None:
+    assert _imports_of_tests("from tests.jobs.test_apply_drain import BATCH\nimport tests.airflow.conftest\n"
+                             "from tests.jobs.drain_scenario import BATCH") == ["tests.jobs.test_apply_drain",
+                                                                              "tests.airflow.conftest"]

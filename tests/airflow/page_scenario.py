@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 
 from airflow_provider_rowfilter.subscriber.state import StateStore
-from tests.airflow.conftest import StateDb, conn_env
+from tests.airflow.support import StateDb, conn_env
 
 #: The conflict the broken subscription records: markup in it must be shown as text.
 CONFLICT_LSN = "0/1A2B3C8"

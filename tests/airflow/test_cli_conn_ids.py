@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 
 from tests.airflow.cluster import Cluster
-from tests.airflow.conftest import REPO, conn_env
+from tests.airflow.support import REPO, conn_env
 from tests.s3_server import REGION, S3Server
 
 

@@ -32,7 +32,7 @@ from airflow_provider_rowfilter.dag_factory import (
 from airflow_provider_rowfilter.subscriber.state import StateStore
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, Cluster
-from tests.airflow.conftest import REPO
+from tests.airflow.support import REPO
 
 DAGS = REPO / "dags"
 

@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_rowfilter.core.errors import SpecError
 from airflow_provider_rowfilter.dag_factory import build_dags
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
-from tests.airflow.conftest import REPO
+from tests.airflow.support import REPO
 
 SPEC = """\
 subscription: alerts

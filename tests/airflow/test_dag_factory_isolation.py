@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_rowfilter.dag_factory import DAG_KINDS, dags_from_folder
-from tests.airflow.conftest import REPO
+from tests.airflow.support import REPO
 
 VALID = b"""\
 subscription: team_a

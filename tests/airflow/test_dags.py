@@ -20,10 +20,9 @@ import pytest
 from airflow_provider_rowfilter.dag_factory import DAG_KINDS
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
 from tests.airflow.cluster import CHANGES, PUBLICATIONS, TABLES, Cluster
-from tests.airflow.conftest import REPO, StateDb
+from tests.airflow.support import REPO, TEST_DAGS, StateDb
 
 DAGS = REPO / "dags"
-TEST_DAGS = Path(__file__).with_name("dags")
 SPARK = json.dumps({"conn_type": "spark", "host": "local[2]"})
 
 

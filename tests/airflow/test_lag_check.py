@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_rowfilter.operators.metrics import apply_metrics
 from airflow_provider_rowfilter.operators.subscription_lag import SubscriptionLagCheckOperator
-from tests.airflow.conftest import StateDb, StatsdReceiver
+from tests.airflow.support import StateDb, StatsdReceiver
 
 
 @pytest.fixture

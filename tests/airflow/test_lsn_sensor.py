@@ -16,7 +16,7 @@ from airflow_provider_rowfilter.jobs.refresh import refresh
 from airflow_provider_rowfilter.jobs.snapshot import sync_tables
 from airflow_provider_rowfilter.sensors.subscription_lsn import SubscriptionLsnSensor
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
-from tests.airflow.test_dags import TEST_DAGS
+from tests.airflow.support import TEST_DAGS
 
 TABLES = "CREATE TABLE t1 (id int PRIMARY KEY, v int); CREATE TABLE t2 (id int PRIMARY KEY, note text);"
 

@@ -30,7 +30,6 @@ from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
 from airflow_provider_rowfilter.operators.refresh_publication import RefreshPublicationOperator
 from airflow_provider_rowfilter.operators.rowfilter_job import RowFilterJobOperator
 from airflow_provider_rowfilter.operators.snapshot_copy import SnapshotCopyOperator
-from tests.airflow.conftest import StatsdReceiver
 from tests.airflow.operator_databases import (
     PUB_PASSWORD,
     SUB_PASSWORD,
@@ -38,6 +37,7 @@ from tests.airflow.operator_databases import (
     operator_databases,
     postgres_conn,
 )
+from tests.airflow.support import StatsdReceiver
 from tests.roles import PUBLISHER, SUBSCRIBER, PasswordRole
 
 PACKAGE_DIR = Path(airflow_provider_rowfilter.__file__).resolve().parent

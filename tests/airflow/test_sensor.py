@@ -14,7 +14,7 @@ from airflow.sdk.module_loading import import_string
 
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.triggers.subscription_rel import SubscriptionRelTrigger
-from tests.airflow.conftest import StateDb
+from tests.airflow.support import StateDb
 
 
 def sensor(db: StateDb, **kwargs: Any) -> SubscriptionRelSensor:

@@ -14,8 +14,8 @@ import shutil
 import time
 from pathlib import Path
 
-from tests.airflow.conftest import REPO
 from tests.airflow.scheduler import running_airflow
+from tests.airflow.support import REPO
 
 SPEC = """\
 subscription: live

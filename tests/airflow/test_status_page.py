@@ -23,9 +23,9 @@ import pytest
 
 from airflow_provider_rowfilter.operators.replication_link import ReplicationPageLink
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
-from tests.airflow.conftest import REPO, StateDb
 from tests.airflow.page_scenario import CONFLICT_LSN, PageScenario, page_scenario
 from tests.airflow.scheduler import running_airflow
+from tests.airflow.support import REPO, StateDb
 from tests.browser import browser, chromium
 
 # Runs in its own process: Airflow's app reads its configuration (the auth manager, the plugins) once.

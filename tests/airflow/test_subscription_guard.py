@@ -11,7 +11,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_rowfilter.operators.apply_changes import ApplyChangesOperator
 from airflow_provider_rowfilter.subscriber.state import StateStore
-from tests.airflow.conftest import StateDb
+from tests.airflow.support import StateDb
 
 
 def apply(subscriber_conn_id: str, publisher_conn_id: str, subscription: str = "s1") -> ApplyChangesOperator:

@@ -22,7 +22,7 @@ from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.flows.verify.verify import verify
 from airflow_provider_rowfilter.operators.reconcile_tables import ReconcileTablesOperator
 from airflow_provider_rowfilter.operators.verify_tables import VerifyTablesOperator
-from tests.airflow.conftest import StatsdReceiver
+from tests.airflow.support import StatsdReceiver
 
 PUBLISHER = """
 CREATE TABLE t1 (a int PRIMARY KEY, b text);

@@ -11,7 +11,7 @@ from airflow_provider_rowfilter.change_log.segment_schema import SCHEMA
 from airflow_provider_rowfilter.change_log.segment_writer import SegmentWriter
 from airflow_provider_rowfilter.change_log.store import ObjectStoreLog, open_change_log
 from airflow_provider_rowfilter.core.spec.subscription import SubscriptionSpec
-from tests.change_log.test_log import T1, TS_US, fetch, insert, tup
+from tests.change_log.log_messages import T1, TS_US, fetch, insert, tup
 
 
 def spec_on(url: str) -> SubscriptionSpec:

@@ -22,8 +22,8 @@ from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.subscriber import change_by_change
 from airflow_provider_rowfilter.subscriber.apply_target import ConflictError
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
+from tests.jobs.conflict_counts import TABLE, execute, native_count, ours_count
 from tests.jobs.databases import apply_path
-from tests.jobs.test_unique_conflicts import TABLE, execute, native_count, ours_count
 
 ROWS = "SELECT w::text FROM w ORDER BY id"
 

@@ -40,8 +40,8 @@ from tests.jobs.apply_scenario import (
 )
 from tests.jobs.databases import FILTERING_MODES, names, run_ours
 from tests.jobs.differential_cases import DOC_PUBLISHER, DOC_STEPS, DOC_TABLES
-from tests.jobs.test_apply_drain import BATCH, backlog
-from tests.jobs.test_apply_drain import PUBLISHER as DRAIN_PUBLISHER
+from tests.jobs.drain_scenario import BATCH, backlog
+from tests.jobs.drain_scenario import PUBLISHER as DRAIN_PUBLISHER
 
 
 @pytest.fixture

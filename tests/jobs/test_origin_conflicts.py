@@ -24,8 +24,8 @@ from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.subscriber.replication_origin import origin_name
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
-from tests.conftest import drop_origins
-from tests.jobs.test_unique_conflicts import execute, native_count, ours_count
+from tests.jobs.conflict_counts import execute, native_count, ours_count
+from tests.replication_origins import drop_origins
 
 TABLE = "CREATE TABLE o (id int PRIMARY KEY, v text); CREATE TABLE k (a int, b text);"
 COUNTED = ("confl_update_origin_differs", "confl_delete_origin_differs")

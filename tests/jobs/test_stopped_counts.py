@@ -18,7 +18,7 @@ from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.subscriber.apply_target import ConflictError
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
-from tests.jobs.test_unique_conflicts import execute, native_count, ours_count
+from tests.jobs.conflict_counts import execute, native_count, ours_count
 
 TABLE = "CREATE TABLE s (id int PRIMARY KEY, v text);"
 

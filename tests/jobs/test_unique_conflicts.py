@@ -18,32 +18,8 @@ from airflow_provider_rowfilter.flows.apply.drain import apply
 from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.subscriber.apply_target import ConflictError
 from airflow_provider_rowfilter.tooling.native import NativeSubscription
+from tests.jobs.conflict_counts import TABLE, execute, native_count, ours_count
 from tests.jobs.databases import apply_path
-
-TABLE = "CREATE TABLE w (id int PRIMARY KEY, u int UNIQUE, v text);"
-
-
-def execute(dsn: str, *statements: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def native_count(dsn: str, name: str, column: str, at_least: int = 1, timeout: float = 60) -> int:
-    deadline = time.monotonic() + timeout
-    while True:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            n = conn.execute(f"SELECT {column} FROM pg_stat_subscription_stats WHERE subname = %s", (name,)).fetchone()[0]
-        if n >= at_least:
-            return n
-        assert time.monotonic() < deadline, f"{name}: {column} = {n} after {timeout} s"
-        time.sleep(0.2)
-
-
-def ours_count(dsn: str, spec: SubscriptionSpec, column: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(f"SELECT {column} FROM rowfilter.subscription_stats WHERE subname = %s",
-                            (spec.subscription,)).fetchone()[0]
 
 
 def test_a_row_existing_in_other_unique_indexes_stops_as_postgresql_18_stops(fresh_db, tmp_path):

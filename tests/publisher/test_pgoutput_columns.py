@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_rowfilter.change_log.log import ChangeLogError
 from airflow_provider_rowfilter.core.pgoutput import (
     Begin,
     Commit,
@@ -28,7 +27,6 @@ from airflow_provider_rowfilter.core.pgoutput import (
 )
 from airflow_provider_rowfilter.core.relation import ReplicaIdentity
 from airflow_provider_rowfilter.publisher import pgoutput_columns
-from airflow_provider_rowfilter.publisher.image_arrays import image_arrays
 from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     Irregular,
     decode_changes_native,
@@ -37,6 +35,7 @@ from airflow_provider_rowfilter.publisher.pgoutput_columns import (
     message_buffer,
 )
 from tests.pgoutput_messages import EDGE_CASES, encode, oid_, tuples
+from tests.publisher.decoders import both_decoders
 
 # --- many change messages at once (publisher/pgoutput_columns.py) -------------------------------------------
 
@@ -118,36 +117,18 @@ def test_the_c_decoder_is_built_where_a_compiler_is():
     from airflow_provider_rowfilter.publisher import _pgoutput_native  # noqa: F401
 
 
-def _both(raw: list[bytes]):
-    """Each decoder's result as comparable arrays, or "irregular"."""
-    buffer, starts, ends = message_buffer(raw)
-    out = []
-    for decode in (decode_changes_native, decode_changes_numpy):
-        try:
-            d = decode(buffer, starts, ends)
-        except Irregular:
-            out.append("irregular")
-            continue
-        try:
-            arrays = [a for image in (d.new, d.old) for a in image_arrays(buffer, image)]
-        except ChangeLogError as e:  # a damaged value that is not UTF-8
-            arrays = [str(e), e.detail]
-        out.append((d.relation_oid.tolist(), d.old_kind.tolist(), arrays))
-    return out
-
-
 @native
 @settings(deadline=None)  # the first example imports the change log's pyarrow
 @given(st.lists(_changes, max_size=25), st.lists(st.integers(0, 2000), max_size=3))
 def test_the_c_decoder_equals_the_numpy_one_on_changes_and_on_damaged_ones(messages, damage):
     raw = [encode(m) for m in messages]
-    native_out, numpy_out = _both(raw)
+    native_out, numpy_out = both_decoders(raw)
     assert native_out == numpy_out
     if raw:
         # Cut, padded or with a byte changed: both call the same messages irregular, or decode them alike.
         i = damage[0] % len(raw) if damage else 0
         for bad in (raw[i][:len(raw[i]) // 2], raw[i] + b"t", raw[i][:-1] + bytes([sum(damage) % 256])):
-            native_out, numpy_out = _both([*raw[:i], bad, *raw[i + 1:]])
+            native_out, numpy_out = both_decoders([*raw[:i], bad, *raw[i + 1:]])
             assert native_out == numpy_out
 
 

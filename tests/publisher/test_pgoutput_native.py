@@ -16,7 +16,7 @@ import pytest
 from airflow_provider_rowfilter.publisher import pgoutput_columns
 from airflow_provider_rowfilter.publisher.pgoutput_columns import Irregular, join_rows, message_buffer
 from tests.pgoutput_messages import EDGE_CASES, encode
-from tests.publisher.test_pgoutput_columns import _both
+from tests.publisher.decoders import both_decoders
 
 pytestmark = pytest.mark.skipif(pgoutput_columns._native is None, reason="the C decoder is not built (no C compiler)")
 
@@ -44,7 +44,7 @@ CRAFTED = {
 @pytest.mark.parametrize("where", ["alone", "among-others", "last"])
 def test_a_crafted_message_gets_the_numpy_decoder_s_answer(data, where):
     raw = {"alone": [data], "among-others": [GOOD, data, GOOD], "last": [GOOD, data]}[where]
-    native, numpy = _both(raw)
+    native, numpy = both_decoders(raw)
     assert native == numpy
     if data not in (CRAFTED["empty-text-values"],):
         assert native == "irregular"

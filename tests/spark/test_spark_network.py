@@ -24,6 +24,7 @@ from airflow_provider_rowfilter.spark.settings import (
     wants_local_dir,
 )
 from tests.attacker import as_root_only, run_as_nobody
+from tests.ports import listening_ports
 
 SASL_REFUSAL = "Expected SaslMessage"  # the server's answer to a request before authenticating
 
@@ -78,7 +79,7 @@ def test_another_os_user_cannot_fetch_a_session_s_blocks_nor_call_its_driver(spa
 @as_root_only
 def test_another_os_user_cannot_call_the_connect_server_s_spark_ports(spark_connect_server):
     grpc_port = int(spark_connect_server.url.rsplit(":", 1)[1])
-    ports = {f"port-{p}": p for p in _listening_ports(spark_connect_server.pid) if p != grpc_port}
+    ports = {f"port-{p}": p for p in listening_ports(spark_connect_server.pid) if p != grpc_port}
     assert len(ports) >= 2, ports  # the driver's RPC and the block manager (the Connect port is the token's)
     out = _attack("127.0.0.1", ports, "rdd_0_0")
     assert out.count(SASL_REFUSAL) == 2 * len(ports), out
@@ -126,22 +127,3 @@ def test_the_scratch_directory_is_given_to_a_local_master_unless_one_is_chosen()
     command = connect_server.server_command(15002)
     settings = dict(command[i + 1].split("=", 1) for i, part in enumerate(command) if part == "--conf")
     assert settings["spark.authenticate"] == "true" and "spark.local.dir" not in settings
-
-
-def _listening_ports(pid: int) -> set[int]:
-    """The TCP ports process ``pid`` listens on (its sockets' inodes in /proc/net/tcp and tcp6)."""
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            target = os.readlink(fd)
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    ports = set()
-    for table in ("tcp", "tcp6"):
-        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    return ports

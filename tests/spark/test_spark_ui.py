@@ -20,7 +20,7 @@ from airflow_provider_rowfilter.spark import connect_server
 from airflow_provider_rowfilter.spark.session import session_conf
 from airflow_provider_rowfilter.spark.settings import ui_settings
 from tests.attacker import REPO, as_root_only, run_as_nobody
-from tests.spark.test_spark_network import _listening_ports
+from tests.ports import listening_ports
 
 # A job's session, built as jobs build theirs (spark/session.py build_session) in a JVM of its own, running one job
 # that sleeps; it says where it listens, waits for a line on stdin, then says whether the job is still running.
@@ -70,7 +70,7 @@ def _attacked(conf: dict[str, str]) -> tuple[dict, dict[str, object], dict, dict
         assert job.stdin is not None and job.stdout is not None
         try:
             before = json.loads(job.stdout.readline())
-            ports = {port: _bound_address(before["jvm"], port) for port in _listening_ports(before["jvm"])}
+            ports = {port: _bound_address(before["jvm"], port) for port in listening_ports(before["jvm"])}
             done = run_as_nobody(ATTACK.format(ports=sorted(ports)), timeout=180)
             assert done.returncode == 0, done.stderr[-3000:]
             job.stdin.write("go\n")
