@@ -34,9 +34,9 @@ def test_progress_counts_the_rows_committed_into_the_staging_table(fresh_db, cap
                 for i in range(3000):
                     copy.write_row((i,))
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not any("3,000 rows copied" in r.message for r in caplog.records):
+        while time.monotonic() < deadline and not any("3,000 rows copied" in r.getMessage() for r in caplog.records):
             time.sleep(0.2)
-    lines = [r.message for r in caplog.records if r.name == PROGRESS_LOGGER]
+    lines = [r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER]
     assert any(line.startswith("public.t: 3,000 rows copied in ") and "75% of ~4,000" in line for line in lines), lines
 
 
@@ -55,9 +55,9 @@ def test_the_progress_thread_connects_with_the_passwords_handed_to_the_task(fres
         with psycopg.connect(dsn, autocommit=True) as writer:
             writer.execute("INSERT INTO staged SELECT g FROM generate_series(1, 500) g")
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and not any("500 rows copied" in r.message for r in caplog.records):
+        while time.monotonic() < deadline and not any("500 rows copied" in r.getMessage() for r in caplog.records):
             time.sleep(0.1)
-    assert any("500 rows copied" in r.message for r in caplog.records if r.name == PROGRESS_LOGGER), \
+    assert any("500 rows copied" in r.getMessage() for r in caplog.records if r.name == PROGRESS_LOGGER), \
         [r.getMessage() for r in caplog.records]
 
 
@@ -93,5 +93,5 @@ def test_a_copy_straight_into_the_table_counts_its_own_rows_only(fresh_db, caplo
 
 
 def _counts(caplog) -> list[int]:
-    return [int(r.message.split(" rows copied")[0].split(": ")[1].replace(",", ""))
+    return [int(r.getMessage().split(" rows copied")[0].split(": ")[1].replace(",", ""))
             for r in list(caplog.records) if r.name == PROGRESS_LOGGER]
