@@ -15,7 +15,7 @@ apt_packages=()
 command -v java >/dev/null 2>&1 || apt_packages+=(openjdk-17-jre-headless)
 # Headless Chromium for the tests of the Replication page (tests/browser.py); about 100 s to install.
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
-# Debian's PostgreSQL 15, the oldest publisher with row filters, for tests/jobs/test_postgresql15.py (its server
+# Debian's PostgreSQL 15, the oldest publisher with row filters, for tests/e2e/jobs/test_postgresql15.py (its server
 # binaries only: the tests start their own cluster, so Debian's packaging is told to make none).
 pg15=/usr/lib/postgresql/15/bin/postgres
 [ -x "$pg15" ] || ! command -v apt-get >/dev/null 2>&1 || apt_packages+=(postgresql-15)

@@ -104,7 +104,7 @@ def _imports_of_tests(source: str) -> list[str]:
 
 
 def test_no_test_module_imports_another() -> None:
-    """What tests share lives in a helper module beside them (tests/jobs/conflict_counts.py, tests/airflow/support.py),
+    """What tests share lives in a helper module beside them (tests/e2e/jobs/conflict_counts.py, tests/airflow/support.py),
     so that running one module never runs or imports another's tests and fixtures."""
     wrong = [f"{p.relative_to(ROOT)}: {name}" for p in sorted((ROOT / "tests").rglob("*.py"))
              for name in _imports_of_tests(p.read_text())]
@@ -112,6 +112,6 @@ def test_no_test_module_imports_another() -> None:
 
 
 def test_an_import_of_a_test_module_is_caught() -> None:
-    assert _imports_of_tests("from tests.jobs.test_apply_drain import BATCH\nimport tests.airflow.conftest\n"
-                             "from tests.jobs.drain_scenario import BATCH") == ["tests.jobs.test_apply_drain",
+    assert _imports_of_tests("from tests.e2e.jobs.test_apply_drain import BATCH\nimport tests.airflow.conftest\n"
+                             "from tests.e2e.jobs.drain_scenario import BATCH") == ["tests.e2e.jobs.test_apply_drain",
                                                                               "tests.airflow.conftest"]

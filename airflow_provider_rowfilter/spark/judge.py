@@ -48,7 +48,7 @@ class BatchColumns:
 
 def evaluated_filter(rules: EpochRules, action: str, names: BatchColumns, values: str) -> exp.Expr | None:
     """The action's effective filter (ORed publications) on one side of the change, as the apply evaluates it
-    (``None``: unfiltered). tests/core/filters/test_row_filter_differential.py holds this against PostgreSQL."""
+    (``None``: unfiltered). tests/e2e/core/test_row_filter_differential.py holds this against PostgreSQL."""
     tree = rules.filters.get(action)
     return None if tree is None else filter_expression(tree, rules.column_types, lambda n: names.read(values, n),
                                                        numeric_specials=rules.numeric_specials)

@@ -45,7 +45,7 @@ STATIC_SQL_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
 #: ``CAST(i2 AS DOUBLE) = 12.125`` to ``if(isnull(i2), null, false)`` (12.125 is no smallint); the CASE it
 #: decides then folds to NULL, and ``(n % 0.0) <= NULL`` with it, dropping the division by zero PostgreSQL
 #: raises (it folds only a constant NULL operand: eval_const_expressions in optimizer/util/clauses.c). Found by
-#: tests/core/filters/test_row_filter_differential.py; excluded in every session the jobs judge in, the user's
+#: tests/e2e/core/test_row_filter_differential.py; excluded in every session the jobs judge in, the user's
 #: own exclusions added to it (spark/session.py ``session_conf``). SimplifyConditionals likewise replaced
 #: ``CASE WHEN c THEN true ELSE true END`` by ``true`` without evaluating ``c``, where PostgreSQL evaluates the
 #: condition and raises its error (an invalid regular expression there); the planner keeps such a CASE.

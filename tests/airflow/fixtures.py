@@ -1,7 +1,8 @@
-"""Fixtures of the Airflow layer: a private AIRFLOW_HOME, connections as env vars, state tables, dag.test().
+"""Fixtures of the Airflow tests, quick (tests/airflow/) and end to end (tests/e2e/airflow/): a private AIRFLOW_HOME,
+connections as env vars, state tables, dag.test(), StatsD.
 
-Airflow reads its configuration when first imported, so AIRFLOW_HOME is set here, at import of this
-conftest, before any test module of this folder imports Airflow.
+Airflow reads its configuration when first imported, so AIRFLOW_HOME is set here, at import of this module by
+either folder's conftest, before any test module there imports Airflow.
 """
 
 from __future__ import annotations

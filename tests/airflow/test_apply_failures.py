@@ -17,7 +17,7 @@ from airflow_provider_rowfilter.flows.apply.drain import ApplyError, apply
 from airflow_provider_rowfilter.jobs import apply as apply_job
 from airflow_provider_rowfilter.sensors.subscription_rel import SubscriptionRelSensor
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.jobs.apply_scenario import (
+from tests.e2e.jobs.apply_scenario import (
     SUBSCRIBER,
     expected,
     frozen,
@@ -28,7 +28,7 @@ from tests.jobs.apply_scenario import (
     wal_lsn,
     write_spec,
 )
-from tests.jobs.databases import Databases, run_ours
+from tests.e2e.jobs.databases import Databases, run_ours
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """flows/apply/net_effect.py's reading of a segment's relation layouts (the reduction itself is held against Spark's
-and PostgreSQL's in tests/jobs/test_apply_random.py and test_apply_differential.py)."""
+and PostgreSQL's in tests/e2e/jobs/test_apply_random.py and test_apply_differential.py)."""
 
 from __future__ import annotations
 

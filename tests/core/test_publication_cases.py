@@ -1,7 +1,7 @@
 """PostgreSQL's regression cases for publication row filters and column lists, run through our core.
 
 The fixture (tests/core/fixtures/publication_cases.yaml) is PostgreSQL's truth: the referee test
-(tests/core/test_publication_cases_referee.py) replays every case on a real PostgreSQL 18. Here each
+(tests/e2e/core/test_publication_cases_referee.py) replays every case on a real PostgreSQL 18. Here each
 case's DDL goes through ``publications_from_ddl`` against the same catalog, and DML-time
 replica-identity cases through ``subscription_filters``; accepted must be accepted, rejected must be
 rejected with PostgreSQL's message and detail.

@@ -7,7 +7,7 @@ pg_publication.c ``check_publication_add_relation``, ``GetAllPublicationRelation
 ``is_table_publishable_in_publication``; its regression test publication.sql) and the catalog is a PostgreSQL 18
 one: a file is read for any publisher (the file, not the publisher, defines the publications). What the
 subscription then replicates of them is held to the publisher's rows end to end in
-tests/jobs/test_publications_file_19.py.
+tests/e2e/jobs/test_publications_file_19.py.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import airflow_provider_rowfilter
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIND_PROVIDER = """
 import json
 from importlib.metadata import entry_points

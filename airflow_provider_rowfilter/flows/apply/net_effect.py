@@ -22,7 +22,7 @@ docs/adr/two-reducers-one-fold.md. The fold's truth table runs through
 both, without a database (tests/apply/test_fold.py); the differential tests run every source-filtered
 case through this path and through Spark's, against PostgreSQL's own subscription; the random workload
 reduces each of its source-filtered batches both ways and requires the same facts and rows
-(tests/jobs/test_apply_differential.py, tests/jobs/test_apply_random.py).
+(tests/e2e/jobs/test_apply_differential.py, tests/e2e/jobs/test_apply_random.py).
 """
 
 from __future__ import annotations

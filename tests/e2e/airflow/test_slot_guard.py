@@ -30,8 +30,8 @@ from airflow_provider_rowfilter.flows.refresh import refresh
 from airflow_provider_rowfilter.flows.table_sync.sync import sync_tables
 from airflow_provider_rowfilter.tooling.embedded import LocalPostgres
 from airflow_provider_rowfilter.tooling.native import table_rows
-from tests.e2e.airflow.scheduler import running_airflow
 from tests.airflow.support import REPO, conn_env
+from tests.e2e.airflow.scheduler import running_airflow
 
 TABLE = "CREATE TABLE t (id int PRIMARY KEY, v int, note text); ALTER TABLE t REPLICA IDENTITY FULL;"
 #: The publisher's timeout: longer than one watch run takes here (each task is a process of its own).

@@ -14,8 +14,8 @@ import shutil
 import time
 from pathlib import Path
 
-from tests.e2e.airflow.scheduler import running_airflow
 from tests.airflow.support import REPO
+from tests.e2e.airflow.scheduler import running_airflow
 
 SPEC = """\
 subscription: live

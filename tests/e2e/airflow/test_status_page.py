@@ -23,10 +23,10 @@ import pytest
 
 from airflow_provider_rowfilter.operators.replication_link import ReplicationPageLink
 from airflow_provider_rowfilter.tooling.demo.dag_runner import run_dags
-from tests.e2e.airflow.page_scenario import CONFLICT_LSN, PageScenario, page_scenario
-from tests.e2e.airflow.scheduler import running_airflow
 from tests.airflow.support import REPO, StateDb
 from tests.browser import browser, chromium
+from tests.e2e.airflow.page_scenario import CONFLICT_LSN, PageScenario, page_scenario
+from tests.e2e.airflow.scheduler import running_airflow
 
 # Runs in its own process: Airflow's app reads its configuration (the auth manager, the plugins) once.
 SCRIPT = r"""

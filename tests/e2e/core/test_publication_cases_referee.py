@@ -26,7 +26,7 @@ import pytest
 import yaml
 from psycopg import sql
 
-FIXTURE = Path(__file__).resolve().parents[1] / "core" / "fixtures" / "publication_cases.yaml"
+FIXTURE = Path(__file__).resolve().parents[2] / "core" / "fixtures" / "publication_cases.yaml"
 BIN_DIR_ENV = "PUBLICATION_CASES_PG_BIN_DIR"
 
 CASE_KEYS = {
